@@ -1,0 +1,71 @@
+"""The ``tunetable`` command: a click group whose subcommands live in ``pipeline.commands``.
+
+Subcommands are imported lazily so that ``tunetable codegen`` never imports polars or pycuda,
+and a GPU-side machine without polars can still run ``grid``, ``compile`` and ``bench``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from pipeline.errors import TuneTableError
+
+# name -> module under pipeline.commands exposing a click command named ``command``
+SUBCOMMANDS: dict[str, str] = {
+    "codegen": "codegen",
+    "grid": "grid",
+    "compile": "compile",
+    "bench": "bench",
+    "record": "record",
+    "rank": "rank",
+    "profile": "profile",
+    "select": "select",
+    "metrics": "metrics",
+    "audit": "audit",
+    "trace": "trace",
+}
+
+
+class LazyGroup(click.Group):
+    """A group that imports a subcommand's module only when that subcommand runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module_name = SUBCOMMANDS.get(cmd_name)
+        if module_name is None:
+            return None
+        try:
+            module = importlib.import_module(f"pipeline.commands.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("pipeline.commands"):
+                return None  # not built yet
+            raise
+        return module.command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tunetable")
+def cli() -> None:
+    """tunetable: grid -> compile -> bench -> rank -> select -> codegen, versioned with DVC."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; user errors become one line on stderr and their exit status."""
+    try:
+        cli.main(args=argv, prog_name="tunetable", standalone_mode=False)
+    except TuneTableError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

@@ -1,0 +1,41 @@
+"""Kernel configurations as frozen values with a stable id (QuACK-style)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.keys import canonical_json, sha256_text
+
+Value = int | bool | str
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One point of a table's grid: tunables (in grid order) plus values derived from them."""
+
+    family: str
+    params: tuple[tuple[str, Value], ...]
+    derived: tuple[tuple[str, Value], ...] = ()
+
+    @property
+    def id(self) -> str:
+        """Stable id: a hash of the family and the tunables only (order-insensitive)."""
+        return "c" + sha256_text(canonical_json({"family": self.family, **dict(self.params)}))[:10]
+
+    def as_dict(self) -> dict[str, Value]:
+        """Tunables as a dict, in grid order."""
+        return dict(self.params)
+
+    def defines(self) -> dict[str, Value]:
+        """Every ``-D`` define the kernel is compiled with: tunables then derived values."""
+        return {**dict(self.params), **dict(self.derived)}
+
+    def label(self) -> str:
+        """Readable spec fragment: ``BLOCK_M=128/BLOCK_N=128/...``."""
+        return "/".join(f"{k}={v}" for k, v in self.params)
+
+    @classmethod
+    def from_dict(cls, family: str, params: dict[str, Any], derived: dict[str, Any] | None = None) -> "KernelConfig":
+        """Build from plain dicts (e.g. a JSON grid file)."""
+        return cls(family=family, params=tuple(params.items()), derived=tuple((derived or {}).items()))
