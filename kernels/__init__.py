@@ -1,0 +1,1 @@
+"""tunetable kernels: CUDA C templates, snippets, generated tuning tables and runtime dispatch."""

@@ -1,0 +1,456 @@
+"""Generate deterministic tuning-table regions from YAML manifests (Modular tuning_codegen parity).
+
+The pure core: snippets with ``[@NAME]`` placeholders are rendered once per manifest entry and
+the result replaces the text between two marker lines of a target file. Output is byte-identical
+to Modular's ``tuning_codegen`` for the same manifest, snippet and flags; tunetable adds a
+provenance line (only when the manifest carries a ``provenance:`` mapping) and an overlap check.
+Errors are ``TuneTableError`` with Modular's message text, prefixed by the file they concern.
+Nothing here writes a file: ``generate_target`` returns the new text.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.errors import TuneTableError
+from pipeline.keys import canonical_json, sha256_text
+
+PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
+DEFAULT_INDENT = " " * 8
+PARAMS_HASH_LENGTH = 12
+# Longest M / M_END expression the overlap check will evaluate (bounds the work on odd input).
+MAX_EXPRESSION_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A loaded manifest: the ordered, merged ``params`` entries and the optional provenance."""
+
+    params: list[dict[str, Any]]
+    provenance: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Two entries of one (N, K) whose [M, M_END) ranges intersect: the later one is shadowed."""
+
+    first: int
+    second: int
+    n: Any
+    k: Any
+    first_range: tuple[int, int]
+    second_range: tuple[int, int]
+
+    def message(self) -> str:
+        """One line naming both entries, the shape and the shadowed M interval."""
+        lo = max(self.first_range[0], self.second_range[0])
+        hi = min(self.first_range[1], self.second_range[1])
+        return (
+            f"params[{self.second}] [M, M_END) = [{self.second_range[0]}, {self.second_range[1]}) "
+            f"overlaps params[{self.first}] [{self.first_range[0]}, {self.first_range[1]}) "
+            f"for N={self.n}, K={self.k}; with first-match lookup params[{self.second}] is "
+            f"shadowed for M in [{lo}, {hi})"
+        )
+
+
+@dataclass(frozen=True)
+class OverlapReport:
+    """Result of the overlap check: the overlaps found and entries that could not be checked."""
+
+    overlaps: tuple[Overlap, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TableJob:
+    """Everything needed to render one table into its target (flags or a params.yaml table)."""
+
+    manifest_path: Path
+    snippet_path: Path
+    target_path: Path
+    begin_marker: str
+    end_marker: str
+    source_label: str
+    snippet_variant_paths: dict[str, Path] = field(default_factory=dict)
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class TableResult:
+    """One table rendered: its region and the overlap check over its manifest."""
+
+    job: TableJob
+    region: str
+    overlaps: OverlapReport
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """One target file: its current text, the regenerated text and the tables rendered into it."""
+
+    target_path: Path
+    label: str
+    current: str
+    generated: str
+    tables: tuple[TableResult, ...]
+
+    @property
+    def stale(self) -> bool:
+        """True when the file on disk differs from what codegen would write."""
+        return self.current != self.generated
+
+
+def format_value(value: Any) -> str:
+    """Format a manifest value for a snippet: True/False, None, else str(value)."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if value is None:
+        return "None"
+    return str(value)
+
+
+def render_snippet(snippet: str, parameters: Mapping[str, Any], *, indent: str = "") -> str:
+    """Substitute ``[@NAME]`` placeholders, strip trailing whitespace, indent non-empty lines."""
+    missing = sorted({name for name in PLACEHOLDER.findall(snippet) if name not in parameters})
+    if missing:
+        raise TuneTableError(f"Missing snippet parameters: {', '.join(missing)}")
+    text = PLACEHOLDER.sub(lambda match: format_value(parameters[match.group(1)]), snippet).rstrip()
+    return "\n".join(f"{indent}{line}" if line else line for line in text.split("\n"))
+
+
+def params_hash(parameters: Sequence[Mapping[str, Any]]) -> str:
+    """Short sha256 of the merged entries (canonical JSON): insensitive to YAML layout and comments."""
+    return sha256_text(canonical_json([dict(entry) for entry in parameters]))[:PARAMS_HASH_LENGTH]
+
+
+def _one_line(value: Any) -> str:
+    return " ".join(format_value(value).split())
+
+
+def provenance_comment(
+    *, provenance: Mapping[str, Any], parameters: Sequence[Mapping[str, Any]], source_label: str, indent: str
+) -> str:
+    """The region's first line: manifest label, params hash, device and date of the measurement."""
+    device = _one_line(provenance.get("device", "unknown"))
+    date = _one_line(provenance.get("date", "unknown"))
+    return (
+        f"{indent}# Provenance: [{source_label}] params sha256:{params_hash(parameters)}, "
+        f"device: {device}, date: {date}"
+    )
+
+
+def _entry_snippet(
+    entry: Mapping[str, Any], index: int, *, snippet: str, snippet_variants: Mapping[str, str]
+) -> str:
+    template = entry.get("_template")
+    if template is None:
+        return snippet
+    if not isinstance(template, str):
+        raise TuneTableError(f"params[{index}]._template must be a string")
+    if template not in snippet_variants:
+        raise TuneTableError(f"params[{index}] references unknown template '{template}'")
+    return snippet_variants[template]
+
+
+def render_region(
+    parameters: Sequence[Mapping[str, Any]],
+    snippet: str,
+    *,
+    source_label: str,
+    snippet_variants: Mapping[str, str] | None = None,
+    indent: str = DEFAULT_INDENT,
+    provenance: Mapping[str, Any] | None = None,
+    manifest_path: str | Path | None = None,
+) -> str:
+    """Render every entry (header comments, snippet, trailing comma), joined by newlines."""
+    variants = snippet_variants or {}
+    pieces = []
+    if provenance is not None:
+        pieces.append(
+            provenance_comment(provenance=provenance, parameters=parameters, source_label=source_label, indent=indent)
+        )
+    for index, entry in enumerate(parameters):
+        try:
+            body = render_snippet(
+                _entry_snippet(entry, index, snippet=snippet, snippet_variants=variants), entry, indent=indent
+            )
+        except TuneTableError as exc:
+            where = None if str(exc).startswith(f"params[{index}]") else f"params[{index}]"
+            raise TuneTableError(str(exc), path=manifest_path, where=where) from None
+        pieces.append(
+            f"{indent}# Automatically generated from [{source_label}]\n{indent}# index: [{index}]\n{body},"
+        )
+    return "\n".join(pieces)
+
+
+def _marker_line(lines: Sequence[str], marker: str, *, kind: str, path: str | Path | None) -> int:
+    hits = [number for number, line in enumerate(lines) if marker in line]
+    if len(hits) != 1:
+        raise TuneTableError(f"Expected exactly one {kind} marker: {marker}", path=path)
+    return hits[0]
+
+
+def replace_generated_region(
+    source: str, *, begin_marker: str, end_marker: str, generated: str, path: str | Path | None = None
+) -> str:
+    """Replace the lines strictly between the begin and end marker lines; keep the rest byte for byte."""
+    lines = source.splitlines(keepends=True)
+    begin = _marker_line(lines, begin_marker, kind="begin", path=path)
+    end = _marker_line(lines, end_marker, kind="end", path=path)
+    if begin >= end:
+        raise TuneTableError("The begin marker must precede the end marker", path=path)
+    return "".join(lines[: begin + 1]) + generated + "\n" + "".join(lines[end:])
+
+
+def _read_text(path: Path) -> str:
+    """Read UTF-8 text without newline translation (CRLF files stay CRLF outside the region)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise TuneTableError("no such file", path=path) from None
+    except IsADirectoryError:
+        raise TuneTableError("is a directory, expected a file", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise TuneTableError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+
+
+def _parse_yaml(text: str, *, path: Path) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise TuneTableError(f"malformed YAML: {problem}", path=path, where=where) from None
+
+
+def _entry_identity(entry: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((key, repr(value)) for key, value in entry.items()))
+
+
+def validate_manifest(data: Any, *, path: str | Path) -> Manifest:
+    """Check a parsed manifest (mapping, params sequence of mappings, no duplicates) and return it."""
+    if not isinstance(data, Mapping):
+        raise TuneTableError("expected a YAML mapping", path=path)
+    raw = data.get("params")
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
+        raise TuneTableError("expected 'params' to be a sequence", path=path)
+    entries: list[dict[str, Any]] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise TuneTableError(f"params[{index}] must be a mapping", path=path)
+        merged = {str(key): value for key, value in entry.items()}
+        identity = _entry_identity(merged)
+        if identity in seen:
+            raise TuneTableError(f"duplicate params entry at index {index}", path=path)
+        seen.add(identity)
+        entries.append(merged)
+    provenance = data.get("provenance")
+    if provenance is not None and not isinstance(provenance, Mapping):
+        raise TuneTableError("expected 'provenance' to be a mapping", path=path)
+    return Manifest(
+        params=entries, provenance=None if provenance is None else {str(k): v for k, v in provenance.items()}
+    )
+
+
+def load_manifest_document(path: str | Path) -> Manifest:
+    """Load a manifest with yaml.safe_load (anchors and ``<<`` merges work) and validate it."""
+    source = Path(path)
+    return validate_manifest(_parse_yaml(_read_text(source), path=path), path=path)
+
+
+def load_manifest(path: str | Path) -> list[dict[str, Any]]:
+    """The manifest's ``params`` entries in file order (Modular's ``load_manifest``)."""
+    return load_manifest_document(path).params
+
+
+def parse_snippet_variants(values: Sequence[str]) -> dict[str, str]:
+    """Parse repeated ``NAME=PATH`` flags (split at the first '='); reject empty sides and duplicates."""
+    variants: dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise TuneTableError(f"Invalid --snippet-variant '{value}'; expected NAME=PATH")
+        if name in variants:
+            raise TuneTableError(f"Duplicate snippet variant '{name}'")
+        variants[name] = path
+    return variants
+
+
+_INT_BINOPS = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.FloorDiv: int.__floordiv__}
+_INT_UNARYOPS = {ast.USub: int.__neg__, ast.UAdd: int.__pos__}
+
+
+def _int_node(node: ast.AST) -> int:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _INT_BINOPS:
+        return _INT_BINOPS[type(node.op)](_int_node(node.left), _int_node(node.right))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _INT_UNARYOPS:
+        return _INT_UNARYOPS[type(node.op)](_int_node(node.operand))
+    raise ValueError(f"unsupported syntax {type(node).__name__}")
+
+
+def int_value(value: Any) -> int | None:
+    """An int, or a string of int literals with + - * // and parentheses (ast whitelist, never eval)."""
+    if type(value) is int:
+        return value
+    if not isinstance(value, str) or len(value) > MAX_EXPRESSION_CHARS:
+        return None
+    try:
+        return _int_node(ast.parse(value.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
+
+
+def _entry_range(entry: Mapping[str, Any], index: int) -> tuple[tuple[int, int] | None, str | None]:
+    """An entry's [M, M_END) range (M_END absent: exactly M), or a note why it cannot be checked."""
+    if "M" not in entry:
+        return None, None
+    m = int_value(entry["M"])
+    if m is None:
+        return None, f"params[{index}]: M {entry['M']!r} is not an integer expression; skipped in the overlap check"
+    if entry.get("M_END") is None:
+        return (m, m + 1), None
+    m_end = int_value(entry["M_END"])
+    if m_end is None:
+        note = f"params[{index}]: M_END {entry['M_END']!r} is not an integer expression; skipped in the overlap check"
+        return None, note
+    return (m, m_end), None
+
+
+def find_overlaps(parameters: Sequence[Mapping[str, Any]]) -> OverlapReport:
+    """Entries with equal N and K whose [M, M_END) ranges intersect, in manifest order."""
+    overlaps: list[Overlap] = []
+    notes: list[str] = []
+    seen: dict[tuple[str, str], list[tuple[int, tuple[int, int]]]] = {}
+    for index, entry in enumerate(parameters):
+        if "N" not in entry or "K" not in entry:
+            continue
+        span, note = _entry_range(entry, index)
+        if note:
+            notes.append(note)
+        if span is None or span[0] >= span[1]:
+            continue
+        shape = (repr(entry["N"]), repr(entry["K"]))
+        for earlier, earlier_span in seen.get(shape, []):
+            if span[0] < earlier_span[1] and earlier_span[0] < span[1]:
+                overlaps.append(
+                    Overlap(
+                        first=earlier, second=index, n=entry["N"], k=entry["K"],
+                        first_range=earlier_span, second_range=span,
+                    )
+                )
+        seen.setdefault(shape, []).append((index, span))
+    return OverlapReport(overlaps=tuple(overlaps), notes=tuple(notes))
+
+
+def render_table(job: TableJob) -> TableResult:
+    """Read a table's manifest and snippets and render its region (no target involved)."""
+    manifest = load_manifest_document(job.manifest_path)
+    snippet = _read_text(job.snippet_path)
+    variants = {name: _read_text(path) for name, path in job.snippet_variant_paths.items()}
+    region = render_region(
+        manifest.params,
+        snippet,
+        source_label=job.source_label,
+        snippet_variants=variants,
+        provenance=manifest.provenance,
+        manifest_path=job.manifest_path,
+    )
+    return TableResult(job=job, region=region, overlaps=find_overlaps(manifest.params))
+
+
+def generate_target(
+    *,
+    manifest_path: str | Path,
+    snippet_path: str | Path,
+    target_path: str | Path,
+    begin_marker: str,
+    end_marker: str,
+    source_label: str,
+    snippet_variant_paths: Mapping[str, str | Path] | None = None,
+) -> str:
+    """Return the target's full text with the region regenerated (Modular's ``generate_target``)."""
+    job = TableJob(
+        manifest_path=Path(manifest_path),
+        snippet_path=Path(snippet_path),
+        target_path=Path(target_path),
+        begin_marker=begin_marker,
+        end_marker=end_marker,
+        source_label=source_label,
+        snippet_variant_paths={name: Path(p) for name, p in (snippet_variant_paths or {}).items()},
+    )
+    return generate_targets(jobs=[job])[0].generated
+
+
+def generate_targets(*, jobs: Sequence[TableJob]) -> list[TargetResult]:
+    """Render every job; regions of jobs sharing a target apply to that target's text in job order."""
+    by_target: dict[Path, list[TableResult]] = {}
+    for job in jobs:
+        by_target.setdefault(job.target_path.resolve(), []).append(render_table(job))
+    results = []
+    for tables in by_target.values():
+        target_path = tables[0].job.target_path
+        current = _read_text(target_path)
+        text = current
+        for table in tables:
+            text = replace_generated_region(
+                text,
+                begin_marker=table.job.begin_marker,
+                end_marker=table.job.end_marker,
+                generated=table.region,
+                path=target_path,
+            )
+        results.append(
+            TargetResult(
+                target_path=target_path, label=str(target_path), current=current, generated=text, tables=tuple(tables)
+            )
+        )
+    return results
+
+
+def unified_diff(*, current: str, generated: str, label: str) -> str:
+    """The ``--check`` diff: target vs ``<target> (generated)``, lines joined by newlines."""
+    return "\n".join(
+        difflib.unified_diff(
+            current.splitlines(), generated.splitlines(), fromfile=label, tofile=f"{label} (generated)", lineterm=""
+        )
+    )
+
+
+def jobs_from_params(
+    *, params: Mapping[str, Any], params_path: str | Path, names: Sequence[str] | None = None
+) -> list[TableJob]:
+    """A TableJob per table declared in params.yaml (or only ``names``); paths resolve from its folder."""
+    from pipeline.params import table_spec
+
+    root = Path(params_path).parent
+    tables = params.get("tables") or {}
+    selected = list(names) if names else list(tables)
+    jobs = []
+    for name in selected:
+        spec = table_spec(dict(params), name, path=params_path).codegen
+        jobs.append(
+            TableJob(
+                manifest_path=root / spec.manifest,
+                snippet_path=root / spec.snippet,
+                target_path=root / spec.target,
+                begin_marker=spec.begin_marker,
+                end_marker=spec.end_marker,
+                source_label=spec.source_label,
+                snippet_variant_paths={variant: root / path for variant, path in spec.variants.items()},
+                name=name,
+            )
+        )
+    return jobs

@@ -1,0 +1,139 @@
+"""``tunetable codegen``: render manifests into marker regions of generated source files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipeline import codegen
+from pipeline.atomic import atomic_write_text
+from pipeline.errors import TuneTableError
+
+SINGLE_FLAGS = ("manifest", "snippet", "target", "begin_marker", "end_marker", "source_label")
+
+EPILOG = """\b
+Examples:
+  tunetable codegen --all                 regenerate every table declared in params.yaml
+  tunetable codegen --all --check         exit 1 with a diff if any checked-in table is stale
+  tunetable codegen --manifest manifests/gemm_mma.yaml \\
+      --snippet kernels/snippets/gemm_mma.snippet --target kernels/tuning_configs.py \\
+      --begin-marker BEGIN-TUNING-LIST-GEMM_MMA --end-marker END-TUNING-LIST-GEMM_MMA \\
+      --source-label manifests/gemm_mma.yaml
+"""
+
+
+def _single_job(options: dict[str, object], variant_values: tuple[str, ...]) -> codegen.TableJob:
+    """The one table named by the Modular-style flags; all six are required in this mode."""
+    missing = [name for name in SINGLE_FLAGS if options[name] is None]
+    if missing:
+        flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+        raise click.UsageError(f"missing {flags} (or use --all / --table to read params.yaml)")
+    variants = codegen.parse_snippet_variants(variant_values)
+    return codegen.TableJob(
+        manifest_path=Path(str(options["manifest"])),
+        snippet_path=Path(str(options["snippet"])),
+        target_path=Path(str(options["target"])),
+        begin_marker=str(options["begin_marker"]),
+        end_marker=str(options["end_marker"]),
+        source_label=str(options["source_label"]),
+        snippet_variant_paths={name: Path(path) for name, path in variants.items()},
+    )
+
+
+def _declared_jobs(*, params_path: str, names: tuple[str, ...]) -> list[codegen.TableJob]:
+    """Jobs for the tables declared in params.yaml (all, or those named by --table)."""
+    from pipeline.params import load_params
+
+    return codegen.jobs_from_params(params=load_params(params_path), params_path=params_path, names=names or None)
+
+
+def _report_overlaps(results: list[codegen.TargetResult], *, strict: bool) -> None:
+    """Print overlap warnings and notes; with --strict the first overlap is an error."""
+    for target in results:
+        for table in target.tables:
+            manifest = table.job.manifest_path
+            for note in table.overlaps.notes:
+                click.echo(f"note: {manifest}: {note}", err=True)
+            for overlap in table.overlaps.overlaps:
+                if strict:
+                    raise TuneTableError(overlap.message(), path=manifest)
+                click.echo(f"warning: {manifest}: {overlap.message()}", err=True)
+
+
+@click.command(epilog=EPILOG)
+@click.option("--manifest", metavar="PATH", help="YAML manifest with an ordered 'params' list of entries.")
+@click.option("--snippet", metavar="PATH", help="Primary snippet; [@NAME] placeholders take entry values.")
+@click.option("--target", metavar="PATH", help="File holding the marker region to regenerate.")
+@click.option("--begin-marker", metavar="TEXT", help="Text found on exactly one line before the region.")
+@click.option("--end-marker", metavar="TEXT", help="Text found on exactly one line after the region.")
+@click.option("--source-label", metavar="TEXT", help="Label written in each entry's 'Automatically generated from' comment.")
+@click.option(
+    "--snippet-variant",
+    "snippet_variants",
+    metavar="NAME=PATH",
+    multiple=True,
+    help="Extra snippet selected by entries with '_template: NAME' (repeatable).",
+)
+@click.option("--check", is_flag=True, help="Write nothing; print a unified diff and exit 1 when a target is stale.")
+@click.option("--strict", is_flag=True, help="Overlapping [M, M_END) ranges for one (N, K) are an error, not a warning.")
+@click.option("--all", "all_tables", is_flag=True, help="Every table declared under 'tables:' in --params.")
+@click.option(
+    "--table", "tables", metavar="NAME", multiple=True, help="A table declared in --params (repeatable)."
+)
+@click.option(
+    "--params",
+    "params_path",
+    default="params.yaml",
+    show_default=True,
+    metavar="PATH",
+    help="params.yaml read by --all and --table; relative paths in it resolve from its folder.",
+)
+def command(
+    manifest: str | None,
+    snippet: str | None,
+    target: str | None,
+    begin_marker: str | None,
+    end_marker: str | None,
+    source_label: str | None,
+    snippet_variants: tuple[str, ...],
+    check: bool,
+    strict: bool,
+    all_tables: bool,
+    tables: tuple[str, ...],
+    params_path: str,
+) -> None:
+    """Render manifests into the marker regions of generated files (Modular tuning_codegen compatible).
+
+    Give either the six single-table flags (as for Modular's tuning_codegen), or --all / --table
+    to use the codegen settings of tables declared in params.yaml. Without --check the targets are
+    always rewritten (atomically); with --check nothing is written.
+    """
+    options = {
+        "manifest": manifest, "snippet": snippet, "target": target,
+        "begin_marker": begin_marker, "end_marker": end_marker, "source_label": source_label,
+    }
+    declared = all_tables or bool(tables)
+    if declared and (any(value is not None for value in options.values()) or snippet_variants):
+        raise click.UsageError("--all/--table read params.yaml; do not combine them with single-table flags")
+    if all_tables and tables:
+        raise click.UsageError("give --all or --table, not both")
+    if declared:
+        jobs = _declared_jobs(params_path=params_path, names=tables)
+    else:
+        jobs = [_single_job(options, snippet_variants)]
+    results = codegen.generate_targets(jobs=jobs)
+    _report_overlaps(results, strict=strict)
+    if check:
+        stale = [result for result in results if result.stale]
+        for result in stale:
+            click.echo(codegen.unified_diff(current=result.current, generated=result.generated, label=result.label), err=True)
+        if stale and declared:
+            for result in stale:
+                names = ", ".join(str(table.job.name) for table in result.tables)
+                click.echo(f"stale: {result.label} (tables: {names}); run `tunetable codegen --all`", err=True)
+        if stale:
+            raise click.exceptions.Exit(1)
+        return
+    for result in results:
+        atomic_write_text(result.target_path, result.generated)
