@@ -1,1 +1,12 @@
-"""tunetable kernels: CUDA C templates, snippets, generated tuning tables and runtime dispatch."""
+"""tunetable kernels: CUDA C templates, snippets, generated tuning tables and runtime dispatch.
+
+``gemm(a, b, out=None)`` computes C = a · bᵀ in bf16 with the configuration the generated
+table (kernels/tuning_configs.py) holds for the shape; ``autotune`` tunes a function's
+configuration on first call and caches the choice on disk. Importing this package needs no GPU:
+pycuda is imported on the first GEMM.
+"""
+
+from kernels.autotune import autotune
+from kernels.dispatch import FallbackWarning, NoGpuError, gemm, gemm_with
+
+__all__ = ["FallbackWarning", "NoGpuError", "autotune", "gemm", "gemm_with"]

@@ -57,7 +57,8 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; user errors become one line on stderr and their exit status."""
     try:
-        cli.main(args=argv, prog_name="tunetable", standalone_mode=False)
+        # standalone_mode=False returns ctx.exit(n) codes instead of raising them.
+        status = cli.main(args=argv, prog_name="tunetable", standalone_mode=False)
     except TuneTableError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -69,3 +70,5 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    if isinstance(status, int) and status:
+        sys.exit(status)

@@ -22,6 +22,7 @@ import yaml
 
 from pipeline.errors import TuneTableError
 from pipeline.keys import canonical_json, sha256_text
+from pipeline.params import table_spec
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
 DEFAULT_INDENT = " " * 8
@@ -123,7 +124,7 @@ def render_snippet(snippet: str, parameters: Mapping[str, Any], *, indent: str =
     if missing:
         raise TuneTableError(f"Missing snippet parameters: {', '.join(missing)}")
     text = PLACEHOLDER.sub(lambda match: format_value(parameters[match.group(1)]), snippet).rstrip()
-    return "\n".join(f"{indent}{line}" if line else line for line in text.split("\n"))
+    return "\n".join(f"{indent}{line}" if line else line for line in text.splitlines())
 
 
 def params_hash(parameters: Sequence[Mapping[str, Any]]) -> str:
@@ -210,10 +211,10 @@ def replace_generated_region(
     return "".join(lines[: begin + 1]) + generated + "\n" + "".join(lines[end:])
 
 
-def _read_text(path: Path) -> str:
-    """Read UTF-8 text without newline translation (CRLF files stay CRLF outside the region)."""
+def _read_text(path: Path, *, keep_newlines: bool = False) -> str:
+    """Read UTF-8 text; ``keep_newlines`` skips newline translation (a CRLF target stays CRLF)."""
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open(path, encoding="utf-8", newline="" if keep_newlines else None) as handle:
             return handle.read()
     except FileNotFoundError:
         raise TuneTableError("no such file", path=path) from None
@@ -313,19 +314,22 @@ def int_value(value: Any) -> int | None:
         return None
 
 
+def _unevaluable(index: int, key: str, value: Any) -> str:
+    return f"params[{index}]: {key} {value!r} is not an integer expression; skipped in the overlap check"
+
+
 def _entry_range(entry: Mapping[str, Any], index: int) -> tuple[tuple[int, int] | None, str | None]:
     """An entry's [M, M_END) range (M_END absent: exactly M), or a note why it cannot be checked."""
     if "M" not in entry:
         return None, None
     m = int_value(entry["M"])
     if m is None:
-        return None, f"params[{index}]: M {entry['M']!r} is not an integer expression; skipped in the overlap check"
+        return None, _unevaluable(index, "M", entry["M"])
     if entry.get("M_END") is None:
         return (m, m + 1), None
     m_end = int_value(entry["M_END"])
     if m_end is None:
-        note = f"params[{index}]: M_END {entry['M_END']!r} is not an integer expression; skipped in the overlap check"
-        return None, note
+        return None, _unevaluable(index, "M_END", entry["M_END"])
     return (m, m_end), None
 
 
@@ -394,6 +398,17 @@ def generate_target(
     return generate_targets(jobs=[job])[0].generated
 
 
+def _check_distinct_markers(tables: Sequence[TableResult], *, target_path: Path) -> None:
+    """Tables sharing a target must not share a marker (the second would overwrite the first)."""
+    owner: dict[str, str] = {}
+    for table in tables:
+        for marker in (table.job.begin_marker, table.job.end_marker):
+            name = str(table.job.name)
+            if marker in owner and owner[marker] != name:
+                raise TuneTableError(f"tables {owner[marker]} and {name} both use the marker {marker}", path=target_path)
+            owner[marker] = name
+
+
 def generate_targets(*, jobs: Sequence[TableJob]) -> list[TargetResult]:
     """Render every job; regions of jobs sharing a target apply to that target's text in job order."""
     by_target: dict[Path, list[TableResult]] = {}
@@ -402,7 +417,8 @@ def generate_targets(*, jobs: Sequence[TableJob]) -> list[TargetResult]:
     results = []
     for tables in by_target.values():
         target_path = tables[0].job.target_path
-        current = _read_text(target_path)
+        _check_distinct_markers(tables, target_path=target_path)
+        current = _read_text(target_path, keep_newlines=True)
         text = current
         for table in tables:
             text = replace_generated_region(
@@ -433,8 +449,6 @@ def jobs_from_params(
     *, params: Mapping[str, Any], params_path: str | Path, names: Sequence[str] | None = None
 ) -> list[TableJob]:
     """A TableJob per table declared in params.yaml (or only ``names``); paths resolve from its folder."""
-    from pipeline.params import table_spec
-
     root = Path(params_path).parent
     tables = params.get("tables") or {}
     selected = list(names) if names else list(tables)

@@ -8,7 +8,7 @@ import click
 
 from pipeline import codegen
 from pipeline.atomic import atomic_write_text
-from pipeline.errors import TuneTableError
+from pipeline.errors import StaleError, TuneTableError
 
 SINGLE_FLAGS = ("manifest", "snippet", "target", "begin_marker", "end_marker", "source_label")
 
@@ -127,13 +127,16 @@ def command(
     if check:
         stale = [result for result in results if result.stale]
         for result in stale:
-            click.echo(codegen.unified_diff(current=result.current, generated=result.generated, label=result.label), err=True)
-        if stale and declared:
-            for result in stale:
-                names = ", ".join(str(table.job.name) for table in result.tables)
-                click.echo(f"stale: {result.label} (tables: {names}); run `tunetable codegen --all`", err=True)
+            diff = codegen.unified_diff(current=result.current, generated=result.generated, label=result.label)
+            click.echo(diff, err=True)
         if stale:
-            raise click.exceptions.Exit(1)
+            # StaleError (exit 1): click's Exit would be swallowed by standalone_mode=False in cli.main.
+            if declared:
+                listing = "; ".join(
+                    f"{result.label} (tables: {', '.join(str(t.job.name) for t in result.tables)})" for result in stale
+                )
+                raise StaleError(f"out of date: {listing}; run `tunetable codegen --all`")
+            raise StaleError("out of date; run the same command without --check", path=stale[0].label)
         return
     for result in results:
         atomic_write_text(result.target_path, result.generated)

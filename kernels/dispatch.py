@@ -1,0 +1,575 @@
+"""Runtime dispatch: ``gemm(a, b)`` picks its configuration from the generated tuning table.
+
+Lookup (the contract of kernels/tuning_configs.py): among the entries with this N and K, the
+first, in manifest order, whose half-open range [m, m_end) holds M wins. A shape the table does
+not cover runs the table's most common winner (or, for an empty table, a size heuristic) and
+warns once naming the shape. Decisions are memoised per shape, and so are the launch plans
+(function handles, geometry, split-K workspace), so a call after the first costs a dictionary
+lookup, a few attribute reads and the launch itself.
+
+The decision logic (``lookup``, ``most_common_entry``, ``Dispatcher``) and the input checks
+(``operand``) are pure Python; pycuda is imported only when a kernel is about to run, so
+``import kernels`` works on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from kernels.tuning_configs import TABLES, TuningConfig
+
+TABLE = "gemm_mma"
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS_PATH = ROOT / "params.yaml"
+INT32_MAX = 2**31 - 1
+ALIGNMENT = 16  # bytes: cp.async moves 16-byte chunks
+SHAPE_FIELDS = ("m", "m_end", "n", "k", "kernel", "config_id")
+# The tunables of a table entry, in the generated dataclass's order (= the grid's order).
+TUNABLE_FIELDS = tuple(f.name for f in fields(TuningConfig) if f.name not in SHAPE_FIELDS)
+
+# The untuned default: a mid-sized tile that is valid for the kernel on every shape. It is what
+# the benchmark compares the tuned table against, and what an empty table falls back to for
+# large M (small M gets a narrow tile; see ``heuristic_tunables``).
+DEFAULT_TUNABLES: Mapping[str, int] = {
+    "block_m": 128, "block_n": 128, "block_k": 32, "warps_m": 2, "warps_n": 2,
+    "stages": 3, "split_k": 1, "group_m": 8,
+}
+SKINNY_TUNABLES: Mapping[str, int] = {
+    "block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4,
+    "stages": 4, "split_k": 1, "group_m": 1,
+}
+SKINNY_MAX_M = 32
+
+
+class FallbackWarning(UserWarning):
+    """A shape is not covered by the tuning table: an untuned configuration runs instead."""
+
+
+class NoGpuError(RuntimeError):
+    """pycuda or a CUDA device is missing: GEMMs cannot run on this machine."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The configuration chosen for one shape, and whether the table supplied it."""
+
+    entry: TuningConfig
+    index: int | None  # position in the table; None for a fallback
+    fallback: bool
+
+
+# --- pure decision logic ---------------------------------------------------------------------
+
+def lookup(entries: Sequence[TuningConfig], *, m: int, n: int, k: int) -> int | None:
+    """Index of the first entry with this N and K whose [m, m_end) holds M, or None."""
+    for index, entry in enumerate(entries):
+        if entry.n == n and entry.k == k and entry.m <= m < entry.m_end:
+            return index
+    return None
+
+
+def most_common_entry(entries: Sequence[TuningConfig]) -> TuningConfig | None:
+    """The configuration that wins most entries; ties go to the one listed first."""
+    if not entries:
+        return None
+    counts = Counter(entry.config_id for entry in entries)
+    first = {}
+    for entry in entries:
+        first.setdefault(entry.config_id, entry)
+    best_id = max(first, key=lambda config_id: counts[config_id])  # max keeps the first of equals
+    return first[best_id]
+
+
+def tunables_of(entry: TuningConfig) -> dict[str, int]:
+    """An entry's tunables as the kernel's -D names (UPPER_CASE), in grid order."""
+    return {name.upper(): getattr(entry, name) for name in TUNABLE_FIELDS}
+
+
+def config_id_of(*, family: str, tunables: Mapping[str, int]) -> str:
+    """The stable configuration id (pipeline.config.KernelConfig.id) of UPPER_CASE tunables."""
+    from pipeline.config import KernelConfig
+
+    return KernelConfig.from_dict(family, dict(tunables)).id
+
+
+def make_entry(*, tunables: Mapping[str, int], n: int, k: int, kernel: str = TABLE) -> TuningConfig:
+    """A table entry covering every M of (N, K) for lower-case ``tunables`` (fallbacks, benchmarks)."""
+    upper = {name.upper(): value for name, value in tunables.items()}
+    return TuningConfig(
+        m=1, m_end=INT32_MAX, n=n, k=k, kernel=kernel,
+        config_id=config_id_of(family=kernel, tunables=upper), **dict(tunables),
+    )
+
+
+def heuristic_tunables(*, m: int) -> Mapping[str, int]:
+    """Untuned tile choice by M alone: narrow tiles for memory-bound small M, else the default."""
+    return SKINNY_TUNABLES if m <= SKINNY_MAX_M else DEFAULT_TUNABLES
+
+
+class Dispatcher:
+    """Per-shape decisions over one table, memoised; warns once for each uncovered shape."""
+
+    def __init__(self, *, table: str, entries: Sequence[TuningConfig]):
+        self.table = table
+        self.entries = tuple(entries)
+        self.fallback_entry = most_common_entry(self.entries)
+        self.decisions: dict[tuple[int, int, int], Decision] = {}
+        self.lookups = 0  # table scans done (a memoised shape does none)
+
+    def decide(self, *, m: int, n: int, k: int) -> Decision:
+        """The decision for (M, N, K), computed on first use."""
+        decision = self.decisions.get((m, n, k))
+        if decision is None:
+            decision = self._decide(m=m, n=n, k=k)  # warns from here: stacklevel 4 is the caller of gemm()
+            self.decisions[(m, n, k)] = decision
+        return decision
+
+    def _decide(self, *, m: int, n: int, k: int) -> Decision:
+        self.lookups += 1
+        index = lookup(self.entries, m=m, n=n, k=k)
+        if index is not None:
+            return Decision(entry=self.entries[index], index=index, fallback=False)
+        if self.fallback_entry is not None:
+            chosen = self.fallback_entry
+            why = f"the table's most common winner {chosen.config_id}"
+        else:
+            chosen = make_entry(tunables=heuristic_tunables(m=m), n=n, k=k, kernel=self.table)
+            why = f"the table is empty; heuristic configuration {chosen.config_id}"
+        warnings.warn(
+            f"{self.table}: no tuned entry for M={m}, N={n}, K={k}; running {why} "
+            f"(add the shape to params.yaml and re-run the pipeline to tune it)",
+            FallbackWarning,
+            stacklevel=4,
+        )
+        return Decision(entry=chosen, index=None, fallback=True)
+
+
+# --- operands: checks that need no GPU ---------------------------------------------------------
+
+class Operand(NamedTuple):
+    """A validated 2-D bf16 device matrix: its address, its shape and the library it came from."""
+
+    ptr: int
+    rows: int
+    cols: int
+    library: str  # "torch" | "cupy" | "pycuda" | "cai"
+
+
+def _fail_type(name: str, obj: Any) -> TypeError:
+    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    host = " (host memory: copy it to the GPU first)" if kind.startswith("numpy.") else ""
+    return TypeError(
+        f"{name}: expected a GPU matrix (pycuda GPUArray, torch or CuPy array, or any object with "
+        f"__cuda_array_interface__), got {kind}{host}"
+    )
+
+
+def _check_2d(name: str, shape: Sequence[int]) -> tuple[int, int]:
+    if len(shape) != 2:
+        raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(shape)}")
+    return int(shape[0]), int(shape[1])
+
+
+def _check_aligned(name: str, ptr: int) -> None:
+    if ptr % ALIGNMENT:
+        raise ValueError(
+            f"{name}: data pointer 0x{ptr:x} is not {ALIGNMENT}-byte aligned (the kernel loads 16-byte "
+            "chunks; a sliced view can cause this: pass a fresh contiguous copy)"
+        )
+
+
+def _check_row_major(name: str, *, rows: int, cols: int, strides: Sequence[int] | None, itemsize: int = 2) -> None:
+    """C-contiguous row-major: unit column stride and rows packed back to back (byte strides)."""
+    if strides is None:
+        return
+    row_ok = rows <= 1 or strides[0] == cols * itemsize
+    col_ok = cols <= 1 or strides[1] == itemsize
+    if not (row_ok and col_ok):
+        raise ValueError(
+            f"{name}: must be C-contiguous row-major, got byte strides {tuple(strides)} for shape "
+            f"({rows}, {cols}) (a transposed or sliced view: make a contiguous copy first)"
+        )
+
+
+def _torch_operand(name: str, x: Any) -> Operand:
+    torch = sys.modules["torch"]
+    if x.dtype is not torch.bfloat16:
+        raise TypeError(f"{name}: expected dtype bfloat16, got {x.dtype}")
+    if not x.is_cuda:
+        raise TypeError(f"{name}: torch tensor is on {x.device}, expected a CUDA tensor")
+    rows, cols = _check_2d(name, x.shape)
+    if not x.is_contiguous():
+        raise ValueError(
+            f"{name}: must be C-contiguous row-major, got strides {tuple(x.stride())} for shape "
+            f"({rows}, {cols}) (call .contiguous() first)"
+        )
+    ptr = x.data_ptr()
+    _check_aligned(name, ptr)
+    return Operand(ptr, rows, cols, "torch")
+
+
+def _is_bf16_numpy_dtype(dtype: Any) -> bool:
+    """numpy-style dtypes: ml_dtypes' bfloat16 (or any 2-byte void, the CAI typestr '<V2')."""
+    return getattr(dtype, "name", None) == "bfloat16" or (
+        getattr(dtype, "kind", None) == "V" and getattr(dtype, "itemsize", None) == 2
+    )
+
+
+def _cupy_operand(name: str, x: Any) -> Operand:
+    if not _is_bf16_numpy_dtype(x.dtype):
+        raise TypeError(f"{name}: expected dtype bfloat16 (ml_dtypes.bfloat16 in CuPy), got {x.dtype}")
+    rows, cols = _check_2d(name, x.shape)
+    _check_row_major(name, rows=rows, cols=cols, strides=x.strides)
+    ptr = int(x.data.ptr)
+    _check_aligned(name, ptr)
+    return Operand(ptr, rows, cols, "cupy")
+
+
+def _pycuda_operand(name: str, x: Any) -> Operand:
+    if not _is_bf16_numpy_dtype(x.dtype):
+        raise TypeError(
+            f"{name}: expected dtype bfloat16 (ml_dtypes.bfloat16 or a 2-byte void 'V2'), got {x.dtype}"
+        )
+    rows, cols = _check_2d(name, x.shape)
+    _check_row_major(name, rows=rows, cols=cols, strides=x.strides)
+    ptr = int(x.gpudata)
+    _check_aligned(name, ptr)
+    return Operand(ptr, rows, cols, "pycuda")
+
+
+def _cai_operand(name: str, x: Any) -> Operand:
+    interface = x.__cuda_array_interface__
+    typestr = interface.get("typestr")
+    if typestr != "<V2" and not _is_bf16_numpy_dtype(getattr(x, "dtype", None)):
+        hint = " (float16 or a bfloat16 that its library reports as '<f2')" if typestr == "<f2" else ""
+        raise TypeError(f"{name}: expected bfloat16 (CUDA array interface typestr '<V2'), got '{typestr}'{hint}")
+    rows, cols = _check_2d(name, interface["shape"])
+    _check_row_major(name, rows=rows, cols=cols, strides=interface.get("strides"))
+    ptr = int(interface["data"][0])
+    _check_aligned(name, ptr)
+    return Operand(ptr, rows, cols, "cai")
+
+
+def _adapter_for(x: Any) -> Callable[[str, Any], Operand] | None:
+    """The reader of an array's library, chosen by its type's module."""
+    root = type(x).__module__.partition(".")[0]
+    if root == "torch" and hasattr(x, "data_ptr"):
+        return _torch_operand
+    if root == "cupy" and hasattr(x, "data"):
+        return _cupy_operand
+    if root == "pycuda" and hasattr(x, "gpudata"):
+        return _pycuda_operand
+    if hasattr(x, "__cuda_array_interface__"):
+        return _cai_operand
+    return None
+
+
+_ADAPTERS: dict[type, Callable[[str, Any], Operand] | None] = {}
+
+
+def operand(name: str, x: Any) -> Operand:
+    """Validate one argument (GPU, bf16, 2-D, row-major, 16-byte aligned) and read its address."""
+    kind = type(x)
+    adapter = _ADAPTERS.get(kind)
+    if adapter is None:
+        adapter = _adapter_for(x)
+        if adapter is None:
+            raise _fail_type(name, x)
+        _ADAPTERS[kind] = adapter
+    return adapter(name, x)
+
+
+def check_problem(a: Operand, b: Operand, *, family: Any) -> tuple[int, int, int]:
+    """(M, N, K) of C = A·Bᵀ, with K matching and the family's shape rules (N, K multiples of 8)."""
+    m, k = a.rows, a.cols
+    n, kb = b.rows, b.cols
+    if kb != k:
+        raise ValueError(f"mismatched K: a is {m}x{k} (M x K) but b is {n}x{kb} (N x K); C = a @ b.T needs equal K")
+    family.check_shape(m, n, k)
+    return m, n, k
+
+
+def check_out(out: Operand, *, m: int, n: int) -> None:
+    """``out`` must be the M x N result matrix."""
+    if (out.rows, out.cols) != (m, n):
+        raise ValueError(f"out: expected shape ({m}, {n}) for C = a @ b.T, got ({out.rows}, {out.cols})")
+
+
+# --- configurations: table entry -> KernelConfig (params.yaml's derived values) -----------------
+
+@lru_cache(maxsize=4)
+def _table_setup(params_path: str, table: str) -> tuple[Any, Any, tuple[Any, ...]]:
+    """(params, TableSpec, derived expressions) of a table, read once per process."""
+    from pipeline.grid import compile_derived, normalise_groups
+    from pipeline.params import load_params, table_spec
+
+    params = load_params(params_path)
+    spec = table_spec(params, table, path=params_path)
+    groups = normalise_groups(spec.grid, path=params_path, table=table)
+    names = list(dict.fromkeys(name for _, values in groups for name in values))
+    derived = compile_derived(spec.grid, param_names=names, path=params_path, table=table)
+    return params, spec, tuple(derived)
+
+
+def kernel_config(entry: TuningConfig, *, params_path: Path = PARAMS_PATH) -> Any:
+    """The pipeline.config.KernelConfig of a table entry: tunables plus the grid's derived values."""
+    from pipeline.config import KernelConfig
+    from pipeline.grid import derive
+
+    _, spec, derived = _table_setup(str(params_path), entry.kernel)
+    tunables = tunables_of(entry)
+    config = KernelConfig(family=spec.family, params=tuple(tunables.items()), derived=tuple(derive(tunables, derived).items()))
+    if config.id != entry.config_id:
+        raise ValueError(
+            f"{entry.kernel}: table entry for N={entry.n}, K={entry.k}, M=[{entry.m}, {entry.m_end}) says "
+            f"config_id {entry.config_id} but its tunables hash to {config.id} (regenerate the table)"
+        )
+    return config
+
+
+def cubin_for(entry: TuningConfig, *, params_path: Path = PARAMS_PATH) -> str:
+    """The entry's cubin from the content-addressed compile cache, compiled now when missing."""
+    from pipeline.compile import compile_config
+
+    params, spec, _ = _table_setup(str(params_path), entry.kernel)
+    compile_settings = params.get("compile") or {}
+    config = kernel_config(entry, params_path=params_path)
+    result = compile_config(
+        kernel_path=ROOT / spec.kernel,
+        defines=config.defines(),
+        flags=list(compile_settings.get("nvcc_flags") or []),
+        arch=spec.arch,
+        cache_dir=ROOT / compile_settings.get("cache_dir", ".cache/cubins"),
+    )
+    if result.status != "ok" or result.cubin is None:
+        raise RuntimeError(f"{entry.kernel}: configuration {config.id} failed to compile: {result.error}")
+    return result.cubin
+
+
+# --- the GPU side (pycuda, imported lazily) ----------------------------------------------------
+
+@dataclass
+class Plan:
+    """Everything one (configuration, shape) launch needs, resolved once."""
+
+    main: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int
+    workspace: Any  # DeviceAllocation or None
+    workspace_ptr: int
+    reduce: Any
+    reduce_grid: tuple[int, int, int] | None
+    reduce_block: tuple[int, int, int] | None
+    splits: int
+
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int) -> None:
+        """Enqueue the GEMM (and the split-K reduction) on the default stream."""
+        self.main.prepared_async_call(
+            self.grid, self.block, None, a_ptr, b_ptr, c_ptr, self.workspace_ptr, m, n, k, shared_size=self.smem_bytes
+        )
+        if self.reduce is not None:
+            self.reduce.prepared_async_call(
+                self.reduce_grid, self.reduce_block, None, self.workspace_ptr, c_ptr, m, n, self.splits
+            )
+
+
+class Runtime:
+    """The pycuda context, loaded cubins and per-shape plans of one process."""
+
+    def __init__(self, *, params_path: Path = PARAMS_PATH):
+        try:
+            import pycuda.driver as cuda
+        except ImportError as exc:
+            raise NoGpuError(
+                f"kernels.gemm needs pycuda and a CUDA GPU, and pycuda cannot be imported here ({exc}); "
+                "install the 'cuda' extra on a machine with an NVIDIA GPU"
+            ) from None
+        try:
+            cuda.init()
+            count = cuda.Device.count()
+        except cuda.Error as exc:
+            raise NoGpuError(f"kernels.gemm: no usable CUDA driver or device ({exc})") from None
+        if count == 0:
+            raise NoGpuError("kernels.gemm: no CUDA device is visible")
+        self.cuda = cuda
+        self.params_path = params_path
+        self.device = cuda.Device(0)
+        # The primary context is the one torch and CuPy use, so pointers are shared with them.
+        self.context = self.device.retain_primary_context()
+        self.context.push()
+        atexit.register(self._close)
+        self.modules: dict[str, Any] = {}
+        self.plans: dict[tuple[str, int, int, int], Plan] = {}
+
+    def _close(self) -> None:
+        try:
+            self.context.pop()
+        except self.cuda.Error:
+            pass  # already gone at interpreter exit
+
+    def _module(self, cubin: str) -> Any:
+        module = self.modules.get(cubin)
+        if module is None:
+            module = self.cuda.module_from_file(cubin)
+            self.modules[cubin] = module
+        return module
+
+    def plan(self, entry: TuningConfig, *, m: int, n: int, k: int) -> Plan:
+        """The launch plan of ``entry`` on (M, N, K), built on first use."""
+        key = (entry.config_id, m, n, k)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self._build_plan(entry, m=m, n=n, k=k)
+            self.plans[key] = plan
+        return plan
+
+    def _build_plan(self, entry: TuningConfig, *, m: int, n: int, k: int) -> Plan:
+        from kernels.families import FAMILIES
+
+        cuda = self.cuda
+        family = FAMILIES[entry.kernel]
+        defines = kernel_config(entry, params_path=self.params_path).defines()
+        geometry = family.launch(defines, m, n, k)
+        module = self._module(cubin_for(entry, params_path=self.params_path))
+        main = module.get_function(family.entry)
+        main.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(geometry.smem_bytes))
+        main.prepare("PPPPiii")
+        workspace = cuda.mem_alloc(geometry.workspace_bytes) if geometry.workspace_bytes else None
+        reduce = None
+        if geometry.reduce_grid is not None:
+            reduce = module.get_function(family.reduce_entry)
+            reduce.prepare("PPiii")
+        return Plan(
+            main=main,
+            grid=tuple(geometry.grid),
+            block=tuple(geometry.block),
+            smem_bytes=int(geometry.smem_bytes),
+            workspace=workspace,
+            workspace_ptr=int(workspace) if workspace is not None else 0,
+            reduce=reduce,
+            reduce_grid=tuple(geometry.reduce_grid) if geometry.reduce_grid else None,
+            reduce_block=tuple(geometry.reduce_block) if geometry.reduce_block else None,
+            splits=int(defines.get("SPLIT_K", 1)),
+        )
+
+    def empty_like(self, like: Any, library: str, *, m: int, n: int) -> Any:
+        """A new M x N bf16 output from the same library as the input ``like``."""
+        if library == "torch":
+            torch = sys.modules["torch"]
+            return torch.empty((m, n), dtype=torch.bfloat16, device=like.device)
+        if library == "cupy":
+            return sys.modules["cupy"].empty((m, n), dtype=like.dtype)
+        import numpy as np
+        from pycuda import gpuarray
+
+        dtype = like.dtype if library == "pycuda" else _cai_numpy_dtype(like)
+        return gpuarray.empty((m, n), dtype=np.dtype(dtype))
+
+
+def _cai_numpy_dtype(like: Any) -> Any:
+    """bf16 as numpy knows it: ml_dtypes' bfloat16 where installed, else a 2-byte void."""
+    dtype = getattr(like, "dtype", None)
+    if _is_bf16_numpy_dtype(dtype):
+        return dtype
+    try:
+        import ml_dtypes
+    except ImportError:
+        return "V2"
+    return ml_dtypes.bfloat16
+
+
+# --- the public entry points -------------------------------------------------------------------
+
+_state: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def dispatcher(table: str = TABLE) -> Dispatcher:
+    """The process-wide dispatcher of a table (over the generated TABLES)."""
+    found = _state.get(("dispatcher", table))
+    if found is None:
+        with _lock:
+            found = _state.setdefault(("dispatcher", table), Dispatcher(table=table, entries=TABLES[table]))
+    return found
+
+
+def runtime() -> Runtime:
+    """The process-wide GPU runtime, created on the first GEMM."""
+    found = _state.get("runtime")
+    if found is None:
+        with _lock:
+            found = _state.get("runtime")
+            if found is None:
+                found = Runtime()
+                _state["runtime"] = found
+    return found
+
+
+def _family(table: str) -> Any:
+    from kernels.families import FAMILIES
+
+    return FAMILIES[table]
+
+
+@lru_cache(maxsize=256)
+def _explicit_entry(tunables: tuple[tuple[str, int], ...], n: int, k: int) -> TuningConfig:
+    return make_entry(tunables=dict(tunables), n=n, k=k)
+
+
+# (M, N, K) -> Plan of the table's choice: after the first call of a shape, gemm() goes straight
+# from the operands to the launch (the shape was validated when the plan was made).
+_shape_plans: dict[tuple[int, int, int], Plan] = {}
+
+
+def _launch(plan: Plan, a: Any, a_op: Operand, b_op: Operand, out: Any, m: int, n: int, k: int) -> Any:
+    """Check or allocate the output, then launch."""
+    if out is None:
+        out = runtime().empty_like(a, a_op.library, m=m, n=n)
+        c_ptr = operand("out", out).ptr
+    else:
+        out_op = operand("out", out)
+        check_out(out_op, m=m, n=n)
+        c_ptr = out_op.ptr
+    plan.launch(a_op.ptr, b_op.ptr, c_ptr, m, n, k)
+    return out
+
+
+def gemm(a: Any, b: Any, out: Any = None) -> Any:
+    """C = a · bᵀ in bf16 (a: M x K, b: N x K, row-major on the GPU) with the tuned configuration.
+
+    Accepts pycuda GPUArrays, torch tensors, CuPy arrays or any object with
+    ``__cuda_array_interface__``; returns ``out`` (allocated like ``a`` when None). The kernel is
+    enqueued on the default stream and the call returns without waiting for it.
+    """
+    a_op = operand("a", a)
+    b_op = operand("b", b)
+    if a_op.cols != b_op.cols:
+        check_problem(a_op, b_op, family=_family(TABLE))  # raises the mismatched-K error
+    m, n, k = a_op.rows, b_op.rows, a_op.cols
+    plan = _shape_plans.get((m, n, k))
+    if plan is None:
+        check_problem(a_op, b_op, family=_family(TABLE))
+        entry = dispatcher().decide(m=m, n=n, k=k).entry
+        plan = runtime().plan(entry, m=m, n=n, k=k)
+        _shape_plans[(m, n, k)] = plan
+    return _launch(plan, a, a_op, b_op, out, m, n, k)
+
+
+def gemm_with(tunables: Mapping[str, int], a: Any, b: Any, out: Any = None) -> Any:
+    """C = a · bᵀ with an explicit configuration (lower-case tunables), bypassing the table."""
+    a_op = operand("a", a)
+    b_op = operand("b", b)
+    m, n, k = check_problem(a_op, b_op, family=_family(TABLE))
+    entry = _explicit_entry(tuple(tunables.items()), n, k)
+    plan = runtime().plan(entry, m=m, n=n, k=k)
+    return _launch(plan, a, a_op, b_op, out, m, n, k)

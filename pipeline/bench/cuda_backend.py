@@ -1,0 +1,249 @@
+"""The pycuda measurement, run inside a worker process that owns the GPU's primary context.
+
+Per shape: enough input sets (A, B, C) to exceed l2_factor x the device's L2, filled with random
+bf16 on the GPU (never zeros), and the cuBLAS reference of set 0. Per configuration: poison C
+(NaN), run once, compare with the reference on the GPU (||C - Cref|| / ||Cref||), then a
+time-based warm-up that also sizes the timed batch. Per sample: a spin kernel holds the stream
+while the host queues the whole batch, CUDA events bracket the batch, and each launch reads the
+next input set (cold L2). The cuBLAS baseline is measured the same way on the same buffers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from pipeline.bench.cublas import Cublas
+from pipeline.bench.failures import LaunchFailure
+from pipeline.bench.nvml import NvmlSampler
+
+HARNESS_SOURCE = Path(__file__).with_name("harness.cu")
+BF16_NAN = 0x7FC0
+MAX_SETS = 2048
+MAX_BATCH = 512
+SPIN_FLOOR_NS = 200_000          # the spin outlasts queueing the batch: a floor ...
+SPIN_PER_LAUNCH_NS = 20_000      # ... plus a generous host cost per queued launch
+SPIN_CAP_NS = 20_000_000
+
+
+class CudaBackend:
+    """Worker runner on a real GPU (pycuda; cuBLAS via ctypes; NVML for clock and power)."""
+
+    def __init__(self) -> None:
+        import pycuda.driver as cuda
+        from pycuda.compiler import SourceModule
+
+        self.cuda = cuda
+        cuda.init()
+        self.device = cuda.Device(0)
+        self.context = self.device.retain_primary_context()
+        self.context.push()
+        self.stream = cuda.Stream()
+        self.start_event, self.end_event = cuda.Event(), cuda.Event()
+        major, minor = self.device.compute_capability()
+        harness = SourceModule(HARNESS_SOURCE.read_text(), no_extern_c=True, arch=f"sm_{major}{minor}",
+                               options=["-O3"])
+        self.fill = harness.get_function("fill_random_bf16")
+        self.err_sums = harness.get_function("rel_err_sums")
+        self.spin = harness.get_function("spin_ns")
+        self.fill.prepare("PQQ")
+        self.err_sums.prepare("PPQP")
+        self.spin.prepare("Q")
+        self.cublas = Cublas(stream_handle=self.stream.handle)
+        self.nvml = NvmlSampler(pci_bus_id=self.device.pci_bus_id())
+        self.l2_bytes = int(self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
+        self.sm_count = int(self.device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT))
+        self.modules: dict[str, Any] = {}
+        self.functions: dict[tuple[str, str], Any] = {}
+        self.sets: list[tuple[Any, Any, Any]] = []          # allocations, kept alive here
+        self.pointers: list[tuple[int, int, int]] = []      # their device addresses
+        self.ref = self.workspace = None
+        self.workspace_bytes = 0
+        self.sums = cuda.mem_alloc(16)
+        self.configs: dict[str, dict[str, Any]] = {}
+        self.shape = (0, 0, 0)
+        self.settings: dict[str, Any] = {}
+        self.rotation = 0
+
+    # -- errors ------------------------------------------------------------------------------------
+    def _guard(self, action: Callable[[], Any], what: str) -> Any:
+        """Run a CUDA action; a driver error means a lost context: LaunchFailure."""
+        try:
+            return action()
+        except self.cuda.Error as exc:
+            raise LaunchFailure(f"{what}: {exc}") from None
+
+    # -- description and shape -----------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """Device, driver and the facts that shape the measurement."""
+        major, minor = self.device.compute_capability()
+        return {
+            "device": self.device.name(),
+            "driver": self.nvml.driver or f"cuda {self.cuda.get_driver_version()}",
+            "compute_capability": f"{major}.{minor}", "l2_bytes": self.l2_bytes, "sm_count": self.sm_count,
+            "cublas_version": self.cublas.version, "pid": os.getpid(),
+        }
+
+    def _free_shape(self) -> None:
+        for buffers in self.sets:
+            for buffer in buffers:
+                buffer.free()
+        self.sets, self.pointers = [], []
+        if self.ref is not None:
+            self.ref.free()
+            self.ref = None
+
+    def _fill(self, buffer: Any, count: int, seed: int) -> None:
+        blocks = min(max(1, math.ceil(count / 256)), 8 * self.sm_count)
+        self.fill.prepared_async_call((blocks, 1, 1), (256, 1, 1), self.stream, int(buffer), count, seed)
+
+    def prepare_shape(self, *, m: int, n: int, k: int, settings: dict[str, Any]) -> dict[str, Any]:
+        """Input sets covering l2_factor x L2, random data, and the cuBLAS reference on set 0."""
+        cuda = self.cuda
+        self._free_shape()
+        self.configs = {}
+        self.shape, self.settings, self.rotation = (m, n, k), settings, 0
+        set_bytes = 2 * (m * k + n * k + m * n)
+        count = max(2, min(MAX_SETS, math.ceil(float(settings["l2_factor"]) * self.l2_bytes / set_bytes)))
+        seed = int(settings.get("seed", 0))
+
+        def allocate() -> None:
+            for index in range(count):
+                a, b, c = cuda.mem_alloc(2 * m * k), cuda.mem_alloc(2 * n * k), cuda.mem_alloc(2 * m * n)
+                self._fill(a, m * k, seed + 2 * index)
+                self._fill(b, n * k, seed + 2 * index + 1)
+                self.sets.append((a, b, c))
+            self.pointers = [tuple(int(buffer) for buffer in buffers) for buffers in self.sets]
+            self.ref = cuda.mem_alloc(2 * m * n)
+            self.cublas.gemm_bf16(a=self.pointers[0][0], b=self.pointers[0][1], c=int(self.ref), m=m, n=n, k=k)
+            self.stream.synchronize()
+
+        self._guard(allocate, f"preparing shape {m}x{n}x{k}")
+        return {"sets": count, "set_bytes": set_bytes, "rotation_bytes": count * set_bytes}
+
+    # -- one configuration ---------------------------------------------------------------------------
+    def _function(self, cubin: str, name: str, smem_bytes: int) -> Any:
+        key = (cubin, name)
+        if key not in self.functions:
+            if cubin not in self.modules:
+                self.modules[cubin] = self.cuda.module_from_file(cubin)
+            function = self.modules[cubin].get_function(name)
+            self.functions[key] = function
+        function = self.functions[key]
+        if smem_bytes > 0:
+            function.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes)
+        return function
+
+    def _ensure_workspace(self, nbytes: int) -> int:
+        if nbytes <= 0:
+            return 0
+        if nbytes > self.workspace_bytes:
+            if self.workspace is not None:
+                self.workspace.free()
+            self.workspace = self.cuda.mem_alloc(nbytes)
+            self.workspace_bytes = nbytes
+        return int(self.workspace)
+
+    def _launcher(self, payload: dict[str, Any]) -> Callable[[int], None]:
+        """A function that queues one complete GEMM on input set i (main kernel, then reduction)."""
+        m, n, k = self.shape
+        if payload["kind"] == "baseline":
+            def run_cublas(index: int) -> None:
+                a, b, c = self.pointers[index]
+                self.cublas.gemm_bf16(a=a, b=b, c=c, m=m, n=n, k=k)
+            return run_cublas
+        smem = int(payload["smem_bytes"])
+        main = self._function(payload["cubin"], payload["entry"], smem)
+        main.prepare("PPPPiii")
+        workspace = self._ensure_workspace(int(payload.get("workspace_bytes") or 0))
+        grid, block = tuple(payload["grid"]), tuple(payload["block"])
+        reduce = None
+        if payload.get("reduce_grid") and int(payload.get("splits", 1)) > 1:
+            reduce = self._function(payload["cubin"], payload["reduce_entry"], 0)
+            reduce.prepare("PPiii")
+            reduce_grid, reduce_block = tuple(payload["reduce_grid"]), tuple(payload["reduce_block"])
+        splits = int(payload.get("splits", 1))
+
+        def run_kernel(index: int) -> None:
+            a, b, c = self.pointers[index]
+            main.prepared_async_call(grid, block, self.stream, a, b, c, workspace, m, n, k, shared_size=smem)
+            if reduce is not None:
+                reduce.prepared_async_call(reduce_grid, reduce_block, self.stream, workspace, c, m, n, splits)
+        return run_kernel
+
+    def _rel_err(self, launch: Callable[[int], None]) -> float:
+        """Poison C of set 0, run once, and compare with the reference on the GPU."""
+        cuda = self.cuda
+        m, n, _ = self.shape
+        c = self.pointers[0][2]
+        cuda.memset_d16_async(c, BF16_NAN, m * n, self.stream)
+        launch(0)
+        cuda.memset_d32_async(self.sums, 0, 4, self.stream)
+        blocks = min(max(1, math.ceil(m * n / 256)), 8 * self.sm_count)
+        self.err_sums.prepared_async_call((blocks, 1, 1), (256, 1, 1), self.stream, c, int(self.ref), m * n,
+                                           int(self.sums))
+        self.stream.synchronize()
+        sums = np.zeros(2, dtype=np.float64)
+        cuda.memcpy_dtoh(sums, self.sums)
+        err, norm = float(sums[0]), float(sums[1])
+        return math.sqrt(err / norm) if norm > 0 else float("nan")
+
+    def _timed(self, launch: Callable[[int], None], count: int, *, spin: bool) -> float:
+        """Elapsed ms of ``count`` launches over rotating input sets, bracketed by events."""
+        if spin:
+            self.spin.prepared_async_call((1, 1, 1), (1, 1, 1), self.stream,
+                                          min(SPIN_CAP_NS, SPIN_FLOOR_NS + SPIN_PER_LAUNCH_NS * count))
+        self.start_event.record(self.stream)
+        for _ in range(count):
+            launch(self.rotation % len(self.sets))
+            self.rotation += 1
+        self.end_event.record(self.stream)
+        self.end_event.synchronize()
+        return float(self.end_event.time_since(self.start_event))
+
+    def prepare(self, *, config_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Load, verify (a wrong result never gets timed), warm up for warmup_ms, size the batch."""
+        launch = self._guard(lambda: self._launcher(payload), f"loading {config_id}")
+        rel_err = self._guard(lambda: self._rel_err(launch), f"verifying {config_id}")
+        rtol = float(self.settings["verify_rtol"])
+        if not math.isfinite(rel_err) or rel_err > rtol:
+            return {"status": "verify", "rel_err": rel_err if math.isfinite(rel_err) else None,
+                    "error": f"rel_err {rel_err:.3g} > {rtol:g} against cuBLAS"}
+        warmup_ms = float(self.settings["warmup_ms"])
+
+        def warm_up() -> tuple[int, float]:
+            group, total_ms, launches, per_launch = 1, 0.0, 0, 0.0
+            while True:
+                elapsed = self._timed(launch, group, spin=False)
+                total_ms += elapsed
+                launches += group
+                per_launch = elapsed / group
+                if total_ms >= warmup_ms:
+                    return launches, per_launch
+                group = min(MAX_BATCH, group * 2)
+
+        launches, per_launch = self._guard(warm_up, f"warming up {config_id}")
+        batch = max(1, min(MAX_BATCH, math.ceil(float(self.settings["min_batch_ms"]) / max(per_launch, 1e-6))))
+        self.configs[config_id] = {"launch": launch, "batch": batch}
+        extra = {}
+        if payload["kind"] == "kernel":
+            main = self.functions[(payload["cubin"], payload["entry"])]
+            extra = {"num_regs": int(main.num_regs)}
+        return {"status": "ok", "rel_err": rel_err, "batch": batch, "warmup_launches": launches,
+                "warmup_ms_per_launch": per_launch, **extra}
+
+    def sample(self, *, config_id: str) -> dict[str, Any]:
+        """One timed batch: per-launch ms, with the SM clock and power read right after it."""
+        state = self.configs[config_id]
+        elapsed = self._guard(lambda: self._timed(state["launch"], state["batch"], spin=True), f"timing {config_id}")
+        return {"sample_ms": elapsed / state["batch"], "batch": state["batch"], **self.nvml.read()}
+
+    def close(self) -> None:
+        """Release buffers, the cuBLAS handle and the context."""
+        self._free_shape()
+        self.cublas.close()
+        self.context.pop()

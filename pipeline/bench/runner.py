@@ -1,0 +1,298 @@
+"""Scheduling: configurations interleaved across repetition rounds, journalled, resumable.
+
+Per shard (one table and shape): every configuration is first verified and warmed up, then the
+timed rounds visit every configuration once per round, in an order that rotates and alternates
+direction from round to round, so clock and thermal drift spread over all configurations instead
+of picking winners. Every verify, failure and timed batch is journalled (fsynced) before the next
+step, so a rerun after kill -9 re-measures nothing already measured. A failure in the worker
+(fault, crash, hang) marks that configuration and the run goes on with a fresh worker.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import queue
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pipeline.bench.journal import ConfigProgress, Journal, progress_by_config, read_journal
+from pipeline.bench.plan import BenchSettings, ConfigTask
+from pipeline.bench.failures import WorkerFailure
+from pipeline.bench.worker import WorkerProcess
+from pipeline.errors import TuneTableError
+from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
+
+Event = Callable[[str, "ShardJob", dict[str, Any]], None]
+SHAPE_TIMEOUT_FLOOR_S = 120.0
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One (table, shape) shard to measure: its tasks, per-task launch payloads and files."""
+
+    table: str
+    m: int
+    n: int
+    k: int
+    tasks: tuple[ConfigTask, ...]
+    payloads: dict[str, Any]            # config_id -> payload dict, or an error string
+    journal_path: Path
+    shard_path: Path
+    content_key: str
+    kernel_hash: str
+    provenance: dict[str, Any] = field(default_factory=dict)  # nvcc, git_rev, command
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(M, N, K)."""
+        return (self.m, self.n, self.k)
+
+
+def now_iso() -> str:
+    """UTC time, ISO 8601, seconds."""
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def round_order(config_ids: Sequence[str], round_index: int) -> list[str]:
+    """The visiting order of one round: rotated by the round number, reversed on odd rounds."""
+    ids = list(config_ids)
+    if not ids:
+        return ids
+    shift = round_index % len(ids)
+    rotated = ids[shift:] + ids[:shift]
+    return rotated[::-1] if round_index % 2 else rotated
+
+
+def sample_stats(samples: Sequence[float]) -> dict[str, float | None]:
+    """Median, IQR, mean and min of per-launch samples (ms)."""
+    if not samples:
+        return {"median_ms": None, "iqr_ms": None, "mean_ms": None, "min_ms": None}
+    values = np.asarray(samples, dtype=float)
+    q25, q75 = np.percentile(values, [25, 75])
+    return {"median_ms": float(np.median(values)), "iqr_ms": float(q75 - q25),
+            "mean_ms": float(values.mean()), "min_ms": float(values.min())}
+
+
+def _mean_or_none(values: list[Any]) -> float | None:
+    present = [float(v) for v in values if v is not None]
+    return float(np.mean(present)) if present else None
+
+
+def build_row(*, job: ShardJob, task: ConfigTask, progress: ConfigProgress, rounds: int, backend: str) -> dict[str, Any]:
+    """The shard row of one task from its journal progress (ROW_FIELDS + kbench fields + params)."""
+    params = dict(task.params)
+    info = dict(task.compile_info)
+    latest = progress.final or (progress.samples[-1] if progress.samples else None) or progress.prepared or {}
+    ok = progress.final is None and len(progress.samples) >= rounds
+    samples = [float(s["sample_ms"]) for s in progress.samples[:rounds]] if ok else []
+    stats = sample_stats(samples)
+    flops = 2.0 * job.m * job.n * job.k
+    status = "ok" if ok else (progress.final or {}).get("status", "missing")
+    row: dict[str, Any] = {
+        "mesh_idx": task.mesh_idx,
+        "name": job.table,
+        "met (ms)": stats["median_ms"],
+        "iters": int(sum(int(s.get("batch", 1)) for s in progress.samples[:rounds])) if ok else 0,
+        "spec": spec_string(job.table, params, job.m, job.n, job.k) if task.kind == "kernel"
+        else f"{job.table}/cublas/$M={job.m}/$N={job.n}/$K={job.k}",
+        "M": job.m, "N": job.n, "K": job.k,
+        "config_id": task.config_id,
+        "kind": task.kind,
+        "status": status,
+        "error": None if ok else (progress.final or {}).get("error", "not measured"),
+        "samples_ms": samples,
+        **stats,
+        "tflops": flops / (stats["median_ms"] * 1e-3) / 1e12 if stats["median_ms"] else None,
+        "rel_err": (progress.final or progress.prepared or {}).get("rel_err"),
+        "registers": info.get("registers"), "smem_bytes": info.get("smem_bytes"),
+        "spill_bytes": info.get("spill_bytes"), "stack_bytes": info.get("stack_bytes"),
+        "compile_s": info.get("compile_s"),
+        "sm_clock_mhz": _mean_or_none([s.get("sm_clock_mhz") for s in progress.samples[:rounds]]) if ok else None,
+        "power_w": _mean_or_none([s.get("power_w") for s in progress.samples[:rounds]]) if ok else None,
+        "backend": backend,
+        "device": latest.get("device"), "driver": latest.get("driver"),
+        "nvcc": job.provenance.get("nvcc"), "git_rev": job.provenance.get("git_rev"),
+        "time": latest.get("time"),
+        "kernel_hash": job.kernel_hash,
+        "content_key": job.content_key,
+        "measured_key": job.content_key,
+    }
+    ordered = {name: row[name] for name in KBENCH_FIELDS}
+    ordered.update(params)
+    ordered.update({name: row[name] for name in ROW_FIELDS})
+    return ordered
+
+
+class ShardRunner:
+    """Runs shards on one worker process (one GPU), restarting it after faults and hangs."""
+
+    def __init__(self, *, worker: WorkerProcess, settings: BenchSettings, backend: str = "cuda",
+                 on_event: Event | None = None):
+        self.worker = worker
+        self.settings = settings
+        self.backend = backend
+        self.on_event = on_event or (lambda kind, job, record: None)
+        self._ready_shape: tuple[Any, ...] | None = None
+        self._prepared: set[str] = set()
+
+    # -- worker session -----------------------------------------------------------------------
+    def _stamp(self, record: dict[str, Any]) -> dict[str, Any]:
+        return {**record, "device": self.worker.info.get("device"), "driver": self.worker.info.get("driver"),
+                "time": now_iso()}
+
+    def _ensure_shape(self, job: ShardJob) -> None:
+        if not self.worker.alive:
+            try:
+                self.worker.start()
+            except WorkerFailure as exc:
+                raise TuneTableError(f"the bench worker does not start: {exc}", path=job.shard_path) from None
+            self._ready_shape = None
+        key = (job.shape, self.worker.starts)
+        if self._ready_shape == key:
+            return
+        self._prepared = set()
+        try:
+            reply = self.worker.request(
+                {"op": "shape", "M": job.m, "N": job.n, "K": job.k, "settings": self.settings.as_dict()},
+                timeout=max(SHAPE_TIMEOUT_FLOOR_S, 4 * self.settings.timeout_s),
+            )
+        except WorkerFailure as exc:
+            raise TuneTableError(f"preparing shape {job.shape} failed: {exc}", path=job.shard_path) from None
+        if not reply.get("ok"):
+            raise TuneTableError(f"preparing shape {job.shape} failed: {reply.get('error')}", path=job.shard_path)
+        self._ready_shape = key
+
+    def _finalise(self, journal: Journal, job: ShardJob, task: ConfigTask, status: str, error: str,
+                  extra: dict[str, Any] | None = None) -> None:
+        record = self._stamp({"type": "final", "config_id": task.config_id, "status": status,
+                              "error": error, **(extra or {})})
+        journal.append(record)
+        self.on_event("final", job, record)
+
+    def _prepare(self, journal: Journal, job: ShardJob, task: ConfigTask) -> bool:
+        """Verify and warm up one task in the current worker; False when it failed (journalled)."""
+        self._ensure_shape(job)
+        timeout = self.settings.timeout_s + 2 * self.settings.warmup_ms / 1e3
+        try:
+            reply = self.worker.request(
+                {"op": "prepare", "config_id": task.config_id, "payload": job.payloads[task.config_id]},
+                timeout=timeout,
+            )
+        except WorkerFailure as exc:
+            self._finalise(journal, job, task, exc.status, str(exc))
+            return False
+        if reply.get("status") != "ok":
+            self._finalise(journal, job, task, reply.get("status", "launch"), reply.get("error") or "failed",
+                           {"rel_err": reply.get("rel_err")})
+            return False
+        record = self._stamp({"type": "prepared", "config_id": task.config_id,
+                              **{k: v for k, v in reply.items() if k not in ("ok", "status")}})
+        journal.append(record)
+        self._prepared.add(task.config_id)
+        return True
+
+    def _sample(self, journal: Journal, job: ShardJob, task: ConfigTask) -> bool:
+        """One timed batch of one task; False when it failed (journalled)."""
+        if task.config_id not in self._prepared or not self.worker.alive:
+            if not self._prepare(journal, job, task):
+                return False
+        try:
+            reply = self.worker.request({"op": "sample", "config_id": task.config_id},
+                                        timeout=self.settings.timeout_s)
+        except WorkerFailure as exc:
+            self._finalise(journal, job, task, exc.status, str(exc))
+            return False
+        if not reply.get("ok"):
+            self._finalise(journal, job, task, reply.get("status", "launch"), reply.get("error") or "failed")
+            return False
+        record = self._stamp({"type": "sample", "config_id": task.config_id,
+                              **{k: v for k, v in reply.items() if k != "ok"}})
+        journal.append(record)
+        self.on_event("sample", job, record)
+        return True
+
+    # -- one shard ------------------------------------------------------------------------------
+    def run(self, job: ShardJob) -> list[dict[str, Any]]:
+        """Measure what the journal lacks, then write the shard pickle atomically; returns its rows."""
+        rounds = self.settings.rounds
+        progress = progress_by_config(read_journal(job.journal_path))
+        with Journal(job.journal_path) as journal:
+            pending = []
+            for task in job.tasks:
+                state = progress.get(task.config_id, ConfigProgress())
+                if state.final is not None or len(state.samples) >= rounds:
+                    continue
+                if task.build_status != "ok":
+                    self._finalise(journal, job, task, "build", task.build_error or "compile failed")
+                elif isinstance(job.payloads.get(task.config_id), str):
+                    self._finalise(journal, job, task, "launch", job.payloads[task.config_id])
+                else:
+                    pending.append(task)
+            live = [task for task in pending if self._prepare(journal, job, task)]
+            counts = {task.config_id: len(progress.get(task.config_id, ConfigProgress()).samples) for task in live}
+            by_id = {task.config_id: task for task in live}
+            round_index = 0
+            while True:
+                due = [cid for cid in by_id if counts[cid] < rounds]
+                if not due:
+                    break
+                for config_id in round_order(due, round_index):
+                    if self._sample(journal, job, by_id[config_id]):
+                        counts[config_id] += 1
+                    else:
+                        del by_id[config_id]
+                round_index += 1
+        progress = progress_by_config(read_journal(job.journal_path))
+        rows = [build_row(job=job, task=task, progress=progress.get(task.config_id, ConfigProgress()),
+                          rounds=rounds, backend=self.backend) for task in job.tasks]
+        for row in rows:
+            self.on_event("done", job, row)
+        write_shard(job.shard_path, table=job.table, rows=rows,
+                    build_rows=[{"config_id": t.config_id, "build_status": t.build_status,
+                                 "build_error": t.build_error, **dict(t.compile_info)} for t in job.tasks],
+                    provenance={**job.provenance, "content_key": job.content_key, "kernel_hash": job.kernel_hash,
+                                "backend": self.backend, "device": self.worker.info.get("device"),
+                                "driver": self.worker.info.get("driver"), "settings": self.settings.as_dict()})
+        self.on_event("shard", job, {"rows": len(rows)})
+        return rows
+
+
+def run_shards(*, jobs: Sequence[ShardJob], settings: BenchSettings, runner: str, gpus: Sequence[str | None],
+               on_event: Event | None = None) -> dict[Path, list[dict[str, Any]]]:
+    """Spread shards over one worker per GPU (a thread each); returns rows by shard path."""
+    pending: queue.Queue[ShardJob] = queue.Queue()
+    for job in jobs:
+        pending.put(job)
+    results: dict[Path, list[dict[str, Any]]] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def drain(gpu: str | None) -> None:
+        worker = WorkerProcess(runner=runner, gpu=gpu)
+        shard_runner = ShardRunner(worker=worker, settings=settings, backend=runner, on_event=on_event)
+        try:
+            while not errors:
+                try:
+                    job = pending.get_nowait()
+                except queue.Empty:
+                    return
+                rows = shard_runner.run(job)
+                with lock:
+                    results[job.shard_path] = rows
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+        finally:
+            worker.stop()
+
+    threads = [threading.Thread(target=drain, args=(gpu,), daemon=True) for gpu in (gpus or [None])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results

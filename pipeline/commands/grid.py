@@ -1,0 +1,95 @@
+"""``tunetable grid``: expand a table's grid, say what was pruned and why, write results/grid/T.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from pipeline import paths
+from pipeline.atomic import atomic_write_text
+from pipeline.grid import GridResult, TableGrid, grid_document, load_table_grid
+from pipeline.keys import kernel_source_hash
+
+EPILOG = """\b
+Examples:
+  tunetable grid --table gemm_mma
+  tunetable grid --table gemm_mma --param STAGES=2,3 --filter BLOCK_M=128 --dry-run
+"""
+
+
+def counts_table(result: GridResult) -> Table:
+    """Counts at each step of the expansion."""
+    table = Table(title=f"grid {result.table}")
+    table.add_column("step")
+    table.add_column("configurations", justify="right")
+    counts = result.counts
+    for step, value in (
+        ("expanded (groups, duplicates removed)", counts.expanded),
+        ("after --filter", counts.after_filters),
+        ("after rules", counts.after_rules),
+        ("after device limits", counts.after_pruning),
+    ):
+        table.add_row(step, str(value))
+    return table
+
+
+def pruned_table(result: GridResult) -> Table:
+    """Every pruned configuration with its reason."""
+    table = Table(title=f"pruned ({len(result.pruned)})")
+    table.add_column("config id", no_wrap=True)
+    table.add_column("stage")
+    table.add_column("configuration", overflow="fold")
+    table.add_column("reason", overflow="fold")
+    for item in result.pruned:
+        table.add_row(item.config.id, item.stage, item.config.label(), item.reason)
+    return table
+
+
+def dry_run_table(grid: TableGrid) -> Table:
+    """What would be compiled (every kept config) and benchmarked (configs x shapes)."""
+    shapes = grid.spec.shapes()
+    kept = grid.result.kept
+    table = Table(title=f"dry run: would compile {len(kept)} and benchmark each on {len(shapes)} shapes")
+    table.add_column("config id", no_wrap=True)
+    table.add_column("group")
+    table.add_column("configuration", overflow="fold")
+    table.add_column("derived", overflow="fold")
+    for config in kept:
+        derived = " ".join(f"{name}={value}" for name, value in config.derived)
+        table.add_row(config.id, grid.result.group_of.get(config.id, ""), config.label(), derived)
+    return table
+
+
+@click.command(epilog=EPILOG)
+@click.option("--table", "table_name", required=True, help="Table declared under 'tables:' in params.yaml.")
+@click.option("--params", "params_path", default="params.yaml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--param", "param_options", multiple=True, metavar="NAME=V1,V2", help="Replace NAME's value list in every group that has it (repeatable).")
+@click.option("--filter", "filter_options", multiple=True, metavar="NAME=VALUE", help="Keep configurations with NAME=VALUE (values of one name OR'ed, names AND'ed).")
+@click.option("--dry-run", is_flag=True, help="List what would be compiled and benchmarked; write nothing.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Grid JSON to write [default: results/grid/<table>.json].")
+def command(
+    table_name: str, params_path: str, param_options: tuple[str, ...], filter_options: tuple[str, ...], dry_run: bool, out: str | None
+) -> None:
+    """Expand a table's grid: counts before and after rules and pruning, and why each pruned one went."""
+    console = Console()
+    grid = load_table_grid(params_path=params_path, table=table_name, param_options=param_options, filter_options=filter_options)
+    console.print(counts_table(grid.result))
+    if grid.result.pruned:
+        console.print(pruned_table(grid.result))
+    if dry_run:
+        console.print(dry_run_table(grid))
+        kept, shapes = len(grid.result.kept), len(grid.spec.shapes())
+        console.print(
+            f"dry run: {kept} configurations to compile, {kept} x {shapes} shapes = {kept * shapes} benchmark runs",
+            soft_wrap=True,
+        )
+        return
+    kernel_hash = kernel_source_hash(grid.kernel_path) if grid.kernel_path.is_file() else None
+    target = Path(out) if out else paths.grid_file(table_name)
+    document = grid_document(grid.result, kernel_hash=kernel_hash)
+    atomic_write_text(target, json.dumps(document, indent=1) + "\n")
+    console.print(f"wrote {target} ({len(grid.result.kept)} configurations)")

@@ -1,0 +1,34 @@
+"""``tunetable rank``: rank a table's raw result shards into parquet, CSV, Markdown and failures CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from pipeline import rank as ranking
+from pipeline import resultset
+
+
+@click.command("rank")
+@click.option("--table", required=True, help="Table name (as in params.yaml).")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Ranked parquet (default results/ranked/<table>.parquet); .csv, .md, .failures.csv beside it.")
+@click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path))
+def command(table: str, out: Path | None, shards: tuple[Path, ...]) -> None:
+    """Rank every ok configuration per shape by median time (ties: config id)."""
+    from pipeline.paths import ranked as ranked_path
+
+    console = Console(stderr=True, soft_wrap=True)
+    report = resultset.load_files(paths=list(shards))
+    for item in report.invalid:
+        console.print(f"Invalid pkl [{item.path}]", markup=False)
+    frame = resultset.combine(results=report.results)
+    parameters = resultset.union_names(groups=[r.parameters for r in report.results])
+    table_data = ranking.rank_rows(rows=frame, parameters=parameters)
+    target = out or ranked_path(table)
+    written = ranking.write_ranked(table=table_data, out=target, name=table)
+    console.print(f"ranked {table_data.ranked.height} ok rows, {table_data.failures.height} failed; "
+                  f"invalid files: {len(report.invalid)} of {len(shards)}; wrote {', '.join(map(str, written))}",
+                  markup=False)

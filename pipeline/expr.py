@@ -1,0 +1,256 @@
+"""Safe expressions for grid rules, derived values and queries: ``ast`` + whitelist, never eval.
+
+An expression is parsed once into a tree of small closures and then evaluated many times
+against a mapping of names to values. Allowed: int/float/bool/str literals, the names given
+by the caller, ``+ - * / // % **``, unary ``- + not``, comparisons (chained, ``in`` over a
+literal tuple or list), ``and``/``or``, parentheses and ``a if c else b``. Everything else
+(calls, attributes, subscripts, lambdas, comprehensions, ...) is rejected with an error that
+names the file, the place and the expression.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import TuneTableError
+
+Env = Mapping[str, Any]
+Evaluator = Callable[[Env], Any]
+
+# A bound on ``**`` so that a typo such as ``2 ** 2 ** 64`` cannot hang the grid expansion.
+MAX_EXPONENT = 64
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+# Human names for rejected node types: the error says what was found.
+_REJECTED_NAMES: dict[type[ast.AST], str] = {
+    ast.Call: "call",
+    ast.Attribute: "attribute access",
+    ast.Subscript: "subscript",
+    ast.Lambda: "lambda",
+    ast.ListComp: "comprehension",
+    ast.SetComp: "comprehension",
+    ast.DictComp: "comprehension",
+    ast.GeneratorExp: "comprehension",
+    ast.NamedExpr: "assignment expression",
+    ast.Starred: "starred expression",
+    ast.JoinedStr: "f-string",
+    ast.Dict: "dict literal",
+    ast.Set: "set literal",
+    ast.Await: "await",
+    ast.Yield: "yield",
+    ast.YieldFrom: "yield",
+    ast.Slice: "slice",
+}
+
+
+class _Reject(Exception):
+    """Internal: carries the reason a node is not allowed up to ``parse_expression``."""
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A parsed, whitelisted expression: evaluate it with ``expr(env)`` or ``expr.evaluate(env)``."""
+
+    source: str
+    names: frozenset[str]
+    kind: str = "expression"
+    path: str | None = None
+    where: str | None = None
+    _evaluate: Evaluator = field(default=lambda env: None, repr=False, compare=False)
+
+    def evaluate(self, env: Env) -> Any:
+        """Value of the expression for ``env``; arithmetic errors name the expression and the values."""
+        try:
+            return self._evaluate(env)
+        except (ZeroDivisionError, OverflowError, TypeError, ValueError) as exc:
+            shown = ", ".join(f"{name}={env[name]!r}" for name in sorted(self.names) if name in env)
+            raise TuneTableError(
+                f"cannot evaluate {self.kind} '{self.source}' with {shown or 'no names'}: {exc}",
+                path=self.path,
+                where=self.where,
+            ) from None
+
+    __call__ = evaluate
+
+
+def parse_expression(
+    source: str,
+    *,
+    allowed_names: Iterable[str],
+    kind: str = "expression",
+    path: str | Path | None = None,
+    where: str | None = None,
+) -> Expression:
+    """Parse ``source`` against the whitelist; an error names ``path``, ``where`` and the text."""
+    allowed = frozenset(allowed_names)
+    path_text = str(path) if path is not None else None
+    if not isinstance(source, str) or not source.strip():
+        raise TuneTableError(f"empty {kind}", path=path_text, where=where)
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise TuneTableError(
+            f"syntax error in {kind} '{source}': {exc.msg}", path=path_text, where=where
+        ) from None
+    used: set[str] = set()
+    try:
+        evaluator = _build(tree.body, allowed=allowed, used=used)
+    except _Reject as exc:
+        raise TuneTableError(f"{exc} in {kind} '{source}'", path=path_text, where=where) from None
+    return Expression(
+        source=source, names=frozenset(used), kind=kind, path=path_text, where=where, _evaluate=evaluator
+    )
+
+
+def _build(node: ast.AST, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
+    """Turn one whitelisted node into a closure; anything else raises _Reject."""
+    if isinstance(node, ast.Constant):
+        return _constant(node.value)
+    if isinstance(node, ast.Name):
+        return _name(node.id, allowed=allowed, used=used)
+    if isinstance(node, ast.BinOp):
+        return _binary(node, allowed=allowed, used=used)
+    if isinstance(node, ast.UnaryOp):
+        return _unary(node, allowed=allowed, used=used)
+    if isinstance(node, ast.BoolOp):
+        return _boolean(node, allowed=allowed, used=used)
+    if isinstance(node, ast.Compare):
+        return _compare(node, allowed=allowed, used=used)
+    if isinstance(node, ast.IfExp):
+        test = _build(node.test, allowed=allowed, used=used)
+        then = _build(node.body, allowed=allowed, used=used)
+        other = _build(node.orelse, allowed=allowed, used=used)
+        return lambda env: then(env) if test(env) else other(env)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        raise _Reject("a tuple or list is only allowed on the right of 'in'")
+    raise _Reject(f"{_REJECTED_NAMES.get(type(node), type(node).__name__)} not allowed")
+
+
+def _constant(value: Any) -> Evaluator:
+    """A literal: int, float, bool or str only (no bytes, None, Ellipsis, complex)."""
+    if not isinstance(value, (int, float, str)):
+        raise _Reject(f"literal {value!r} not allowed")
+    return lambda env: value
+
+
+def _name(name: str, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
+    """A name from the allowed set (``True``/``False`` parse as constants already)."""
+    if name not in allowed:
+        known = ", ".join(sorted(allowed)) or "none"
+        raise _Reject(f"unknown name '{name}' (allowed: {known})")
+    used.add(name)
+
+    def lookup(env: Env) -> Any:
+        try:
+            return env[name]
+        except KeyError:
+            raise ValueError(f"'{name}' has no value here") from None
+
+    return lookup
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    """``base ** exponent`` with a bounded exponent."""
+    if abs(exponent) > MAX_EXPONENT:
+        raise ValueError(f"exponent {exponent} exceeds {MAX_EXPONENT}")
+    return base**exponent
+
+
+def _binary(node: ast.BinOp, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
+    """Arithmetic: + - * / // % **."""
+    if isinstance(node.op, ast.Pow):
+        op = _power
+    elif type(node.op) in _BINARY:
+        op = _BINARY[type(node.op)]
+    else:
+        raise _Reject(f"operator {type(node.op).__name__} not allowed")
+    left = _build(node.left, allowed=allowed, used=used)
+    right = _build(node.right, allowed=allowed, used=used)
+    return lambda env: op(left(env), right(env))
+
+
+def _unary(node: ast.UnaryOp, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
+    """Unary minus, plus and ``not`` (no bitwise invert)."""
+    operand = _build(node.operand, allowed=allowed, used=used)
+    if isinstance(node.op, ast.USub):
+        return lambda env: -operand(env)
+    if isinstance(node.op, ast.UAdd):
+        return lambda env: +operand(env)
+    if isinstance(node.op, ast.Not):
+        return lambda env: not operand(env)
+    raise _Reject(f"operator {type(node.op).__name__} not allowed")
+
+
+def _boolean(node: ast.BoolOp, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
+    """``and`` / ``or`` with Python's short-circuit semantics."""
+    parts = tuple(_build(value, allowed=allowed, used=used) for value in node.values)
+    if isinstance(node.op, ast.And):
+
+        def conjunction(env: Env) -> Any:
+            result: Any = True
+            for part in parts:
+                result = part(env)
+                if not result:
+                    return result
+            return result
+
+        return conjunction
+
+    def disjunction(env: Env) -> Any:
+        result: Any = False
+        for part in parts:
+            result = part(env)
+            if result:
+                return result
+        return result
+
+    return disjunction
+
+
+def _compare(node: ast.Compare, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
+    """Chained comparisons; ``in``/``not in`` take a literal tuple or list on the right."""
+    left = _build(node.left, allowed=allowed, used=used)
+    steps: list[tuple[Callable[[Any, Any], bool], Evaluator]] = []
+    for op, comparator in zip(node.ops, node.comparators):
+        if type(op) not in _COMPARE:
+            raise _Reject(f"comparison {type(op).__name__} not allowed")
+        if isinstance(op, (ast.In, ast.NotIn)):
+            if not isinstance(comparator, (ast.Tuple, ast.List)):
+                raise _Reject("'in' needs a literal tuple or list on its right")
+            items = tuple(_build(item, allowed=allowed, used=used) for item in comparator.elts)
+            steps.append((_COMPARE[type(op)], lambda env, items=items: tuple(item(env) for item in items)))
+        else:
+            steps.append((_COMPARE[type(op)], _build(comparator, allowed=allowed, used=used)))
+
+    def chain(env: Env) -> bool:
+        current = left(env)
+        for compare, right in steps:
+            value = right(env)
+            if not compare(current, value):
+                return False
+            current = value
+        return True
+
+    return chain

@@ -1,0 +1,452 @@
+"""Expand a table's grid (params.yaml) into kernel configurations, kbench style.
+
+Groups: the cartesian product inside a group, the union across groups, duplicates removed,
+first-seen order kept. Derived values (``THREADS`` ...) are computed before the rules, so the
+rules may use them. Every validity check lives here once and serves the grid command, the
+compile-stage pruner and the tests: the table's own ``rules`` (``compile_rules``) and the
+device limits (``limit_violations``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import KernelConfig, Value
+from pipeline.errors import TuneTableError
+from pipeline.expr import Expression, parse_expression
+from pipeline.params import DEFAULT_PARAMS, TableSpec
+
+# Register allocation on sm_90 is per warp in units of 256 registers (CUDA occupancy calculator).
+REGISTER_ALLOCATION_UNIT = 256
+WARP_SIZE = 32
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """Per-block limits a configuration must respect to launch at all (compile.limits)."""
+
+    max_shared_bytes_per_block: int = 232448
+    max_registers_per_block: int = 65536
+    max_threads_per_block: int = 1024
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "DeviceLimits":
+        """Limits from ``compile.limits`` in params.yaml (H200 defaults for absent keys)."""
+        raw = dict((params.get("compile") or {}).get("limits") or {})
+        known = {name: int(raw[name]) for name in cls.__dataclass_fields__ if name in raw}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A configuration that went, with why: ``stage`` is 'rule' (params.yaml) or 'limit' (device)."""
+
+    config: KernelConfig
+    reason: str
+    stage: str
+
+
+@dataclass(frozen=True)
+class GridCounts:
+    """How many configurations there were at each step of the expansion."""
+
+    expanded: int
+    after_filters: int
+    after_rules: int
+    after_pruning: int
+
+
+@dataclass(frozen=True)
+class GridResult:
+    """The kept configurations (grid order), the pruned ones with reasons, and the counts."""
+
+    table: str
+    family: str
+    kept: tuple[KernelConfig, ...]
+    pruned: tuple[Pruned, ...]
+    counts: GridCounts
+    group_of: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validity rule of a table's grid (parsed once)."""
+
+    index: int
+    expression: Expression
+
+    def reason(self) -> str:
+        """Why a configuration failing this rule went."""
+        return f"rules[{self.index}] '{self.expression.source}' is false"
+
+
+@dataclass(frozen=True)
+class Derived:
+    """One derived value (e.g. THREADS) computed from the tunables (and earlier derived values)."""
+
+    name: str
+    expression: Expression
+
+
+def parse_value(text: str) -> Value:
+    """A command-line value: int when it looks like one, ``true``/``false`` as bool, else the text."""
+    stripped = text.strip()
+    lowered = stripped.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(stripped, 0)
+    except ValueError:
+        return stripped
+
+
+def parse_assignment(text: str, *, option: str) -> tuple[str, list[Value]]:
+    """``NAME=v1,v2`` (or ``NAME:v1,v2``) -> (NAME, [v1, v2]); a malformed one names the option."""
+    for separator in ("=", ":"):
+        name, found, values = text.partition(separator)
+        if found:
+            break
+    else:
+        raise TuneTableError(f"expected NAME=VALUE[,VALUE...], got '{text}'", where=option)
+    name = name.strip().lstrip("$")
+    items = [item for item in values.strip().strip("[]").split(",") if item.strip()]
+    if not name or not items:
+        raise TuneTableError(f"expected NAME=VALUE[,VALUE...], got '{text}'", where=option)
+    return name, [parse_value(item) for item in items]
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
+    """Values with duplicates removed, first-seen order kept (True and 1 stay distinct)."""
+    seen: set[tuple[type, Any]] = set()
+    out = []
+    for value in values:
+        key = (type(value), value)
+        if key not in seen:
+            seen.add(key)
+            out.append(value)
+    return out
+
+
+def _flatten(value: Any) -> list[Any]:
+    """A group entry as a flat list (a scalar is a one-value list; nested lists flatten)."""
+    if isinstance(value, (list, tuple)):
+        return [item for element in value for item in _flatten(element)]
+    return [value]
+
+
+def normalise_groups(grid: Mapping[str, Any], *, path: str | Path, table: str) -> list[tuple[str, dict[str, list[Value]]]]:
+    """Groups as (name, {PARAM: values}) with flattened, de-duplicated value lists."""
+    groups = grid.get("groups") or []
+    if not groups:
+        raise TuneTableError("a grid needs at least one group", path=path, where=f"tables.{table}.grid.groups")
+    out = []
+    for index, group in enumerate(groups):
+        where = f"tables.{table}.grid.groups[{index}]"
+        if not isinstance(group, Mapping):
+            raise TuneTableError("a group is a mapping of NAME: [values]", path=path, where=where)
+        name = str(group.get("name", f"group{index}"))
+        values = {key: _unique(_flatten(raw)) for key, raw in group.items() if key not in ("name", "metadata")}
+        for key, items in values.items():
+            if not items:
+                raise TuneTableError(f"parameter {key} has no values", path=path, where=where)
+        out.append((name, values))
+    return out
+
+
+def apply_overrides(
+    groups: list[tuple[str, dict[str, list[Value]]]], *, overrides: Mapping[str, Sequence[Value]], table: str
+) -> list[tuple[str, dict[str, list[Value]]]]:
+    """Replace the value list of each ``--param NAME`` in every group that has NAME."""
+    out = [(name, dict(values)) for name, values in groups]
+    for param, new_values in overrides.items():
+        holders = [values for _, values in out if param in values]
+        if not holders:
+            known = ", ".join(sorted({key for _, values in out for key in values}))
+            raise TuneTableError(
+                f"no group of table '{table}' has parameter '{param}' (parameters: {known})", where="--param"
+            )
+        for values in holders:
+            values[param] = _unique(new_values)
+    return out
+
+
+def compile_derived(grid: Mapping[str, Any], *, param_names: Iterable[str], path: str | Path, table: str) -> list[Derived]:
+    """Parse ``derived``: each may use the tunables and the derived values declared before it."""
+    allowed = set(param_names)
+    out = []
+    for name, source in (grid.get("derived") or {}).items():
+        where = f"tables.{table}.grid.derived.{name}"
+        if name in allowed:
+            raise TuneTableError(f"derived value '{name}' shadows a parameter or earlier derived value", path=path, where=where)
+        expression = parse_expression(str(source), allowed_names=allowed, kind=f"derived value {name}", path=path, where=where)
+        out.append(Derived(name=name, expression=expression))
+        allowed.add(name)
+    return out
+
+
+def compile_rules(grid: Mapping[str, Any], *, names: Iterable[str], path: str | Path, table: str) -> list[Rule]:
+    """Parse ``rules`` (boolean expressions over tunables and derived values)."""
+    allowed = frozenset(names)
+    return [
+        Rule(
+            index=index,
+            expression=parse_expression(
+                str(source), allowed_names=allowed, kind="rule", path=path, where=f"tables.{table}.grid.rules[{index}]"
+            ),
+        )
+        for index, source in enumerate(grid.get("rules") or [])
+    ]
+
+
+def derive(params: Mapping[str, Value], derived: Sequence[Derived]) -> dict[str, Value]:
+    """The derived values of one configuration, in declaration order."""
+    env: dict[str, Value] = dict(params)
+    out: dict[str, Value] = {}
+    for item in derived:
+        value = item.expression.evaluate(env)
+        # Integral floats (e.g. from '/') become ints so that -D defines stay C integer literals.
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        env[item.name] = out[item.name] = value
+    return out
+
+
+def first_failed_rule(env: Mapping[str, Value], rules: Sequence[Rule]) -> Rule | None:
+    """The first rule that ``env`` breaks, or None when all hold."""
+    for rule in rules:
+        if not rule.expression.evaluate(env):
+            return rule
+    return None
+
+
+def limit_violations(
+    defines: Mapping[str, Value],
+    *,
+    limits: DeviceLimits,
+    smem_bytes: int | None = None,
+    registers: int | None = None,
+    threads: int | None = None,
+) -> list[str]:
+    """Every device limit a configuration breaks (empty when it fits); unknown figures are skipped.
+
+    ``threads`` defaults to the ``THREADS`` define when the grid derives one.
+    """
+    problems = []
+    if threads is None and isinstance(defines.get("THREADS"), int):
+        threads = int(defines["THREADS"])
+    if isinstance(threads, int) and threads > limits.max_threads_per_block:
+        problems.append(f"{threads} threads > {limits.max_threads_per_block} per block")
+    if smem_bytes is not None and smem_bytes > limits.max_shared_bytes_per_block:
+        problems.append(f"{smem_bytes} B shared memory > {limits.max_shared_bytes_per_block} B per block")
+    if registers is not None and isinstance(threads, int):
+        block_registers = registers_per_block(registers=registers, threads=threads)
+        if block_registers > limits.max_registers_per_block:
+            problems.append(
+                f"{registers} registers x {threads} threads = {block_registers} > {limits.max_registers_per_block} per block"
+            )
+    return problems
+
+
+def registers_per_block(*, registers: int, threads: int) -> int:
+    """Registers a block really takes: per warp, rounded up to the allocation unit."""
+    warps = -(-threads // WARP_SIZE)
+    per_warp = -(-registers * WARP_SIZE // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    return warps * per_warp
+
+
+def family_figure(family: str, name: str, defines: Mapping[str, Value]) -> int | None:
+    """``FAMILIES[family].<name>(defines)`` from ``kernels.families`` (e.g. smem_bytes, threads), else None."""
+    try:
+        from kernels.families import FAMILIES
+    except ImportError:
+        return None
+    entry = FAMILIES.get(family) if isinstance(FAMILIES, Mapping) else None
+    formula = getattr(entry, name, None)
+    if not callable(formula):
+        return None
+    try:
+        return int(formula(dict(defines)))
+    except (KeyError, ValueError, TypeError, ZeroDivisionError):
+        # A formula that cannot size this config leaves the check to ptxas after compile.
+        return None
+
+
+def family_smem_bytes(family: str, defines: Mapping[str, Value]) -> int | None:
+    """Dynamic shared memory per block from the family's formula, or None when it has none."""
+    return family_figure(family, "smem_bytes", defines)
+
+
+def config_threads(config: KernelConfig) -> int | None:
+    """Threads per block: the grid's THREADS when derived, else the family's formula, else unknown."""
+    threads = config.defines().get("THREADS")
+    if isinstance(threads, int) and not isinstance(threads, bool):
+        return threads
+    return family_figure(config.family, "threads", config.defines())
+
+
+def _matches(config: KernelConfig, filters: Mapping[str, Sequence[Value]]) -> bool:
+    """kbench --filter semantics: values of one name OR'ed, names AND'ed, compared as text too."""
+    defines = config.defines()
+    for name, wanted in filters.items():
+        value = defines.get(name)
+        if not any(value == item or str(value) == str(item) for item in wanted):
+            return False
+    return True
+
+
+def expand(
+    table_spec: TableSpec,
+    *,
+    overrides: Mapping[str, Sequence[Value]] | None = None,
+    filters: Mapping[str, Sequence[Value]] | None = None,
+    limits: DeviceLimits | None = None,
+    path: str | Path = DEFAULT_PARAMS,
+) -> GridResult:
+    """Expand a table's grid: groups -> overrides -> derived -> filters -> rules -> device limits."""
+    table = table_spec.name
+    groups = apply_overrides(
+        normalise_groups(table_spec.grid, path=path, table=table), overrides=overrides or {}, table=table
+    )
+    param_names = _unique(key for _, values in groups for key in values)
+    derived = compile_derived(table_spec.grid, param_names=param_names, path=path, table=table)
+    all_names = [*param_names, *(item.name for item in derived)]
+    rules = compile_rules(table_spec.grid, names=all_names, path=path, table=table)
+    wanted = dict(filters or {})
+    unknown = sorted(set(wanted) - set(all_names))
+    if unknown:
+        raise TuneTableError(
+            f"unknown parameter(s) {', '.join(unknown)} (parameters: {', '.join(all_names)})", where="--filter"
+        )
+
+    expanded: list[KernelConfig] = []
+    group_of: dict[str, str] = {}
+    for group_name, values in groups:
+        names = list(values)
+        for combination in itertools.product(*(values[name] for name in names)):
+            params = dict(zip(names, combination))
+            config = KernelConfig(
+                family=table_spec.family, params=tuple(params.items()), derived=tuple(derive(params, derived).items())
+            )
+            if config.id not in group_of:
+                group_of[config.id] = group_name
+                expanded.append(config)
+
+    selected = [config for config in expanded if _matches(config, wanted)]
+    kept: list[KernelConfig] = []
+    pruned: list[Pruned] = []
+    after_rules = 0
+    for config in selected:
+        failed = first_failed_rule(config.defines(), rules)
+        if failed is not None:
+            pruned.append(Pruned(config=config, reason=failed.reason(), stage="rule"))
+            continue
+        after_rules += 1
+        problems = (
+            limit_violations(
+                config.defines(),
+                limits=limits,
+                smem_bytes=family_smem_bytes(table_spec.family, config.defines()),
+                threads=config_threads(config),
+            )
+            if limits is not None
+            else []
+        )
+        if problems:
+            pruned.append(Pruned(config=config, reason="; ".join(problems), stage="limit"))
+        else:
+            kept.append(config)
+    counts = GridCounts(
+        expanded=len(expanded), after_filters=len(selected), after_rules=after_rules, after_pruning=len(kept)
+    )
+    return GridResult(
+        table=table,
+        family=table_spec.family,
+        kept=tuple(kept),
+        pruned=tuple(pruned),
+        counts=counts,
+        group_of={config.id: group_of[config.id] for config in selected},
+    )
+
+
+def config_entry(config: KernelConfig) -> dict[str, Any]:
+    """A configuration as the grid JSON writes it: id, params, derived."""
+    return {"id": config.id, "params": dict(config.params), "derived": dict(config.derived)}
+
+
+def grid_document(result: GridResult, *, kernel_hash: str | None) -> dict[str, Any]:
+    """The ``results/grid/T.json`` document (docs/internals.md)."""
+    return {
+        "table": result.table,
+        "family": result.family,
+        "kernel_hash": kernel_hash,
+        "counts": {
+            "expanded": result.counts.expanded,
+            "after_filters": result.counts.after_filters,
+            "after_rules": result.counts.after_rules,
+            "after_pruning": result.counts.after_pruning,
+        },
+        "configs": [{**config_entry(config), "group": result.group_of.get(config.id)} for config in result.kept],
+        "pruned": [
+            {**config_entry(item.config), "stage": item.stage, "reason": item.reason} for item in result.pruned
+        ],
+    }
+
+
+def configs_from_document(document: Mapping[str, Any], *, path: str | Path) -> list[KernelConfig]:
+    """Read the kept configurations back from a grid JSON document (checking each id)."""
+    family = document.get("family")
+    out = []
+    for index, entry in enumerate(document.get("configs") or []):
+        config = KernelConfig.from_dict(family, entry.get("params") or {}, entry.get("derived") or {})
+        if config.id != entry.get("id"):
+            raise TuneTableError(
+                f"id {entry.get('id')} does not match its params (expected {config.id})", path=path, where=f"configs[{index}]"
+            )
+        out.append(config)
+    return out
+
+
+def parse_assignments(texts: Iterable[str], *, option: str) -> dict[str, list[Value]]:
+    """Repeated ``NAME=v1,v2`` options as {NAME: values}; a repeated NAME adds its values."""
+    out: dict[str, list[Value]] = {}
+    for text in texts:
+        name, values = parse_assignment(text, option=option)
+        out[name] = _unique([*out.get(name, []), *values])
+    return out
+
+
+@dataclass(frozen=True)
+class TableGrid:
+    """A table's expanded grid with what it came from (shared by the grid and compile commands)."""
+
+    params: Mapping[str, Any]
+    spec: TableSpec
+    result: GridResult
+    root: Path
+
+    @property
+    def kernel_path(self) -> Path:
+        """The kernel source, relative to the folder of params.yaml."""
+        return self.root / self.spec.kernel
+
+
+def load_table_grid(
+    *, params_path: str | Path, table: str, param_options: Iterable[str] = (), filter_options: Iterable[str] = ()
+) -> TableGrid:
+    """Load params.yaml, apply --param / --filter and expand the table's grid with the device limits."""
+    from pipeline.params import load_params, table_spec
+
+    params = load_params(params_path)
+    spec = table_spec(params, table, path=params_path)
+    result = expand(
+        spec,
+        overrides=parse_assignments(param_options, option="--param"),
+        filters=parse_assignments(filter_options, option="--filter"),
+        limits=DeviceLimits.from_params(params),
+        path=params_path,
+    )
+    return TableGrid(params=params, spec=spec, result=result, root=Path(params_path).resolve().parent)

@@ -1,0 +1,346 @@
+"""kprofile-grade views of benchmark results as pure functions over polars frames.
+
+Each view returns data (frames, dicts); printing and files belong to ``pipeline.commands.profile``.
+Metric direction comes from the metric itself: times are lower-is-better, throughputs
+(TFLOP/s, GB/s, GFLOPS, throughput) higher-is-better; anything else is refused.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline.errors import TuneTableError
+from pipeline.rank import is_baseline
+from pipeline.resultset import LoadedResult
+
+LOWER_IS_BETTER = ("(ms)", "(s)", "(us)", "(ns)", "_ms", "_s", "_us")
+HIGHER_IS_BETTER = ("tflops", "gflops", "gb/s", "tb/s", "throughput", "gelems", "arithmetic", "datemovement",
+                    "datamovement")
+DEFAULT_METRIC = "met (ms)"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A resolved metric column and its direction."""
+
+    name: str
+    higher_is_better: bool
+
+
+def metric_direction(*, name: str) -> bool | None:
+    """True when higher is better, False when lower is better, None when the metric is not a known kind."""
+    lowered = name.lower()
+    if any(tag in lowered for tag in HIGHER_IS_BETTER):
+        return True
+    if lowered.endswith(LOWER_IS_BETTER) or lowered.startswith("met ("):
+        return False
+    return None
+
+
+def metric_choices(*, frame: pl.DataFrame) -> list[str]:
+    """Numeric columns of a frame whose direction is known, in column order."""
+    return [c for c, t in frame.schema.items() if t.is_numeric() and metric_direction(name=c) is not None]
+
+
+def resolve_metric(*, frame: pl.DataFrame, requested: str) -> Metric:
+    """An exact metric name or a unique case-insensitive prefix of one; otherwise an error listing choices."""
+    choices = metric_choices(frame=frame)
+    if requested in choices:
+        matches = [requested]
+    else:
+        matches = [c for c in choices if c.lower().startswith(requested.lower())]
+    if len(matches) != 1:
+        why = "ambiguous" if matches else "unknown"
+        listed = matches or choices
+        raise TuneTableError(f"{why} metric '{requested}' (choices: {', '.join(listed)})", where="--metric")
+    direction = metric_direction(name=matches[0])
+    return Metric(name=matches[0], higher_is_better=bool(direction))
+
+
+def kernel_rows(*, frame: pl.DataFrame, metric: Metric) -> pl.DataFrame:
+    """Rows that can be compared: kernel configurations with status ok and a metric value."""
+    keep = pl.col(metric.name).is_not_null() & pl.col(metric.name).is_not_nan()
+    if "status" in frame.columns:
+        keep = keep & (pl.col("status") == "ok")
+    if "config_id" in frame.columns:
+        keep = keep & ~is_baseline(frame)
+    return frame.filter(keep)
+
+
+def sorted_view(*, frame: pl.DataFrame, metric: Metric, shape: tuple[str, ...]) -> pl.DataFrame:
+    """Rows sorted best first within each shape, with ``ratio`` = metric / best metric of the shape."""
+    rows = kernel_rows(frame=frame, metric=metric)
+    tie = ["mesh_idx"] if "mesh_idx" in rows.columns else []
+    ordered = rows.sort([*shape, metric.name, *tie], descending=[False] * len(shape) + [metric.higher_is_better]
+                        + [False] * len(tie))
+    best = pl.col(metric.name).first().over(shape) if shape else pl.col(metric.name).first()
+    return ordered.with_columns((pl.col(metric.name) / best).alias("ratio"))
+
+
+def shape_string(*, row: dict[str, Any], shape: tuple[str, ...]) -> str:
+    """kprofile's shape: ``p=value`` joined by ``/``."""
+    return "/".join(f"{p}={row[p]}" for p in shape)
+
+
+def summary(*, result: LoadedResult, metric: Metric, shape: tuple[str, ...]) -> pl.DataFrame:
+    """Default view: per shape the entries, best index, worst, best, worst/best ratio and the best spec."""
+    view = sorted_view(frame=result.frame, metric=metric, shape=shape)
+    index = "mesh_idx" if "mesh_idx" in view.columns else "config_id"
+    keys = list(shape) or [pl.lit(0).alias("_all")]
+    table = view.group_by(keys, maintain_order=True).agg(
+        pl.len().alias("entries"),
+        pl.col(index).first().cast(pl.Utf8).alias("best_idx"),
+        pl.col(metric.name).last().alias("worst"),
+        pl.col(metric.name).first().alias("best"),
+        pl.col("ratio").last().alias("worst/best"),
+        *[pl.col(p).first().alias(p) for p in result.parameters],
+    )
+    if not shape:
+        table = table.drop("_all")
+    shape_expr = (pl.concat_str([pl.format(f"{p}={{}}", pl.col(p)) for p in shape], separator="/")
+                  if shape else pl.lit(""))
+    spec_expr = (pl.concat_str([pl.format(f"{p}={{}}", pl.col(p)) for p in result.parameters], separator="/")
+                 if result.parameters else pl.lit(""))
+    return table.select(*shape, "entries", "best_idx", "worst", "best", "worst/best",
+                        shape_expr.alias("shape"), spec_expr.alias("best_spec"), *result.parameters)
+
+
+def top_fraction(*, frame: pl.DataFrame, metric: Metric, fraction: float, shape: tuple[str, ...]) -> pl.DataFrame:
+    """The best ``fraction`` of each shape's entries (at least one), by the metric's own direction."""
+    if not 0 < fraction <= 1:
+        raise TuneTableError(f"--top must be in (0, 1], got {fraction}", where="--top")
+    view = sorted_view(frame=frame, metric=metric, shape=shape)
+    position = pl.int_range(pl.len()).over(shape) if shape else pl.int_range(pl.len())
+    count = pl.len().over(shape) if shape else pl.len()
+    return view.filter(position < (count.cast(pl.Float64) * fraction).ceil().clip(lower_bound=1))
+
+
+def common_spec(*, subset: pl.DataFrame, parameters: tuple[str, ...], shape: tuple[str, ...]) -> pl.DataFrame:
+    """Per shape, the most common value of each parameter in ``subset`` (ties: the smallest value)."""
+    frame = subset if shape else subset.with_columns(pl.lit(0).alias("_all"))
+    group = list(shape) or ["_all"]
+    result = frame.select(group).unique(maintain_order=True)
+    for p in parameters:
+        counts = (frame.group_by([*group, p]).agg(pl.len().alias("_n"))
+                  .sort([*group, "_n", p], descending=[False] * len(group) + [True, False])
+                  .group_by(group, maintain_order=True).agg(pl.col(p).first()))
+        result = result.join(counts, on=group, how="left")
+    return result if shape else result.drop("_all")
+
+
+def diff_view(*, baseline: LoadedResult, current: LoadedResult, metric: Metric,
+              shape: tuple[str, ...]) -> pl.DataFrame:
+    """Per shape: baseline best, current best, current/baseline, and the parameters that changed."""
+    parameters = tuple(p for p in current.parameters if p in baseline.parameters)
+
+    def best(result: LoadedResult) -> pl.DataFrame:
+        view = sorted_view(frame=result.frame, metric=metric, shape=shape)
+        return view.group_by(list(shape), maintain_order=True).agg(
+            pl.col(metric.name).first(), *[pl.col(p).first() for p in parameters])
+
+    joined = best(current).join(best(baseline), on=list(shape), how="inner", suffix="_baseline")
+    if joined.is_empty():
+        raise TuneTableError("no shape in common with the baseline", path=current.path, where="--diff")
+    changed = [pl.when(pl.col(p) != pl.col(f"{p}_baseline"))
+               .then(pl.format(f"{p}: {{}} -> {{}}", pl.col(f"{p}_baseline"), pl.col(p))) for p in parameters]
+    shape_expr = pl.concat_str([pl.format(f"{p}={{}}", pl.col(p)) for p in shape], separator="/")
+    return joined.select(
+        shape_expr.alias("shape"),
+        pl.lit(metric.name).alias("metric"),
+        pl.col(metric.name).alias("best_tuning_metric"),
+        pl.col(f"{metric.name}_baseline").alias("baseline_metric"),
+        (pl.col(metric.name) / pl.col(f"{metric.name}_baseline")).alias("ratio"),
+        (pl.concat_str(changed, separator=", ", ignore_nulls=True) if changed else pl.lit("")).alias("changed"),
+    )
+
+
+def kendall_tau(*, x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau-b (ties handled); NaN when either side is constant.
+
+    Sums sign(dx)*sign(dy) over pairs group by group of distinct x values, so the cost is
+    O(distinct(x) * n log n): cheap for tuning parameters, which take few values.
+    """
+    if len(x) < 2:
+        return math.nan
+    if len(np.unique(x)) > len(np.unique(y)):
+        x, y = y, x  # tau is symmetric: group by the side with fewer distinct values
+    x_values, x_codes = np.unique(x, return_inverse=True)
+    score = 0
+    seen = np.empty(0, dtype=float)
+    for code in range(len(x_values)):
+        group = np.sort(y[x_codes == code].astype(float))
+        if seen.size:
+            below = np.searchsorted(seen, group, side="left")
+            above = seen.size - np.searchsorted(seen, group, side="right")
+            score += int(below.sum()) - int(above.sum())
+        seen = np.sort(np.concatenate([seen, group]))
+    n0 = len(x) * (len(x) - 1) // 2
+
+    def tied_pairs(values: np.ndarray) -> int:
+        counts = np.unique(values, return_counts=True)[1]
+        return int((counts * (counts - 1) // 2).sum())
+
+    denominator = math.sqrt((n0 - tied_pairs(x)) * (n0 - tied_pairs(y)))
+    return score / denominator if denominator else math.nan
+
+
+def numeric_columns(*, frame: pl.DataFrame, names: tuple[str, ...]) -> list[str]:
+    """Names whose columns are numeric or boolean (booleans count as 0/1)."""
+    return [n for n in names if n in frame.columns and (frame.schema[n].is_numeric() or frame.schema[n] == pl.Boolean)]
+
+
+def correlation(*, frame: pl.DataFrame, metric: Metric, parameters: tuple[str, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Kendall tau of every numeric parameter with the metric (sorted by |tau|) and the full matrix."""
+    rows = kernel_rows(frame=frame, metric=metric)
+    names = [*numeric_columns(frame=rows, names=parameters), metric.name]
+    arrays = {n: rows[n].cast(pl.Float64).to_numpy() for n in names}
+    matrix = {a: [kendall_tau(x=arrays[a], y=arrays[b]) for b in names] for a in names}
+    with_metric = [(p, matrix[p][-1]) for p in names[:-1]]
+    sorted_rows = sorted(with_metric, key=lambda item: (-(0.0 if math.isnan(item[1]) else abs(item[1])), item[0]))
+    table = pl.DataFrame({"parameter": [p for p, _ in sorted_rows],
+                          "kendall_tau": [t for _, t in sorted_rows],
+                          "abs_tau": [0.0 if math.isnan(t) else abs(t) for _, t in sorted_rows]},
+                         schema={"parameter": pl.Utf8, "kendall_tau": pl.Float64, "abs_tau": pl.Float64})
+    full = pl.DataFrame({"name": names, **{b: [matrix[a][j] for a in names] for j, b in enumerate(names)}})
+    return table, full
+
+
+def heatmap_png(*, matrix: pl.DataFrame, title: str) -> bytes:
+    """A correlation matrix as a PNG heatmap (matplotlib, Agg backend) with 2-decimal annotations."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = matrix["name"].to_list()
+    values = matrix.drop("name").to_numpy().astype(float)
+    size = max(4.0, 0.8 * len(names) + 2)
+    figure, axes = plt.subplots(figsize=(size, size * 0.8), dpi=100)
+    image = axes.imshow(np.nan_to_num(values), cmap="Blues", vmin=-1, vmax=1)
+    axes.set_xticks(range(len(names)), labels=names, rotation=45, ha="right")
+    axes.set_yticks(range(len(names)), labels=names)
+    for i in range(len(names)):
+        for j in range(len(names)):
+            axes.text(j, i, "nan" if math.isnan(values[i, j]) else f"{values[i, j]:.2f}", ha="center", va="center")
+    axes.set_title(title)
+    figure.colorbar(image)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def parse_pivots(*, values: tuple[str, ...]) -> list[str]:
+    """``[M] [N]``, ``[M,N]``, ``['M','N']``, ``M N`` and ``M,N`` all mean [M, N]; repeats are concatenated."""
+    names: list[str] = []
+    for value in values:
+        for token in value.replace("[", " ").replace("]", " ").replace(",", " ").split():
+            name = token.strip("'\"")
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+            ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+          ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+
+
+def _query_node(node: ast.AST, columns: set[str], query: str) -> Any:
+    """One whitelisted AST node as a polars expression or a constant."""
+    if isinstance(node, ast.BoolOp):
+        parts = [_query_node(v, columns, query) for v in node.values]
+        combined = parts[0]
+        for part in parts[1:]:
+            combined = combined & part if isinstance(node.op, ast.And) else combined | part
+        return combined
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
+        inner = _query_node(node.operand, columns, query)
+        return ~inner if isinstance(node.op, ast.Not) else -inner
+    if isinstance(node, ast.Compare):
+        left = _query_node(node.left, columns, query)
+        result = None
+        for op, comparator in zip(node.ops, node.comparators):
+            right = _query_node(comparator, columns, query)
+            if isinstance(op, (ast.In, ast.NotIn)):
+                if not isinstance(right, list):
+                    raise TuneTableError(f"'in' needs a list of constants: {query}", where="--query")
+                term = left.is_in(right) if isinstance(op, ast.In) else ~left.is_in(right)
+            elif type(op) in _COMPARE:
+                term = _COMPARE[type(op)](left, right)
+            else:
+                raise TuneTableError(f"operator {type(op).__name__} not allowed: {query}", where="--query")
+            result = term if result is None else result & term
+            left = right
+        return result
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        return _ARITH[type(node.op)](_query_node(node.left, columns, query), _query_node(node.right, columns, query))
+    if isinstance(node, ast.Name):
+        if node.id not in columns:
+            raise TuneTableError(f"unknown column '{node.id}' (columns: {', '.join(sorted(columns))})", where="--query")
+        return pl.col(node.id)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
+        return pl.lit(node.value)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+        if len(items) != len(node.elts):
+            raise TuneTableError(f"lists may hold constants only: {query}", where="--query")
+        return items
+    raise TuneTableError(f"{type(node).__name__} not allowed in a query: {query}", where="--query")
+
+
+def query_expression(*, query: str, columns: list[str]) -> pl.Expr:
+    """A pandas-style query (``M > 64 and K < 1024``) as a polars expression; parsed with ast, never evaluated."""
+    try:
+        tree = ast.parse(query.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise TuneTableError(f"cannot parse query '{query}': {exc.msg}", where="--query") from None
+    expression = _query_node(tree.body, set(columns), query)
+    if not isinstance(expression, pl.Expr):
+        raise TuneTableError(f"query is not a condition: {query}", where="--query")
+    return expression
+
+
+def apply_query(*, frame: pl.DataFrame, query: str) -> pl.DataFrame:
+    """Rows of ``frame`` matching ``query``; no match is an error."""
+    result = frame.filter(query_expression(query=query, columns=frame.columns))
+    if result.is_empty():
+        raise TuneTableError(f"query '{query}' matched no entry", where="--query")
+    return result
+
+
+def merge_manifests(*, manifests: list[tuple[str, list[dict[str, Any]]]], pivots: list[str],
+                    sort_pivots: list[str]) -> pl.DataFrame:
+    """Entries of several manifests merged on the pivots: the first file that has a pivot key wins."""
+    frames = []
+    for order, (path, entries) in enumerate(manifests):
+        if not entries:
+            continue
+        frame = pl.DataFrame(entries, infer_schema_length=None).with_columns(
+            pl.lit(order).alias("_file"), pl.int_range(pl.len()).alias("_entry"), pl.lit(path).alias("source"))
+        frames.append(frame)
+    if not frames:
+        raise TuneTableError("no manifest entries to merge", where="--merge")
+    merged = pl.concat(frames, how="diagonal_relaxed")
+    keys = pivots or [c for c in frames[0].columns if all(c in f.columns for f in frames) and not c.startswith("_")
+                      and c != "source"]
+    missing = [p for p in keys if p not in merged.columns]
+    if missing:
+        raise TuneTableError(f"pivot {missing[0]} is in no manifest", where="--pivots")
+    order_by = sort_pivots or keys
+    bad = [p for p in order_by if p not in keys]
+    if bad:
+        raise TuneTableError(f"--sort-pivots {bad[0]} is not one of the pivots {keys}", where="--sort-pivots")
+    deduplicated = merged.sort(["_file", "_entry"]).unique(subset=order_by, keep="first", maintain_order=True)
+    return deduplicated.sort(order_by, nulls_last=True).drop("_file", "_entry")

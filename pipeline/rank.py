@@ -1,0 +1,132 @@
+"""Rank a table's measured configurations per shape (polars): the input of select and of humans.
+
+Only ``ok`` kernel rows are ranked, by median time with the config id breaking ties, so the
+order is deterministic. Baseline (cuBLAS) rows give ``ratio_to_cublas``; every other status is
+a failure record listed separately with its failure class.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.atomic import atomic_write_bytes
+from pipeline.results import BASELINE_ID
+
+SHAPE = ("M", "N", "K")
+HEAD_COLUMNS = ("rank", "M", "N", "K", "config_id")
+MEASURE_COLUMNS = ("median_ms", "iqr_ms", "tflops", "ratio_to_best", "ratio_to_cublas", "cublas_ms", "status")
+# Where the measurement came from: carried so that select can write the manifest's provenance.
+PROVENANCE_COLUMNS = ("measured_key", "kernel_hash", "backend", "device", "driver", "git_rev", "time")
+FAILURE_COLUMNS = ("M", "N", "K", "config_id", "status", "error")
+RANKED_FIXED = frozenset({*HEAD_COLUMNS, *MEASURE_COLUMNS, *PROVENANCE_COLUMNS})
+
+
+@dataclass(frozen=True)
+class RankedTable:
+    """A table's ranked ok rows and its failed configurations."""
+
+    ranked: pl.DataFrame
+    failures: pl.DataFrame
+    parameters: tuple[str, ...]
+
+
+def _ensure(frame: pl.DataFrame, names: tuple[str, ...], dtype: pl.DataType) -> pl.DataFrame:
+    """Add any missing column as nulls so that every ranked table has the same columns."""
+    missing = [pl.lit(None, dtype=dtype).alias(n) for n in names if n not in frame.columns]
+    return frame.with_columns(missing) if missing else frame
+
+
+def is_baseline(frame: pl.DataFrame) -> pl.Expr:
+    """Rows that are the cuBLAS baseline rather than a kernel configuration."""
+    kind = pl.col("kind") == "baseline" if "kind" in frame.columns else pl.lit(False)
+    return kind | (pl.col("config_id") == BASELINE_ID)
+
+
+def rank_rows(*, rows: pl.DataFrame, parameters: tuple[str, ...]) -> RankedTable:
+    """Rank ok kernel rows within each (M, N, K) by median (ties: config_id); split off failures."""
+    frame = _ensure(rows, ("status", "error", "iqr_ms", "tflops", *PROVENANCE_COLUMNS), pl.Utf8)
+    frame = frame.with_columns(pl.col("config_id").cast(pl.Utf8), pl.col("median_ms").cast(pl.Float64))
+    frame = frame.with_columns([pl.col(c).cast(pl.Float64) for c in ("iqr_ms", "tflops")])
+    baseline_mask = is_baseline(frame)
+    baselines = (
+        frame.filter(baseline_mask & (pl.col("status") == "ok"))
+        .group_by(SHAPE).agg(pl.col("median_ms").min().alias("cublas_ms"))
+    )
+    kernels = frame.filter(~baseline_mask)
+    ok = kernels.filter((pl.col("status") == "ok") & pl.col("median_ms").is_not_null())
+    ranked = (
+        ok.sort([*SHAPE, "median_ms", "config_id"])
+        .with_columns(
+            (pl.int_range(pl.len()).over(SHAPE) + 1).alias("rank"),
+            (pl.col("median_ms") / pl.col("median_ms").min().over(SHAPE)).alias("ratio_to_best"),
+        )
+        .join(baselines, on=SHAPE, how="left")
+        .with_columns((pl.col("median_ms") / pl.col("cublas_ms")).alias("ratio_to_cublas"))
+        .sort([*SHAPE, "rank"])
+    )
+    ranked = ranked.select([*HEAD_COLUMNS, *parameters, *MEASURE_COLUMNS, *PROVENANCE_COLUMNS])
+    failed = kernels.filter((pl.col("status") != "ok") | pl.col("median_ms").is_null())
+    failures = failed.with_columns(
+        pl.when(pl.col("status") == "ok").then(pl.lit("missing")).otherwise(pl.col("status")).alias("status")
+    ).sort([*SHAPE, "config_id"]).select([*SHAPE, "config_id", *parameters, "status", "error"])
+    return RankedTable(ranked=ranked, failures=failures, parameters=parameters)
+
+
+def ranked_parameters(*, frame: pl.DataFrame) -> tuple[str, ...]:
+    """The parameter columns of a ranked table, in grid order (everything not a fixed column)."""
+    return tuple(c for c in frame.columns if c not in RANKED_FIXED)
+
+
+def _csv(frame: pl.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.write_csv(buffer, float_precision=6)
+    return buffer.getvalue()
+
+
+def _markdown_cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def markdown(*, frame: pl.DataFrame, title: str) -> str:
+    """A Markdown table for humans (reviewed in PRs), one line per row."""
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(_markdown_cell(v) for v in row) + " |" for row in frame.iter_rows()]
+    return "\n".join([f"# {title}", "", header, rule, *body, ""])
+
+
+def failures_path(*, out: Path) -> Path:
+    """``T.failures.csv`` beside the ranked parquet ``T.parquet``."""
+    return out.with_name(f"{out.stem}.failures.csv")
+
+
+def write_ranked(*, table: RankedTable, out: Path, name: str) -> list[Path]:
+    """Write parquet, CSV, Markdown and failures CSV atomically; return the paths written."""
+    buffer = io.BytesIO()
+    table.ranked.write_parquet(buffer, statistics=False)
+    human = table.ranked.select([c for c in table.ranked.columns if c not in PROVENANCE_COLUMNS])
+    failures_md = markdown(frame=table.failures.drop("error"), title=f"{name}: failed configurations")
+    outputs = {
+        out: buffer.getvalue(),
+        out.with_suffix(".csv"): _csv(table.ranked),
+        out.with_suffix(".md"): (markdown(frame=human, title=f"{name}: ranked configurations") + "\n"
+                                 + failures_md).encode("utf-8"),
+        failures_path(out=out): _csv(table.failures),
+    }
+    for path, data in outputs.items():
+        atomic_write_bytes(path, data)
+    return list(outputs)
+
+
+def read_ranked(*, path: Path) -> pl.DataFrame:
+    """Read a ranked parquet written by write_ranked."""
+    return pl.read_parquet(path)
+

@@ -1,0 +1,170 @@
+"""Load raw result shards and kbench pickles into polars frames (pandas only at the pickle boundary).
+
+A kbench ``spec`` string ``stem/K1=v1/$k2=v2`` names the kernel (``stem``), its tunable
+parameters (``K1``) and its runtime arguments (``$k2``, the problem shape). Spec parsing is
+vectorised in polars and values are typed per column (int, float, bool, else string), never
+by ``eval``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.errors import TuneTableError
+from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
+
+SPEC_KEY = re.compile(r"/(\$?[A-Za-z_][A-Za-z0-9_]*)=")
+# Columns that are never parameters of a configuration.
+NON_PARAMETER_COLUMNS = frozenset({*KBENCH_FIELDS, *ROW_FIELDS, "name", "kbench_filter", "file", "AUTOTUNING_MODE"})
+
+
+@dataclass(frozen=True)
+class SpecColumns:
+    """What a file's spec strings declare: tunable parameter names and runtime (shape) names, in order."""
+
+    parameters: tuple[str, ...]
+    runtime: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LoadedResult:
+    """One readable result file as a polars frame plus what its columns mean."""
+
+    path: str
+    name: str
+    frame: pl.DataFrame
+    parameters: tuple[str, ...]
+    shape: tuple[str, ...]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InvalidFile:
+    """A file that could not be read, with the reason (printed as ``Invalid pkl [path]``)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """Every readable file and every invalid one, in command-line order."""
+
+    results: tuple[LoadedResult, ...]
+    invalid: tuple[InvalidFile, ...]
+
+
+def _typed(values: pl.Series) -> pl.Series:
+    """A string column cast to int, float or bool when every non-null value parses as one."""
+    present = values.drop_nulls()
+    for dtype in (pl.Int64, pl.Float64):
+        cast = present.cast(dtype, strict=False)
+        if cast.null_count() == 0:
+            return values.cast(dtype, strict=False)
+    if present.is_in(["True", "False", "true", "false"]).all() and present.len() > 0:
+        return values.str.to_lowercase() == "true"
+    return values
+
+
+def spec_keys(*, specs: pl.Series) -> SpecColumns:
+    """The parameter and runtime names used by a column of spec strings, in order of first use."""
+    found = specs.drop_nulls().unique(maintain_order=True).str.extract_all(SPEC_KEY.pattern).explode().drop_nulls()
+    ordered = dict.fromkeys(key.lstrip("/").rstrip("=") for key in found.unique(maintain_order=True).to_list())
+    parameters = tuple(key for key in ordered if not key.startswith("$"))
+    runtime = tuple(key[1:] for key in ordered if key.startswith("$"))
+    return SpecColumns(parameters=parameters, runtime=tuple(k for k in runtime if k not in parameters))
+
+
+def parse_specs(*, specs: pl.Series) -> tuple[pl.DataFrame, SpecColumns]:
+    """Spec strings as typed columns: ``name`` (the stem) plus one column per key (``$`` stripped)."""
+    keys = spec_keys(specs=specs)
+    frame = pl.DataFrame({"spec": specs.cast(pl.Utf8)})
+    columns = [pl.col("spec").str.extract(r"^([^/]*)", 1).alias("name")]
+    for key in keys.parameters:
+        columns.append(pl.col("spec").str.extract(rf"/{re.escape(key)}=([^/]*)", 1).alias(key))
+    for key in keys.runtime:
+        columns.append(pl.col("spec").str.extract(rf"/\${re.escape(key)}=([^/]*)", 1).alias(key))
+    parsed = frame.select(columns)
+    return parsed.with_columns([_typed(parsed[c]) for c in parsed.columns if c != "name"]), keys
+
+
+def pandas_to_polars(*, frame: Any) -> pl.DataFrame:
+    """A pandas DataFrame as polars; object columns that polars cannot type become strings."""
+    try:
+        return pl.from_pandas(frame)
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
+        columns = {}
+        for name in frame.columns:
+            values = frame[name].tolist()
+            try:
+                columns[str(name)] = pl.Series(str(name), values, strict=False)
+            except (TypeError, ValueError, pl.exceptions.PolarsError):
+                columns[str(name)] = pl.Series(str(name), [None if v is None else str(v) for v in values])
+        return pl.DataFrame(columns)
+
+
+def constant_columns(*, frame: pl.DataFrame, candidates: tuple[str, ...]) -> tuple[str, ...]:
+    """Columns holding a single value across the frame (kprofile's shape when no ``$`` keys exist)."""
+    return tuple(c for c in candidates if c in frame.columns and frame[c].n_unique() == 1)
+
+
+def from_payload(*, payload: dict[str, Any], path: str) -> LoadedResult:
+    """A loaded shard or kbench pickle payload as a LoadedResult (raises TuneTableError when malformed)."""
+    merged = payload.get("merged_df")
+    if merged is None or not hasattr(merged, "columns"):
+        raise TuneTableError(f"Invalid pkl [{path}]: merged_df is not a DataFrame", path=path)
+    frame = pandas_to_polars(frame=merged)
+    return from_frame(frame=frame, path=path, name=str(payload.get("name") or Path(path).stem),
+                      provenance=dict(payload.get("provenance") or {}))
+
+
+def from_frame(*, frame: pl.DataFrame, path: str, name: str, provenance: dict[str, Any] | None = None) -> LoadedResult:
+    """Attach parsed spec columns to a result frame and work out its parameters and shape columns."""
+    if "spec" not in frame.columns:
+        raise TuneTableError(f"Invalid pkl [{path}]: merged_df has no spec column", path=path)
+    parsed, keys = parse_specs(specs=frame["spec"])
+    missing = [c for c in parsed.columns if c not in frame.columns]
+    if missing:
+        frame = frame.with_columns(parsed.select(missing))
+    shape = keys.runtime or constant_columns(frame=frame, candidates=keys.parameters)
+    parameters = tuple(p for p in keys.parameters if p not in shape and p not in NON_PARAMETER_COLUMNS - {"M", "N", "K"})
+    return LoadedResult(path=path, name=name, frame=frame, parameters=parameters, shape=tuple(shape),
+                        provenance=provenance or {})
+
+
+def load_file(*, path: str | Path) -> LoadedResult:
+    """Read one shard or kbench pickle; any problem raises TuneTableError naming the file."""
+    payload = read_shard(path)
+    return from_payload(payload=payload, path=str(path))
+
+
+def load_files(*, paths: list[str | Path]) -> LoadReport:
+    """Read every file; unreadable ones are collected, and all of them invalid is an error."""
+    results: list[LoadedResult] = []
+    invalid: list[InvalidFile] = []
+    for path in paths:
+        try:
+            results.append(load_file(path=path))
+        except TuneTableError as exc:
+            invalid.append(InvalidFile(path=str(path), reason=str(exc)))
+    if paths and not results:
+        listed = " ".join(f"Invalid pkl [{item.path}]" for item in invalid)
+        raise TuneTableError(f"no readable result file: {listed}", path=str(paths[0]),
+                             where=f"{len(invalid)} of {len(paths)} invalid")
+    return LoadReport(results=tuple(results), invalid=tuple(invalid))
+
+
+def combine(*, results: tuple[LoadedResult, ...] | list[LoadedResult]) -> pl.DataFrame:
+    """All rows of several results in one frame, with a ``file`` column naming each row's file."""
+    frames = [r.frame.with_columns(pl.lit(r.path).alias("file")) for r in results]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def union_names(*, groups: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """Names from several ordered tuples, first occurrence first."""
+    return tuple(dict.fromkeys(name for group in groups for name in group))

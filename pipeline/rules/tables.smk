@@ -1,0 +1,102 @@
+# From raw shards to the checked-in table: rank -> select -> codegen, plus metrics and plots.
+# Checked-in files (manifests, generated tables) are written in place by the CLI; the rules'
+# outputs are stamps under results/stamps/ (see pipeline/smk_helpers.py for why).
+
+
+localrules:
+    rank,
+    select,
+    metrics,
+    codegen,
+    measure_all,
+    rank_all,
+    select_all,
+
+
+rule rank:
+    input:
+        lambda wc: tt.shard_paths(PLAN, wc.table),
+    output:
+        parquet="results/ranked/{table}.parquet",
+        csv=report(
+            "results/ranked/{table}.csv",
+            caption="../report/ranked.rst",
+            category="Ranked configurations",
+            labels={"table": "{table}", "file": "ranked"},
+        ),
+        md="results/ranked/{table}.md",
+        failures=report(
+            "results/ranked/{table}.failures.csv",
+            caption="../report/failures.rst",
+            category="Ranked configurations",
+            labels={"table": "{table}", "file": "failures"},
+        ),
+    log:
+        "results/logs/rank/{table}.log",
+    shell:
+        "{tt.CLI} rank --table {wildcards.table} --out {output.parquet} {input} > {log} 2>&1"
+
+
+rule select:
+    input:
+        "results/ranked/{table}.parquet",
+    output:
+        "results/stamps/select/{table}.sha256",
+    params:
+        fingerprint=lambda wc: tt.select_fingerprint(config, wc.table),
+        manifest=lambda wc: tt.manifest_path(wc.table),
+    log:
+        "results/logs/select/{table}.log",
+    shell:
+        "{tt.CLI} select --table {wildcards.table} --ranked {input} --out {params.manifest} > {log} 2>&1"
+        " && sha256sum {params.manifest} > {output}"
+
+
+rule metrics:
+    input:
+        stamp="results/stamps/select/{table}.sha256",
+        ranked="results/ranked/{table}.parquet",
+    output:
+        json="results/metrics/{table}.json",
+        csv="results/plots/{table}.csv",
+        png=report(
+            "results/plots/{table}.png",
+            caption="../report/plot.rst",
+            category="Tuned table vs cuBLAS",
+            labels={"table": "{table}"},
+        ),
+    params:
+        manifest=lambda wc: tt.manifest_path(wc.table),
+        key=lambda wc: PLAN.keys[wc.table],
+    log:
+        "results/logs/metrics/{table}.log",
+    shell:
+        "{tt.CLI} metrics --table {wildcards.table} --manifest {params.manifest} --ranked {input.ranked}"
+        " --content-key {params.key} --json {output.json} --csv {output.csv} --png {output.png} > {log} 2>&1"
+
+
+# Writes every table's marker region in place, then re-checks them all; the stamp records the
+# check. The generated files are inputs too, so a hand edit inside a region re-runs codegen.
+rule codegen:
+    input:
+        tt.codegen_inputs(PLAN),
+    output:
+        tt.codegen_stamp(),
+    params:
+        fingerprint=tt.codegen_fingerprint(config),
+    log:
+        "results/logs/codegen.log",
+    shell:
+        "( {tt.CLI} codegen --all && {tt.CLI} codegen --all --check ) > {log} 2>&1"
+        " && echo 'generated tables match their manifests' > {output}"
+
+
+rule rank_all:
+    input:
+        [tt.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
+
+
+rule select_all:
+    input:
+        [tt.select_stamp(spec.name) for spec in PLAN.tables],
+        [tt.metrics_outputs(spec.name)["json"] for spec in PLAN.tables],

@@ -1,0 +1,149 @@
+"""Budgeted search over a table's grid, selected per table by ``search:`` in params.yaml.
+
+``make_strategy(settings)`` turns a table's ``search:`` mapping
+(``{strategy, max_fevals, time_limit, seed, top_k, transfer}``) into a ``SearchPlan``; the
+bench runner calls ``plan.run(...)`` per shape with a cost function over its configurations
+and records ``plan.label`` with the results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import KernelConfig
+from pipeline.search.base import (
+    BatchMeasureFn,
+    Budget,
+    BudgetExhausted,
+    Evaluation,
+    Failure,
+    MeasureFn,
+    SearchResult,
+    SearchSpace,
+    Strategy,
+    run_search,
+)
+from pipeline.search.evolutionary import GeneticAlgorithm
+from pipeline.search.exhaustive import Exhaustive
+from pipeline.search.model import BayesianOptimisation
+from pipeline.search.perfmodel import top_k as perf_top_k
+from pipeline.search.random_sample import RandomSample
+
+STRATEGIES: dict[str, Callable[[], Strategy]] = {
+    "exhaustive": Exhaustive,
+    "random": RandomSample,
+    "model": BayesianOptimisation,
+    "evolutionary": GeneticAlgorithm,
+}
+SETTING_KEYS = ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer")
+
+__all__ = [
+    "Budget", "BudgetExhausted", "Evaluation", "Failure", "SearchPlan", "SearchResult", "SearchSettings",
+    "SearchSpace", "STRATEGIES", "make_strategy", "run_search",
+]
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """A table's ``search:`` settings (params.yaml), with defaults: exhaustive, no budget, seed 0."""
+
+    strategy: str = "exhaustive"
+    max_fevals: int | None = None
+    time_limit: float | None = None
+    seed: int = 0
+    top_k: int | None = None
+    transfer: bool = True
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any] | None) -> "SearchSettings":
+        """Validate a ``search:`` mapping; an unknown key or strategy raises ValueError naming it."""
+        raw = dict(settings or {})
+        unknown = sorted(set(raw) - set(SETTING_KEYS))
+        if unknown:
+            raise ValueError(f"unknown search setting(s) {', '.join(unknown)} (allowed: {', '.join(SETTING_KEYS)})")
+        strategy = raw.get("strategy", "exhaustive")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown search strategy '{strategy}' (known: {', '.join(STRATEGIES)})")
+        return cls(
+            strategy=strategy,
+            max_fevals=_positive_int(raw.get("max_fevals"), "max_fevals"),
+            time_limit=None if raw.get("time_limit") is None else float(raw["time_limit"]),
+            seed=int(raw.get("seed", 0)),
+            top_k=_positive_int(raw.get("top_k"), "top_k"),
+            transfer=bool(raw.get("transfer", True)),
+        )
+
+    @property
+    def label(self) -> str:
+        """What results record: ``model(max_fevals=8,seed=0,top_k=24)`` (unset settings omitted)."""
+        parts = [f"{name}={getattr(self, name)}" for name in ("max_fevals", "time_limit", "seed", "top_k")
+                 if getattr(self, name) is not None]
+        if not self.transfer:
+            parts.append("transfer=False")
+        return f"{self.strategy}({','.join(parts)})"
+
+
+def _positive_int(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"search setting {name} must be a positive integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A configured search: strategy, budget, seed and perf-model pruning, ready to run per shape."""
+
+    settings: SearchSettings
+    strategy: Strategy
+
+    @property
+    def label(self) -> str:
+        """The strategy and its settings, as recorded with the results."""
+        return self.settings.label
+
+    @property
+    def budget(self) -> Budget:
+        """The evaluation and time budget of one shape's search."""
+        return Budget(max_fevals=self.settings.max_fevals, time_limit=self.settings.time_limit)
+
+    def run(
+        self,
+        *,
+        configs: Sequence[KernelConfig],
+        measure: MeasureFn,
+        prior: np.ndarray | None = None,
+        seed_ids: Sequence[str] = (),
+        clock: Callable[[], float] = time.monotonic,
+        measure_batch: BatchMeasureFn | None = None,
+    ) -> SearchResult:
+        """Search one shape: prune to the ``top_k`` best-predicted configurations, then run the strategy."""
+        positions = list(range(len(configs)))
+        if self.settings.top_k is not None and prior is not None:
+            positions = sorted(perf_top_k(predictions=np.asarray(prior, dtype=float), k=self.settings.top_k))
+        space = SearchSpace.from_configs([configs[p] for p in positions])
+        sub_prior = None if prior is None else np.asarray(prior, dtype=float)[positions]
+        seeds = [] if not self.settings.transfer else [space.position_of(i) for i in seed_ids]
+        return run_search(
+            strategy=self.strategy,
+            space=space,
+            measure=measure,
+            budget=self.budget,
+            seed=self.settings.seed,
+            prior=sub_prior,
+            seeds=[s for s in seeds if s is not None],
+            clock=clock,
+            measure_batch=measure_batch,
+        )
+
+
+def make_strategy(search_settings: Mapping[str, Any] | SearchSettings | None) -> SearchPlan:
+    """The SearchPlan for a table's ``search:`` settings (TableSpec.search)."""
+    settings = search_settings if isinstance(search_settings, SearchSettings) else SearchSettings.from_mapping(search_settings)
+    return SearchPlan(settings=settings, strategy=STRATEGIES[settings.strategy]())

@@ -1,0 +1,120 @@
+"""Model-based search: Bayesian optimisation with a small numpy Gaussian process.
+
+The GP models log(time) over the configurations' scaled log2 parameter values. Its prior mean
+is the analytical performance model (``perfmodel``), so the first measurement goes to the
+model's favourite (or a neighbouring shape's winner) and the GP only has to learn where the
+model is wrong. Each step measures the configuration with the highest expected improvement.
+Failures are fed to the GP as slow (worst seen + a margin) so their neighbours lose appeal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.search.base import SearchContext, prior_order
+
+LENGTH_SCALES = (0.15, 0.25, 0.4, 0.6, 1.0)   # candidates, chosen by marginal likelihood each step
+NOISE_VARIANCE = 1e-3                          # log-time noise: a few per cent run to run
+FAILURE_MARGIN = 1.0                           # a failure counts as e^1 slower than the worst success
+EI_EXPLORATION = 0.01                          # EI's xi in log-time units
+
+
+@dataclass(frozen=True)
+class BayesianOptimisation:
+    """Seeds (transfer), then the perf model's pick, then expected improvement under a GP."""
+
+    name: str = "model"
+    initial_random: int = 2      # random starts when no prior is given
+
+    def run(self, *, context: SearchContext) -> None:
+        """Evaluate until the space or the budget is exhausted."""
+        space, evaluator = context.space, context.evaluator
+        features = space.features()
+        prior_mean = _prior_log_mean(context.prior, size=len(space))
+        for position in _starts(context, initial_random=self.initial_random):
+            evaluator.evaluate(position)
+        while len(evaluator.trace) < len(space):
+            seen = [e.config for e in evaluator.trace]
+            costs = np.array([e.cost for e in evaluator.trace], dtype=float)
+            targets = _log_targets(costs) - prior_mean[seen]
+            unseen = np.array([p for p in range(len(space)) if not evaluator.seen(p)], dtype=np.int64)
+            mean, std = _gp_posterior(features[seen], targets, features[unseen])
+            predicted = prior_mean[unseen] + mean
+            best = float(np.min(_log_targets(costs)))
+            improvement = expected_improvement(mean=predicted, std=std, best=best)
+            # Highest EI; ties go to the better prior mean, then to the earlier position.
+            choice = min(range(len(unseen)), key=lambda i: (-improvement[i], predicted[i], unseen[i]))
+            evaluator.evaluate(int(unseen[choice]))
+
+
+def _starts(context: SearchContext, *, initial_random: int) -> list[int]:
+    """First measurements: transfer seeds, then the model's best (or random picks without a model)."""
+    starts = list(context.seeds)
+    if context.prior is not None:
+        starts += prior_order(context.prior)[:1]
+    else:
+        starts += [int(p) for p in context.rng.permutation(len(context.space))[:initial_random]]
+    return list(dict.fromkeys(starts))
+
+
+def _prior_log_mean(prior: np.ndarray | None, *, size: int) -> np.ndarray:
+    """log of the predicted times; configurations the model rules out sit above the worst finite one."""
+    if prior is None:
+        return np.zeros(size)
+    finite = np.isfinite(prior) & (prior > 0)
+    logs = np.zeros(size)
+    logs[finite] = np.log(prior[finite])
+    ceiling = logs[finite].max() + FAILURE_MARGIN if finite.any() else 0.0
+    logs[~finite] = ceiling
+    return logs
+
+
+def _log_targets(costs: np.ndarray) -> np.ndarray:
+    """log(time) of each evaluation; failures become the worst success + FAILURE_MARGIN."""
+    finite = np.isfinite(costs)
+    logs = np.zeros(len(costs))
+    logs[finite] = np.log(costs[finite])
+    ceiling = logs[finite].max() + FAILURE_MARGIN if finite.any() else 0.0
+    logs[~finite] = ceiling
+    return logs
+
+
+def matern52(a: np.ndarray, b: np.ndarray, *, length_scale: float) -> np.ndarray:
+    """Matern 5/2 kernel matrix between the rows of ``a`` and ``b`` (unit variance)."""
+    distance = np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1), 0.0)) / length_scale
+    root5 = math.sqrt(5.0) * distance
+    return (1.0 + root5 + root5**2 / 3.0) * np.exp(-root5)
+
+
+def _gp_posterior(x_seen: np.ndarray, y_seen: np.ndarray, x_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and std at ``x_new``; length scale by marginal likelihood, variance from the data."""
+    offset = float(y_seen.mean())
+    centred = y_seen - offset
+    variance = max(float(centred.var()), 1e-2)
+    fits = [_fit(x_seen, centred, variance=variance, length_scale=ls) for ls in LENGTH_SCALES]
+    chol, alpha, length_scale = max(fits, key=lambda fit: fit[3])[:3]
+    cross = variance * matern52(x_new, x_seen, length_scale=length_scale)
+    solved = np.linalg.solve(chol, cross.T)
+    std = np.sqrt(np.maximum(variance - (solved**2).sum(axis=0), 1e-12))
+    return offset + cross @ alpha, std
+
+
+def _fit(x: np.ndarray, y: np.ndarray, *, variance: float, length_scale: float) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Cholesky factor, weights, length scale and log marginal likelihood (up to a constant)."""
+    gram = variance * matern52(x, x, length_scale=length_scale) + NOISE_VARIANCE * np.eye(len(x))
+    chol = np.linalg.cholesky(gram)
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
+    evidence = -0.5 * float(y @ alpha) - float(np.log(np.diag(chol)).sum())
+    return chol, alpha, length_scale, evidence
+
+
+def expected_improvement(*, mean: np.ndarray, std: np.ndarray, best: float) -> np.ndarray:
+    """Expected improvement below ``best`` (minimisation) for Gaussian predictions."""
+    gap = best - mean - EI_EXPLORATION
+    z = gap / std
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
+    return gap * cdf + std * pdf

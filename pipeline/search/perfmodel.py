@@ -1,0 +1,205 @@
+"""Analytical GEMM performance model: orders and prunes configurations before any GPU time.
+
+Predicted time of C[M,N] = A[M,K] B[N,K]^T for one tiled configuration on an H200:
+
+- **Occupancy**: blocks per SM from threads, registers (allocated per warp in 256-register
+  units) and shared memory (the compile report's static smem + the pipeline's dynamic smem).
+- **Wave quantisation**: ``tiles = ceil(M/BM) ceil(N/BN) SPLIT_K`` spread over 132 SMs; the
+  busiest SM runs ``ceil(tiles / 132)`` tiles, concurrently up to the blocks-per-SM limit.
+- **Per-SM work**: tensor-core time of the (padded) tile flops at the mma.sync rate, slowed
+  when few warps are resident or when warp tiles are so small that shared-memory reads bound
+  the MMAs; and the time to feed the tiles from L2, limited by bytes in flight (stages x tile
+  bytes x resident blocks, Little's law) and by the SM's L2 port.
+- **Roofline**: the device floor ``max(bytes / 4.13 TB/s, flops / 800 TFLOP/s)``; split-K
+  writes fp32 partials, then a reduction kernel reads them back (added, it runs after).
+- Exposed latency per tile (pipeline fill, a barrier per BLOCK_K step), shared by the resident
+  blocks; launch overhead, and a second launch for the split-K reduction.
+
+The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
+only has to rank configurations, and the model-based search corrects what it gets wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.config import KernelConfig
+
+NUM_SMS = 132
+HBM_BYTES_PER_S = 4.13e12          # measured device-to-device copy (DESIGN.md)
+DEVICE_FLOPS = 800e12              # cuBLAS bf16 ceiling measured here (DESIGN.md)
+MMA_SYNC_FRACTION = 0.5            # mma.sync reaches about half of the wgmma ceiling (reference §6.2)
+SM_CLOCK_HZ = 1.6e9                # sustained clock under load (1450-1980 MHz measured)
+SMEM_BYTES_PER_CLOCK = 128         # shared-memory bandwidth per SM
+L2_BYTES_PER_CLOCK = 64            # L2 -> SM bandwidth per SM
+MEMORY_LATENCY_S = 0.8e-6          # global-load latency under load, for Little's law
+SATURATING_WARPS = 8               # resident warps per SM needed to keep the tensor cores busy
+SYNC_CYCLES_PER_K_STEP = 80        # barrier + pipeline bookkeeping per BLOCK_K step
+SMEM_PER_SM = 233472               # 228 KiB
+SMEM_RESERVED_PER_BLOCK = 1024
+REGISTERS_PER_SM = 65536
+MAX_THREADS_PER_SM = 2048
+MAX_BLOCKS_PER_SM = 32
+LAUNCH_OVERHEAD_S = 3e-6
+BF16_BYTES = 2
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-block resource usage of a compiled configuration (compile report + launch geometry)."""
+
+    registers: int          # per thread
+    smem_bytes: int         # static + dynamic shared memory per block
+    threads: int
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """The tiling parameters the model reads from a configuration."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    split_k: int
+
+    @classmethod
+    def from_config(cls, config: KernelConfig) -> "GemmTile":
+        """Read BLOCK_M/N/K, WARPS_M/N, STAGES, SPLIT_K (default 1) from a configuration."""
+        values = config.defines()
+        missing = [n for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "WARPS_M", "WARPS_N", "STAGES") if n not in values]
+        if missing:
+            raise ValueError(f"configuration {config.id} lacks {', '.join(missing)}: the GEMM model cannot rank it")
+        return cls(
+            block_m=int(values["BLOCK_M"]),
+            block_n=int(values["BLOCK_N"]),
+            block_k=int(values["BLOCK_K"]),
+            warps_m=int(values["WARPS_M"]),
+            warps_n=int(values["WARPS_N"]),
+            stages=int(values["STAGES"]),
+            split_k=int(values.get("SPLIT_K", 1)),
+        )
+
+    @property
+    def threads(self) -> int:
+        """Threads per block."""
+        return self.warps_m * self.warps_n * 32
+
+
+def estimated_resources(tile: GemmTile) -> Resources:
+    """Resources when no compile report is at hand: fp32 accumulators + overhead, pipelined smem."""
+    accumulators = tile.block_m * tile.block_n // tile.threads
+    registers = min(255, accumulators + 48)
+    smem = tile.stages * (tile.block_m + tile.block_n) * tile.block_k * BF16_BYTES
+    return Resources(registers=registers, smem_bytes=smem, threads=tile.threads)
+
+
+def blocks_per_sm(resources: Resources) -> int:
+    """Resident blocks per SM (0: the block cannot launch)."""
+    warps = math.ceil(resources.threads / 32)
+    registers_per_warp = math.ceil(max(resources.registers, 1) * 32 / 256) * 256
+    by_registers = (REGISTERS_PER_SM // registers_per_warp) // warps
+    by_smem = SMEM_PER_SM // (resources.smem_bytes + SMEM_RESERVED_PER_BLOCK)
+    by_threads = MAX_THREADS_PER_SM // resources.threads
+    return max(min(by_registers, by_smem, by_threads, MAX_BLOCKS_PER_SM), 0)
+
+
+def roofline_floor_s(*, m: int, n: int, k: int) -> float:
+    """DESIGN.md's floor: max(bytes / 4.13 TB/s, flops / 800 TFLOP/s) for the ideal GEMM."""
+    moved = (m * k + n * k + m * n) * BF16_BYTES
+    return max(moved / HBM_BYTES_PER_S, 2.0 * m * n * k / DEVICE_FLOPS)
+
+
+def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: int) -> float:
+    """Predicted kernel time in seconds (inf when the block cannot be resident)."""
+    per_sm = blocks_per_sm(resources)
+    if per_sm == 0:
+        return math.inf
+    k_part = math.ceil(k / tile.split_k)
+    tiles = math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n) * tile.split_k
+    tiles_on_busiest_sm = math.ceil(tiles / NUM_SMS)
+    resident = min(per_sm, tiles_on_busiest_sm)
+
+    # Tensor-core time of the busiest SM: padded tile flops at the mma.sync rate, derated when
+    # too few warps hide latency or when warp tiles are small enough for smem reads to bound MMAs.
+    tile_flops = 2.0 * tile.block_m * tile.block_n * k_part
+    mma_rate = DEVICE_FLOPS * MMA_SYNC_FRACTION / NUM_SMS
+    warp_m, warp_n = tile.block_m / tile.warps_m, tile.block_n / tile.warps_n
+    smem_bytes_per_flop = BF16_BYTES * (warp_m + warp_n) / (2.0 * warp_m * warp_n)
+    smem_rate = SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop
+    warp_fill = min(1.0, resident * tile.threads / 32 / SATURATING_WARPS)
+    # Per-tile latency other resident blocks cannot hide: pipeline fill and one barrier per k step.
+    k_steps = math.ceil(k_part / tile.block_k)
+    exposed_s = (MEMORY_LATENCY_S + k_steps * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ) / resident
+    compute_s = tiles_on_busiest_sm * (tile_flops / (min(mma_rate, smem_rate) * warp_fill) + exposed_s)
+
+    # Feeding the busiest SM: bytes in flight over latency, capped by its L2 port.
+    tile_bytes = (tile.block_m + tile.block_n) * k_part * BF16_BYTES
+    in_flight = resident * max(tile.stages - 1, 1) * (tile.block_m + tile.block_n) * tile.block_k * BF16_BYTES
+    feed_rate = min(L2_BYTES_PER_CLOCK * SM_CLOCK_HZ, in_flight / MEMORY_LATENCY_S)
+    feed_s = tiles_on_busiest_sm * tile_bytes / feed_rate
+
+    # Device roofline of the main kernel (split-K writes fp32 partials instead of C) ...
+    output_bytes = tile.split_k * m * n * FP32_BYTES if tile.split_k > 1 else m * n * BF16_BYTES
+    moved = (m * k + n * k) * BF16_BYTES + output_bytes
+    device_s = max(moved / HBM_BYTES_PER_S, tiles * tile_flops / DEVICE_FLOPS)
+    # ... and the split-K reduction, a second kernel that runs after it.
+    reduce_s = 0.0
+    if tile.split_k > 1:
+        reduce_s = (tile.split_k * m * n * FP32_BYTES + m * n * BF16_BYTES) / HBM_BYTES_PER_S + LAUNCH_OVERHEAD_S
+    return max(compute_s, feed_s, device_s) + reduce_s + LAUNCH_OVERHEAD_S
+
+
+def resources_for(
+    *, config: KernelConfig, compile_record: Mapping[str, object] | None = None, dynamic_smem_bytes: int | None = None
+) -> Resources:
+    """Resources of one configuration: compile report values where present, estimates otherwise."""
+    tile = GemmTile.from_config(config)
+    estimate = estimated_resources(tile)
+    registers = estimate.registers
+    static_smem = 0
+    if compile_record is not None and compile_record.get("status") == "ok":
+        registers = int(compile_record.get("registers") or registers)
+        static_smem = int(compile_record.get("smem_bytes") or 0)
+    dynamic = estimate.smem_bytes if dynamic_smem_bytes is None else dynamic_smem_bytes
+    return Resources(registers=registers, smem_bytes=static_smem + dynamic, threads=tile.threads)
+
+
+def predict_space(
+    *,
+    configs: Sequence[KernelConfig],
+    m: int,
+    n: int,
+    k: int,
+    compile_records: Mapping[str, Mapping[str, object]] | None = None,
+) -> np.ndarray:
+    """Predicted seconds per configuration (the prior the search strategies read)."""
+    records = compile_records or {}
+    predictions = []
+    for config in configs:
+        record = records.get(config.id)
+        if record is not None and record.get("status") not in (None, "ok"):
+            predictions.append(math.inf)   # a configuration that does not build can never win
+            continue
+        resources = resources_for(config=config, compile_record=record)
+        predictions.append(predict_seconds(tile=GemmTile.from_config(config), resources=resources, m=m, n=n, k=k))
+    return np.array(predictions, dtype=float)
+
+
+def top_k(*, predictions: np.ndarray, k: int) -> list[int]:
+    """Positions of the ``k`` best-predicted configurations, best first (ties by position)."""
+    order = sorted(range(len(predictions)), key=lambda p: (float(predictions[p]), p))
+    return order[: max(k, 1)]
+
+
+def compile_records_by_id(report: Mapping[str, object]) -> dict[str, Mapping[str, object]]:
+    """Index a compile report (``results/compile/<table>.json``) by configuration id."""
+    records = report.get("records") or []
+    return {str(r["config_id"]): r for r in records if isinstance(r, Mapping) and "config_id" in r}

@@ -1,0 +1,47 @@
+"""Transfer between shapes: start a shape's search from the winners of its neighbours.
+
+Neighbours share N and K and have the nearest M (distance in log2 M, ties to the smaller M).
+Shapes are tuned in ascending M within each (N, K), so every shape but the first of its group
+has a tuned neighbour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from pipeline.search.base import SearchSpace
+
+Shape = tuple[int, int, int]
+
+
+def tuning_order(shapes: Sequence[Shape]) -> list[Shape]:
+    """Shapes grouped by (N, K) in first-appearance order, ascending M inside a group."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for m, n, k in shapes:
+        groups.setdefault((n, k), []).append(m)
+    return [(m, n, k) for (n, k), ms in groups.items() for m in sorted(set(ms))]
+
+
+def neighbours(*, shape: Shape, solved: Sequence[Shape], count: int = 2) -> list[Shape]:
+    """The ``count`` solved shapes with the same N, K and the nearest M (log2 distance, ties to smaller M)."""
+    m, n, k = shape
+    same = [s for s in solved if s[1] == n and s[2] == k and s[0] != m]
+    return sorted(same, key=lambda s: (abs(math.log2(s[0]) - math.log2(m)), s[0]))[:count]
+
+
+def neighbour_seeds(
+    *, shape: Shape, winners: Mapping[Shape, Sequence[str]], space: SearchSpace, count: int = 2
+) -> list[int]:
+    """Positions in ``space`` of the neighbours' winners: each neighbour's best first, then runners-up."""
+    nearest = neighbours(shape=shape, solved=list(winners), count=count)
+    ranked_lists = [list(winners[s]) for s in nearest]
+    seeds: list[int] = []
+    depth = max((len(r) for r in ranked_lists), default=0)
+    for rank in range(depth):
+        for ranked in ranked_lists:
+            if rank < len(ranked):
+                position = space.position_of(ranked[rank])
+                if position is not None and position not in seeds:
+                    seeds.append(position)
+    return seeds

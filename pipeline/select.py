@@ -1,0 +1,231 @@
+"""Select per-shape winners from a ranked table into a manifest (deterministic YAML).
+
+Per (N, K): the winner at each measured M among ``ok`` rows; a near-tie (within the tie
+tolerance or the winner's measured IQR) goes to the candidate that wins more neighbouring M
+values, so tables stay short and stable across reruns; adjacent M values with the same winner
+merge into [M, M_END) ranges. The manifest's provenance names the measurement only, so that
+selecting from replayed rows gives the same bytes as selecting from the live ones.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+import yaml
+
+from pipeline.keys import canonical_json, sha256_text
+from pipeline.rank import ranked_parameters
+from pipeline.results import BASELINE_ID
+
+INT32_MAX = 2147483647
+FIRST_M = 1
+DEFAULT_TIE_TOLERANCE = 0.01
+# Row values that describe the measurement itself: hashed into the manifest's data hash.
+MEASUREMENT_COLUMNS = ("M", "N", "K", "config_id", "median_ms", "iqr_ms", "status")
+# A replayed row is a cuda measurement served again: its measurement backend is cuda.
+MEASUREMENT_BACKEND = {"replay": "cuda"}
+PLAIN_STRING = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The configuration chosen at one measured M of an (N, K)."""
+
+    m: int
+    config_id: str
+    strict_winner: str
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One manifest entry: a config for M in [m, m_end) at (n, k)."""
+
+    m: int
+    m_end: int
+    n: int
+    k: int
+    config_id: str
+    values: tuple[tuple[str, Any], ...]
+
+
+def near_ties(*, shape_rows: pl.DataFrame, tolerance: float) -> list[str]:
+    """Config ids within ``tolerance`` (relative) or the winner's IQR of the fastest, fastest first."""
+    ordered = shape_rows.sort(["median_ms", "config_id"])
+    best = ordered.row(0, named=True)
+    noise = max(tolerance * best["median_ms"], best.get("iqr_ms") or 0.0)
+    return ordered.filter(pl.col("median_ms") <= best["median_ms"] + noise)["config_id"].to_list()
+
+
+def choose_winners(*, ties_by_m: list[tuple[int, list[str]]]) -> list[Choice]:
+    """At each M pick, among its near-ties, the config that strictly wins more adjacent M values.
+
+    Ties in that count go to the faster config (the candidates' own order); the choice depends
+    only on strict winners, so it is the same whatever order the shapes were measured in.
+    """
+    winners = [ties[0] for _, ties in ties_by_m]
+    choices = []
+    for index, (m, ties) in enumerate(ties_by_m):
+        neighbours = winners[max(index - 1, 0):index] + winners[index + 1:index + 2]
+        scored = sorted(enumerate(ties), key=lambda item: (-neighbours.count(item[1]), item[0]))
+        choices.append(Choice(m=m, config_id=scored[0][1], strict_winner=winners[index]))
+    return choices
+
+
+def merge_ranges(*, choices: list[Choice]) -> list[tuple[int, int, str]]:
+    """Adjacent Ms with the same config as [M, M_END); the first starts at 1, the last ends at INT32_MAX."""
+    ranges: list[list[Any]] = []
+    for choice in choices:
+        if ranges and ranges[-1][2] == choice.config_id:
+            continue
+        if ranges:
+            ranges[-1][1] = choice.m
+        ranges.append([choice.m, None, choice.config_id])
+    if ranges:
+        ranges[0][0] = FIRST_M
+        ranges[-1][1] = INT32_MAX
+    return [(start, end, config) for start, end, config in ranges]
+
+
+def eligible_rows(*, ranked: pl.DataFrame) -> pl.DataFrame:
+    """Only verified (``ok``) kernel rows may be selected."""
+    return ranked.filter((pl.col("status") == "ok") & (pl.col("config_id") != BASELINE_ID)
+                         & pl.col("median_ms").is_not_null())
+
+
+def select_entries(*, ranked: pl.DataFrame, tolerance: float = DEFAULT_TIE_TOLERANCE) -> list[Selection]:
+    """Manifest entries in lookup order: (N, K) ascending, then M ascending."""
+    rows = eligible_rows(ranked=ranked)
+    parameters = ranked_parameters(frame=ranked)
+    configs = {row["config_id"]: tuple((p, row[p]) for p in parameters)
+               for row in rows.unique("config_id", keep="first").iter_rows(named=True)}
+    entries: list[Selection] = []
+    for (n, k), group in sorted(rows.group_by(["N", "K"]), key=lambda item: item[0]):
+        ties_by_m = [(int(m), near_ties(shape_rows=part, tolerance=tolerance))
+                     for (m,), part in sorted(group.group_by(["M"]), key=lambda item: item[0])]
+        for start, end, config in merge_ranges(choices=choose_winners(ties_by_m=ties_by_m)):
+            entries.append(Selection(m=start, m_end=end, n=int(n), k=int(k), config_id=config,
+                                     values=configs[config]))
+    return entries
+
+
+def _distinct(values: pl.Series) -> str:
+    present = sorted({str(v) for v in values.drop_nulls().to_list()})
+    return ",".join(present) if present else "unknown"
+
+
+def data_hash(*, ranked: pl.DataFrame) -> str:
+    """Hash of the measurement values of the ranked rows (backend and content keys left out)."""
+    columns = [c for c in (*MEASUREMENT_COLUMNS, *ranked_parameters(frame=ranked)) if c in ranked.columns]
+    rows = ranked.select(columns).sort(["M", "N", "K", "config_id"]).rows()
+    return sha256_text(canonical_json(rows))[:16]
+
+
+def provenance(*, table: str, ranked: pl.DataFrame) -> dict[str, str]:
+    """The measurement behind the table: never the time, commit or backend of this selection step."""
+    rows = eligible_rows(ranked=ranked)
+
+    def column(name: str) -> pl.Series:
+        return rows[name] if name in rows.columns else pl.Series(name, [], dtype=pl.Utf8)
+
+    backends = column("backend").replace_strict(MEASUREMENT_BACKEND, default=column("backend"))
+    times = column("time").drop_nulls().cast(pl.Utf8)
+    return {
+        "table": table,
+        "results_key": _distinct(column("measured_key")),
+        "data_hash": data_hash(ranked=ranked),
+        "kernel_hash": _distinct(column("kernel_hash")),
+        "device": _distinct(column("device")),
+        "driver": _distinct(column("driver")),
+        "backend": _distinct(backends),
+        "date": max(times.to_list())[:10] if times.len() else "unknown",
+        "git_rev": _distinct(column("git_rev")),
+    }
+
+
+def entry_mapping(*, selection: Selection, kernel: str) -> dict[str, Any]:
+    """An entry's keys in manifest order: M, M_END, N, K, tunables (grid order), KERNEL, CONFIG_ID."""
+    return {"M": selection.m, "M_END": selection.m_end, "N": selection.n, "K": selection.k,
+            **{name.upper(): _plain(value) for name, value in selection.values},
+            "KERNEL": kernel, "CONFIG_ID": selection.config_id}
+
+
+def _plain(value: Any) -> Any:
+    """numpy / polars scalars as plain Python values."""
+    return value.item() if hasattr(value, "item") else value
+
+
+SHAPE_KEYS = ("M", "M_END", "N", "K", "CONFIG_ID")
+
+
+def split_defaults(*, entries: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Values shared by every entry (never shape keys or CONFIG_ID) and each entry's own values."""
+    if not entries:
+        return {}, []
+    keys = [k for k in entries[0] if k not in SHAPE_KEYS]
+    common = {k: entries[0][k] for k in keys
+              if all(k in e and type(e[k]) is type(entries[0][k]) and e[k] == entries[0][k] for e in entries)}
+    own = [{k: v for k, v in e.items() if k not in common} for e in entries]
+    return common, own
+
+
+def yaml_scalar(value: Any) -> str:
+    """One YAML scalar that yaml.safe_load reads back as exactly ``value``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    text = str(value)
+    if PLAIN_STRING.match(text) and yaml.safe_load(text) == text:
+        return text
+    return json.dumps(text)
+
+
+def yaml_mapping_lines(*, mapping: dict[str, Any], indent: str) -> list[str]:
+    """``key: value`` lines of a flat mapping."""
+    return [f"{indent}{yaml_scalar(k)}: {yaml_scalar(v)}" for k, v in mapping.items()]
+
+
+def manifest_text(*, header: list[str], top: dict[str, Any], defaults: dict[str, Any], anchor: str,
+                  list_key: str, entries: list[dict[str, Any]], defaults_as_list: bool = False) -> str:
+    """Deterministic YAML: header comments, flat top mappings, an anchored defaults, merged entries."""
+    lines = [f"# {line}" if line else "#" for line in header]
+    for key, value in top.items():
+        if isinstance(value, dict):
+            lines.append(f"{key}:")
+            lines.extend(yaml_mapping_lines(mapping=value, indent="  "))
+        else:
+            lines.append(f"{key}: {yaml_scalar(value)}")
+    if defaults:
+        lines.append(f"{anchor}: &{anchor}")
+        body = yaml_mapping_lines(mapping=defaults, indent="  ")
+        if defaults_as_list:  # kprofile's `common: &common` is a list holding one mapping
+            body = ["- " + body[0].strip(), *body[1:]]
+        lines.extend(body)
+    else:
+        lines.append(f"{anchor}: &{anchor} " + ("[{}]" if defaults_as_list else "{}"))
+    lines.append(f"{list_key}:")
+    for entry in entries:
+        lines.append(f"  - <<: *{anchor}")
+        lines.extend(yaml_mapping_lines(mapping=entry, indent="    "))
+    return "\n".join(lines) + "\n"
+
+
+def build_manifest(*, table: str, kernel: str, ranked: pl.DataFrame,
+                   tolerance: float = DEFAULT_TIE_TOLERANCE) -> str:
+    """The manifest text of a table, byte-identical for the same ranked measurements."""
+    selections = select_entries(ranked=ranked, tolerance=tolerance)
+    entries = [entry_mapping(selection=s, kernel=kernel) for s in selections]
+    defaults, own = split_defaults(entries=entries)
+    header = [f"tunetable manifest for table {table}: generated by `tunetable select`; do not edit by hand.",
+              f"Per (N, K), the fastest verified config per M range [M, M_END); near-ties within "
+              f"{tolerance:g} (relative) or the measured IQR go to the config winning more neighbours."]
+    return manifest_text(header=header, top={"provenance": provenance(table=table, ranked=ranked)},
+                         defaults=defaults, anchor="defaults", list_key="params", entries=own)

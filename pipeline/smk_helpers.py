@@ -1,0 +1,186 @@
+"""What the Snakefile needs at parse time: the plan (tables, backend, content keys) and target lists.
+
+Parsing must stay cheap and deterministic (a cluster job re-parses the Snakefile): no CUDA
+context, no network. The backend is resolved once here, so a replayed run never asks for the
+compile stage and a live run asks for exactly one GPU per bench job.
+
+Checked-in files (manifests/*.yaml, kernels/tuning_configs.py) are never Snakemake outputs:
+Snakemake deletes a job's outputs before it runs and after it fails, which would delete reviewed
+files. The select and codegen rules write them in place (atomically, through the CLI) and declare
+a stamp under results/stamps/ as their output.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipeline import paths
+from pipeline.errors import TuneTableError
+from pipeline.keys import canonical_json, kernel_source_hash, sha256_text
+from pipeline.params import SCHEMA_PATH, TableSpec, load_params, table_specs
+
+# The CLI as the interpreter running Snakemake sees it: works without an activated venv.
+CLI = f"{shlex.quote(sys.executable)} -m pipeline"
+STAMPS = paths.RESULTS / "stamps"
+LOGS = paths.RESULTS / "logs"
+KEY_PATTERN = "[0-9a-f]{16}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the rules need, resolved once per parse."""
+
+    tables: tuple[TableSpec, ...]
+    backend: str                      # resolved: "cuda" or "replay"
+    backend_line: str                 # the loud line that says which and why
+    keys: Mapping[str, str]           # table -> content key of its raw shards
+    recording: Path
+
+    def table(self, name: str) -> TableSpec:
+        """The TableSpec of a declared table."""
+        for spec in self.tables:
+            if spec.name == name:
+                return spec
+        raise TuneTableError(f"unknown table '{name}'", path="params.yaml", where="tables")
+
+
+def check_params_file(path: str | Path) -> None:
+    """Load and validate params.yaml before Snakemake does, so a bad file fails with one clear line."""
+    load_params(path)
+
+
+def check_manifest_paths(tables: tuple[TableSpec, ...], *, path: str | Path) -> None:
+    """Each table's manifest must be manifests/<table>.yaml: the rules derive it from the name."""
+    for spec in tables:
+        expected = manifest_path(spec.name)
+        if Path(spec.codegen.manifest) != expected:
+            raise TuneTableError(
+                f"manifest must be {expected} (the pipeline derives it from the table name)",
+                path=path, where=f"tables.{spec.name}.codegen.manifest",
+            )
+
+
+def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> Plan:
+    """Resolve backend and content keys for every declared table (the Snakefile calls this once)."""
+    from pipeline.bench.plan import recording_path, resolve_backend, shard_key
+
+    tables = tuple(table_specs(dict(config), path=params_path))
+    check_manifest_paths(tables, path=params_path)
+    recording = recording_path(params=config)
+    requested = str((config.get("bench") or {}).get("backend", "auto"))
+    choice = resolve_backend(requested=requested, recording=recording)
+    keys = {spec.name: shard_key(config, spec, choice.backend) for spec in tables}
+    return Plan(tables=tables, backend=choice.backend, backend_line=choice.reason, keys=keys, recording=recording)
+
+
+def banner(plan: Plan) -> str:
+    """The loud line printed at the start and end of a run: replayed or measured live."""
+    if plan.backend == "replay":
+        what = "REPLAYING the committed recording (no GPU timing happens in this run)"
+    else:
+        what = "MEASURING LIVE on the GPU"
+    return f"tunetable: {what}\ntunetable: {plan.backend_line}"
+
+
+def manifest_path(table: str) -> Path:
+    """The checked-in manifest of a table."""
+    return Path("manifests") / f"{table}.yaml"
+
+
+def select_stamp(table: str) -> Path:
+    """Stamp written after select rewrote manifests/<table>.yaml (holds its sha256)."""
+    return STAMPS / "select" / f"{table}.sha256"
+
+
+def codegen_stamp() -> Path:
+    """Stamp written after codegen rewrote and re-checked every generated table."""
+    return STAMPS / "codegen.ok"
+
+
+def shard_paths(plan: Plan, table: str) -> list[str]:
+    """Raw shard files of a table for the current content key, in params.yaml shape order."""
+    key = plan.keys[table]
+    return [str(paths.raw_shard(table, key, m, n, k)) for (m, n, k) in plan.table(table).shapes()]
+
+
+def all_shards(plan: Plan) -> list[str]:
+    """Raw shard files of every table."""
+    return [p for spec in plan.tables for p in shard_paths(plan, spec.name)]
+
+
+def ranked_outputs(table: str) -> dict[str, str]:
+    """The files ``tunetable rank`` writes for a table."""
+    parquet = paths.ranked(table)
+    return {
+        "parquet": str(parquet),
+        "csv": str(parquet.with_suffix(".csv")),
+        "md": str(parquet.with_suffix(".md")),
+        "failures": str(parquet.with_name(f"{table}.failures.csv")),
+    }
+
+
+def metrics_outputs(table: str) -> dict[str, str]:
+    """The files ``tunetable metrics`` writes for a table."""
+    csv = paths.plot_data(table)
+    return {"json": str(paths.metrics(table)), "csv": str(csv), "png": str(csv.with_suffix(".png"))}
+
+
+def codegen_inputs(plan: Plan) -> list[str]:
+    """Select stamps, snippets and targets: a hand edit of a generated file re-runs codegen."""
+    files: list[str] = [str(select_stamp(spec.name)) for spec in plan.tables]
+    for spec in plan.tables:
+        files.append(spec.codegen.snippet)
+        files.extend(spec.codegen.variants.values())
+        files.append(spec.codegen.target)
+    return sorted(set(files), key=files.index)
+
+
+def bench_inputs(plan: Plan, table: str) -> list[str]:
+    """Replay needs only the recording; live needs the compile report (cubins)."""
+    if plan.backend == "replay":
+        from pipeline.bench.plan import sidecar_path
+
+        return [str(plan.recording), str(sidecar_path(plan.recording))]
+    return [str(paths.compile_report(table))]
+
+
+def fingerprint(value: Any) -> str:
+    """Short stable hash of settings: a Snakemake ``params:`` value that changes only when they do."""
+    return sha256_text(canonical_json(value))[:16]
+
+
+def grid_fingerprint(config: Mapping[str, Any], table: str) -> str:
+    """What the grid file depends on: the table's grid, family, kernel source and compile limits."""
+    spec = config["tables"][table]
+    return fingerprint({
+        "grid": spec["grid"], "family": spec["family"], "arch": spec.get("arch"),
+        "kernel": kernel_source_hash(spec["kernel"]), "limits": (config.get("compile") or {}).get("limits"),
+    })
+
+
+def compile_fingerprint(config: Mapping[str, Any], table: str) -> str:
+    """What the compile report depends on: the grid plus the compile settings."""
+    settings = {k: v for k, v in (config.get("compile") or {}).items() if k != "workers"}
+    return fingerprint({"grid": grid_fingerprint(config, table), "compile": settings})
+
+
+def select_fingerprint(config: Mapping[str, Any], table: str) -> str:
+    """What a manifest depends on besides the ranked table: select settings and the table's family."""
+    return fingerprint({"select": config.get("select"), "family": config["tables"][table]["family"]})
+
+
+def codegen_fingerprint(config: Mapping[str, Any]) -> str:
+    """Every table's codegen settings."""
+    return fingerprint({name: spec["codegen"] for name, spec in config["tables"].items()})
+
+
+def wildcard_constraints(plan: Plan) -> dict[str, str]:
+    """Regexes for the rule wildcards: only declared tables and current keys match."""
+    names = "|".join(sorted(spec.name for spec in plan.tables))
+    keys = "|".join(sorted(set(plan.keys.values()))) or KEY_PATTERN
+    return {"table": f"(?:{names})", "key": f"(?:{keys})", "M": r"[1-9][0-9]*", "N": r"[1-9][0-9]*",
+            "K": r"[1-9][0-9]*"}

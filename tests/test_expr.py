@@ -1,0 +1,125 @@
+"""pipeline.expr: the whitelisted expression language of grid rules, derived values and queries."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import TuneTableError
+from pipeline.expr import parse_expression
+
+NAMES = ("BLOCK_M", "BLOCK_N", "WARPS_M", "STAGES", "LAYOUT", "FLAG")
+ENV = {"BLOCK_M": 128, "BLOCK_N": 64, "WARPS_M": 2, "STAGES": 3, "LAYOUT": "tn", "FLAG": True}
+
+
+def value_of(source: str, env: dict | None = None):
+    """Parse with the test names and evaluate against ENV (or ``env``)."""
+    return parse_expression(source, allowed_names=NAMES).evaluate(ENV if env is None else env)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("BLOCK_M % (WARPS_M * 16) == 0", True),
+        ("BLOCK_M * BLOCK_N // 4096", 2),
+        ("BLOCK_N / 128", 0.5),
+        ("2 ** STAGES", 8),
+        ("-BLOCK_N + +BLOCK_M", 64),
+        ("BLOCK_M - BLOCK_N * 2", 0),
+        ("BLOCK_M % 48", 32),
+        ("64 <= BLOCK_N < 128", True),
+        ("64 < BLOCK_N < 128", False),
+        ("BLOCK_N in (32, 64)", True),
+        ("BLOCK_N not in [32, 64]", False),
+        ("STAGES > 2 and not FLAG", False),
+        ("STAGES > 4 or FLAG", True),
+        ("LAYOUT == 'tn'", True),
+        ("BLOCK_M if STAGES > 2 else BLOCK_N", 128),
+        ("BLOCK_M if STAGES > 3 else BLOCK_N", 64),
+        ("1.5 * 2", 3.0),
+        ("True", True),
+    ],
+)
+def test_evaluates_whitelisted_operators(source: str, expected: object) -> None:
+    assert value_of(source) == expected
+
+
+def test_and_or_short_circuit_like_python() -> None:
+    # The right side would divide by zero: short-circuit must not evaluate it.
+    assert value_of("WARPS_M != 0 and BLOCK_M / WARPS_M > 1", {**ENV, "WARPS_M": 0}) is False
+    assert value_of("WARPS_M == 0 or BLOCK_M / WARPS_M > 1", {**ENV, "WARPS_M": 0}) is True
+
+
+def test_parsed_once_evaluates_many_environments() -> None:
+    rule = parse_expression("BLOCK_M % (WARPS_M * 16) == 0", allowed_names=NAMES)
+    kept = [m for m in (16, 32, 48, 64, 80) if rule({"BLOCK_M": m, "WARPS_M": 2})]
+    assert kept == [32, 64]
+    assert rule.names == frozenset({"BLOCK_M", "WARPS_M"})
+
+
+@pytest.mark.parametrize(
+    ("source", "what"),
+    [
+        ("foo(BLOCK_M)", "call not allowed"),
+        ("max(BLOCK_M, 64)", "call not allowed"),
+        ("BLOCK_M.bit_length()", "call not allowed"),
+        ("BLOCK_M.real", "attribute access not allowed"),
+        ("LAYOUT[0] == 't'", "subscript not allowed"),
+        ("(lambda: 1)", "lambda not allowed"),
+        ("[x for x in (1, 2)]", "comprehension not allowed"),
+        ("(y := 3)", "assignment expression not allowed"),
+        ("BLOCK_M << 1", "operator LShift not allowed"),
+        ("BLOCK_M & 1", "operator BitAnd not allowed"),
+        ("~BLOCK_M", "operator Invert not allowed"),
+        ("BLOCK_M is 128", "comparison Is not allowed"),
+        ("None", "literal None not allowed"),
+        ("{1: 2}", "dict literal not allowed"),
+        ("(1, 2)", "tuple or list is only allowed on the right of 'in'"),
+        ("BLOCK_M in BLOCK_N", "'in' needs a literal tuple or list"),
+        ("__import__('os')", "call not allowed"),
+        ("f'{BLOCK_M}'", "f-string not allowed"),
+    ],
+)
+def test_rejects_everything_outside_the_whitelist(source: str, what: str) -> None:
+    with pytest.raises(TuneTableError) as caught:
+        parse_expression(source, allowed_names=NAMES, kind="rule", path="params.yaml", where="tables.t.grid.rules[2]")
+    message = str(caught.value)
+    assert message.startswith("params.yaml: tables.t.grid.rules[2]: ")
+    assert what in message
+    assert f"in rule '{source}'" in message
+
+
+def test_error_names_the_rule_like_the_brief() -> None:
+    with pytest.raises(TuneTableError) as caught:
+        parse_expression("foo(BLOCK_M)", allowed_names=NAMES, kind="rule", path="params.yaml", where="tables.gemm_mma.grid.rules[2]")
+    assert str(caught.value) == "params.yaml: tables.gemm_mma.grid.rules[2]: call not allowed in rule 'foo(BLOCK_M)'"
+
+
+def test_unknown_name_lists_the_allowed_ones() -> None:
+    with pytest.raises(TuneTableError, match=r"unknown name 'BLOCK_Q' \(allowed: BLOCK_M, STAGES\)"):
+        parse_expression("BLOCK_Q > 1", allowed_names=("STAGES", "BLOCK_M"))
+
+
+@pytest.mark.parametrize("source", ["BLOCK_M >", "", "   ", "BLOCK_M = 1", "import os"])
+def test_syntax_errors_and_statements_are_errors(source: str) -> None:
+    with pytest.raises(TuneTableError):
+        parse_expression(source, allowed_names=NAMES)
+
+
+def test_evaluation_errors_name_expression_and_values() -> None:
+    rule = parse_expression("BLOCK_M // WARPS_M > 1", allowed_names=NAMES, kind="rule", path="p.yaml", where="rules[0]")
+    with pytest.raises(TuneTableError) as caught:
+        rule({"BLOCK_M": 64, "WARPS_M": 0})
+    message = str(caught.value)
+    assert message.startswith("p.yaml: rules[0]: cannot evaluate rule 'BLOCK_M // WARPS_M > 1'")
+    assert "BLOCK_M=64" in message and "WARPS_M=0" in message
+
+
+def test_huge_exponent_is_refused_not_computed() -> None:
+    with pytest.raises(TuneTableError, match="exponent"):
+        value_of("2 ** 2 ** 100")
+
+
+def test_missing_value_at_evaluation_is_an_error() -> None:
+    expression = parse_expression("BLOCK_M > 1", allowed_names=NAMES)
+    with pytest.raises(TuneTableError, match="'BLOCK_M' has no value"):
+        expression({})

@@ -1,0 +1,75 @@
+"""Ranking per shape: order, tie-break, ratios, failures and the written files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+from result_rows import row, shard
+
+from pipeline import rank, resultset
+from result_rows import GRID
+
+
+@pytest.fixture
+def ranked_table(tmp_path):
+    rows = [row(m=1, config="ca", median=2.0), row(m=1, config="cc", median=1.0), row(m=1, config="cb", median=1.0),
+            row(m=1, config="cublas", median=4.0), row(m=1, config="cd", median=None, status="build"),
+            row(m=8, config="ca", median=3.0), row(m=8, config="cb", median=6.0),
+            row(m=8, config="cc", median=0.5, status="verify")]
+    frame = resultset.combine(results=resultset.load_files(paths=[shard(tmp_path / "s.pkl", rows)]).results)
+    return rank.rank_rows(rows=frame, parameters=GRID)
+
+
+def test_rank_order_ties_and_ratios(ranked_table):
+    table = ranked_table.ranked
+    assert table.select("M", "rank", "config_id").rows() == [(1, 1, "cb"), (1, 2, "cc"), (1, 3, "ca"),
+                                                              (8, 1, "ca"), (8, 2, "cb")]
+    assert table["ratio_to_best"].to_list() == [1.0, 1.0, 2.0, 1.0, 2.0]
+    assert table["ratio_to_cublas"].to_list()[:3] == [0.25, 0.25, 0.5]
+    assert table["ratio_to_cublas"].to_list()[3:] == [None, None]  # no baseline measured at M=8
+    assert table.columns[:5] == ["rank", "M", "N", "K", "config_id"]
+    assert table.columns[5:5 + len(GRID)] == list(GRID)
+
+
+def test_failures_listed_with_their_class(ranked_table):
+    failures = ranked_table.failures
+    assert failures.select("M", "config_id", "status").rows() == [(1, "cd", "build"), (8, "cc", "verify")]
+
+
+def test_write_ranked_files(tmp_path, ranked_table):
+    out = tmp_path / "ranked" / "gemm_mma.parquet"
+    written = rank.write_ranked(table=ranked_table, out=out, name="gemm_mma")
+    assert sorted(p.name for p in written) == ["gemm_mma.csv", "gemm_mma.failures.csv", "gemm_mma.md",
+                                               "gemm_mma.parquet"]
+    assert pl.read_parquet(out).equals(ranked_table.ranked)
+    assert "| rank | M | N | K | config_id |" in (tmp_path / "ranked" / "gemm_mma.md").read_text()
+    assert (tmp_path / "ranked" / "gemm_mma.failures.csv").read_text().splitlines()[1].startswith("1,4096,4096,cd,")
+    first = out.read_bytes()
+    rank.write_ranked(table=ranked_table, out=out, name="gemm_mma")
+    assert out.read_bytes() == first
+
+
+def test_rank_cli_counts_invalid_and_writes(tmp_path):
+    good = shard(tmp_path / "M1.pkl", [row(m=1, config="ca", median=1.0), row(m=1, config="cb", median=0.5)])
+    bad = tmp_path / "bad.pkl"
+    bad.write_text("nope")
+    out = tmp_path / "r" / "t.parquet"
+    done = subprocess.run([sys.executable, "-m", "pipeline", "rank", "--table", "gemm_mma", "--out", str(out),
+                           str(good), str(bad)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"Invalid pkl [{bad}]" in done.stderr
+    assert pl.read_parquet(out)["config_id"].to_list() == ["cb", "ca"]
+
+
+def test_rank_cli_all_invalid_exits_2(tmp_path):
+    bad = tmp_path / "bad.pkl"
+    bad.write_text("nope")
+    done = subprocess.run([sys.executable, "-m", "pipeline", "rank", "--table", "t", "--out", str(tmp_path / "o.parquet"),
+                           str(bad)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"Invalid pkl [{bad}]" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "o.parquet").exists()
