@@ -61,12 +61,12 @@ def large_tile_configs(*, min_block_m: int) -> list[KernelConfig]:
     return [c for c in kept if c.as_dict()["BLOCK_M"] >= min_block_m and c.as_dict()["SPLIT_K"] == 1]
 
 
-def compile_config(*, config: KernelConfig, out_dir: Path) -> Compiled:
+def compile_config(*, config: KernelConfig, source: Path, out_dir: Path) -> Compiled:
     """nvcc one configuration to cubin; parse the main kernel's ptxas line."""
     cubin = out_dir / f"{config.id}.cubin"
     defines = [f"-D{k}={v}" for k, v in config.defines().items()]
     proc = subprocess.run(
-        ["nvcc", *NVCC_FLAGS, *defines, "-o", str(cubin), str(REPO / FAMILY.source)],
+        ["nvcc", *NVCC_FLAGS, *defines, "-o", str(cubin), str(source)],
         check=True, capture_output=True, text=True,
     )
     report = proc.stdout + proc.stderr
@@ -118,6 +118,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--min-block-m", type=int, default=64)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--source", type=Path, default=REPO / FAMILY.source,
+                        help="kernel source (an earlier version from benchmarks/versions/ for comparisons)")
     args = parser.parse_args()
 
     import torch
@@ -147,7 +149,7 @@ def main() -> None:
     configs = large_tile_configs(min_block_m=args.min_block_m)
     build_dir = Path(tempfile.mkdtemp(prefix="gemm_bench_"))
     with ThreadPoolExecutor(max_workers=16) as pool:
-        compiled = list(pool.map(lambda c: compile_config(config=c, out_dir=build_dir), configs))
+        compiled = list(pool.map(lambda c: compile_config(config=c, source=args.source, out_dir=build_dir), configs))
     functions = {}
     for item in compiled:
         module = cuda.module_from_file(str(item.cubin))
@@ -156,7 +158,8 @@ def main() -> None:
                          FAMILY.smem_bytes(item.config.defines()))
         functions[item.config.id] = (module, fn)
 
-    results = {"device": props.name, "driver": driver, "sms": props.multi_processor_count,
+    results = {"source": str(args.source.resolve().relative_to(REPO)) if args.source.resolve().is_relative_to(REPO)
+               else str(args.source), "device": props.name, "driver": driver, "sms": props.multi_processor_count,
                "l2_bytes": l2_bytes, "torch": torch.__version__, "rounds": args.rounds,
                "method": "random bf16 inputs, rotating sets > 3x L2, CUDA events around batches, "
                          "configs and cuBLAS interleaved per round, median of rounds",

@@ -49,7 +49,8 @@ PRINT_ENV = "TUNETABLE_PRINT_AUTOTUNING"
 CACHE_DIR_ENV = "TUNETABLE_CACHE_DIR"
 FORCE_ENV = "TUNETABLE_FORCE_RETUNE"
 
-# timer(launch, warmup_ms=, rounds=) -> every timed sample in milliseconds
+# timer(launch, warmup_ms=, rounds=, reset=) -> every timed sample in milliseconds; reset, when
+# not None, must run before every launch outside the timed region (it restores written arguments)
 Timer = Callable[..., Sequence[float]]
 
 
@@ -178,20 +179,70 @@ def restore(target: Any, saved: Any) -> None:
         target[...] = saved
 
 
+# --- verification ------------------------------------------------------------------------------
+
+def to_numpy(value: Any) -> Any:
+    """A host float64 copy of an array from torch, CuPy, pycuda or numpy."""
+    import numpy as np
+
+    if hasattr(value, "detach"):  # torch (bf16 has no numpy dtype: widen on the device first)
+        value = value.detach().float().cpu().numpy()
+    elif hasattr(value, "get") and not isinstance(value, Mapping):  # CuPy, pycuda GPUArray
+        value = value.get()
+    return np.asarray(value).astype(np.float64)
+
+
+def relative_error(actual: Any, expected: Any) -> float:
+    """||actual - expected|| / ||expected|| (Frobenius), inf when shapes differ or values are not finite."""
+    import numpy as np
+
+    got, want = to_numpy(actual), to_numpy(expected)
+    if got.shape != want.shape or not np.isfinite(got).all():
+        return float("inf")
+    norm = float(np.linalg.norm(want))
+    diff = float(np.linalg.norm(got - want))
+    return diff / norm if norm > 0 else diff
+
+
+def close_to(
+    reference: Callable[[Mapping[str, Any]], Mapping[str, Any]], *, rtol: float = 0.02
+) -> Callable[[Mapping[str, Any]], bool]:
+    """A ``verify`` callable: each output ``reference(args)`` names is within ``rtol`` of its value."""
+
+    def verify(args: Mapping[str, Any]) -> bool:
+        expected = reference(args)
+        return all(relative_error(args[name], value) <= rtol for name, value in expected.items())
+
+    return verify
+
+
 # --- timing ------------------------------------------------------------------------------------
 
-def wall_clock_timer(launch: Callable[[], Any], *, warmup_ms: float = 5.0, rounds: int = 10) -> list[float]:
-    """Time a host function with perf_counter: time-based warm-up, then ``rounds`` samples (ms)."""
+def wall_clock_timer(
+    launch: Callable[[], Any], *, warmup_ms: float = 5.0, rounds: int = 10, reset: Callable[[], Any] | None = None
+) -> list[float]:
+    """Time a host function with perf_counter: time-based warm-up, then ``rounds`` samples (ms).
+
+    ``reset`` (restoring written arguments) runs before every launch, outside the timed region.
+    """
+    reset = reset or _nothing
     deadline = time.perf_counter() + warmup_ms / 1e3
+    reset()
     launch()
     while time.perf_counter() < deadline:
+        reset()
         launch()
     samples = []
     for _ in range(rounds):
+        reset()
         started = time.perf_counter()
         launch()
         samples.append((time.perf_counter() - started) * 1e3)
     return samples
+
+
+def _nothing() -> None:
+    return None
 
 
 @functools.lru_cache(maxsize=2)
@@ -205,26 +256,36 @@ def _flush_buffer(l2_factor: float) -> tuple[Any, int]:
 
 
 def cuda_cold_l2_timer(
-    launch: Callable[[], Any], *, warmup_ms: float = 25.0, rounds: int = 20, l2_factor: float = 3.0
+    launch: Callable[[], Any],
+    *,
+    warmup_ms: float = 25.0,
+    rounds: int = 20,
+    l2_factor: float = 3.0,
+    reset: Callable[[], Any] | None = None,
 ) -> list[float]:
     """Time GPU work with CUDA events, L2 evicted before every sample (the bench's cold-L2 rule).
 
     A write of l2_factor x L2 bytes precedes each timed launch on the same stream, so the launch
     starts with a cold L2 and the GPU is busy while the host enqueues it (no launch gap timed).
+    ``reset`` (restoring written arguments) is enqueued before the flush, outside the timed region.
     Needs a current pycuda context (kernels.dispatch.runtime() makes one).
     """
     import pycuda.driver as cuda
 
+    reset = reset or _nothing
     flush, words = _flush_buffer(l2_factor)
     start, end = cuda.Event(), cuda.Event()
+    reset()
     launch()
     cuda.Context.synchronize()
     deadline = time.perf_counter() + warmup_ms / 1e3
     while time.perf_counter() < deadline:
+        reset()
         launch()
         cuda.Context.synchronize()
     samples = []
     for _ in range(rounds):
+        reset()
         cuda.memset_d32_async(flush, 0, words)
         start.record()
         launch()
@@ -444,9 +505,9 @@ class Autotuner:
             launch()
             if self.verify is not None and not self.verify(named):
                 return Trial(index=index, config=text, status="verify", median_ms=None, error="output failed verification")
-            restore_all()
             timer = self.timer or cuda_cold_l2_timer
-            samples = [float(value) for value in timer(launch, warmup_ms=self.warmup_ms, rounds=self.rounds)]
+            reset = restore_all if saved else None
+            samples = [float(value) for value in timer(launch, warmup_ms=self.warmup_ms, rounds=self.rounds, reset=reset)]
         except Exception as exc:  # a configuration that cannot run is a failed trial, not a crash
             return Trial(index=index, config=text, status="failed", median_ms=None, error=f"{type(exc).__name__}: {exc}")
         return Trial(index=index, config=text, status="ok", median_ms=statistics.median(samples), samples_ms=tuple(samples))
@@ -479,7 +540,7 @@ def autotune(
 
     ``prune(configs, named_args)`` keeps the configurations worth trying; ``restore_value`` names
     arguments the function writes; ``verify(named_args)`` returns False for a wrong result;
-    ``timer(launch, warmup_ms=, rounds=)`` returns samples in ms (default: CUDA events with a
+    ``timer(launch, warmup_ms=, rounds=, reset=)`` returns samples in ms (default: CUDA events with a
     cold L2; ``wall_clock_timer`` for host functions); ``sources`` are kernel files whose edits
     must invalidate the cache; ``device`` overrides the detected device name.
     """

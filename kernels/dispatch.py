@@ -15,6 +15,7 @@ The decision logic (``lookup``, ``most_common_entry``, ``Dispatcher``) and the i
 from __future__ import annotations
 
 import atexit
+import struct
 import sys
 import threading
 import warnings
@@ -312,7 +313,12 @@ def _table_setup(params_path: str, table: str) -> tuple[Any, Any, tuple[Any, ...
     from pipeline.grid import compile_derived, normalise_groups
     from pipeline.params import load_params, table_spec
 
-    params = load_params(params_path)
+    try:
+        params = load_params(params_path)
+    except ImportError:  # jsonschema is a CI dependency; a GPU image may lack it (CI validates params.yaml)
+        import yaml
+
+        params = yaml.safe_load(Path(params_path).read_text())
     spec = table_spec(params, table, path=params_path)
     groups = normalise_groups(spec.grid, path=params_path, table=table)
     names = list(dict.fromkeys(name for _, values in groups for name in values))
@@ -336,23 +342,43 @@ def kernel_config(entry: TuningConfig, *, params_path: Path = PARAMS_PATH) -> An
     return config
 
 
+def _compile_settings(table: str, *, params_path: Path) -> dict[str, Any]:
+    """The compile stage's settings for a table: kernel source, nvcc flags, arch, cache folder."""
+    params, spec, _ = _table_setup(str(params_path), table)
+    compile_settings = params.get("compile") or {}
+    return {
+        "kernel_path": ROOT / spec.kernel,
+        "flags": list(compile_settings.get("nvcc_flags") or []),
+        "arch": spec.arch,
+        "cache_dir": ROOT / compile_settings.get("cache_dir", ".cache/cubins"),
+    }
+
+
 def cubin_for(entry: TuningConfig, *, params_path: Path = PARAMS_PATH) -> str:
     """The entry's cubin from the content-addressed compile cache, compiled now when missing."""
     from pipeline.compile import compile_config
 
-    params, spec, _ = _table_setup(str(params_path), entry.kernel)
-    compile_settings = params.get("compile") or {}
     config = kernel_config(entry, params_path=params_path)
-    result = compile_config(
-        kernel_path=ROOT / spec.kernel,
-        defines=config.defines(),
-        flags=list(compile_settings.get("nvcc_flags") or []),
-        arch=spec.arch,
-        cache_dir=ROOT / compile_settings.get("cache_dir", ".cache/cubins"),
-    )
+    result = compile_config(defines=config.defines(), **_compile_settings(entry.kernel, params_path=params_path))
     if result.status != "ok" or result.cubin is None:
         raise RuntimeError(f"{entry.kernel}: configuration {config.id} failed to compile: {result.error}")
     return result.cubin
+
+
+def warm_cache(*, table: str = TABLE, workers: int = 0, params_path: Path = PARAMS_PATH) -> dict[str, str]:
+    """Compile every configuration the runtime may run (table entries, fallbacks) in parallel; id -> status."""
+    import os
+
+    from pipeline.compile import compile_configs
+
+    entries = list(TABLES[table]) + [
+        make_entry(tunables=tunables, n=8, k=8, kernel=table) for tunables in (DEFAULT_TUNABLES, SKINNY_TUNABLES)
+    ]
+    configs = {item.config_id: kernel_config(item, params_path=params_path) for item in entries}
+    results = compile_configs(
+        configs.values(), workers=workers or os.cpu_count() or 1, **_compile_settings(table, params_path=params_path)
+    )
+    return {config_id: result.status for config_id, result in results.items()}
 
 
 # --- the GPU side (pycuda, imported lazily) ----------------------------------------------------
@@ -374,12 +400,15 @@ class Plan:
 
     def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int) -> None:
         """Enqueue the GEMM (and the split-K reduction) on the default stream."""
-        self.main.prepared_async_call(
-            self.grid, self.block, None, a_ptr, b_ptr, c_ptr, self.workspace_ptr, m, n, k, shared_size=self.smem_bytes
+        # What pycuda's prepared_async_call does, minus its per-call import, kwargs and legacy
+        # block-shape bookkeeping: pack the arguments and launch (about half the host cost).
+        self.main._launch_kernel(
+            self.grid, self.block, _pack("PPPPiii", a_ptr, b_ptr, c_ptr, self.workspace_ptr, m, n, k),
+            self.smem_bytes, None,
         )
         if self.reduce is not None:
-            self.reduce.prepared_async_call(
-                self.reduce_grid, self.reduce_block, None, self.workspace_ptr, c_ptr, m, n, self.splits
+            self.reduce._launch_kernel(
+                self.reduce_grid, self.reduce_block, _pack("PPiii", self.workspace_ptr, c_ptr, m, n, self.splits), 0, None
             )
 
 
@@ -407,9 +436,15 @@ class Runtime:
         # The primary context is the one torch and CuPy use, so pointers are shared with them.
         self.context = self.device.retain_primary_context()
         self.context.push()
+        _thread.has_context = True
         atexit.register(self._close)
         self.modules: dict[str, Any] = {}
         self.plans: dict[tuple[str, int, int, int], Plan] = {}
+
+    def enter_thread(self) -> None:
+        """Make the context current in a thread other than the creator (pycuda's stack is per thread)."""
+        self.context.push()
+        _thread.has_context = True
 
     def _close(self) -> None:
         try:
@@ -490,8 +525,11 @@ def _cai_numpy_dtype(like: Any) -> Any:
 
 # --- the public entry points -------------------------------------------------------------------
 
+# Kernel arguments in native layout ('P' a pointer, 'i' an int32), as pycuda's prepared calls pack them.
+_pack = struct.pack
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
+_thread = threading.local()  # has_context: this thread has the runtime's context pushed
 
 
 def dispatcher(table: str = TABLE) -> Dispatcher:
@@ -512,6 +550,8 @@ def runtime() -> Runtime:
             if found is None:
                 found = Runtime()
                 _state["runtime"] = found
+    if not getattr(_thread, "has_context", False):
+        found.enter_thread()
     return found
 
 
@@ -533,6 +573,8 @@ _shape_plans: dict[tuple[int, int, int], Plan] = {}
 
 def _launch(plan: Plan, a: Any, a_op: Operand, b_op: Operand, out: Any, m: int, n: int, k: int) -> Any:
     """Check or allocate the output, then launch."""
+    if not getattr(_thread, "has_context", False):
+        runtime()  # a new thread: push the context first
     if out is None:
         out = runtime().empty_like(a, a_op.library, m=m, n=n)
         c_ptr = operand("out", out).ptr
@@ -549,7 +591,8 @@ def gemm(a: Any, b: Any, out: Any = None) -> Any:
 
     Accepts pycuda GPUArrays, torch tensors, CuPy arrays or any object with
     ``__cuda_array_interface__``; returns ``out`` (allocated like ``a`` when None). The kernel is
-    enqueued on the default stream and the call returns without waiting for it.
+    enqueued on the legacy default stream (torch's and CuPy's default too) of device 0, the
+    first visible GPU (choose it with CUDA_VISIBLE_DEVICES), and the call returns without waiting.
     """
     a_op = operand("a", a)
     b_op = operand("b", b)

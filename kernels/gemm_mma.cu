@@ -111,6 +111,25 @@ __device__ __forceinline__ void load_tile(uint32_t smem_tile, const __nv_bfloat1
   }
 }
 
+// A and B fragments of one k16 step of a warp's sub-tile (ldmatrix.x4, swizzled addresses).
+__device__ __forceinline__ void load_fragments(uint32_t (&a_frag)[kMmaM][4], uint32_t (&b_frag)[kMmaN][2],
+                                               uint32_t tile_a, uint32_t tile_b, int ks, int a_row, int a_chunk,
+                                               int b_row, int b_chunk) {
+#pragma unroll
+  for (int i = 0; i < kMmaM; ++i) {
+    ldmatrix_x4(a_frag[i], tile_a + swizzled(a_row + i * 16, ks * 2 + a_chunk) * 2);
+  }
+#pragma unroll
+  for (int j = 0; j < kMmaN / 2; ++j) {
+    uint32_t r[4];
+    ldmatrix_x4(r, tile_b + swizzled(b_row + j * 16, ks * 2 + b_chunk) * 2);
+    b_frag[2 * j][0] = r[0];
+    b_frag[2 * j][1] = r[1];
+    b_frag[2 * j + 1][0] = r[2];
+    b_frag[2 * j + 1][1] = r[3];
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemm_mma(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, __nv_bfloat16* __restrict__ C,
              float* __restrict__ workspace, int M, int N, int K) {
@@ -182,27 +201,25 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
     const uint32_t tile_a = smem_a + read_stage * kStageA * 2;
     const uint32_t tile_b = smem_b + read_stage * kStageB * 2;
+    // Fragments double-buffered across k16 steps: ldmatrix for step ks+1 is issued before the
+    // mma.sync of step ks, so shared-memory latency hides behind tensor-core work.
+    uint32_t a_frag[2][kMmaM][4];
+    uint32_t b_frag[2][kMmaN][2];
+    load_fragments(a_frag[0], b_frag[0], tile_a, tile_b, 0, a_row, a_chunk, b_row, b_chunk);
 #pragma unroll
     for (int ks = 0; ks < BLOCK_K / 16; ++ks) {
-      uint32_t a_frag[kMmaM][4];
-      uint32_t b_frag[kMmaN][2];
-#pragma unroll
-      for (int i = 0; i < kMmaM; ++i) {
-        ldmatrix_x4(a_frag[i], tile_a + swizzled(a_row + i * 16, ks * 2 + a_chunk) * 2);
-      }
-#pragma unroll
-      for (int j = 0; j < kMmaN / 2; ++j) {
-        uint32_t r[4];
-        ldmatrix_x4(r, tile_b + swizzled(b_row + j * 16, ks * 2 + b_chunk) * 2);
-        b_frag[2 * j][0] = r[0];
-        b_frag[2 * j][1] = r[1];
-        b_frag[2 * j + 1][0] = r[2];
-        b_frag[2 * j + 1][1] = r[3];
+      if (ks + 1 < BLOCK_K / 16) {
+        load_fragments(a_frag[(ks + 1) & 1], b_frag[(ks + 1) & 1], tile_a, tile_b, ks + 1, a_row, a_chunk, b_row,
+                       b_chunk);
       }
 #pragma unroll
       for (int i = 0; i < kMmaM; ++i)
 #pragma unroll
-        for (int j = 0; j < kMmaN; ++j) mma_bf16(acc[i][j], a_frag[i], b_frag[j][0], b_frag[j][1]);
+        for (int j = 0; j < kMmaN; ++j) {
+          // Serpentine over j keeps one B fragment hot between consecutive mma.sync.
+          const int jj = (i & 1) ? kMmaN - 1 - j : j;
+          mma_bf16(acc[i][jj], a_frag[ks & 1][i], b_frag[ks & 1][jj][0], b_frag[ks & 1][jj][1]);
+        }
     }
     read_stage = (read_stage + 1 == STAGES) ? 0 : read_stage + 1;
     write_stage = (write_stage + 1 == STAGES) ? 0 : write_stage + 1;

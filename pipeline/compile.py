@@ -1,8 +1,8 @@
 """Compile kernel configurations to cubins with nvcc: parallel, content-addressed, GPU-blind.
 
 ``compile_config`` compiles one configuration (importable by the runtime for
-compile-on-first-use); ``compile_configs`` runs many through a process pool after answering
-what it can from the cache; ``build_records`` turns the results into the compile report's
+compile-on-first-use); ``compile_configs`` answers what it can from the cache and runs the
+misses as a pool of parallel nvcc processes; ``build_records`` turns the results into the compile report's
 records, pruning configurations whose ptxas resources exceed the device limits.
 
 Cache layout (``compile.cache_dir``, default ``.cache/cubins``): ``<key>.cubin`` plus a
@@ -24,9 +24,8 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -311,7 +310,7 @@ def compile_configs(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_result: Callable[[KernelConfig, CompileResult], None] | None = None,
 ) -> dict[str, CompileResult]:
-    """Compile every configuration (cache hits answered here, misses in a process pool), keyed by config id."""
+    """Compile every configuration (cache hits answered here, misses as ``workers`` parallel nvcc runs), keyed by config id."""
     source = Path(kernel_path)
     if not source.is_file():
         raise TuneTableError("kernel source not found", path=source)
@@ -342,11 +341,16 @@ def compile_configs(
         for config in misses:
             finish(config, compile_config(defines=config.defines(), **common))
         return results
-    # forkserver: workers never inherit the parent's threads (rich's refresh thread) or a GPU context.
-    with ProcessPoolExecutor(max_workers=min(workers, len(misses)), mp_context=get_context("forkserver")) as pool:
+    # The parallel workers are the nvcc processes themselves; a thread only waits on one, so threads
+    # suffice (no pickling, no re-import of __main__, no fork of a process holding rich's thread).
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(misses)), thread_name_prefix="nvcc")
+    try:
         futures = {pool.submit(compile_config, defines=config.defines(), **common): config for config in misses}
         for future in as_completed(futures):
             finish(futures[future], future.result())
+    finally:
+        # On Ctrl-C: drop the queued compiles; the running nvcc processes get the terminal's SIGINT.
+        pool.shutdown(wait=True, cancel_futures=True)
     return results
 
 

@@ -148,6 +148,11 @@ def bench_inputs(plan: Plan, table: str) -> list[str]:
     return [str(paths.compile_report(table))]
 
 
+def gpu_claim_prefix(plan: Plan) -> str:
+    """Command prefix that claims a free GPU for a live bench job ('' when replaying)."""
+    return f"{shlex.quote(sys.executable)} -m pipeline.gpu_claim " if plan.backend == "cuda" else ""
+
+
 def fingerprint(value: Any) -> str:
     """Short stable hash of settings: a Snakemake ``params:`` value that changes only when they do."""
     return sha256_text(canonical_json(value))[:16]

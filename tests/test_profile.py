@@ -58,7 +58,6 @@ def test_default_summary(result):
 def test_top_fraction_common_spec(result):
     metric = views.Metric("met (ms)", False)
     subset = views.top_fraction(frame=result.frame, metric=metric, fraction=0.67, shape=())
-    assert subset["config_id"].to_list() == ["cb", "ca", "ca", "cc"][:4] or True
     # 5 ok rows, ceil(0.67 * 5) = 4 best: 1.0 cb, 2.0 ca, 3.0 ca, 4.0 cc
     assert sorted(subset["config_id"].to_list()) == ["ca", "ca", "cb", "cc"]
     common = views.common_spec(subset=subset, parameters=("BLOCK_M", "STAGES"), shape=())

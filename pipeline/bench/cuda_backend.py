@@ -23,6 +23,7 @@ from pipeline.bench.nvml import NvmlSampler
 
 HARNESS_SOURCE = Path(__file__).with_name("harness.cu")
 BF16_NAN = 0x7FC0
+PTR = np.uintp                   # kernel pointer arguments, as pycuda's prepare() spells them
 MAX_SETS = 2048
 MAX_BATCH = 512
 SPIN_FLOOR_NS = 200_000          # the spin outlasts queueing the batch: a floor ...
@@ -50,9 +51,9 @@ class CudaBackend:
         self.fill = harness.get_function("fill_random_bf16")
         self.err_sums = harness.get_function("rel_err_sums")
         self.spin = harness.get_function("spin_ns")
-        self.fill.prepare("PQQ")
-        self.err_sums.prepare("PPQP")
-        self.spin.prepare("Q")
+        self.fill.prepare([PTR, np.uint64, np.uint64])
+        self.err_sums.prepare([PTR, PTR, np.uint64, PTR])
+        self.spin.prepare([np.uint64])
         self.cublas = Cublas(stream_handle=self.stream.handle)
         self.nvml = NvmlSampler(pci_bus_id=self.device.pci_bus_id())
         self.l2_bytes = int(self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
@@ -158,13 +159,13 @@ class CudaBackend:
             return run_cublas
         smem = int(payload["smem_bytes"])
         main = self._function(payload["cubin"], payload["entry"], smem)
-        main.prepare("PPPPiii")
+        main.prepare([PTR, PTR, PTR, PTR, np.int32, np.int32, np.int32])
         workspace = self._ensure_workspace(int(payload.get("workspace_bytes") or 0))
         grid, block = tuple(payload["grid"]), tuple(payload["block"])
         reduce = None
         if payload.get("reduce_grid") and int(payload.get("splits", 1)) > 1:
             reduce = self._function(payload["cubin"], payload["reduce_entry"], 0)
-            reduce.prepare("PPiii")
+            reduce.prepare([PTR, PTR, np.int32, np.int32, np.int32])
             reduce_grid, reduce_block = tuple(payload["reduce_grid"]), tuple(payload["reduce_block"])
         splits = int(payload.get("splits", 1))
 

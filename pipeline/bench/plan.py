@@ -273,15 +273,12 @@ def toolchain_fingerprint(*, params: Mapping[str, Any], table: TableSpec) -> str
     return f"{nvcc_version()}|{flags}|{table.arch}"
 
 
-def grid_config_ids(*, table: TableSpec) -> list[str]:
+def grid_config_ids(*, params: Mapping[str, Any], table: TableSpec) -> list[str]:
     """Ids of the configurations the grid keeps (pipeline.grid.expand)."""
-    from pipeline.grid import expand
+    from pipeline.grid import DeviceLimits, expand
 
-    result = expand(table)
-    configs = getattr(result, "kept", None)
-    if configs is None:
-        configs = getattr(result, "configs")
-    return [config.id for config in configs]
+    result = expand(table, limits=DeviceLimits.from_params(params))
+    return [config.id for config in result.kept]
 
 
 def shard_key(params: Mapping[str, Any], table: TableSpec, backend: str) -> str:
@@ -298,7 +295,7 @@ def shard_key(params: Mapping[str, Any], table: TableSpec, backend: str) -> str:
         device = device_name()
     return results_key(
         table=table.name,
-        config_ids=grid_config_ids(table=table),
+        config_ids=grid_config_ids(params=params, table=table),
         bench_settings=settings,
         kernel_hash=kernel_source_hash(table.kernel),
         toolchain=toolchain_fingerprint(params=params, table=table),

@@ -1,8 +1,8 @@
 """Scheduling: configurations interleaved across repetition rounds, journalled, resumable.
 
 Per shard (one table and shape): every configuration is first verified and warmed up, then the
-timed rounds visit every configuration once per round, in an order that rotates and alternates
-direction from round to round, so clock and thermal drift spread over all configurations instead
+timed rounds visit every configuration once per round, in an order that rotates from round
+to round (every configuration leads once per cycle), so clock and thermal drift spread over all configurations instead
 of picking winners. Every verify, failure and timed batch is journalled (fsynced) before the next
 step, so a rerun after kill -9 re-measures nothing already measured. A failure in the worker
 (fault, crash, hang) marks that configuration and the run goes on with a fresh worker.
@@ -58,13 +58,13 @@ def now_iso() -> str:
 
 
 def round_order(config_ids: Sequence[str], round_index: int) -> list[str]:
-    """The visiting order of one round: rotated by the round number, reversed on odd rounds."""
+    """The visiting order of one round: rotated by the round number, so every configuration leads
+    once every len(ids) rounds and all share the same average position."""
     ids = list(config_ids)
     if not ids:
         return ids
     shift = round_index % len(ids)
-    rotated = ids[shift:] + ids[:shift]
-    return rotated[::-1] if round_index % 2 else rotated
+    return ids[shift:] + ids[:shift]
 
 
 def sample_stats(samples: Sequence[float]) -> dict[str, float | None]:
@@ -142,7 +142,7 @@ class ShardRunner:
     # -- worker session -----------------------------------------------------------------------
     def _stamp(self, record: dict[str, Any]) -> dict[str, Any]:
         return {**record, "device": self.worker.info.get("device"), "driver": self.worker.info.get("driver"),
-                "time": now_iso()}
+                "worker_pid": self.worker.info.get("pid"), "time": now_iso()}
 
     def _ensure_shape(self, job: ShardJob) -> None:
         if not self.worker.alive:

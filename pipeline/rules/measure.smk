@@ -41,13 +41,15 @@ rule bench:
         "results/raw/{table}/{key}/M{M}_N{N}_K{K}.pkl",
     params:
         backend=PLAN.backend,
+        # live: claim a free GPU (Snakemake assigns no device ids); replay: no GPU at all
+        claim=tt.gpu_claim_prefix(PLAN),
     resources:
         gpu=1 if PLAN.backend == "cuda" else 0,
         runtime=20,
     log:
         "results/logs/bench/{table}/{key}/M{M}_N{N}_K{K}.log",
     shell:
-        "{tt.CLI} bench --table {wildcards.table} --shape {wildcards.M},{wildcards.N},{wildcards.K}"
+        "{params.claim}{tt.CLI} bench --table {wildcards.table} --shape {wildcards.M},{wildcards.N},{wildcards.K}"
         " --backend {params.backend} --results-root results > {log} 2>&1"
 
 

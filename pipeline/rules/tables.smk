@@ -4,6 +4,7 @@
 
 
 localrules:
+    grid,
     rank,
     select,
     metrics,

@@ -23,6 +23,7 @@ from pipeline.search.base import (
     Evaluation,
     Failure,
     MeasureFn,
+    Related,
     SearchResult,
     SearchSpace,
     Strategy,
@@ -120,16 +121,23 @@ class SearchPlan:
         measure: MeasureFn,
         prior: np.ndarray | None = None,
         seed_ids: Sequence[str] = (),
+        related: Sequence[tuple[str, float, float]] = (),
         clock: Callable[[], float] = time.monotonic,
         measure_batch: BatchMeasureFn | None = None,
     ) -> SearchResult:
-        """Search one shape: prune to the ``top_k`` best-predicted configurations, then run the strategy."""
+        """Search one shape: prune to the ``top_k`` best-predicted configurations, then run the strategy.
+
+        ``prior``: the perf model's predicted seconds per configuration; ``seed_ids``: neighbours'
+        winners to measure first; ``related``: neighbours' (config id, shape distance, log residual)
+        from ``transfer.related_measurements``. Transfer inputs are ignored when ``transfer`` is off.
+        """
         positions = list(range(len(configs)))
         if self.settings.top_k is not None and prior is not None:
             positions = sorted(perf_top_k(predictions=np.asarray(prior, dtype=float), k=self.settings.top_k))
         space = SearchSpace.from_configs([configs[p] for p in positions])
         sub_prior = None if prior is None else np.asarray(prior, dtype=float)[positions]
         seeds = [] if not self.settings.transfer else [space.position_of(i) for i in seed_ids]
+        known = [] if not self.settings.transfer else [(space.position_of(i), d, r) for i, d, r in related]
         return run_search(
             strategy=self.strategy,
             space=space,
@@ -138,6 +146,7 @@ class SearchPlan:
             seed=self.settings.seed,
             prior=sub_prior,
             seeds=[s for s in seeds if s is not None],
+            related=[Related(config=p, distance=d, log_residual=r) for p, d, r in known if p is not None],
             clock=clock,
             measure_batch=measure_batch,
         )

@@ -216,18 +216,23 @@ class Evaluator:
         if fresh and self.done():
             raise BudgetExhausted()
         allowed = fresh[: self.remaining()]
-        if allowed:
+        if self._measure_batch is not None and allowed:
+            # A batch is interleaved by the bench, so the time limit is checked between batches.
             configs = [self.space.configs[p] for p in allowed]
-            if self._measure_batch is not None:
-                outcomes = list(self._measure_batch(configs))
-            else:
-                outcomes = [self._measure(config) for config in configs]
-            for position, config, result in zip(allowed, configs, outcomes):
-                self._outcomes[position] = result
-                self.trace.append(Evaluation(len(self.trace), position, config.id, result, self.elapsed()))
+            for position, result in zip(allowed, self._measure_batch(configs)):
+                self._record(position, result)
+        else:
+            for position in allowed:
+                if self.done():
+                    raise BudgetExhausted()
+                self._record(position, self._measure(self.space.configs[position]))
         if len(allowed) < len(fresh):
             raise BudgetExhausted()
         return [objective(self._outcomes[p]) for p in positions]
+
+    def _record(self, position: int, result: Outcome) -> None:
+        self._outcomes[position] = result
+        self.trace.append(Evaluation(len(self.trace), position, self.space.configs[position].id, result, self.elapsed()))
 
     def best(self) -> tuple[int, float] | None:
         """(position, time) of the fastest successful evaluation, ties to the earlier position."""
@@ -247,6 +252,16 @@ class SearchContext:
     rng: np.random.Generator
     prior: np.ndarray | None = None      # predicted time per configuration (perf model), lower is better
     seeds: tuple[int, ...] = ()          # positions to try first (winners of neighbouring shapes)
+    related: tuple["Related", ...] = ()  # measurements of neighbouring shapes (model-based search learns from them)
+
+
+@dataclass(frozen=True)
+class Related:
+    """A measurement on a neighbouring shape, as the model-based search sees it."""
+
+    config: int            # position in this space
+    distance: float        # how far the shape is (|log2 M - log2 M'| at the same N, K)
+    log_residual: float    # log(measured / predicted) on that shape: the perf model's error there
 
 
 class Strategy(Protocol):
@@ -292,6 +307,7 @@ def run_search(
     seed: int,
     prior: np.ndarray | None = None,
     seeds: Sequence[int] = (),
+    related: Sequence[Related] = (),
     clock: Callable[[], float] = time.monotonic,
     measure_batch: BatchMeasureFn | None = None,
 ) -> SearchResult:
@@ -305,6 +321,7 @@ def run_search(
         rng=np.random.default_rng(seed),
         prior=None if prior is None else np.asarray(prior, dtype=float),
         seeds=tuple(dict.fromkeys(int(s) for s in seeds)),
+        related=tuple(related),
     )
     stop_reason = "finished"
     try:

@@ -3,7 +3,9 @@
 The GP models log(time) over the configurations' scaled log2 parameter values. Its prior mean
 is the analytical performance model (``perfmodel``), so the first measurement goes to the
 model's favourite (or a neighbouring shape's winner) and the GP only has to learn where the
-model is wrong. Each step measures the configuration with the highest expected improvement.
+model is wrong. Measurements of neighbouring shapes (transfer) enter the GP as the model's
+error there, one more input dimension holding the distance between the shapes, so what the
+neighbours taught carries over in proportion to how close they are. Each step measures the configuration with the highest expected improvement.
 Failures are fed to the GP as slow (worst seen + a margin) so their neighbours lose appeal.
 """
 
@@ -20,6 +22,7 @@ LENGTH_SCALES = (0.15, 0.25, 0.4, 0.6, 1.0)   # candidates, chosen by marginal l
 NOISE_VARIANCE = 1e-3                          # log-time noise: a few per cent run to run
 FAILURE_MARGIN = 1.0                           # a failure counts as e^1 slower than the worst success
 EI_EXPLORATION = 0.01                          # EI's xi in log-time units
+DISTANCE_SCALE = 0.25                          # one octave of M between shapes, in feature units
 
 
 @dataclass(frozen=True)
@@ -32,31 +35,39 @@ class BayesianOptimisation:
     def run(self, *, context: SearchContext) -> None:
         """Evaluate until the space or the budget is exhausted."""
         space, evaluator = context.space, context.evaluator
-        features = space.features()
+        features = np.hstack([space.features(), np.zeros((len(space), 1))])
         prior_mean = _prior_log_mean(context.prior, size=len(space))
+        # Residuals of other shapes only compare with this one's through the model: no prior, no transfer.
+        related = context.related if context.prior is not None else ()
+        related_x = np.array([[*features[r.config, :-1], r.distance * DISTANCE_SCALE] for r in related]).reshape(
+            len(related), features.shape[1])
+        related_y = np.array([r.log_residual for r in related], dtype=float)
         for position in _starts(context, initial_random=self.initial_random):
             evaluator.evaluate(position)
         while len(evaluator.trace) < len(space):
             seen = [e.config for e in evaluator.trace]
-            costs = np.array([e.cost for e in evaluator.trace], dtype=float)
-            targets = _log_targets(costs) - prior_mean[seen]
+            logs = _log_targets(np.array([e.cost for e in evaluator.trace], dtype=float))
             unseen = np.array([p for p in range(len(space)) if not evaluator.seen(p)], dtype=np.int64)
-            mean, std = _gp_posterior(features[seen], targets, features[unseen])
+            mean, std = _gp_posterior(
+                np.vstack([features[seen], related_x]), np.concatenate([logs - prior_mean[seen], related_y]), features[unseen]
+            )
             predicted = prior_mean[unseen] + mean
-            best = float(np.min(_log_targets(costs)))
-            improvement = expected_improvement(mean=predicted, std=std, best=best)
-            # Highest EI; ties go to the better prior mean, then to the earlier position.
+            if len(logs):
+                improvement = expected_improvement(mean=predicted, std=std, best=float(np.min(logs)))
+            else:
+                improvement = np.zeros(len(unseen))   # nothing measured here yet: the best prediction goes first
+            # Highest EI; ties go to the better predicted time, then to the earlier position.
             choice = min(range(len(unseen)), key=lambda i: (-improvement[i], predicted[i], unseen[i]))
             evaluator.evaluate(int(unseen[choice]))
 
 
 def _starts(context: SearchContext, *, initial_random: int) -> list[int]:
-    """First measurements: transfer seeds, then the model's best (or random picks without a model)."""
+    """First measurements: transfer seeds; then the model's best unless neighbours' data already informs the GP."""
     starts = list(context.seeds)
-    if context.prior is not None:
-        starts += prior_order(context.prior)[:1]
-    else:
+    if context.prior is None:
         starts += [int(p) for p in context.rng.permutation(len(context.space))[:initial_random]]
+    elif not context.related:
+        starts += prior_order(context.prior)[:1]
     return list(dict.fromkeys(starts))
 
 
@@ -91,6 +102,8 @@ def matern52(a: np.ndarray, b: np.ndarray, *, length_scale: float) -> np.ndarray
 
 def _gp_posterior(x_seen: np.ndarray, y_seen: np.ndarray, x_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mean and std at ``x_new``; length scale by marginal likelihood, variance from the data."""
+    if len(y_seen) == 0:
+        return np.zeros(len(x_new)), np.ones(len(x_new))
     offset = float(y_seen.mean())
     centred = y_seen - offset
     variance = max(float(centred.var()), 1e-2)

@@ -157,19 +157,16 @@ def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: 
     return max(compute_s, feed_s, device_s) + reduce_s + LAUNCH_OVERHEAD_S
 
 
-def resources_for(
-    *, config: KernelConfig, compile_record: Mapping[str, object] | None = None, dynamic_smem_bytes: int | None = None
-) -> Resources:
-    """Resources of one configuration: compile report values where present, estimates otherwise."""
+def resources_for(*, config: KernelConfig, compile_record: Mapping[str, object] | None = None) -> Resources:
+    """Resources of one configuration: the compile report's registers and total smem where present, estimates otherwise."""
     tile = GemmTile.from_config(config)
     estimate = estimated_resources(tile)
-    registers = estimate.registers
-    static_smem = 0
-    if compile_record is not None and compile_record.get("status") == "ok":
+    registers, smem = estimate.registers, estimate.smem_bytes
+    if compile_record is not None and compile_record.get("status", "ok") == "ok":
         registers = int(compile_record.get("registers") or registers)
-        static_smem = int(compile_record.get("smem_bytes") or 0)
-    dynamic = estimate.smem_bytes if dynamic_smem_bytes is None else dynamic_smem_bytes
-    return Resources(registers=registers, smem_bytes=static_smem + dynamic, threads=tile.threads)
+        # The compile report's smem_bytes is the total per block (ptxas static + the pipeline's dynamic).
+        smem = int(compile_record.get("smem_bytes") or smem)
+    return Resources(registers=registers, smem_bytes=smem, threads=tile.threads)
 
 
 def predict_space(
@@ -185,7 +182,7 @@ def predict_space(
     predictions = []
     for config in configs:
         record = records.get(config.id)
-        if record is not None and record.get("status") not in (None, "ok"):
+        if record is not None and record.get("status", "ok") != "ok":
             predictions.append(math.inf)   # a configuration that does not build can never win
             continue
         resources = resources_for(config=config, compile_record=record)

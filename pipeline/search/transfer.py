@@ -45,3 +45,26 @@ def neighbour_seeds(
                 if position is not None and position not in seeds:
                     seeds.append(position)
     return seeds
+
+
+def related_measurements(
+    *,
+    shape: Shape,
+    history: Mapping[Shape, Sequence[tuple[str, float]]],
+    predicted: Mapping[Shape, Mapping[str, float]],
+    count: int = 2,
+) -> list[tuple[str, float, float]]:
+    """(config id, shape distance, log(measured / predicted)) of the nearest neighbours' successful measurements.
+
+    ``history`` holds each tuned shape's (config id, ms) measurements, ``predicted`` the perf
+    model's time per config id on that shape; the model-based search reads the residuals.
+    """
+    found = []
+    for other in neighbours(shape=shape, solved=list(history), count=count):
+        distance = abs(math.log2(other[0]) - math.log2(shape[0]))
+        model = predicted[other]
+        for config_id, measured_ms in history[other]:
+            prediction = model.get(config_id, math.inf)
+            if math.isfinite(measured_ms) and math.isfinite(prediction) and measured_ms > 0 and prediction > 0:
+                found.append((config_id, distance, math.log(measured_ms * 1e-3 / prediction)))
+    return found

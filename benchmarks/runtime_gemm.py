@@ -1,0 +1,272 @@
+"""kernels.gemm() through the tuning table vs cuBLAS and vs the untuned configuration (H200).
+
+Two shape sets: the default table shapes (params.yaml tables.gemm_mma.shapes) and a second set
+the table does not hold (odd M, non-square N and K). Per shape, three contenders run on the same
+buffers and are timed the same way:
+  * ``gemm``    kernels.gemm(a, b, out=c): the table's choice (or its fallback),
+  * ``untuned`` kernels.gemm_with(heuristic_tunables(M), ...): what the runtime runs with no table,
+  * ``cublas``  torch.mm(a, b.t(), out=c).
+Timing (the bench harness's method): random bf16 inputs; (A, B, C) sets rotated so that the bytes
+touched between two uses of a set exceed 3x L2 (cold L2); a sleep kernel holds the stream while
+the host queues a batch, CUDA events bracket the batch (GPU time, no launch gaps); contenders
+interleaved round by round; median of the rounds. gemm's output is verified (float32 reference).
+Host overhead per call is measured apart: wall time of queuing 200 calls behind a sleeping GPU.
+
+Run on the GPU machine (torch, pycuda, nvcc):
+    python benchmarks/runtime_gemm.py [--rounds 7] [--out benchmarks/results]
+Writes runtime_gemm.json and runtime_gemm.md there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import kernels  # noqa: E402
+from kernels import dispatch  # noqa: E402
+from pipeline.atomic import atomic_write_text  # noqa: E402
+from pipeline.keys import git_revision  # noqa: E402
+
+L2_FACTOR = 3
+MIN_BATCH = 16
+SLEEP_FLOOR_NS = 300_000          # the sleep outlasts queueing the batch: a floor ...
+SLEEP_PER_LAUNCH_NS = 60_000      # ... plus a generous host cost per queued launch
+SLEEP_CAP_NS = 30_000_000
+CYCLES_PER_NS = 2.0               # torch.cuda._sleep counts SM cycles (<= 1.98 GHz on the H200)
+VERIFY_RTOL = 1e-2
+HOST_CALLS = 200
+HOST_REPEATS = 25
+HOST_TARGET_US = 20.0
+OTHER_SHAPES = [
+    (1, 11008, 4096), (7, 4096, 11008), (77, 2048, 5120), (333, 5120, 2048),
+    (1000, 11008, 4096), (77, 4096, 4096), (333, 14336, 4096), (7, 8192, 8192),
+    (3000, 5120, 2048), (4095, 1032, 776), (16, 28672, 4096), (2048, 4096, 28672),
+]
+
+
+def default_shapes() -> list[tuple[int, int, int]]:
+    """params.yaml tables.gemm_mma.shapes (NK pairs outer, M inner)."""
+    shapes = yaml.safe_load((REPO / "params.yaml").read_text())["tables"]["gemm_mma"]["shapes"]
+    return [(m, n, k) for n, k in shapes["NK"] for m in shapes["M"]]
+
+
+def tflops(*, m: int, n: int, k: int, ms: float) -> float:
+    """2MNK over the time, in TFLOP/s."""
+    return 2.0 * m * n * k / (ms * 1e-3) / 1e12
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean of positive values."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def time_shape(torch: Any, *, m: int, n: int, k: int, rounds: int, l2_bytes: int) -> dict[str, Any]:
+    """Verify gemm() on one shape, then time the three contenders interleaved; one result row."""
+    set_bytes = (m * k + n * k + m * n) * 2
+    n_sets = max(2, -(-L2_FACTOR * l2_bytes // set_bytes) + 1)
+    batch = n_sets * max(1, -(-MIN_BATCH // n_sets))
+    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+    sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen),
+             torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen),
+             torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(n_sets)]
+    decision = dispatch.dispatcher().decide(m=m, n=n, k=k)
+    untuned = dict(dispatch.heuristic_tunables(m=m))
+
+    a0, b0, c0 = sets[0]
+    c0.fill_(float("nan"))
+    kernels.gemm(a0, b0, out=c0)
+    reference = a0.float() @ b0.float().t()
+    rel_err = float((c0.float() - reference).norm() / reference.norm())
+    del reference
+
+    contenders: dict[str, Callable[[int], Any]] = {
+        "gemm": lambda i: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2]),
+        "untuned": lambda i: kernels.gemm_with(untuned, sets[i][0], sets[i][1], out=sets[i][2]),
+        "cublas": lambda i: torch.mm(sets[i][0], sets[i][1].t(), out=sets[i][2]),
+    }
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for launch in contenders.values():  # warm-up: plans, module loads, clocks
+        for i in range(batch):
+            launch(i % n_sets)
+    torch.cuda.synchronize()
+    sleep_cycles = int(CYCLES_PER_NS * min(SLEEP_CAP_NS, SLEEP_FLOOR_NS + SLEEP_PER_LAUNCH_NS * batch))
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for round_index in range(rounds):
+        names = list(contenders)
+        names = names[round_index % len(names):] + names[:round_index % len(names)]  # rotate the order
+        for name in names:
+            launch = contenders[name]
+            torch.cuda._sleep(sleep_cycles)
+            start.record()
+            for i in range(batch):
+                launch(i % n_sets)
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) / batch)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    del sets
+    return {
+        "M": m, "N": n, "K": k, "n_sets": n_sets, "batch": batch,
+        "source": "fallback" if decision.fallback else f"table[{decision.index}]",
+        "config_id": decision.entry.config_id,
+        "untuned_config_id": dispatch.make_entry(tunables=untuned, n=n, k=k).config_id,
+        "rel_err": rel_err, "verified": rel_err < VERIFY_RTOL,
+        **{f"{name}_ms": medians[name] for name in contenders},
+        **{f"{name}_tflops": tflops(m=m, n=n, k=k, ms=medians[name]) for name in contenders},
+        "gemm_vs_cublas": medians["cublas"] / medians["gemm"],
+        "gemm_vs_untuned": medians["untuned"] / medians["gemm"],
+        "samples_ms": samples,
+    }
+
+
+def host_overhead(torch: Any, *, m: int, n: int, k: int) -> dict[str, float]:
+    """Median µs per call of queuing HOST_CALLS calls while the GPU sleeps (host cost alone)."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    plan = dispatch.runtime().plan(dispatch.dispatcher().decide(m=m, n=n, k=k).entry, m=m, n=n, k=k)
+    a_ptr, b_ptr, c_ptr = a.data_ptr(), b.data_ptr(), c.data_ptr()
+    calls: dict[str, Callable[[], Any]] = {
+        "gemm_out": lambda: kernels.gemm(a, b, out=c),
+        "gemm_alloc": lambda: kernels.gemm(a, b),
+        "raw_launch": lambda: plan.launch(a_ptr, b_ptr, c_ptr, m, n, k),
+        "torch_mm_out": lambda: torch.mm(a, b.t(), out=c),
+    }
+    first_started = time.perf_counter()
+    kernels.gemm(a, b, out=c)
+    torch.cuda.synchronize()
+    result: dict[str, float] = {"first_call_us": (time.perf_counter() - first_started) * 1e6}
+    for name, call in calls.items():
+        per_call = []
+        for _ in range(HOST_REPEATS):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(CYCLES_PER_NS * 20_000_000))  # 20 ms: the queue never drains or fills
+            started = time.perf_counter()
+            for _ in range(HOST_CALLS):
+                call()
+            per_call.append((time.perf_counter() - started) / HOST_CALLS * 1e6)
+        torch.cuda.synchronize()
+        result[f"{name}_us"] = statistics.median(per_call)
+    return result
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The human summary: per set, per shape TFLOP/s and ratios; host overhead."""
+    lines = ["# kernels.gemm() vs cuBLAS and vs the untuned configuration", "",
+             f"Device: {results['device']}, torch {results['torch']}, git {results['git_rev']}, "
+             f"{results['date']}. {results['method']}", ""]
+    for set_name, rows in results["sets"].items():
+        summary = results["summary"][set_name]
+        lines += [f"## {set_name} shapes ({len(rows)})", "",
+                  f"Geomean gemm/cuBLAS speed: {summary['geomean_vs_cublas']:.3f}; gemm/untuned: "
+                  f"{summary['geomean_vs_untuned']:.3f}; verified: {summary['verified']}/{len(rows)}.", "",
+                  "| M | N | K | source | config | gemm TFLOP/s | cuBLAS TFLOP/s | untuned TFLOP/s | vs cuBLAS | vs untuned | rel err |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for row in rows:
+            lines.append(
+                f"| {row['M']} | {row['N']} | {row['K']} | {row['source']} | {row['config_id']} | "
+                f"{row['gemm_tflops']:.1f} | {row['cublas_tflops']:.1f} | {row['untuned_tflops']:.1f} | "
+                f"{row['gemm_vs_cublas']:.2f} | {row['gemm_vs_untuned']:.2f} | {row['rel_err']:.1e} |")
+        lines.append("")
+    host = results["host_overhead"]
+    lines += ["## Host overhead per call (µs, median of "
+              f"{HOST_REPEATS} x {HOST_CALLS} calls queued behind a sleeping GPU)", "",
+              "| shape | gemm(out=) | gemm (allocates) | raw pycuda launch | torch.mm(out=) | first call |",
+              "|---|---|---|---|---|---|"]
+    for label, item in host.items():
+        lines.append(f"| {label} | {item['gemm_out_us']:.1f} | {item['gemm_alloc_us']:.1f} | "
+                     f"{item['raw_launch_us']:.1f} | {item['torch_mm_out_us']:.1f} | {item['first_call_us']:.0f} |")
+    lines += ["", f"Target: gemm(out=) under {HOST_TARGET_US:g} µs per call after the first: "
+              f"{'met' if results['host_target_met'] else 'NOT met'}.", ""]
+    return "\n".join(lines)
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    """A rich table per set (plain text where rich is absent)."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(render_markdown(results))
+        return
+    console = Console()
+    for set_name, rows in results["sets"].items():
+        table = Table(title=f"kernels.gemm, {set_name} shapes")
+        for column in ("shape", "source", "gemm TFLOP/s", "cuBLAS", "untuned", "vs cuBLAS", "vs untuned"):
+            table.add_column(column, justify="right")
+        for row in rows:
+            table.add_row(f"{row['M']}x{row['N']}x{row['K']}", row["source"], f"{row['gemm_tflops']:.1f}",
+                          f"{row['cublas_tflops']:.1f}", f"{row['untuned_tflops']:.1f}",
+                          f"{row['gemm_vs_cublas']:.2f}", f"{row['gemm_vs_untuned']:.2f}")
+        console.print(table)
+        console.print(results["summary"][set_name])
+    console.print({"host_overhead_us": results["host_overhead"], "host_target_met": results["host_target_met"]})
+
+
+def main() -> None:
+    """Measure both shape sets and the host overhead; print and write the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N shapes of each set (smoke runs)")
+    args = parser.parse_args()
+
+    import torch
+
+    warnings.simplefilter("ignore", dispatch.FallbackWarning)  # the 'source' column says it instead
+    props = torch.cuda.get_device_properties(0)
+    dispatch.runtime()
+    shape_sets = {"default": default_shapes(), "other": OTHER_SHAPES}
+    if args.limit:
+        shape_sets = {name: shapes[: args.limit] for name, shapes in shape_sets.items()}
+    results: dict[str, Any] = {
+        "device": props.name, "torch": torch.__version__, "git_rev": git_revision(REPO),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "rounds": args.rounds,
+        "method": "random bf16; rotating (A,B,C) sets > 3x L2; sleep kernel then CUDA events around a batch; "
+                  "contenders interleaved per round (order rotated); median of rounds. untuned = "
+                  "kernels.dispatch.heuristic_tunables(M).",
+        "sets": {}, "summary": {},
+    }
+    started = time.perf_counter()
+    for set_name, shapes in shape_sets.items():
+        rows = []
+        for m, n, k in shapes:
+            rows.append(time_shape(torch, m=m, n=n, k=k, rounds=args.rounds, l2_bytes=props.L2_cache_size))
+            torch.cuda.empty_cache()
+            print(f"{set_name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s, cuBLAS "
+                  f"{rows[-1]['cublas_tflops']:.1f}, untuned {rows[-1]['untuned_tflops']:.1f} "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+        results["sets"][set_name] = rows
+        results["summary"][set_name] = {
+            "geomean_vs_cublas": geomean([r["gemm_vs_cublas"] for r in rows]),
+            "geomean_vs_untuned": geomean([r["gemm_vs_untuned"] for r in rows]),
+            "geomean_gemm_tflops": geomean([r["gemm_tflops"] for r in rows]),
+            "geomean_cublas_tflops": geomean([r["cublas_tflops"] for r in rows]),
+            "verified": sum(r["verified"] for r in rows),
+            "from_table": sum(r["source"] != "fallback" for r in rows),
+        }
+    results["host_overhead"] = {
+        f"{m}x{n}x{k}": host_overhead(torch, m=m, n=n, k=k) for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096))
+    }
+    results["host_target_met"] = all(item["gemm_out_us"] < HOST_TARGET_US for item in results["host_overhead"].values())
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "runtime_gemm.json", json.dumps(results, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(args.out / "runtime_gemm.md", render_markdown(results))
+    print_summary(results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Export cuda-backend shards to a recording: data/recordings/NAME.parquet + NAME.json provenance."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from pipeline.atomic import atomic_write_bytes, atomic_write_text
+from pipeline.errors import TuneTableError
+from pipeline.results import ROW_FIELDS, read_shard
+
+
+def recording_frame(*, table: str, shard_paths: Sequence[Path]) -> Any:
+    """All rows of the shards (cuda backend only) with a ``table`` column, in shard then row order."""
+    import pandas as pd
+
+    frames = []
+    for path in shard_paths:
+        frame = read_shard(path)["merged_df"]
+        absent = [name for name in ROW_FIELDS if name not in frame.columns]
+        if absent:
+            raise TuneTableError(f"shard lacks columns {', '.join(absent[:5])}", path=path)
+        backends = sorted(set(frame["backend"].dropna()))
+        if backends != ["cuda"]:
+            raise TuneTableError(f"only cuda-backend shards can be recorded, this one is {backends}", path=path)
+        frame = frame.copy()
+        frame["table"] = table
+        frames.append(frame)
+    if not frames:
+        raise TuneTableError("no shards given", where="SHARDS")
+    return pd.concat(frames, ignore_index=True)
+
+
+def recording_provenance(*, frame: Any, table: str, command: str, git_rev: str) -> dict[str, Any]:
+    """Device, driver, measurement dates, command, git revisions and content keys of a recording."""
+    def distinct(column: str) -> list[Any]:
+        return sorted({str(v) for v in frame[column].dropna()})
+
+    times = distinct("time")
+    devices, drivers = distinct("device"), distinct("driver")
+    return {
+        "table": table,
+        "device": devices[0] if len(devices) == 1 else devices,
+        "driver": drivers[0] if len(drivers) == 1 else drivers,
+        "date": times[-1][:10] if times else None,
+        "measured_from": times[0] if times else None,
+        "measured_to": times[-1] if times else None,
+        "command": command,
+        "git_rev": git_rev,
+        "measured_git_revs": distinct("git_rev"),
+        "nvcc": distinct("nvcc"),
+        "content_keys": distinct("content_key"),
+        "kernel_hashes": distinct("kernel_hash"),
+        "rows": int(len(frame)),
+        "shapes": int(frame[["M", "N", "K"]].drop_duplicates().shape[0]),
+        "statuses": {str(k): int(v) for k, v in frame["status"].value_counts().sort_index().items()},
+    }
+
+
+def write_recording(*, frame: Any, provenance: dict[str, Any], out_dir: Path, name: str) -> tuple[Path, Path]:
+    """Write NAME.parquet and NAME.json atomically; returns both paths."""
+    parquet = out_dir / f"{name}.parquet"
+    sidecar = out_dir / f"{name}.json"
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, engine="pyarrow", index=False)
+    atomic_write_bytes(parquet, buffer.getvalue())
+    atomic_write_text(sidecar, json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+    return parquet, sidecar

@@ -1,0 +1,116 @@
+"""A table's bench session: shard jobs for the cuda backend, replay of a recording, time estimate."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pipeline import paths
+from pipeline.bench.plan import (
+    BenchSettings,
+    ConfigTask,
+    baseline_task,
+    default_families,
+    launch_payload,
+    tasks_from_reports,
+)
+from pipeline.bench.replay import load_recording, replay_shapes
+from pipeline.bench.runner import ShardJob
+from pipeline.errors import TuneTableError
+from pipeline.keys import git_revision, kernel_source_hash, nvcc_version
+from pipeline.params import TableSpec
+from pipeline.results import write_shard
+
+# Rough rates for the estimate only (never for results): a mid-grid mma.sync config and HBM.
+ESTIMATE_TFLOPS = 150.0
+ESTIMATE_TBPS = 2.5
+ESTIMATE_OVERHEAD_MS = 3.0      # per config and shape: load, verify, NVML, protocol
+ESTIMATE_SHAPE_S = 0.5          # per shape: allocate and fill the rotating input sets, reference
+
+
+def parse_shapes(texts: Sequence[str]) -> list[tuple[int, int, int]]:
+    """``M,N,K`` options as shapes; a malformed one names the option and its index."""
+    shapes = []
+    for index, text in enumerate(texts):
+        parts = text.replace("x", ",").split(",")
+        if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+            raise TuneTableError(f"expected M,N,K with positive integers, got '{text}'", where=f"--shape[{index}]")
+        shapes.append(tuple(int(p) for p in parts))  # type: ignore[arg-type]
+    return shapes
+
+
+def shard_payloads(*, tasks: Sequence[ConfigTask], m: int, n: int, k: int,
+                   families: Mapping[str, Any]) -> dict[str, Any]:
+    """Launch payload per task for one shape; a shape the family rejects is that task's error text."""
+    payloads: dict[str, Any] = {}
+    for task in tasks:
+        try:
+            payloads[task.config_id] = launch_payload(task=task, m=m, n=n, k=k, families=families)
+        except (ValueError, KeyError) as exc:
+            payloads[task.config_id] = f"shape rejected: {exc}"
+    return payloads
+
+
+def cuda_jobs(*, table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: str, results_root: Path,
+              families: Mapping[str, Any] | None = None) -> list[ShardJob]:
+    """One job per shape: the compiled configurations plus the cuBLAS baseline."""
+    kernel_hash, tasks = tasks_from_reports(grid_path=paths.grid_file(table.name, root=results_root),
+                                            compile_path=paths.compile_report(table.name, root=results_root))
+    current = kernel_source_hash(table.kernel)
+    if kernel_hash != current:
+        raise TuneTableError(f"the kernel changed since the grid/compile stage ({kernel_hash} -> {current}): "
+                             "run grid and compile again", path=table.kernel)
+    tasks = [*tasks, baseline_task()]
+    families = families if families is not None else default_families()
+    provenance = {"nvcc": nvcc_version(), "git_rev": git_revision(), "command": " ".join(sys.argv)}
+    return [
+        ShardJob(table=table.name, m=m, n=n, k=k, tasks=tuple(tasks),
+                 payloads=shard_payloads(tasks=tasks, m=m, n=n, k=k, families=families),
+                 journal_path=paths.journal(table.name, key, m, n, k, root=results_root),
+                 shard_path=paths.raw_shard(table.name, key, m, n, k, root=results_root),
+                 content_key=key, kernel_hash=kernel_hash, provenance=provenance)
+        for (m, n, k) in shapes
+    ]
+
+
+def grid_tasks(*, params: Mapping[str, Any], table: TableSpec) -> list[ConfigTask]:
+    """Tasks straight from the grid (replay needs no compile report), plus the baseline."""
+    from pipeline.grid import DeviceLimits, expand
+
+    result = expand(table, limits=DeviceLimits.from_params(params))
+    tasks = [ConfigTask(config_id=config.id, kind="kernel", mesh_idx=index, family=table.family,
+                        params=tuple(config.params), defines=tuple(config.defines().items()))
+             for index, config in enumerate(result.kept)]
+    return [*tasks, baseline_task()]
+
+
+def replay_table(*, params: Mapping[str, Any], table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: str,
+                 recording_path: Path, provenance: Mapping[str, Any], results_root: Path,
+                 allow_missing: bool) -> dict[Path, list[dict[str, Any]]]:
+    """Write every shard from the recording (all checked before any is written)."""
+    kernel_hash = kernel_source_hash(table.kernel)
+    rows_by_shape = replay_shapes(recording=load_recording(recording_path), recording_path=recording_path,
+                                  table=table.name, shapes=shapes, tasks=grid_tasks(params=params, table=table),
+                                  kernel_hash=kernel_hash, content_key=key, allow_missing=allow_missing)
+    written = {}
+    for (m, n, k), rows in rows_by_shape.items():
+        path = paths.raw_shard(table.name, key, m, n, k, root=results_root)
+        write_shard(path, table=table.name, rows=rows, build_rows=[],
+                    provenance={"backend": "replay", "recording": str(recording_path), "content_key": key,
+                                "kernel_hash": kernel_hash, **{f"recording_{k2}": v for k2, v in provenance.items()}})
+        written[path] = rows
+    return written
+
+
+def estimate_seconds(*, jobs: Sequence[ShardJob], settings: BenchSettings, gpus: int) -> float:
+    """A rough wall-time estimate of measuring the jobs (printed before a cuda run)."""
+    total_s = 0.0
+    for job in jobs:
+        flops = 2.0 * job.m * job.n * job.k
+        nbytes = 2.0 * (job.m * job.k + job.n * job.k + job.m * job.n)
+        launch_ms = max(flops / (ESTIMATE_TFLOPS * 1e12), nbytes / (ESTIMATE_TBPS * 1e12)) * 1e3
+        per_config_ms = (settings.warmup_ms + 2 * launch_ms + ESTIMATE_OVERHEAD_MS
+                         + settings.rounds * (max(settings.min_batch_ms, launch_ms) + 0.3))
+        total_s += ESTIMATE_SHAPE_S + len(job.tasks) * per_config_ms / 1e3
+    return total_s / max(1, gpus)

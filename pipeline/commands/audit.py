@@ -1,0 +1,74 @@
+"""``tunetable audit [REV_A] [REV_B]``: why a tuned table changed between two revisions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+EPILOG = """\b
+Examples:
+  tunetable audit                  HEAD vs the working tree
+  tunetable audit HEAD~1 HEAD      the last commit
+  tunetable audit v1 v2 --all-shapes --table gemm_mma
+"""
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _value(value: object) -> str:
+    return "(absent)" if value is None else str(value)
+
+
+def _entry_text(values: object) -> str:
+    if not isinstance(values, dict):
+        return "-"
+    shape = f"M[{values.get('M')}, {values.get('M_END')}) N={values.get('N')} K={values.get('K')}"
+    return f"{shape} {values.get('CONFIG_ID')}"
+
+
+@click.command("audit", epilog=EPILOG)
+@click.argument("rev_a", required=False, default="HEAD")
+@click.argument("rev_b", required=False, default=None)
+@click.option("--table", "tables", multiple=True, help="Only this table (repeatable; default: every table).")
+@click.option("--all-shapes", is_flag=True, help="List every shape, not only those whose pick or time changed.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              help="Repository root.")
+def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: bool, root: Path) -> None:
+    """Params changes (the cause), then per table the entries and per-shape times that changed (the effect)."""
+    from pipeline.audit import audit
+
+    result = audit(root=root.resolve(), rev_a=rev_a, rev_b=rev_b, tables=tables, all_shapes=all_shapes)
+    console = Console()
+    console.print(f"[bold]tunetable audit[/bold]: {result.rev_a} -> {result.rev_b}")
+    params = Table(title="params.yaml changes", title_justify="left")
+    for column in ("key", result.rev_a, result.rev_b):
+        params.add_column(column, overflow="fold")
+    for change in result.params:
+        params.add_row(change.key, _value(change.before), _value(change.after))
+    console.print(params if result.params else "params.yaml: no changes")
+    for item in result.tables:
+        console.print(f"\n[bold]{item.table}[/bold]: raw results {item.key_before or '?'} -> {item.key_after or '?'}")
+        if item.entries:
+            entries = Table(title=f"{item.table}: manifest entries changed", title_justify="left")
+            for column in ("index", "change", result.rev_a, result.rev_b):
+                entries.add_column(column)
+            for change in item.entries:
+                entries.add_row(str(change.index), change.change, _entry_text(change.before), _entry_text(change.after))
+            console.print(entries)
+        else:
+            console.print(f"{item.table}: manifest entries unchanged")
+        shapes = Table(title=f"{item.table}: {len(item.shapes)} of {item.shapes_total} shapes changed",
+                       title_justify="left")
+        for column in ("M", "N", "K", f"config {result.rev_a}", f"config {result.rev_b}",
+                       f"ms {result.rev_a}", f"ms {result.rev_b}", "after/before"):
+            shapes.add_column(column, justify="right" if column in ("M", "N", "K") or "ms" in column else "left")
+        for shape in item.shapes:
+            ratio = "-" if shape.ratio is None else f"{shape.ratio:.3f}"
+            shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.config_before or "-",
+                           shape.config_after or "-", _ms(shape.ms_before), _ms(shape.ms_after), ratio)
+        console.print(shapes)

@@ -1,0 +1,113 @@
+"""``tunetable bench``: measure a table's shards (cuda) or serve them from a recording (replay)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from pipeline import paths
+from pipeline.bench.plan import recording_path, resolve_backend, settings_from_params, shard_key, visible_gpu_ids
+from pipeline.errors import TuneTableError
+from pipeline.params import load_params, table_spec
+
+
+def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> Table:
+    table = Table(title="bench summary (median of rounds)")
+    for column in ("M", "N", "K", "ok", "failed", "best config", "best TFLOP/s", "cuBLAS TFLOP/s", "best/cuBLAS"):
+        table.add_column(column, justify="right")
+    shard_rows = sorted(rows_by_shard.values(), key=lambda rows: (rows[0]["N"], rows[0]["K"], rows[0]["M"]))
+    for rows in shard_rows:
+        kernels = [r for r in rows if r["kind"] == "kernel"]
+        ok = [r for r in kernels if r["status"] == "ok"]
+        best = min(ok, key=lambda r: (r["median_ms"], r["config_id"])) if ok else None
+        base = next((r for r in rows if r["kind"] == "baseline" and r["status"] == "ok"), None)
+        ratio = f"{best['tflops'] / base['tflops']:.2f}" if best and base else "-"
+        table.add_row(str(rows[0]["M"]), str(rows[0]["N"]), str(rows[0]["K"]), str(len(ok)), str(len(kernels) - len(ok)),
+                      best["config_id"] if best else "-", f"{best['tflops']:.1f}" if best else "-",
+                      f"{base['tflops']:.1f}" if base else "-", ratio)
+    return table
+
+
+class BenchProgress:
+    """Rich progress fed by runner events: configurations done / failed / remaining, current best, ETA."""
+
+    def __init__(self, console: Console, total: int):
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"), TextColumn("{task.fields[best]}"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+        )
+        self.task = self.progress.add_task("configs", total=total, failed=0, best="")
+        self.failed = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, kind: str, job: Any, record: dict[str, Any]) -> None:
+        with self.lock:
+            if kind == "sample":
+                self.progress.update(self.task, description=f"M={job.m} N={job.n} K={job.k}")
+            elif kind == "done":
+                if record["status"] not in ("ok",):
+                    self.failed += 1
+                self.progress.update(self.task, advance=1, failed=self.failed)
+            elif kind == "shard":
+                pass
+            if kind == "done" and record["status"] == "ok" and record["kind"] == "kernel":
+                self.progress.update(self.task, best=f"best@{job.m}x{job.n}x{job.k}: {record['config_id']} "
+                                                      f"{record['tflops']:.0f} TFLOP/s")
+
+
+@click.command("bench")
+@click.option("--table", "table_name", required=True, help="Table declared in params.yaml.")
+@click.option("--shape", "shape_texts", multiple=True, help="M,N,K (repeatable).")
+@click.option("--all-shapes", is_flag=True, help="Every shape of the table.")
+@click.option("--backend", type=click.Choice(["cuda", "replay", "auto"]), default=None,
+              help="Default: params.yaml bench.backend.")
+@click.option("--allow-missing", is_flag=True, help="Replay: unrecorded entries become `missing` rows.")
+@click.option("--gpus", default=None, help="Comma-separated GPU ids (default: every visible GPU).")
+@click.option("--results-root", type=click.Path(path_type=Path), default=paths.RESULTS, show_default=True)
+@click.option("--params", "params_path", type=click.Path(path_type=Path), default=Path("params.yaml"),
+              show_default=True)
+def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, backend: str | None,
+            allow_missing: bool, gpus: str | None, results_root: Path, params_path: Path) -> None:
+    """Measure (or replay) one shard per shape; each shard's pickle is written atomically at its end."""
+    from pipeline.bench.session import cuda_jobs, estimate_seconds, parse_shapes, replay_table
+
+    console = Console(stderr=True)
+    params = load_params(params_path)
+    table = table_spec(params, table_name, path=params_path)
+    if all_shapes == bool(shape_texts):
+        raise TuneTableError("give --shape M,N,K (repeatable) or --all-shapes, not both or neither", where="bench")
+    shapes = table.shapes() if all_shapes else parse_shapes(shape_texts)
+    recording = recording_path(params=params)
+    choice = resolve_backend(requested=backend or (params.get("bench") or {}).get("backend", "auto"),
+                             recording=recording)
+    console.print(f"[bold yellow]>>> {choice.reason}[/bold yellow]")
+    key = shard_key(params, table, choice.backend)
+    if choice.backend == "replay":
+        written = replay_table(params=params, table=table, shapes=shapes, key=key, recording_path=recording,
+                               provenance=choice.provenance, results_root=results_root, allow_missing=allow_missing)
+        console.print(f"replayed {len(written)} shards into {paths.raw_dir(table.name, key, root=results_root)}")
+        console.print(_summary(written))
+        return
+    from pipeline.bench.runner import run_shards
+
+    settings = settings_from_params(params=params)
+    jobs = cuda_jobs(table=table, shapes=shapes, key=key, results_root=results_root)
+    todo = [job for job in jobs if not job.shard_path.is_file()]
+    gpu_ids = [g.strip() for g in gpus.split(",") if g.strip()] if gpus else visible_gpu_ids()
+    if not gpu_ids:
+        raise TuneTableError("no GPU visible for the cuda backend", where="--gpus")
+    estimate = estimate_seconds(jobs=todo, settings=settings, gpus=len(gpu_ids))
+    console.print(f"{len(jobs)} shards ({len(jobs) - len(todo)} already measured), {len(jobs[0].tasks) if jobs else 0} "
+                  f"tasks each, on GPUs {','.join(gpu_ids)}: estimated {estimate / 60:.1f} min")
+    progress = BenchProgress(console, total=sum(len(job.tasks) for job in todo))
+    with progress.progress:
+        rows_by_shard = run_shards(jobs=todo, settings=settings, runner="cuda", gpus=gpu_ids, on_event=progress)
+    console.print(_summary(rows_by_shard))
+    console.print(f"shards in {paths.raw_dir(table.name, key, root=results_root)}")

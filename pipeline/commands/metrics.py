@@ -1,0 +1,73 @@
+"""``tunetable metrics``: the tuned table's metrics JSON, plot CSV and PNG (for dvc metrics / plots)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from pipeline.atomic import atomic_write_bytes, atomic_write_text
+from pipeline.errors import TuneTableError
+
+OUT = click.Path(dir_okay=False, path_type=Path)
+
+
+def _read_frames(ranked_path: Path):
+    """(ranked ok rows, failures) as polars frames; failures may be absent (no failures written)."""
+    import polars as pl
+
+    from pipeline.rank import failures_path
+
+    if not ranked_path.is_file():
+        raise TuneTableError("no such file", path=ranked_path)
+    try:
+        ranked = pl.read_parquet(ranked_path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise TuneTableError(f"not a ranked parquet ({exc.__class__.__name__})", path=ranked_path) from None
+    missing = [c for c in ("M", "N", "K", "config_id", "median_ms") if c not in ranked.columns]
+    if missing:
+        raise TuneTableError(f"missing column {missing[0]}", path=ranked_path)
+    failures_file = failures_path(out=ranked_path)
+    failures = pl.read_csv(failures_file, infer_schema_length=0) if failures_file.is_file() else None
+    return ranked, failures
+
+
+@click.command("metrics")
+@click.option("--table", required=True, help="Table name (as in params.yaml).")
+@click.option("--manifest", "manifest_path", type=OUT, default=None, help="Manifest [default: manifests/<table>.yaml].")
+@click.option("--ranked", "ranked_path", type=OUT, default=None, help="Ranked parquet [default: results/ranked/<table>.parquet].")
+@click.option("--content-key", default="", help="Content key of the raw shards behind the ranked table (recorded for audit/trace).")
+@click.option("--json", "json_path", type=OUT, default=None, help="Metrics JSON [default: results/metrics/<table>.json].")
+@click.option("--csv", "csv_path", type=OUT, default=None, help="Plot CSV [default: results/plots/<table>.csv].")
+@click.option("--png", "png_path", type=OUT, default=None, help="Plot PNG [default: results/plots/<table>.png].")
+@click.option("--params", "params_path", type=OUT, default=Path("params.yaml"), show_default=True)
+def command(table: str, manifest_path: Path | None, ranked_path: Path | None, content_key: str,
+            json_path: Path | None, csv_path: Path | None, png_path: Path | None, params_path: Path) -> None:
+    """Per shape, the tuned table's TFLOP/s against cuBLAS; geomeans, coverage, entries, failures."""
+    from pipeline import metrics, paths
+    from pipeline.params import load_params, table_spec
+
+    spec = table_spec(load_params(params_path), table, path=params_path)
+    manifest_path = manifest_path or Path(spec.codegen.manifest)
+    ranked_path = ranked_path or paths.ranked(table)
+    json_path = json_path or paths.metrics(table)
+    csv_path = csv_path or paths.plot_data(table)
+    png_path = png_path or paths.plot_data(table).with_suffix(".png")
+
+    provenance, entries = metrics.load_manifest(manifest_path)
+    ranked, failures = _read_frames(ranked_path)
+    results = metrics.shape_results(entries=entries, ranked=ranked, shapes=spec.shapes())
+    summary = metrics.table_metrics(
+        table=table, results=results, entries=len(entries), failures=metrics.failure_counts(failures),
+        content_key=content_key, provenance=provenance,
+    )
+    atomic_write_text(json_path, metrics.metrics_json(summary))
+    atomic_write_text(csv_path, metrics.csv_text(metrics.plot_rows(results)))
+    atomic_write_bytes(png_path, metrics.plot_png(table=table, results=results))
+    Console(stderr=True).print(
+        f"{table}: {summary['shapes_covered']}/{summary['shapes']} shapes covered, "
+        f"geomean {summary['geomean_tflops']} TFLOP/s, {summary['geomean_ratio_to_cublas']}x cuBLAS; "
+        f"wrote {json_path}, {csv_path}, {png_path}",
+        markup=False,
+    )

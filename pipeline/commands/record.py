@@ -1,0 +1,27 @@
+"""``tunetable record``: export cuda-backend shards to data/recordings/NAME.parquet (+ NAME.json)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from pipeline.bench.record import recording_frame, recording_provenance, write_recording
+from pipeline.keys import git_revision
+
+
+@click.command("record")
+@click.option("--table", "table_name", required=True, help="The table the shards belong to.")
+@click.option("--name", required=True, help="Recording name: data/recordings/NAME.parquet.")
+@click.option("--out-dir", type=click.Path(path_type=Path), default=Path("data/recordings"), show_default=True)
+@click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path))
+def command(table_name: str, name: str, out_dir: Path, shards: tuple[Path, ...]) -> None:
+    """Write the rows of SHARDS (cuda backend only) and their provenance."""
+    frame = recording_frame(table=table_name, shard_paths=list(shards))
+    provenance = recording_provenance(frame=frame, table=table_name, command="tunetable " + " ".join(sys.argv[1:]),
+                                      git_rev=git_revision())
+    parquet, sidecar = write_recording(frame=frame, provenance=provenance, out_dir=out_dir, name=name)
+    Console(stderr=True).print(f"recorded {len(frame)} rows ({provenance['shapes']} shapes, {provenance['device']}, "
+                               f"{provenance['date']}) -> {parquet} + {sidecar.name}")

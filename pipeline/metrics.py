@@ -1,0 +1,236 @@
+"""Metrics and plot data of a tuned table: how the generated table performs per shape, against cuBLAS.
+
+For every declared shape the table's lookup (first entry with this N and K whose [M, M_END)
+holds M) names a configuration; its measured median at that shape (from the ranked table) is
+the table's time there. The metrics JSON feeds ``dvc metrics diff``; the CSV feeds ``dvc plots``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from pipeline.errors import TuneTableError
+
+PLOT_COLUMNS = (
+    "shape", "M", "N", "K", "config_id", "tuned_ms", "cublas_ms", "best_ms",
+    "tuned_tflops", "cublas_tflops", "ratio_to_cublas", "ratio_to_best",
+)
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One manifest entry as lookup sees it (merged with its defaults)."""
+
+    index: int
+    m: int
+    m_end: int
+    n: int
+    k: int
+    config_id: str
+    values: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    """The table's pick at one shape and how it measured (times in ms; None where unmeasured)."""
+
+    m: int
+    n: int
+    k: int
+    entry_index: int | None
+    config_id: str | None
+    tuned_ms: float | None
+    cublas_ms: float | None
+    best_ms: float | None
+
+    @property
+    def shape(self) -> str:
+        """``M77_N4096_K4096``, as in raw shard names."""
+        return f"M{self.m}_N{self.n}_K{self.k}"
+
+    def tflops(self, ms: float | None) -> float | None:
+        """TFLOP/s of a time at this shape."""
+        return None if ms is None or ms <= 0 else 2.0 * self.m * self.n * self.k / (ms * 1e-3) / 1e12
+
+
+def parse_manifest(data: Any, *, path: str | Path) -> list[ManifestEntry]:
+    """Manifest entries (already yaml.safe_load-ed, merge keys resolved) in lookup order."""
+    if not isinstance(data, dict) or not isinstance(data.get("params"), list):
+        raise TuneTableError("expected a mapping with a 'params' list", path=path)
+    entries = []
+    for index, raw in enumerate(data["params"]):
+        if not isinstance(raw, dict):
+            raise TuneTableError("entry is not a mapping", path=path, where=f"params[{index}]")
+        missing = [key for key in ("M", "M_END", "N", "K", "CONFIG_ID") if key not in raw]
+        if missing:
+            raise TuneTableError(f"entry lacks {', '.join(missing)}", path=path, where=f"params[{index}]")
+        entries.append(ManifestEntry(
+            index=index, m=int(raw["M"]), m_end=int(raw["M_END"]), n=int(raw["N"]), k=int(raw["K"]),
+            config_id=str(raw["CONFIG_ID"]), values=dict(raw),
+        ))
+    return entries
+
+
+def load_manifest(path: str | Path) -> tuple[dict[str, Any], list[ManifestEntry]]:
+    """(provenance mapping, entries) of a manifest file."""
+    source = Path(path)
+    if not source.is_file():
+        raise TuneTableError("no such manifest", path=source)
+    return manifest_from_text(source.read_text(), path=source)
+
+
+def manifest_from_text(text: str, *, path: str | Path) -> tuple[dict[str, Any], list[ManifestEntry]]:
+    """(provenance mapping, entries) of manifest text (yaml.safe_load only)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise TuneTableError(f"malformed YAML: {getattr(exc, 'problem', exc)}", path=path,
+                             where=f"line {mark.line + 1}" if mark is not None else None) from None
+    entries = parse_manifest(data, path=path)
+    provenance = data.get("provenance") if isinstance(data.get("provenance"), dict) else {}
+    return dict(provenance), entries
+
+
+def lookup(entries: Sequence[ManifestEntry], *, m: int, n: int, k: int) -> ManifestEntry | None:
+    """The entry the runtime picks: first with equal N and K whose [M, M_END) holds m."""
+    for entry in entries:
+        if entry.n == n and entry.k == k and entry.m <= m < entry.m_end:
+            return entry
+    return None
+
+
+def shape_results(*, entries: Sequence[ManifestEntry], ranked: Any, shapes: Iterable[tuple[int, int, int]]) -> list[ShapeResult]:
+    """The table's pick and its measured time at every shape (ranked: polars DataFrame of ok rows)."""
+    import polars as pl
+
+    by_shape: dict[tuple[int, int, int], pl.DataFrame] = {
+        (int(key[0]), int(key[1]), int(key[2])): frame
+        for key, frame in ranked.partition_by(["M", "N", "K"], as_dict=True).items()
+    } if ranked.height else {}
+    results = []
+    for m, n, k in shapes:
+        rows = by_shape.get((m, n, k))
+        entry = lookup(entries, m=m, n=n, k=k)
+        tuned = cublas = best = None
+        if rows is not None:
+            best = float(rows["median_ms"].min())
+            cublas_values = rows["cublas_ms"].drop_nulls() if "cublas_ms" in rows.columns else []
+            cublas = float(cublas_values[0]) if len(cublas_values) else None
+            if entry is not None:
+                picked = rows.filter(pl.col("config_id") == entry.config_id)["median_ms"]
+                tuned = float(picked[0]) if picked.len() else None
+        results.append(ShapeResult(
+            m=m, n=n, k=k, entry_index=entry.index if entry else None,
+            config_id=entry.config_id if entry else None, tuned_ms=tuned, cublas_ms=cublas, best_ms=best,
+        ))
+    return results
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    """Geometric mean of positive values (None when there are none)."""
+    logs = [math.log(v) for v in values if v is not None and v > 0]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def table_metrics(
+    *, table: str, results: Sequence[ShapeResult], entries: int, failures: Mapping[str, int], content_key: str,
+    provenance: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The metrics mapping of a table (deterministic: no times of this run)."""
+    covered = [r for r in results if r.tuned_ms is not None]
+    with_cublas = [r for r in covered if r.cublas_ms is not None]
+    return {
+        "table": table,
+        "entries": entries,
+        "shapes": len(results),
+        "shapes_covered": len(covered),
+        "geomean_tflops": _round(geomean(r.tflops(r.tuned_ms) for r in covered)),
+        "geomean_cublas_tflops": _round(geomean(r.tflops(r.cublas_ms) for r in with_cublas)),
+        # TFLOP/s of the table over cuBLAS's (> 1: the table is faster).
+        "geomean_ratio_to_cublas": _round(geomean(r.cublas_ms / r.tuned_ms for r in with_cublas)),
+        "shapes_faster_than_cublas": sum(1 for r in with_cublas if r.tuned_ms < r.cublas_ms),
+        # The table's time over the best measured at each shape (range merging costs a little).
+        "geomean_ratio_to_best": _round(geomean(r.tuned_ms / r.best_ms for r in covered if r.best_ms)),
+        "failures": int(sum(failures.values())),
+        "failures_by_status": dict(sorted(failures.items())),
+        "content_key": content_key,
+        "results_key": str(provenance.get("results_key", "unknown")),
+        "device": str(provenance.get("device", "unknown")),
+    }
+
+
+def failure_counts(failures: Any) -> dict[str, int]:
+    """Failed (configuration, shape) pairs per status from a failures frame (polars)."""
+    if failures is None or failures.height == 0 or "status" not in failures.columns:
+        return {}
+    counts = failures.group_by("status").len()
+    return {str(row[0]): int(row[1]) for row in counts.sort("status").iter_rows()}
+
+
+def plot_rows(results: Sequence[ShapeResult]) -> list[dict[str, Any]]:
+    """One plot row per shape (CSV for ``dvc plots``)."""
+    rows = []
+    for r in results:
+        ratio_cublas = r.cublas_ms / r.tuned_ms if r.tuned_ms and r.cublas_ms else None
+        ratio_best = r.tuned_ms / r.best_ms if r.tuned_ms and r.best_ms else None
+        rows.append({
+            "shape": r.shape, "M": r.m, "N": r.n, "K": r.k, "config_id": r.config_id or "",
+            "tuned_ms": _round(r.tuned_ms), "cublas_ms": _round(r.cublas_ms), "best_ms": _round(r.best_ms),
+            "tuned_tflops": _round(r.tflops(r.tuned_ms)), "cublas_tflops": _round(r.tflops(r.cublas_ms)),
+            "ratio_to_cublas": _round(ratio_cublas), "ratio_to_best": _round(ratio_best),
+        })
+    return rows
+
+
+def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """CSV with a fixed column order; empty cells for missing values."""
+    import csv
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=PLOT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row[k] is None else row[k]) for k in PLOT_COLUMNS})
+    return buffer.getvalue()
+
+
+def metrics_json(metrics: Mapping[str, Any]) -> str:
+    """Stable, reviewable JSON text."""
+    return json.dumps(metrics, indent=2, sort_keys=False) + "\n"
+
+
+def plot_png(*, table: str, results: Sequence[ShapeResult]) -> bytes:
+    """A bar chart per shape: the table's TFLOP/s next to cuBLAS's (PNG bytes, no timestamp)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    labels = [r.shape for r in results]
+    tuned = [r.tflops(r.tuned_ms) or 0.0 for r in results]
+    cublas = [r.tflops(r.cublas_ms) or 0.0 for r in results]
+    positions = list(range(len(results)))
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.28 * len(results) + 2), 4.8), dpi=100)
+    ax.bar([p - 0.2 for p in positions], tuned, width=0.4, label=f"{table} (tuned table)")
+    ax.bar([p + 0.2 for p in positions], cublas, width=0.4, label="cuBLAS (same harness)")
+    ax.set_xticks(positions, labels, rotation=90, fontsize=6)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{table}: tuned table vs cuBLAS per shape")
+    ax.legend()
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()

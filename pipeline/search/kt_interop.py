@@ -1,0 +1,328 @@
+"""Kernel Tuner interop: our rows <-> Kernel Tuner 1.x JSON cache files, and KT's simulation mode.
+
+Kernel Tuner keeps one cache per (device, kernel, problem size)::
+
+    {"device_name", "kernel_name", "problem_size", "tune_params_keys", "tune_params",
+     "objective", "cache": {"v1,v2,...": {<params>, "time", "times", "compile_time", ...}}}
+
+Keys are the parameter values joined by commas in ``tune_params_keys`` order; ``time`` is in
+ms; failed configurations carry ``"__error__": "CompilationFailedConfig"`` or
+``"RuntimeFailedConfig"`` (kernel_tuner.util.read_cache turns those strings back into error
+objects). We export one cache per shape with ``time`` = our median (Kernel Tuner's own is a
+mean), every sample in ``times``, and our ids and statuses under ``tunetable_*`` keys so a
+round trip loses nothing. ``compile_time`` + ``benchmark_time`` let KT charge a ``time_limit``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.atomic import atomic_write_text
+from pipeline.config import KernelConfig
+from pipeline.errors import TuneTableError
+from pipeline.results import KBENCH_FIELDS, ROW_FIELDS
+
+COMPILE_FAILED = "CompilationFailedConfig"
+RUNTIME_FAILED = "RuntimeFailedConfig"
+INVALID = "InvalidConfig"
+KT_ERRORS = (COMPILE_FAILED, RUNTIME_FAILED, INVALID, "ErrorConfig")
+NON_PARAMETER_COLUMNS = frozenset(ROW_FIELDS) | frozenset(KBENCH_FIELDS) | {"table", "strategy", "search"}
+IMPORTED_BACKEND = "kernel_tuner"
+
+
+def parameter_names(columns: Sequence[str]) -> list[str]:
+    """The parameter columns of a row table (every column that is not a known result field), in order."""
+    return [c for c in columns if c not in NON_PARAMETER_COLUMNS]
+
+
+def _value_list(values: Iterable[Any]) -> list[Any]:
+    unique = list(dict.fromkeys(values))
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in unique):
+        return sorted(unique)
+    return unique
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars/arrays and NaN as JSON-safe Python values."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def parameter_value(value: Any) -> Any:
+    """A parameter value as the grid wrote it: parquet stores int columns with gaps (baseline rows) as float."""
+    value = _plain(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def cache_key(params: Mapping[str, Any], names: Sequence[str]) -> str:
+    """Kernel Tuner's cache key: the values in ``names`` order joined by commas."""
+    return ",".join(str(parameter_value(params[name])) for name in names)
+
+
+def _entry(row: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """One cache record from one of our rows."""
+    entry: dict[str, Any] = {name: parameter_value(row[name]) for name in names}
+    samples = [float(s) for s in (_plain(row.get("samples_ms")) or []) if s is not None]
+    compile_ms = 1000.0 * float(_plain(row.get("compile_s")) or 0.0)
+    status = row.get("status")
+    if status == "ok":
+        entry["time"] = float(row["median_ms"])
+        entry["times"] = samples
+    else:
+        error = COMPILE_FAILED if status == "build" else RUNTIME_FAILED
+        entry["time"] = error
+        entry["__error__"] = error
+    entry.update(
+        compile_time=compile_ms,
+        verification_time=0.0,
+        benchmark_time=float(sum(samples)),
+        strategy_time=0.0,
+        framework_time=0.0,
+        timestamp=str(_plain(row.get("time")) or ""),
+        num_regs=_plain(row.get("registers")),
+        core_freq=_plain(row.get("sm_clock_mhz")),
+        nvml_power=_plain(row.get("power_w")),
+        tunetable_config_id=str(row["config_id"]),
+        tunetable_status=str(status),
+        tunetable_iqr_ms=_plain(row.get("iqr_ms")),
+        tunetable_error=_plain(row.get("error")),
+    )
+    return entry
+
+
+def kt_cache_documents(
+    rows: Sequence[Mapping[str, Any]], *, names: Sequence[str], kernel_name: str, device_name: str | None = None
+) -> dict[tuple[int, int, int], dict[str, Any]]:
+    """One Kernel Tuner cache document per (M, N, K) from our kernel rows (baseline rows are skipped)."""
+    kernel_rows = [r for r in rows if r.get("kind", "kernel") == "kernel"]
+    tune_params = {name: _value_list(parameter_value(r[name]) for r in kernel_rows) for name in names}
+    shapes: dict[tuple[int, int, int], list[Mapping[str, Any]]] = {}
+    for row in kernel_rows:
+        shapes.setdefault((int(row["M"]), int(row["N"]), int(row["K"])), []).append(row)
+    documents = {}
+    for shape in sorted(shapes):
+        cache: dict[str, Any] = {}
+        for row in sorted(shapes[shape], key=lambda r: cache_key(r, names)):
+            cache[cache_key(row, names)] = _entry(row, names)
+        device = device_name or str(_plain(shapes[shape][0].get("device")) or "unknown")
+        documents[shape] = {
+            "device_name": device,
+            "kernel_name": kernel_name,
+            "problem_size": list(shape),
+            "tune_params_keys": list(names),
+            "tune_params": tune_params,
+            "objective": "time",
+            "cache": cache,
+        }
+    return documents
+
+
+def cache_file_name(*, table: str, shape: tuple[int, int, int]) -> str:
+    """File name of a shape's exported cache: ``<table>_M<m>_N<n>_K<k>.json``."""
+    m, n, k = shape
+    return f"{table}_M{m}_N{n}_K{k}.json"
+
+
+def export_kt_caches(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    table: str,
+    kernel_name: str,
+    out_dir: str | Path,
+    device_name: str | None = None,
+    names: Sequence[str] | None = None,
+) -> list[Path]:
+    """Write one Kernel Tuner cache per shape under ``out_dir``; returns the files written.
+
+    ``names``: the tunable parameters in grid order (default: every column that is not a result field).
+    """
+    if not rows:
+        raise TuneTableError("no rows to export", path=out_dir)
+    names = list(names) if names is not None else parameter_names(list(rows[0].keys()))
+    written = []
+    for shape, document in kt_cache_documents(rows, names=names, kernel_name=kernel_name, device_name=device_name).items():
+        path = Path(out_dir) / cache_file_name(table=table, shape=shape)
+        # indent="" is Kernel Tuner's own layout; "cache" last keeps the closing "}\n}" it checks for.
+        atomic_write_text(path, json.dumps(document, indent="") + "\n")
+        written.append(path)
+    return written
+
+
+def load_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a recording (.parquet) or of a shard (.pkl) as plain dicts."""
+    source = Path(path)
+    if not source.is_file():
+        raise TuneTableError("no such file", path=source)
+    if source.suffix == ".parquet":
+        import pandas as pd
+
+        frame = pd.read_parquet(source)
+    else:
+        from pipeline.results import read_shard
+
+        frame = read_shard(source)["merged_df"]
+    return [{k: _plain(v) for k, v in record.items()} for record in frame.to_dict(orient="records")]
+
+
+def read_kt_cache(path: str | Path) -> dict[str, Any]:
+    """Parse a Kernel Tuner cache file, also one left open by an interrupted run (no closing braces)."""
+    source = Path(path)
+    if not source.is_file():
+        raise TuneTableError("no such file", path=source)
+    text = source.read_text().strip()
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        try:
+            # Kernel Tuner appends entries to an open file and closes it only at the end of a run.
+            document = json.loads(text.rstrip(",") + "}\n}")
+        except json.JSONDecodeError:
+            raise TuneTableError(f"not a Kernel Tuner cache: {exc.msg}", path=source, where=f"line {exc.lineno}") from None
+    for key in ("kernel_name", "problem_size", "tune_params_keys", "cache"):
+        if not isinstance(document, dict) or key not in document:
+            raise TuneTableError(f"not a Kernel Tuner cache: missing '{key}'", path=source)
+    return document
+
+
+def rows_from_kt_cache(path: str | Path, *, family: str) -> list[dict[str, Any]]:
+    """Our rows (ROW_FIELDS + parameter columns) from a Kernel Tuner cache; InvalidConfig entries are skipped."""
+    document = read_kt_cache(path)
+    size = document["problem_size"]
+    if not (isinstance(size, list) and len(size) == 3 and all(isinstance(v, int) for v in size)):
+        raise TuneTableError(f"problem_size must be [M, N, K], got {size!r}", path=path, where="problem_size")
+    m, n, k = size
+    names = list(document["tune_params_keys"])
+    rows = []
+    for key, entry in document["cache"].items():
+        missing = [name for name in names if name not in entry]
+        if missing:
+            raise TuneTableError(f"entry lacks parameter(s) {', '.join(missing)}", path=path, where=f"cache[{key}]")
+        error = _entry_error(entry)
+        if error == INVALID:
+            continue
+        params = {name: entry[name] for name in names}
+        rows.append(_row_from_entry(entry, params=params, family=family, shape=(m, n, k), error=error,
+                                    device=str(document.get("device_name", "unknown"))))
+    return rows
+
+
+def _entry_error(entry: Mapping[str, Any]) -> str | None:
+    """The Kernel Tuner error class name of an entry, or None for a measured one."""
+    for value in entry.values():
+        if isinstance(value, str) and value in KT_ERRORS:
+            return value
+    return None
+
+
+def _row_from_entry(
+    entry: Mapping[str, Any], *, params: dict[str, Any], family: str, shape: tuple[int, int, int], error: str | None, device: str
+) -> dict[str, Any]:
+    m, n, k = shape
+    samples = [float(t) for t in entry.get("times") or []] if error is None else []
+    median = float(entry["time"]) if error is None else None
+    if error is None and not samples:
+        samples = [median]
+    status = "ok" if error is None else entry.get("tunetable_status") or ("build" if error == COMPILE_FAILED else "launch")
+    row: dict[str, Any] = {name: None for name in ROW_FIELDS}
+    row.update(
+        M=m, N=n, K=k,
+        config_id=KernelConfig.from_dict(family, params).id,
+        kind="kernel",
+        status=status,
+        error=entry.get("tunetable_error") or (None if error is None else error),
+        samples_ms=samples,
+        median_ms=median,
+        iqr_ms=entry.get("tunetable_iqr_ms", _iqr(samples)) if error is None else None,
+        mean_ms=statistics.fmean(samples) if samples else None,
+        min_ms=min(samples) if samples else None,
+        tflops=2.0 * m * n * k / (median * 1e-3) / 1e12 if median else None,
+        registers=entry.get("num_regs"),
+        compile_s=float(entry.get("compile_time") or 0.0) / 1000.0,
+        sm_clock_mhz=entry.get("core_freq"),
+        power_w=entry.get("nvml_power"),
+        backend=IMPORTED_BACKEND,
+        device=device,
+        time=entry.get("timestamp"),
+    )
+    row.update(params)
+    return row
+
+
+def _iqr(samples: Sequence[float]) -> float | None:
+    if len(samples) < 2:
+        return None
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    return q3 - q1
+
+
+def replay_with_kernel_tuner(
+    cache_path: str | Path, *, strategy: str, max_fevals: int, seed: int, strategy_options: Mapping[str, Any] | None = None
+) -> list[tuple[str, float]]:
+    """Run a Kernel Tuner strategy in simulation mode on a cache; (cache key, time or inf) per unique evaluation, in order.
+
+    The search space is every configuration in the cache, failed ones included (they count as
+    evaluations, as in our search); Kernel Tuner's own ``tune_cache`` would drop failures.
+    """
+    from kernel_tuner import tune_kernel
+
+    document = read_kt_cache(cache_path)
+    names = list(document["tune_params_keys"])
+    valid = {tuple(entry[name] for name in names) for entry in document["cache"].values() if _entry_error(entry) != INVALID}
+
+    def in_cache(*values: Any) -> bool:
+        return values in valid
+
+    # Kernel Tuner's strategies draw from the global `random` and `numpy.random` generators.
+    random.seed(seed)
+    np.random.seed(seed)
+    # brute_force takes no budget (it measures everything); every other strategy does.
+    options = {} if strategy == "brute_force" else {"max_fevals": max_fevals}
+    options.update(strategy_options or {})
+    with warnings.catch_warnings():
+        # No block_size_x in a GEMM tile grid: the warning is about launch geometry, unused in simulation.
+        warnings.simplefilter("ignore", UserWarning)
+        results, _ = _tune(tune_kernel, document, cache_path=cache_path, in_cache=in_cache, strategy=strategy, options=options)
+    order: dict[str, float] = {}
+    for result in results:
+        key = cache_key(result, names)
+        if key not in order:
+            order[key] = math.inf if "__error__" in result else float(result["time"])
+    return list(order.items())
+
+
+def _tune(tune_kernel: Any, document: Mapping[str, Any], *, cache_path: str | Path, in_cache: Any, strategy: str,
+          options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from constraint import FunctionConstraint
+
+    return tune_kernel(
+        document["kernel_name"],
+        "",
+        tuple(document["problem_size"]),
+        [],
+        document["tune_params"],
+        restrictions=[FunctionConstraint(in_cache)],
+        cache=str(cache_path),
+        simulation_mode=True,
+        strategy=strategy,
+        strategy_options=dict(options),
+        quiet=True,
+        verbose=False,
+    )

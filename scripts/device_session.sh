@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One H200 session of tunetable (run by the lead through the device tool, from the repo root):
+#   install the carried wheels, grid + compile the table, pytest -m gpu, bench every configuration
+#   x every default shape (+ cuBLAS baselines) with the cuda backend, export the recording.
+# Every log lands under $OUT (at most 8 files come back: see the list at the end).
+#
+#   bash scripts/device_session.sh [all|tests|bench]      (default: all)
+#   env: TABLE (gemm_mma), RECORDING (h200_gemm_mma), SHAPES ("M,N,K M,N,K": instead of --all-shapes),
+#        GPU_TESTS (pytest paths, default tests/gpu), TEST_TIMEOUT_S (300), BENCH_TIMEOUT_S (560)
+set -uo pipefail
+STAGE=${1:-all}
+TABLE=${TABLE:-gemm_mma}
+RECORDING=${RECORDING:-h200_gemm_mma}
+OUT=${OUT:-/tmp/tunetable-out}
+mkdir -p "$OUT"
+LOG="$OUT/session.log"
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG" "$SUMMARY"; }
+step() {  # step NAME LOGFILE CMD...: run, tee to its log, record the exit status
+  local name=$1 logfile=$2; shift 2
+  note "start $name: $*"
+  local t0=$SECONDS
+  "$@" 2>&1 | tee -a "$logfile" >>"$LOG"
+  local rc=${PIPESTATUS[0]}
+  note "end $name: rc=$rc in $((SECONDS - t0)) s"
+  return "$rc"
+}
+
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >>"$LOG" 2>&1 || note "wheel install failed"
+export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+{ nvidia-smi; nvidia-smi -q -d CLOCK,POWER,TEMPERATURE | head -80; nvcc --version; python3 --version;
+  python3 -c "import pycuda, pynvml, pandas, pyarrow, yaml; print('pycuda', pycuda.VERSION_TEXT)"; } >>"$LOG" 2>&1
+
+step grid "$OUT/build.log" python3 -m pipeline grid --table "$TABLE"
+step compile "$OUT/build.log" python3 -m pipeline compile --table "$TABLE" --workers "$(nproc)"
+
+if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
+  step pytest-gpu "$OUT/pytest_gpu.log" timeout "${TEST_TIMEOUT_S:-300}" \
+    python3 -m pytest -m gpu -p no:cacheprovider -q -rA ${GPU_TESTS:-tests/gpu}
+fi
+
+if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
+  if [ -n "${SHAPES:-}" ]; then
+    SHAPE_ARGS=(); for s in $SHAPES; do SHAPE_ARGS+=(--shape "$s"); done
+  else
+    SHAPE_ARGS=(--all-shapes)
+  fi
+  step bench "$OUT/bench.log" timeout "${BENCH_TIMEOUT_S:-560}" \
+    python3 -m pipeline bench --table "$TABLE" --backend cuda "${SHAPE_ARGS[@]}"
+  KEY=$(python3 -c "
+from pipeline.params import load_params, table_spec
+from pipeline.bench.plan import shard_key
+p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cuda'))")
+  note "content key $KEY"
+  shopt -s nullglob
+  SHARDS=(results/raw/"$TABLE"/"$KEY"/*.pkl)
+  note "${#SHARDS[@]} shards measured"
+  if [ "${#SHARDS[@]}" -gt 0 ]; then
+    step record "$OUT/bench.log" python3 -m pipeline record --table "$TABLE" --name "$RECORDING" "${SHARDS[@]}"
+    cp data/recordings/"$RECORDING".parquet data/recordings/"$RECORDING".json "$OUT"/ 2>>"$LOG"
+  fi
+fi
+
+tar czf "$OUT/results.tar.gz" results/grid results/compile results/raw 2>>"$LOG"
+note "files: $(cd "$OUT" && ls | tr '\n' ' ')"
+# Back from $OUT (<= 8 files): session.log (device facts first) summary.txt build.log pytest_gpu.log bench.log
+#   results.tar.gz and the recording (RECORDING.parquet + .json) when the bench ran.

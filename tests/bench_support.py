@@ -1,0 +1,73 @@
+"""Helpers shared by the bench tests: the test kernel family, driver specs, journal counts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "bench"
+DRIVER = FIXTURES / "driver.py"
+
+
+def load_test_families() -> dict[str, Any]:
+    """FAMILIES of tests/fixtures/bench/family.py (the test kernel's launch geometry)."""
+    spec = importlib.util.spec_from_file_location("bench_test_family", FIXTURES / "family.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_test_family"] = module
+    spec.loader.exec_module(module)
+    return module.FAMILIES
+
+
+def write_spec(path: Path, *, runner: str, settings: dict[str, Any], jobs: list[dict[str, Any]]) -> Path:
+    """A driver spec file."""
+    path.write_text(json.dumps({"runner": runner, "settings": settings, "jobs": jobs}))
+    return path
+
+
+def start_driver(spec: Path) -> subprocess.Popen[bytes]:
+    """Start the bench driver as a real process (its own session, so kill -9 hits only it)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    return subprocess.Popen([sys.executable, str(DRIVER), str(spec)], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def journal_records(path: Path) -> list[dict[str, Any]]:
+    """Complete JSON lines of a journal."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def sample_counts(path: Path) -> Counter[str]:
+    """Timed samples per configuration in a journal."""
+    return Counter(r["config_id"] for r in journal_records(path) if r["type"] == "sample")
+
+
+def kill9_when(process: subprocess.Popen[bytes], journal: Path, *, samples: int, limit_s: float) -> list[str]:
+    """SIGKILL the process once the journal holds ``samples`` samples; returns the journal lines then."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if sum(sample_counts(journal).values()) >= samples:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+            return journal.read_text().splitlines()
+        if process.poll() is not None:
+            raise RuntimeError(f"driver ended before the kill: {process.stdout.read().decode()[-2000:]}")
+        time.sleep(0.01)
+    process.kill()
+    raise RuntimeError("the journal never reached the sample count")

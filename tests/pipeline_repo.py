@@ -1,0 +1,125 @@
+"""Helpers for the pipeline tests: a throw-away git + DVC copy of the project, and the real tools run in it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+RECORDING = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
+BIN = Path(sys.executable).parent
+NO_RECORDING = (
+    f"{RECORDING.relative_to(REPO)} is absent: the pipeline tests replay the committed H200 recording "
+    "(made by `tunetable bench --backend cuda` + `tunetable record` on the GPU)"
+)
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "tunetable-test", "GIT_AUTHOR_EMAIL": "test@tunetable.invalid",
+    "GIT_COMMITTER_NAME": "tunetable-test", "GIT_COMMITTER_EMAIL": "test@tunetable.invalid",
+}
+
+
+@dataclass(frozen=True)
+class Done:
+    """A finished command: exit status and combined output."""
+
+    returncode: int
+    output: str
+
+
+def tool_env() -> dict[str, str]:
+    """Environment with this interpreter's bin first (snakemake, dvc, tunetable), no analytics."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["DVC_NO_ANALYTICS"] = "1"
+    env["COLUMNS"] = "250"  # rich tables on one line each
+    env.update(GIT_ENV)
+    return env
+
+
+def run(args: list[str], *, cwd: Path, check: bool = True, timeout: float = 300) -> Done:
+    """Run a command in ``cwd``; with ``check`` a failure shows the command's output."""
+    done = subprocess.run(args, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    result = Done(done.returncode, done.stdout + done.stderr)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {done.returncode}:\n{result.output[-4000:]}")
+    return result
+
+
+def snakemake(*args: str, cwd: Path, check: bool = True) -> Done:
+    """The real snakemake, targets first."""
+    return run([str(BIN / "snakemake"), *args], cwd=cwd, check=check)
+
+
+def dvc(*args: str, cwd: Path, check: bool = True) -> Done:
+    """The real dvc."""
+    return run([str(BIN / "dvc"), *args], cwd=cwd, check=check)
+
+
+def tunetable(*args: str, cwd: Path, check: bool = True) -> Done:
+    """The project's CLI, as installed."""
+    return run([sys.executable, "-m", "pipeline", *args], cwd=cwd, check=check)
+
+
+def git(*args: str, cwd: Path, check: bool = True) -> Done:
+    """git with a fixed identity."""
+    return run(["git", *args], cwd=cwd, check=check)
+
+
+def project_files() -> list[str]:
+    """Files of the project as a clone would have them (tracked + untracked not ignored), no DVC state."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    skip = (".dvc/cache", ".dvc/tmp", "dvc.lock")
+    return sorted(p for p in listed if not p.startswith(skip) and (REPO / p).is_file())
+
+
+def make_project(dest: Path, *, remote: Path, params_edit=None) -> Path:
+    """Copy the project into ``dest`` as a fresh git repo with DVC and a private local remote; commit it."""
+    for name in project_files():
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, target)
+    if params_edit is not None:
+        edit_params(dest, params_edit)
+    git("init", "-q", "-b", "main", cwd=dest)
+    if not (dest / ".dvc" / "config").is_file():
+        dvc("init", "-q", cwd=dest)
+    dvc("remote", "add", "-f", "-d", "local", str(remote), cwd=dest)
+    git("add", "-A", cwd=dest)
+    git("commit", "-q", "-m", "project", cwd=dest)
+    return dest
+
+
+def edit_params(root: Path, edit) -> None:
+    """Apply ``edit(params_dict)`` to root/params.yaml (rewritten with yaml.safe_dump)."""
+    path = root / "params.yaml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Jobs per rule, summed over every snakemake run in the output (a dry-run prints its table twice)."""
+    counts: dict[str, int] = {}
+    for run_output in output.split("Building DAG of jobs")[1:]:
+        block = re.search(r"Job stats:\n(.*?)\n\n", run_output + "\n\n", flags=re.S)
+        for line in block.group(1).splitlines() if block else []:
+            match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+            if match and match.group(1) != "total":
+                counts[match.group(1)] = counts.get(match.group(1), 0) + int(match.group(2))
+    return counts
+
+
+def small_table(data: dict) -> None:
+    """Params edit: one (N, K) pair and three M values (the recording covers them)."""
+    shapes = data["tables"]["gemm_mma"]["shapes"]
+    shapes["NK"] = [[4096, 4096]]
+    shapes["M"] = [1, 64, 4096]

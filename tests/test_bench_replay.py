@@ -1,0 +1,126 @@
+"""Replay and recording: matching on (table, M, N, K, config_id, kernel_hash), errors, provenance."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.bench.plan import BenchSettings, ConfigTask, baseline_task, gpu_visible, resolve_backend
+from pipeline.bench.record import recording_frame, recording_provenance, write_recording
+from pipeline.bench.replay import load_recording, replay_shapes
+from pipeline.bench.runner import ShardJob, run_shards
+from pipeline.errors import TuneTableError
+from pipeline.results import ROW_FIELDS, read_shard
+
+REPO = Path(__file__).resolve().parents[1]
+SETTINGS = BenchSettings(warmup_ms=1, rounds=3, min_batch_ms=0.05, timeout_s=10)
+SHAPES = [(16, 32, 24), (8, 32, 24)]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Two shards measured by the real worker with the CPU test runner (backend 'cpu-test')."""
+    root = tmp_path_factory.mktemp("measured")
+    tasks = (ConfigTask(config_id="cA", mesh_idx=0, family="cpu", params=(("TILE", 16),)),
+             ConfigTask(config_id="cB", mesh_idx=1, family="cpu", params=(("TILE", 32),)))
+    jobs = [ShardJob(table="t", m=m, n=n, k=k, tasks=tasks, payloads={"cA": {"entry": "gemm"}, "cB": {"entry": "gemm_wrong"}},
+                     journal_path=root / f"{m}.journal.jsonl", shard_path=root / f"{m}.pkl", content_key="measkey",
+                     kernel_hash="kh1", provenance={"git_rev": "abc123", "nvcc": "nvcc-x"})
+            for (m, n, k) in SHAPES]
+    run_shards(jobs=jobs, settings=SETTINGS, runner="cpu-test", gpus=[None])
+    return {"root": root, "tasks": tasks, "shards": [job.shard_path for job in jobs]}
+
+
+def recorded(measured: dict, tmp_path: Path) -> tuple[Path, dict]:
+    """A recording of the measured shards; `record` itself accepts only cuda rows, so the frame is
+    relabelled here to exercise the file format (the timings are real CPU timings, not GPU ones)."""
+    import pandas as pd
+
+    frames = [read_shard(path)["merged_df"].assign(table="t") for path in measured["shards"]]
+    frame = pd.concat(frames, ignore_index=True)
+    provenance = recording_provenance(frame=frame, table="t", command="test", git_rev="abc123")
+    parquet, _ = write_recording(frame=frame, provenance=provenance, out_dir=tmp_path, name="rec")
+    return parquet, provenance
+
+
+def test_record_refuses_shards_not_measured_by_cuda(measured: dict) -> None:
+    with pytest.raises(TuneTableError, match="only cuda-backend shards can be recorded"):
+        recording_frame(table="t", shard_paths=measured["shards"])
+
+
+def test_record_cli_error_is_one_line_and_writes_nothing(measured: dict, tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "pipeline", "record", "--table", "t", "--name", "x",
+                             "--out-dir", str(tmp_path), *map(str, measured["shards"])],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "only cuda-backend shards" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_recording_round_trip_keeps_every_field_and_provenance(measured: dict, tmp_path: Path) -> None:
+    parquet, provenance = recorded(measured, tmp_path)
+    sidecar = json.loads(parquet.with_suffix(".json").read_text())
+    assert sidecar == json.loads(json.dumps(provenance))
+    assert sidecar["device"] == "cpu-test-runner" and sidecar["rows"] == 4 and sidecar["shapes"] == 2
+    assert sidecar["statuses"] == {"ok": 2, "verify": 2} and sidecar["content_keys"] == ["measkey"]
+    index = load_recording(parquet)
+    row = index[("t", 16, 32, 24, "cA", "kh1")]
+    assert set(ROW_FIELDS) <= set(row) and len(row["samples_ms"]) == 3
+
+
+def test_replay_serves_recorded_samples_with_the_measurement_provenance(measured: dict, tmp_path: Path) -> None:
+    parquet, _ = recorded(measured, tmp_path)
+    original = read_shard(measured["shards"][0])["merged_df"].set_index("config_id")
+    rows = replay_shapes(recording=load_recording(parquet), recording_path=parquet, table="t", shapes=[SHAPES[0]],
+                         tasks=measured["tasks"], kernel_hash="kh1", content_key="replaykey", allow_missing=False)
+    served = {r["config_id"]: r for r in rows[SHAPES[0]]}
+    assert served["cA"]["samples_ms"] == list(original.loc["cA", "samples_ms"])
+    assert served["cA"]["median_ms"] == original.loc["cA", "median_ms"]
+    assert served["cA"]["backend"] == "replay" and served["cA"]["content_key"] == "replaykey"
+    assert served["cA"]["measured_key"] == "measkey" and served["cA"]["git_rev"] == "abc123"
+    assert served["cA"]["time"] == original.loc["cA", "time"] and served["cA"]["device"] == "cpu-test-runner"
+    assert served["cB"]["status"] == "verify"
+    assert served["cA"]["spec"] == "t/TILE=16/$M=16/$N=32/$K=24"
+
+
+def test_replay_of_unrecorded_entries_lists_the_first_missing(measured: dict, tmp_path: Path) -> None:
+    parquet, _ = recorded(measured, tmp_path)
+    tasks = [*measured["tasks"], ConfigTask(config_id="cNEW", mesh_idx=2, family="cpu"), baseline_task()]
+    with pytest.raises(TuneTableError) as error:
+        replay_shapes(recording=load_recording(parquet), recording_path=parquet, table="t",
+                      shapes=[*SHAPES, (64, 32, 24)], tasks=tasks, kernel_hash="kh1", content_key="k",
+                      allow_missing=False)
+    message = str(error.value)
+    assert message.startswith(f"{parquet}: 8 entries of table t (kernel kh1) are not recorded: ")
+    assert "M=16 N=32 K=24 cNEW; M=16 N=32 K=24 cublas; M=8 N=32 K=24 cNEW" in message and "and 3 more" in message
+
+
+def test_a_changed_kernel_hash_matches_nothing(measured: dict, tmp_path: Path) -> None:
+    parquet, _ = recorded(measured, tmp_path)
+    with pytest.raises(TuneTableError, match="4 entries of table t \\(kernel kh2\\)"):
+        replay_shapes(recording=load_recording(parquet), recording_path=parquet, table="t", shapes=SHAPES,
+                      tasks=measured["tasks"], kernel_hash="kh2", content_key="k", allow_missing=False)
+
+
+def test_allow_missing_gives_missing_rows(measured: dict, tmp_path: Path) -> None:
+    parquet, _ = recorded(measured, tmp_path)
+    tasks = [*measured["tasks"], ConfigTask(config_id="cNEW", mesh_idx=2, family="cpu")]
+    rows = replay_shapes(recording=load_recording(parquet), recording_path=parquet, table="t", shapes=[SHAPES[1]],
+                         tasks=tasks, kernel_hash="kh1", content_key="k", allow_missing=True)[SHAPES[1]]
+    assert [(r["config_id"], r["status"]) for r in rows] == [("cA", "ok"), ("cB", "verify"), ("cNEW", "missing")]
+    assert rows[2]["median_ms"] is None and rows[2]["samples_ms"] == []
+
+
+def test_auto_without_a_gpu_says_replay_with_the_recording_device_and_date(measured: dict, tmp_path: Path) -> None:
+    if gpu_visible():
+        pytest.skip("a GPU is visible here: auto picks cuda")
+    parquet, provenance = recorded(measured, tmp_path)
+    choice = resolve_backend(requested="auto", recording=parquet)
+    assert choice.backend == "replay" and "auto: NO CUDA device visible" in choice.reason
+    assert f"measured on cpu-test-runner (driver {provenance['driver']}) on {provenance['date']}" in choice.reason
+    with pytest.raises(TuneTableError, match="no such recording"):
+        resolve_backend(requested="replay", recording=tmp_path / "absent.parquet")

@@ -1,0 +1,106 @@
+"""Scheduling and failure classification with the real subprocess worker and the CPU test runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench_support import journal_records
+from pipeline.bench.failures import WorkerFailure
+from pipeline.bench.plan import BenchSettings, ConfigTask
+from pipeline.bench.runner import ShardJob, ShardRunner, round_order, run_shards, sample_stats
+from pipeline.bench.worker import WorkerProcess
+from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
+
+SETTINGS = BenchSettings(warmup_ms=2, rounds=4, min_batch_ms=0.1, timeout_s=1.5)
+
+
+def make_job(tmp_path: Path, entries: dict[str, dict], *, m: int = 32, n: int = 48, k: int = 40, name: str = "s") -> ShardJob:
+    tasks = tuple(ConfigTask(config_id=cid, mesh_idx=i, family="cpu", params=(("ENTRY", payload["entry"]),))
+                  for i, (cid, payload) in enumerate(entries.items()))
+    return ShardJob(table="t", m=m, n=n, k=k, tasks=tasks, payloads=dict(entries),
+                    journal_path=tmp_path / f"{name}.journal.jsonl", shard_path=tmp_path / f"{name}.pkl",
+                    content_key="key", kernel_hash="hash")
+
+
+def test_round_order_rotates_so_every_config_leads_once_per_cycle() -> None:
+    ids = ["a", "b", "c", "d"]
+    orders = [round_order(ids, r) for r in range(5)]
+    assert orders == [["a", "b", "c", "d"], ["b", "c", "d", "a"], ["c", "d", "a", "b"], ["d", "a", "b", "c"],
+                      ["a", "b", "c", "d"]]
+    assert round_order([], 3) == []
+
+
+def test_sample_stats_median_and_iqr() -> None:
+    stats = sample_stats([4.0, 1.0, 3.0, 2.0, 100.0])
+    assert stats == {"median_ms": 3.0, "iqr_ms": 2.0, "mean_ms": 22.0, "min_ms": 1.0}
+    assert sample_stats([])["median_ms"] is None
+
+
+def test_every_failure_kind_is_classified_and_the_run_goes_on(tmp_path: Path) -> None:
+    entries = {
+        "ok1": {"entry": "gemm"},
+        "wrong": {"entry": "gemm_wrong"},
+        "unwritten": {"entry": "gemm_unwritten"},
+        "fault": {"entry": "fault"},
+        "segv": {"entry": "segv"},
+        "ok2": {"entry": "gemm"},
+        "hang": {"entry": "hang"},
+        "exit": {"entry": "exit"},
+        "late_segv": {"entry": "segv", "after": 2},
+        "late_hang": {"entry": "hang", "after": 1},
+        "ok3": {"entry": "gemm"},
+    }
+    job = make_job(tmp_path, entries)
+    rows = {r["config_id"]: r for r in run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None])[job.shard_path]}
+    assert {cid: r["status"] for cid, r in rows.items()} == {
+        "ok1": "ok", "wrong": "verify", "unwritten": "verify", "fault": "launch", "segv": "launch", "ok2": "ok",
+        "hang": "timeout", "exit": "launch", "late_segv": "launch", "late_hang": "timeout", "ok3": "ok",
+    }
+    assert "SIGSEGV" in rows["segv"]["error"] and "exit status 7" in rows["exit"]["error"]
+    assert "illegal address" in rows["fault"]["error"] and "no answer within" in rows["hang"]["error"]
+    assert rows["wrong"]["rel_err"] == pytest.approx(0.25, rel=1e-3)
+    for cid in ("ok1", "ok2", "ok3"):
+        assert len(rows[cid]["samples_ms"]) == 4 and rows[cid]["median_ms"] > 0 and rows[cid]["rel_err"] < 1e-5
+    for cid in ("wrong", "late_segv", "late_hang"):  # a failed config's time never counts
+        assert rows[cid]["samples_ms"] == [] and rows[cid]["median_ms"] is None and rows[cid]["tflops"] is None
+    frame = read_shard(job.shard_path)["merged_df"]
+    assert list(frame.columns[:5]) == list(KBENCH_FIELDS) and "ENTRY" in frame.columns
+    assert set(ROW_FIELDS) <= set(frame.columns)
+    assert list(frame["mesh_idx"]) == list(range(len(entries)))
+
+
+def test_rounds_are_interleaved_across_configurations(tmp_path: Path) -> None:
+    job = make_job(tmp_path, {cid: {"entry": "gemm"} for cid in ("a", "b", "c")})
+    run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None])
+    visits = [r["config_id"] for r in journal_records(job.journal_path) if r["type"] == "sample"]
+    assert visits == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
+
+
+def test_worker_restarts_after_a_crash_and_keeps_serving(tmp_path: Path) -> None:
+    worker = WorkerProcess(runner="cpu-test")
+    info = worker.start()
+    assert info["device"] == "cpu-test-runner"
+    first_pid = info["pid"]
+    worker.request({"op": "shape", "M": 8, "N": 8, "K": 8, "settings": SETTINGS.as_dict()}, timeout=10)
+    with pytest.raises(WorkerFailure) as failure:
+        worker.request({"op": "prepare", "config_id": "x", "payload": {"entry": "segv"}}, timeout=10)
+    assert failure.value.status == "launch" and not worker.alive
+    assert worker.start()["pid"] != first_pid
+    worker.stop()
+
+
+def test_shards_are_spread_over_several_workers(tmp_path: Path) -> None:
+    jobs = [make_job(tmp_path, {"a": {"entry": "gemm"}}, m=8 * (i + 1), name=f"s{i}") for i in range(4)]
+    results = run_shards(jobs=jobs, settings=SETTINGS, runner="cpu-test", gpus=["0", "1"])
+    assert sorted(results) == sorted(job.shard_path for job in jobs)
+    workers = {r["worker_pid"] for job in jobs for r in journal_records(job.journal_path) if r["type"] == "prepared"}
+    assert len(workers) == 2  # one worker per "GPU", both used
+
+
+def test_a_worker_that_does_not_start_is_one_clear_error(tmp_path: Path) -> None:
+    runner = ShardRunner(worker=WorkerProcess(runner="no-such-runner"), settings=SETTINGS)
+    with pytest.raises(Exception) as error:
+        runner.run(make_job(tmp_path, {"a": {"entry": "gemm"}}))
+    assert "does not start" in str(error.value)

@@ -1,0 +1,91 @@
+"""Launch geometry and shape checks of kernels/families.py (CPU only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels.families import FAMILIES, Launch
+from pipeline.grid import expand
+from pipeline.params import load_params, table_spec
+
+GEMM = FAMILIES["gemm_mma"]
+
+BIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "WARPS_M": 2, "WARPS_N": 4,
+       "STAGES": 4, "SPLIT_K": 1, "GROUP_M": 8}
+SKINNY_SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4,
+                "STAGES": 4, "SPLIT_K": 4, "GROUP_M": 1}
+
+
+def test_entry_names_match_the_kernel_source(repo_root):
+    """The extern "C" names that the bench looks up exist in kernels/gemm_mma.cu."""
+    source = (repo_root / GEMM.source).read_text()
+    assert f"{GEMM.entry}(const __nv_bfloat16*" in source
+    assert f"{GEMM.reduce_entry}(const float*" in source
+
+
+def test_big_tile_launch_at_4096_cubed():
+    """4096/128 x 4096/256 tiles, 8 warps, 4 stages of (128+256)x64 bf16, no split-K pieces."""
+    launch = GEMM.launch(BIG, 4096, 4096, 4096)
+    assert launch == Launch(grid=(32 * 16, 1, 1), block=(256, 1, 1), smem_bytes=196608,
+                            workspace_bytes=0, reduce_grid=None, reduce_block=None)
+
+
+def test_partial_tiles_round_up():
+    """M=333 needs 3 row tiles of 128; N=264 needs 2 column tiles of 256."""
+    launch = GEMM.launch(BIG, 333, 264, 328)
+    assert launch.grid == (3 * 2, 1, 1)
+
+
+def test_split_k_workspace_and_reduction():
+    """SPLIT_K=4 at M=7, N=4096: grid z=4, fp32 workspace [4, 7, 4096], 4 outputs per reduce thread."""
+    launch = GEMM.launch(SKINNY_SPLIT, 7, 4096, 14336)
+    assert launch.grid == (1 * 64, 1, 4)
+    assert launch.block == (128, 1, 1)
+    assert launch.workspace_bytes == 4 * 7 * 4096 * 4
+    assert launch.reduce_block == (256, 1, 1)
+    assert launch.reduce_grid == (-(-7 * 4096 // 4 // 256), 1, 1)
+    assert launch.smem_bytes == 4 * (16 + 64) * 64 * 2
+
+
+def test_smem_formula_matches_the_derived_value_of_every_default_config(repo_root):
+    """params.yaml's SMEM_BYTES (static_asserted by the kernel) equals families.smem_bytes."""
+    spec = table_spec(load_params(repo_root / "params.yaml"), "gemm_mma")
+    kept = expand(spec).kept
+    assert 40 <= len(kept) <= 60
+    for config in kept:
+        defines = config.defines()
+        assert defines["SMEM_BYTES"] == GEMM.smem_bytes(defines), config.label()
+        assert defines["THREADS"] == GEMM.threads(defines), config.label()
+
+
+@pytest.mark.parametrize("M", [1, 7, 77, 333, 4096])
+def test_valid_shapes_pass(M):
+    """Any M >= 1 with N, K multiples of 8 is accepted."""
+    GEMM.check_shape(M, 6144, 4096)
+    GEMM.check_shape(M, 8, 8)
+
+
+@pytest.mark.parametrize(
+    "shape,message",
+    [
+        ((0, 4096, 4096), "M must be >= 1"),
+        ((16, 4100, 4096), "N and K must be multiples of 8"),
+        ((16, 4096, 4092), "N and K must be multiples of 8"),
+        ((16, 0, 4096), "N and K must be multiples of 8"),
+        ((16, 4096, 2.0), "K must be an integer"),
+        ((2**20, 2**12, 2**12), "exceeds the int32 range"),
+    ],
+)
+def test_invalid_shapes_raise_a_clear_error(shape, message):
+    """Bad shapes raise ValueError naming the problem."""
+    with pytest.raises(ValueError, match=message):
+        GEMM.check_shape(*shape)
+
+
+def test_launch_rejects_bad_shape_and_missing_define():
+    """launch() checks the shape first and names a missing tunable."""
+    with pytest.raises(ValueError, match="multiples of 8"):
+        GEMM.launch(BIG, 64, 100, 64)
+    partial = {k: v for k, v in BIG.items() if k != "STAGES"}
+    with pytest.raises(KeyError, match="STAGES"):
+        GEMM.launch(partial, 64, 64, 64)

@@ -1,0 +1,82 @@
+"""Real nvcc compiles of kernels/gemm_mma.cu for sm_90a: valid configs build, invalid ones stop at a static_assert."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernels.families import FAMILIES
+
+pytestmark = pytest.mark.nvcc
+
+GEMM = FAMILIES["gemm_mma"]
+FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v"]
+
+VALID = {
+    "big_128x256": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, WARPS_M=2, WARPS_N=4, STAGES=4, SPLIT_K=1, GROUP_M=8),
+    "wide_256x128_16warps": dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, WARPS_M=4, WARPS_N=4, STAGES=3, SPLIT_K=1,
+                                 GROUP_M=8),
+    "skinny_split4": dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, WARPS_M=1, WARPS_N=4, STAGES=4, SPLIT_K=4, GROUP_M=1),
+}
+
+
+def nvcc(*, source: Path, defines: dict[str, int], out: Path) -> subprocess.CompletedProcess:
+    """Compile one configuration to a cubin; return the finished process."""
+    args = [f"-D{k}={v}" for k, v in defines.items()]
+    return subprocess.run(["nvcc", *FLAGS, *args, "-o", str(out), str(source)], capture_output=True, text=True)
+
+
+def with_derived(defines: dict[str, int]) -> dict[str, int]:
+    """Add THREADS and SMEM_BYTES as the grid's derived values would."""
+    return {**defines, "THREADS": GEMM.threads(defines), "SMEM_BYTES": GEMM.smem_bytes(defines)}
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_valid_config_compiles_without_spills(name, repo_root, tmp_path):
+    """Both entry points are in the cubin; ptxas reports no spills for the main kernel."""
+    cubin = tmp_path / f"{name}.cubin"
+    proc = nvcc(source=repo_root / GEMM.source, defines=with_derived(VALID[name]), out=cubin)
+    assert proc.returncode == 0, proc.stderr
+    data = cubin.read_bytes()
+    assert GEMM.entry.encode() in data and GEMM.reduce_entry.encode() in data
+    report = proc.stdout + proc.stderr
+    main_section = report[report.index(f"Function properties for {GEMM.entry}\n"):]
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", main_section)
+    assert spills is not None and spills.groups() == ("0", "0"), main_section[:300]
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"BLOCK_M": 96, "WARPS_M": 4}, "BLOCK_M must be a multiple of WARPS_M \\* 16"),
+        ({"BLOCK_N": 136}, "BLOCK_N must be a multiple of WARPS_N \\* 16"),
+        ({"BLOCK_K": 48}, "BLOCK_K must be 16, 32, 64 or 128"),
+        ({"STAGES": 1}, "STAGES must be between 2 and 8"),
+        ({"BLOCK_N": 512, "STAGES": 4}, "exceeds the 227 KB per-block limit"),
+        ({"BLOCK_M": 256, "BLOCK_N": 256, "STAGES": 2}, "warp tile too large"),
+    ],
+)
+def test_invalid_config_fails_with_static_assert(change, message, repo_root, tmp_path):
+    """Values that cannot work stop the build with the kernel's static_assert text."""
+    defines = {**VALID["big_128x256"], **change}
+    proc = nvcc(source=repo_root / GEMM.source, defines=defines, out=tmp_path / "bad.cubin")
+    assert proc.returncode != 0
+    assert re.search(r"static assertion failed with \"[^\"]*" + message, proc.stderr), proc.stderr[-800:]
+
+
+def test_smem_define_must_agree_with_the_kernel(repo_root, tmp_path):
+    """A SMEM_BYTES define that disagrees with the kernel's formula is a compile error."""
+    defines = {**with_derived(VALID["big_128x256"]), "SMEM_BYTES": 1024}
+    proc = nvcc(source=repo_root / GEMM.source, defines=defines, out=tmp_path / "bad.cubin")
+    assert proc.returncode != 0
+    assert "SMEM_BYTES define disagrees" in proc.stderr
+
+
+def test_missing_define_is_named(repo_root, tmp_path):
+    """Compiling without the tunables stops at the #error listing them."""
+    proc = nvcc(source=repo_root / GEMM.source, defines={}, out=tmp_path / "bad.cubin")
+    assert proc.returncode != 0
+    assert "needs -DBLOCK_M" in proc.stderr

@@ -1,0 +1,115 @@
+"""The Snakemake DAG and bad inputs, on copies of the project (dry-runs; no GPU, no recording needed
+except where marked)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline_repo import NO_RECORDING, RECORDING, REPO, job_counts, project_files, snakemake, tunetable
+
+TABLE = "gemm_mma"
+LIVE = ("--config", "bench={backend: cuda}")  # a live plan needs no recording and no GPU to dry-run
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """The project's files copied into a temporary folder (no git: Snakemake does not need it)."""
+    for name in project_files():
+        target = tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, target)
+    return tmp_path
+
+
+def one_error_line(output: str) -> str:
+    """The single `error:` line of a failed run (and no traceback)."""
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, output[-2000:]
+    assert "Traceback" not in output, output[-2000:]
+    return errors[0]
+
+
+def shapes_count() -> int:
+    import yaml
+
+    shapes = yaml.safe_load((REPO / "params.yaml").read_text())["tables"][TABLE]["shapes"]
+    return len(shapes["NK"]) * len(shapes["M"])
+
+
+def test_live_dag_compiles_once_and_benches_each_shard_on_one_gpu(copy: Path) -> None:
+    done = snakemake("all", "-n", "--cores", "2", *LIVE, cwd=copy)
+    counts = job_counts(done.output)
+    assert counts["grid"] == 1 and counts["compile"] == 1
+    assert counts["bench"] == shapes_count()
+    assert counts["rank"] == counts["select"] == counts["metrics"] == counts["codegen"] == 1
+    shard = re.search(r"output: (results/raw/gemm_mma/([0-9a-f]{16})/M\d+_N\d+_K\d+\.pkl)", done.output)
+    assert shard is not None, done.output[-2000:]
+
+
+def test_replay_dag_never_compiles(copy: Path) -> None:
+    if not RECORDING.is_file():
+        pytest.skip(NO_RECORDING)
+    done = snakemake("all", "-n", "--cores", "2", cwd=copy)
+    counts = job_counts(done.output)
+    assert "compile" not in counts and "grid" not in counts
+    assert counts["bench"] == shapes_count()
+    assert "REPLAYING" in done.output or "replay" in done.output
+
+
+def test_default_profile_limits_gpu_jobs(copy: Path) -> None:
+    dag = snakemake("measure_all", "-n", *LIVE, cwd=copy)
+    assert "Using workflow specific profile profiles/default" in dag.output
+    assert re.search(r"resources: .*\bgpu=1\b", dag.output), dag.output[-2000:]
+
+
+def test_slurm_profile_dry_run(copy: Path) -> None:
+    done = snakemake("all", "-n", "--workflow-profile", "profiles/slurm", cwd=copy)
+    bench = re.search(r"rule bench:.*?resources: ([^\n]+)", done.output, flags=re.S)
+    assert bench is not None, done.output[-2000:]
+    assert "gres=gpu:1" in bench.group(1) and "slurm_partition=gpu" in bench.group(1)
+    compile_job = re.search(r"rule compile:.*?resources: ([^\n]+)", done.output, flags=re.S)
+    assert compile_job is not None and "cpus_per_task=32" in compile_job.group(1)
+    assert job_counts(done.output)["bench"] == shapes_count()
+
+
+def test_malformed_params_fail_with_one_line(copy: Path) -> None:
+    params = copy / "params.yaml"
+    params.write_text(params.read_text().replace("  gemm_mma:\n", "  gemm_mma:\n   bad: [\n", 1))
+    done = snakemake("-n", "--cores", "1", cwd=copy, check=False)
+    assert done.returncode != 0
+    line = one_error_line(done.output)
+    assert line.startswith("error: params.yaml: line ") and "malformed YAML" in line
+
+
+def test_invalid_params_name_the_key(copy: Path) -> None:
+    params = copy / "params.yaml"
+    params.write_text(params.read_text().replace("dtype: bf16", "dtype: fp8", 1))
+    done = snakemake("-n", "--cores", "1", cwd=copy, check=False)
+    assert done.returncode != 0
+    assert one_error_line(done.output).startswith("error: params.yaml: tables.gemm_mma.dtype: ")
+
+
+def test_missing_recording_fails_with_one_line(copy: Path) -> None:
+    for path in (copy / "data" / "recordings").glob("h200_gemm_mma.*"):
+        path.unlink()
+    done = snakemake("-n", "--cores", "1", "--config", "bench={backend: replay}", cwd=copy, check=False)
+    assert done.returncode != 0
+    assert one_error_line(done.output) == (
+        "error: data/recordings/h200_gemm_mma.parquet: no such recording (make one with `tunetable record` on a GPU)")
+
+
+@pytest.mark.parametrize("args", [("trace", "nosuch", "0"), ("metrics", "--table", "nosuch")])
+def test_unknown_table_fails_with_one_line(copy: Path, args: tuple[str, ...]) -> None:
+    done = tunetable(*args, cwd=copy, check=False)
+    assert done.returncode == 2
+    assert one_error_line(done.output) == "error: params.yaml: tables: unknown table 'nosuch' (declared: gemm_mma)"
+
+
+def test_trace_line_outside_any_entry(copy: Path) -> None:
+    done = tunetable("trace", "kernels/tuning_configs.py:1", cwd=copy, check=False)
+    assert done.returncode == 2
+    assert one_error_line(done.output) == "error: kernels/tuning_configs.py: line 1: line is not inside a generated entry"

@@ -1,0 +1,134 @@
+"""The versioned pipeline end to end: real snakemake and real dvc in a temporary git repo, replay backend.
+
+These replay the committed H200 recording; without it they skip with a message saying so.
+One module-scoped project (three shapes) is reproduced, extended, reverted, changed and audited
+in order; the fresh-clone test runs the full default table, as the README's main job does.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline_repo import (
+    NO_RECORDING, RECORDING, REPO, dvc, edit_params, git, job_counts, make_project, small_table, snakemake, tunetable,
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not RECORDING.is_file(), reason=NO_RECORDING),
+]
+
+TABLE = "gemm_mma"
+
+
+def manifest_entries(root: Path) -> list[dict]:
+    """The manifest's entries, merged with their defaults."""
+    return yaml.safe_load((root / "manifests" / f"{TABLE}.yaml").read_text())["params"]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A three-shape copy of the project, reproduced once with `dvc repro` and committed with its lock."""
+    base = tmp_path_factory.mktemp("pipeline")
+    root = make_project(base / "repo", remote=base / "remote", params_edit=small_table)
+    first = dvc("repro", cwd=root)
+    assert job_counts(first.output).get("bench") == 3, first.output[-3000:]
+    assert "REPLAYING" in first.output
+    dvc("push", "-q", cwd=root)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "reproduced", cwd=root)
+    return root
+
+
+def test_repro_writes_every_artefact(project: Path) -> None:
+    metrics = yaml.safe_load((project / "results" / "metrics" / f"{TABLE}.json").read_text())
+    assert metrics["shapes"] == 3
+    assert metrics["entries"] == len(manifest_entries(project))
+    assert metrics["content_key"] in {p.name for p in (project / "results" / "raw" / TABLE).iterdir()}
+    plot = (project / "results" / "plots" / f"{TABLE}.csv").read_text().splitlines()
+    assert plot[0].startswith("shape,M,N,K,config_id") and len(plot) == 4
+    assert (project / "results" / "plots" / f"{TABLE}.png").read_bytes()[:4] == b"\x89PNG"
+    generated = (project / "kernels" / "tuning_configs.py").read_text()
+    assert all(f'config_id="{e["CONFIG_ID"]}"' in generated for e in manifest_entries(project))
+    assert tunetable("codegen", "--all", "--check", cwd=project).returncode == 0
+
+
+def test_noop_runs_nothing(project: Path) -> None:
+    status = dvc("status", cwd=project)
+    assert "up to date" in status.output
+    again = snakemake("--cores", "2", cwd=project)
+    assert "Nothing to be done" in again.output
+
+
+def test_adding_one_shape_reruns_only_that_shard_and_reverting_reuses(project: Path) -> None:
+    edit_params(project, lambda d: d["tables"][TABLE]["shapes"]["M"].insert(2, 128))
+    added = dvc("repro", cwd=project)
+    assert job_counts(added.output).get("bench") == 1, added.output[-3000:]
+    assert (project / "results" / "metrics" / f"{TABLE}.json").read_text().count('"shapes": 4') == 1
+    git("checkout", "--", "params.yaml", cwd=project)
+    reverted = dvc("repro", cwd=project)
+    assert job_counts(reverted.output).get("bench", 0) == 0, reverted.output[-3000:]
+    assert git("status", "--porcelain", "manifests", "kernels", cwd=project).output == ""
+
+
+def _exclude_first_winner(data: dict, entry: dict) -> None:
+    """Params edit: a grid rule that removes exactly the configuration of ``entry``."""
+    names = [k for k in entry if k not in ("M", "M_END", "N", "K", "KERNEL", "CONFIG_ID")]
+    clause = " and ".join(f"{name} == {entry[name]}" for name in names)
+    data["tables"][TABLE]["grid"].setdefault("rules", []).append(f"not ({clause})")
+
+
+def test_params_change_changes_table_and_audit_explains_it(project: Path) -> None:
+    before = manifest_entries(project)
+    winner = before[0]
+    edit_params(project, lambda d: _exclude_first_winner(d, winner))
+    changed = dvc("repro", cwd=project)
+    assert job_counts(changed.output).get("bench") == 3  # a grid change is a new content key
+    after = manifest_entries(project)
+    assert winner["CONFIG_ID"] not in {e["CONFIG_ID"] for e in after}
+    params_diff = dvc("params", "diff", cwd=project).output
+    assert "grid.rules" in params_diff
+    # The old shards must come from DVC (cache, then remote), not the workspace.
+    old_key = yaml.safe_load(git("show", f"HEAD:results/metrics/{TABLE}.json", cwd=project).output)["content_key"]
+    shutil.rmtree(project / "results" / "raw" / TABLE / old_key)
+    shutil.rmtree(project / ".dvc" / "cache")
+    report = tunetable("audit", cwd=project).output
+    assert "tables.gemm_mma.grid.rules" in report
+    assert old_key in report
+    assert winner["CONFIG_ID"] in report
+    row = next(line for line in report.splitlines() if line.count(winner["CONFIG_ID"]) == 1
+               and re.search(rf"^\W*{winner['M']}\W", line))
+    assert len(re.findall(r"\d+\.\d{4}", row)) == 2, row  # the table's time before and after
+
+
+def test_trace_follows_an_entry_to_its_shards(project: Path) -> None:
+    entries = manifest_entries(project)
+    out = tunetable("trace", TABLE, "0", cwd=project).output
+    assert entries[0]["CONFIG_ID"] in out
+    metrics = yaml.safe_load((project / "results" / "metrics" / f"{TABLE}.json").read_text())
+    assert metrics["content_key"] in out
+    assert "H200" in out
+    lines = (project / "kernels" / "tuning_configs.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "# index: [0]" in text)
+    by_line = tunetable("trace", f"kernels/tuning_configs.py:{line}", cwd=project).output
+    assert by_line.splitlines()[0] == out.splitlines()[0]
+
+
+def test_fresh_clone_main_job_reproduces_checked_in_table(tmp_path: Path) -> None:
+    source = make_project(tmp_path / "origin", remote=tmp_path / "remote")
+    clone = tmp_path / "clone"
+    git("clone", "-q", str(source), str(clone), cwd=tmp_path)
+    run = snakemake("--cores", "2", cwd=clone)
+    assert "REPLAYING the committed recording" in run.output
+    counts = job_counts(run.output)
+    assert "compile" not in counts and counts.get("bench") == len(yaml.safe_load(
+        (clone / "params.yaml").read_text())["tables"][TABLE]["shapes"]["M"]) * len(yaml.safe_load(
+            (clone / "params.yaml").read_text())["tables"][TABLE]["shapes"]["NK"])
+    diff = git("status", "--porcelain", "--", "manifests", "kernels", "results/metrics", cwd=clone).output
+    assert diff == "", f"the main job changed checked-in files:\n{diff}"
+    assert (clone / "kernels" / "tuning_configs.py").read_bytes() == (REPO / "kernels" / "tuning_configs.py").read_bytes()

@@ -1,0 +1,111 @@
+"""The analytical performance model: occupancy, wave quantisation, roofline, and its ordering on the recording."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import KernelConfig
+from pipeline.search.perfmodel import (
+    GemmTile,
+    Resources,
+    blocks_per_sm,
+    predict_seconds,
+    predict_space,
+    resources_for,
+    roofline_floor_s,
+    top_k,
+)
+
+RECORDING = Path(__file__).resolve().parents[1] / "data/recordings/h200_gemm_mma.parquet"
+
+
+def _config(**params: int) -> KernelConfig:
+    base = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 3, "SPLIT_K": 1, "GROUP_M": 8}
+    return KernelConfig.from_dict("gemm_mma", {**base, **params})
+
+
+def test_blocks_per_sm_from_registers_smem_and_threads() -> None:
+    # 128 regs x 32 lanes = 4096 per warp -> 16 warps -> 4 blocks of 4 warps; smem 233472 // 50176 = 4.
+    assert blocks_per_sm(Resources(registers=128, smem_bytes=49152, threads=128)) == 4
+    # 255 regs round up to 8192 per warp -> 8 warps -> 2 blocks of 4 warps.
+    assert blocks_per_sm(Resources(registers=255, smem_bytes=40960, threads=128)) == 2
+    # 200 KiB of smem: one block per SM.
+    assert blocks_per_sm(Resources(registers=64, smem_bytes=200 * 1024, threads=256)) == 1
+    # More smem than an SM has: cannot launch, predicted infinitely slow.
+    too_big = Resources(registers=64, smem_bytes=240 * 1024, threads=128)
+    assert blocks_per_sm(too_big) == 0
+    assert predict_seconds(tile=GemmTile.from_config(_config()), resources=too_big, m=128, n=128, k=128) == math.inf
+
+
+def test_roofline_floor_matches_design_numbers() -> None:
+    # DESIGN.md: M=1, N=K=4096 has an 8.1 us bandwidth floor.
+    assert roofline_floor_s(m=1, n=4096, k=4096) == pytest.approx(8.1e-6, rel=0.01)
+    # 8192^3 is compute-bound: 2 * 8192^3 / 800 TFLOP/s = 1.374 ms.
+    assert roofline_floor_s(m=8192, n=8192, k=8192) == pytest.approx(1.374e-3, rel=0.01)
+
+
+def test_no_prediction_beats_the_roofline() -> None:
+    for m in (1, 64, 1024, 8192):
+        for config in (_config(), _config(BLOCK_M=16, BLOCK_N=64, WARPS_M=1, WARPS_N=4, STAGES=4, SPLIT_K=4, BLOCK_K=64)):
+            predicted = predict_seconds(tile=GemmTile.from_config(config), resources=resources_for(config=config), m=m, n=4096, k=4096)
+            assert predicted >= roofline_floor_s(m=m, n=4096, k=4096)
+
+
+def test_one_tile_past_a_full_wave_costs_a_second_wave() -> None:
+    # 128x128 tiles, 1 block per SM (big smem): 12 x 11 = 132 tiles fill one wave; 12 x 12 = 144 need two.
+    tile = GemmTile.from_config(_config(STAGES=4, BLOCK_K=64))
+    resources = Resources(registers=128, smem_bytes=200 * 1024, threads=128)
+    one_wave = predict_seconds(tile=tile, resources=resources, m=128 * 12, n=128 * 11, k=16384)
+    two_waves = predict_seconds(tile=tile, resources=resources, m=128 * 12, n=128 * 11 + 8, k=16384)
+    assert two_waves / one_wave > 1.8
+
+
+def test_split_k_is_predicted_to_help_skinny_m() -> None:
+    skinny = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64, WARPS_M=1, WARPS_N=4, STAGES=4, GROUP_M=1)
+    times = {}
+    for split in (1, 4):
+        config = _config(**skinny, SPLIT_K=split)
+        times[split] = predict_seconds(tile=GemmTile.from_config(config), resources=resources_for(config=config), m=1, n=4096, k=4096)
+    assert times[4] < times[1]
+
+
+def test_build_failures_are_ranked_last_and_top_k_keeps_the_best() -> None:
+    configs = [_config(), _config(BLOCK_N=256, WARPS_N=4), _config(STAGES=4)]
+    records = {configs[1].id: {"status": "build"}}
+    predictions = predict_space(configs=configs, m=4096, n=4096, k=4096, compile_records=records)
+    assert predictions[1] == math.inf
+    assert top_k(predictions=predictions, k=3)[-1] == 1
+    assert sorted(top_k(predictions=predictions, k=2)) == [0, 2]
+
+
+def test_compile_report_resources_override_estimates() -> None:
+    config = _config()
+    estimated = resources_for(config=config)
+    reported = resources_for(config=config, compile_record={"status": "ok", "registers": 232, "smem_bytes": 50000})
+    assert (reported.registers, reported.smem_bytes) == (232, 50000)
+    assert estimated.smem_bytes == 3 * (128 + 128) * 32 * 2   # STAGES x (BM + BN) x BK bf16
+
+
+@pytest.mark.skipif(not RECORDING.is_file(), reason=f"the H200 recording {RECORDING.name} has not landed yet")
+def test_model_ordering_beats_chance_on_the_recording() -> None:
+    """On the real H200 recording the model's top 5 holds a near-optimal configuration far more often than chance."""
+    from pipeline.search.replay import load_recorded_table
+
+    recorded = load_recorded_table(path=str(RECORDING), table="gemm_mma", family="gemm_mma")
+    picks, hits, chance = 5, 0, 0.0
+    for shape in recorded.shapes:
+        optimum = recorded.optimum_ms(shape)
+        outcomes = recorded.outcomes[shape]
+        good = {cid for cid, t in outcomes.items() if isinstance(t, float) and t <= 1.05 * optimum}
+        prior = recorded.prior(shape)
+        best = {recorded.space.configs[p].id for p in top_k(predictions=prior, k=picks)}
+        hits += bool(best & good)
+        # Probability that 5 configurations drawn at random include one of the good ones.
+        size = len(recorded.space)
+        chance += 1.0 - math.comb(size - len(good), picks) / math.comb(size, picks)
+    shapes = len(recorded.shapes)
+    assert hits / shapes >= 0.5
+    assert hits / shapes > 1.5 * chance / shapes

@@ -1,0 +1,32 @@
+"""Transfer between shapes: tuning order and neighbours' winners as starting points."""
+
+from __future__ import annotations
+
+from pipeline.config import KernelConfig
+from pipeline.search.base import SearchSpace
+from pipeline.search.transfer import neighbour_seeds, neighbours, tuning_order
+
+
+def test_tuning_order_groups_by_n_k_and_sorts_m() -> None:
+    shapes = [(64, 4096, 4096), (1, 8192, 8192), (8, 4096, 4096), (1, 4096, 4096), (512, 8192, 8192)]
+    assert tuning_order(shapes) == [(1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096), (1, 8192, 8192), (512, 8192, 8192)]
+
+
+def test_neighbours_share_n_k_and_are_nearest_in_log_m() -> None:
+    solved = [(32, 4096, 4096), (64, 4096, 4096), (256, 4096, 4096), (128, 8192, 8192), (1024, 4096, 4096)]
+    # 64 and 256 are both one octave from 128: the smaller M comes first; 128 of another N,K never counts.
+    assert neighbours(shape=(128, 4096, 4096), solved=solved, count=2) == [(64, 4096, 4096), (256, 4096, 4096)]
+    assert neighbours(shape=(128, 14336, 4096), solved=solved) == []
+
+
+def test_neighbour_seeds_interleave_winners_and_skip_unknown_ids() -> None:
+    configs = [KernelConfig.from_dict("toy", {"BLOCK_N": n}) for n in (32, 64, 128, 256)]
+    space = SearchSpace.from_configs(configs)
+    ids = [c.id for c in configs]
+    winners = {
+        (64, 4096, 4096): [ids[2], ids[1]],
+        (256, 4096, 4096): [ids[3], "c-not-in-this-grid", ids[2]],
+        (8, 4096, 4096): [ids[0]],
+    }
+    # Neighbours of M=128: 64 then 256 (8 is further). Firsts of each, then seconds, without repeats.
+    assert neighbour_seeds(shape=(128, 4096, 4096), winners=winners, space=space) == [2, 3, 1]
