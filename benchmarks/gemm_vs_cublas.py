@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--warmup-s", type=float, default=3.0, help="seconds of interleaved warm-up per shape")
     parser.add_argument("--min-block-m", type=int, default=64)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--source", type=Path, default=REPO / FAMILY.source,
@@ -160,7 +162,7 @@ def main() -> None:
 
     results = {"source": str(args.source.resolve().relative_to(REPO)) if args.source.resolve().is_relative_to(REPO)
                else str(args.source), "device": props.name, "driver": driver, "sms": props.multi_processor_count,
-               "l2_bytes": l2_bytes, "torch": torch.__version__, "rounds": args.rounds,
+               "l2_bytes": l2_bytes, "torch": torch.__version__, "rounds": args.rounds, "warmup_s": args.warmup_s,
                "method": "random bf16 inputs, rotating sets > 3x L2, CUDA events around batches, "
                          "configs and cuBLAS interleaved per round, median of rounds",
                "shapes": []}
@@ -206,10 +208,13 @@ def main() -> None:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         samples = {name: [] for name in candidates}
         clocks, powers = [], []
-        for name, launch in candidates.items():  # warm-up: module load, handles, clocks
-            for i in range(batch):
-                launch(i % n_sets)
-        torch.cuda.synchronize()
+        # Warm-up until the card sits at its steady power/clock state (it starts cool and fast).
+        warm_start = time.perf_counter()
+        while time.perf_counter() - warm_start < args.warmup_s:
+            for name, launch in candidates.items():
+                for i in range(batch):
+                    launch(i % n_sets)
+            torch.cuda.synchronize()
         for _ in range(args.rounds):
             for name, launch in candidates.items():
                 start.record()

@@ -7,9 +7,7 @@ Metric direction comes from the metric itself: times are lower-is-better, throug
 
 from __future__ import annotations
 
-import ast
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,70 +249,18 @@ def parse_pivots(*, values: tuple[str, ...]) -> list[str]:
     return names
 
 
-_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-            ast.Eq: operator.eq, ast.NotEq: operator.ne}
-_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-          ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
-
-
-def _query_node(node: ast.AST, columns: set[str], query: str) -> Any:
-    """One whitelisted AST node as a polars expression or a constant."""
-    if isinstance(node, ast.BoolOp):
-        parts = [_query_node(v, columns, query) for v in node.values]
-        combined = parts[0]
-        for part in parts[1:]:
-            combined = combined & part if isinstance(node.op, ast.And) else combined | part
-        return combined
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
-        inner = _query_node(node.operand, columns, query)
-        return ~inner if isinstance(node.op, ast.Not) else -inner
-    if isinstance(node, ast.Compare):
-        left = _query_node(node.left, columns, query)
-        result = None
-        for op, comparator in zip(node.ops, node.comparators):
-            right = _query_node(comparator, columns, query)
-            if isinstance(op, (ast.In, ast.NotIn)):
-                if not isinstance(right, list):
-                    raise TuneTableError(f"'in' needs a list of constants: {query}", where="--query")
-                term = left.is_in(right) if isinstance(op, ast.In) else ~left.is_in(right)
-            elif type(op) in _COMPARE:
-                term = _COMPARE[type(op)](left, right)
-            else:
-                raise TuneTableError(f"operator {type(op).__name__} not allowed: {query}", where="--query")
-            result = term if result is None else result & term
-            left = right
-        return result
-    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
-        return _ARITH[type(node.op)](_query_node(node.left, columns, query), _query_node(node.right, columns, query))
-    if isinstance(node, ast.Name):
-        if node.id not in columns:
-            raise TuneTableError(f"unknown column '{node.id}' (columns: {', '.join(sorted(columns))})", where="--query")
-        return pl.col(node.id)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
-        return pl.lit(node.value)
-    if isinstance(node, (ast.List, ast.Tuple)):
-        items = [e.value for e in node.elts if isinstance(e, ast.Constant)]
-        if len(items) != len(node.elts):
-            raise TuneTableError(f"lists may hold constants only: {query}", where="--query")
-        return items
-    raise TuneTableError(f"{type(node).__name__} not allowed in a query: {query}", where="--query")
-
-
-def query_expression(*, query: str, columns: list[str]) -> pl.Expr:
-    """A pandas-style query (``M > 64 and K < 1024``) as a polars expression; parsed with ast, never evaluated."""
-    try:
-        tree = ast.parse(query.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise TuneTableError(f"cannot parse query '{query}': {exc.msg}", where="--query") from None
-    expression = _query_node(tree.body, set(columns), query)
-    if not isinstance(expression, pl.Expr):
-        raise TuneTableError(f"query is not a condition: {query}", where="--query")
-    return expression
-
-
 def apply_query(*, frame: pl.DataFrame, query: str) -> pl.DataFrame:
-    """Rows of ``frame`` matching ``query``; no match is an error."""
-    result = frame.filter(query_expression(query=query, columns=frame.columns))
+    """Rows of ``frame`` matching a pandas-style query (``M > 64 and K < 1024``); no match is an error.
+
+    The query goes through pipeline.expr (ast whitelist, never eval); a row lacking a name the
+    query uses (a key absent from its manifest) does not match.
+    """
+    from pipeline.expr import parse_expression
+
+    expression = parse_expression(query, allowed_names=frame.columns, kind="query", where="--query")
+    keep = [all(row[name] is not None for name in expression.names) and bool(expression(row))
+            for row in frame.iter_rows(named=True)]
+    result = frame.filter(pl.Series(keep, dtype=pl.Boolean))
     if result.is_empty():
         raise TuneTableError(f"query '{query}' matched no entry", where="--query")
     return result

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import polars as pl
 
@@ -71,25 +71,43 @@ def _typed(values: pl.Series) -> pl.Series:
     return values
 
 
-def spec_keys(*, specs: pl.Series) -> SpecColumns:
-    """The parameter and runtime names used by a column of spec strings, in order of first use."""
-    found = specs.drop_nulls().unique(maintain_order=True).str.extract_all(SPEC_KEY.pattern).explode().drop_nulls()
-    ordered = dict.fromkeys(key.lstrip("/").rstrip("=") for key in found.unique(maintain_order=True).to_list())
+def _keys_of(templates: list[str]) -> SpecColumns:
+    """Parameter and runtime names of spec templates (specs with their values removed), in order."""
+    ordered = dict.fromkeys(key for template in templates for key in SPEC_KEY.findall(template))
     parameters = tuple(key for key in ordered if not key.startswith("$"))
     runtime = tuple(key[1:] for key in ordered if key.startswith("$"))
     return SpecColumns(parameters=parameters, runtime=tuple(k for k in runtime if k not in parameters))
 
 
+def spec_templates(*, specs: pl.Series) -> list[str]:
+    """The distinct key layouts of a column of spec strings (``stem/A=/B=/$M=``), in order of first use."""
+    return specs.drop_nulls().str.replace_all(r"=[^/]*", "=").unique(maintain_order=True).to_list()
+
+
+def spec_keys(*, specs: pl.Series) -> SpecColumns:
+    """The parameter and runtime names used by a column of spec strings, in order of first use."""
+    return _keys_of(spec_templates(specs=specs))
+
+
 def parse_specs(*, specs: pl.Series) -> tuple[pl.DataFrame, SpecColumns]:
     """Spec strings as typed columns: ``name`` (the stem) plus one column per key (``$`` stripped)."""
-    keys = spec_keys(specs=specs)
     frame = pl.DataFrame({"spec": specs.cast(pl.Utf8)})
-    columns = [pl.col("spec").str.extract(r"^([^/]*)", 1).alias("name")]
-    for key in keys.parameters:
-        columns.append(pl.col("spec").str.extract(rf"/{re.escape(key)}=([^/]*)", 1).alias(key))
-    for key in keys.runtime:
-        columns.append(pl.col("spec").str.extract(rf"/\${re.escape(key)}=([^/]*)", 1).alias(key))
-    parsed = frame.select(columns)
+    templates = spec_templates(specs=frame["spec"])
+    keys = _keys_of(templates)
+    if len(templates) == 1 and frame["spec"].null_count() == 0:
+        # One layout (the usual case): split by position instead of one regex scan per key.
+        tokens = templates[0].split("/")
+        parts = frame.select(pl.col("spec").str.split_exact("/", len(tokens) - 1)).unnest("spec")
+        fields = parts.columns
+        columns = [parts[fields[0]].str.replace(r"=.*$", "").alias("name")]
+        columns += [parts[field].str.slice(len(token)).alias(token[:-1].lstrip("$"))
+                    for field, token in zip(fields[1:], tokens[1:]) if token.endswith("=")]
+        parsed = pl.DataFrame(columns)
+    else:
+        exprs = [pl.col("spec").str.extract(r"^([^/]*)", 1).alias("name")]
+        exprs += [pl.col("spec").str.extract(rf"/{re.escape(key)}=([^/]*)", 1).alias(key) for key in keys.parameters]
+        exprs += [pl.col("spec").str.extract(rf"/\${re.escape(key)}=([^/]*)", 1).alias(key) for key in keys.runtime]
+        parsed = frame.select(exprs)
     return parsed.with_columns([_typed(parsed[c]) for c in parsed.columns if c != "name"]), keys
 
 
@@ -143,11 +161,13 @@ def load_file(*, path: str | Path) -> LoadedResult:
     return from_payload(payload=payload, path=str(path))
 
 
-def load_files(*, paths: list[str | Path]) -> LoadReport:
-    """Read every file; unreadable ones are collected, and all of them invalid is an error."""
+def load_files(*, paths: list[str | Path], on_file: Callable[[str], None] | None = None) -> LoadReport:
+    """Read every file (``on_file`` called after each); unreadable ones are collected; all invalid is an error."""
     results: list[LoadedResult] = []
     invalid: list[InvalidFile] = []
     for path in paths:
+        if on_file is not None:
+            on_file(str(path))
         try:
             results.append(load_file(path=path))
         except TuneTableError as exc:

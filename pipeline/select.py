@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import polars as pl
@@ -50,14 +51,6 @@ class Selection:
     k: int
     config_id: str
     values: tuple[tuple[str, Any], ...]
-
-
-def near_ties(*, shape_rows: pl.DataFrame, tolerance: float) -> list[str]:
-    """Config ids within ``tolerance`` (relative) or the winner's IQR of the fastest, fastest first."""
-    ordered = shape_rows.sort(["median_ms", "config_id"])
-    best = ordered.row(0, named=True)
-    noise = max(tolerance * best["median_ms"], best.get("iqr_ms") or 0.0)
-    return ordered.filter(pl.col("median_ms") <= best["median_ms"] + noise)["config_id"].to_list()
 
 
 def near_ties_by_shape(*, rows: pl.DataFrame, tolerance: float) -> pl.DataFrame:
@@ -203,7 +196,12 @@ def yaml_scalar(value: Any) -> str:
         return str(value)
     if isinstance(value, float):
         return repr(value)
-    text = str(value)
+    return _string_scalar(str(value))
+
+
+@lru_cache(maxsize=4096)
+def _string_scalar(text: str) -> str:
+    """A string plain when YAML reads it back as the same string (not a number, date, bool), else quoted."""
     if PLAIN_STRING.match(text) and yaml.safe_load(text) == text:
         return text
     return json.dumps(text)

@@ -107,6 +107,23 @@ def shard_paths(plan: Plan, table: str) -> list[str]:
     return [str(paths.raw_shard(table, key, m, n, k)) for (m, n, k) in plan.table(table).shapes()]
 
 
+def missing_shards(plan: Plan) -> dict[str, list[tuple[str, tuple[int, int, int]]]]:
+    """Per table, the (path, shape) of shards not on disk yet (tables with none are left out)."""
+    missing: dict[str, list[tuple[str, tuple[int, int, int]]]] = {}
+    for spec in plan.tables:
+        key = plan.keys[spec.name]
+        absent = [(str(paths.raw_shard(spec.name, key, *shape)), shape) for shape in spec.shapes()
+                  if not paths.raw_shard(spec.name, key, *shape).is_file()]
+        if absent:
+            missing[spec.name] = absent
+    return missing
+
+
+def shape_options(shards: list[tuple[str, tuple[int, int, int]]]) -> str:
+    """``--shape M,N,K`` for each shard, as one shell fragment."""
+    return " ".join(f"--shape {m},{n},{k}" for _, (m, n, k) in shards)
+
+
 def all_shards(plan: Plan) -> list[str]:
     """Raw shard files of every table."""
     return [p for spec in plan.tables for p in shard_paths(plan, spec.name)]

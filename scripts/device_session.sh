@@ -6,7 +6,9 @@
 #
 #   bash scripts/device_session.sh [all|tests|bench]      (default: all)
 #   env: TABLE (gemm_mma), RECORDING (h200_gemm_mma), SHAPES ("M,N,K M,N,K": instead of --all-shapes),
-#        GPU_TESTS (pytest paths, default tests/gpu), TEST_TIMEOUT_S (300), BENCH_TIMEOUT_S (560)
+#        GPU_TESTS (pytest paths, default tests/gpu), TEST_TIMEOUT_S (300), BENCH_TIMEOUT_S (560),
+#        TUNETABLE_GIT_REV (the commit measured: the device's copy of the tree has no .git, so pass
+#        TUNETABLE_GIT_REV=$(git rev-parse --short=12 HEAD) in the device command)
 set -uo pipefail
 STAGE=${1:-all}
 TABLE=${TABLE:-gemm_mma}
@@ -29,6 +31,7 @@ step() {  # step NAME LOGFILE CMD...: run, tee to its log, record the exit statu
 
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >>"$LOG" 2>&1 || note "wheel install failed"
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+[ -n "${TUNETABLE_GIT_REV:-}" ] || note "WARNING: TUNETABLE_GIT_REV is not set: rows will say git_rev=unknown"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,TEMPERATURE | head -80; nvcc --version; python3 --version;
   python3 -c "import pycuda, pynvml, pandas, pyarrow, yaml; print('pycuda', pycuda.VERSION_TEXT)"; } >>"$LOG" 2>&1

@@ -118,6 +118,17 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
+def shard_times(root: Path) -> dict[str, int]:
+    """Every raw shard under results/raw with its modification time (ns)."""
+    raw = root / "results" / "raw"
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in raw.rglob("*.pkl")} if raw.is_dir() else {}
+
+
+def rewritten(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    """Shards written between two snapshots (new, or rewritten in place)."""
+    return sorted(path for path, mtime in after.items() if before.get(path) != mtime)
+
+
 def small_table(data: dict) -> None:
     """Params edit: one (N, K) pair and three M values (the recording covers them)."""
     shapes = data["tables"]["gemm_mma"]["shapes"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -40,4 +41,14 @@ def row(*, m: int, config: str, median: float | None, n: int = 4096, k: int = 40
 def shard(path: Path, rows: list[dict[str, Any]], *, table: str = "gemm_mma") -> Path:
     """Write rows as a real shard pickle through pipeline.results.write_shard."""
     write_shard(path, table=table, rows=rows, build_rows=[], provenance={"table": table})
+    return path
+
+
+def kbench_pickle(path: Path, specs: list[str], times: list[float]) -> Path:
+    """A Modular kbench-style pickle: merged_df with mesh_idx, name, met (ms), iters, spec; no provenance."""
+    import pandas as pd
+
+    merged = pd.DataFrame({"mesh_idx": list(range(len(specs))), "name": ["bench"] * len(specs),
+                           "met (ms)": times, "iters": [100] * len(specs), "spec": specs})
+    path.write_bytes(pickle.dumps({"merged_df": merged, "build_df": pd.DataFrame(), "name": "bench", "file": "x.yaml"}))
     return path

@@ -7,6 +7,7 @@ in order; the fresh-clone test runs the full default table, as the README's main
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -15,7 +16,8 @@ import pytest
 import yaml
 
 from pipeline_repo import (
-    NO_RECORDING, RECORDING, REPO, dvc, edit_params, git, job_counts, make_project, small_table, snakemake, tunetable,
+    NO_RECORDING, RECORDING, REPO, dvc, edit_params, git, job_counts, make_project, rewritten, shard_times, small_table,
+    snakemake, tunetable,
 )
 
 pytestmark = [
@@ -37,7 +39,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("pipeline")
     root = make_project(base / "repo", remote=base / "remote", params_edit=small_table)
     first = dvc("repro", cwd=root)
-    assert job_counts(first.output).get("bench") == 3, first.output[-3000:]
+    assert len(shard_times(root)) == 3, first.output[-3000:]
     assert "REPLAYING" in first.output
     dvc("push", "-q", cwd=root)
     git("add", "-A", cwd=root)
@@ -66,14 +68,18 @@ def test_noop_runs_nothing(project: Path) -> None:
 
 
 def test_adding_one_shape_reruns_only_that_shard_and_reverting_reuses(project: Path) -> None:
+    before = shard_times(project)
     edit_params(project, lambda d: d["tables"][TABLE]["shapes"]["M"].insert(2, 128))
     added = dvc("repro", cwd=project)
-    assert job_counts(added.output).get("bench") == 1, added.output[-3000:]
-    assert (project / "results" / "metrics" / f"{TABLE}.json").read_text().count('"shapes": 4') == 1
+    new = rewritten(before, shard_times(project))
+    assert [Path(p).name for p in new] == ["M128_N4096_K4096.pkl"], added.output[-3000:]
+    assert '"shapes": 4,' in (project / "results" / "metrics" / f"{TABLE}.json").read_text()
     git("checkout", "--", "params.yaml", cwd=project)
+    extended = shard_times(project)
     reverted = dvc("repro", cwd=project)
-    assert job_counts(reverted.output).get("bench", 0) == 0, reverted.output[-3000:]
-    assert git("status", "--porcelain", "manifests", "kernels", cwd=project).output == ""
+    assert rewritten(extended, shard_times(project)) == [], reverted.output[-3000:]
+    assert "replay_" not in reverted.output  # no replay job at all: every shard was on disk
+    assert git("status", "--porcelain", "manifests", "kernels", "results/metrics", cwd=project).output == ""
 
 
 def _exclude_first_winner(data: dict, entry: dict) -> None:
@@ -87,8 +93,9 @@ def test_params_change_changes_table_and_audit_explains_it(project: Path) -> Non
     before = manifest_entries(project)
     winner = before[0]
     edit_params(project, lambda d: _exclude_first_winner(d, winner))
+    before_change = shard_times(project)
     changed = dvc("repro", cwd=project)
-    assert job_counts(changed.output).get("bench") == 3  # a grid change is a new content key
+    assert len(rewritten(before_change, shard_times(project))) == 3  # a grid change is a new content key
     after = manifest_entries(project)
     assert winner["CONFIG_ID"] not in {e["CONFIG_ID"] for e in after}
     params_diff = dvc("params", "diff", cwd=project).output
@@ -112,7 +119,8 @@ def test_trace_follows_an_entry_to_its_shards(project: Path) -> None:
     assert entries[0]["CONFIG_ID"] in out
     metrics = yaml.safe_load((project / "results" / "metrics" / f"{TABLE}.json").read_text())
     assert metrics["content_key"] in out
-    assert "H200" in out
+    device = json.loads(RECORDING.with_suffix(".json").read_text())["device"]
+    assert device in out
     lines = (project / "kernels" / "tuning_configs.py").read_text().splitlines()
     line = next(i for i, text in enumerate(lines, 1) if "# index: [0]" in text)
     by_line = tunetable("trace", f"kernels/tuning_configs.py:{line}", cwd=project).output
@@ -126,9 +134,9 @@ def test_fresh_clone_main_job_reproduces_checked_in_table(tmp_path: Path) -> Non
     run = snakemake("--cores", "2", cwd=clone)
     assert "REPLAYING the committed recording" in run.output
     counts = job_counts(run.output)
-    assert "compile" not in counts and counts.get("bench") == len(yaml.safe_load(
-        (clone / "params.yaml").read_text())["tables"][TABLE]["shapes"]["M"]) * len(yaml.safe_load(
-            (clone / "params.yaml").read_text())["tables"][TABLE]["shapes"]["NK"])
+    assert "compile" not in counts and "grid" not in counts  # replay never compiles
+    shapes = yaml.safe_load((clone / "params.yaml").read_text())["tables"][TABLE]["shapes"]
+    assert len(shard_times(clone)) == len(shapes["M"]) * len(shapes["NK"])
     diff = git("status", "--porcelain", "--", "manifests", "kernels", "results/metrics", cwd=clone).output
     assert diff == "", f"the main job changed checked-in files:\n{diff}"
     assert (clone / "kernels" / "tuning_configs.py").read_bytes() == (REPO / "kernels" / "tuning_configs.py").read_bytes()

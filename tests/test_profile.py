@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from result_rows import row, shard
+from result_rows import kbench_pickle, row, shard
 
 from pipeline import profile as views
 from pipeline import resultset
@@ -101,7 +101,7 @@ def test_query_filters_and_refuses_code():
         views.apply_query(frame=frame, query="M > 1000")
     with pytest.raises(TuneTableError, match="not allowed"):
         views.apply_query(frame=frame, query="__import__('os').system('true')")
-    with pytest.raises(TuneTableError, match="unknown column 'Q'"):
+    with pytest.raises(TuneTableError, match="unknown name 'Q'"):
         views.apply_query(frame=frame, query="Q > 1")
 
 
@@ -166,3 +166,28 @@ def test_cli_merge_and_query(tmp_path):
     assert [(e["M"], e["X"]) for e in yaml.safe_load(out.read_text())["params"]] == [(64, 3), (512, 2)]
     empty = profile(tmp_path, str(a), str(b), "--merge", "--query", "M > 100000")
     assert empty.returncode == 2 and "matched no entry" in empty.stderr
+
+
+def test_cli_on_kbench_pickle_top_and_output(tmp_path):
+    specs = ["mm/BM=64/BN=32/$M=8/$N=16", "mm/BM=128/BN=32/$M=8/$N=16", "mm/BM=128/BN=64/$M=8/$N=16",
+             "mm/BM=64/BN=64/$M=8/$N=16"]
+    path = kbench_pickle(tmp_path / "k.pkl", specs, [4.0, 1.0, 2.0, 3.0])
+    done = profile(tmp_path, str(path), "-m", "met", "-t", "0.5", "-o", str(tmp_path / "o" / "top"))
+    assert done.returncode == 0, done.stderr
+    # the best half: 1.0 (BM=128, BN=32) and 2.0 (BM=128, BN=64): BM 128; BN tie 32/64 -> smallest, 32
+    written = yaml.safe_load((tmp_path / "o" / "top.yaml").read_text())
+    assert written["params"] == [{"name": "bench", "BM": 128, "BN": 32, "M": 8, "N": 16}]
+    assert "(lower is better)" in done.stdout
+
+
+def test_merge_sort_pivots_must_be_pivots():
+    with pytest.raises(TuneTableError, match="--sort-pivots X"):
+        views.merge_manifests(manifests=[("a", [{"M": 1, "N": 2, "X": 3}])], pivots=["M"], sort_pivots=["X"])
+    merged = views.merge_manifests(manifests=[("a", [{"M": 2, "N": 1}, {"M": 1, "N": 1}])], pivots=["M", "N"],
+                                   sort_pivots=["N"])
+    assert merged["M"].to_list() == [2]  # deduplicated on N, first entry kept
+
+
+def test_query_row_missing_a_name_does_not_match():
+    frame = pl.DataFrame({"M": [32, 128], "SWAP": [None, True]})
+    assert views.apply_query(frame=frame, query="SWAP == True and M > 1")["M"].to_list() == [128]

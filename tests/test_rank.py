@@ -73,3 +73,15 @@ def test_rank_cli_all_invalid_exits_2(tmp_path):
     assert f"Invalid pkl [{bad}]" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_rank_cli_many_shards(tmp_path):
+    ms = list(range(1, 18))
+    paths = [str(shard(tmp_path / f"M{m}.pkl", [row(m=m, config="ca", median=float(m)),
+                                                 row(m=m, config="cb", median=float(18 - m))])) for m in ms]
+    out = tmp_path / "t.parquet"
+    done = subprocess.run([sys.executable, "-m", "pipeline", "rank", "--table", "gemm_mma", "--out", str(out), *paths],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    winners = pl.read_parquet(out).filter(pl.col("rank") == 1)
+    assert winners["config_id"].to_list() == ["ca"] * 8 + ["ca"] + ["cb"] * 8  # M=9: 9.0 vs 9.0, tie -> ca

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import pickle
 
-import pandas as pd
 import polars as pl
 import pytest
-from result_rows import row, shard
+from result_rows import kbench_pickle, row, shard
 
 from pipeline import resultset
 from pipeline.errors import TuneTableError
-
-
-def kbench_pickle(path, specs, times):
-    """A Modular kbench-style pickle: merged_df with mesh_idx, name, met (ms), iters, spec."""
-    merged = pd.DataFrame({"mesh_idx": list(range(len(specs))), "name": ["bench"] * len(specs),
-                           "met (ms)": times, "iters": [100] * len(specs), "spec": specs})
-    path.write_bytes(pickle.dumps({"merged_df": merged, "build_df": pd.DataFrame(), "name": "bench", "file": "x.yaml"}))
-    return path
 
 
 def test_parse_specs_types_values_and_runtime_keys():
@@ -89,3 +80,9 @@ def test_combine_adds_file_column(tmp_path):
     frame = resultset.combine(results=resultset.load_files(paths=[a, b]).results)
     assert frame["file"].to_list() == [str(a), str(b)]
     assert frame["M"].to_list() == [1, 8]
+
+
+def test_specs_with_different_layouts_fill_missing_keys_with_null():
+    parsed, keys = resultset.parse_specs(specs=pl.Series(["mm/A=1/$M=2", "mm/B=x/$M=3"]))
+    assert keys.parameters == ("A", "B") and keys.runtime == ("M",)
+    assert parsed.rows() == [("mm", 1, None, 2), ("mm", None, "x", 3)]

@@ -92,17 +92,25 @@ def test_near_tie_goes_to_the_config_winning_more_neighbours():
     assert [c.config_id for c in chosen] == ["c", "a", "c"]
 
 
+def ties_of(rows: pl.DataFrame, tolerance: float) -> list[str]:
+    shaped = rows.with_columns(pl.lit(1).alias("M"), pl.lit(8).alias("N"), pl.lit(8).alias("K"))
+    return select.near_ties_by_shape(rows=shaped, tolerance=tolerance)["ties"].to_list()[0]
+
+
 def test_near_ties_use_tolerance_or_iqr():
     rows = pl.DataFrame({"config_id": ["x", "y", "z"], "median_ms": [1.0, 1.009, 1.05], "iqr_ms": [0.0, 0.0, 0.0]})
-    assert select.near_ties(shape_rows=rows, tolerance=0.01) == ["x", "y"]
-    assert select.near_ties(shape_rows=rows, tolerance=0.0) == ["x"]
+    assert ties_of(rows, 0.01) == ["x", "y"]
+    assert ties_of(rows, 0.0) == ["x"]
     noisy = rows.with_columns(pl.Series("iqr_ms", [0.06, 0.0, 0.0]))
-    assert select.near_ties(shape_rows=noisy, tolerance=0.0) == ["x", "y", "z"]
+    assert ties_of(noisy, 0.0) == ["x", "y", "z"]
+    # only the winner's IQR counts as noise, not a slower config's
+    slow_noisy = rows.with_columns(pl.Series("iqr_ms", [0.0, 0.0, 0.5]))
+    assert ties_of(slow_noisy, 0.0) == ["x"]
 
 
 def test_equal_medians_break_by_config_id():
     rows = pl.DataFrame({"config_id": ["zz", "aa"], "median_ms": [1.0, 1.0], "iqr_ms": [0.0, 0.0]})
-    assert select.near_ties(shape_rows=rows, tolerance=0.0) == ["aa", "zz"]
+    assert ties_of(rows, 0.0) == ["aa", "zz"]
 
 
 def test_manifest_text(tmp_path):

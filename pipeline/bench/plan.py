@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pipeline.errors import TuneTableError
-from pipeline.keys import kernel_source_hash, nvcc_version, results_key, sha256_file
+from pipeline.keys import git_revision, kernel_source_hash, nvcc_version, results_key, sha256_file
 from pipeline.params import TableSpec
 from pipeline.results import BASELINE_ID
 
 BACKENDS = ("cuda", "replay", "auto")
+GIT_REV_ENV = "TUNETABLE_GIT_REV"   # the device machine gets a copy of the tree without .git
 DEFAULT_RECORDING = "data/recordings/h200_gemm_mma.parquet"
 
 
@@ -164,6 +165,11 @@ def default_families() -> Mapping[str, Any]:
     from kernels.families import FAMILIES
 
     return FAMILIES
+
+
+def measured_git_revision() -> str:
+    """The git revision measured: $TUNETABLE_GIT_REV where the tree has no .git, else git's."""
+    return os.environ.get(GIT_REV_ENV) or git_revision()
 
 
 # --- devices ---------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ from pipeline.bench.plan import (
     baseline_task,
     default_families,
     launch_payload,
+    measured_git_revision,
     tasks_from_reports,
 )
 from pipeline.bench.replay import load_recording, replay_shapes
 from pipeline.bench.runner import ShardJob
 from pipeline.errors import TuneTableError
-from pipeline.keys import git_revision, kernel_source_hash, nvcc_version
+from pipeline.keys import kernel_source_hash, nvcc_version
 from pipeline.params import TableSpec
 from pipeline.results import write_shard
 
@@ -63,7 +64,7 @@ def cuda_jobs(*, table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: 
                              "run grid and compile again", path=table.kernel)
     tasks = [*tasks, baseline_task()]
     families = families if families is not None else default_families()
-    provenance = {"nvcc": nvcc_version(), "git_rev": git_revision(), "command": " ".join(sys.argv)}
+    provenance = {"nvcc": nvcc_version(), "git_rev": measured_git_revision(), "command": " ".join(sys.argv)}
     return [
         ShardJob(table=table.name, m=m, n=n, k=k, tasks=tuple(tasks),
                  payloads=shard_payloads(tasks=tasks, m=m, n=n, k=k, families=families),

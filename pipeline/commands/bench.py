@@ -38,6 +38,7 @@ class BenchProgress:
     """Rich progress fed by runner events: configurations done / failed / remaining, current best, ETA."""
 
     def __init__(self, console: Console, total: int):
+        self.console = console
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("failed {task.fields[failed]}"), TextColumn("{task.fields[best]}"),
@@ -55,8 +56,9 @@ class BenchProgress:
                 if record["status"] not in ("ok",):
                     self.failed += 1
                 self.progress.update(self.task, advance=1, failed=self.failed)
-            elif kind == "shard":
-                pass
+            elif kind == "shard" and not self.console.is_terminal:  # a log file: one line per shard
+                self.console.print(f"shard M={job.m} N={job.n} K={job.k} done: {record['rows']} rows, "
+                                   f"{self.failed} failed so far")
             if kind == "done" and record["status"] == "ok" and record["kind"] == "kernel":
                 self.progress.update(self.task, best=f"best@{job.m}x{job.n}x{job.k}: {record['config_id']} "
                                                       f"{record['tflops']:.0f} TFLOP/s")

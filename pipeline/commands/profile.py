@@ -13,6 +13,7 @@ from rich.table import Table
 from pipeline import profile as views
 from pipeline import resultset
 from pipeline.atomic import atomic_write_bytes, atomic_write_text
+from pipeline.commands.rank import load_with_progress
 from pipeline.errors import TuneTableError
 
 RULE = "-" * 80
@@ -117,7 +118,7 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, ratio: boo
     for path in unsupported:
         console.print(f"unsupported input: [{path}]", markup=False)
     candidates = [f for f in files if f.suffix == ".pkl"]
-    report = resultset.load_files(paths=candidates) if candidates else None
+    report = load_with_progress(paths=candidates, console=console) if candidates else None
     if report is None:
         raise TuneTableError(f"no readable result file ({len(files)} unsupported)", path=files[0])
     for item in report.invalid:

@@ -11,6 +11,20 @@ from pipeline import rank as ranking
 from pipeline import resultset
 
 
+PROGRESS_MIN_FILES = 16
+
+
+def load_with_progress(*, paths: list[Path], console: Console) -> resultset.LoadReport:
+    """load_files with a transient rich progress bar when there are many files."""
+    from rich.progress import Progress
+
+    if len(paths) < PROGRESS_MIN_FILES:
+        return resultset.load_files(paths=paths)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("loading results", total=len(paths))
+        return resultset.load_files(paths=paths, on_file=lambda _: progress.advance(task))
+
+
 @click.command("rank")
 @click.option("--table", required=True, help="Table name (as in params.yaml).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -21,7 +35,7 @@ def command(table: str, out: Path | None, shards: tuple[Path, ...]) -> None:
     from pipeline.paths import ranked as ranked_path
 
     console = Console(stderr=True, soft_wrap=True)
-    report = resultset.load_files(paths=list(shards))
+    report = load_with_progress(paths=list(shards), console=console)
     for item in report.invalid:
         console.print(f"Invalid pkl [{item.path}]", markup=False)
     frame = resultset.combine(results=report.results)

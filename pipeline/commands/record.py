@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from pipeline.bench.record import recording_frame, recording_provenance, write_recording
-from pipeline.keys import git_revision
+from pipeline.bench.plan import measured_git_revision
 
 
 @click.command("record")
@@ -21,7 +21,7 @@ def command(table_name: str, name: str, out_dir: Path, shards: tuple[Path, ...])
     """Write the rows of SHARDS (cuda backend only) and their provenance."""
     frame = recording_frame(table=table_name, shard_paths=list(shards))
     provenance = recording_provenance(frame=frame, table=table_name, command="tunetable " + " ".join(sys.argv[1:]),
-                                      git_rev=git_revision())
+                                      git_rev=measured_git_revision())
     parquet, sidecar = write_recording(frame=frame, provenance=provenance, out_dir=out_dir, name=name)
     Console(stderr=True).print(f"recorded {len(frame)} rows ({provenance['shapes']} shapes, {provenance['device']}, "
                                f"{provenance['date']}) -> {parquet} + {sidecar.name}")

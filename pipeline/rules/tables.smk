@@ -99,5 +99,6 @@ rule rank_all:
 
 rule select_all:
     input:
+        [tt.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
         [tt.select_stamp(spec.name) for spec in PLAN.tables],
         [tt.metrics_outputs(spec.name)["json"] for spec in PLAN.tables],

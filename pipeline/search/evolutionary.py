@@ -37,15 +37,16 @@ class GeneticAlgorithm:
             while len(children) < self.population - self.elite and len(evaluator.trace) + len(children) < len(space):
                 parent_a = _tournament(ranked, rng=rng)
                 parent_b = _tournament(ranked, rng=rng)
-                child = self._offspring(genes[parent_a], genes[parent_b], context=context, taken=children)
+                child = self._offspring(genes[parent_a], genes[parent_b], genes=genes, context=context, taken=children)
                 children.append(child)
             evaluator.evaluate_many(children)
             current = ranked[: self.elite] + children
 
-    def _offspring(self, a: np.ndarray, b: np.ndarray, *, context: SearchContext, taken: list[int]) -> int:
+    def _offspring(
+        self, a: np.ndarray, b: np.ndarray, *, genes: np.ndarray, context: SearchContext, taken: list[int]
+    ) -> int:
         """An unseen valid child of ``a`` and ``b``; a random unseen configuration if repairs keep failing."""
         space, rng = context.space, context.rng
-        genes = space.value_indices()
         sizes = np.array([len(v) for v in space.values])
         for _ in range(self.max_repairs):
             child = np.where(rng.random(len(a)) < 0.5, a, b)

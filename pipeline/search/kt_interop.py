@@ -281,6 +281,7 @@ def replay_with_kernel_tuner(
     The search space is every configuration in the cache, failed ones included (they count as
     evaluations, as in our search); Kernel Tuner's own ``tune_cache`` would drop failures.
     """
+    from constraint import FunctionConstraint
     from kernel_tuner import tune_kernel
 
     document = read_kt_cache(cache_path)
@@ -290,39 +291,23 @@ def replay_with_kernel_tuner(
     def in_cache(*values: Any) -> bool:
         return values in valid
 
-    # Kernel Tuner's strategies draw from the global `random` and `numpy.random` generators.
-    random.seed(seed)
-    np.random.seed(seed)
     # brute_force takes no budget (it measures everything); every other strategy does.
     options = {} if strategy == "brute_force" else {"max_fevals": max_fevals}
     options.update(strategy_options or {})
+    # Kernel Tuner's strategies draw from the global `random` and `numpy.random` generators.
+    random.seed(seed)
+    np.random.seed(seed)
     with warnings.catch_warnings():
         # No block_size_x in a GEMM tile grid: the warning is about launch geometry, unused in simulation.
         warnings.simplefilter("ignore", UserWarning)
-        results, _ = _tune(tune_kernel, document, cache_path=cache_path, in_cache=in_cache, strategy=strategy, options=options)
+        results, _ = tune_kernel(
+            document["kernel_name"], "", tuple(document["problem_size"]), [], document["tune_params"],
+            restrictions=[FunctionConstraint(in_cache)], cache=str(cache_path), simulation_mode=True,
+            strategy=strategy, strategy_options=options, quiet=True, verbose=False,
+        )
     order: dict[str, float] = {}
     for result in results:
         key = cache_key(result, names)
         if key not in order:
             order[key] = math.inf if "__error__" in result else float(result["time"])
     return list(order.items())
-
-
-def _tune(tune_kernel: Any, document: Mapping[str, Any], *, cache_path: str | Path, in_cache: Any, strategy: str,
-          options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from constraint import FunctionConstraint
-
-    return tune_kernel(
-        document["kernel_name"],
-        "",
-        tuple(document["problem_size"]),
-        [],
-        document["tune_params"],
-        restrictions=[FunctionConstraint(in_cache)],
-        cache=str(cache_path),
-        simulation_mode=True,
-        strategy=strategy,
-        strategy_options=dict(options),
-        quiet=True,
-        verbose=False,
-    )
