@@ -7,6 +7,7 @@ shards at each revision, read through the DVC API) with their ratio.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -31,12 +32,11 @@ class ParamChange:
 
 @dataclass(frozen=True)
 class EntryChange:
-    """A manifest entry added, removed or modified (by position in lookup order)."""
+    """A manifest entry removed from or added to the table (index: its position on that side)."""
 
+    change: str                      # "removed" | "added"
     index: int
-    change: str                      # "added" | "removed" | "modified"
-    before: Mapping[str, Any] | None
-    after: Mapping[str, Any] | None
+    values: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -100,16 +100,20 @@ def params_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[
     return changes
 
 
+def _entry_key(entry: ManifestEntry) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), repr(v)) for k, v in entry.values.items()))
+
+
 def entry_changes(before: Sequence[ManifestEntry], after: Sequence[ManifestEntry]) -> list[EntryChange]:
-    """Entries that differ position by position (values merged with defaults)."""
+    """Entries removed and added, aligned like a diff (entries kept unchanged are left out)."""
+    matcher = difflib.SequenceMatcher(a=[_entry_key(e) for e in before], b=[_entry_key(e) for e in after],
+                                      autojunk=False)
     changes = []
-    for index in range(max(len(before), len(after))):
-        a = dict(before[index].values) if index < len(before) else None
-        b = dict(after[index].values) if index < len(after) else None
-        if a == b:
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
             continue
-        kind = "added" if a is None else "removed" if b is None else "modified"
-        changes.append(EntryChange(index, kind, a, b))
+        changes.extend(EntryChange("removed", i, dict(before[i].values)) for i in range(a0, a1))
+        changes.extend(EntryChange("added", i, dict(after[i].values)) for i in range(b0, b1))
     return changes
 
 

@@ -46,6 +46,18 @@ def spec_string(table: str, params: dict[str, Any], m: int, n: int, k: int) -> s
     return "/".join(parts)
 
 
+def _gapped_int_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """Columns whose values are all ints but missing on some rows (parameters on cuBLAS rows)."""
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    gapped = []
+    for name in names:
+        values = [row.get(name) for row in rows]
+        present = [v for v in values if v is not None]
+        if present and len(present) < len(values) and all(type(v) is int for v in present):
+            gapped.append(name)
+    return gapped
+
+
 def write_shard(
     path: str | Path,
     *,
@@ -58,6 +70,8 @@ def write_shard(
     import pandas as pd
 
     merged = pd.DataFrame(rows)
+    for name in _gapped_int_columns(rows):  # pandas would make them float (128.0 in manifests)
+        merged[name] = merged[name].astype("Int64")
     payload = {
         "name": table,
         "file": str(path),

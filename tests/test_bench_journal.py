@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from bench_support import journal_records, kill9_when, sample_counts, start_driver, write_spec
 from pipeline.bench.journal import Journal, progress_by_config, read_journal
 from pipeline.results import read_shard
+
+
+def worker_gone(pid: int, *, within_s: float) -> bool:
+    """True once no process ``pid`` exists (or it is a zombie awaiting its reaper)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_torn_last_line_is_ignored_and_cut_before_the_next_append(tmp_path: Path) -> None:
@@ -38,6 +54,8 @@ def test_kill9_mid_run_then_rerun_measures_only_what_is_missing(tmp_path: Path) 
     before = kill9_when(start_driver(spec), journal, samples=8, limit_s=60)
     measured_before = sum(sample_counts(journal).values())
     assert 8 <= measured_before < 3 * rounds and not shard.exists()
+    worker_pid = journal_records(journal)[-1]["worker_pid"]
+    assert worker_gone(worker_pid, within_s=10)  # the worker dies with the bench, even mid-request
 
     rerun = start_driver(spec)
     assert rerun.wait(timeout=120) == 0, rerun.stdout.read().decode()[-2000:]

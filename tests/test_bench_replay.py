@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench.plan import BenchSettings, ConfigTask, baseline_task, gpu_visible, resolve_backend
-from pipeline.bench.record import recording_frame, recording_provenance, write_recording
+from pipeline.bench.record import recording_frame, recording_provenance, shard_provenance, write_recording
 from pipeline.bench.replay import load_recording, replay_shapes
 from pipeline.bench.runner import ShardJob, run_shards
 from pipeline.errors import TuneTableError
@@ -42,7 +42,8 @@ def recorded(measured: dict, tmp_path: Path) -> tuple[Path, dict]:
 
     frames = [read_shard(path)["merged_df"].assign(table="t") for path in measured["shards"]]
     frame = pd.concat(frames, ignore_index=True)
-    provenance = recording_provenance(frame=frame, table="t", command="test", git_rev="abc123")
+    provenance = recording_provenance(frame=frame, table="t", command="test", git_rev="abc123",
+                                      settings=shard_provenance(measured["shards"], "settings"))
     parquet, _ = write_recording(frame=frame, provenance=provenance, out_dir=tmp_path, name="rec")
     return parquet, provenance
 
@@ -67,6 +68,7 @@ def test_recording_round_trip_keeps_every_field_and_provenance(measured: dict, t
     assert sidecar == json.loads(json.dumps(provenance))
     assert sidecar["device"] == "cpu-test-runner" and sidecar["rows"] == 4 and sidecar["shapes"] == 2
     assert sidecar["statuses"] == {"ok": 2, "verify": 2} and sidecar["content_keys"] == ["measkey"]
+    assert sidecar["bench_settings"]["rounds"] == 3 and sidecar["date"] == sidecar["measured_to"][:10]
     index = load_recording(parquet)
     row = index[("t", 16, 32, 24, "cA", "kh1")]
     assert set(ROW_FIELDS) <= set(row) and len(row["samples_ms"]) == 3

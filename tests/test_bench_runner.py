@@ -9,7 +9,7 @@ import pytest
 from bench_support import journal_records
 from pipeline.bench.failures import WorkerFailure
 from pipeline.bench.plan import BenchSettings, ConfigTask
-from pipeline.bench.runner import ShardJob, ShardRunner, round_order, run_shards, sample_stats
+from pipeline.bench.runner import ShardJob, ShardRunner, longest_first, round_order, run_shards, sample_stats
 from pipeline.bench.worker import WorkerProcess
 from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
 
@@ -104,3 +104,10 @@ def test_a_worker_that_does_not_start_is_one_clear_error(tmp_path: Path) -> None
     with pytest.raises(Exception) as error:
         runner.run(make_job(tmp_path, {"a": {"entry": "gemm"}}))
     assert "does not start" in str(error.value)
+
+
+def test_several_gpus_take_the_largest_shards_first(tmp_path: Path) -> None:
+    small = make_job(tmp_path, {"a": {"entry": "gemm"}}, m=8, n=64, k=64, name="small")
+    large = make_job(tmp_path, {"a": {"entry": "gemm"}}, m=8192, n=8192, k=8192, name="large")
+    medium = make_job(tmp_path, {"a": {"entry": "gemm"}}, m=1024, n=4096, k=4096, name="medium")
+    assert [j.shard_path.stem for j in longest_first(jobs=[small, large, medium], settings=SETTINGS)] == ["large", "medium", "small"]

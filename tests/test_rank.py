@@ -7,10 +7,9 @@ import sys
 
 import polars as pl
 import pytest
-from result_rows import row, shard
+from result_rows import GRID, row, shard
 
 from pipeline import rank, resultset
-from result_rows import GRID
 
 
 @pytest.fixture

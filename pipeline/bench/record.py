@@ -33,7 +33,25 @@ def recording_frame(*, table: str, shard_paths: Sequence[Path]) -> Any:
     return pd.concat(frames, ignore_index=True)
 
 
-def recording_provenance(*, frame: Any, table: str, command: str, git_rev: str) -> dict[str, Any]:
+def record_command(*, table: str, name: str, shards: Sequence[Path]) -> str:
+    """The record command as provenance, its shards summarised by folder (``DIR/*.pkl (n shards)``)."""
+    folders = sorted({str(Path(path).parent) for path in shards})
+    listed = " ".join(f"{folder}/*.pkl" for folder in folders)
+    return f"tunetable record --table {table} --name {name} {listed} ({len(shards)} shards)"
+
+
+def shard_provenance(shard_paths: Sequence[Path], key: str) -> list[Any]:
+    """The distinct values of one provenance entry of the shards (e.g. 'settings', 'command')."""
+    distinct: list[Any] = []
+    for path in shard_paths:
+        value = read_shard(path).get("provenance", {}).get(key)
+        if value is not None and value not in distinct:
+            distinct.append(value)
+    return distinct
+
+
+def recording_provenance(*, frame: Any, table: str, command: str, git_rev: str,
+                         settings: Sequence[dict[str, Any]] = (), bench_commands: Sequence[str] = ()) -> dict[str, Any]:
     """Device, driver, measurement dates, command, git revisions and content keys of a recording."""
     def distinct(column: str) -> list[Any]:
         return sorted({str(v) for v in frame[column].dropna()})
@@ -56,6 +74,8 @@ def recording_provenance(*, frame: Any, table: str, command: str, git_rev: str) 
         "rows": int(len(frame)),
         "shapes": int(frame[["M", "N", "K"]].drop_duplicates().shape[0]),
         "statuses": {str(k): int(v) for k, v in frame["status"].value_counts().sort_index().items()},
+        "bench_settings": settings[0] if len(settings) == 1 else list(settings),
+        "bench_commands": sorted(bench_commands),
     }
 
 

@@ -28,6 +28,12 @@ from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
 
 Event = Callable[[str, "ShardJob", dict[str, Any]], None]
 SHAPE_TIMEOUT_FLOOR_S = 120.0
+# Rough rates for estimates and shard ordering only (never for results): a mid-grid mma.sync
+# configuration and HBM; per config and shape: load, verify, NVML, protocol; per shape: inputs, reference.
+ESTIMATE_TFLOPS = 150.0
+ESTIMATE_TBPS = 2.5
+ESTIMATE_OVERHEAD_MS = 3.0
+ESTIMATE_SHAPE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -261,11 +267,27 @@ class ShardRunner:
         return rows
 
 
+def estimate_shard_s(*, job: ShardJob, settings: BenchSettings) -> float:
+    """Rough seconds to measure one shard (the pre-run estimate; the order of shards over GPUs)."""
+    flops = 2.0 * job.m * job.n * job.k
+    nbytes = 2.0 * (job.m * job.k + job.n * job.k + job.m * job.n)
+    launch_ms = max(flops / (ESTIMATE_TFLOPS * 1e12), nbytes / (ESTIMATE_TBPS * 1e12)) * 1e3
+    per_config_ms = (settings.warmup_ms + 2 * launch_ms + ESTIMATE_OVERHEAD_MS
+                     + settings.rounds * (max(settings.min_batch_ms, launch_ms) + 0.3))
+    return ESTIMATE_SHAPE_S + len(job.tasks) * per_config_ms / 1e3
+
+
+def longest_first(*, jobs: Sequence[ShardJob], settings: BenchSettings) -> list[ShardJob]:
+    """Shards by decreasing estimated cost (ties: given order): GPUs pulling from one queue then
+    finish together instead of one GPU ending alone on the largest shapes."""
+    return sorted(jobs, key=lambda job: -estimate_shard_s(job=job, settings=settings))
+
+
 def run_shards(*, jobs: Sequence[ShardJob], settings: BenchSettings, runner: str, gpus: Sequence[str | None],
                on_event: Event | None = None) -> dict[Path, list[dict[str, Any]]]:
     """Spread shards over one worker per GPU (a thread each); returns rows by shard path."""
     pending: queue.Queue[ShardJob] = queue.Queue()
-    for job in jobs:
+    for job in longest_first(jobs=jobs, settings=settings) if len(gpus) > 1 else jobs:
         pending.put(job)
     results: dict[Path, list[dict[str, Any]]] = {}
     errors: list[BaseException] = []

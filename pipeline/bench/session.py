@@ -17,18 +17,11 @@ from pipeline.bench.plan import (
     tasks_from_reports,
 )
 from pipeline.bench.replay import load_recording, replay_shapes
-from pipeline.bench.runner import ShardJob
+from pipeline.bench.runner import ShardJob, estimate_shard_s
 from pipeline.errors import TuneTableError
 from pipeline.keys import kernel_source_hash, nvcc_version
 from pipeline.params import TableSpec
 from pipeline.results import write_shard
-
-# Rough rates for the estimate only (never for results): a mid-grid mma.sync config and HBM.
-ESTIMATE_TFLOPS = 150.0
-ESTIMATE_TBPS = 2.5
-ESTIMATE_OVERHEAD_MS = 3.0      # per config and shape: load, verify, NVML, protocol
-ESTIMATE_SHAPE_S = 0.5          # per shape: allocate and fill the rotating input sets, reference
-
 
 def parse_shapes(texts: Sequence[str]) -> list[tuple[int, int, int]]:
     """``M,N,K`` options as shapes; a malformed one names the option and its index."""
@@ -64,7 +57,7 @@ def cuda_jobs(*, table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: 
                              "run grid and compile again", path=table.kernel)
     tasks = [*tasks, baseline_task()]
     families = families if families is not None else default_families()
-    provenance = {"nvcc": nvcc_version(), "git_rev": measured_git_revision(), "command": " ".join(sys.argv)}
+    provenance = {"nvcc": nvcc_version(), "git_rev": measured_git_revision(), "command": "tunetable " + " ".join(sys.argv[1:])}
     return [
         ShardJob(table=table.name, m=m, n=n, k=k, tasks=tuple(tasks),
                  payloads=shard_payloads(tasks=tasks, m=m, n=n, k=k, families=families),
@@ -106,12 +99,4 @@ def replay_table(*, params: Mapping[str, Any], table: TableSpec, shapes: Sequenc
 
 def estimate_seconds(*, jobs: Sequence[ShardJob], settings: BenchSettings, gpus: int) -> float:
     """A rough wall-time estimate of measuring the jobs (printed before a cuda run)."""
-    total_s = 0.0
-    for job in jobs:
-        flops = 2.0 * job.m * job.n * job.k
-        nbytes = 2.0 * (job.m * job.k + job.n * job.k + job.m * job.n)
-        launch_ms = max(flops / (ESTIMATE_TFLOPS * 1e12), nbytes / (ESTIMATE_TBPS * 1e12)) * 1e3
-        per_config_ms = (settings.warmup_ms + 2 * launch_ms + ESTIMATE_OVERHEAD_MS
-                         + settings.rounds * (max(settings.min_batch_ms, launch_ms) + 0.3))
-        total_s += ESTIMATE_SHAPE_S + len(job.tasks) * per_config_ms / 1e3
-    return total_s / max(1, gpus)
+    return sum(estimate_shard_s(job=job, settings=settings) for job in jobs) / max(1, gpus)

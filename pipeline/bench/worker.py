@@ -15,6 +15,7 @@ the timeout (a hang: the parent kills it) is classified by the parent. The paren
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
@@ -34,6 +35,8 @@ RUNNERS = {
     "cpu-test": "pipeline.bench.cpu_runner:CpuTestRunner",
 }
 STARTUP_TIMEOUT_S = 180.0
+PR_SET_PDEATHSIG = 1
+PARENT_ENV = "TUNETABLE_BENCH_PARENT"
 _EOF = object()
 
 
@@ -89,8 +92,21 @@ def serve(runner_name: str, requests: IO[str], replies: IO[str]) -> int:
     return 0
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the bench process dies (kill -9), even inside a hung kernel."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    expected = os.environ.get(PARENT_ENV)
+    if expected is not None and os.getppid() != int(expected):  # it died before prctl took effect
+        os._exit(1)
+
+
 def main() -> None:
     """Entry point: keep fd 1 for the protocol only, everything else printed goes to stderr."""
+    _die_with_parent()
     runner_name = sys.argv[sys.argv.index("--runner") + 1] if "--runner" in sys.argv else "cuda"
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # libraries that print (nvcc warnings, cuBLAS) cannot corrupt the protocol
@@ -130,6 +146,7 @@ class WorkerProcess:
         repo = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        env[PARENT_ENV] = str(os.getpid())
         if self.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
         return env
@@ -170,12 +187,12 @@ class WorkerProcess:
 
     def request(self, message: dict[str, Any], *, timeout: float) -> dict[str, Any]:
         """Send one request; a hang past ``timeout`` kills the worker (``timeout``), a death is ``launch``."""
-        if not self.alive:
+        process = self.process
+        if process is None or process.poll() is not None or process.stdin is None:
             raise WorkerFailure("launch", "worker is not running")
-        assert self.process is not None and self.process.stdin is not None  # narrowed by alive
         try:
-            self.process.stdin.write(json.dumps(message) + "\n")
-            self.process.stdin.flush()
+            process.stdin.write(json.dumps(message) + "\n")
+            process.stdin.flush()
         except BrokenPipeError:
             pass  # it died; the reply queue tells how
         try:
@@ -193,7 +210,8 @@ class WorkerProcess:
         return reply
 
     def _wait_exit(self) -> int | None:
-        assert self.process is not None
+        if self.process is None:
+            return None
         try:
             return self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:

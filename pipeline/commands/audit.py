@@ -16,8 +16,8 @@ Examples:
 """
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+def _us(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms * 1000:.1f}"
 
 
 def _value(value: object) -> str:
@@ -55,20 +55,23 @@ def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: 
         console.print(f"\n[bold]{item.table}[/bold]: raw results {item.key_before or '?'} -> {item.key_after or '?'}")
         if item.entries:
             entries = Table(title=f"{item.table}: manifest entries changed", title_justify="left")
-            for column in ("index", "change", result.rev_a, result.rev_b):
+            for column in ("change", "index", "entry"):
                 entries.add_column(column)
             for change in item.entries:
-                entries.add_row(str(change.index), change.change, _entry_text(change.before), _entry_text(change.after))
+                side = result.rev_a if change.change == "removed" else result.rev_b
+                style = "red" if change.change == "removed" else "green"
+                entries.add_row(f"{'-' if change.change == 'removed' else '+'} {change.change}",
+                                f"{change.index} ({side})", _entry_text(change.values), style=style)
             console.print(entries)
         else:
             console.print(f"{item.table}: manifest entries unchanged")
         shapes = Table(title=f"{item.table}: {len(item.shapes)} of {item.shapes_total} shapes changed",
                        title_justify="left")
         for column in ("M", "N", "K", f"config {result.rev_a}", f"config {result.rev_b}",
-                       f"ms {result.rev_a}", f"ms {result.rev_b}", "after/before"):
-            shapes.add_column(column, justify="right" if column in ("M", "N", "K") or "ms" in column else "left")
+                       f"µs {result.rev_a}", f"µs {result.rev_b}", "after/before"):
+            shapes.add_column(column, justify="right" if column in ("M", "N", "K") or "µs" in column else "left")
         for shape in item.shapes:
             ratio = "-" if shape.ratio is None else f"{shape.ratio:.3f}"
             shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.config_before or "-",
-                           shape.config_after or "-", _ms(shape.ms_before), _ms(shape.ms_after), ratio)
+                           shape.config_after or "-", _us(shape.ms_before), _us(shape.ms_after), ratio)
         console.print(shapes)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
 
-from pipeline.bench.record import recording_frame, recording_provenance, write_recording
+from pipeline.bench.record import (
+    record_command,
+    recording_frame,
+    recording_provenance,
+    shard_provenance,
+    write_recording,
+)
 from pipeline.bench.plan import measured_git_revision
 
 
@@ -20,8 +25,10 @@ from pipeline.bench.plan import measured_git_revision
 def command(table_name: str, name: str, out_dir: Path, shards: tuple[Path, ...]) -> None:
     """Write the rows of SHARDS (cuda backend only) and their provenance."""
     frame = recording_frame(table=table_name, shard_paths=list(shards))
-    provenance = recording_provenance(frame=frame, table=table_name, command="tunetable " + " ".join(sys.argv[1:]),
-                                      git_rev=measured_git_revision())
+    provenance = recording_provenance(frame=frame, table=table_name,
+                                      command=record_command(table=table_name, name=name, shards=list(shards)),
+                                      git_rev=measured_git_revision(), settings=shard_provenance(list(shards), "settings"),
+                                      bench_commands=shard_provenance(list(shards), "command"))
     parquet, sidecar = write_recording(frame=frame, provenance=provenance, out_dir=out_dir, name=name)
     Console(stderr=True).print(f"recorded {len(frame)} rows ({provenance['shapes']} shapes, {provenance['device']}, "
                                f"{provenance['date']}) -> {parquet} + {sidecar.name}")

@@ -1,0 +1,106 @@
+"""Pure parts of the pipeline layer: GPU claims, generated-region parsing, lookup, audit diffs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline import audit, gpu_claim, metrics, trace
+from pipeline.errors import TuneTableError
+from pipeline.params import load_params, table_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_claims_are_exclusive_until_released(tmp_path: Path) -> None:
+    first = gpu_claim.try_claim(gpu_ids=["0", "1"], folder=tmp_path)
+    second = gpu_claim.try_claim(gpu_ids=["0", "1"], folder=tmp_path)
+    assert first is not None and second is not None
+    assert (first[0], second[0]) == ("0", "1")
+    assert gpu_claim.try_claim(gpu_ids=["0", "1"], folder=tmp_path) is None
+    first[1].close()
+    again = gpu_claim.try_claim(gpu_ids=["0", "1"], folder=tmp_path)
+    assert again is not None and again[0] == "0"
+    second[1].close()
+    again[1].close()
+
+
+def test_claim_without_gpus_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TuneTableError, match="no GPU visible to claim"):
+        gpu_claim.claim(gpu_ids=[], folder=tmp_path)
+
+
+def test_generated_entries_match_the_manifest() -> None:
+    spec = table_spec(load_params(REPO / "params.yaml"), "gemm_mma")
+    text = (REPO / spec.codegen.target).read_text()
+    entries = trace.generated_entries(text, begin_marker=spec.codegen.begin_marker,
+                                      end_marker=spec.codegen.end_marker, path=spec.codegen.target)
+    manifest = yaml.safe_load((REPO / spec.codegen.manifest).read_text())["params"]
+    assert [e.index for e in entries] == list(range(len(manifest)))
+    lines = text.splitlines()
+    for entry, values in zip(entries, manifest):
+        assert "# Automatically generated from [" in lines[entry.first_line - 1]
+        assert f"# index: [{entry.index}]" in entry.text
+        assert f'config_id="{values["CONFIG_ID"]}"' in entry.text
+        assert lines[entry.last_line - 1].strip() == "),"
+
+
+def test_entry_at_line_finds_the_enclosing_entry() -> None:
+    params = load_params(REPO / "params.yaml")
+    spec = table_spec(params, "gemm_mma")
+    lines = (REPO / spec.codegen.target).read_text().splitlines()
+    index_line = next(i for i, text in enumerate(lines, 1) if "# index: [1]" in text)
+    found = trace.entry_at_line(root=REPO, specs=[spec], file=spec.codegen.target, line=index_line + 3)
+    assert found == ("gemm_mma", 1)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("kernels/tuning_configs.py:57", ("kernels/tuning_configs.py", 57)),
+    ("gemm_mma", None),
+    ("a:b", None),
+])
+def test_parse_location(text: str, expected: tuple[str, int] | None) -> None:
+    assert trace.parse_location(text) == expected
+
+
+def _entry(index: int, m: int, m_end: int, config: str, n: int = 4096, k: int = 4096) -> metrics.ManifestEntry:
+    values = {"M": m, "M_END": m_end, "N": n, "K": k, "CONFIG_ID": config}
+    return metrics.ManifestEntry(index=index, m=m, m_end=m_end, n=n, k=k, config_id=config, values=values)
+
+
+def test_lookup_is_first_match_on_half_open_ranges() -> None:
+    entries = [_entry(0, 1, 64, "a"), _entry(1, 64, 2**31 - 1, "b"), _entry(2, 1, 2**31 - 1, "c", n=8192)]
+    assert metrics.lookup(entries, m=63, n=4096, k=4096).config_id == "a"
+    assert metrics.lookup(entries, m=64, n=4096, k=4096).config_id == "b"
+    assert metrics.lookup(entries, m=5, n=8192, k=4096).config_id == "c"
+    assert metrics.lookup(entries, m=5, n=1024, k=4096) is None
+
+
+def test_geomean() -> None:
+    assert metrics.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert metrics.geomean([]) is None
+
+
+def test_params_changes_are_dotted_and_sorted() -> None:
+    before = {"select": {"tie_tolerance": 0.01}, "bench": {"rounds": 10, "warmup_ms": 25}}
+    after = {"select": {"tie_tolerance": 0.02}, "bench": {"rounds": 10}, "compile": {"workers": 2}}
+    assert audit.params_changes(before, after) == [
+        audit.ParamChange("bench.warmup_ms", 25, None),
+        audit.ParamChange("compile.workers", None, 2),
+        audit.ParamChange("select.tie_tolerance", 0.01, 0.02),
+    ]
+
+
+def test_entry_changes_align_like_a_diff() -> None:
+    before = [_entry(0, 1, 64, "a"), _entry(1, 64, 512, "b"), _entry(2, 512, 2**31 - 1, "c")]
+    after = [_entry(0, 1, 64, "a"), _entry(1, 64, 2**31 - 1, "b")]
+    changes = audit.entry_changes(before, after)
+    assert [(c.change, c.index, c.values["M_END"]) for c in changes] == [
+        ("removed", 1, 512), ("removed", 2, 2**31 - 1), ("added", 1, 2**31 - 1)]
+
+
+def test_manifest_without_params_is_a_clear_error() -> None:
+    with pytest.raises(TuneTableError, match="expected a mapping with a 'params' list"):
+        metrics.manifest_from_text("defaults: {}\n", path="manifests/x.yaml")
