@@ -50,8 +50,12 @@ TOLERANCE = 0.02
 BUDGET_FRACTION = 0.10
 CAP_FRACTION = 0.5
 SHAPE_SHARE_TARGET = 0.95
-DEFAULT_KT = ("random_sample", "genetic_algorithm", "bayes_opt", "greedy_ils", "simulated_annealing", "mls",
-              "ordered_greedy_mls", "pso", "firefly_algorithm", "dual_annealing", "hybrid_vndx", "adaptive_tabu_greywolf")
+# Kernel Tuner's strategies with their defaults, plus bayes_opt and genetic_algorithm with populations
+# sized for a 50-point grid (their defaults spend 20 random samples first). diff_evo is left out:
+# in kernel_tuner 1.5.0 it calls numpy.shuffle, which numpy 2 removed (AttributeError).
+DEFAULT_KT = ("bayes_opt", "bayes_opt:popsize=5", "random_sample", "genetic_algorithm", "genetic_algorithm:popsize=6",
+              "greedy_ils", "simulated_annealing", "mls", "ordered_greedy_mls", "pso", "firefly_algorithm",
+              "dual_annealing", "hybrid_vndx", "adaptive_tabu_greywolf")
 
 
 @dataclass(frozen=True)
@@ -110,15 +114,35 @@ def run_ours(recorded: RecordedTable, spec: Ours, *, seed: int, cap: int, budget
     return needed
 
 
+def parse_kt_strategy(text: str) -> tuple[str, dict[str, int | float | str]]:
+    """``name`` or ``name:option=value;option=value`` (one entry of --kt-strategies)."""
+    name, _, options = text.partition(":")
+    parsed: dict[str, int | float | str] = {}
+    for item in filter(None, options.split(";")):
+        key, _, raw = item.partition("=")
+        parsed[key] = _number(raw)
+    return name, parsed
+
+
+def _number(raw: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            continue
+    return raw
+
+
 def _kt_task(args: tuple[str, str, Shape, float, int, Sequence[int]]) -> tuple[str, Shape, list[int | None]]:
     """Worker: one Kernel Tuner strategy on one shape's cache, for every seed."""
-    cache_path, strategy, shape, optimum, cap, seeds = args
+    cache_path, label, shape, optimum, cap, seeds = args
+    strategy, options = parse_kt_strategy(label)
     needed: list[int | None] = []
     for seed in seeds:
-        order = replay_with_kernel_tuner(cache_path, strategy=strategy, max_fevals=cap, seed=seed)
+        order = replay_with_kernel_tuner(cache_path, strategy=strategy, max_fevals=cap, seed=seed, strategy_options=options)
         hit = next((i + 1 for i, (_, t) in enumerate(order[:cap]) if t <= optimum * (1 + TOLERANCE)), None)
         needed.append(hit)
-    return strategy, shape, needed
+    return label, shape, needed
 
 
 def _ours_task(args: tuple[RecordedTable, Ours, int, int, int]) -> tuple[str, int, dict[Shape, int | None]]:
@@ -179,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget = max(1, math.floor(BUDGET_FRACTION * grid))
     cap = max(budget, math.ceil(CAP_FRACTION * grid))
     seeds = list(range(args.seeds))
-    kt_strategies = [s for s in args.kt_strategies.split(",") if s]
+    kt_strategies = [s for s in args.kt_strategies.split(",") if s]   # options inside one entry use ';'
+
     console.print(f"{recording.name}: {grid} configurations x {len(recorded.shapes)} shapes; 10 % of the grid = "
                   f"{budget} measurements; cap {cap}; {len(seeds)} seeds")
 
@@ -191,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours_tasks = [(recorded, spec, seed, cap, budget) for spec in OURS for seed in seeds]
         kt_tasks = [(str(Path(cache_dir) / cache_file_name(table=args.table, shape=shape)), name, shape,
                      recorded.optimum_ms(shape), cap, seeds) for name in kt_strategies for shape in recorded.shapes]
-        with ProcessPoolExecutor(max_workers=max(args.workers, 1)) as pool:
+        # Fresh workers now and then: long Kernel Tuner runs were seen growing to gigabytes per process.
+        with ProcessPoolExecutor(max_workers=max(args.workers, 1), max_tasks_per_child=25) as pool:
             task_ours = progress.add_task("our strategies", total=len(ours_tasks))
             for label, _seed, needed in pool.map(_ours_task, ours_tasks):
                 for shape, value in needed.items():

@@ -134,6 +134,14 @@ def shape_results(*, entries: Sequence[ManifestEntry], ranked: Any, shapes: Iter
     return results
 
 
+def shards_key(shards: Sequence[Path]) -> str:
+    """The content key of raw shards (their folder: results/raw/<table>/<key>/); '' for none."""
+    keys = sorted({Path(shard).parent.name for shard in shards})
+    if len(keys) > 1:
+        raise TuneTableError(f"shards of several content keys given ({', '.join(keys)})", where="SHARDS")
+    return keys[0] if keys else ""
+
+
 def geomean(values: Iterable[float]) -> float | None:
     """Geometric mean of positive values (None when there are none)."""
     logs = [math.log(v) for v in values if v is not None and v > 0]

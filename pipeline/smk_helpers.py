@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from pipeline import paths
 from pipeline.errors import TuneTableError
-from pipeline.keys import canonical_json, kernel_source_hash, sha256_text
+from pipeline.keys import canonical_json, sha256_text
 from pipeline.params import SCHEMA_PATH, TableSpec, load_params, table_specs
 
 # The CLI as the interpreter running Snakemake sees it: works without an activated venv.
@@ -107,21 +107,61 @@ def shard_paths(plan: Plan, table: str) -> list[str]:
     return [str(paths.raw_shard(table, key, m, n, k)) for (m, n, k) in plan.table(table).shapes()]
 
 
-def missing_shards(plan: Plan) -> dict[str, list[tuple[str, tuple[int, int, int]]]]:
-    """Per table, the (path, shape) of shards not on disk yet (tables with none are left out)."""
-    missing: dict[str, list[tuple[str, tuple[int, int, int]]]] = {}
-    for spec in plan.tables:
-        key = plan.keys[spec.name]
-        absent = [(str(paths.raw_shard(spec.name, key, *shape)), shape) for shape in spec.shapes()
-                  if not paths.raw_shard(spec.name, key, *shape).is_file()]
-        if absent:
-            missing[spec.name] = absent
-    return missing
+@dataclass(frozen=True)
+class Shard:
+    """One (table, shape) result file for the table's current content key."""
+
+    table: str
+    key: str
+    m: int
+    n: int
+    k: int
+
+    @property
+    def stem(self) -> str:
+        """``M1_N4096_K4096``."""
+        return paths.shape_name(self.m, self.n, self.k)
+
+    @property
+    def path(self) -> str:
+        """Where the shard lives."""
+        return str(paths.raw_shard(self.table, self.key, self.m, self.n, self.k))
+
+    @property
+    def shape_arg(self) -> str:
+        """``M,N,K`` as the bench CLI takes it."""
+        return f"{self.m},{self.n},{self.k}"
 
 
-def shape_options(shards: list[tuple[str, tuple[int, int, int]]]) -> str:
+def missing_shards(plan: Plan) -> list[Shard]:
+    """Shards of the current keys that are not on disk yet (a shard on disk is final)."""
+    return [shard for spec in plan.tables for (m, n, k) in spec.shapes()
+            for shard in [Shard(spec.name, plan.keys[spec.name], m, n, k)] if not Path(shard.path).is_file()]
+
+
+def missing_by_table(plan: Plan) -> dict[str, list[Shard]]:
+    """Missing shards grouped per table (tables with none are left out)."""
+    grouped: dict[str, list[Shard]] = {}
+    for shard in missing_shards(plan):
+        grouped.setdefault(shard.table, []).append(shard)
+    return grouped
+
+
+def shape_options(shards: list[Shard]) -> str:
     """``--shape M,N,K`` for each shard, as one shell fragment."""
-    return " ".join(f"--shape {m},{n},{k}" for _, (m, n, k) in shards)
+    return " ".join(f"--shape {shard.shape_arg}" for shard in shards)
+
+
+def compile_stamp(table: str, key: str) -> str:
+    """Stamp of a table's grid file + compile report for one content key."""
+    return str(STAMPS / "compile" / table / f"{key}.ok")
+
+
+def replay_inputs(plan: Plan) -> list[str]:
+    """The recording and its provenance sidecar."""
+    from pipeline.bench.plan import sidecar_path
+
+    return [str(plan.recording), str(sidecar_path(plan.recording))]
 
 
 def all_shards(plan: Plan) -> list[str]:
@@ -156,15 +196,6 @@ def codegen_inputs(plan: Plan) -> list[str]:
     return sorted(set(files), key=files.index)
 
 
-def bench_inputs(plan: Plan, table: str) -> list[str]:
-    """Replay needs only the recording; live needs the compile report (cubins)."""
-    if plan.backend == "replay":
-        from pipeline.bench.plan import sidecar_path
-
-        return [str(plan.recording), str(sidecar_path(plan.recording))]
-    return [str(paths.compile_report(table))]
-
-
 def gpu_claim_prefix(plan: Plan) -> str:
     """Command prefix that claims a free GPU for a live bench job ('' when replaying)."""
     return f"{shlex.quote(sys.executable)} -m pipeline.gpu_claim " if plan.backend == "cuda" else ""
@@ -175,29 +206,20 @@ def fingerprint(value: Any) -> str:
     return sha256_text(canonical_json(value))[:16]
 
 
-def grid_fingerprint(config: Mapping[str, Any], table: str) -> str:
-    """What the grid file depends on: the table's grid, family, kernel source and compile limits."""
-    spec = config["tables"][table]
-    return fingerprint({
-        "grid": spec["grid"], "family": spec["family"], "arch": spec.get("arch"),
-        "kernel": kernel_source_hash(spec["kernel"]), "limits": (config.get("compile") or {}).get("limits"),
-    })
+def settings_tag(value: Any) -> str:
+    """A shell comment carrying a settings fingerprint: Snakemake's code trigger (which compares the
+    command template) then re-runs the rule when the settings change, with no ``params:`` block."""
+    return f"  # settings {fingerprint(value)}"
 
 
-def compile_fingerprint(config: Mapping[str, Any], table: str) -> str:
-    """What the compile report depends on: the grid plus the compile settings."""
-    settings = {k: v for k, v in (config.get("compile") or {}).items() if k != "workers"}
-    return fingerprint({"grid": grid_fingerprint(config, table), "compile": settings})
+def select_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What manifests depend on besides the ranked tables: select settings and each table's family."""
+    return {"select": config.get("select"), "families": {n: s["family"] for n, s in config["tables"].items()}}
 
 
-def select_fingerprint(config: Mapping[str, Any], table: str) -> str:
-    """What a manifest depends on besides the ranked table: select settings and the table's family."""
-    return fingerprint({"select": config.get("select"), "family": config["tables"][table]["family"]})
-
-
-def codegen_fingerprint(config: Mapping[str, Any]) -> str:
+def codegen_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """Every table's codegen settings."""
-    return fingerprint({name: spec["codegen"] for name, spec in config["tables"].items()})
+    return {name: spec["codegen"] for name, spec in config["tables"].items()}
 
 
 def wildcard_constraints(plan: Plan) -> dict[str, str]:

@@ -4,7 +4,8 @@
 #   x every default shape (+ cuBLAS baselines) with the cuda backend, export the recording.
 # Every log lands under $OUT (at most 8 files come back: see the list at the end).
 #
-#   bash scripts/device_session.sh [all|tests|bench]      (default: all)
+#   bash scripts/device_session.sh [all|tests|bench|trust]      (default: all)
+#   trust = bench, then the same shards again in a separate process + benchmarks/bench_trust.py
 #   env: TABLE (gemm_mma), RECORDING (h200_gemm_mma), SHAPES ("M,N,K M,N,K": instead of --all-shapes),
 #        GPU_TESTS (pytest paths, default tests/gpu), TEST_TIMEOUT_S (300), BENCH_TIMEOUT_S (560),
 #        TUNETABLE_GIT_REV (the commit measured: the device's copy of the tree has no .git, so pass
@@ -44,18 +45,22 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
     python3 -m pytest -m gpu -p no:cacheprovider -q -rA ${GPU_TESTS:-tests/gpu}
 fi
 
-if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
-  if [ -n "${SHAPES:-}" ]; then
-    SHAPE_ARGS=(); for s in $SHAPES; do SHAPE_ARGS+=(--shape "$s"); done
-  else
-    SHAPE_ARGS=(--all-shapes)
-  fi
-  step bench "$OUT/bench.log" timeout "${BENCH_TIMEOUT_S:-560}" \
-    python3 -m pipeline bench --table "$TABLE" --backend cuda "${SHAPE_ARGS[@]}"
-  KEY=$(python3 -c "
+if [ -n "${SHAPES:-}" ]; then
+  SHAPE_ARGS=(); for s in $SHAPES; do SHAPE_ARGS+=(--shape "$s"); done
+else
+  SHAPE_ARGS=(--all-shapes)
+fi
+content_key() {
+  python3 -c "
 from pipeline.params import load_params, table_spec
 from pipeline.bench.plan import shard_key
-p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cuda'))")
+p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cuda'))"
+}
+
+if [ "$STAGE" = all ] || [ "$STAGE" = bench ] || [ "$STAGE" = trust ]; then
+  step bench "$OUT/bench.log" timeout "${BENCH_TIMEOUT_S:-560}" \
+    python3 -m pipeline bench --table "$TABLE" --backend cuda "${SHAPE_ARGS[@]}"
+  KEY=$(content_key)
   note "content key $KEY"
   shopt -s nullglob
   SHARDS=(results/raw/"$TABLE"/"$KEY"/*.pkl)
@@ -66,7 +71,19 @@ p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cud
   fi
 fi
 
-tar czf "$OUT/results.tar.gz" results/grid results/compile results/raw 2>>"$LOG"
+if [ "$STAGE" = trust ]; then
+  # The same shards measured again in a separate process: winner agreement and relative IQR
+  # (benchmarks/bench_trust.py); the rerun and its figures travel in results.tar.gz (results/rerun).
+  mkdir -p results/rerun && cp -r results/grid results/compile results/rerun/
+  step bench-rerun "$OUT/bench.log" timeout "${BENCH_TIMEOUT_S:-560}" \
+    python3 -m pipeline bench --table "$TABLE" --backend cuda "${SHAPE_ARGS[@]}" --results-root results/rerun
+  step record-rerun "$OUT/bench.log" python3 -m pipeline record --table "$TABLE" --name "${RECORDING}_rerun" \
+    --out-dir results/rerun/recordings results/rerun/raw/"$TABLE"/"$(content_key)"/*.pkl
+  step trust "$SUMMARY" python3 benchmarks/bench_trust.py data/recordings/"$RECORDING".parquet \
+    results/rerun/recordings/"${RECORDING}_rerun".parquet --out results/rerun/bench_trust.json
+fi
+
+tar czf "$OUT/results.tar.gz" results/grid results/compile results/raw results/rerun 2>>"$LOG"
 note "files: $(cd "$OUT" && ls | tr '\n' ' ')"
 # Back from $OUT (<= 8 files): session.log (device facts first) summary.txt build.log pytest_gpu.log bench.log
 #   results.tar.gz and the recording (RECORDING.parquet + .json) when the bench ran.

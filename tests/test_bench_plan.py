@@ -107,3 +107,28 @@ def test_bench_cli_errors_are_one_line(tmp_path: Path) -> None:
                      "--params", str(params), cwd=REPO)
     assert replay.returncode == 2 and "none.parquet: no such recording" in replay.stderr
     assert "Traceback" not in replay.stderr
+
+
+def test_cuda_jobs_refuse_a_compile_report_whose_cubins_are_gone(tmp_path: Path) -> None:
+    from pipeline.bench.session import cuda_jobs
+    from pipeline.keys import kernel_source_hash
+
+    params = load_params(REPO / "params.yaml")
+    table = replace(table_spec(params, "gemm_mma"), kernel=str(REPO / "kernels" / "gemm_mma.cu"))
+    kernel_hash = kernel_source_hash(table.kernel)
+    (tmp_path / "grid").mkdir()
+    (tmp_path / "compile").mkdir()
+    cubin = tmp_path / "present.cubin"
+    cubin.write_bytes(b"\x7fELF")
+    (tmp_path / "grid" / "gemm_mma.json").write_text(json.dumps({"family": "gemm_mma", "kernel_hash": kernel_hash,
+        "configs": [{"id": "ca", "params": SPLIT}, {"id": "cb", "params": SPLIT}]}))
+    records = [{"config_id": "ca", "status": "ok", "cubin": str(cubin)},
+               {"config_id": "cb", "status": "ok", "cubin": str(tmp_path / "gone.cubin")}]
+    (tmp_path / "compile" / "gemm_mma.json").write_text(json.dumps({"kernel_hash": kernel_hash, "records": records}))
+    with pytest.raises(TuneTableError, match=r"compile/gemm_mma.json: 1 compiled cubins are missing \(first: .*gone.cubin\)"):
+        cuda_jobs(table=table, shapes=[(1, 4096, 4096)], key="k", results_root=tmp_path)
+    records[1]["cubin"] = str(cubin)
+    (tmp_path / "compile" / "gemm_mma.json").write_text(json.dumps({"kernel_hash": kernel_hash, "records": records}))
+    jobs = cuda_jobs(table=table, shapes=[(1, 4096, 4096), (3, 4096, 4096)], key="k", results_root=tmp_path)
+    assert [j.shard_path.name for j in jobs] == ["M1_N4096_K4096.pkl", "M3_N4096_K4096.pkl"]
+    assert [t.config_id for t in jobs[0].tasks] == ["ca", "cb", "cublas"]

@@ -111,3 +111,36 @@ def test_several_gpus_take_the_largest_shards_first(tmp_path: Path) -> None:
     large = make_job(tmp_path, {"a": {"entry": "gemm"}}, m=8192, n=8192, k=8192, name="large")
     medium = make_job(tmp_path, {"a": {"entry": "gemm"}}, m=1024, n=4096, k=4096, name="medium")
     assert [j.shard_path.stem for j in longest_first(jobs=[small, large, medium], settings=SETTINGS)] == ["large", "medium", "small"]
+
+
+def test_progress_events_count_every_configuration_once_also_on_resume(tmp_path: Path) -> None:
+    entries = {"a": {"entry": "gemm"}, "bad": {"entry": "gemm_wrong"}, "b": {"entry": "gemm"}}
+    job = make_job(tmp_path, entries)
+    events: list[tuple[str, str, bool]] = []
+
+    def record(kind: str, _job: ShardJob, payload: dict) -> None:
+        if kind in ("config", "final"):
+            events.append((kind, payload["config_id"], bool(payload.get("resumed"))))
+
+    run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], on_event=record)
+    assert sorted(events) == [("config", "a", False), ("config", "b", False), ("final", "bad", False)]
+    events.clear()
+    run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], on_event=record)  # all journalled
+    assert sorted(events) == [("config", "a", True), ("config", "b", True), ("final", "bad", True)]
+
+
+def test_bench_progress_logs_one_line_per_shard_with_its_best(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from pipeline.commands.bench import BenchProgress
+
+    buffer = io.StringIO()
+    job = make_job(tmp_path, {"a": {"entry": "gemm"}, "bad": {"entry": "fault"}})
+    progress = BenchProgress(Console(file=buffer, width=200), total=2)
+    with progress.progress:
+        run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], on_event=progress)
+    log = buffer.getvalue()
+    assert "shard M=32 N=48 K=40 done: 2 rows, best a " in log and "1 failed so far" in log
+    assert progress.progress.tasks[0].completed == 2

@@ -76,7 +76,7 @@ def test_adding_one_shape_reruns_only_that_shard_and_reverting_reuses(project: P
     assert '"shapes": 4,' in (project / "results" / "metrics" / f"{TABLE}.json").read_text()
     git("checkout", "--", "params.yaml", cwd=project)
     extended = shard_times(project)
-    reverted = dvc("repro", "measure", cwd=project)  # the stage that would re-measure
+    reverted = dvc("repro", cwd=project)
     assert rewritten(extended, shard_times(project)) == [], reverted.output[-3000:]
     assert "replay_" not in reverted.output  # no replay job at all: every shard was on disk
     assert git("status", "--porcelain", "manifests", "kernels", "results/metrics", cwd=project).output == ""

@@ -201,25 +201,32 @@ class ShardRunner:
         self._prepared.add(task.config_id)
         return True
 
-    def _sample(self, journal: Journal, job: ShardJob, task: ConfigTask) -> bool:
-        """One timed batch of one task; False when it failed (journalled)."""
+    def _sample(self, journal: Journal, job: ShardJob, task: ConfigTask) -> float | None:
+        """One timed batch of one task: its per-launch ms, or None when it failed (journalled)."""
         if task.config_id not in self._prepared or not self.worker.alive:
             if not self._prepare(journal, job, task):
-                return False
+                return None
         try:
             reply = self.worker.request({"op": "sample", "config_id": task.config_id},
                                         timeout=self.settings.timeout_s)
         except WorkerFailure as exc:
             self._finalise(journal, job, task, exc.status, str(exc))
-            return False
+            return None
         if not reply.get("ok"):
             self._finalise(journal, job, task, reply.get("status", "launch"), reply.get("error") or "failed")
-            return False
+            return None
         record = self._stamp({"type": "sample", "config_id": task.config_id,
                               **{k: v for k, v in reply.items() if k != "ok"}})
         journal.append(record)
         self.on_event("sample", job, record)
-        return True
+        return float(reply["sample_ms"])
+
+    def _measured(self, job: ShardJob, task: ConfigTask, samples: list[float], *, resumed: bool = False) -> None:
+        """Tell the caller a configuration has all its samples (progress: done, current best)."""
+        median = sample_stats(samples)["median_ms"]
+        self.on_event("config", job, {"config_id": task.config_id, "kind": task.kind, "status": "ok",
+                                      "median_ms": median, "resumed": resumed,
+                                      "tflops": 2.0 * job.m * job.n * job.k / (median * 1e-3) / 1e12})
 
     # -- one shard ------------------------------------------------------------------------------
     def run(self, job: ShardJob) -> list[dict[str, Any]]:
@@ -230,7 +237,11 @@ class ShardRunner:
             pending = []
             for task in job.tasks:
                 state = progress.get(task.config_id, ConfigProgress())
-                if state.final is not None or len(state.samples) >= rounds:
+                if state.final is not None:
+                    self.on_event("final", job, {**state.final, "resumed": True})
+                    continue
+                if len(state.samples) >= rounds:
+                    self._measured(job, task, [float(x["sample_ms"]) for x in state.samples[:rounds]], resumed=True)
                     continue
                 if task.build_status != "ok":
                     self._finalise(journal, job, task, "build", task.build_error or "compile failed")
@@ -239,24 +250,26 @@ class ShardRunner:
                 else:
                     pending.append(task)
             live = [task for task in pending if self._prepare(journal, job, task)]
-            counts = {task.config_id: len(progress.get(task.config_id, ConfigProgress()).samples) for task in live}
+            values = {task.config_id: [float(x["sample_ms"]) for x in progress.get(task.config_id, ConfigProgress()).samples]
+                      for task in live}
             by_id = {task.config_id: task for task in live}
             round_index = 0
             while True:
-                due = [cid for cid in by_id if counts[cid] < rounds]
+                due = [cid for cid in by_id if len(values[cid]) < rounds]
                 if not due:
                     break
                 for config_id in round_order(due, round_index):
-                    if self._sample(journal, job, by_id[config_id]):
-                        counts[config_id] += 1
-                    else:
+                    sample = self._sample(journal, job, by_id[config_id])
+                    if sample is None:
                         del by_id[config_id]
+                        continue
+                    values[config_id].append(sample)
+                    if len(values[config_id]) == rounds:
+                        self._measured(job, by_id[config_id], values[config_id])
                 round_index += 1
         progress = progress_by_config(read_journal(job.journal_path))
         rows = [build_row(job=job, task=task, progress=progress.get(task.config_id, ConfigProgress()),
                           rounds=rounds, backend=self.backend) for task in job.tasks]
-        for row in rows:
-            self.on_event("done", job, row)
         write_shard(job.shard_path, table=job.table, rows=rows,
                     build_rows=[{"config_id": t.config_id, "build_status": t.build_status,
                                  "build_error": t.build_error, **dict(t.compile_info)} for t in job.tasks],

@@ -55,6 +55,11 @@ def cuda_jobs(*, table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: 
     if kernel_hash != current:
         raise TuneTableError(f"the kernel changed since the grid/compile stage ({kernel_hash} -> {current}): "
                              "run grid and compile again", path=table.kernel)
+    lost = [t.cubin or t.config_id for t in tasks
+            if t.build_status == "ok" and (not t.cubin or not Path(t.cubin).is_file())]
+    if lost:
+        raise TuneTableError(f"{len(lost)} compiled cubins are missing (first: {lost[0]}): run compile again",
+                             path=paths.compile_report(table.name, root=results_root))
     tasks = [*tasks, baseline_task()]
     families = families if families is not None else default_families()
     provenance = {"nvcc": nvcc_version(), "git_rev": measured_git_revision(), "command": "tunetable " + " ".join(sys.argv[1:])}

@@ -46,22 +46,26 @@ class BenchProgress:
         )
         self.task = self.progress.add_task("configs", total=total, failed=0, best="")
         self.failed = 0
+        self.best: dict[tuple[int, int, int], tuple[str, float]] = {}
         self.lock = threading.Lock()
 
     def __call__(self, kind: str, job: Any, record: dict[str, Any]) -> None:
         with self.lock:
             if kind == "sample":
                 self.progress.update(self.task, description=f"M={job.m} N={job.n} K={job.k}")
-            elif kind == "done":
-                if record["status"] not in ("ok",):
-                    self.failed += 1
+            elif kind == "final":  # a failed configuration (build, verify, launch, timeout)
+                self.failed += 1
                 self.progress.update(self.task, advance=1, failed=self.failed)
+            elif kind == "config":  # a configuration with all its samples
+                self.progress.update(self.task, advance=1)
+                if record["kind"] == "kernel" and record["tflops"] > self.best.get(job.shape, ("", 0.0))[1]:
+                    self.best[job.shape] = (record["config_id"], record["tflops"])
+                    self.progress.update(self.task, best=f"best@{job.m}x{job.n}x{job.k}: {record['config_id']} "
+                                                          f"{record['tflops']:.0f} TFLOP/s")
             elif kind == "shard" and not self.console.is_terminal:  # a log file: one line per shard
-                self.console.print(f"shard M={job.m} N={job.n} K={job.k} done: {record['rows']} rows, "
-                                   f"{self.failed} failed so far")
-            if kind == "done" and record["status"] == "ok" and record["kind"] == "kernel":
-                self.progress.update(self.task, best=f"best@{job.m}x{job.n}x{job.k}: {record['config_id']} "
-                                                      f"{record['tflops']:.0f} TFLOP/s")
+                name, tflops = self.best.get(job.shape, ("-", 0.0))
+                self.console.print(f"shard M={job.m} N={job.n} K={job.k} done: {record['rows']} rows, best {name} "
+                                   f"{tflops:.1f} TFLOP/s; {self.failed} failed so far")
 
 
 @click.command("bench")

@@ -37,14 +37,18 @@ def _read_frames(ranked_path: Path):
 @click.option("--table", required=True, help="Table name (as in params.yaml).")
 @click.option("--manifest", "manifest_path", type=OUT, default=None, help="Manifest [default: manifests/<table>.yaml].")
 @click.option("--ranked", "ranked_path", type=OUT, default=None, help="Ranked parquet [default: results/ranked/<table>.parquet].")
-@click.option("--content-key", default="", help="Content key of the raw shards behind the ranked table (recorded for audit/trace).")
 @click.option("--json", "json_path", type=OUT, default=None, help="Metrics JSON [default: results/metrics/<table>.json].")
 @click.option("--csv", "csv_path", type=OUT, default=None, help="Plot CSV [default: results/plots/<table>.csv].")
 @click.option("--png", "png_path", type=OUT, default=None, help="Plot PNG [default: results/plots/<table>.png].")
 @click.option("--params", "params_path", type=OUT, default=Path("params.yaml"), show_default=True)
-def command(table: str, manifest_path: Path | None, ranked_path: Path | None, content_key: str,
-            json_path: Path | None, csv_path: Path | None, png_path: Path | None, params_path: Path) -> None:
-    """Per shape, the tuned table's TFLOP/s against cuBLAS; geomeans, coverage, entries, failures."""
+@click.argument("shards", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+def command(table: str, manifest_path: Path | None, ranked_path: Path | None, json_path: Path | None,
+            csv_path: Path | None, png_path: Path | None, params_path: Path, shards: tuple[Path, ...]) -> None:
+    """Per shape, the tuned table's TFLOP/s against cuBLAS; geomeans, coverage, entries, failures.
+
+    SHARDS are the raw shards behind the ranked table: their content key is recorded in the
+    metrics, so that `tunetable audit` and `trace` find them at any revision.
+    """
     from pipeline import metrics, paths
     from pipeline.params import load_params, table_spec
 
@@ -55,6 +59,7 @@ def command(table: str, manifest_path: Path | None, ranked_path: Path | None, co
     csv_path = csv_path or paths.plot_data(table)
     png_path = png_path or paths.plot_data(table).with_suffix(".png")
 
+    content_key = metrics.shards_key(shards)
     provenance, entries = metrics.load_manifest(manifest_path)
     ranked, failures = _read_frames(ranked_path)
     results = metrics.shape_results(entries=entries, ranked=ranked, shapes=spec.shapes())

@@ -1,77 +1,71 @@
-# Measurement: grid -> compile (CPU, all cores) -> bench (one job per table x shape, one GPU each).
-# Raw shards live under results/raw/<table>/<content key>/: the key hashes the bench settings,
-# grid, kernel source, toolchain, backend and device, so a changed input gets new paths and an
-# old result is never mistaken for a new one (and reverting a change finds the old ones again).
+# Measurement: grid + compile (CPU, all cores) -> bench (GPU), or replay of the recording.
+#
+# Raw shards live at results/raw/<table>/<content key>/M.._N.._K...pkl. The key hashes the bench
+# settings, the grid, the kernel source, the toolchain, the backend and the device, so a changed
+# input gets new paths and an old result is never mistaken for a new one; reverting a change
+# finds the old shards again. A shard on disk is therefore final: only MISSING shards get a
+# producing rule (decided at parse time). Existing shards are plain inputs to rank, so nothing
+# upstream (a re-created compile report on a fresh clone, a forced rule) can ever re-measure them.
+# To re-measure a shard on purpose, delete it.
+#
+# No rule here has a `params:` block: Snakemake's params trigger imports pandas (~1.2 s on every
+# run, no-op included). Settings that matter are in the content key, i.e. in the paths.
 
-
-rule grid:
-    output:
-        "results/grid/{table}.json",
-    params:
-        fingerprint=lambda wc: tt.grid_fingerprint(config, wc.table),
-    log:
-        "results/logs/grid/{table}.log",
-    shell:
-        "{tt.CLI} grid --table {wildcards.table} --out {output} > {log} 2>&1"
-
-
-rule compile:
-    input:
-        "results/grid/{table}.json",
-    output:
-        "results/compile/{table}.json",
-    params:
-        fingerprint=lambda wc: tt.compile_fingerprint(config, wc.table),
-    threads: workflow.cores
-    resources:
-        mem_mb=8000,
-    log:
-        "results/logs/compile/{table}.log",
-    shell:
-        "{tt.CLI} compile --table {wildcards.table} --workers {threads} --out {output} > {log} 2>&1"
-
-
-# Inputs are ancient(): the content key in the output path already covers their content, and a
-# re-created compile report (fresh clone, warm cubin cache) must not re-run measured shards.
 if PLAN.backend == "cuda":
 
-    # Live: one job per (table, shape) shard, one GPU each (a free one is claimed by the job).
-    rule bench:
-        input:
-            lambda wc: [ancient(path) for path in tt.bench_inputs(PLAN, wc.table)],
+    # The grid file and compile report that the bench CLI reads, for one content key. The stamp is
+    # keyed, so a settings change that changes the key recompiles (cubin cache: only new configs).
+    rule compile:
         output:
-            "results/raw/{table}/{key}/M{M}_N{N}_K{K}.pkl",
-        params:
-            claim=tt.gpu_claim_prefix(PLAN),
+            "results/stamps/compile/{table}/{key}.ok",
+        threads: workflow.cores
         resources:
-            gpu=1,
-            runtime=20,
+            mem_mb=8000,
         log:
-            "results/logs/bench/{table}/{key}/M{M}_N{N}_K{K}.log",
+            "results/logs/compile/{table}/{key}.log",
         shell:
-            "{params.claim}{tt.CLI} bench --table {wildcards.table} --shape {wildcards.M},{wildcards.N},{wildcards.K}"
-            " --backend cuda --results-root results > {log} 2>&1"
+            "( {tt.CLI} grid --table {wildcards.table}"
+            " && {tt.CLI} compile --table {wildcards.table} --workers {threads} ) > {log} 2>&1"
+            " && touch {output}"
+
+    # Live: one job per missing (table, shape) shard, one GPU each; on a multi-GPU host the job
+    # claims a free device itself (Snakemake assigns no device ids).
+    for _shard in tt.missing_shards(PLAN):
+
+        rule:
+            name:
+                f"bench_{_shard.table}_{_shard.stem}"
+            input:
+                tt.compile_stamp(_shard.table, _shard.key),
+            output:
+                _shard.path,
+            resources:
+                gpu=1,
+                runtime=20,
+            log:
+                f"results/logs/bench/{_shard.table}/{_shard.key}/{_shard.stem}.log",
+            shell:
+                f"{tt.gpu_claim_prefix(PLAN)}{{tt.CLI}} bench --table {_shard.table} --shape {_shard.shape_arg}"
+                " --backend cuda --results-root results > {log} 2>&1"
 
 else:
+
     # Replay: serving a shard costs far less than starting a process, so one job per table
-    # serves exactly the shards that are missing (none: no job). Never compiles, uses no GPU.
-    for _table, _missing in tt.missing_shards(PLAN).items():
+    # serves all of its missing shards. Never compiles, uses no GPU.
+    for _table, _shards in tt.missing_by_table(PLAN).items():
 
         rule:
             name:
                 f"replay_{_table}"
             input:
-                [ancient(path) for path in tt.bench_inputs(PLAN, _table)],
+                tt.replay_inputs(PLAN),
             output:
-                [shard for shard, _ in _missing],
-            params:
-                table=_table,
-                shapes=tt.shape_options(_missing),
+                [shard.path for shard in _shards],
             log:
                 f"results/logs/bench/{_table}/{PLAN.keys[_table]}/replay.log",
             shell:
-                "{tt.CLI} bench --table {params.table} {params.shapes} --backend replay --results-root results"
-                " > {log} 2>&1"
+                f"{{tt.CLI}} bench --table {_table} {tt.shape_options(_shards)} --backend replay"
+                " --results-root results > {log} 2>&1"
 
 
 rule measure_all:

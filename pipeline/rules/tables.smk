@@ -1,10 +1,10 @@
 # From raw shards to the checked-in table: rank -> select -> codegen, plus metrics and plots.
 # Checked-in files (manifests, generated tables) are written in place by the CLI; the rules'
-# outputs are stamps under results/stamps/ (see pipeline/smk_helpers.py for why).
+# outputs are stamps under results/stamps/ (see pipeline/smk_helpers.py for why). Settings
+# fingerprints ride in the command templates (tt.settings_tag), not in `params:` blocks.
 
 
 localrules:
-    grid,
     rank,
     select,
     metrics,
@@ -43,20 +43,18 @@ rule select:
         "results/ranked/{table}.parquet",
     output:
         "results/stamps/select/{table}.sha256",
-    params:
-        fingerprint=lambda wc: tt.select_fingerprint(config, wc.table),
-        manifest=lambda wc: tt.manifest_path(wc.table),
     log:
         "results/logs/select/{table}.log",
     shell:
-        "{tt.CLI} select --table {wildcards.table} --ranked {input} --out {params.manifest} > {log} 2>&1"
-        " && sha256sum {params.manifest} > {output}"
+        "{tt.CLI} select --table {wildcards.table} --ranked {input} --out manifests/{wildcards.table}.yaml > {log} 2>&1"
+        " && sha256sum manifests/{wildcards.table}.yaml > {output}" + tt.settings_tag(tt.select_settings(config))
 
 
 rule metrics:
     input:
         stamp="results/stamps/select/{table}.sha256",
         ranked="results/ranked/{table}.parquet",
+        shards=lambda wc: tt.shard_paths(PLAN, wc.table),
     output:
         json="results/metrics/{table}.json",
         csv="results/plots/{table}.csv",
@@ -66,14 +64,12 @@ rule metrics:
             category="Tuned table vs cuBLAS",
             labels={"table": "{table}"},
         ),
-    params:
-        manifest=lambda wc: tt.manifest_path(wc.table),
-        key=lambda wc: PLAN.keys[wc.table],
     log:
         "results/logs/metrics/{table}.log",
     shell:
-        "{tt.CLI} metrics --table {wildcards.table} --manifest {params.manifest} --ranked {input.ranked}"
-        " --content-key {params.key} --json {output.json} --csv {output.csv} --png {output.png} > {log} 2>&1"
+        "{tt.CLI} metrics --table {wildcards.table} --manifest manifests/{wildcards.table}.yaml"
+        " --ranked {input.ranked} --json {output.json} --csv {output.csv} --png {output.png}"
+        " {input.shards} > {log} 2>&1"
 
 
 # Writes every table's marker region in place, then re-checks them all; the stamp records the
@@ -83,13 +79,11 @@ rule codegen:
         tt.codegen_inputs(PLAN),
     output:
         tt.codegen_stamp(),
-    params:
-        fingerprint=tt.codegen_fingerprint(config),
     log:
         "results/logs/codegen.log",
     shell:
         "( {tt.CLI} codegen --all && {tt.CLI} codegen --all --check ) > {log} 2>&1"
-        " && echo 'generated tables match their manifests' > {output}"
+        " && echo 'generated tables match their manifests' > {output}" + tt.settings_tag(tt.codegen_settings(config))
 
 
 rule rank_all:

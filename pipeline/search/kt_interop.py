@@ -300,6 +300,8 @@ def replay_with_kernel_tuner(
     with warnings.catch_warnings():
         # No block_size_x in a GEMM tile grid: the warning is about launch geometry, unused in simulation.
         warnings.simplefilter("ignore", UserWarning)
+        # bayes_opt scores failures as sys.float_info.max and overflows on them; its choices stand.
+        warnings.simplefilter("ignore", RuntimeWarning)
         results, _ = tune_kernel(
             document["kernel_name"], "", tuple(document["problem_size"]), [], document["tune_params"],
             restrictions=[FunctionConstraint(in_cache)], cache=str(cache_path), simulation_mode=True,

@@ -31,6 +31,7 @@ class BayesianOptimisation:
 
     name: str = "model"
     initial_random: int = 2      # random starts when no prior is given
+    max_seeds: int = 2           # transfer seeds measured before the GP takes over
 
     def run(self, *, context: SearchContext) -> None:
         """Evaluate until the space or the budget is exhausted."""
@@ -42,7 +43,7 @@ class BayesianOptimisation:
         related_x = np.array([[*features[r.config, :-1], r.distance * DISTANCE_SCALE] for r in related]).reshape(
             len(related), features.shape[1])
         related_y = np.array([r.log_residual for r in related], dtype=float)
-        for position in _starts(context, initial_random=self.initial_random):
+        for position in _starts(context, initial_random=self.initial_random, max_seeds=self.max_seeds):
             evaluator.evaluate(position)
         while len(evaluator.trace) < len(space):
             seen = [e.config for e in evaluator.trace]
@@ -61,9 +62,9 @@ class BayesianOptimisation:
             evaluator.evaluate(int(unseen[choice]))
 
 
-def _starts(context: SearchContext, *, initial_random: int) -> list[int]:
+def _starts(context: SearchContext, *, initial_random: int, max_seeds: int) -> list[int]:
     """First measurements: transfer seeds; then the model's best unless neighbours' data already informs the GP."""
-    starts = list(context.seeds)
+    starts = list(context.seeds)[:max_seeds]
     if context.prior is None:
         starts += [int(p) for p in context.rng.permutation(len(context.space))[:initial_random]]
     elif not context.related:
