@@ -89,7 +89,7 @@ def flatten(value: Any, *, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def params_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[ParamChange]:
+def params_changes(*, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[ParamChange]:
     """Every dotted key whose value differs, sorted by key."""
     flat_a, flat_b = flatten(dict(before)), flatten(dict(after))
     changes = []
@@ -104,7 +104,7 @@ def _entry_key(entry: ManifestEntry) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), repr(v)) for k, v in entry.values.items()))
 
 
-def entry_changes(before: Sequence[ManifestEntry], after: Sequence[ManifestEntry]) -> list[EntryChange]:
+def entry_changes(*, before: Sequence[ManifestEntry], after: Sequence[ManifestEntry]) -> list[EntryChange]:
     """Entries removed and added, aligned like a diff (entries kept unchanged are left out)."""
     matcher = difflib.SequenceMatcher(a=[_entry_key(e) for e in before], b=[_entry_key(e) for e in after],
                                       autojunk=False)
@@ -177,7 +177,7 @@ def audit_table(*, root: Path, rev_a: str | None, rev_b: str | None, table: str,
             continue
         changed_shapes.append(ShapeChange(m, n, k, config_a, config_b, ms_a, ms_b))
     return TableAudit(table=table, key_before=a.key, key_after=b.key,
-                      entries=tuple(entry_changes(a.entries, b.entries)), shapes=tuple(changed_shapes),
+                      entries=tuple(entry_changes(before=a.entries, after=b.entries)), shapes=tuple(changed_shapes),
                       shapes_total=len(shapes))
 
 
@@ -201,5 +201,5 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
         shapes = list(dict.fromkeys([*_shapes(params_a, name), *_shapes(params_b, name)]))
         results.append(audit_table(root=root, rev_a=commit_a, rev_b=commit_b, table=name, manifest=manifest,
                                    shapes=shapes, all_shapes=all_shapes))
-    return Audit(rev_a=rev_a, rev_b=lineage.rev_label(rev_b), params=tuple(params_changes(params_a, params_b)),
+    return Audit(rev_a=rev_a, rev_b=lineage.rev_label(rev_b), params=tuple(params_changes(before=params_a, after=params_b)),
                  tables=tuple(results))

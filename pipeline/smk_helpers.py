@@ -4,6 +4,10 @@ Parsing must stay cheap and deterministic (a cluster job re-parses the Snakefile
 context, no network. The backend is resolved once here, so a replayed run never asks for the
 compile stage and a live run asks for exactly one GPU per bench job.
 
+A raw shard's path carries the content key of everything that produced it, so a shard on disk is
+final: only missing shards get a producing rule. Existing ones are plain inputs, and nothing
+upstream (a re-created compile report after a fresh clone, a forced rule) can re-measure them.
+
 Checked-in files (manifests/*.yaml, kernels/tuning_configs.py) are never Snakemake outputs:
 Snakemake deletes a job's outputs before it runs and after it fails, which would delete reviewed
 files. The select and codegen rules write them in place (atomically, through the CLI) and declare
@@ -25,8 +29,9 @@ from pipeline.params import SCHEMA_PATH, TableSpec, load_params, table_specs
 
 # The CLI as the interpreter running Snakemake sees it: works without an activated venv.
 CLI = f"{shlex.quote(sys.executable)} -m pipeline"
+# Live bench jobs claim a free GPU first (Snakemake assigns no device ids): see pipeline/gpu_claim.py.
+GPU_CLAIM = f"{shlex.quote(sys.executable)} -m pipeline.gpu_claim "
 STAMPS = paths.RESULTS / "stamps"
-LOGS = paths.RESULTS / "logs"
 KEY_PATTERN = "[0-9a-f]{16}"
 
 
@@ -101,7 +106,7 @@ def codegen_stamp() -> Path:
     return STAMPS / "codegen.ok"
 
 
-def shard_paths(plan: Plan, table: str) -> list[str]:
+def shard_paths(plan: Plan, *, table: str) -> list[str]:
     """Raw shard files of a table for the current content key, in params.yaml shape order."""
     key = plan.keys[table]
     return [str(paths.raw_shard(table, key, m, n, k)) for (m, n, k) in plan.table(table).shapes()]
@@ -152,9 +157,23 @@ def shape_options(shards: list[Shard]) -> str:
     return " ".join(f"--shape {shard.shape_arg}" for shard in shards)
 
 
-def compile_stamp(table: str, key: str) -> str:
+def compile_stamp(*, table: str, key: str) -> str:
     """Stamp of a table's grid file + compile report for one content key."""
     return str(STAMPS / "compile" / table / f"{key}.ok")
+
+
+def compile_stamp_of(shard: str) -> str:
+    """The compile stamp a live shard (``<table>/<key>/<stem>``) needs."""
+    table, key, _ = shard.split("/")
+    return compile_stamp(table=table, key=key)
+
+
+def missing_shard_pattern(plan: Plan) -> str:
+    """Regex matching exactly the missing shards as ``<table>/<key>/<stem>``."""
+    import re
+
+    names = [f"{s.table}/{s.key}/{s.stem}" for s in missing_shards(plan)]
+    return "(?:" + "|".join(re.escape(name) for name in names) + ")"
 
 
 def replay_inputs(plan: Plan) -> list[str]:
@@ -166,7 +185,7 @@ def replay_inputs(plan: Plan) -> list[str]:
 
 def all_shards(plan: Plan) -> list[str]:
     """Raw shard files of every table."""
-    return [p for spec in plan.tables for p in shard_paths(plan, spec.name)]
+    return [p for spec in plan.tables for p in shard_paths(plan, table=spec.name)]
 
 
 def ranked_outputs(table: str) -> dict[str, str]:
@@ -196,11 +215,6 @@ def codegen_inputs(plan: Plan) -> list[str]:
     return sorted(set(files), key=files.index)
 
 
-def gpu_claim_prefix(plan: Plan) -> str:
-    """Command prefix that claims a free GPU for a live bench job ('' when replaying)."""
-    return f"{shlex.quote(sys.executable)} -m pipeline.gpu_claim " if plan.backend == "cuda" else ""
-
-
 def fingerprint(value: Any) -> str:
     """Short stable hash of settings: a Snakemake ``params:`` value that changes only when they do."""
     return sha256_text(canonical_json(value))[:16]
@@ -226,5 +240,4 @@ def wildcard_constraints(plan: Plan) -> dict[str, str]:
     """Regexes for the rule wildcards: only declared tables and current keys match."""
     names = "|".join(sorted(spec.name for spec in plan.tables))
     keys = "|".join(sorted(set(plan.keys.values()))) or KEY_PATTERN
-    return {"table": f"(?:{names})", "key": f"(?:{keys})", "M": r"[1-9][0-9]*", "N": r"[1-9][0-9]*",
-            "K": r"[1-9][0-9]*"}
+    return {"table": f"(?:{names})", "key": f"(?:{keys})"}

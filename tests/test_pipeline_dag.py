@@ -44,7 +44,7 @@ def shapes_count() -> int:
 def test_live_dag_compiles_once_and_benches_each_shard_on_one_gpu(copy: Path) -> None:
     done = snakemake("all", "-n", "--cores", "2", *LIVE, cwd=copy)
     counts = job_counts(done.output)
-    assert counts["grid"] == 1 and counts["compile"] == 1
+    assert counts["compile"] == 1
     assert counts["bench"] == shapes_count()
     assert counts["rank"] == counts["select"] == counts["metrics"] == counts["codegen"] == 1
     shard = re.search(r"output: (results/raw/gemm_mma/([0-9a-f]{16})/M\d+_N\d+_K\d+\.pkl)", done.output)

@@ -86,7 +86,7 @@ def test_geomean() -> None:
 def test_params_changes_are_dotted_and_sorted() -> None:
     before = {"select": {"tie_tolerance": 0.01}, "bench": {"rounds": 10, "warmup_ms": 25}}
     after = {"select": {"tie_tolerance": 0.02}, "bench": {"rounds": 10}, "compile": {"workers": 2}}
-    assert audit.params_changes(before, after) == [
+    assert audit.params_changes(before=before, after=after) == [
         audit.ParamChange("bench.warmup_ms", 25, None),
         audit.ParamChange("compile.workers", None, 2),
         audit.ParamChange("select.tie_tolerance", 0.01, 0.02),
@@ -96,7 +96,7 @@ def test_params_changes_are_dotted_and_sorted() -> None:
 def test_entry_changes_align_like_a_diff() -> None:
     before = [_entry(0, 1, 64, "a"), _entry(1, 64, 512, "b"), _entry(2, 512, 2**31 - 1, "c")]
     after = [_entry(0, 1, 64, "a"), _entry(1, 64, 2**31 - 1, "b")]
-    changes = audit.entry_changes(before, after)
+    changes = audit.entry_changes(before=before, after=after)
     assert [(c.change, c.index, c.values["M_END"]) for c in changes] == [
         ("removed", 1, 512), ("removed", 2, 2**31 - 1), ("added", 1, 2**31 - 1)]
 

@@ -67,6 +67,13 @@ def test_noop_runs_nothing(project: Path) -> None:
     assert "Nothing to be done" in again.output
 
 
+def test_report_holds_ranked_tables_and_plot(project: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.html"
+    snakemake("--report", str(report), cwd=project)
+    html = report.read_text(errors="replace")
+    assert f"{TABLE}.csv" in html and f"{TABLE}.failures.csv" in html and f"{TABLE}.png" in html
+
+
 def test_adding_one_shape_reruns_only_that_shard_and_reverting_reuses(project: Path) -> None:
     before = shard_times(project)
     edit_params(project, lambda d: d["tables"][TABLE]["shapes"]["M"].insert(2, 128))

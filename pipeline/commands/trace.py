@@ -74,13 +74,15 @@ def command(what: str, index: int | None, params_path: Path) -> None:
             style = "bold" if row.get("config_id") == entry.config_id else None
             rows.add_row(*(_cell(row.get(c)) for c in columns), style=style)
         console.print(rows)
-    console.print(f"\n[bold]raw shards[/bold] content key {result.content_key or '(unknown)'}")
+    folder = Path(result.shards[0].path).parent if result.shards else None
+    console.print(f"\n[bold]raw shards[/bold] content key {result.content_key or '(unknown)'}"
+                  + (f" in {folder}/" if folder else ""))
     shards = Table()
-    shards.add_column("file", overflow="fold")
+    shards.add_column("file", no_wrap=True)
     for column in SHARD_COLUMNS:
         shards.add_column(column)
     for view in result.shards:
         cells = [_cell(view.row.get(c)) for c in SHARD_COLUMNS] if view.found else ["(missing: dvc pull)"] + [""] * (
             len(SHARD_COLUMNS) - 1)
-        shards.add_row(view.path, *cells)
+        shards.add_row(Path(view.path).name, *cells)
     console.print(shards)

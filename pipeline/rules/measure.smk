@@ -29,23 +29,26 @@ if PLAN.backend == "cuda":
             " && touch {output}"
 
     # Live: one job per missing (table, shape) shard, one GPU each; on a multi-GPU host the job
-    # claims a free device itself (Snakemake assigns no device ids).
-    for _shard in tt.missing_shards(PLAN):
+    # claims a free device itself (Snakemake assigns no device ids). The {shard} wildcard
+    # (<table>/<key>/M.._N.._K..) only matches missing shards; the shell splits it into the table
+    # and the shape (M1_N4096_K4096 -> 1,4096,4096).
+    if tt.missing_shards(PLAN):
 
-        rule:
-            name:
-                f"bench_{_shard.table}_{_shard.stem}"
+        rule bench:
             input:
-                tt.compile_stamp(_shard.table, _shard.key),
+                lambda wc: tt.compile_stamp_of(wc.shard),
             output:
-                _shard.path,
+                "results/raw/{shard}.pkl",
+            wildcard_constraints:
+                shard=tt.missing_shard_pattern(PLAN),
             resources:
                 gpu=1,
                 runtime=20,
             log:
-                f"results/logs/bench/{_shard.table}/{_shard.key}/{_shard.stem}.log",
+                "results/logs/bench/{shard}.log",
             shell:
-                f"{tt.gpu_claim_prefix(PLAN)}{{tt.CLI}} bench --table {_shard.table} --shape {_shard.shape_arg}"
+                "shard={wildcards.shard}; stem=${{shard##*/}};"
+                " {tt.GPU_CLAIM}{tt.CLI} bench --table ${{shard%%/*}} --shape $(echo $stem | tr -d MNK | tr _ ,)"
                 " --backend cuda --results-root results > {log} 2>&1"
 
 else:

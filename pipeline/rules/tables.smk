@@ -16,7 +16,7 @@ localrules:
 
 rule rank:
     input:
-        lambda wc: tt.shard_paths(PLAN, wc.table),
+        lambda wc: tt.shard_paths(PLAN, table=wc.table),
     output:
         parquet="results/ranked/{table}.parquet",
         csv=report(
@@ -54,7 +54,7 @@ rule metrics:
     input:
         stamp="results/stamps/select/{table}.sha256",
         ranked="results/ranked/{table}.parquet",
-        shards=lambda wc: tt.shard_paths(PLAN, wc.table),
+        shards=lambda wc: tt.shard_paths(PLAN, table=wc.table),
     output:
         json="results/metrics/{table}.json",
         csv="results/plots/{table}.csv",
