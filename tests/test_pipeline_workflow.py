@@ -145,5 +145,6 @@ def test_fresh_clone_main_job_reproduces_checked_in_table(tmp_path: Path) -> Non
     shapes = yaml.safe_load((clone / "params.yaml").read_text())["tables"][TABLE]["shapes"]
     assert len(shard_times(clone)) == len(shapes["M"]) * len(shapes["NK"])
     diff = git("status", "--porcelain", "--", "manifests", "kernels", "results/metrics", cwd=clone).output
-    assert diff == "", f"the main job changed checked-in files:\n{diff}"
+    assert diff == "", (f"the main job changed checked-in files (regenerate them with `snakemake --cores 2` "
+                        f"and commit manifests, kernels, results/metrics, results/plots):\n{diff}")
     assert (clone / "kernels" / "tuning_configs.py").read_bytes() == (REPO / "kernels" / "tuning_configs.py").read_bytes()
