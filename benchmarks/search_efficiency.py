@@ -8,16 +8,20 @@ the same recording (pipeline.search.kt_interop), over the same configurations (f
 included and counted). Every search is capped at half the grid; a run that has not reached the
 target by then counts as unreached (shown as ">cap").
 
-Transfer runs tune the shapes of each (N, K) in ascending M; a shape starts from the winners
+Transfer runs tune the shapes of each (N, K) in descending M; a shape starts from the winners
 of its nearest already-tuned neighbours, where a neighbour's winners are the best of what that
-run measured within the 10 % budget (never the exhaustive optimum); the model-based search
-also learns the perf model's error from those budgeted neighbour measurements.
+run measured within the 10 % budget (never the exhaustive optimum). "+ residuals" also feeds
+the model-based search the perf model's error on those budgeted neighbour measurements.
 
 Target (issue 9): within 2 % of optimal with <= 10 % of the grid on 95 % of shapes, and fewer
 measurements than Kernel Tuner's best strategy.
 
     python benchmarks/search_efficiency.py [--recording data/recordings/h200_gemm_mma.parquet]
-        [--table gemm_mma] [--seeds 20] [--kt-strategies random_sample,genetic_algorithm,...]
+        [--table gemm_mma] [--seeds 20] [--kt-strategies "bayes_opt,bayes_opt:popsize=5,..."]
+        [--reuse-kt benchmarks/results/search_efficiency.json]
+
+Runs on CPU (about half an hour on 2 cores, mostly Kernel Tuner's bayes_opt); --reuse-kt takes
+Kernel Tuner's raw results from an earlier report of the same recording, seeds and cap.
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,21 +64,23 @@ DEFAULT_KT = ("bayes_opt", "bayes_opt:popsize=5", "random_sample", "genetic_algo
 
 @dataclass(frozen=True)
 class Ours:
-    """One of our strategies as benchmarked: strategy name, whether it reads the perf model, whether it transfers."""
+    """One of our strategies as benchmarked: strategy, perf-model prior, neighbours' winners, neighbours' residuals."""
 
     label: str
     strategy: str
     use_prior: bool
     transfer: bool
+    residuals: bool = False
 
 
 OURS = (
     Ours("random", "random", False, False),
     Ours("evolutionary", "evolutionary", False, False),
     Ours("perfmodel order", "exhaustive", True, False),
-    Ours("evolutionary+model+transfer", "evolutionary", True, True),
     Ours("model (BO + perf model)", "model", True, False),
     Ours("model + transfer", "model", True, True),
+    Ours("model + transfer + residuals", "model", True, True, residuals=True),
+    Ours("evolutionary + model + transfer", "evolutionary", True, True),
 )
 
 
@@ -97,7 +103,7 @@ def run_ours(recorded: RecordedTable, spec: Ours, *, seed: int, cap: int, budget
         related: list[tuple[str, float, float]] = []
         if spec.transfer:
             seed_ids = [recorded.space.configs[p].id for p in neighbour_seeds(shape=shape, winners=winners, space=recorded.space)]
-            related = related_measurements(shape=shape, history=history, predicted=predicted)
+            related = related_measurements(shape=shape, history=history, predicted=predicted) if spec.residuals else []
         result = plan.run(
             configs=recorded.space.configs,
             measure=recorded.measure(shape),
@@ -179,6 +185,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--kt-strategies", default=",".join(DEFAULT_KT))
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default=str(REPO / "benchmarks/results/search_efficiency"))
+    parser.add_argument("--reuse-kt", metavar="JSON", default=None,
+                        help="take Kernel Tuner's results from an earlier report of the same recording, seeds and cap")
     return parser.parse_args(argv)
 
 
@@ -210,21 +218,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ours: dict[str, dict[Shape, list[int | None]]] = {spec.label: {s: [] for s in recorded.shapes} for spec in OURS}
     kt: dict[str, dict[Shape, list[int | None]]] = {name: {} for name in kt_strategies}
+    identity = {"recording_sha256": sha256_file(recording), "seeds": len(seeds), "cap_measurements": cap}
+    if args.reuse_kt:
+        kt = _reused_kt(Path(args.reuse_kt), identity=identity, strategies=kt_strategies)
+        console.print(f"Kernel Tuner results reused from {args.reuse_kt}")
     with tempfile.TemporaryDirectory(prefix="kt_caches_") as cache_dir, Progress(console=console) as progress:
         table_rows = [r for r in rows if r.get("table", args.table) == args.table]
         export_kt_caches(table_rows, table=args.table, kernel_name=family, out_dir=cache_dir, names=names)
         ours_tasks = [(recorded, spec, seed, cap, budget) for spec in OURS for seed in seeds]
         kt_tasks = [(str(Path(cache_dir) / cache_file_name(table=args.table, shape=shape)), name, shape,
-                     recorded.optimum_ms(shape), cap, seeds) for name in kt_strategies for shape in recorded.shapes]
+                     recorded.optimum_ms(shape), cap, seeds) for name in kt_strategies for shape in recorded.shapes
+                    if shape not in kt[name]]
         # Fresh workers now and then: long Kernel Tuner runs were seen growing to gigabytes per process.
-        with ProcessPoolExecutor(max_workers=max(args.workers, 1), max_tasks_per_child=25) as pool:
+        with multiprocessing.Pool(processes=max(args.workers, 1), maxtasksperchild=3) as pool:
             task_ours = progress.add_task("our strategies", total=len(ours_tasks))
-            for label, _seed, needed in pool.map(_ours_task, ours_tasks):
+            by_seed: dict[tuple[str, int], dict[Shape, int | None]] = {}
+            for label, seed, needed in pool.imap_unordered(_ours_task, ours_tasks):
+                by_seed[(label, seed)] = needed
+                progress.advance(task_ours)
+            for (label, _seed), needed in sorted(by_seed.items()):
                 for shape, value in needed.items():
                     ours[label][shape].append(value)
-                progress.advance(task_ours)
             task_kt = progress.add_task("Kernel Tuner (simulation mode)", total=len(kt_tasks))
-            for name, shape, needed_kt in pool.map(_kt_task, kt_tasks):
+            for name, shape, needed_kt in pool.imap_unordered(_kt_task, kt_tasks):
                 kt[name][shape] = needed_kt
                 progress.advance(task_kt)
 
@@ -238,17 +254,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdict = _verdict(summary, budget=budget, cap=cap)
     report = {
         "recording": str(recording.relative_to(REPO)) if recording.is_relative_to(REPO) else str(recording),
-        "recording_sha256": sha256_file(recording),
+        **identity,
         "table": args.table,
         "grid_size": grid,
         "shapes": len(recorded.shapes),
-        "seeds": len(seeds),
         "tolerance": TOLERANCE,
         "budget_measurements": budget,
-        "cap_measurements": cap,
         "kernel_tuner_version": _kt_version(),
         "strategies": summary,
         "verdict": verdict,
+        # Measurements needed per strategy, shape and seed (null: not within the cap), for re-analysis.
+        "raw": {f"{source}:{name}": {_shape_key(shape): values for shape, values in sorted(per_shape.items())}
+                for source, results in (("tunetable", ours), ("kernel_tuner", kt)) for name, per_shape in results.items()},
     }
     out = Path(args.out)
     atomic_write_text(out.with_suffix(".json"), json.dumps(report, indent=2, sort_keys=True) + "\n")
@@ -267,6 +284,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(line)
     console.print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
     return 0
+
+
+def _shape_key(shape: Shape) -> str:
+    return "x".join(str(v) for v in shape)
+
+
+def _reused_kt(path: Path, *, identity: dict, strategies: Sequence[str]) -> dict[str, dict[Shape, list[int | None]]]:
+    """Kernel Tuner's raw results from an earlier report; strategies it lacks are run again."""
+    from pipeline.errors import TuneTableError
+
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TuneTableError(f"cannot reuse: {exc}", path=path) from None
+    for key, value in identity.items():
+        if earlier.get(key) != value:
+            raise TuneTableError(f"cannot reuse: {key} is {earlier.get(key)!r}, this run has {value!r}", path=path)
+    raw = earlier.get("raw", {})
+    reused: dict[str, dict[Shape, list[int | None]]] = {}
+    for name in strategies:
+        shapes = raw.get(f"kernel_tuner:{name}", {})
+        reused[name] = {tuple(int(v) for v in key.split("x")): values for key, values in shapes.items()}
+    return reused
 
 
 def _ordered(summary: dict) -> list[dict]:

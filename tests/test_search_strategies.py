@@ -192,3 +192,14 @@ def test_neighbour_measurements_steer_the_model() -> None:
     result = run_search(strategy=BayesianOptimisation(), space=_space(), measure=CountingMeasure(),
                         budget=Budget(max_fevals=1), seed=0, prior=prior, related=related)
     assert result.trace[0].config == 10
+
+
+def test_band_design_spreads_over_the_models_near_ties() -> None:
+    from pipeline.search.model import band_design
+
+    # Positions 0-2 are predicted within 10 % of the best, position 3 is 50 % slower.
+    prior = np.array([1.00, 1.05, 1.08, 1.50])
+    features = np.array([[0.0, 0.0], [0.1, 0.0], [1.0, 1.0], [1.0, 0.9]])
+    # After the favourite (0), the farthest near-tie is 2; 3 is outside the band.
+    assert band_design(prior=prior, features=features, first=[0], picks=1) == [2]
+    assert band_design(prior=prior, features=features, first=[0], picks=5) == [2, 1]

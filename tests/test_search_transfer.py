@@ -7,9 +7,9 @@ from pipeline.search.base import SearchSpace
 from pipeline.search.transfer import neighbour_seeds, neighbours, tuning_order
 
 
-def test_tuning_order_groups_by_n_k_and_sorts_m() -> None:
+def test_tuning_order_groups_by_n_k_and_starts_from_the_largest_m() -> None:
     shapes = [(64, 4096, 4096), (1, 8192, 8192), (8, 4096, 4096), (1, 4096, 4096), (512, 8192, 8192)]
-    assert tuning_order(shapes) == [(1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096), (1, 8192, 8192), (512, 8192, 8192)]
+    assert tuning_order(shapes) == [(64, 4096, 4096), (8, 4096, 4096), (1, 4096, 4096), (512, 8192, 8192), (1, 8192, 8192)]
 
 
 def test_neighbours_share_n_k_and_are_nearest_in_log_m() -> None:

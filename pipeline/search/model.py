@@ -5,8 +5,13 @@ is the analytical performance model (``perfmodel``), so the first measurement go
 model's favourite (or a neighbouring shape's winner) and the GP only has to learn where the
 model is wrong. Measurements of neighbouring shapes (transfer) enter the GP as the model's
 error there, one more input dimension holding the distance between the shapes, so what the
-neighbours taught carries over in proportion to how close they are. Each step measures the configuration with the highest expected improvement.
-Failures are fed to the GP as slow (worst seen + a margin) so their neighbours lose appeal.
+neighbours taught carries over in proportion to how close they are. Each step measures the
+configuration with the highest expected improvement. Failures are fed to the GP as slow (worst
+seen + a margin) so their neighbours lose appeal.
+
+Where the model predicts many configurations within its error band of the best (large,
+compute-bound shapes: the tile variants differ by a few per cent the model cannot resolve), the
+first shape of a chain also measures a small space-filling design over that band.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ NOISE_VARIANCE = 1e-3                          # log-time noise: a few per cent 
 FAILURE_MARGIN = 1.0                           # a failure counts as e^1 slower than the worst success
 EI_EXPLORATION = 0.01                          # EI's xi in log-time units
 DISTANCE_SCALE = 0.25                          # one octave of M between shapes, in feature units
+MODEL_BAND = 0.10                              # predictions this close to the best are treated as ties
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class BayesianOptimisation:
     name: str = "model"
     initial_random: int = 2      # random starts when no prior is given
     max_seeds: int = 2           # transfer seeds measured before the GP takes over
+    band_picks: int = 2          # space-filling picks among near-ties of the model's favourite (first shape of a chain)
 
     def run(self, *, context: SearchContext) -> None:
         """Evaluate until the space or the budget is exhausted."""
@@ -43,7 +50,7 @@ class BayesianOptimisation:
         related_x = np.array([[*features[r.config, :-1], r.distance * DISTANCE_SCALE] for r in related]).reshape(
             len(related), features.shape[1])
         related_y = np.array([r.log_residual for r in related], dtype=float)
-        for position in _starts(context, initial_random=self.initial_random, max_seeds=self.max_seeds):
+        for position in self._starts(context, features=features[:, :-1], informed=bool(related)):
             evaluator.evaluate(position)
         while len(evaluator.trace) < len(space):
             seen = [e.config for e in evaluator.trace]
@@ -61,15 +68,34 @@ class BayesianOptimisation:
             choice = min(range(len(unseen)), key=lambda i: (-improvement[i], predicted[i], unseen[i]))
             evaluator.evaluate(int(unseen[choice]))
 
+    def _starts(self, context: SearchContext, *, features: np.ndarray, informed: bool) -> list[int]:
+        """First measurements: seeds, then the model's best (+ band design) or random picks without a model."""
+        starts = list(context.seeds)[: self.max_seeds]
+        if context.prior is None:
+            starts += [int(p) for p in context.rng.permutation(len(context.space))[: self.initial_random]]
+        elif not informed:
+            starts += prior_order(context.prior)[:1]
+            if not context.seeds:
+                starts += band_design(prior=context.prior, features=features, first=starts, picks=self.band_picks)
+        return list(dict.fromkeys(starts))
 
-def _starts(context: SearchContext, *, initial_random: int, max_seeds: int) -> list[int]:
-    """First measurements: transfer seeds; then the model's best unless neighbours' data already informs the GP."""
-    starts = list(context.seeds)[:max_seeds]
-    if context.prior is None:
-        starts += [int(p) for p in context.rng.permutation(len(context.space))[:initial_random]]
-    elif not context.related:
-        starts += prior_order(context.prior)[:1]
-    return list(dict.fromkeys(starts))
+
+def band_design(*, prior: np.ndarray, features: np.ndarray, first: list[int], picks: int) -> list[int]:
+    """Maximin picks among configurations predicted within MODEL_BAND of the best: the model cannot rank those."""
+    finite = prior[np.isfinite(prior)]
+    if not len(finite) or picks <= 0:
+        return []
+    band = [p for p in prior_order(prior) if prior[p] <= finite.min() * (1.0 + MODEL_BAND) and p not in first]
+    chosen = list(first)
+    added: list[int] = []
+    for _ in range(min(picks, len(band))):
+        # Farthest from everything chosen so far; ties to the better prediction (band is in prior order).
+        distance = [min((np.abs(features[p] - features[c]).sum() for c in chosen), default=0.0) for p in band]
+        pick = band[int(np.argmax(distance))]
+        band.remove(pick)
+        chosen.append(pick)
+        added.append(pick)
+    return added
 
 
 def _prior_log_mean(prior: np.ndarray | None, *, size: int) -> np.ndarray:
