@@ -23,6 +23,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -233,7 +234,7 @@ def main() -> None:
     if args.limit:
         shape_sets = {name: shapes[: args.limit] for name, shapes in shape_sets.items()}
     results: dict[str, Any] = {
-        "device": props.name, "torch": torch.__version__, "git_rev": git_revision(REPO),
+        "device": props.name, "torch": torch.__version__, "git_rev": os.environ.get("TUNETABLE_GIT_REV") or git_revision(REPO),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "rounds": args.rounds,
         "method": "random bf16; rotating (A,B,C) sets > 3x L2; sleep kernel then CUDA events around a batch; "
                   "contenders interleaved per round (order rotated); median of rounds. untuned = "

@@ -139,16 +139,36 @@ def _number(raw: str) -> int | float | str:
     return raw
 
 
-def _kt_task(args: tuple[str, str, Shape, float, int, Sequence[int]]) -> tuple[str, Shape, list[int | None]]:
-    """Worker: one Kernel Tuner strategy on one shape's cache, for every seed."""
+KT_WALL_LIMIT_S = 10.0               # a run on a 50-point cache takes well under a second; longer is a loop
+KT_WORKER_BYTES = 6 * 1024**3         # address-space cap per worker: a runaway run fails alone
+
+
+def _limit_worker() -> None:
+    """Pool initializer: cap the worker's memory so one runaway run cannot take the machine."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (KT_WORKER_BYTES, hard))
+
+
+def _kt_task(args: tuple[str, str, Shape, float, int, Sequence[int]]) -> tuple[str, Shape, list[int | None], list[str]]:
+    """Worker: one Kernel Tuner strategy on one shape's cache, for every seed (a crashed run counts as unreached)."""
     cache_path, label, shape, optimum, cap, seeds = args
     strategy, options = parse_kt_strategy(label)
     needed: list[int | None] = []
+    errors: list[str] = []
     for seed in seeds:
-        order = replay_with_kernel_tuner(cache_path, strategy=strategy, max_fevals=cap, seed=seed, strategy_options=options)
+        try:
+            order = replay_with_kernel_tuner(cache_path, strategy=strategy, max_fevals=cap, seed=seed,
+                                             strategy_options=options, wall_limit_s=KT_WALL_LIMIT_S)
+        except (MemoryError, ArithmeticError, LookupError, ValueError, RuntimeError, AttributeError) as exc:
+            # Third-party failures on our data are results too: recorded, counted as unreached.
+            errors.append(f"seed {seed}: {type(exc).__name__}: {str(exc)[:120]}")
+            needed.append(None)
+            continue
         hit = next((i + 1 for i, (_, t) in enumerate(order[:cap]) if t <= optimum * (1 + TOLERANCE)), None)
         needed.append(hit)
-    return label, shape, needed
+    return label, shape, needed, errors
 
 
 def _ours_task(args: tuple[RecordedTable, Ours, int, int, int]) -> tuple[str, int, dict[Shape, int | None]]:
@@ -218,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ours: dict[str, dict[Shape, list[int | None]]] = {spec.label: {s: [] for s in recorded.shapes} for spec in OURS}
     kt: dict[str, dict[Shape, list[int | None]]] = {name: {} for name in kt_strategies}
+    kt_errors: list[str] = []
     identity = {"recording_sha256": sha256_file(recording), "seeds": len(seeds), "cap_measurements": cap}
     if args.reuse_kt:
         kt = _reused_kt(Path(args.reuse_kt), identity=identity, strategies=kt_strategies)
@@ -230,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      recorded.optimum_ms(shape), cap, seeds) for name in kt_strategies for shape in recorded.shapes
                     if shape not in kt[name]]
         # Fresh workers now and then: long Kernel Tuner runs were seen growing to gigabytes per process.
-        with multiprocessing.Pool(processes=max(args.workers, 1), maxtasksperchild=3) as pool:
+        with multiprocessing.Pool(processes=max(args.workers, 1), maxtasksperchild=10, initializer=_limit_worker) as pool:
             task_ours = progress.add_task("our strategies", total=len(ours_tasks))
             by_seed: dict[tuple[str, int], dict[Shape, int | None]] = {}
             for label, seed, needed in pool.imap_unordered(_ours_task, ours_tasks):
@@ -240,8 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for shape, value in needed.items():
                     ours[label][shape].append(value)
             task_kt = progress.add_task("Kernel Tuner (simulation mode)", total=len(kt_tasks))
-            for name, shape, needed_kt in pool.imap_unordered(_kt_task, kt_tasks):
+            for name, shape, needed_kt, errors in pool.imap_unordered(_kt_task, kt_tasks):
                 kt[name][shape] = needed_kt
+                kt_errors.extend(f"{name} {_shape_key(shape)} {e}" for e in errors)
                 progress.advance(task_kt)
 
     summary = {}
@@ -263,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "kernel_tuner_version": _kt_version(),
         "strategies": summary,
         "verdict": verdict,
+        "kernel_tuner_errors": sorted(kt_errors),
         # Measurements needed per strategy, shape and seed (null: not within the cap), for re-analysis.
         "raw": {f"{source}:{name}": {_shape_key(shape): values for shape, values in sorted(per_shape.items())}
                 for source, results in (("tunetable", ours), ("kernel_tuner", kt)) for name, per_shape in results.items()},
@@ -282,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(table)
     for line in verdict["lines"]:
         console.print(line)
+    if kt_errors:
+        console.print(f"{len(kt_errors)} Kernel Tuner runs failed (counted as unreached), e.g. {sorted(kt_errors)[0]}")
     console.print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
     return 0
 

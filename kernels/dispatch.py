@@ -2,8 +2,9 @@
 
 Lookup (the contract of kernels/tuning_configs.py): among the entries with this N and K, the
 first, in manifest order, whose half-open range [m, m_end) holds M wins. A shape the table does
-not cover runs the table's most common winner (or, for an empty table, a size heuristic) and
-warns once naming the shape. Decisions are memoised per shape, and so are the launch plans
+not cover runs the table's most common winner among the entries whose M range holds M (else
+the most common winner overall, or, for an empty table, a size heuristic) and warns once naming
+the shape. Decisions are memoised per shape, and so are the launch plans
 (function handles, geometry, split-K workspace), so a call after the first costs a dictionary
 lookup, a few attribute reads and the launch itself.
 
@@ -139,7 +140,13 @@ class Dispatcher:
         index = lookup(self.entries, m=m, n=n, k=k)
         if index is not None:
             return Decision(entry=self.entries[index], index=index, fallback=False)
-        if self.fallback_entry is not None:
+        # Winners depend on M far more than on N and K (skinny split-K tiles at small M, big tiles
+        # at large M), so the most common winner among entries whose range holds M comes first.
+        same_m = most_common_entry([item for item in self.entries if item.m <= m < item.m_end])
+        if same_m is not None:
+            chosen = same_m
+            why = f"the table's most common winner at this M, {chosen.config_id}"
+        elif self.fallback_entry is not None:
             chosen = self.fallback_entry
             why = f"the table's most common winner {chosen.config_id}"
         else:
@@ -497,18 +504,20 @@ class Runtime:
             splits=int(defines.get("SPLIT_K", 1)),
         )
 
-    def empty_like(self, like: Any, library: str, *, m: int, n: int) -> Any:
-        """A new M x N bf16 output from the same library as the input ``like``."""
+    def empty_like(self, like: Any, library: str, *, m: int, n: int) -> tuple[Any, int]:
+        """A new M x N bf16 output from the same library as the input ``like``, and its address."""
         if library == "torch":
-            torch = sys.modules["torch"]
-            return torch.empty((m, n), dtype=torch.bfloat16, device=like.device)
+            out = like.new_empty((m, n))  # same dtype and device, cheaper than torch.empty
+            return out, out.data_ptr()
         if library == "cupy":
-            return sys.modules["cupy"].empty((m, n), dtype=like.dtype)
+            out = sys.modules["cupy"].empty((m, n), dtype=like.dtype)
+            return out, int(out.data.ptr)
         import numpy as np
         from pycuda import gpuarray
 
         dtype = like.dtype if library == "pycuda" else _cai_numpy_dtype(like)
-        return gpuarray.empty((m, n), dtype=np.dtype(dtype))
+        out = gpuarray.empty((m, n), dtype=np.dtype(dtype))
+        return out, int(out.gpudata)
 
 
 def _cai_numpy_dtype(like: Any) -> Any:
@@ -576,8 +585,7 @@ def _launch(plan: Plan, a: Any, a_op: Operand, b_op: Operand, out: Any, m: int, 
     if not getattr(_thread, "has_context", False):
         runtime()  # a new thread: push the context first
     if out is None:
-        out = runtime().empty_like(a, a_op.library, m=m, n=n)
-        c_ptr = operand("out", out).ptr
+        out, c_ptr = _state["runtime"].empty_like(a, a_op.library, m=m, n=n)
     else:
         out_op = operand("out", out)
         check_out(out_op, m=m, n=n)

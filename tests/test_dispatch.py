@@ -105,6 +105,22 @@ def test_uncovered_shape_runs_the_most_common_winner_and_warns_once() -> None:
     assert other.entry.config_id == entries[1].config_id
 
 
+def test_fallback_prefers_the_most_common_winner_at_the_same_m() -> None:
+    entries = [
+        entry(SMALL, m=1, m_end=64), entry(LARGE, m=64, m_end=INT32_MAX),
+        entry(SMALL, m=1, m_end=64, n=14336), entry(LARGE, m=64, m_end=INT32_MAX, n=14336),
+        entry(MEDIUM, m=1, m_end=INT32_MAX, n=6144),
+    ]
+    table = Dispatcher(table="gemm_mma", entries=entries)
+    assert table.fallback_entry.config_id == entries[0].config_id  # table-wide: SMALL (first of a tie)
+    with pytest.warns(FallbackWarning, match="most common winner at this M"):
+        small = table.decide(m=7, n=11008, k=4096)
+    with pytest.warns(FallbackWarning, match="most common winner at this M"):
+        large = table.decide(m=1000, n=11008, k=4096)
+    assert small.entry.config_id == entries[0].config_id
+    assert large.entry.config_id == entries[1].config_id  # not SMALL: M=1000 is outside its ranges
+
+
 def test_empty_table_uses_the_size_heuristic() -> None:
     table = Dispatcher(table="gemm_mma", entries=[])
     with pytest.warns(FallbackWarning, match="table is empty"):

@@ -273,13 +273,28 @@ def _iqr(samples: Sequence[float]) -> float | None:
     return q3 - q1
 
 
+def _simulated_seconds(document: Mapping[str, Any]) -> float:
+    """Compile + verification + benchmark time of every entry: what simulating the whole cache charges."""
+    fields = ("compile_time", "verification_time", "benchmark_time")
+    return sum(float(entry.get(f) or 0.0) for entry in document["cache"].values() for f in fields) / 1000.0
+
+
 def replay_with_kernel_tuner(
-    cache_path: str | Path, *, strategy: str, max_fevals: int, seed: int, strategy_options: Mapping[str, Any] | None = None
+    cache_path: str | Path,
+    *,
+    strategy: str,
+    max_fevals: int,
+    seed: int,
+    strategy_options: Mapping[str, Any] | None = None,
+    wall_limit_s: float | None = None,
 ) -> list[tuple[str, float]]:
     """Run a Kernel Tuner strategy in simulation mode on a cache; (cache key, time or inf) per unique evaluation, in order.
 
     The search space is every configuration in the cache, failed ones included (they count as
     evaluations, as in our search); Kernel Tuner's own ``tune_cache`` would drop failures.
+    ``wall_limit_s`` stops a run that keeps revisiting cached configurations (free in
+    simulation, so ``max_fevals`` never ends it): Kernel Tuner's ``time_limit`` is set to the
+    simulated time of the whole cache plus this many seconds, which no ordinary run reaches.
     """
     from constraint import FunctionConstraint
     from kernel_tuner import tune_kernel
@@ -292,7 +307,9 @@ def replay_with_kernel_tuner(
         return values in valid
 
     # brute_force takes no budget (it measures everything); every other strategy does.
-    options = {} if strategy == "brute_force" else {"max_fevals": max_fevals}
+    options: dict[str, Any] = {} if strategy == "brute_force" else {"max_fevals": max_fevals}
+    if wall_limit_s is not None and strategy != "brute_force":
+        options["time_limit"] = _simulated_seconds(document) + wall_limit_s
     options.update(strategy_options or {})
     # Kernel Tuner's strategies draw from the global `random` and `numpy.random` generators.
     random.seed(seed)
