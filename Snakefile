@@ -19,7 +19,7 @@ except TuneTableError as exc:
 configfile: "params.yaml"
 
 
-validate(config, tt.SCHEMA_PATH)
+validate(config, str(tt.SCHEMA_PATH))
 
 try:
     PLAN = tt.make_plan(config)

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.atomic import atomic_write_bytes
+from pipeline.errors import TuneTableError
 from pipeline.results import BASELINE_ID
 
 SHAPE = ("M", "N", "K")
@@ -126,7 +127,16 @@ def write_ranked(*, table: RankedTable, out: Path, name: str) -> list[Path]:
     return list(outputs)
 
 
-def read_ranked(*, path: Path) -> pl.DataFrame:
-    """Read a ranked parquet written by write_ranked."""
-    return pl.read_parquet(path)
+def read_ranked(*, path: Path, required: tuple[str, ...] = ("M", "N", "K", "config_id", "median_ms")) -> pl.DataFrame:
+    """Read a ranked parquet written by write_ranked; a missing or foreign file is one clear error."""
+    if not path.is_file():
+        raise TuneTableError("no such file", path=path)
+    try:
+        ranked = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise TuneTableError(f"not a ranked parquet ({exc.__class__.__name__})", path=path) from None
+    missing = [c for c in required if c not in ranked.columns]
+    if missing:
+        raise TuneTableError(f"missing column {missing[0]}", path=path)
+    return ranked
 

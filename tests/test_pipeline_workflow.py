@@ -101,7 +101,7 @@ def test_params_change_changes_table_and_audit_explains_it(project: Path) -> Non
     winner = before[0]
     edit_params(project, lambda d: _exclude_first_winner(d, winner))
     before_change = shard_times(project)
-    changed = dvc("repro", cwd=project)
+    dvc("repro", cwd=project)
     assert len(rewritten(before_change, shard_times(project))) == 3  # a grid change is a new content key
     after = manifest_entries(project)
     assert winner["CONFIG_ID"] not in {e["CONFIG_ID"] for e in after}

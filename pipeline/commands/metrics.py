@@ -8,7 +8,6 @@ import click
 from rich.console import Console
 
 from pipeline.atomic import atomic_write_bytes, atomic_write_text
-from pipeline.errors import TuneTableError
 
 OUT = click.Path(dir_okay=False, path_type=Path)
 
@@ -17,17 +16,9 @@ def _read_frames(ranked_path: Path):
     """(ranked ok rows, failures) as polars frames; failures may be absent (no failures written)."""
     import polars as pl
 
-    from pipeline.rank import failures_path
+    from pipeline.rank import failures_path, read_ranked
 
-    if not ranked_path.is_file():
-        raise TuneTableError("no such file", path=ranked_path)
-    try:
-        ranked = pl.read_parquet(ranked_path)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise TuneTableError(f"not a ranked parquet ({exc.__class__.__name__})", path=ranked_path) from None
-    missing = [c for c in ("M", "N", "K", "config_id", "median_ms") if c not in ranked.columns]
-    if missing:
-        raise TuneTableError(f"missing column {missing[0]}", path=ranked_path)
+    ranked = read_ranked(path=ranked_path)
     failures_file = failures_path(out=ranked_path)
     failures = pl.read_csv(failures_file, infer_schema_length=0) if failures_file.is_file() else None
     return ranked, failures

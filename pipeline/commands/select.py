@@ -32,8 +32,7 @@ def _table_settings(params_path: Path, table: str) -> tuple[str, float]:
               show_default=True)
 def command(table: str, ranked_path: Path, out: Path, tie_tolerance: float | None, params_path: Path) -> None:
     """Per (N, K), the fastest ok config per M range, near-ties going to the config winning more neighbours."""
-    import polars as pl
-
+    from pipeline.rank import read_ranked
     from pipeline.select import build_manifest
 
     kernel, tolerance = _table_settings(params_path, table)
@@ -41,15 +40,7 @@ def command(table: str, ranked_path: Path, out: Path, tie_tolerance: float | Non
         tolerance = tie_tolerance
     if tolerance < 0:
         raise TuneTableError(f"tie tolerance must be >= 0, got {tolerance}", where="--tie-tolerance")
-    if not ranked_path.is_file():
-        raise TuneTableError("no such file", path=ranked_path)
-    try:
-        ranked = pl.read_parquet(ranked_path)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise TuneTableError(f"not a ranked parquet ({exc.__class__.__name__})", path=ranked_path) from None
-    missing = [c for c in ("M", "N", "K", "config_id", "median_ms", "status") if c not in ranked.columns]
-    if missing:
-        raise TuneTableError(f"missing column {missing[0]}", path=ranked_path)
+    ranked = read_ranked(path=ranked_path, required=("M", "N", "K", "config_id", "median_ms", "status"))
     text = build_manifest(table=table, kernel=kernel, ranked=ranked, tolerance=tolerance)
     if "params:\n  - " not in text:
         raise TuneTableError("no ok configuration to select", path=ranked_path)
