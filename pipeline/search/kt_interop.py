@@ -77,8 +77,8 @@ def cache_key(params: Mapping[str, Any], names: Sequence[str]) -> str:
     return ",".join(str(parameter_value(params[name])) for name in names)
 
 
-def _entry(row: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    """One cache record from one of our rows."""
+def _entry(row: Mapping[str, Any], names: Sequence[str], *, timings: bool = True) -> dict[str, Any]:
+    """One cache record from one of our rows (``timings=False``: compile/benchmark times zeroed)."""
     entry: dict[str, Any] = {name: parameter_value(row[name]) for name in names}
     samples = [float(s) for s in (_plain(row.get("samples_ms")) or []) if s is not None]
     compile_ms = 1000.0 * float(_plain(row.get("compile_s")) or 0.0)
@@ -91,9 +91,9 @@ def _entry(row: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
         entry["time"] = error
         entry["__error__"] = error
     entry.update(
-        compile_time=compile_ms,
+        compile_time=compile_ms if timings else 0.0,
         verification_time=0.0,
-        benchmark_time=float(sum(samples)),
+        benchmark_time=float(sum(samples)) if timings else 0.0,
         strategy_time=0.0,
         framework_time=0.0,
         timestamp=str(_plain(row.get("time")) or ""),
@@ -109,7 +109,12 @@ def _entry(row: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
 
 
 def kt_cache_documents(
-    rows: Sequence[Mapping[str, Any]], *, names: Sequence[str], kernel_name: str, device_name: str | None = None
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    names: Sequence[str],
+    kernel_name: str,
+    device_name: str | None = None,
+    timings: bool = True,
 ) -> dict[tuple[int, int, int], dict[str, Any]]:
     """One Kernel Tuner cache document per (M, N, K) from our kernel rows (baseline rows are skipped)."""
     kernel_rows = [r for r in rows if r.get("kind", "kernel") == "kernel"]
@@ -121,7 +126,7 @@ def kt_cache_documents(
     for shape in sorted(shapes):
         cache: dict[str, Any] = {}
         for row in sorted(shapes[shape], key=lambda r: cache_key(r, names)):
-            cache[cache_key(row, names)] = _entry(row, names)
+            cache[cache_key(row, names)] = _entry(row, names, timings=timings)
         device = device_name or str(_plain(shapes[shape][0].get("device")) or "unknown")
         documents[shape] = {
             "device_name": device,
@@ -149,16 +154,19 @@ def export_kt_caches(
     out_dir: str | Path,
     device_name: str | None = None,
     names: Sequence[str] | None = None,
+    timings: bool = True,
 ) -> list[Path]:
     """Write one Kernel Tuner cache per shape under ``out_dir``; returns the files written.
 
     ``names``: the tunable parameters in grid order (default: every column that is not a result field).
+    ``timings=False`` zeroes compile and benchmark times, so a ``time_limit`` in simulation is wall time only.
     """
     if not rows:
         raise TuneTableError("no rows to export", path=out_dir)
     names = list(names) if names is not None else parameter_names(list(rows[0].keys()))
     written = []
-    for shape, document in kt_cache_documents(rows, names=names, kernel_name=kernel_name, device_name=device_name).items():
+    documents = kt_cache_documents(rows, names=names, kernel_name=kernel_name, device_name=device_name, timings=timings)
+    for shape, document in documents.items():
         path = Path(out_dir) / cache_file_name(table=table, shape=shape)
         # indent="" is Kernel Tuner's own layout; "cache" last keeps the closing "}\n}" it checks for.
         atomic_write_text(path, json.dumps(document, indent="") + "\n")
