@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "metrics": "metrics",
     "audit": "audit",
     "trace": "trace",
+    "gc": "gc",
 }
 
 
