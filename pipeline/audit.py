@@ -184,6 +184,8 @@ def audit_table(*, root: Path, rev_a: str | None, rev_b: str | None, table: str,
 def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: Sequence[str] = (),
           all_shapes: bool = False) -> Audit:
     """Audit the revision pair (rev_b None: the working tree)."""
+    if not root.is_dir():
+        raise TuneTableError("no such folder", where="--root", path=root)
     commit_a = lineage.resolve_rev(root=root, rev=rev_a)
     commit_b = lineage.resolve_rev(root=root, rev=rev_b) if rev_b is not None else None
     params_a = _load_params_text(lineage.git_text(root=root, rev=commit_a, path="params.yaml"), label=rev_a)

@@ -133,15 +133,17 @@ def current_keys(*, root: Path, params: Mapping[str, Any], tables: Sequence[str]
 
 
 def holds_live_measurements(path: Path) -> bool:
-    """True when a shard in the folder was measured by the cuda backend (not replayed)."""
+    """True unless the folder provably holds replayed shards only (journals exist only for live runs)."""
     from pipeline.results import read_shard
 
+    if any(journal.stat().st_size for journal in path.glob("*.journal.jsonl")):
+        return True
     for shard in sorted(path.glob("*.pkl")):
         try:
             frame = read_shard(shard)["merged_df"]
         except TuneTableError:
-            continue
-        if "backend" in frame.columns and (frame["backend"] == "cuda").any():
+            return True  # unreadable: it might be a measurement, so never a reason to delete
+        if "backend" not in frame.columns or (frame["backend"] == "cuda").any():
             return True
     return False
 

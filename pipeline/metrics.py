@@ -69,11 +69,20 @@ def parse_manifest(data: Any, *, path: str | Path) -> list[ManifestEntry]:
         missing = [key for key in ("M", "M_END", "N", "K", "CONFIG_ID") if key not in raw]
         if missing:
             raise TuneTableError(f"entry lacks {', '.join(missing)}", path=path, where=f"params[{index}]")
+        m, m_end, n, k = (_int_field(raw=raw, key=key, path=path, index=index) for key in ("M", "M_END", "N", "K"))
         entries.append(ManifestEntry(
-            index=index, m=int(raw["M"]), m_end=int(raw["M_END"]), n=int(raw["N"]), k=int(raw["K"]),
-            config_id=str(raw["CONFIG_ID"]), values=dict(raw),
+            index=index, m=m, m_end=m_end, n=n, k=k, config_id=str(raw["CONFIG_ID"]), values=dict(raw),
         ))
     return entries
+
+
+def _int_field(*, raw: Mapping[str, Any], key: str, path: str | Path, index: int) -> int:
+    """An entry's integer field, or a TuneTableError naming the entry and the key."""
+    try:
+        return int(raw[key])
+    except (TypeError, ValueError):
+        raise TuneTableError(f"{key} must be an integer, got {raw[key]!r}", path=path,
+                             where=f"params[{index}]") from None
 
 
 def load_manifest(path: str | Path) -> tuple[dict[str, Any], list[ManifestEntry]]:

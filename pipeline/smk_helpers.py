@@ -25,7 +25,7 @@ from typing import Any, Mapping
 from pipeline import paths
 from pipeline.errors import TuneTableError
 from pipeline.keys import canonical_json, sha256_text
-from pipeline.params import SCHEMA_PATH, TableSpec, load_params, table_specs  # SCHEMA_PATH: the Snakefile validates with it
+from pipeline.params import SCHEMA_PATH, TableSpec, load_params, table_specs  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
 
 # The CLI as the interpreter running Snakemake sees it: works without an activated venv.
 CLI = f"{shlex.quote(sys.executable)} -m pipeline"

@@ -40,9 +40,15 @@ def _write_metrics(root: Path, key: str) -> None:
 
 
 def _shard_files(folder: Path, size: int) -> None:
-    folder.mkdir(parents=True)
-    (folder / "M1_N4096_K4096.pkl").write_bytes(b"x" * size)
-    (folder / "M1_N4096_K4096.journal.jsonl").write_text("{}\n")
+    """A replayed shard (no journal: only live runs keep one), padded to ``size`` bytes.
+
+    pickle.load stops at the STOP opcode, so the padding leaves the shard readable.
+    """
+    from pipeline.results import write_shard
+
+    shard = folder / "M1_N4096_K4096.pkl"
+    write_shard(shard, table=TABLE, rows=[{"config_id": "c1", "backend": "replay"}], build_rows=[], provenance={})
+    shard.write_bytes(shard.read_bytes().ljust(size, b"\0"))
 
 
 @pytest.fixture
@@ -67,9 +73,9 @@ def gc_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GcRepo:
     key_c = shard_key(params, table_spec(params, TABLE), "replay")
     monkeypatch.chdir(tmp_path)
     repo = GcRepo(root=root, key_c=key_c)
-    for key, size in ((KEY_A, 100), (KEY_B, 2048), (key_c, 300), (KEY_D, 50)):
+    for key, size in ((KEY_A, 4000), (KEY_B, 6144), (key_c, 5000), (KEY_D, 4500)):
         _shard_files(repo.folder(key), size)
-    _shard_files(repo.folder("0123456789abcdef", table=UNDECLARED), 10)
+    _shard_files(repo.folder("0123456789abcdef", table=UNDECLARED), 4000)
     return repo
 
 
@@ -90,8 +96,7 @@ def test_plan_keeps_current_and_referenced_keys_with_reasons(gc_repo: GcRepo) ->
     assert by_key[(UNDECLARED, "")].keep and by_key[(UNDECLARED, "")].reasons == ("not a declared table",)
     assert not by_key[(TABLE, KEY_B)].keep and by_key[(TABLE, KEY_B)].reasons == (gc.UNREFERENCED,)
     assert [d.folder.key for d in plan.to_delete] == [KEY_B]
-    # 2048-byte shard + 3-byte journal
-    assert plan.bytes_to_delete == 2051
+    assert plan.bytes_to_delete == 6144
     assert plan.refs == ("HEAD", "main", "v1")
 
 
@@ -99,17 +104,17 @@ def test_plan_keeps_current_and_referenced_keys_with_reasons(gc_repo: GcRepo) ->
 def test_without_yes_nothing_is_deleted(gc_repo: GcRepo, flags: list[str]) -> None:
     done = tunetable("gc", "--root", str(gc_repo.root), *flags, cwd=gc_repo.root)
     assert done.returncode == 0
-    assert "--yes would delete 1 folder(s), 2.0 KiB" in done.output
+    assert "--yes would delete 1 folder(s), 6.0 KiB" in done.output
     assert f"results/raw/{TABLE}/{KEY_B}" in done.output
     assert "not a declared table" in done.output
     assert _existing(gc_repo) == {KEY_A, KEY_B, KEY_D, gc_repo.key_c}
-    assert (gc_repo.folder(KEY_B) / "M1_N4096_K4096.pkl").stat().st_size == 2048
+    assert (gc_repo.folder(KEY_B) / "M1_N4096_K4096.pkl").stat().st_size == 6144
 
 
 def test_yes_deletes_only_unreferenced_folders(gc_repo: GcRepo) -> None:
     done = tunetable("gc", "--root", str(gc_repo.root), "--yes", cwd=gc_repo.root)
     assert done.returncode == 0, done.output
-    assert "deleted 1 folder(s), 2.0 KiB" in done.output
+    assert "deleted 1 folder(s), 6.0 KiB" in done.output
     assert "dvc gc -w --all-commits -c" in done.output
     assert _existing(gc_repo) == {KEY_A, KEY_D, gc_repo.key_c}
     assert (gc_repo.folder("0123456789abcdef", table=UNDECLARED) / "M1_N4096_K4096.pkl").is_file()
@@ -158,3 +163,8 @@ def test_cuda_measurements_are_kept_where_the_live_key_cannot_be_recomputed(tmp_
     assert [(d.keep, d.reasons) for d in unknown] == [(True, (gc.LIVE_NO_GPU,)), (False, (gc.UNREFERENCED,))]
     known = gc.decide(folders=folders, declared=[TABLE], current={}, referenced={})
     assert [d.keep for d in known] == [False, False]
+    (replayed / "M8_N8_K8.journal.jsonl").write_text('{"config_id": "c1"}\n')  # only live runs journal
+    assert gc.holds_live_measurements(replayed)
+    (replayed / "M8_N8_K8.journal.jsonl").unlink()
+    (replayed / "M2_N8_K8.pkl").write_bytes(b"not a pickle")
+    assert gc.holds_live_measurements(replayed)

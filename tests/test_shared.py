@@ -75,3 +75,11 @@ def test_config_id_ignores_order_and_derived() -> None:
     assert a.id == b.id != c.id
     assert a.label() == "BLOCK_M=64/BLOCK_N=128"
     assert a.defines() == {"BLOCK_M": 64, "BLOCK_N": 128, "THREADS": 128}
+
+
+def test_new_file_gets_the_umask_mode(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    os.umask(old)
+    target = tmp_path / "new.json"
+    atomic_write_text(target, "{}\n")
+    assert target.stat().st_mode & 0o777 == 0o666 & ~old
