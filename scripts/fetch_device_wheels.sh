@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Fill .whl/ (git-ignored) with what the H200 machine (Python 3.12, no registry) needs beyond its image:
+# pycuda and its dependencies (built there, from ../shared/wheels), the jsonschema set (params.yaml
+# validation) and kernel_tuner (benchmarks/kt_vs_tunetable.py). Keep one version of each package.
+# Then call the device tool with carry [".whl"] and start the command with
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .whl
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || grep -qx '/.whl/' .gitignore || echo /.whl/ >>.git/info/exclude
+cp "${SHARED_WHEELS:-../shared/wheels}"/*.whl .whl/
+for pkg in jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 \
+           kernel_tuner==1.5.0 python-constraint2==2.9.0 xmltodict==1.0.4; do
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl "$pkg"
+done
+ls .whl
