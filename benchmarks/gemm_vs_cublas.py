@@ -1,28 +1,32 @@
-"""gemm_mma vs cuBLAS (torch.mm) on the H200 at 4096^3 and 8192^3, with one timing method for both.
+"""A kernel family against cuBLAS on the H200, both timed by the bench harness itself.
 
-Timing: random bf16 inputs; input/output sets rotated so that the bytes touched between two
-uses of a set exceed 3x L2 (cold L2); CUDA events around batches of launches; every config and
-cuBLAS interleaved round by round (clock drift hits all alike); median and IQR of the rounds.
-Every config is verified against a float32 torch reference before its time counts.
+The same worker process and method as `tunetable bench` (pipeline/bench/cuda_backend.py): random
+bf16 inputs rotated over > 3x L2 (cold L2), every configuration verified against cuBLAS with a
+poisoned output before it is timed, a time-based warm-up, a spin kernel holding the stream while
+each timed batch is queued, CUDA events around the batch; cuBLAS (cublasGemmEx, the harness's
+baseline) is one more candidate, interleaved round by round with the configurations, so clock
+drift under the 700 W cap hits all alike. Median and IQR of the rounds, SM clock and power
+logged per sample. A hang or fault is isolated in the worker and reported, not fatal.
 
-Run on the GPU machine (needs torch, pycuda, nvcc; cuobjdump optional for SASS evidence):
-    python benchmarks/gemm_vs_cublas.py [--shapes 4096 8192] [--rounds 15]
-Writes benchmarks/results/gemm_vs_cublas.json and .md.
+Run on the GPU machine (pycuda, nvcc; cuobjdump for SASS evidence):
+    python benchmarks/gemm_vs_cublas.py --family gemm_wgmma [--table gemm_wgmma | --config K=V,...]
+        [--shapes 4096x4096x4096 8192x8192x8192] [--verify-shapes 7x4096x4096 ...] [--rounds 15]
+Writes benchmarks/results/gemm_vs_cublas_<family>.json and .md (or under --out).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -32,265 +36,300 @@ sys.path.insert(0, str(REPO))
 
 from kernels.families import FAMILIES  # noqa: E402
 from pipeline.atomic import atomic_write_text  # noqa: E402
+from pipeline.bench.failures import WorkerFailure  # noqa: E402
+from pipeline.bench.worker import WorkerProcess  # noqa: E402
+from pipeline.compile import compile_configs, main_function, parse_ptxas  # noqa: E402
 from pipeline.config import KernelConfig  # noqa: E402
 from pipeline.grid import expand  # noqa: E402
 from pipeline.params import table_spec  # noqa: E402
 
-FAMILY = FAMILIES["gemm_mma"]
-NVCC_FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v"]
-L2_FACTOR = 3
-MIN_BATCH = 8
-VERIFY_RTOL = 2e-2
+NVCC_FLAGS = ["-O3", "-std=c++17", "-lineinfo"]
+SETTINGS = {"l2_factor": 3, "warmup_ms": 25, "min_batch_ms": 0.5, "verify_rtol": 0.02, "seed": 0}
+REQUEST_TIMEOUT_S = 30.0
+MAX_HANGS = 2  # a kernel that deadlocks tends to do so everywhere: stop burning device time
+SASS_OPS = ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "LDSM", "LDL", "STL")
 
 
-@dataclass(frozen=True)
-class Compiled:
-    """One compiled configuration with its ptxas resource report."""
-
-    config: KernelConfig
-    cubin: Path
-    registers: int
-    spill_bytes: int
-    stack_bytes: int
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'MxNxK' -> (M, N, K)."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"shape must be MxNxK, got {text!r}")
+    return int(parts[0]), int(parts[1]), int(parts[2])
 
 
-def large_tile_configs(*, min_block_m: int) -> list[KernelConfig]:
-    """Default-grid configurations meant for large shapes (BLOCK_M >= min_block_m, no split-K)."""
-    # yaml.safe_load without the schema check: the GPU image has no jsonschema, and CI validates params.yaml.
-    spec = table_spec(yaml.safe_load((REPO / "params.yaml").read_text()), "gemm_mma")
-    kept = expand(spec).kept
-    return [c for c in kept if c.as_dict()["BLOCK_M"] >= min_block_m and c.as_dict()["SPLIT_K"] == 1]
+def explicit_config(*, family: str, text: str) -> KernelConfig:
+    """'BLOCK_M=128,BLOCK_N=256,...' -> a configuration with the family's derived THREADS and SMEM_BYTES."""
+    params: dict[str, int] = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        if not name or not value.strip().lstrip("-").isdigit():
+            raise SystemExit(f"--config: '{item}' is not NAME=INTEGER")
+        params[name.strip()] = int(value)
+    spec = FAMILIES[family]
+    derived = {"THREADS": spec.threads(params), "SMEM_BYTES": spec.smem_bytes(params)}
+    return KernelConfig.from_dict(family, params, derived)
 
 
-def compile_config(*, config: KernelConfig, source: Path, out_dir: Path) -> Compiled:
-    """nvcc one configuration to cubin; parse the main kernel's ptxas line."""
-    cubin = out_dir / f"{config.id}.cubin"
-    defines = [f"-D{k}={v}" for k, v in config.defines().items()]
-    proc = subprocess.run(
-        ["nvcc", *NVCC_FLAGS, *defines, "-o", str(cubin), str(source)],
-        check=True, capture_output=True, text=True,
-    )
-    report = proc.stdout + proc.stderr
-    section = report[report.index("for gemm_mma\n"):] if "for gemm_mma\n" in report else report
-    regs = int(re.search(r"Used (\d+) registers", section).group(1))
-    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", section)
-    return Compiled(config, cubin, regs, int(frame.group(2)) + int(frame.group(3)), int(frame.group(1)))
+def table_configs(*, table: str, filters: list[str]) -> list[KernelConfig]:
+    """Kept configurations of a params.yaml table, narrowed by NAME=VALUE filters."""
+    # yaml.safe_load without the schema check: the GPU image has no jsonschema (CI validates params.yaml).
+    kept = expand(table_spec(yaml.safe_load((REPO / "params.yaml").read_text()), table)).kept
+    wanted = [f.split("=", 1) for f in filters]
+    return [c for c in kept if all(str(c.as_dict().get(name)) == value for name, value in wanted)]
 
 
-def sass_counts(*, cubin: Path) -> dict[str, int] | None:
-    """Instruction counts in the main kernel's SASS (HMMA, LDSM, LDGSTS, local LDL/STL)."""
+def sass_counts(*, cubin: str, entry: str) -> dict[str, int] | None:
+    """Instruction counts in the entry's SASS, or None without cuobjdump."""
     if shutil.which("cuobjdump") is None:
         return None
-    sass = subprocess.run(["cuobjdump", "--dump-sass", "--function", FAMILY.entry, str(cubin)],
+    sass = subprocess.run(["cuobjdump", "--dump-sass", "--function", entry, cubin],
                           check=True, capture_output=True, text=True).stdout
-    return {op: len(re.findall(rf"\b{op}\b", sass)) for op in ("HMMA", "HGMMA", "LDSM", "LDGSTS", "LDL", "STL")}
+    return {op: len(re.findall(rf"\b{op}\b", sass)) for op in SASS_OPS}
 
 
-def open_nvml() -> tuple[object | None, str | None]:
-    """NVML handle of device 0 and the driver version, or (None, None) without NVML."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlSystemGetDriverVersion()
-    except (ImportError, OSError) as exc:
-        print(f"NVML unavailable: {exc}", file=sys.stderr)
-        return None, None
-    except Exception as exc:  # pynvml.NVMLError has no importable base before the import succeeds
-        print(f"NVML failed: {exc}", file=sys.stderr)
-        return None, None
+GRID_CAP: int | None = None  # --grid-cap: persistent-grid experiments
 
 
-def median_iqr(samples: list[float]) -> tuple[float, float]:
-    """Median and inter-quartile range."""
-    q1, med, q3 = np.percentile(samples, [25, 50, 75])
-    return float(med), float(q3 - q1)
+def payload_for(*, config: KernelConfig, cubin: str, shape: tuple[int, int, int]) -> dict[str, Any]:
+    """The worker's launch payload (what pipeline/bench/plan.py builds for the bench)."""
+    family = FAMILIES[config.family]
+    defines = config.defines()
+    launch = family.launch(defines, *shape)
+    grid = list(launch.grid)
+    if GRID_CAP and config.family == "gemm_wgmma":
+        cluster = int(defines["CLUSTER_M"]) * int(defines["CLUSTER_N"])
+        grid[0] = min(grid[0], max(cluster, GRID_CAP // cluster * cluster))
+    return {
+        "kind": "kernel", "family": config.family, "defines": defines, "cubin": cubin, "entry": family.entry,
+        "reduce_entry": family.reduce_entry, "grid": grid, "block": list(launch.block),
+        "smem_bytes": launch.smem_bytes, "workspace_bytes": launch.workspace_bytes,
+        "reduce_grid": list(launch.reduce_grid) if launch.reduce_grid else None,
+        "reduce_block": list(launch.reduce_block) if launch.reduce_block else None,
+        "splits": int(defines.get("SPLIT_K", 1)),
+    }
 
 
-def tflops(*, M: int, N: int, K: int, ms: float) -> float:
-    """2MNK over the time, in TFLOP/s."""
-    return 2.0 * M * N * K / (ms * 1e-3) / 1e12
+class Harness:
+    """The bench's worker process, restarted after a fault or hang."""
+
+    def __init__(self) -> None:
+        self.worker = WorkerProcess(runner="cuda")
+        self.info = self.worker.start()
+        self.hangs = 0
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One request; a fault or hang restarts the worker and answers a failure record."""
+        try:
+            return self.worker.request(message, timeout=REQUEST_TIMEOUT_S)
+        except WorkerFailure as exc:
+            self.hangs += exc.status == "timeout"
+            if self.hangs >= MAX_HANGS:
+                raise SystemExit(f"{self.hangs} hangs (last: {message.get('config_id')}): giving up") from None
+            self.worker.kill()
+            self.worker = WorkerProcess(runner="cuda")
+            self.worker.start()
+            return {"status": exc.status, "error": str(exc)}
+
+
+def verify_shape(harness: Harness, *, shape: tuple[int, int, int], configs: list[KernelConfig],
+                 cubins: dict[str, str]) -> dict[str, Any]:
+    """Verify every configuration on one shape; returns id -> status / rel_err."""
+    harness.request({"op": "shape", "M": shape[0], "N": shape[1], "K": shape[2], "settings": SETTINGS})
+    out = {}
+    for config in configs:
+        reply = harness.request({"op": "prepare", "config_id": config.id,
+                                 "payload": payload_for(config=config, cubin=cubins[config.id], shape=shape)})
+        out[config.id] = {"status": reply.get("status"), "rel_err": reply.get("rel_err"), "error": reply.get("error")}
+        if reply.get("status") in ("launch", "timeout"):  # the worker was restarted: the shape is gone
+            harness.request({"op": "shape", "M": shape[0], "N": shape[1], "K": shape[2], "settings": SETTINGS})
+    return out
+
+
+def time_shape(harness: Harness, *, shape: tuple[int, int, int], configs: list[KernelConfig], cubins: dict[str, str],
+               rounds: int, warmup_s: float) -> dict[str, Any]:
+    """Verify, warm up and time every configuration and cuBLAS, interleaved round by round."""
+    m, n, k = shape
+    harness.request({"op": "shape", "M": m, "N": n, "K": k, "settings": SETTINGS})
+    candidates, failures, launched = ["cublas"], {}, {}
+    reply = harness.request({"op": "prepare", "config_id": "cublas", "payload": {"kind": "baseline"}})
+    if reply.get("status") != "ok":
+        raise SystemExit(f"cuBLAS baseline failed on {shape}: {reply}")
+    for config in configs:
+        reply = harness.request({"op": "prepare", "config_id": config.id,
+                                 "payload": payload_for(config=config, cubin=cubins[config.id], shape=shape)})
+        if reply.get("status") == "ok":
+            candidates.append(config.id)
+            launched[config.id] = reply.get("launch_grid")
+            if reply.get("max_active_clusters") is not None:
+                print(f"  {config.id}: at most {reply['max_active_clusters']} clusters resident", flush=True)
+        else:
+            failures[config.id] = reply
+            if reply.get("status") in ("launch", "timeout"):
+                return time_shape(harness, shape=shape, configs=[c for c in configs if c.id not in failures],
+                                  cubins=cubins, rounds=rounds, warmup_s=warmup_s) | {"failures": failures}
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in candidates}
+    deadline = time.perf_counter() + warmup_s
+    while time.perf_counter() < deadline:  # the card starts cool and fast: settle it at its power cap
+        for name in candidates:
+            harness.request({"op": "sample", "config_id": name})
+    for _ in range(rounds):
+        for name in candidates:
+            samples[name].append(harness.request({"op": "sample", "config_id": name}))
+    rows = []
+    for name, values in samples.items():
+        ms = [v["sample_ms"] for v in values]
+        q1, med, q3 = np.percentile(ms, [25, 50, 75])
+        rows.append({"name": name, "median_ms": float(med), "iqr_ms": float(q3 - q1),
+                     "tflops": 2.0 * m * n * k / (med * 1e-3) / 1e12, "samples_ms": ms,
+                     "sm_clock_mhz": [v.get("sm_clock_mhz") for v in values],
+                     "power_w": [v.get("power_w") for v in values]})
+    rows.sort(key=lambda r: (r["median_ms"], r["name"]))
+    return {"M": m, "N": n, "K": k, "rows": rows, "failures": failures, "launch_grid": launched}
+
+
+def summarise(*, shape: dict[str, Any], by_id: dict[str, KernelConfig], resources: dict[str, dict[str, Any]],
+              cubins: dict[str, str]) -> dict[str, Any]:
+    """Best configuration against cuBLAS on one timed shape."""
+    rows = shape["rows"]
+    cublas = next(r for r in rows if r["name"] == "cublas")
+    ours = [r for r in rows if r["name"] != "cublas"]
+    if not ours:
+        return {"best": None}
+    best = ours[0]
+    config = by_id[best["name"]]
+    return {"best": best["name"], "best_label": config.label(), "best_ms": best["median_ms"],
+            "best_tflops": best["tflops"], "cublas_ms": cublas["median_ms"], "cublas_tflops": cublas["tflops"],
+            "ratio_to_cublas": cublas["median_ms"] / best["median_ms"], "resources": resources.get(best["name"]),
+            "sass": sass_counts(cubin=cubins[best["name"]], entry=FAMILIES[config.family].entry)}
+
+
+def render_markdown(*, results: dict[str, Any], by_id: dict[str, KernelConfig]) -> str:
+    """The human-readable report."""
+    family = results["family"]
+    lines = [f"# {family} vs cuBLAS (bf16, C = A·Bᵀ), timed by the bench harness", "",
+             f"Device: {results['device']['device']}, driver {results['device']['driver']}, "
+             f"cuBLAS {results['device'].get('cublas_version')}. {results['method']}", "",
+             "| shape | cuBLAS ms | cuBLAS TFLOP/s | best config | ms | TFLOP/s | x cuBLAS | SM MHz | W (max) | SASS |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for shape in results["timed"]:
+        summary = shape["summary"]
+        if summary.get("best") is None:
+            lines.append(f"| {shape['M']}x{shape['N']}x{shape['K']} | no configuration passed |")
+            continue
+        best_row = shape["rows"][[r["name"] for r in shape["rows"]].index(summary["best"])]
+        clocks = [c for c in best_row["sm_clock_mhz"] if c]
+        power = [p for p in best_row["power_w"] if p]
+        sass = ", ".join(f"{k} {v}" for k, v in (summary.get("sass") or {}).items() if v) or "n/a"
+        lines.append(f"| {shape['M']}x{shape['N']}x{shape['K']} | {summary['cublas_ms']:.4f} | "
+                     f"{summary['cublas_tflops']:.1f} | {summary['best']} ({summary['best_label']}) | "
+                     f"{summary['best_ms']:.4f} | {summary['best_tflops']:.1f} | {summary['ratio_to_cublas']:.3f} | "
+                     f"{min(clocks) if clocks else 'n/a'}-{max(clocks) if clocks else 'n/a'} | "
+                     f"{max(power) if power else 0:.0f} | {sass} |")
+    if results["verified"]:
+        lines += ["", "## Verification on odd shapes (rel. error against cuBLAS, poisoned output)", "",
+                  "| shape | passed | failed |", "|---|---|---|"]
+        for shape in results["verified"]:
+            bad = {cid: r for cid, r in shape["configs"].items() if r["status"] != "ok"}
+            lines.append(f"| {shape['M']}x{shape['N']}x{shape['K']} | {len(shape['configs']) - len(bad)} | "
+                         + (", ".join(f"{cid} {r['status']} {r.get('error') or ''}".strip() for cid, r in bad.items())
+                            or "none") + " |")
+    for shape in results["timed"]:
+        lines += ["", f"## {shape['M']}x{shape['N']}x{shape['K']}", "",
+                  "| config | params | median ms | IQR ms | TFLOP/s | regs | spills |", "|---|---|---|---|---|---|---|"]
+        for row in shape["rows"]:
+            res = results["resources"].get(row["name"], {})
+            label = by_id[row["name"]].label() if row["name"] in by_id else "cublasGemmEx (harness baseline)"
+            lines.append(f"| {row['name']} | {label} | {row['median_ms']:.4f} | {row['iqr_ms']:.4f} | "
+                         f"{row['tflops']:.1f} | {res.get('registers', '')} | {res.get('spill_bytes', '')} |")
+        for cid, failure in shape["failures"].items():
+            lines.append(f"| {cid} | {by_id[cid].label()} | {failure.get('status')}: {failure.get('error')} | | | | |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    """Compile, verify, time interleaved, print and write the figures."""
+    """Compile, verify, time interleaved with cuBLAS, print and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", type=int, nargs="+", default=[4096, 8192])
+    parser.add_argument("--family", default="gemm_mma", choices=sorted(FAMILIES))
+    parser.add_argument("--table", help="take the kept configurations of this params.yaml table")
+    parser.add_argument("--filter", action="append", default=[], help="NAME=VALUE, with --table")
+    parser.add_argument("--config", action="append", default=[], help="explicit NAME=V,NAME=V,... (repeatable)")
+    parser.add_argument("--source", type=Path, help="kernel source (default: the family's; e.g. benchmarks/versions/)")
+    parser.add_argument("--shapes", type=parse_shape, nargs="*", default=[(4096,) * 3, (8192,) * 3])
+    parser.add_argument("--verify-shapes", type=parse_shape, nargs="*", default=[])
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--warmup-s", type=float, default=3.0, help="seconds of interleaved warm-up per shape")
-    parser.add_argument("--min-block-m", type=int, default=64)
+    parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--source", type=Path, default=REPO / FAMILY.source,
-                        help="kernel source (an earlier version from benchmarks/versions/ for comparisons)")
+    parser.add_argument("--name", help="output file stem (default gemm_vs_cublas_<family>)")
+    parser.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (experiments, e.g. -DNAME)")
+    parser.add_argument("--grid-cap", type=int, help="cap the persistent grid at this many blocks (experiments)")
     args = parser.parse_args()
+    global GRID_CAP
+    GRID_CAP = args.grid_cap
 
-    import torch
-    import pycuda.driver as cuda
-    from rich.console import Console
-    from rich.table import Table
+    family = FAMILIES[args.family]
+    configs = [explicit_config(family=args.family, text=t) for t in args.config]
+    if args.table:
+        configs += table_configs(table=args.table, filters=args.filter)
+    configs = list({c.id: c for c in configs}.values())
+    if not configs:
+        raise SystemExit("no configurations: give --table and/or --config")
+    by_id = {c.id: c for c in configs}
+    source = args.source or REPO / family.source
+    started = time.perf_counter()
+    compiled = compile_configs(configs, kernel_path=source, flags=NVCC_FLAGS + args.nvcc_flag, arch="sm_90a",
+                               cache_dir=Path(tempfile.gettempdir()) / "tunetable-bench-cubins",
+                               workers=os.cpu_count() or 2)
+    cubins, resources = {}, {}
+    for cid, result in compiled.items():
+        if result.status != "ok":
+            print(f"build failed: {cid} {by_id[cid].label()}: {result.error}", file=sys.stderr)
+            continue
+        cubins[cid] = result.cubin
+        main = main_function(parse_ptxas(result.ptxas_log), entry=family.entry)
+        resources[cid] = {"registers": main.registers, "spill_bytes": main.spill_stores + main.spill_loads,
+                          "stack_bytes": main.stack_bytes} if main else {}
+    built = [c for c in configs if c.id in cubins]
+    print(f"compiled {len(built)}/{len(configs)} configurations in {time.perf_counter() - started:.1f} s", flush=True)
 
-    console = Console()
-    torch.cuda.init()
-    cuda.init()
-    context = cuda.Device(0).retain_primary_context()
-    context.push()
-    props = torch.cuda.get_device_properties(0)
-    l2_bytes = props.L2_cache_size
-    nvml, driver = open_nvml()
-    if nvml is None:
-        console.print("[yellow]no NVML telemetry (pynvml missing or failing): clocks and power not logged")
-
-    def telemetry() -> tuple[int | None, float | None]:
-        if nvml is None:
-            return None, None
-        import pynvml
-
-        return (pynvml.nvmlDeviceGetClockInfo(nvml, pynvml.NVML_CLOCK_SM),
-                pynvml.nvmlDeviceGetPowerUsage(nvml) / 1000.0)
-
-    configs = large_tile_configs(min_block_m=args.min_block_m)
-    build_dir = Path(tempfile.mkdtemp(prefix="gemm_bench_"))
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        compiled = list(pool.map(lambda c: compile_config(config=c, source=args.source, out_dir=build_dir), configs))
-    functions = {}
-    for item in compiled:
-        module = cuda.module_from_file(str(item.cubin))
-        fn = module.get_function(FAMILY.entry)
-        fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                         FAMILY.smem_bytes(item.config.defines()))
-        functions[item.config.id] = (module, fn)
-
-    results = {"source": str(args.source.resolve().relative_to(REPO)) if args.source.resolve().is_relative_to(REPO)
-               else str(args.source), "device": props.name, "driver": driver, "sms": props.multi_processor_count,
-               "l2_bytes": l2_bytes, "torch": torch.__version__, "rounds": args.rounds, "warmup_s": args.warmup_s,
-               "method": "random bf16 inputs, rotating sets > 3x L2, CUDA events around batches, "
-                         "configs and cuBLAS interleaved per round, median of rounds",
-               "shapes": []}
-    for size in args.shapes:
-        M = N = K = size
-        set_bytes = (M * K + N * K + M * N) * 2
-        n_sets = max(2, -(-L2_FACTOR * l2_bytes // set_bytes) + 1)
-        batch = n_sets * max(1, -(-MIN_BATCH // n_sets))
-        gen = torch.Generator(device="cuda").manual_seed(size)
-        sets = [(torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=gen),
-                 torch.randn(N, K, device="cuda", dtype=torch.bfloat16, generator=gen),
-                 torch.empty(M, N, device="cuda", dtype=torch.bfloat16)) for _ in range(n_sets)]
-        workspace = torch.empty(1, device="cuda", dtype=torch.float32)
-        reference = sets[0][0].float() @ sets[0][1].float().t()
-
-        def ours(fn, geometry):
-            def launch(i: int) -> None:
-                a, b, c = sets[i]
-                fn(np.uintp(a.data_ptr()), np.uintp(b.data_ptr()), np.uintp(c.data_ptr()),
-                   np.uintp(workspace.data_ptr()), np.int32(M), np.int32(N), np.int32(K),
-                   block=geometry.block, grid=geometry.grid, shared=geometry.smem_bytes)
-            return launch
-
-        def cublas(i: int) -> None:
-            a, b, c = sets[i]
-            torch.mm(a, b.t(), out=c)
-
-        candidates = {"cublas": cublas}
-        verify = {}
-        for item in compiled:
-            launch = ours(functions[item.config.id][1], FAMILY.launch(item.config.defines(), M, N, K))
-            sets[0][2].fill_(float("nan"))
-            launch(0)
-            torch.cuda.synchronize()
-            out = sets[0][2].float()
-            rel = float((out - reference).norm() / reference.norm()) if not out.isnan().any() else float("nan")
-            verify[item.config.id] = rel
-            if rel <= VERIFY_RTOL:
-                candidates[item.config.id] = launch
-            else:
-                console.print(f"[red]{item.config.id} {item.config.label()} fails verification: rel={rel}")
-
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        samples = {name: [] for name in candidates}
-        clocks, powers = [], []
-        # Warm-up until the card sits at its steady power/clock state (it starts cool and fast).
-        warm_start = time.perf_counter()
-        while time.perf_counter() - warm_start < args.warmup_s:
-            for name, launch in candidates.items():
-                for i in range(batch):
-                    launch(i % n_sets)
-            torch.cuda.synchronize()
-        for _ in range(args.rounds):
-            for name, launch in candidates.items():
-                start.record()
-                for i in range(batch):
-                    launch(i % n_sets)
-                end.record()
-                end.synchronize()
-                samples[name].append(start.elapsed_time(end) / batch)
-            clock, power = telemetry()
-            clocks.append(clock)
-            powers.append(power)
-
-        rows = []
-        for name, values in samples.items():
-            med, iqr = median_iqr(values)
-            item = next((c for c in compiled if c.config.id == name), None)
-            rows.append({
-                "name": name,
-                "params": item.config.as_dict() if item else None,
-                "median_ms": med, "iqr_ms": iqr, "tflops": tflops(M=M, N=N, K=K, ms=med),
-                "samples_ms": values,
-                "rel_err": verify.get(name),
-                "registers": item.registers if item else None,
-                "spill_bytes": item.spill_bytes if item else None,
-            })
-        rows.sort(key=lambda r: (r["median_ms"], r["name"]))
-        cublas_row = next(r for r in rows if r["name"] == "cublas")
-        best = next(r for r in rows if r["name"] != "cublas")
-        best_item = next(c for c in compiled if c.config.id == best["name"])
-        results["shapes"].append({
-            "M": M, "N": N, "K": K, "n_sets": n_sets, "batch": batch,
-            "cublas_ms": cublas_row["median_ms"], "cublas_tflops": cublas_row["tflops"],
-            "best": best["name"], "best_params": best["params"], "best_ms": best["median_ms"],
-            "best_tflops": best["tflops"], "ratio_to_cublas": cublas_row["median_ms"] / best["median_ms"],
-            "best_sass": sass_counts(cubin=best_item.cubin),
-            "sm_clock_mhz": clocks, "power_w": powers, "rows": rows,
-        })
-        del sets, reference
-        torch.cuda.empty_cache()
-
-    context.pop()
+    harness = Harness()
+    results: dict[str, Any] = {
+        "family": args.family, "source": str(source.resolve().relative_to(REPO)), "device": harness.info,
+        "settings": SETTINGS, "nvcc_flags": NVCC_FLAGS + args.nvcc_flag, "grid_cap": args.grid_cap, "rounds": args.rounds, "warmup_s": args.warmup_s, "resources": resources,
+        "method": "bench harness (pipeline/bench/cuda_backend.py): rotating random inputs > 3x L2, verification "
+                  "against cuBLAS with poisoned output, spin-held batches between CUDA events, cuBLAS "
+                  "(cublasGemmEx) interleaved with the configurations round by round, median of rounds.",
+        "verified": [], "timed": [],
+    }
+    for shape in args.verify_shapes:
+        verdicts = verify_shape(harness, shape=shape, configs=built, cubins=cubins)
+        bad = {cid: v for cid, v in verdicts.items() if v["status"] != "ok"}
+        print(f"verify {shape}: {len(verdicts) - len(bad)}/{len(verdicts)} ok"
+              + "".join(f"\n  {cid} {by_id[cid].label()}: {v}" for cid, v in bad.items()), flush=True)
+        results["verified"].append({"M": shape[0], "N": shape[1], "K": shape[2], "configs": verdicts})
+    for shape in args.shapes:
+        timed = time_shape(harness, shape=shape, configs=built, cubins=cubins, rounds=args.rounds,
+                           warmup_s=args.warmup_s)
+        timed["summary"] = summarise(shape=timed, by_id=by_id, resources=resources, cubins=cubins)
+        results["timed"].append(timed)
+        print(f"timed {shape}:", flush=True)
+        for row in timed["rows"]:
+            label = by_id[row["name"]].label() if row["name"] in by_id else "cuBLAS"
+            grid = timed["launch_grid"].get(row["name"])
+            print(f"  {row['tflops']:7.1f} TFLOP/s  {row['median_ms']:.4f} ms  {row['name']}  {label}"
+                  + (f"  grid {grid[0]}" if grid else ""), flush=True)
+        for cid, failure in timed["failures"].items():
+            print(f"  FAILED {cid} {by_id[cid].label()}: {failure}", flush=True)
+        summary = timed["summary"]
+        if summary.get("best"):
+            print(f"  best {summary['best_tflops']:.1f} vs cuBLAS {summary['cublas_tflops']:.1f} TFLOP/s: "
+                  f"{summary['ratio_to_cublas']:.3f}x  SASS {summary.get('sass')}", flush=True)
+    harness.worker.stop()
+    stem = args.name or f"gemm_vs_cublas_{args.family}"
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / "gemm_vs_cublas.json", json.dumps(results, indent=2, sort_keys=True) + "\n")
-
-    lines = ["# gemm_mma vs cuBLAS (bf16, C = A·Bᵀ)", "",
-             f"Device: {results['device']}, driver {driver}, torch {results['torch']}. {results['method']}.", "",
-             "| shape | cuBLAS ms | cuBLAS TFLOP/s | best gemm_mma | ms | TFLOP/s | % of cuBLAS | SM MHz (min-max) | W (max) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    table = Table(title="gemm_mma vs cuBLAS")
-    for col in ("shape", "cuBLAS TFLOP/s", "best config", "TFLOP/s", "% of cuBLAS"):
-        table.add_column(col)
-    for shape in results["shapes"]:
-        label = f"{shape['M']}x{shape['N']}x{shape['K']}"
-        best_label = next(c.config.label() for c in compiled if c.config.id == shape["best"])
-        clocks = [c for c in shape["sm_clock_mhz"] if c is not None]
-        powers = [p for p in shape["power_w"] if p is not None]
-        clock_txt = f"{min(clocks)}-{max(clocks)}" if clocks else "n/a"
-        power_txt = f"{max(powers):.0f}" if powers else "n/a"
-        lines.append(f"| {label} | {shape['cublas_ms']:.4f} | {shape['cublas_tflops']:.1f} | {shape['best']} "
-                     f"({best_label}) | {shape['best_ms']:.4f} | {shape['best_tflops']:.1f} | "
-                     f"{100 * shape['ratio_to_cublas']:.1f} | {clock_txt} | {power_txt} |")
-        table.add_row(label, f"{shape['cublas_tflops']:.1f}", best_label, f"{shape['best_tflops']:.1f}",
-                      f"{100 * shape['ratio_to_cublas']:.1f} %")
-    lines += ["", "Every configuration, per shape (median ms, TFLOP/s):", ""]
-    for shape in results["shapes"]:
-        lines.append(f"## {shape['M']}x{shape['N']}x{shape['K']}")
-        lines.append("")
-        lines.append("| config | params | median ms | IQR ms | TFLOP/s | regs | spills |")
-        lines.append("|---|---|---|---|---|---|---|")
-        for row in shape["rows"]:
-            params = "/".join(f"{k}={v}" for k, v in (row["params"] or {}).items()) or "torch.mm"
-            lines.append(f"| {row['name']} | {params} | {row['median_ms']:.4f} | {row['iqr_ms']:.4f} | "
-                         f"{row['tflops']:.1f} | {row['registers'] or ''} | {row['spill_bytes'] if row['spill_bytes'] is not None else ''} |")
-        lines.append("")
-    atomic_write_text(args.out / "gemm_vs_cublas.md", "\n".join(lines) + "\n")
-    console.print(table)
+    atomic_write_text(args.out / f"{stem}.json", json.dumps(results, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(args.out / f"{stem}.md", render_markdown(results=results, by_id=by_id))
+    print(f"wrote {args.out / stem}.json/.md", flush=True)
 
 
 if __name__ == "__main__":

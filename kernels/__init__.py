@@ -1,9 +1,11 @@
 """tunetable kernels: CUDA C templates, snippets, generated tuning tables and runtime dispatch.
 
-``gemm(a, b, out=None)`` computes C = a · bᵀ in bf16 with the configuration the generated
-table (kernels/tuning_configs.py) holds for the shape; ``autotune`` tunes a function's
-configuration on first call and caches the choice on disk. Importing this package needs no GPU:
-pycuda is imported on the first GEMM.
+``gemm(a, b, out=None)`` computes C = a · bᵀ in bf16: the generated dispatch list
+(kernels/tuning_configs.py) picks the kernel family for the shape (gemm_mma: mma.sync;
+gemm_wgmma: TMA + wgmma), that family's table the configuration. ``gemm_with(tunables, a, b,
+family=...)`` runs an explicit configuration; ``autotune`` tunes a function's configuration on
+first call and caches the choice on disk. Importing this package needs no GPU: pycuda is
+imported on the first GEMM.
 """
 
 from kernels.autotune import autotune

@@ -3,6 +3,10 @@
     @autotune(configs=[cfg_a, cfg_b], key=["m", "n", "k"], restore_value=["out"])
     def matmul(a, b, out, m, n, k, *, config): ...
 
+For the project's GEMMs the function is typically ``kernels.gemm_with(config, a, b, out=out,
+family=...)``: configurations are lower-case tunables of gemm_mma (the default) or of gemm_wgmma
+(``family="gemm_wgmma"``; ``kernels.dispatch.WGMMA_DEFAULT_TUNABLES`` shows the keys).
+
 On the first call for a new key value every configuration (after ``prune``) runs once, is
 checked by ``verify`` (when given), and is timed by ``timer``; the fastest by median wins and
 is remembered in memory and in a JSON file under the cache folder. The file name is a hash of

@@ -1,12 +1,17 @@
-"""Runtime dispatch: ``gemm(a, b)`` picks its configuration from the generated tuning table.
+"""Runtime dispatch: ``gemm(a, b)`` picks a kernel family, then its configuration, from generated tables.
 
-Lookup (the contract of kernels/tuning_configs.py): among the entries with this N and K, the
-first, in manifest order, whose half-open range [m, m_end) holds M wins. A shape the table does
-not cover runs the table's most common winner among the entries whose M range holds M (else
-the most common winner overall, or, for an empty table, a size heuristic) and warns once naming
-the shape. Decisions are memoised per shape, and so are the launch plans
-(function handles, geometry, split-K workspace), so a call after the first costs a dictionary
-lookup, a few attribute reads and the launch itself.
+Two steps, both with the lookup of kernels/tuning_configs.py (among the entries with this N and
+K, the first, in manifest order, whose half-open range [m, m_end) holds M wins):
+
+1. the dispatch list (``DISPATCH["gemm_dispatch"]``, ``FamilyChoice`` entries) names the table,
+   i.e. the kernel family, that serves the shape; a shape it does not cover goes to gemm_mma;
+2. that table gives the configuration. A shape the table does not cover runs the table's most
+   common winner among the entries whose M range holds M (else the most common winner overall,
+   or, for an empty table, a size heuristic of the family) and warns once naming the shape.
+
+Decisions are memoised per shape, and so are the launch plans (function handles, geometry,
+split-K workspace; for the TMA family also the encoded tensor maps per operand addresses), so a
+call after the first costs a dictionary lookup, a few attribute reads and the launch itself.
 
 The decision logic (``lookup``, ``most_common_entry``, ``Dispatcher``) and the input checks
 (``operand``) are pure Python; pycuda is imported only when a kernel is about to run, so
@@ -20,23 +25,35 @@ import struct
 import sys
 import threading
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kernels.tuning_configs import TABLES, TuningConfig
+from kernels.tuning_configs import (
+    DISPATCH,
+    TABLES,
+    FamilyChoice,
+    TuningConfig,
+    WgmmaTuningConfig,
+)
 
-TABLE = "gemm_mma"
+TABLE = "gemm_mma"             # the table that serves shapes the dispatch list does not cover
+DISPATCH_LIST = "gemm_dispatch"
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS_PATH = ROOT / "params.yaml"
 INT32_MAX = 2**31 - 1
 ALIGNMENT = 16  # bytes: cp.async moves 16-byte chunks
 SHAPE_FIELDS = ("m", "m_end", "n", "k", "kernel", "config_id")
+# The generated entry class of each family's table.
+ENTRY_TYPES: Mapping[str, type] = {"gemm_mma": TuningConfig, "gemm_wgmma": WgmmaTuningConfig}
+Entry = TuningConfig | WgmmaTuningConfig
 # The tunables of a table entry, in the generated dataclass's order (= the grid's order).
 TUNABLE_FIELDS = tuple(f.name for f in fields(TuningConfig) if f.name not in SHAPE_FIELDS)
+# TMA kernels: encoded argument sets kept per plan, one per (A, B, C) address triple seen.
+ARGUMENT_CACHE_SIZE = 16
 
 # The untuned default: a mid-sized tile that is valid for the kernel on every shape. It is what
 # the benchmark compares the tuned table against, and what an empty table falls back to for
@@ -50,6 +67,19 @@ SKINNY_TUNABLES: Mapping[str, int] = {
     "stages": 4, "split_k": 1, "group_m": 1,
 }
 SKINNY_MAX_M = 32
+# The same two roles for gemm_wgmma (both in its default grid).
+WGMMA_DEFAULT_TUNABLES: Mapping[str, int] = {
+    "block_m": 128, "block_n": 256, "block_k": 64, "stages": 4, "consumers": 2,
+    "cluster_m": 1, "cluster_n": 1, "raster": 1, "group_m": 8, "split_k": 1,
+}
+WGMMA_SKINNY_TUNABLES: Mapping[str, int] = {
+    "block_m": 64, "block_n": 128, "block_k": 128, "stages": 4, "consumers": 1,
+    "cluster_m": 1, "cluster_n": 1, "raster": 0, "group_m": 1, "split_k": 2,
+}
+HEURISTICS: Mapping[str, tuple[Mapping[str, int], Mapping[str, int]]] = {
+    "gemm_mma": (SKINNY_TUNABLES, DEFAULT_TUNABLES),
+    "gemm_wgmma": (WGMMA_SKINNY_TUNABLES, WGMMA_DEFAULT_TUNABLES),
+}
 
 
 class FallbackWarning(UserWarning):
@@ -64,14 +94,15 @@ class NoGpuError(RuntimeError):
 class Decision:
     """The configuration chosen for one shape, and whether the table supplied it."""
 
-    entry: TuningConfig
+    entry: Entry
     index: int | None  # position in the table; None for a fallback
     fallback: bool
+    choice: FamilyChoice | None = None  # the dispatch-list entry that picked the table, if any
 
 
 # --- pure decision logic ---------------------------------------------------------------------
 
-def lookup(entries: Sequence[TuningConfig], *, m: int, n: int, k: int) -> int | None:
+def lookup(entries: Sequence[Entry | FamilyChoice], *, m: int, n: int, k: int) -> int | None:
     """Index of the first entry with this N and K whose [m, m_end) holds M, or None."""
     for index, entry in enumerate(entries):
         if entry.n == n and entry.k == k and entry.m <= m < entry.m_end:
@@ -79,7 +110,7 @@ def lookup(entries: Sequence[TuningConfig], *, m: int, n: int, k: int) -> int | 
     return None
 
 
-def most_common_entry(entries: Sequence[TuningConfig]) -> TuningConfig | None:
+def most_common_entry(entries: Sequence[Entry]) -> Entry | None:
     """The configuration that wins most entries; ties go to the one listed first."""
     if not entries:
         return None
@@ -91,9 +122,22 @@ def most_common_entry(entries: Sequence[TuningConfig]) -> TuningConfig | None:
     return first[best_id]
 
 
-def tunables_of(entry: TuningConfig) -> dict[str, int]:
+def entry_type(family: str) -> type:
+    """The generated entry class of a family's table (ValueError names the known families)."""
+    found = ENTRY_TYPES.get(family)
+    if found is None:
+        raise ValueError(f"unknown kernel family '{family}' (known: {', '.join(sorted(ENTRY_TYPES))})")
+    return found
+
+
+def tunable_fields(family: str) -> tuple[str, ...]:
+    """The tunables of a family's entries, in the generated dataclass's order (= the grid's order)."""
+    return tuple(f.name for f in fields(entry_type(family)) if f.name not in SHAPE_FIELDS)
+
+
+def tunables_of(entry: Entry) -> dict[str, int]:
     """An entry's tunables as the kernel's -D names (UPPER_CASE), in grid order."""
-    return {name.upper(): getattr(entry, name) for name in TUNABLE_FIELDS}
+    return {name.upper(): getattr(entry, name) for name in tunable_fields(entry.kernel)}
 
 
 def config_id_of(*, family: str, tunables: Mapping[str, int]) -> str:
@@ -103,39 +147,57 @@ def config_id_of(*, family: str, tunables: Mapping[str, int]) -> str:
     return KernelConfig.from_dict(family, dict(tunables)).id
 
 
-def make_entry(*, tunables: Mapping[str, int], n: int, k: int, kernel: str = TABLE) -> TuningConfig:
-    """A table entry covering every M of (N, K) for lower-case ``tunables`` (fallbacks, benchmarks)."""
-    upper = {name.upper(): value for name, value in tunables.items()}
-    return TuningConfig(
+def make_entry(*, tunables: Mapping[str, int], n: int, k: int, kernel: str = TABLE) -> Entry:
+    """A table entry of family ``kernel`` covering every M of (N, K) for lower-case ``tunables``."""
+    cls = entry_type(kernel)
+    expected = tunable_fields(kernel)
+    if sorted(tunables) != sorted(expected):
+        missing = sorted(set(expected) - set(tunables))
+        extra = sorted(set(tunables) - set(expected))
+        raise ValueError(f"{kernel}: tunables must be {', '.join(expected)} (missing: {', '.join(missing) or '-'}; "
+                         f"unknown: {', '.join(extra) or '-'})")
+    ordered = {name: tunables[name] for name in expected}
+    upper = {name.upper(): value for name, value in ordered.items()}
+    return cls(
         m=1, m_end=INT32_MAX, n=n, k=k, kernel=kernel,
-        config_id=config_id_of(family=kernel, tunables=upper), **dict(tunables),
+        config_id=config_id_of(family=kernel, tunables=upper), **ordered,
     )
 
 
-def heuristic_tunables(*, m: int) -> Mapping[str, int]:
-    """Untuned tile choice by M alone: narrow tiles for memory-bound small M, else the default."""
-    return SKINNY_TUNABLES if m <= SKINNY_MAX_M else DEFAULT_TUNABLES
+def heuristic_tunables(*, m: int, family: str = TABLE) -> Mapping[str, int]:
+    """Untuned tile choice by M alone: narrow tiles for memory-bound small M, else the family's default."""
+    skinny, default = HEURISTICS[family]
+    return skinny if m <= SKINNY_MAX_M else default
 
 
 class Dispatcher:
-    """Per-shape decisions over one table, memoised; warns once for each uncovered shape."""
+    """Per-shape decisions over one table, memoised; warns once for each uncovered shape.
 
-    def __init__(self, *, table: str, entries: Sequence[TuningConfig]):
+    ``family`` (default: the table's name, as in params.yaml where each table is named after its
+    family) picks the size heuristic of an empty table.
+    """
+
+    def __init__(self, *, table: str, entries: Sequence[Entry], family: str | None = None):
         self.table = table
+        self.family = family or table
         self.entries = tuple(entries)
         self.fallback_entry = most_common_entry(self.entries)
         self.decisions: dict[tuple[int, int, int], Decision] = {}
         self.lookups = 0  # table scans done (a memoised shape does none)
 
-    def decide(self, *, m: int, n: int, k: int) -> Decision:
-        """The decision for (M, N, K), computed on first use."""
+    def decide(self, *, m: int, n: int, k: int, stacklevel: int = 4) -> Decision:
+        """The decision for (M, N, K), computed on first use.
+
+        A fallback warns at ``stacklevel`` (counted from the warning inside ``_decide``): the default
+        4 names the caller of a function that called ``decide``, i.e. the caller of ``gemm()``.
+        """
         decision = self.decisions.get((m, n, k))
         if decision is None:
-            decision = self._decide(m=m, n=n, k=k)  # warns from here: stacklevel 4 is the caller of gemm()
+            decision = self._decide(m=m, n=n, k=k, stacklevel=stacklevel)
             self.decisions[(m, n, k)] = decision
         return decision
 
-    def _decide(self, *, m: int, n: int, k: int) -> Decision:
+    def _decide(self, *, m: int, n: int, k: int, stacklevel: int = 4) -> Decision:
         self.lookups += 1
         index = lookup(self.entries, m=m, n=n, k=k)
         if index is not None:
@@ -150,15 +212,52 @@ class Dispatcher:
             chosen = self.fallback_entry
             why = f"the table's most common winner {chosen.config_id}"
         else:
-            chosen = make_entry(tunables=heuristic_tunables(m=m), n=n, k=k, kernel=self.table)
+            chosen = make_entry(tunables=heuristic_tunables(m=m, family=self.family), n=n, k=k, kernel=self.family)
             why = f"the table is empty; heuristic configuration {chosen.config_id}"
         warnings.warn(
             f"{self.table}: no tuned entry for M={m}, N={n}, K={k}; running {why} "
             f"(add the shape to params.yaml and re-run the pipeline to tune it)",
             FallbackWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
         return Decision(entry=chosen, index=None, fallback=True)
+
+
+class FamilyDispatcher:
+    """Cross-family decisions: the dispatch list picks the table, that table's Dispatcher the entry.
+
+    Shapes the list does not cover (or a list naming an unknown table) go to ``default_table``,
+    which is how kernels.gemm chose before there was more than one family.
+    """
+
+    def __init__(self, *, choices: Sequence[FamilyChoice], tables: Mapping[str, Sequence[Entry]],
+                 default_table: str = TABLE):
+        self.choices = tuple(choices)
+        self.tables = {name: Dispatcher(table=name, entries=entries) for name, entries in tables.items()}
+        self.default_table = default_table
+        unknown = sorted({choice.table for choice in self.choices} - set(self.tables))
+        if unknown:
+            raise ValueError(f"dispatch list names unknown tables {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(self.tables))}): regenerate kernels/tuning_configs.py")
+        self.decisions: dict[tuple[int, int, int], Decision] = {}
+
+    def table_for(self, *, m: int, n: int, k: int) -> tuple[str, FamilyChoice | None]:
+        """The table serving (M, N, K) and the dispatch entry that says so (None: the default table)."""
+        index = lookup(self.choices, m=m, n=n, k=k)
+        if index is None:
+            return self.default_table, None
+        choice = self.choices[index]
+        return choice.table, choice
+
+    def decide(self, *, m: int, n: int, k: int) -> Decision:
+        """The decision for (M, N, K), computed on first use (fallback warnings name gemm()'s caller)."""
+        decision = self.decisions.get((m, n, k))
+        if decision is None:
+            table, choice = self.table_for(m=m, n=n, k=k)
+            found = self.tables[table].decide(m=m, n=n, k=k, stacklevel=5)
+            decision = Decision(entry=found.entry, index=found.index, fallback=found.fallback, choice=choice)
+            self.decisions[(m, n, k)] = decision
+        return decision
 
 
 # --- operands: checks that need no GPU ---------------------------------------------------------
@@ -333,7 +432,7 @@ def _table_setup(params_path: str, table: str) -> tuple[Any, Any, tuple[Any, ...
     return params, spec, tuple(derived)
 
 
-def kernel_config(entry: TuningConfig, *, params_path: Path = PARAMS_PATH) -> Any:
+def kernel_config(entry: Entry, *, params_path: Path = PARAMS_PATH) -> Any:
     """The pipeline.config.KernelConfig of a table entry: tunables plus the grid's derived values."""
     from pipeline.config import KernelConfig
     from pipeline.grid import derive
@@ -361,7 +460,7 @@ def _compile_settings(table: str, *, params_path: Path) -> dict[str, Any]:
     }
 
 
-def cubin_for(entry: TuningConfig, *, params_path: Path = PARAMS_PATH) -> str:
+def cubin_for(entry: Entry, *, params_path: Path = PARAMS_PATH) -> str:
     """The entry's cubin from the content-addressed compile cache, compiled now when missing."""
     from pipeline.compile import compile_config
 
@@ -379,7 +478,7 @@ def warm_cache(*, table: str = TABLE, workers: int = 0, params_path: Path = PARA
     from pipeline.compile import compile_configs
 
     entries = list(TABLES[table]) + [
-        make_entry(tunables=tunables, n=8, k=8, kernel=table) for tunables in (DEFAULT_TUNABLES, SKINNY_TUNABLES)
+        make_entry(tunables=tunables, n=8, k=8, kernel=table) for tunables in HEURISTICS[table]
     ]
     configs = {item.config_id: kernel_config(item, params_path=params_path) for item in entries}
     results = compile_configs(
@@ -392,7 +491,7 @@ def warm_cache(*, table: str = TABLE, workers: int = 0, params_path: Path = PARA
 
 @dataclass
 class Plan:
-    """Everything one (configuration, shape) launch needs, resolved once."""
+    """Everything one (configuration, shape) launch needs, resolved once (pointer-argument kernels)."""
 
     main: Any
     grid: tuple[int, int, int]
@@ -417,6 +516,50 @@ class Plan:
             self.reduce._launch_kernel(
                 self.reduce_grid, self.reduce_block, _pack("PPiii", self.workspace_ptr, c_ptr, m, n, self.splits), 0, None
             )
+
+
+@dataclass
+class StructPlan:
+    """A launch plan for kernels with by-value struct arguments (TMA tensor maps): one shape, one config.
+
+    The arguments come from ``family.kernel_arguments`` laid out by ``family.arg_format`` and are
+    launched through libcuda's kernelParams (kernels/driver.py says why). Tensor maps embed the
+    A and B addresses, so the encoded arguments are kept per (A, B, C) address triple, the
+    ``ARGUMENT_CACHE_SIZE`` most recent ones, and a repeated call encodes nothing.
+    """
+
+    kernel: Any  # kernels.driver.DriverKernel
+    family: Any
+    defines: Mapping[str, Any]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int
+    workspace: Any  # DeviceAllocation or None (zeroed once after allocation when the family says so)
+    workspace_ptr: int
+    arguments: OrderedDict = field(default_factory=OrderedDict)
+    encodes: int = 0  # argument sets built (a cached address triple builds none)
+
+    def arguments_for(self, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int) -> Any:
+        """The kernelParams of one address triple, built on first use, least recently used dropped."""
+        key = (a_ptr, b_ptr, c_ptr)
+        found = self.arguments.get(key)
+        if found is not None:
+            self.arguments.move_to_end(key)
+            return found
+        from kernels.driver import kernel_arguments
+
+        values = self.family.kernel_arguments(self.defines, M=m, N=n, K=k, a=a_ptr, b=b_ptr, c=c_ptr,
+                                              workspace=self.workspace_ptr)
+        found = kernel_arguments(self.family.arg_format, values)
+        self.encodes += 1
+        self.arguments[key] = found
+        if len(self.arguments) > ARGUMENT_CACHE_SIZE:
+            self.arguments.popitem(last=False)
+        return found
+
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int) -> None:
+        """Enqueue the GEMM on the default stream (split-K reduces inside the kernel)."""
+        self.kernel.launch(self.grid, self.block, self.smem_bytes, 0, self.arguments_for(a_ptr, b_ptr, c_ptr, m, n, k))
 
 
 class Runtime:
@@ -446,7 +589,8 @@ class Runtime:
         _thread.has_context = True
         atexit.register(self._close)
         self.modules: dict[str, Any] = {}
-        self.plans: dict[tuple[str, int, int, int], Plan] = {}
+        self.driver_kernels: dict[tuple[str, str], Any] = {}
+        self.plans: dict[tuple[str, int, int, int], Plan | StructPlan] = {}
 
     def enter_thread(self) -> None:
         """Make the context current in a thread other than the creator (pycuda's stack is per thread)."""
@@ -466,7 +610,7 @@ class Runtime:
             self.modules[cubin] = module
         return module
 
-    def plan(self, entry: TuningConfig, *, m: int, n: int, k: int) -> Plan:
+    def plan(self, entry: Entry, *, m: int, n: int, k: int) -> Plan | StructPlan:
         """The launch plan of ``entry`` on (M, N, K), built on first use."""
         key = (entry.config_id, m, n, k)
         plan = self.plans.get(key)
@@ -475,13 +619,16 @@ class Runtime:
             self.plans[key] = plan
         return plan
 
-    def _build_plan(self, entry: TuningConfig, *, m: int, n: int, k: int) -> Plan:
+    def _build_plan(self, entry: Entry, *, m: int, n: int, k: int) -> Plan | StructPlan:
+        from kernels.driver import has_struct_arguments
         from kernels.families import FAMILIES
 
         cuda = self.cuda
         family = FAMILIES[entry.kernel]
         defines = kernel_config(entry, params_path=self.params_path).defines()
         geometry = family.launch(defines, m, n, k)
+        if has_struct_arguments(family.arg_format):
+            return self._build_struct_plan(entry, family=family, defines=defines, geometry=geometry)
         module = self._module(cubin_for(entry, params_path=self.params_path))
         main = module.get_function(family.entry)
         main.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(geometry.smem_bytes))
@@ -502,6 +649,26 @@ class Runtime:
             reduce_grid=tuple(geometry.reduce_grid) if geometry.reduce_grid else None,
             reduce_block=tuple(geometry.reduce_block) if geometry.reduce_block else None,
             splits=int(defines.get("SPLIT_K", 1)),
+        )
+
+    def _build_struct_plan(self, entry: Entry, *, family: Any, defines: Mapping[str, Any], geometry: Any) -> StructPlan:
+        """A plan launched through libcuda (by-value tensor maps); the workspace zeroed when the family says so."""
+        from kernels.driver import DriverKernel
+
+        if geometry.reduce_grid is not None:
+            raise ValueError(f"{family.name}: a separate reduction kernel is not supported with struct arguments")
+        cubin = cubin_for(entry, params_path=self.params_path)
+        kernel = self.driver_kernels.get((cubin, family.entry))
+        if kernel is None:
+            kernel = DriverKernel(cubin, family.entry, smem_bytes=int(geometry.smem_bytes))
+            self.driver_kernels[(cubin, family.entry)] = kernel
+        workspace = self.cuda.mem_alloc(geometry.workspace_bytes) if geometry.workspace_bytes else None
+        if workspace is not None and getattr(family, "zeroed_workspace", False):
+            self.cuda.memset_d8(workspace, 0, geometry.workspace_bytes)  # split-K tile counters start at zero
+        return StructPlan(
+            kernel=kernel, family=family, defines=dict(defines), grid=tuple(geometry.grid),
+            block=tuple(geometry.block), smem_bytes=int(geometry.smem_bytes), workspace=workspace,
+            workspace_ptr=int(workspace) if workspace is not None else 0,
         )
 
     def empty_like(self, like: Any, library: str, *, m: int, n: int) -> tuple[Any, int]:
@@ -541,13 +708,29 @@ _lock = threading.Lock()
 _thread = threading.local()  # has_context: this thread has the runtime's context pushed
 
 
-def dispatcher(table: str = TABLE) -> Dispatcher:
-    """The process-wide dispatcher of a table (over the generated TABLES)."""
-    found = _state.get(("dispatcher", table))
+def dispatcher(table: str | None = None) -> FamilyDispatcher | Dispatcher:
+    """The process-wide dispatcher kernels.gemm uses (over the generated DISPATCH and TABLES).
+
+    With ``table``: that table's own Dispatcher (the same instance the cross-family one consults).
+    """
+    found = _state.get("dispatcher")
     if found is None:
         with _lock:
-            found = _state.setdefault(("dispatcher", table), Dispatcher(table=table, entries=TABLES[table]))
-    return found
+            found = _state.get("dispatcher")
+            if found is None:
+                found = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES)
+                _state["dispatcher"] = found
+    return found if table is None else found.tables[table]
+
+
+def set_dispatcher(found: FamilyDispatcher | None) -> None:
+    """Make ``found`` the dispatcher of kernels.gemm (None: back to the generated tables); forgets plans per shape."""
+    with _lock:
+        if found is None:
+            _state.pop("dispatcher", None)
+        else:
+            _state["dispatcher"] = found
+        _shape_plans.clear()
 
 
 def runtime() -> Runtime:
@@ -571,16 +754,16 @@ def _family(table: str) -> Any:
 
 
 @lru_cache(maxsize=256)
-def _explicit_entry(tunables: tuple[tuple[str, int], ...], n: int, k: int) -> TuningConfig:
-    return make_entry(tunables=dict(tunables), n=n, k=k)
+def _explicit_entry(family: str, tunables: tuple[tuple[str, int], ...], n: int, k: int) -> Entry:
+    return make_entry(tunables=dict(tunables), n=n, k=k, kernel=family)
 
 
-# (M, N, K) -> Plan of the table's choice: after the first call of a shape, gemm() goes straight
+# (M, N, K) -> Plan of the dispatch's choice: after the first call of a shape, gemm() goes straight
 # from the operands to the launch (the shape was validated when the plan was made).
-_shape_plans: dict[tuple[int, int, int], Plan] = {}
+_shape_plans: dict[tuple[int, int, int], Plan | StructPlan] = {}
 
 
-def _launch(plan: Plan, a: Any, a_op: Operand, b_op: Operand, out: Any, m: int, n: int, k: int) -> Any:
+def _launch(plan: Plan | StructPlan, a: Any, a_op: Operand, b_op: Operand, out: Any, m: int, n: int, k: int) -> Any:
     """Check or allocate the output, then launch."""
     if not getattr(_thread, "has_context", False):
         runtime()  # a new thread: push the context first
@@ -595,9 +778,10 @@ def _launch(plan: Plan, a: Any, a_op: Operand, b_op: Operand, out: Any, m: int, 
 
 
 def gemm(a: Any, b: Any, out: Any = None) -> Any:
-    """C = a · bᵀ in bf16 (a: M x K, b: N x K, row-major on the GPU) with the tuned configuration.
+    """C = a · bᵀ in bf16 (a: M x K, b: N x K, row-major on the GPU) with the tuned family and configuration.
 
-    Accepts pycuda GPUArrays, torch tensors, CuPy arrays or any object with
+    The dispatch list picks the kernel family for the shape, that family's table the configuration
+    (module docstring). Accepts pycuda GPUArrays, torch tensors, CuPy arrays or any object with
     ``__cuda_array_interface__``; returns ``out`` (allocated like ``a`` when None). The kernel is
     enqueued on the legacy default stream (torch's and CuPy's default too) of device 0, the
     first visible GPU (choose it with CUDA_VISIBLE_DEVICES), and the call returns without waiting.
@@ -616,11 +800,11 @@ def gemm(a: Any, b: Any, out: Any = None) -> Any:
     return _launch(plan, a, a_op, b_op, out, m, n, k)
 
 
-def gemm_with(tunables: Mapping[str, int], a: Any, b: Any, out: Any = None) -> Any:
-    """C = a · bᵀ with an explicit configuration (lower-case tunables), bypassing the table."""
+def gemm_with(tunables: Mapping[str, int], a: Any, b: Any, out: Any = None, *, family: str = TABLE) -> Any:
+    """C = a · bᵀ with an explicit configuration of ``family`` (lower-case tunables), bypassing the tables."""
     a_op = operand("a", a)
     b_op = operand("b", b)
-    m, n, k = check_problem(a_op, b_op, family=_family(TABLE))
-    entry = _explicit_entry(tuple(tunables.items()), n, k)
+    m, n, k = check_problem(a_op, b_op, family=_family(family))
+    entry = _explicit_entry(family, tuple(tunables.items()), n, k)
     plan = runtime().plan(entry, m=m, n=n, k=k)
     return _launch(plan, a, a_op, b_op, out, m, n, k)

@@ -22,7 +22,7 @@ import yaml
 
 from pipeline.errors import TuneTableError
 from pipeline.keys import canonical_json, sha256_text
-from pipeline.params import table_spec
+from pipeline.params import dispatch_spec, table_spec
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
 DEFAULT_INDENT = " " * 8
@@ -448,13 +448,20 @@ def unified_diff(*, current: str, generated: str, label: str) -> str:
 def jobs_from_params(
     *, params: Mapping[str, Any], params_path: str | Path, names: Sequence[str] | None = None
 ) -> list[TableJob]:
-    """A TableJob per table declared in params.yaml (or only ``names``); paths resolve from its folder."""
+    """A TableJob per table and dispatch list declared in params.yaml (or only ``names``), tables first.
+
+    Paths resolve from params.yaml's folder.
+    """
     root = Path(params_path).parent
     tables = params.get("tables") or {}
-    selected = list(names) if names else list(tables)
+    dispatches = params.get("dispatch") or {}
+    selected = list(names) if names else [*tables, *dispatches]
     jobs = []
     for name in selected:
-        spec = table_spec(dict(params), name, path=params_path).codegen
+        if name in dispatches and name not in tables:
+            spec = dispatch_spec(dict(params), name, path=params_path).codegen
+        else:
+            spec = table_spec(dict(params), name, path=params_path).codegen
         jobs.append(
             TableJob(
                 manifest_path=root / spec.manifest,

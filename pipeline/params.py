@@ -1,4 +1,4 @@
-"""Load and validate params.yaml: the single source of settings (tables, compile, bench, select)."""
+"""Load and validate params.yaml: the single source of settings (tables, dispatch, compile, bench, select)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class TableSpec:
     grid: dict[str, Any]
     codegen: CodegenSpec
     search: dict[str, Any]
+    recording: str | None = None      # what the replay backend serves for this table
 
     def shapes(self) -> list[tuple[int, int, int]]:
         """All (M, N, K) shapes of the table, in declaration order (NK pairs outer, M inner)."""
@@ -82,6 +83,7 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise TuneTableError(f"malformed YAML: {problem}", path=source, where=where) from None
     validate_params(data, path=source)
+    dispatch_specs(data, path=source)  # its tables must be declared ones
     return data
 
 
@@ -105,7 +107,6 @@ def table_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_
         known = ", ".join(sorted(tables))
         raise TuneTableError(f"unknown table '{name}' (declared: {known})", path=path, where="tables")
     raw = tables[name]
-    cg = raw["codegen"]
     return TableSpec(
         name=name,
         family=raw["family"],
@@ -115,19 +116,70 @@ def table_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_
         nk=tuple((int(n), int(k)) for n, k in raw["shapes"]["NK"]),
         m_values=tuple(int(m) for m in raw["shapes"]["M"]),
         grid=raw["grid"],
-        codegen=CodegenSpec(
-            manifest=cg["manifest"],
-            snippet=cg["snippet"],
-            target=cg["target"],
-            begin_marker=cg["begin_marker"],
-            end_marker=cg["end_marker"],
-            source_label=cg["source_label"],
-            variants=dict(cg.get("variants") or {}),
-        ),
+        codegen=codegen_spec(raw["codegen"]),
         search=dict(raw.get("search") or {"strategy": "exhaustive"}),
+        recording=raw.get("recording"),
+    )
+
+
+def codegen_spec(raw: dict[str, Any]) -> CodegenSpec:
+    """A ``codegen:`` mapping (of a table or of a dispatch list) as a CodegenSpec."""
+    return CodegenSpec(
+        manifest=raw["manifest"],
+        snippet=raw["snippet"],
+        target=raw["target"],
+        begin_marker=raw["begin_marker"],
+        end_marker=raw["end_marker"],
+        source_label=raw["source_label"],
+        variants=dict(raw.get("variants") or {}),
     )
 
 
 def table_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) -> list[TableSpec]:
     """Every declared table, in params.yaml order."""
     return [table_spec(params, name, path=path) for name in params["tables"]]
+
+
+def table_bench_params(params: dict[str, Any], spec: TableSpec) -> dict[str, Any]:
+    """params as the bench plan sees them for one table: ``bench.recording`` is the table's recording.
+
+    ``pipeline.bench.plan`` (recording_path, shard_key) reads the recording from ``bench``; each
+    table names its own in params.yaml, so every caller keys and replays a table through this view.
+    """
+    bench = {name: value for name, value in (params.get("bench") or {}).items() if name != "recording"}
+    if spec.recording is not None:
+        bench["recording"] = spec.recording
+    return {**params, "bench": bench}
+
+
+@dataclass(frozen=True)
+class DispatchSpec:
+    """A cross-family dispatch list declared in params.yaml: which table serves each shape."""
+
+    name: str
+    tables: tuple[str, ...]
+    tie_tolerance: float
+    codegen: CodegenSpec
+
+
+def dispatch_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_PARAMS) -> DispatchSpec:
+    """The DispatchSpec ``name``; its tables must be declared and its name must not be a table's."""
+    declared = params.get("dispatch") or {}
+    if name not in declared:
+        known = ", ".join(sorted(declared)) or "none"
+        raise TuneTableError(f"unknown dispatch list '{name}' (declared: {known})", path=path, where="dispatch")
+    raw = declared[name]
+    tables = params["tables"]
+    if name in tables:
+        raise TuneTableError("a dispatch list cannot share its name with a table", path=path, where=f"dispatch.{name}")
+    for index, table in enumerate(raw["tables"]):
+        if table not in tables:
+            raise TuneTableError(f"unknown table '{table}' (declared: {', '.join(sorted(tables))})", path=path,
+                                 where=f"dispatch.{name}.tables[{index}]")
+    return DispatchSpec(name=name, tables=tuple(raw["tables"]), tie_tolerance=float(raw.get("tie_tolerance", 0.0)),
+                        codegen=codegen_spec(raw["codegen"]))
+
+
+def dispatch_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) -> list[DispatchSpec]:
+    """Every declared dispatch list, in params.yaml order (none when the section is absent)."""
+    return [dispatch_spec(params, name, path=path) for name in (params.get("dispatch") or {})]

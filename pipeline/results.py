@@ -38,6 +38,16 @@ ROW_FIELDS = (
     "content_key",      # the content key of the shard this row belongs to
     "measured_key",     # the content key of the cuda run that measured it (== content_key live)
 )
+# Columns of rows measured by a budgeted search (params.yaml ``search:``), after ROW_FIELDS. Such a
+# shard holds only the configurations the search measured, plus the cuBLAS baseline. Shards
+# measured exhaustively (no ``search:``, the default) do not carry them.
+SEARCH_FIELDS = (
+    "search",             # the search's label, e.g. "model(max_fevals=5,seed=0)"
+    "search_strategy",    # exhaustive | random | model | evolutionary
+    "search_seed",
+    "search_step",        # 0-based order of the measurement within the shape's search (None: baseline)
+    "search_max_fevals", "search_time_limit", "search_top_k",   # the budget (None: unlimited)
+)
 
 
 def spec_string(table: str, params: dict[str, Any], m: int, n: int, k: int) -> str:

@@ -248,3 +248,154 @@ def build_manifest(*, table: str, kernel: str, ranked: pl.DataFrame,
               f"{tolerance:g} (relative) or the measured IQR go to the config winning more neighbours."]
     return manifest_text(header=header, top={"provenance": provenance(table=table, ranked=ranked)},
                          defaults=defaults, anchor="defaults", list_key="params", entries=own)
+
+
+# --- cross-family dispatch lists ---------------------------------------------------------------
+#
+# Per measured shape, each table's *selected* winner (the manifest entry covering the shape, i.e.
+# what the runtime runs) is judged by its speedup over the cuBLAS baseline of its own shard:
+# cuBLAS median / winner median. Two tables are usually measured in separate sessions; each
+# session's cuBLAS rows absorb that session's clocks and thermals, so the ratio compares across
+# sessions where raw medians would not. The table with the highest speedup serves the shape; a
+# tie (within the list's tie tolerance, exact by default) goes to the table listed first.
+
+DISPATCH_KEYS = ("M", "M_END", "N", "K", "KERNEL", "TABLE", "CONFIG_ID")
+
+
+@dataclass(frozen=True)
+class TableResults:
+    """One table as a dispatch list sees it: its manifest (entries, provenance) and ranked rows."""
+
+    name: str
+    entries: tuple[dict[str, Any], ...]
+    provenance: dict[str, Any]
+    ranked: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A table's selected winner at one measured shape, with the same shard's cuBLAS median."""
+
+    table: str
+    kernel: str
+    config_id: str
+    median_ms: float
+    cublas_ms: float
+
+    @property
+    def speedup(self) -> float:
+        """cuBLAS median / winner median: above 1 beats cuBLAS."""
+        return self.cublas_ms / self.median_ms
+
+
+def manifest_entry_at(entries: tuple[dict[str, Any], ...], *, m: int, n: int, k: int) -> dict[str, Any] | None:
+    """The first manifest entry with this N and K whose [M, M_END) holds M (the runtime's lookup)."""
+    for entry in entries:
+        if entry["N"] == n and entry["K"] == k and entry["M"] <= m < entry["M_END"]:
+            return entry
+    return None
+
+
+def table_candidates(*, results: TableResults) -> dict[tuple[int, int, int], Candidate]:
+    """(M, N, K) -> the table's selected winner there, for every shape with a verified winner and cuBLAS row."""
+    rows = eligible_rows(ranked=results.ranked).filter(pl.col("cublas_ms").is_not_null())
+    timing = {(int(r["M"]), int(r["N"]), int(r["K"]), str(r["config_id"])): (float(r["median_ms"]), float(r["cublas_ms"]))
+              for r in rows.select("M", "N", "K", "config_id", "median_ms", "cublas_ms").iter_rows(named=True)}
+    shapes = sorted({(m, n, k) for (m, n, k, _) in timing})
+    candidates = {}
+    for m, n, k in shapes:
+        entry = manifest_entry_at(results.entries, m=m, n=n, k=k)
+        measured = timing.get((m, n, k, str(entry["CONFIG_ID"]))) if entry is not None else None
+        if entry is not None and measured is not None:
+            candidates[(m, n, k)] = Candidate(table=results.name, kernel=str(entry["KERNEL"]),
+                                              config_id=str(entry["CONFIG_ID"]), median_ms=measured[0],
+                                              cublas_ms=measured[1])
+    return candidates
+
+
+def choose_tables(*, candidates: dict[str, dict[tuple[int, int, int], Candidate]], order: tuple[str, ...],
+                  tolerance: float = 0.0) -> dict[tuple[int, int, int], Candidate]:
+    """Per shape (sorted by N, K, M), the candidate with the highest speedup; near-ties go to ``order``'s first."""
+    shapes = sorted({shape for per_table in candidates.values() for shape in per_table},
+                    key=lambda s: (s[1], s[2], s[0]))
+    chosen = {}
+    for shape in shapes:
+        present = [candidates[name][shape] for name in order if shape in candidates.get(name, {})]
+        best = max(candidate.speedup for candidate in present)
+        chosen[shape] = next(c for c in present if c.speedup * (1.0 + tolerance) >= best)
+    return chosen
+
+
+def dispatch_entries(*, chosen: dict[tuple[int, int, int], Candidate]) -> list[dict[str, Any]]:
+    """Dispatch entries in lookup order: per (N, K), adjacent Ms with the same table and config merged."""
+    entries: list[dict[str, Any]] = []
+    by_nk: dict[tuple[int, int], list[tuple[int, Candidate]]] = {}
+    for (m, n, k), candidate in sorted(chosen.items(), key=lambda item: (item[0][1], item[0][2], item[0][0])):
+        by_nk.setdefault((n, k), []).append((m, candidate))
+    for (n, k), picks in by_nk.items():
+        ranges: list[list[Any]] = []
+        for m, candidate in picks:
+            if ranges and (ranges[-1][2].table, ranges[-1][2].config_id) == (candidate.table, candidate.config_id):
+                continue
+            if ranges:
+                ranges[-1][1] = m
+            ranges.append([m, None, candidate])
+        ranges[0][0] = FIRST_M
+        ranges[-1][1] = INT32_MAX
+        entries.extend({"M": start, "M_END": end, "N": n, "K": k, "KERNEL": c.kernel, "TABLE": c.table,
+                        "CONFIG_ID": c.config_id} for start, end, c in ranges)
+    return entries
+
+
+def check_manifest_matches(*, results: TableResults) -> None:
+    """The manifest must come from these ranked rows (same data hash), or the comparison is meaningless."""
+    from pipeline.errors import TuneTableError
+
+    recorded = results.provenance.get("data_hash")
+    current = data_hash(ranked=results.ranked)
+    if recorded != current:
+        raise TuneTableError(f"manifest of table {results.name} was selected from other measurements (data hash "
+                             f"{recorded}, ranked rows {current}): run `tunetable select --table {results.name}` first")
+
+
+def dispatch_provenance(*, name: str, tables: list[TableResults],
+                        chosen: dict[tuple[int, int, int], Candidate]) -> dict[str, Any]:
+    """Every table's measurement (content key, data hash, kernel, device, date, git revision) and its wins."""
+    def union(field_name: str) -> str:
+        values = sorted({str(v) for t in tables for v in str(t.provenance.get(field_name, "unknown")).split(",")})
+        return ",".join(values)
+
+    dates = [str(t.provenance.get("date", "unknown")) for t in tables]
+    known = [d for d in dates if d != "unknown"]
+    wins = {t.name: sum(1 for c in chosen.values() if c.table == t.name) for t in tables}
+    provenance: dict[str, Any] = {
+        "table": name,
+        "tables": ",".join(t.name for t in tables),
+        "basis": "cuBLAS median / selected winner median, both from the same shard",
+        "device": union("device"),
+        "driver": union("driver"),
+        "date": max(known) if known else "unknown",
+        "shapes": len(chosen),
+    }
+    for t in tables:
+        for key in ("results_key", "data_hash", "kernel_hash", "backend", "date", "git_rev"):
+            provenance[f"{t.name}_{key}"] = str(t.provenance.get(key, "unknown"))
+        provenance[f"{t.name}_shapes_won"] = wins[t.name]
+    return provenance
+
+
+def build_dispatch_manifest(*, name: str, tables: list[TableResults], tolerance: float = 0.0) -> str:
+    """The dispatch manifest text, byte-identical for the same manifests and ranked measurements."""
+    for results in tables:
+        check_manifest_matches(results=results)
+    order = tuple(t.name for t in tables)
+    chosen = choose_tables(candidates={t.name: table_candidates(results=t) for t in tables}, order=order,
+                           tolerance=tolerance)
+    entries = dispatch_entries(chosen=chosen)
+    defaults, own = split_defaults(entries=entries)
+    tie = f"within {tolerance:g} (relative)" if tolerance else "exact ties"
+    header = [f"tunetable dispatch manifest {name}: generated by `tunetable select --dispatch`; do not edit by hand.",
+              (f"Per shape, the table ({', '.join(order)}) whose selected winner has the highest speedup over the "
+               f"cuBLAS baseline of its own shard; {tie} go to the table listed first.")]
+    return manifest_text(header=header, top={"provenance": dispatch_provenance(name=name, tables=tables, chosen=chosen)},
+                         defaults=defaults, anchor="defaults", list_key="params", entries=own)

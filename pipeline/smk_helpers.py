@@ -8,6 +8,11 @@ A raw shard's path carries the content key of everything that produced it, so a 
 final: only missing shards get a producing rule. Existing ones are plain inputs, and nothing
 upstream (a re-created compile report after a fresh clone, a forced rule) can re-measure them.
 
+Without a GPU the tables replay their recordings (``tables.<name>.recording``). A table whose
+recording is absent (a new table not measured on a GPU yet) is left out of the run and the banner
+says so: its checked-in manifest and generated list stay as committed, and so does every dispatch
+list that names it. With a GPU every declared table is measured.
+
 Checked-in files (manifests/*.yaml, kernels/tuning_configs.py) are never Snakemake outputs:
 Snakemake deletes a job's outputs before it runs and after it fails, which would delete reviewed
 files. The select and codegen rules write them in place (atomically, through the CLI) and declare
@@ -18,14 +23,23 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pipeline import paths
 from pipeline.errors import TuneTableError
 from pipeline.keys import canonical_json, sha256_text
-from pipeline.params import SCHEMA_PATH, TableSpec, load_params, table_specs  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
+from pipeline.params import (  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
+    SCHEMA_PATH,
+    DispatchSpec,
+    TableSpec,
+    dispatch_specs,
+    load_params,
+    table_bench_params,
+    table_specs,
+)
 
 # The CLI as the interpreter running Snakemake sees it: works without an activated venv.
 CLI = f"{shlex.quote(sys.executable)} -m pipeline"
@@ -33,24 +47,29 @@ CLI = f"{shlex.quote(sys.executable)} -m pipeline"
 GPU_CLAIM = f"{shlex.quote(sys.executable)} -m pipeline.gpu_claim "
 STAMPS = paths.RESULTS / "stamps"
 KEY_PATTERN = "[0-9a-f]{16}"
+NO_RECORDING = "no-recording.parquet"  # what a live plan passes when no table names a recording (never read)
 
 
 @dataclass(frozen=True)
 class Plan:
     """Everything the rules need, resolved once per parse."""
 
-    tables: tuple[TableSpec, ...]
+    tables: tuple[TableSpec, ...]     # the tables this run measures or replays
     backend: str                      # resolved: "cuda" or "replay"
-    backend_line: str                 # the loud line that says which and why
+    backend_line: str                 # the loud line(s) that say which and why
     keys: Mapping[str, str]           # table -> content key of its raw shards
-    recording: Path
+    recordings: Mapping[str, Path] = field(default_factory=dict)   # replay: table -> its recording
+    skipped: Mapping[str, str] = field(default_factory=dict)        # declared tables left out -> why
+    dispatches: tuple[DispatchSpec, ...] = ()                       # dispatch lists selected in this run
+    skipped_dispatches: Mapping[str, str] = field(default_factory=dict)
 
     def table(self, name: str) -> TableSpec:
-        """The TableSpec of a declared table."""
+        """The TableSpec of a table this run covers."""
         for spec in self.tables:
             if spec.name == name:
                 return spec
-        raise TuneTableError(f"unknown table '{name}'", path="params.yaml", where="tables")
+        why = f": {self.skipped[name]}" if name in self.skipped else ""
+        raise TuneTableError(f"table '{name}' is not part of this run{why}", path="params.yaml", where="tables")
 
 
 def check_params_file(path: str | Path) -> None:
@@ -58,28 +77,70 @@ def check_params_file(path: str | Path) -> None:
     load_params(path)
 
 
-def check_manifest_paths(tables: tuple[TableSpec, ...], *, path: str | Path) -> None:
-    """Each table's manifest must be manifests/<table>.yaml: the rules derive it from the name."""
-    for spec in tables:
+def check_manifest_paths(specs: Sequence[TableSpec | DispatchSpec], *, path: str | Path) -> None:
+    """Each table's (and dispatch list's) manifest must be manifests/<name>.yaml: the rules derive it."""
+    for spec in specs:
         expected = manifest_path(spec.name)
         if Path(spec.codegen.manifest) != expected:
+            section = "dispatch" if isinstance(spec, DispatchSpec) else "tables"
             raise TuneTableError(
-                f"manifest must be {expected} (the pipeline derives it from the table name)",
-                path=path, where=f"tables.{spec.name}.codegen.manifest",
+                f"manifest must be {expected} (the pipeline derives it from the name)",
+                path=path, where=f"{section}.{spec.name}.codegen.manifest",
             )
 
 
-def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> Plan:
-    """Resolve backend and content keys for every declared table (the Snakefile calls this once)."""
-    from pipeline.bench.plan import recording_path, resolve_backend, shard_key
+def recording_of(spec: TableSpec, *, path: str | Path) -> Path:
+    """The recording a table names (tables.<name>.recording)."""
+    if spec.recording is None:
+        raise TuneTableError("the table names no recording to replay", path=path, where=f"tables.{spec.name}.recording")
+    return Path(spec.recording)
 
-    tables = tuple(table_specs(dict(config), path=params_path))
-    check_manifest_paths(tables, path=params_path)
-    recording = recording_path(params=config)
+
+def skip_reason(spec: TableSpec) -> str | None:
+    """Why a replayed run must leave a table out (its recording is absent), or None."""
+    if spec.recording is None:
+        return "it names no recording (tables.<name>.recording) and no GPU measures it"
+    if not Path(spec.recording).is_file():
+        return (f"its recording {spec.recording} is absent and this run does not measure on a GPU "
+                f"(measure it with `tunetable bench --table {spec.name} --backend cuda --all-shapes`, then "
+                f"`tunetable record --table {spec.name} --name {Path(spec.recording).stem} SHARDS...`)")
+    return None
+
+
+def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> Plan:
+    """Resolve backend, covered tables and content keys (the Snakefile calls this once per parse)."""
+    from pipeline.bench.plan import gpu_visible, resolve_backend, shard_key
+
+    params = dict(config)
+    declared = tuple(table_specs(params, path=params_path))
+    dispatch = tuple(dispatch_specs(params, path=params_path))
+    check_manifest_paths([*declared, *dispatch], path=params_path)
     requested = str((config.get("bench") or {}).get("backend", "auto"))
-    choice = resolve_backend(requested=requested, recording=recording)
-    keys = {spec.name: shard_key(config, spec, choice.backend) for spec in tables}
-    return Plan(tables=tables, backend=choice.backend, backend_line=choice.reason, keys=keys, recording=recording)
+    live = requested == "cuda" or (requested == "auto" and gpu_visible())
+    # Replaying, the first table whose recording is present speaks for the backend; with none
+    # present, the first table naming one gives the error (no such recording).
+    probe = next((spec for spec in declared if skip_reason(spec) is None), None)
+    probe = probe or next((spec for spec in declared if spec.recording is not None), declared[0])
+    recording = Path(probe.recording) if probe.recording is not None else None
+    if recording is None and not live:
+        recording = recording_of(probe, path=params_path)  # raises: no table names a recording
+    first = resolve_backend(requested=requested, recording=recording or Path(NO_RECORDING))
+    if first.backend == "cuda":
+        tables, skipped, lines, recordings = declared, {}, [first.reason], {}
+    else:
+        tables = tuple(spec for spec in declared if skip_reason(spec) is None)
+        skipped = {spec.name: str(skip_reason(spec)) for spec in declared if skip_reason(spec) is not None}
+        recordings = {spec.name: recording_of(spec, path=params_path) for spec in tables}
+        lines = [resolve_backend(requested=requested, recording=recordings[spec.name]).reason for spec in tables]
+    keys = {spec.name: shard_key(table_bench_params(params, spec), spec, first.backend) for spec in tables}
+    covered = {spec.name for spec in tables}
+    active = tuple(spec for spec in dispatch if covered.issuperset(spec.tables))
+    skipped_dispatches = {
+        spec.name: f"table {', '.join(t for t in spec.tables if t not in covered)} is not part of this run"
+        for spec in dispatch if spec not in active
+    }
+    return Plan(tables=tables, backend=first.backend, backend_line="\n".join(lines), keys=keys,
+                recordings=recordings, skipped=skipped, dispatches=active, skipped_dispatches=skipped_dispatches)
 
 
 def banner(plan: Plan) -> str:
@@ -88,7 +149,12 @@ def banner(plan: Plan) -> str:
         what = "REPLAYING the committed recording (no GPU timing happens in this run)"
     else:
         what = "MEASURING LIVE on the GPU"
-    return f"tunetable: {what}\ntunetable: {plan.backend_line}"
+    lines = [what, *plan.backend_line.splitlines()]
+    lines += [f"SKIPPING table {name}: {why}; manifests/{name}.yaml and its generated list stay as committed"
+              for name, why in plan.skipped.items()]
+    lines += [f"SKIPPING dispatch list {name}: {why}; manifests/{name}.yaml and its generated list stay as committed"
+              for name, why in plan.skipped_dispatches.items()]
+    return "\n".join(f"tunetable: {line}" for line in lines)
 
 
 def manifest_path(table: str) -> Path:
@@ -176,11 +242,12 @@ def missing_shard_pattern(plan: Plan) -> str:
     return "(?:" + "|".join(re.escape(name) for name in names) + ")"
 
 
-def replay_inputs(plan: Plan) -> list[str]:
-    """The recording and its provenance sidecar."""
+def replay_inputs(plan: Plan, *, table: str) -> list[str]:
+    """A table's recording and its provenance sidecar."""
     from pipeline.bench.plan import sidecar_path
 
-    return [str(plan.recording), str(sidecar_path(plan.recording))]
+    recording = plan.recordings[table]
+    return [str(recording), str(sidecar_path(recording))]
 
 
 def all_shards(plan: Plan) -> list[str]:
@@ -205,14 +272,30 @@ def metrics_outputs(table: str) -> dict[str, str]:
     return {"json": str(paths.metrics(table)), "csv": str(csv), "png": str(csv.with_suffix(".png"))}
 
 
-def codegen_inputs(plan: Plan) -> list[str]:
-    """Select stamps, snippets and targets: a hand edit of a generated file re-runs codegen."""
-    files: list[str] = [str(select_stamp(spec.name)) for spec in plan.tables]
-    for spec in plan.tables:
+def codegen_inputs(plan: Plan, config: Mapping[str, Any]) -> list[str]:
+    """Select stamps, snippets and targets: a hand edit of a generated file re-runs codegen.
+
+    Codegen renders every declared table and dispatch list; the manifests of those this run leaves
+    out are plain inputs (their select rule is not part of the run).
+    """
+    params = dict(config)
+    files: list[str] = [str(select_stamp(spec.name)) for spec in (*plan.tables, *plan.dispatches)]
+    files += [str(manifest_path(name)) for name in (*plan.skipped, *plan.skipped_dispatches)]
+    for spec in (*table_specs(params), *dispatch_specs(params)):
         files.append(spec.codegen.snippet)
         files.extend(spec.codegen.variants.values())
         files.append(spec.codegen.target)
     return sorted(set(files), key=files.index)
+
+
+def dispatch_ranked_options(spec: DispatchSpec) -> str:
+    """``--ranked TABLE=PATH`` for each table of a dispatch list, as one shell fragment."""
+    return " ".join(f"--ranked {table}={ranked_outputs(table)['parquet']}" for table in spec.tables)
+
+
+def dispatch_inputs(spec: DispatchSpec) -> list[str]:
+    """What a dispatch list is selected from: each table's ranked parquet and select stamp (its manifest)."""
+    return [path for table in spec.tables for path in (ranked_outputs(table)["parquet"], str(select_stamp(table)))]
 
 
 def fingerprint(value: Any) -> str:
@@ -232,8 +315,16 @@ def select_settings(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def codegen_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Every table's codegen settings."""
-    return {name: spec["codegen"] for name, spec in config["tables"].items()}
+    """Every table's and dispatch list's codegen settings."""
+    settings = {name: spec["codegen"] for name, spec in config["tables"].items()}
+    settings.update({name: spec["codegen"] for name, spec in (config.get("dispatch") or {}).items()})
+    return settings
+
+
+def dispatch_settings(config: Mapping[str, Any], *, name: str) -> dict[str, Any]:
+    """What a dispatch manifest depends on besides its inputs: the list's tables and tie tolerance."""
+    spec = dict((config.get("dispatch") or {})[name])
+    return {"tables": spec.get("tables"), "tie_tolerance": spec.get("tie_tolerance", 0.0)}
 
 
 def wildcard_constraints(plan: Plan) -> dict[str, str]:

@@ -8,6 +8,7 @@
 #   trust = bench, then the same shards again in a separate process + benchmarks/bench_trust.py
 #   env: TABLE (gemm_mma), RECORDING (h200_gemm_mma), SHAPES ("M,N,K M,N,K": instead of --all-shapes),
 #        GPU_TESTS (pytest paths, default tests/gpu), TEST_TIMEOUT_S (300), BENCH_TIMEOUT_S (560),
+#        FIGURES_CMD (a command run after the bench, writing under results/figures),
 #        TUNETABLE_GIT_REV (the commit measured: the device's copy of the tree has no .git, so pass
 #        TUNETABLE_GIT_REV=$(git rev-parse --short=12 HEAD) in the device command)
 set -uo pipefail
@@ -83,7 +84,14 @@ if [ "$STAGE" = trust ]; then
     results/rerun/recordings/"${RECORDING}_rerun".parquet --out results/rerun/bench_trust.json
 fi
 
-tar czf "$OUT/results.tar.gz" results/grid results/compile results/raw results/rerun 2>>"$LOG"
+if [ -n "${FIGURES_CMD:-}" ]; then
+  # Benchmark figures measured in the same call (e.g. benchmarks/gemm_vs_cublas.py --out results/figures);
+  # they travel in results.tar.gz.
+  mkdir -p results/figures
+  step figures "$OUT/bench.log" bash -c "$FIGURES_CMD"
+fi
+
+tar czf "$OUT/results.tar.gz" results/grid results/compile results/raw results/rerun results/figures 2>>"$LOG"
 note "files: $(cd "$OUT" && ls | tr '\n' ' ')"
 # Back from $OUT (<= 8 files): session.log (device facts first) summary.txt build.log pytest_gpu.log bench.log
 #   results.tar.gz and the recording (RECORDING.parquet + .json) when the bench ran.

@@ -132,3 +132,33 @@ def test_cuda_jobs_refuse_a_compile_report_whose_cubins_are_gone(tmp_path: Path)
     jobs = cuda_jobs(table=table, shapes=[(1, 4096, 4096), (3, 4096, 4096)], key="k", results_root=tmp_path)
     assert [j.shard_path.name for j in jobs] == ["M1_N4096_K4096.pkl", "M3_N4096_K4096.pkl"]
     assert [t.config_id for t in jobs[0].tasks] == ["ca", "cb", "cublas"]
+
+
+def test_shard_key_changes_with_the_search_and_not_without_one(tmp_path: Path) -> None:
+    params = load_params(REPO / "params.yaml")
+    table = table_spec(params, "gemm_mma")
+    default = shard_key(params, replace(table, search={}), "cuda")
+    # No search, a plain exhaustive, or settings that change nothing of an unbudgeted exhaustive run: today's key.
+    for same in ({"strategy": "exhaustive"}, {"strategy": "exhaustive", "seed": 3, "transfer": False}):
+        assert shard_key(params, replace(table, search=same), "cuda") == default
+    keys = {default}
+    for search in ({"strategy": "model", "max_fevals": 5}, {"strategy": "model", "max_fevals": 6},
+                   {"strategy": "model", "max_fevals": 5, "seed": 1}, {"strategy": "random", "max_fevals": 5},
+                   {"strategy": "exhaustive", "top_k": 10}, {"strategy": "exhaustive", "time_limit": 60}):
+        key = shard_key(params, replace(table, search=search), "cuda")
+        assert key not in keys, search
+        keys.add(key)
+    # learn_from is keyed by the recording's content, not its path.
+    first, second, copy = tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "a_copy.parquet"
+    first.write_bytes(b"one")
+    second.write_bytes(b"two")
+    copy.write_bytes(b"one")
+    learned = {name: shard_key(params, replace(table, search={"strategy": "model", "max_fevals": 5,
+                                                               "learn_from": str(path)}), "cuda")
+               for name, path in (("first", first), ("second", second), ("copy", copy))}
+    assert learned["first"] == learned["copy"] != learned["second"] and learned["first"] not in keys
+    with pytest.raises(TuneTableError, match=r"gone.parquet: tables.gemm_mma.search.learn_from: no such recording"):
+        shard_key(params, replace(table, search={"strategy": "model", "max_fevals": 5,
+                                                 "learn_from": str(tmp_path / "gone.parquet")}), "cuda")
+    with pytest.raises(TuneTableError, match=r"tables.gemm_mma.search: search setting max_fevals must be a positive"):
+        shard_key(params, replace(table, search={"strategy": "model", "max_fevals": True}), "cuda")

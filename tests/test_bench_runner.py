@@ -144,3 +144,64 @@ def test_bench_progress_logs_one_line_per_shard_with_its_best(tmp_path: Path) ->
     log = buffer.getvalue()
     assert "shard M=32 N=48 K=40 done: 2 rows, best a " in log and "1 failed so far" in log
     assert progress.progress.tasks[0].completed == 2
+
+
+def _search_job(tmp_path: Path, *, m: int, n: int = 48, k: int = 40) -> ShardJob:
+    """Eight CPU configurations (two of them wrong) and a baseline, named like real shards so neighbours find them."""
+    from pipeline.bench.plan import baseline_task
+
+    entries = {f"c{i}": {"entry": "gemm_wrong" if i in (2, 5) else "gemm"} for i in range(8)}
+    tasks = tuple(ConfigTask(config_id=cid, mesh_idx=i, family="cpu", params=(("ENTRY", payload["entry"]), ("TILE", i)))
+                  for i, (cid, payload) in enumerate(entries.items())) + (baseline_task(),)
+    stem = f"M{m}_N{n}_K{k}"
+    return ShardJob(table="t", m=m, n=n, k=k, tasks=tasks, payloads={**entries, "cublas": {"entry": "gemm"}},
+                    journal_path=tmp_path / f"{stem}.journal.jsonl", shard_path=tmp_path / f"{stem}.pkl",
+                    content_key="key", kernel_hash="hash")
+
+
+def test_a_search_measures_only_what_it_picks_and_records_itself_in_every_row(tmp_path: Path) -> None:
+    from pipeline.results import SEARCH_FIELDS
+    from pipeline.search import make_strategy
+    from pipeline.search.driver import TableSearch
+
+    search = TableSearch(plan=make_strategy({"strategy": "random", "max_fevals": 3, "seed": 2}), shard_dir=tmp_path)
+    job = _search_job(tmp_path, m=16)
+    rows = run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], search=search)[job.shard_path]
+    kernels = [r for r in rows if r["kind"] == "kernel"]
+    assert len(kernels) == 3 and rows[-1]["config_id"] == "cublas" and rows[-1]["status"] == "ok"
+    assert [r["search_step"] for r in rows] == [0, 1, 2, None]
+    for row in rows:
+        assert (row["search"], row["search_strategy"], row["search_seed"], row["search_max_fevals"]) == \
+            ("random(max_fevals=3,seed=2)", "random", 2, 3)
+        assert row["search_time_limit"] is None and row["search_top_k"] is None
+    # Only the picked configurations (and the baseline) ever reached the worker; wrong ones count as measured.
+    touched = {r["config_id"] for r in journal_records(job.journal_path)}
+    assert touched == {r["config_id"] for r in rows}
+    assert all(r["status"] == ("verify" if r["ENTRY"] == "gemm_wrong" else "ok") for r in kernels)
+    shard = read_shard(job.shard_path)
+    frame = shard["merged_df"]
+    assert set(ROW_FIELDS) <= set(frame.columns) and set(SEARCH_FIELDS) <= set(frame.columns)
+    assert list(frame.columns[:5]) == list(KBENCH_FIELDS)
+    assert shard["provenance"]["search"]["stop_reason"] == "max_fevals"
+    assert [t["config_id"] for t in shard["provenance"]["search"]["trace"]] == [r["config_id"] for r in kernels]
+
+    # A killed search resumes from the journal: the same picks, nothing measured twice.
+    samples = sum(1 for r in journal_records(job.journal_path) if r["type"] == "sample")
+    job.shard_path.unlink()
+    again = run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], search=search)[job.shard_path]
+    assert [(r["config_id"], r["median_ms"]) for r in again] == [(r["config_id"], r["median_ms"]) for r in rows]
+    assert sum(1 for r in journal_records(job.journal_path) if r["type"] == "sample") == samples
+
+
+def test_a_search_starts_from_the_winners_of_neighbours_measured_earlier(tmp_path: Path) -> None:
+    from pipeline.search import make_strategy
+    from pipeline.search.driver import TableSearch
+
+    first, second = _search_job(tmp_path, m=64), _search_job(tmp_path, m=32)
+    search = TableSearch(plan=make_strategy({"strategy": "model", "max_fevals": 4, "seed": 0}), shard_dir=tmp_path)
+    results = run_shards(jobs=[first, second], settings=SETTINGS, runner="cpu-test", gpus=[None], search=search)
+    ok = sorted((r["median_ms"], r["config_id"]) for r in results[first.shard_path] if r["kind"] == "kernel" and r["status"] == "ok")
+    seeds = read_shard(second.shard_path)["provenance"]["search"]["transfer_seeds"]
+    assert seeds == [cid for _, cid in ok[:2]]
+    assert [r["config_id"] for r in results[second.shard_path][:2]] == seeds   # measured first
+    assert read_shard(first.shard_path)["provenance"]["search"]["transfer_seeds"] == []

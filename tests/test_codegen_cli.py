@@ -104,6 +104,7 @@ def write_params(root: Path, tables: dict[str, dict[str, object]]) -> Path:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     template = params["tables"]["gemm_mma"]
     params["tables"] = {name: {**template, "codegen": section} for name, section in tables.items()}
+    params.pop("dispatch", None)  # it names the repo's tables
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

@@ -13,10 +13,14 @@ import pytest
 import kernels
 from kernels.dispatch import (
     DEFAULT_TUNABLES,
+    DISPATCH_LIST,
     INT32_MAX,
     SKINNY_TUNABLES,
+    WGMMA_DEFAULT_TUNABLES,
+    WGMMA_SKINNY_TUNABLES,
     Dispatcher,
     FallbackWarning,
+    FamilyDispatcher,
     NoGpuError,
     cubin_for,
     kernel_config,
@@ -25,7 +29,7 @@ from kernels.dispatch import (
     most_common_entry,
     operand,
 )
-from kernels.tuning_configs import TABLES, TuningConfig
+from kernels.tuning_configs import TABLES, FamilyChoice, TuningConfig, WgmmaTuningConfig
 
 SMALL = {"block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4, "stages": 4, "split_k": 4, "group_m": 1}
 MEDIUM = {"block_m": 64, "block_n": 128, "block_k": 64, "warps_m": 2, "warps_n": 4, "stages": 4, "split_k": 1, "group_m": 8}
@@ -147,13 +151,27 @@ def test_covered_shapes_do_not_warn_and_are_memoised() -> None:
 # --- the generated table and configurations ---------------------------------------------------
 
 def test_every_generated_entry_matches_its_config_id_and_grid_defines() -> None:
+    from kernels.families import FAMILIES
+
     for table, entries in TABLES.items():
         for item in entries:
             config = kernel_config(item)
             defines = config.defines()
             assert config.id == item.config_id, (table, item)
-            assert defines["THREADS"] == item.warps_m * item.warps_n * 32
+            assert defines["THREADS"] == FAMILIES[item.kernel].threads(defines)
             assert defines["BLOCK_M"] == item.block_m and defines["SPLIT_K"] == item.split_k
+
+
+def test_every_generated_dispatch_entry_names_its_tables_entry() -> None:
+    """The dispatch list's config ids are what the named table's own lookup gives (both generated together)."""
+    from kernels.tuning_configs import DISPATCH
+
+    for choice in DISPATCH[DISPATCH_LIST]:
+        entries = TABLES[choice.table]
+        for m in {choice.m, choice.m_end - 1}:
+            index = lookup(entries, m=m, n=choice.n, k=choice.k)
+            assert index is not None, choice
+            assert (entries[index].config_id, entries[index].kernel) == (choice.config_id, choice.kernel), choice
 
 
 def test_entry_with_a_stale_config_id_is_a_clear_error() -> None:
@@ -245,6 +263,138 @@ def test_import_needs_no_pycuda() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=Path(kernels.__file__).parents[1])
     assert done.stdout.strip() == "False"
+
+
+# --- the cross-family dispatch list ------------------------------------------------------------
+
+def wgmma_entry(tunables: dict[str, int], *, m: int, m_end: int, n: int = 4096, k: int = 4096) -> WgmmaTuningConfig:
+    full = make_entry(tunables=tunables, n=n, k=k, kernel="gemm_wgmma")
+    return WgmmaTuningConfig(**{**full.__dict__, "m": m, "m_end": m_end})
+
+
+def choice(table: str, *, m: int, m_end: int, config_id: str, n: int = 4096, k: int = 4096) -> FamilyChoice:
+    return FamilyChoice(m=m, m_end=m_end, n=n, k=k, kernel=table, table=table, config_id=config_id)
+
+
+def family_dispatcher() -> FamilyDispatcher:
+    """gemm_mma serves M < 64 and M >= 4096 of (4096, 4096), gemm_wgmma the Ms between; nothing else."""
+    mma = [entry(SMALL, m=1, m_end=64), entry(LARGE, m=64, m_end=INT32_MAX),
+           entry(MEDIUM, m=1, m_end=INT32_MAX, n=14336)]
+    wgmma = [wgmma_entry(WGMMA_SKINNY_TUNABLES, m=1, m_end=256), wgmma_entry(WGMMA_DEFAULT_TUNABLES, m=256, m_end=INT32_MAX)]
+    choices = [choice("gemm_mma", m=1, m_end=64, config_id=mma[0].config_id),
+               choice("gemm_wgmma", m=64, m_end=256, config_id=wgmma[0].config_id),
+               choice("gemm_wgmma", m=256, m_end=4096, config_id=wgmma[1].config_id),
+               choice("gemm_mma", m=4096, m_end=INT32_MAX, config_id=mma[1].config_id)]
+    return FamilyDispatcher(choices=choices, tables={"gemm_mma": mma, "gemm_wgmma": wgmma})
+
+
+def test_dispatch_list_picks_the_table_then_the_table_picks_the_configuration() -> None:
+    dispatch = family_dispatcher()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        picks = {m: dispatch.decide(m=m, n=4096, k=4096) for m in (1, 63, 64, 255, 256, 4095, 4096, 10**6)}
+    assert {m: d.entry.kernel for m, d in picks.items()} == {
+        1: "gemm_mma", 63: "gemm_mma", 64: "gemm_wgmma", 255: "gemm_wgmma", 256: "gemm_wgmma", 4095: "gemm_wgmma",
+        4096: "gemm_mma", 10**6: "gemm_mma"}
+    assert picks[64].entry.block_m == 64 and picks[256].entry.consumers == 2 and picks[4096].entry.warps_n == 4
+    assert all(d.choice is not None and d.choice.table == d.entry.kernel and not d.fallback for d in picks.values())
+    assert picks[255].choice.config_id == picks[255].entry.config_id
+    assert dispatch.decide(m=64, n=4096, k=4096) is picks[64]  # memoised
+
+
+def test_shapes_the_list_does_not_cover_go_to_gemm_mma_as_before() -> None:
+    dispatch = family_dispatcher()
+    covered = dispatch.decide(m=77, n=14336, k=4096)  # no dispatch entry, gemm_mma has the (N, K)
+    assert covered.choice is None and covered.entry.kernel == "gemm_mma" and not covered.fallback
+
+    def gemm_like(**shape: int):  # kernels.gemm calls decide from one level below its caller
+        return dispatch.decide(**shape)
+
+    with pytest.warns(FallbackWarning, match="gemm_mma: no tuned entry for M=77, N=2048, K=1024") as caught:
+        uncovered = gemm_like(m=77, n=2048, k=1024)
+    assert uncovered.fallback and uncovered.entry.kernel == "gemm_mma"
+    assert caught[0].filename == __file__  # the warning names gemm()'s caller (here: this test)
+
+
+def test_an_empty_family_table_runs_its_own_heuristic() -> None:
+    dispatch = FamilyDispatcher(choices=[choice("gemm_wgmma", m=1, m_end=INT32_MAX, config_id="c0")],
+                                tables={"gemm_mma": [], "gemm_wgmma": []})
+    with pytest.warns(FallbackWarning, match="gemm_wgmma: no tuned entry .* the table is empty"):
+        small = dispatch.decide(m=7, n=4096, k=4096)
+    with pytest.warns(FallbackWarning):
+        large = dispatch.decide(m=4096, n=4096, k=4096)
+    assert isinstance(small.entry, WgmmaTuningConfig) and small.entry.block_m == WGMMA_SKINNY_TUNABLES["block_m"]
+    assert large.entry.consumers == WGMMA_DEFAULT_TUNABLES["consumers"]
+
+
+def test_a_dispatch_list_naming_an_unknown_table_is_refused() -> None:
+    with pytest.raises(ValueError, match="dispatch list names unknown tables gemm_other"):
+        FamilyDispatcher(choices=[choice("gemm_other", m=1, m_end=8, config_id="c0")], tables={"gemm_mma": []})
+
+
+def test_the_process_wide_dispatcher_is_the_generated_one_and_can_be_replaced() -> None:
+    from kernels import dispatch as module
+    from kernels.tuning_configs import DISPATCH
+
+    generated = module.dispatcher()
+    assert isinstance(generated, FamilyDispatcher) and generated.choices == tuple(DISPATCH[DISPATCH_LIST])
+    assert module.dispatcher("gemm_mma") is generated.tables["gemm_mma"]
+    assert module.dispatcher("gemm_mma").entries == tuple(TABLES["gemm_mma"])
+    custom = family_dispatcher()
+    try:
+        module.set_dispatcher(custom)
+        assert module.dispatcher() is custom
+    finally:
+        module.set_dispatcher(None)
+    assert module.dispatcher() is not custom and module.dispatcher().choices == generated.choices
+
+
+def test_make_entry_names_missing_and_unknown_tunables() -> None:
+    with pytest.raises(ValueError, match=r"gemm_wgmma: tunables must be .* \(missing: cluster_m, cluster_n, consumers, "
+                                         "raster; unknown: warps_m, warps_n"):
+        make_entry(tunables=SMALL, n=4096, k=4096, kernel="gemm_wgmma")
+    with pytest.raises(ValueError, match="unknown kernel family 'gemm_nope'"):
+        make_entry(tunables=SMALL, n=4096, k=4096, kernel="gemm_nope")
+
+
+def test_wgmma_entries_hash_like_the_grid() -> None:
+    """A wgmma entry's config id and defines are the grid's (derived THREADS and SMEM_BYTES included)."""
+    from pipeline.grid import expand
+    from pipeline.params import load_params, table_spec
+
+    spec = table_spec(load_params(Path(kernels.__file__).parents[1] / "params.yaml"), "gemm_wgmma")
+    by_id = {config.id: config for config in expand(spec).kept}
+    for tunables in (WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES):
+        item = make_entry(tunables=tunables, n=4096, k=4096, kernel="gemm_wgmma")
+        assert kernel_config(item).defines() == by_id[item.config_id].defines()
+
+
+def test_struct_plan_keeps_one_argument_set_per_address_triple() -> None:
+    """The TMA plan's argument cache (exercised with gemm_mma's pointer family: no libcuda needed here)."""
+    from kernels.dispatch import ARGUMENT_CACHE_SIZE, StructPlan
+    from kernels.families import FAMILIES
+
+    plan = StructPlan(kernel=None, family=FAMILIES["gemm_mma"], defines={}, grid=(1, 1, 1), block=(128, 1, 1),
+                      smem_bytes=0, workspace=None, workspace_ptr=0x5000)
+    first = plan.arguments_for(0x1000, 0x2000, 0x3000, 7, 4096, 4096)
+    assert plan.arguments_for(0x1000, 0x2000, 0x3000, 7, 4096, 4096) is first and plan.encodes == 1
+    assert [item.value for item in first.storage] == [0x1000, 0x2000, 0x3000, 0x5000, 7, 4096, 4096]
+    for index in range(ARGUMENT_CACHE_SIZE):
+        plan.arguments_for(0x10000 * (index + 2), 0x2000, 0x3000, 7, 4096, 4096)
+    assert len(plan.arguments) == ARGUMENT_CACHE_SIZE and (0x1000, 0x2000, 0x3000) not in plan.arguments
+    assert plan.encodes == 1 + ARGUMENT_CACHE_SIZE
+
+
+@pytest.mark.nvcc
+def test_warm_cache_compiles_the_wgmma_tables_configurations() -> None:
+    from kernels.dispatch import warm_cache
+
+    statuses = warm_cache(table="gemm_wgmma")
+    expected = {item.config_id for item in TABLES["gemm_wgmma"]} | {
+        make_entry(tunables=t, n=8, k=8, kernel="gemm_wgmma").config_id
+        for t in (WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES)
+    }
+    assert set(statuses) == expected and set(statuses.values()) == {"ok"}
 
 
 @pytest.mark.nvcc

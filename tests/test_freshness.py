@@ -1,4 +1,4 @@
-"""Every table declared in params.yaml is fresh: its checked-in region matches its manifest.
+"""Every table and dispatch list declared in params.yaml is fresh: its checked-in region matches its manifest.
 
 A failure means a manifest, snippet or marker changed without regenerating: run
 ``tunetable codegen --all`` and commit the result.
@@ -14,14 +14,17 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-DECLARED = list(yaml.safe_load((REPO / "params.yaml").read_text())["tables"])
+PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
+DECLARED = list(PARAMS["tables"])
+DISPATCH_LISTS = list(PARAMS.get("dispatch") or {})
 
 
-@pytest.mark.parametrize("table", DECLARED)
+@pytest.mark.parametrize("table", [*DECLARED, *DISPATCH_LISTS])
 def test_declared_table_is_fresh(table: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pipeline", "codegen", "--table", table, "--check", "--params", "params.yaml"],
         cwd=REPO,
+        check=False,
         capture_output=True,
         text=True,
     )
@@ -30,7 +33,17 @@ def test_declared_table_is_fresh(table: str) -> None:
 
 
 def test_generated_tables_import_and_list_every_declared_table() -> None:
-    from kernels.tuning_configs import TABLES, TuningConfig
+    from kernels.dispatch import ENTRY_TYPES
+    from kernels.tuning_configs import DISPATCH, TABLES, FamilyChoice
 
     assert sorted(TABLES) == sorted(DECLARED)
-    assert all(isinstance(entry, TuningConfig) for entries in TABLES.values() for entry in entries)
+    for name, entries in TABLES.items():
+        assert all(type(entry) is ENTRY_TYPES[PARAMS["tables"][name]["family"]] for entry in entries)
+    assert sorted(DISPATCH) == sorted(DISPATCH_LISTS)
+    assert all(isinstance(entry, FamilyChoice) for entries in DISPATCH.values() for entry in entries)
+
+
+def test_whole_generated_file_is_fresh() -> None:
+    done = subprocess.run([sys.executable, "-m", "pipeline", "codegen", "--all", "--check"], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

@@ -9,8 +9,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from pipeline_repo import NO_RECORDING, RECORDING, REPO, job_counts, project_files, snakemake, tunetable
+from pipeline_repo import (
+    NO_RECORDING,
+    RECORDING,
+    REPO,
+    job_counts,
+    project_files,
+    snakemake,
+    tunetable,
+)
 
 TABLE = "gemm_mma"
 LIVE = ("--config", "bench={backend: cuda}")  # a live plan needs no recording and no GPU to dry-run
@@ -34,21 +41,30 @@ def one_error_line(output: str) -> str:
     return errors[0]
 
 
-def shapes_count() -> int:
+def declared() -> dict:
     import yaml
 
-    shapes = yaml.safe_load((REPO / "params.yaml").read_text())["tables"][TABLE]["shapes"]
+    return yaml.safe_load((REPO / "params.yaml").read_text())["tables"]
+
+
+def shapes_count(table: str = TABLE) -> int:
+    shapes = declared()[table]["shapes"]
     return len(shapes["NK"]) * len(shapes["M"])
 
 
-def test_live_dag_compiles_once_and_benches_each_shard_on_one_gpu(copy: Path) -> None:
+def test_live_dag_compiles_once_per_table_and_benches_each_shard_on_one_gpu(copy: Path) -> None:
     done = snakemake("all", "-n", "--cores", "2", *LIVE, cwd=copy)
     counts = job_counts(done.output)
-    assert counts["compile"] == 1
-    assert counts["bench"] == shapes_count()
-    assert counts["rank"] == counts["select"] == counts["metrics"] == counts["codegen"] == 1
-    shard = re.search(r"output: (results/raw/gemm_mma/([0-9a-f]{16})/M\d+_N\d+_K\d+\.pkl)", done.output)
-    assert shard is not None, done.output[-2000:]
+    tables = declared()
+    assert counts["compile"] == len(tables)
+    assert counts["bench"] == sum(shapes_count(name) for name in tables)
+    assert counts["rank"] == counts["select"] == counts["metrics"] == len(tables)
+    assert counts["codegen"] == 1
+    assert counts["select_gemm_dispatch"] == 1  # every table it names is measured
+    for name in tables:
+        shard = re.search(rf"output: (results/raw/{name}/([0-9a-f]{{16}})/M\d+_N\d+_K\d+\.pkl)", done.output)
+        assert shard is not None, done.output[-2000:]
+    assert "SKIPPING" not in done.output
 
 
 def test_replay_dag_never_compiles(copy: Path) -> None:
@@ -59,6 +75,35 @@ def test_replay_dag_never_compiles(copy: Path) -> None:
     assert "compile" not in counts and "grid" not in counts and "bench" not in counts
     assert counts[f"replay_{TABLE}"] == 1
     assert len(re.findall(r"--shape \d+,\d+,\d+", done.output)) >= shapes_count()
+
+
+def test_replay_leaves_out_a_table_without_its_recording_loudly(copy: Path) -> None:
+    if not RECORDING.is_file():
+        pytest.skip(NO_RECORDING)
+    wgmma = copy / declared()["gemm_wgmma"]["recording"]
+    for path in (wgmma, wgmma.with_suffix(".json")):
+        path.unlink(missing_ok=True)
+    dag = snakemake("all", "-n", "--cores", "2", cwd=copy)
+    counts = job_counts(dag.output)
+    assert "replay_gemm_wgmma" not in counts and "select_gemm_dispatch" not in counts
+    assert counts[f"replay_{TABLE}"] == 1 and counts["codegen"] == 1
+    done = snakemake("measure_all", "--cores", "2", cwd=copy)  # a real run prints the banner (a dry run does not)
+    assert f"tunetable: SKIPPING table gemm_wgmma: its recording {wgmma.relative_to(copy)} is absent" in done.output
+    assert "tunetable: SKIPPING dispatch list gemm_dispatch: table gemm_wgmma is not part of this run" in done.output
+
+
+def test_replay_covers_every_table_whose_recording_is_present(copy: Path) -> None:
+    if not RECORDING.is_file():
+        pytest.skip(NO_RECORDING)
+    # Point gemm_wgmma at an existing recording: the plan only needs the file (this is a dry run,
+    # nothing is replayed), and then both tables and the dispatch list are in the DAG.
+    params = copy / "params.yaml"
+    recording = declared()["gemm_wgmma"]["recording"]
+    params.write_text(params.read_text().replace(f"recording: {recording}", f"recording: {RECORDING.relative_to(REPO)}"))
+    done = snakemake("all", "-n", "--cores", "2", cwd=copy)
+    counts = job_counts(done.output)
+    assert counts["replay_gemm_mma"] == counts["replay_gemm_wgmma"] == counts["select_gemm_dispatch"] == 1
+    assert "SKIPPING" not in done.output
 
 
 def test_default_profile_limits_gpu_jobs(copy: Path) -> None:
@@ -73,12 +118,12 @@ def test_slurm_profile_dry_run(copy: Path) -> None:
     plugin = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None
     executor = () if plugin else ("--executor", "local")
     done = snakemake("all", "-n", "--workflow-profile", "profiles/slurm", *executor, cwd=copy)
-    bench = re.search(r"rule bench:.*?resources: ([^\n]+)", done.output, flags=re.S)
+    bench = re.search(r"rule bench:.*?resources: ([^\n]+)", done.output, flags=re.DOTALL)
     assert bench is not None, done.output[-2000:]
     assert "gres=gpu:1" in bench.group(1) and "slurm_partition=gpu" in bench.group(1)
-    compile_job = re.search(r"rule compile:.*?resources: ([^\n]+)", done.output, flags=re.S)
+    compile_job = re.search(r"rule compile:.*?resources: ([^\n]+)", done.output, flags=re.DOTALL)
     assert compile_job is not None and "cpus_per_task=32" in compile_job.group(1)
-    assert job_counts(done.output)["bench"] == shapes_count()
+    assert job_counts(done.output)["bench"] == sum(shapes_count(name) for name in declared())
 
 
 def test_malformed_params_fail_with_one_line(copy: Path) -> None:
@@ -111,7 +156,8 @@ def test_missing_recording_fails_with_one_line(copy: Path) -> None:
 def test_unknown_table_fails_with_one_line(copy: Path, args: tuple[str, ...]) -> None:
     done = tunetable(*args, cwd=copy, check=False)
     assert done.returncode == 2
-    assert one_error_line(done.output) == "error: params.yaml: tables: unknown table 'nosuch' (declared: gemm_mma)"
+    known = ", ".join(sorted(declared()))
+    assert one_error_line(done.output) == f"error: params.yaml: tables: unknown table 'nosuch' (declared: {known})"
 
 
 def test_trace_line_outside_any_entry(copy: Path) -> None:

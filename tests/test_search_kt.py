@@ -122,3 +122,11 @@ def test_malformed_cache_names_the_file(tmp_path: Path) -> None:
     path.write_text("not json")
     with pytest.raises(TuneTableError, match=r"broken\.json: line 1: not a Kernel Tuner cache"):
         rows_from_kt_cache(path, family="gemm_mma")
+
+
+def test_search_columns_are_never_parameters() -> None:
+    from pipeline.results import SEARCH_FIELDS
+    from pipeline.search.kt_interop import parameter_names
+
+    columns = ["mesh_idx", "BLOCK_M", "STAGES", "M", "median_ms", *SEARCH_FIELDS, "table"]
+    assert parameter_names(columns) == ["BLOCK_M", "STAGES"]

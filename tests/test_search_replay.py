@@ -62,3 +62,21 @@ def test_mismatched_config_id_names_the_row(tmp_path: Path) -> None:
 def test_grid_parameter_names_follow_the_groups() -> None:
     grid = {"groups": [{"name": "a", "BLOCK_M": [64], "STAGES": [3]}, {"name": "b", "BLOCK_M": [16], "SPLIT_K": [4]}]}
     assert grid_parameter_names(grid) == ["BLOCK_M", "STAGES", "SPLIT_K"]
+
+
+def test_a_family_the_perf_model_cannot_rank_gets_no_prior(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from pipeline.search.driver import perf_predictor
+
+    # A warpgroup family (no WARPS_M / WARPS_N): searches run without the analytical model.
+    params = [{"BLOCK_M": 128, "BLOCK_N": n, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2} for n in (128, 256)]
+    rows = [{**_row(1, p, "ok", t), "config_id": KernelConfig.from_dict("warpgroup", p).id}
+            for p, t in zip(params, (0.02, 0.03))]
+    pd.DataFrame(rows).to_parquet(tmp_path / "wg.parquet")
+    recorded = load_recorded_table(path=str(tmp_path / "wg.parquet"), table="gemm_mma", family="warpgroup")
+    assert recorded.prior((1, 4096, 4096)) is None
+    assert perf_predictor(recorded.space.configs, {})((1, 4096, 4096)) is None
+    result = make_strategy({"strategy": "model", "max_fevals": 1}).run(
+        configs=recorded.space.configs, measure=recorded.measure((1, 4096, 4096)), prior=None)
+    assert len(result.trace) == 1

@@ -168,6 +168,8 @@ def test_settings_label_and_validation() -> None:
         make_strategy({"strategy": "random", "max_fevals": 0})
     with pytest.raises(ValueError, match="unknown search setting"):
         make_strategy({"strategy": "random", "budget": 3})
+    with pytest.raises(ValueError, match="learn_from informs the model strategy only, not 'random'"):
+        make_strategy({"strategy": "random", "learn_from": "rec.parquet"})
 
 
 def test_every_schema_strategy_has_an_implementation(repo_root) -> None:
@@ -203,3 +205,32 @@ def test_band_design_spreads_over_the_models_near_ties() -> None:
     # After the favourite (0), the farthest near-tie is 2; 3 is outside the band.
     assert band_design(prior=prior, features=features, first=[0], picks=1) == [2]
     assert band_design(prior=prior, features=features, first=[0], picks=5) == [2, 1]
+
+
+def test_the_default_measures_everything_and_budgets_change_the_fingerprint() -> None:
+    default = SearchSettings.from_mapping(None)
+    assert default.measures_everything and SearchSettings.from_mapping({"strategy": "exhaustive", "seed": 4}).measures_everything
+    budgeted = SearchSettings.from_mapping({"strategy": "exhaustive", "max_fevals": 5})
+    assert not budgeted.measures_everything and not SearchSettings.from_mapping({"strategy": "random"}).measures_everything
+    prints = {repr(SearchSettings.from_mapping(m).fingerprint()) for m in (
+        {"strategy": "model", "max_fevals": 5}, {"strategy": "model", "max_fevals": 6},
+        {"strategy": "model", "max_fevals": 5, "seed": 1}, {"strategy": "random", "max_fevals": 5},
+        {"strategy": "model", "max_fevals": 5, "top_k": 20}, {"strategy": "model", "max_fevals": 5, "transfer": False})}
+    assert len(prints) == 6
+    learned = SearchSettings.from_mapping({"strategy": "model", "max_fevals": 5, "learn_from": "rec.parquet"})
+    assert learned.label == "model(max_fevals=5,seed=0,learn_from=rec.parquet)"
+    assert learned.fingerprint(learn_from_hash="a") != learned.fingerprint(learn_from_hash="b")
+
+
+@pytest.mark.parametrize("name", ["exhaustive", "random", "model", "evolutionary"])
+def test_every_strategy_keeps_its_budget_and_trace_through_the_plan(name: str) -> None:
+    prior = np.linspace(2.0, 1.0, len(_configs()))
+    traces = []
+    for _ in range(2):
+        measure = CountingMeasure()
+        plan = make_strategy({"strategy": name, "max_fevals": 4, "seed": 9})
+        result = plan.run(configs=_configs(), measure=measure, prior=prior,
+                          measure_batch=lambda configs, measure=measure: [measure(c) for c in configs])
+        assert len(result.trace) == 4 and len(measure.calls) == 4 and result.stop_reason == "max_fevals"
+        traces.append([e.config_id for e in result.trace])
+    assert traces[0] == traces[1]

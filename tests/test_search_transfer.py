@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pipeline.config import KernelConfig
 from pipeline.search.base import SearchSpace
-from pipeline.search.transfer import neighbour_seeds, neighbours, tuning_order
+from pipeline.search.transfer import (
+    neighbour_seeds,
+    neighbours,
+    seed_shapes,
+    similar_m,
+    tuning_order,
+)
 
 
 def test_tuning_order_groups_by_n_k_and_starts_from_the_largest_m() -> None:
@@ -19,14 +25,24 @@ def test_neighbours_share_n_k_and_are_nearest_in_log_m() -> None:
     assert neighbours(shape=(128, 14336, 4096), solved=solved) == []
 
 
+def test_seed_shapes_take_the_nearest_m_of_the_same_n_k_then_of_another() -> None:
+    solved = [(32, 4096, 4096), (256, 4096, 4096), (128, 8192, 8192), (128, 14336, 4096), (64, 4096, 14336)]
+    # Same (N, K): 256 is nearer than 32. Another (N, K): M=128 twice; 14336x4096 is nearer in N, K.
+    assert seed_shapes(shape=(128, 4096, 4096), solved=solved) == [(256, 4096, 4096), (128, 14336, 4096)]
+    assert similar_m(shape=(128, 4096, 4096), solved=solved, count=3) == [(128, 14336, 4096), (128, 8192, 8192),
+                                                                           (64, 4096, 14336)]
+    assert seed_shapes(shape=(1, 6144, 4096), solved=[]) == []
+
+
 def test_neighbour_seeds_interleave_winners_and_skip_unknown_ids() -> None:
     configs = [KernelConfig.from_dict("toy", {"BLOCK_N": n}) for n in (32, 64, 128, 256)]
     space = SearchSpace.from_configs(configs)
     ids = [c.id for c in configs]
     winners = {
         (64, 4096, 4096): [ids[2], ids[1]],
-        (256, 4096, 4096): [ids[3], "c-not-in-this-grid", ids[2]],
-        (8, 4096, 4096): [ids[0]],
+        (256, 4096, 4096): [ids[3], ids[0]],
+        (128, 8192, 8192): ["c-not-in-this-grid", ids[3], ids[1]],
     }
-    # Neighbours of M=128: 64 then 256 (8 is further). Firsts of each, then seconds, without repeats.
-    assert neighbour_seeds(shape=(128, 4096, 4096), winners=winners, space=space) == [2, 3, 1]
+    # Seed shapes of M=128: 64 (same N, K; 256 is as near but larger), then 128 of 8192x8192.
+    # Firsts of each, then seconds, without repeats or ids this grid lacks.
+    assert neighbour_seeds(shape=(128, 4096, 4096), winners=winners, space=space) == [2, 1, 3]

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from kernels.driver import DriverError, DriverKernel, has_struct_arguments, kernel_arguments
 from pipeline.bench.cublas import Cublas
 from pipeline.bench.failures import LaunchFailure
 from pipeline.bench.nvml import NvmlSampler
@@ -69,13 +71,14 @@ class CudaBackend:
         self.shape = (0, 0, 0)
         self.settings: dict[str, Any] = {}
         self.rotation = 0
+        self.max_active_clusters: int | None = None   # of the last cluster kernel prepared
 
     # -- errors ------------------------------------------------------------------------------------
     def _guard(self, action: Callable[[], Any], what: str) -> Any:
         """Run a CUDA action; a driver error means a lost context: LaunchFailure."""
         try:
             return action()
-        except self.cuda.Error as exc:
+        except (self.cuda.Error, DriverError) as exc:
             raise LaunchFailure(f"{what}: {exc}") from None
 
     # -- description and shape -----------------------------------------------------------------
@@ -139,7 +142,25 @@ class CudaBackend:
             function.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes)
         return function
 
-    def _ensure_workspace(self, nbytes: int) -> int:
+    def _driver_kernel(self, cubin: str, entry: str, smem_bytes: int) -> DriverKernel:
+        key = ("driver", cubin, entry)
+        if key not in self.functions:
+            self.functions[key] = DriverKernel(cubin, entry, smem_bytes=smem_bytes)
+        return self.functions[key]
+
+    def _resident_grid(self, kernel: DriverKernel, *, grid: tuple[int, ...], block: tuple[int, ...], smem: int,
+                       defines: dict[str, Any]) -> tuple[int, ...]:
+        """A persistent grid of clusters cut to what fits at once (a second wave would idle most SMs)."""
+        cluster = int(defines.get("CLUSTER_M", 1)) * int(defines.get("CLUSTER_N", 1))
+        if cluster <= 1:
+            return grid
+        fits = kernel.max_active_clusters(grid=grid, block=block, smem_bytes=smem)
+        self.max_active_clusters = fits
+        if 0 < fits * cluster < grid[0]:
+            return (fits * cluster, *grid[1:])
+        return grid
+
+    def _ensure_workspace(self, nbytes: int, *, zeroed: bool) -> int:
         if nbytes <= 0:
             return 0
         if nbytes > self.workspace_bytes:
@@ -147,21 +168,45 @@ class CudaBackend:
                 self.workspace.free()
             self.workspace = self.cuda.mem_alloc(nbytes)
             self.workspace_bytes = nbytes
+        if zeroed:  # another configuration may have left partials where this one keeps counters
+            self.cuda.memset_d8_async(int(self.workspace), 0, nbytes, self.stream)
         return int(self.workspace)
 
     def _launcher(self, payload: dict[str, Any]) -> Callable[[int], None]:
-        """A function that queues one complete GEMM on input set i (main kernel, then reduction)."""
+        """A function that queues one complete GEMM on input set i (main kernel, then any reduction)."""
+        from kernels.families import FAMILIES
+
         m, n, k = self.shape
+        self.max_active_clusters = None
         if payload["kind"] == "baseline":
             def run_cublas(index: int) -> None:
                 a, b, c = self.pointers[index]
                 self.cublas.gemm_bf16(a=a, b=b, c=c, m=m, n=n, k=k)
             return run_cublas
+        family = FAMILIES[payload.get("family") or "gemm_mma"]
+        defines = dict(payload.get("defines") or {})
         smem = int(payload["smem_bytes"])
         main = self._function(payload["cubin"], payload["entry"], smem)
-        main.prepare([PTR, PTR, PTR, PTR, np.int32, np.int32, np.int32])
-        workspace = self._ensure_workspace(int(payload.get("workspace_bytes") or 0))
+        workspace = self._ensure_workspace(int(payload.get("workspace_bytes") or 0),
+                                           zeroed=bool(getattr(family, "zeroed_workspace", False)))
         grid, block = tuple(payload["grid"]), tuple(payload["block"])
+        # Arguments built once per input set (the Hopper family's tensor maps embed the addresses).
+        values = [family.kernel_arguments(defines, M=m, N=n, K=k, a=a, b=b, c=c, workspace=workspace)
+                  for a, b, c in self.pointers]
+        if has_struct_arguments(family.arg_format):
+            # By-value structs go through kernelParams (kernels/driver.py says why).
+            kernel = self._driver_kernel(payload["cubin"], payload["entry"], smem)
+            grid = self._resident_grid(kernel, grid=grid, block=block, smem=smem, defines=defines)
+            driver_args = [kernel_arguments(family.arg_format, v) for v in values]
+            stream = self.stream.handle
+
+            def launch_main(index: int) -> None:
+                kernel.launch(grid, block, smem, stream, driver_args[index])
+        else:
+            packed = [struct.pack(family.arg_format, *v) for v in values]
+
+            def launch_main(index: int) -> None:
+                main._launch_kernel(grid, block, packed[index], smem, self.stream)
         reduce = None
         if payload.get("reduce_grid") and int(payload.get("splits", 1)) > 1:
             reduce = self._function(payload["cubin"], payload["reduce_entry"], 0)
@@ -170,10 +215,11 @@ class CudaBackend:
         splits = int(payload.get("splits", 1))
 
         def run_kernel(index: int) -> None:
-            a, b, c = self.pointers[index]
-            main.prepared_async_call(grid, block, self.stream, a, b, c, workspace, m, n, k, shared_size=smem)
+            launch_main(index)
             if reduce is not None:
+                a, b, c = self.pointers[index]
                 reduce.prepared_async_call(reduce_grid, reduce_block, self.stream, workspace, c, m, n, splits)
+        run_kernel.grid = list(grid)  # type: ignore[attr-defined]  # as launched (clusters may be cut)
         return run_kernel
 
     def _rel_err(self, launch: Callable[[int], None]) -> float:
@@ -233,7 +279,8 @@ class CudaBackend:
         extra = {}
         if payload["kind"] == "kernel":
             main = self.functions[(payload["cubin"], payload["entry"])]
-            extra = {"num_regs": int(main.num_regs)}
+            extra = {"num_regs": int(main.num_regs), "launch_grid": getattr(launch, "grid", None),
+                     "max_active_clusters": self.max_active_clusters}
         return {"status": "ok", "rel_err": rel_err, "batch": batch, "warmup_launches": launches,
                 "warmup_ms_per_launch": per_launch, **extra}
 

@@ -147,6 +147,8 @@ def launch_payload(*, task: ConfigTask, m: int, n: int, k: int, families: Mappin
     launch = family.launch(defines, m, n, k)
     return {
         "kind": "kernel",
+        "family": task.family,
+        "defines": defines,
         "cubin": task.cubin,
         "entry": family.entry,
         "reduce_entry": getattr(family, "reduce_entry", None),
@@ -287,11 +289,41 @@ def grid_config_ids(*, params: Mapping[str, Any], table: TableSpec) -> list[str]
     return [config.id for config in result.kept]
 
 
+def search_settings(*, table: TableSpec, path: str | Path = "params.yaml") -> Any:
+    """The table's ``search:`` as a pipeline.search.SearchSettings; a bad value names its place."""
+    from pipeline.search import SearchSettings
+
+    try:
+        return SearchSettings.from_mapping(table.search)
+    except ValueError as exc:
+        raise TuneTableError(str(exc), path=path, where=f"tables.{table.name}.search") from None
+
+
+def search_key_part(*, table: TableSpec, path: str | Path = "params.yaml") -> dict[str, Any] | None:
+    """What a budgeted search adds to the content key; None for the default (measure everything)."""
+    raw = dict(table.search or {})
+    if raw.get("strategy", "exhaustive") == "exhaustive" and set(raw) <= {"strategy", "seed", "transfer"}:
+        return None   # the default, decided without importing the search package (Snakefile parse time)
+    settings = search_settings(table=table, path=path)
+    if settings.measures_everything:
+        return None
+    learn_hash = None
+    if settings.learn_from is not None:
+        if not Path(settings.learn_from).is_file():
+            raise TuneTableError("no such recording to learn from", path=settings.learn_from,
+                                 where=f"tables.{table.name}.search.learn_from")
+        learn_hash = sha256_file(settings.learn_from)[:16]
+    return settings.fingerprint(learn_from_hash=learn_hash)
+
+
 def shard_key(params: Mapping[str, Any], table: TableSpec, backend: str) -> str:
-    """Content key of a table's shards for a concrete backend (cuda or replay)."""
+    """Content key of a table's shards for a concrete backend (cuda or replay); a budgeted search is part of it."""
     if backend not in ("cuda", "replay"):
         raise TuneTableError(f"shard_key needs a resolved backend, not '{backend}'")
     settings = settings_from_params(params=params).as_dict()
+    search = search_key_part(table=table)
+    if search is not None:
+        settings["search"] = search
     recording_hash = None
     if backend == "replay":
         recording = recording_path(params=params)

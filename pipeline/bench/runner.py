@@ -15,7 +15,7 @@ import queue
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -229,13 +229,13 @@ class ShardRunner:
                                       "tflops": 2.0 * job.m * job.n * job.k / (median * 1e-3) / 1e12})
 
     # -- one shard ------------------------------------------------------------------------------
-    def run(self, job: ShardJob) -> list[dict[str, Any]]:
-        """Measure what the journal lacks, then write the shard pickle atomically; returns its rows."""
+    def measure_tasks(self, job: ShardJob, tasks: Sequence[ConfigTask]) -> None:
+        """Measure what the journal lacks of ``tasks``: verify and warm up each, then interleaved rounds."""
         rounds = self.settings.rounds
         progress = progress_by_config(read_journal(job.journal_path))
         with Journal(job.journal_path) as journal:
             pending = []
-            for task in job.tasks:
+            for task in tasks:
                 state = progress.get(task.config_id, ConfigProgress())
                 if state.final is not None:
                     self.on_event("final", job, {**state.final, "resumed": True})
@@ -267,17 +267,41 @@ class ShardRunner:
                     if len(values[config_id]) == rounds:
                         self._measured(job, by_id[config_id], values[config_id])
                 round_index += 1
+
+    def task_rows(self, job: ShardJob, tasks: Sequence[ConfigTask]) -> list[dict[str, Any]]:
+        """The shard rows of ``tasks`` from the journal (a task never measured is a ``missing`` row)."""
         progress = progress_by_config(read_journal(job.journal_path))
-        rows = [build_row(job=job, task=task, progress=progress.get(task.config_id, ConfigProgress()),
-                          rounds=rounds, backend=self.backend) for task in job.tasks]
+        return [build_row(job=job, task=task, progress=progress.get(task.config_id, ConfigProgress()),
+                          rounds=self.settings.rounds, backend=self.backend) for task in tasks]
+
+    def run(self, job: ShardJob, *, search: ShardSearch | None = None) -> list[dict[str, Any]]:
+        """Measure what the journal lacks, then write the shard pickle atomically; returns its rows.
+
+        With ``search`` (a table's budgeted ``search:``), the search picks the configurations,
+        batch by batch, through ``measure_tasks``; the shard then holds those (and the baseline) only.
+        """
+        extra_provenance: dict[str, Any] = {}
+        if search is None:
+            self.measure_tasks(job, job.tasks)
+            rows = self.task_rows(job, job.tasks)
+        else:
+            rows, extra_provenance = search.run_shard(runner=self, job=job)
         write_shard(job.shard_path, table=job.table, rows=rows,
                     build_rows=[{"config_id": t.config_id, "build_status": t.build_status,
                                  "build_error": t.build_error, **dict(t.compile_info)} for t in job.tasks],
                     provenance={**job.provenance, "content_key": job.content_key, "kernel_hash": job.kernel_hash,
                                 "backend": self.backend, "device": self.worker.info.get("device"),
-                                "driver": self.worker.info.get("driver"), "settings": self.settings.as_dict()})
+                                "driver": self.worker.info.get("driver"), "settings": self.settings.as_dict(),
+                                **extra_provenance})
         self.on_event("shard", job, {"rows": len(rows)})
         return rows
+
+
+class ShardSearch(Protocol):
+    """A budgeted search over one shard (pipeline.search.driver.TableSearch)."""
+
+    def run_shard(self, *, runner: ShardRunner, job: ShardJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Measure the configurations the search picks through ``runner``; the rows and provenance to add."""
 
 
 def estimate_shard_s(*, job: ShardJob, settings: BenchSettings) -> float:
@@ -297,10 +321,14 @@ def longest_first(*, jobs: Sequence[ShardJob], settings: BenchSettings) -> list[
 
 
 def run_shards(*, jobs: Sequence[ShardJob], settings: BenchSettings, runner: str, gpus: Sequence[str | None],
-               on_event: Event | None = None) -> dict[Path, list[dict[str, Any]]]:
-    """Spread shards over one worker per GPU (a thread each); returns rows by shard path."""
+               on_event: Event | None = None, search: ShardSearch | None = None) -> dict[Path, list[dict[str, Any]]]:
+    """Spread shards over one worker per GPU (a thread each); returns rows by shard path.
+
+    Without a search, several GPUs take the largest shards first; a search keeps the given order
+    (its tuning order: a shape starts from the winners of neighbours measured before it).
+    """
     pending: queue.Queue[ShardJob] = queue.Queue()
-    for job in longest_first(jobs=jobs, settings=settings) if len(gpus) > 1 else jobs:
+    for job in longest_first(jobs=jobs, settings=settings) if len(gpus) > 1 and search is None else jobs:
         pending.put(job)
     results: dict[Path, list[dict[str, Any]]] = {}
     errors: list[BaseException] = []
@@ -315,7 +343,7 @@ def run_shards(*, jobs: Sequence[ShardJob], settings: BenchSettings, runner: str
                     job = pending.get_nowait()
                 except queue.Empty:
                     return
-                rows = shard_runner.run(job)
+                rows = shard_runner.run(job, search=search)
                 with lock:
                     results[job.shard_path] = rows
         except BaseException as exc:  # re-raised in the caller's thread

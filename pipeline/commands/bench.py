@@ -12,9 +12,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pipeline import paths
-from pipeline.bench.plan import recording_path, resolve_backend, settings_from_params, shard_key, visible_gpu_ids
+from pipeline.bench.plan import (
+    recording_path,
+    resolve_backend,
+    search_key_part,
+    search_settings,
+    settings_from_params,
+    shard_key,
+    visible_gpu_ids,
+)
 from pipeline.errors import TuneTableError
-from pipeline.params import load_params, table_spec
+from pipeline.params import load_params, table_bench_params, table_spec
 
 
 def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> Table:
@@ -81,7 +89,12 @@ class BenchProgress:
               show_default=True)
 def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, backend: str | None,
             allow_missing: bool, gpus: str | None, results_root: Path, params_path: Path) -> None:
-    """Measure (or replay) one shard per shape; each shard's pickle is written atomically at its end."""
+    """Measure (or replay) one shard per shape; each shard's pickle is written atomically at its end.
+
+    With the table's `search:` in params.yaml (a strategy and budget other than the default
+    unbudgeted exhaustive run), each shape's search picks the configurations to measure and the
+    shard holds only those (see docs/pipeline.md, Search).
+    """
     from pipeline.bench.session import cuda_jobs, estimate_seconds, parse_shapes, replay_table
 
     console = Console(stderr=True)
@@ -90,11 +103,25 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
     if all_shapes == bool(shape_texts):
         raise TuneTableError("give --shape M,N,K (repeatable) or --all-shapes, not both or neither", where="bench")
     shapes = table.shapes() if all_shapes else parse_shapes(shape_texts)
-    recording = recording_path(params=params)
+    bench_params = table_bench_params(params, table)  # bench.recording: this table's recording
+    recording = recording_path(params=bench_params)
     choice = resolve_backend(requested=backend or (params.get("bench") or {}).get("backend", "auto"),
                              recording=recording)
     console.print(f"[bold yellow]>>> {choice.reason}[/bold yellow]")
-    key = shard_key(params, table, choice.backend)
+    key = shard_key(bench_params, table, choice.backend)
+    search = None if search_key_part(table=table, path=params_path) is None else search_settings(table=table, path=params_path)
+    if search is not None:
+        console.print(f"[bold]search[/bold] {search.label} per shape (params.yaml tables.{table.name}.search); "
+                      "each shard holds the configurations it measured")
+    if choice.backend == "replay" and search is not None:
+        from pipeline.search.driver import replay_search_table
+
+        written = replay_search_table(params=params, table=table, shapes=shapes, key=key, recording_path=recording,
+                                      provenance=choice.provenance, results_root=results_root,
+                                      allow_missing=allow_missing, settings=search)
+        console.print(f"replayed {len(written)} shards into {paths.raw_dir(table.name, key, root=results_root)}")
+        console.print(_summary(written))
+        return
     if choice.backend == "replay":
         written = replay_table(params=params, table=table, shapes=shapes, key=key, recording_path=recording,
                                provenance=choice.provenance, results_root=results_root, allow_missing=allow_missing)
@@ -111,9 +138,23 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
         raise TuneTableError("no GPU visible for the cuda backend", where="--gpus")
     estimate = estimate_seconds(jobs=todo, settings=settings, gpus=len(gpu_ids))
     console.print(f"{len(jobs)} shards ({len(jobs) - len(todo)} already measured), {len(jobs[0].tasks) if jobs else 0} "
-                  f"tasks each, on GPUs {','.join(gpu_ids)}: estimated {estimate / 60:.1f} min")
-    progress = BenchProgress(console, total=sum(len(job.tasks) for job in todo))
+                  f"tasks each, on GPUs {','.join(gpu_ids)}: estimated {estimate / 60:.1f} min"
+                  f"{' without the search budget' if search is not None else ''}")
+    table_search = None
+    total = sum(len(job.tasks) for job in todo)
+    if search is not None:
+        from pipeline.search.driver import expected_measurements
+        from pipeline.search.driver import table_search as make_table_search
+        from pipeline.search.transfer import tuning_order
+
+        table_search = make_table_search(settings=search, table=table.name,
+                                         shard_dir=paths.raw_dir(table.name, key, root=results_root))
+        order = {shape: index for index, shape in enumerate(tuning_order([job.shape for job in todo]))}
+        todo = sorted(todo, key=lambda job: order[job.shape])
+        total = sum(expected_measurements(settings=search, tasks=job.tasks) for job in todo)
+    progress = BenchProgress(console, total=total)
     with progress.progress:
-        rows_by_shard = run_shards(jobs=todo, settings=settings, runner="cuda", gpus=gpu_ids, on_event=progress)
+        rows_by_shard = run_shards(jobs=todo, settings=settings, runner="cuda", gpus=gpu_ids, on_event=progress,
+                                   search=table_search)
     console.print(_summary(rows_by_shard))
     console.print(f"shards in {paths.raw_dir(table.name, key, root=results_root)}")

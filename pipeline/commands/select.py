@@ -1,4 +1,5 @@
-"""``tunetable select``: winners of a ranked table into manifests/<table>.yaml (byte-stable)."""
+"""``tunetable select``: winners of a ranked table into manifests/<table>.yaml, or a cross-family
+dispatch list into manifests/<dispatch>.yaml (both byte-stable)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from rich.console import Console
 
 from pipeline.atomic import atomic_write_text
 from pipeline.errors import TuneTableError
+
+RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "status")
 
 
 def _table_settings(params_path: Path, table: str) -> tuple[str, float]:
@@ -23,26 +26,97 @@ def _table_settings(params_path: Path, table: str) -> tuple[str, float]:
     return spec.family, float((params.get("select") or {}).get("tie_tolerance", DEFAULT_TIE_TOLERANCE))
 
 
+def _ranked_paths(values: tuple[str, ...], *, tables: tuple[str, ...]) -> dict[str, Path]:
+    """``--ranked TABLE=PATH`` values for a dispatch list; tables not named read results/ranked/<table>.parquet."""
+    from pipeline import paths
+
+    given: dict[str, Path] = {}
+    for index, value in enumerate(values):
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise TuneTableError(f"expected TABLE=PATH with --dispatch, got '{value}'", where=f"--ranked[{index}]")
+        if name not in tables:
+            raise TuneTableError(f"table '{name}' is not in this dispatch list ({', '.join(tables)})",
+                                 where=f"--ranked[{index}]")
+        given[name] = Path(path)
+    return {table: given.get(table, paths.ranked(table)) for table in tables}
+
+
+def _table_results(*, params: dict, params_path: Path, table: str, ranked_path: Path):
+    """A table's manifest (from params.yaml's codegen.manifest) and its ranked rows."""
+    from pipeline.codegen import load_manifest_document
+    from pipeline.params import table_spec
+    from pipeline.rank import read_ranked
+    from pipeline.select import TableResults
+
+    spec = table_spec(params, table, path=params_path)
+    manifest = load_manifest_document(params_path.parent / spec.codegen.manifest)
+    if not manifest.params:
+        raise TuneTableError(f"table {table} has no selected entries yet: select it first",
+                             path=spec.codegen.manifest)
+    ranked = read_ranked(path=ranked_path, required=(*RANKED_REQUIRED, "cublas_ms"))
+    return TableResults(name=table, entries=tuple(manifest.params), provenance=dict(manifest.provenance or {}),
+                        ranked=ranked)
+
+
+def _select_dispatch(*, name: str, ranked_values: tuple[str, ...], out: Path, tie_tolerance: float | None,
+                     params_path: Path) -> str:
+    """The dispatch manifest text of dispatch list ``name``."""
+    from pipeline.params import dispatch_spec, load_params
+    from pipeline.select import build_dispatch_manifest
+
+    params = load_params(params_path)
+    spec = dispatch_spec(params, name, path=params_path)
+    tolerance = spec.tie_tolerance if tie_tolerance is None else tie_tolerance
+    ranked = _ranked_paths(ranked_values, tables=spec.tables)
+    tables = [_table_results(params=params, params_path=params_path, table=t, ranked_path=ranked[t])
+              for t in spec.tables]
+    return build_dispatch_manifest(name=name, tables=tables, tolerance=tolerance)
+
+
 @click.command("select")
-@click.option("--table", required=True, help="Table name (as in params.yaml).")
-@click.option("--ranked", "ranked_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--table", default=None, help="Table name (as in params.yaml).")
+@click.option("--dispatch", "dispatch", default=None,
+              help="Dispatch list (params.yaml dispatch:): per shape, which table serves it.")
+@click.option("--ranked", "ranked_values", multiple=True,
+              help="With --table: the ranked parquet. With --dispatch: TABLE=PATH (repeatable; default "
+                   "results/ranked/<table>.parquet).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Manifest YAML to write.")
-@click.option("--tie-tolerance", type=float, default=None, help="Relative near-tie tolerance (default: params.yaml).")
+@click.option("--tie-tolerance", type=float, default=None,
+              help="Relative near-tie tolerance (default: params.yaml select.tie_tolerance, or the dispatch "
+                   "list's tie_tolerance).")
 @click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
               show_default=True)
-def command(table: str, ranked_path: Path, out: Path, tie_tolerance: float | None, params_path: Path) -> None:
-    """Per (N, K), the fastest ok config per M range, near-ties going to the config winning more neighbours."""
+def command(table: str | None, dispatch: str | None, ranked_values: tuple[str, ...], out: Path,
+            tie_tolerance: float | None, params_path: Path) -> None:
+    """Per (N, K), the fastest ok config per M range, near-ties going to the config winning more neighbours.
+
+    With --dispatch: per shape, the table whose selected winner has the highest speedup over the
+    cuBLAS baseline of its own shard (cuBLAS median / winner median); ties go to the table listed first.
+    """
     from pipeline.rank import read_ranked
     from pipeline.select import build_manifest
 
-    kernel, tolerance = _table_settings(params_path, table)
-    if tie_tolerance is not None:
-        tolerance = tie_tolerance
-    if tolerance < 0:
-        raise TuneTableError(f"tie tolerance must be >= 0, got {tolerance}", where="--tie-tolerance")
-    ranked = read_ranked(path=ranked_path, required=("M", "N", "K", "config_id", "median_ms", "status"))
-    text = build_manifest(table=table, kernel=kernel, ranked=ranked, tolerance=tolerance)
-    if "params:\n  - " not in text:
-        raise TuneTableError("no ok configuration to select", path=ranked_path)
+    if (table is None) == (dispatch is None):
+        raise TuneTableError("give --table or --dispatch (exactly one)", where="select")
+    if tie_tolerance is not None and tie_tolerance < 0:
+        raise TuneTableError(f"tie tolerance must be >= 0, got {tie_tolerance}", where="--tie-tolerance")
+    if dispatch is not None:
+        text = _select_dispatch(name=dispatch, ranked_values=ranked_values, out=out, tie_tolerance=tie_tolerance,
+                                params_path=params_path)
+        if "params:\n  - " not in text:
+            raise TuneTableError("no shape has a verified winner and a cuBLAS row in every table", where="--dispatch")
+    else:
+        if len(ranked_values) != 1:
+            raise TuneTableError(f"give exactly one ranked parquet with --table, got {len(ranked_values)}",
+                                 where="--ranked")
+        ranked_path = Path(ranked_values[0])
+        kernel, tolerance = _table_settings(params_path, table)
+        if tie_tolerance is not None:
+            tolerance = tie_tolerance
+        ranked = read_ranked(path=ranked_path, required=RANKED_REQUIRED)
+        text = build_manifest(table=table, kernel=kernel, ranked=ranked, tolerance=tolerance)
+        if "params:\n  - " not in text:
+            raise TuneTableError("no ok configuration to select", path=ranked_path)
     atomic_write_text(out, text)
     Console(stderr=True, soft_wrap=True).print(f"wrote {out} ({text.count('<<: *defaults')} entries)", markup=False)

@@ -1,5 +1,9 @@
 # Measurement: grid + compile (CPU, all cores) -> bench (GPU), or replay of the recording.
 #
+# Which tables a run covers is decided at parse time (pipeline/smk_helpers.py make_plan): with a
+# GPU, every declared table; without one, every table whose recording (tables.<name>.recording)
+# is present. A table left out is named loudly in the banner at the start and end of the run.
+#
 # Raw shards live at results/raw/<table>/<content key>/M.._N.._K...pkl. The key hashes the bench
 # settings, the grid, the kernel source, the toolchain, the backend and the device, so a changed
 # input gets new paths and an old result is never mistaken for a new one; reverting a change
@@ -61,7 +65,7 @@ else:
             name:
                 f"replay_{_table}"
             input:
-                tt.replay_inputs(PLAN),
+                tt.replay_inputs(PLAN, table=_table),
             output:
                 [shard.path for shard in _shards],
             log:

@@ -1,4 +1,5 @@
-# From raw shards to the checked-in table: rank -> select -> codegen, plus metrics and plots.
+# From raw shards to the checked-in table: rank -> select -> codegen, plus metrics and plots, and
+# the cross-family dispatch list selected from the tables' ranked results and manifests.
 # Checked-in files (manifests, generated tables) are written in place by the CLI; the rules'
 # outputs are stamps under results/stamps/ (see pipeline/smk_helpers.py for why). Settings
 # fingerprints ride in the command templates (tt.settings_tag), not in `params:` blocks.
@@ -72,11 +73,32 @@ rule metrics:
         " {input.shards} > {log} 2>&1"
 
 
+# A dispatch list: per shape, the table whose selected winner beats its own shard's cuBLAS by the
+# most. Only when every table it names is part of this run (else the banner says it is skipped).
+for _dispatch in PLAN.dispatches:
+
+    rule:
+        name:
+            f"select_{_dispatch.name}"
+        localrule: True
+        input:
+            tt.dispatch_inputs(_dispatch),
+        output:
+            str(tt.select_stamp(_dispatch.name)),
+        log:
+            f"results/logs/select/{_dispatch.name}.log",
+        shell:
+            f"{{tt.CLI}} select --dispatch {_dispatch.name} {tt.dispatch_ranked_options(_dispatch)}"
+            f" --out manifests/{_dispatch.name}.yaml > {{log}} 2>&1"
+            f" && sha256sum manifests/{_dispatch.name}.yaml > {{output}}"
+            + tt.settings_tag(tt.dispatch_settings(config, name=_dispatch.name))
+
+
 # Writes every table's marker region in place, then re-checks them all; the stamp records the
 # check. The generated files are inputs too, so a hand edit inside a region re-runs codegen.
 rule codegen:
     input:
-        tt.codegen_inputs(PLAN),
+        tt.codegen_inputs(PLAN, config),
     output:
         tt.codegen_stamp(),
     log:
@@ -94,5 +116,5 @@ rule rank_all:
 rule select_all:
     input:
         [tt.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
-        [tt.select_stamp(spec.name) for spec in PLAN.tables],
+        [tt.select_stamp(spec.name) for spec in (*PLAN.tables, *PLAN.dispatches)],
         [tt.metrics_outputs(spec.name)["json"] for spec in PLAN.tables],

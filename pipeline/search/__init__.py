@@ -1,9 +1,11 @@
 """Budgeted search over a table's grid, selected per table by ``search:`` in params.yaml.
 
 ``make_strategy(settings)`` turns a table's ``search:`` mapping
-(``{strategy, max_fevals, time_limit, seed, top_k, transfer}``) into a ``SearchPlan``; the
-bench runner calls ``plan.run(...)`` per shape with a cost function over its configurations
-and records ``plan.label`` with the results.
+(``{strategy, max_fevals, time_limit, seed, top_k, transfer, learn_from}``) into a
+``SearchPlan``; the bench (``pipeline.search.driver``) calls ``plan.run(...)`` per shape with a
+cost function that measures through the bench runner (or serves the recording), and records
+the search in every row (``pipeline.results.SEARCH_FIELDS``). Without ``search:`` (or with a
+plain ``exhaustive`` and no budget) the bench measures every configuration, as it always did.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pipeline.search.base import (
 )
 from pipeline.search.evolutionary import GeneticAlgorithm
 from pipeline.search.exhaustive import Exhaustive
+from pipeline.search.learned import Profile, Shape, learned_prior
 from pipeline.search.model import BayesianOptimisation
 from pipeline.search.perfmodel import top_k as perf_top_k
 from pipeline.search.random_sample import RandomSample
@@ -41,7 +44,10 @@ STRATEGIES: dict[str, Callable[[], Strategy]] = {
     "model": BayesianOptimisation,
     "evolutionary": GeneticAlgorithm,
 }
-SETTING_KEYS = ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer")
+SETTING_KEYS = ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer", "learn_from")
+# Part of every budgeted search's content key: bump it when a strategy's choices change for the
+# same settings and measurements, so that shards of the old behaviour are never reused.
+SEARCH_VERSION = 1
 
 __all__ = [
     "Budget", "BudgetExhausted", "Evaluation", "Failure", "SearchPlan", "SearchResult", "SearchSettings",
@@ -59,6 +65,7 @@ class SearchSettings:
     seed: int = 0
     top_k: int | None = None
     transfer: bool = True
+    learn_from: str | None = None   # a recording whose *other* shapes teach the model strategy
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any] | None) -> "SearchSettings":
@@ -70,6 +77,8 @@ class SearchSettings:
         strategy = raw.get("strategy", "exhaustive")
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown search strategy '{strategy}' (known: {', '.join(STRATEGIES)})")
+        if raw.get("learn_from") is not None and strategy != "model":
+            raise ValueError(f"learn_from informs the model strategy only, not '{strategy}'")
         return cls(
             strategy=strategy,
             max_fevals=_positive_int(raw.get("max_fevals"), "max_fevals"),
@@ -77,6 +86,7 @@ class SearchSettings:
             seed=int(raw.get("seed", 0)),
             top_k=_positive_int(raw.get("top_k"), "top_k"),
             transfer=bool(raw.get("transfer", True)),
+            learn_from=None if raw.get("learn_from") is None else str(raw["learn_from"]),
         )
 
     @property
@@ -86,7 +96,21 @@ class SearchSettings:
                  if getattr(self, name) is not None]
         if not self.transfer:
             parts.append("transfer=False")
+        if self.learn_from is not None:
+            parts.append(f"learn_from={self.learn_from}")
         return f"{self.strategy}({','.join(parts)})"
+
+    @property
+    def measures_everything(self) -> bool:
+        """True for the default: exhaustive with no budget and no pruning (seed and transfer change nothing)."""
+        return (self.strategy == "exhaustive" and self.max_fevals is None and self.time_limit is None
+                and self.top_k is None)
+
+    def fingerprint(self, *, learn_from_hash: str | None = None) -> dict[str, Any]:
+        """What a budgeted search adds to the shards' content key (``learn_from`` by content, not path)."""
+        return {"strategy": self.strategy, "max_fevals": self.max_fevals, "time_limit": self.time_limit,
+                "seed": self.seed, "top_k": self.top_k, "transfer": self.transfer,
+                "learn_from": learn_from_hash, "version": SEARCH_VERSION}
 
 
 def _positive_int(value: Any, name: str) -> int | None:
@@ -124,17 +148,30 @@ class SearchPlan:
         related: Sequence[tuple[str, float, float]] = (),
         clock: Callable[[], float] = time.monotonic,
         measure_batch: BatchMeasureFn | None = None,
+        shape: Shape | None = None,
+        profiles: Sequence[Profile] = (),
+        predict: Callable[[Shape], np.ndarray | None] | None = None,
     ) -> SearchResult:
         """Search one shape: prune to the ``top_k`` best-predicted configurations, then run the strategy.
 
         ``prior``: the perf model's predicted seconds per configuration; ``seed_ids``: neighbours'
         winners to measure first; ``related``: neighbours' (config id, shape distance, log residual)
         from ``transfer.related_measurements``. Transfer inputs are ignored when ``transfer`` is off.
+        ``profiles``: other shapes' complete measurements (``learned.Profile``), from which the
+        model strategy learns ``shape``'s Gaussian prior; ``predict(shape)``: the perf model's
+        seconds per configuration of ``configs`` on any shape (residuals are learned against it).
         """
         positions = list(range(len(configs)))
         if self.settings.top_k is not None and prior is not None:
             positions = sorted(perf_top_k(predictions=np.asarray(prior, dtype=float), k=self.settings.top_k))
         space = SearchSpace.from_configs([configs[p] for p in positions])
+        learned = None
+        if profiles and shape is not None:
+            def sub_predict(other: Shape) -> np.ndarray | None:
+                full = None if predict is None else predict(other)
+                return None if full is None else np.asarray(full, dtype=float)[positions]
+
+            learned = learned_prior(space=space, shape=shape, profiles=profiles, base=sub_predict)
         sub_prior = None if prior is None else np.asarray(prior, dtype=float)[positions]
         seeds = [] if not self.settings.transfer else [space.position_of(i) for i in seed_ids]
         known = [] if not self.settings.transfer else [(space.position_of(i), d, r) for i, d, r in related]
@@ -149,6 +186,7 @@ class SearchPlan:
             related=[Related(config=p, distance=d, log_residual=r) for p, d, r in known if p is not None],
             clock=clock,
             measure_batch=measure_batch,
+            learned=learned,
         )
 
 

@@ -19,11 +19,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from pipeline.config import KernelConfig, Value
+
+if TYPE_CHECKING:
+    from pipeline.search.learned import LearnedPrior
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,7 @@ class SearchContext:
     prior: np.ndarray | None = None      # predicted time per configuration (perf model), lower is better
     seeds: tuple[int, ...] = ()          # positions to try first (winners of neighbouring shapes)
     related: tuple["Related", ...] = ()  # measurements of neighbouring shapes (model-based search learns from them)
+    learned: LearnedPrior | None = None  # other shapes' complete profiles (learned.py): the model's Gaussian prior
 
 
 @dataclass(frozen=True)
@@ -310,6 +314,7 @@ def run_search(
     related: Sequence[Related] = (),
     clock: Callable[[], float] = time.monotonic,
     measure_batch: BatchMeasureFn | None = None,
+    learned: LearnedPrior | None = None,
 ) -> SearchResult:
     """Run ``strategy`` over ``space`` within ``budget``; deterministic for a given seed and cost function."""
     if prior is not None and len(prior) != len(space):
@@ -322,6 +327,7 @@ def run_search(
         prior=None if prior is None else np.asarray(prior, dtype=float),
         seeds=tuple(dict.fromkeys(int(s) for s in seeds)),
         related=tuple(related),
+        learned=learned,
     )
     stop_reason = "finished"
     try:

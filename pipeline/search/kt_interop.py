@@ -29,13 +29,13 @@ import numpy as np
 from pipeline.atomic import atomic_write_text
 from pipeline.config import KernelConfig
 from pipeline.errors import TuneTableError
-from pipeline.results import KBENCH_FIELDS, ROW_FIELDS
+from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS
 
 COMPILE_FAILED = "CompilationFailedConfig"
 RUNTIME_FAILED = "RuntimeFailedConfig"
 INVALID = "InvalidConfig"
 KT_ERRORS = (COMPILE_FAILED, RUNTIME_FAILED, INVALID, "ErrorConfig")
-NON_PARAMETER_COLUMNS = frozenset(ROW_FIELDS) | frozenset(KBENCH_FIELDS) | {"table", "strategy", "search"}
+NON_PARAMETER_COLUMNS = frozenset(ROW_FIELDS) | frozenset(KBENCH_FIELDS) | frozenset(SEARCH_FIELDS) | {"table", "strategy"}
 IMPORTED_BACKEND = "kernel_tuner"
 
 

@@ -12,6 +12,12 @@ seen + a margin) so their neighbours lose appeal.
 Where the model predicts many configurations within its error band of the best (large,
 compute-bound shapes: the tile variants differ by a few per cent the model cannot resolve), the
 first shape of a chain also measures a small space-filling design over that band.
+
+With a learned prior (``learned.py``: other shapes' complete profiles), the GP over parameter
+features is replaced by that Gaussian: it knows which configurations rise and fall together
+across shapes, so each measurement here re-ranks all the others. Each step measures the lowest
+confidence bound (posterior mean - LEARNED_EXPLORATION x std); transfer seeds are not needed
+(the learned model already holds the neighbours' measurements).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ FAILURE_MARGIN = 1.0                           # a failure counts as e^1 slower 
 EI_EXPLORATION = 0.01                          # EI's xi in log-time units
 DISTANCE_SCALE = 0.25                          # one octave of M between shapes, in feature units
 MODEL_BAND = 0.10                              # predictions this close to the best are treated as ties
+LEARNED_EXPLORATION = 0.5                      # LCB weight of the learned posterior's std (log-time units)
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,9 @@ class BayesianOptimisation:
 
     def run(self, *, context: SearchContext) -> None:
         """Evaluate until the space or the budget is exhausted."""
+        if context.learned is not None:
+            self._run_learned(context)
+            return
         space, evaluator = context.space, context.evaluator
         features = np.hstack([space.features(), np.zeros((len(space), 1))])
         prior_mean = _prior_log_mean(context.prior, size=len(space))
@@ -66,6 +76,19 @@ class BayesianOptimisation:
                 improvement = np.zeros(len(unseen))   # nothing measured here yet: the best prediction goes first
             # Highest EI; ties go to the better predicted time, then to the earlier position.
             choice = min(range(len(unseen)), key=lambda i: (-improvement[i], predicted[i], unseen[i]))
+            evaluator.evaluate(int(unseen[choice]))
+
+    def _run_learned(self, context: SearchContext) -> None:
+        """Lowest confidence bound under the learned Gaussian, conditioned on what was measured here."""
+        space, evaluator, learned = context.space, context.evaluator, context.learned
+        while len(evaluator.trace) < len(space):
+            seen = [e.config for e in evaluator.trace]
+            logs = _log_targets(np.array([e.cost for e in evaluator.trace], dtype=float)) + math.log(1e-3)
+            unseen = [p for p in range(len(space)) if not evaluator.seen(p)]
+            mean, std = learned.posterior(seen=seen, values=logs, unseen=unseen)
+            bound = mean - LEARNED_EXPLORATION * std
+            # Lowest bound; ties to the better mean, then to the earlier position.
+            choice = min(range(len(unseen)), key=lambda i: (float(bound[i]), float(mean[i]), unseen[i]))
             evaluator.evaluate(int(unseen[choice]))
 
     def _starts(self, context: SearchContext, *, features: np.ndarray, informed: bool) -> list[int]:

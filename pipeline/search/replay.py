@@ -49,10 +49,13 @@ class RecordedTable:
         times = [o for o in self.outcomes[shape].values() if not isinstance(o, Failure)]
         return min(times) if times else math.inf
 
-    def prior(self, shape: Shape) -> np.ndarray:
-        """The perf model's predicted time per configuration of the space, for one shape."""
+    def prior(self, shape: Shape) -> np.ndarray | None:
+        """The perf model's predicted time per configuration of the space, for one shape (None: a family it cannot model)."""
         m, n, k = shape
-        return predict_space(configs=self.space.configs, m=m, n=n, k=k, compile_records=self.compile_records)
+        try:
+            return predict_space(configs=self.space.configs, m=m, n=n, k=k, compile_records=self.compile_records)
+        except ValueError:
+            return None   # not a tiled GEMM with BLOCK_M/N/K, WARPS_M/N and STAGES (e.g. gemm_wgmma)
 
 
 def recorded_table(

@@ -1,0 +1,553 @@
+// gemm_wgmma: C[M,N] = A[M,K] * B[N,K]^T in bf16 with fp32 accumulation, Hopper only (sm_90a).
+//
+// Same contract as gemm_mma.cu: A is M x K row-major, B is N x K row-major, C is M x N
+// row-major; any M >= 1, N and K multiples of 8 (16-byte global strides for TMA; checked on
+// the host by kernels/families.py). Edges need no special loads: TMA fills out-of-range
+// elements with zeros, and the epilogue masks its stores.
+//
+// Structure:
+//   * one producer warpgroup (one elected thread) streams BLOCK_M x BLOCK_K and
+//     BLOCK_N x BLOCK_K tiles of A and B with TMA (cp.async.bulk.tensor, 128-byte swizzle)
+//     into a STAGES-deep ring of shared-memory stages, each guarded by a "full" and an "empty"
+//     mbarrier; setmaxnreg gives its registers to the consumers;
+//   * CONSUMERS warpgroups each own BLOCK_M / CONSUMERS rows of the tile and issue
+//     wgmma.mma_async m64nBLOCK_Nk16 straight from shared memory, keeping one k-tile of wgmma
+//     in flight while they release the stage before it;
+//   * persistent: the grid is at most one block per SM; blocks walk the work items (tiles x
+//     SPLIT_K) with a GROUP_M raster (RASTER 0: down M first, 1: along N first) for L2 reuse;
+//   * thread-block clusters of CLUSTER_M x CLUSTER_N blocks share operand tiles: A tiles are
+//     multicast across the cluster's N direction, B tiles across its M direction, each block
+//     loading one slice of the shared tile for all; a stage is reused only when the consumers
+//     of every block of the cluster have released it;
+//   * SPLIT_K > 1 (skinny M): each split writes fp32 partials to workspace [SPLIT_K, M, N]; the
+//     last split of a tile to finish (per-tile counter) sums them in split order and writes C:
+//     deterministic, and no second kernel launch. The counters follow the partials in the
+//     workspace, start zeroed (the host clears new workspaces) and are reset by that last split.
+//
+// Tunables are -D defines; combinations that cannot work fail here with a static_assert.
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "common/quad_store.cuh"
+
+#if !defined(BLOCK_M) || !defined(BLOCK_N) || !defined(BLOCK_K) || !defined(STAGES) || !defined(CONSUMERS) || \
+    !defined(CLUSTER_M) || !defined(CLUSTER_N) || !defined(RASTER) || !defined(GROUP_M) || !defined(SPLIT_K)
+#error "gemm_wgmma.cu needs -DBLOCK_M -DBLOCK_N -DBLOCK_K -DSTAGES -DCONSUMERS -DCLUSTER_M -DCLUSTER_N -DRASTER -DGROUP_M -DSPLIT_K"
+#endif
+
+namespace gemm_wgmma_cfg {
+constexpr int kThreads = (CONSUMERS + 1) * 128;
+constexpr int kWgRows = BLOCK_M / CONSUMERS;           // rows of the tile per consumer warpgroup
+constexpr int kSlices = kWgRows / 64;                  // m64 wgmma slices per consumer
+constexpr int kAtoms = BLOCK_K / 64;                   // 64-element (128-byte) swizzle atoms per k-tile
+constexpr int kAtomBytesA = BLOCK_M * 128;
+constexpr int kAtomBytesB = BLOCK_N * 128;
+constexpr int kStageBytesA = kAtoms * kAtomBytesA;
+constexpr int kStageBytesB = kAtoms * kAtomBytesB;
+constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+constexpr int kClusterSize = CLUSTER_M * CLUSTER_N;
+constexpr int kSliceRowsA = BLOCK_M / CLUSTER_N;       // rows of A each block of a cluster row loads
+constexpr int kSliceRowsB = BLOCK_N / CLUSTER_M;       // rows of B each block of a cluster column loads
+constexpr int kAlignSlack = 1024;                      // 128-byte swizzle wants 1024-byte aligned stages
+constexpr int kBarrierBytes = 1024;                    // full/empty mbarriers and split-K flags
+constexpr int kSmemBytes = STAGES * kStageBytes + kAlignSlack + kBarrierBytes;
+constexpr int kAccRegs = kSlices * BLOCK_N / 2;        // fp32 accumulators per consumer thread
+
+static_assert(CONSUMERS == 1 || CONSUMERS == 2, "CONSUMERS must be 1 or 2 warpgroups");
+static_assert(BLOCK_M % (CONSUMERS * 64) == 0 && (kSlices == 1 || kSlices == 2),
+              "BLOCK_M / CONSUMERS must be 64 or 128 (one or two m64 wgmma slices per consumer)");
+static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 192 || BLOCK_N == 256,
+              "BLOCK_N must be 64, 128, 192 or 256 (the wgmma n of one instruction)");
+static_assert(BLOCK_K == 64 || BLOCK_K == 128, "BLOCK_K must be 64 or 128 (whole 128-byte swizzle atoms)");
+static_assert(kAccRegs <= 128, "consumer tile too large: (BLOCK_M / CONSUMERS) * BLOCK_N / 128 accumulators must be <= 128");
+static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be between 2 and 8");
+static_assert(2 * STAGES * 8 + 2 * 16 <= kBarrierBytes, "barrier area too small");
+static_assert(kSmemBytes <= 232448, "shared memory STAGES*(BLOCK_M+BLOCK_N)*BLOCK_K*2 + 2048 exceeds the 227 KB per-block limit");
+static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "CLUSTER_M and CLUSTER_N must be 1 or 2");
+static_assert(kSliceRowsA % 8 == 0 && kSliceRowsB % 8 == 0, "multicast slices must be whole 8-row swizzle atoms");
+static_assert(RASTER == 0 || RASTER == 1, "RASTER must be 0 (down M first) or 1 (along N first)");
+static_assert(GROUP_M >= 1, "GROUP_M must be at least 1");
+static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K must be between 1 and 16");
+#ifdef SMEM_BYTES
+static_assert(SMEM_BYTES == kSmemBytes, "SMEM_BYTES define disagrees with the kernel's shared-memory formula");
+#endif
+#ifdef THREADS
+static_assert(THREADS == kThreads, "THREADS define disagrees with (CONSUMERS + 1) * 128");
+#endif
+}  // namespace gemm_wgmma_cfg
+
+using namespace gemm_wgmma_cfg;
+
+// --- PTX wrappers: mbarriers, TMA, wgmma ------------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
+// Arrive on the barrier at the same shared-memory offset in block `cta` of the cluster. Plain
+// arrive: with .release.cluster every stage release cost a cluster-scope fence, and clusters
+// ran 25 % slower than single blocks (benchmarks/notes_gemm_wgmma.md).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  if constexpr (kClusterSize == 1) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+  } else {
+    asm volatile(
+        "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+        " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+  }
+}
+__device__ __forceinline__ void cluster_sync() {
+  if constexpr (kClusterSize > 1) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  } else {
+    __syncthreads();
+  }
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank = 0;
+  if constexpr (kClusterSize > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// 2-D tile load (coordinates: element along K, row) completing on `bar`; multicast to `mask`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int k, int row) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(k), "r"(row)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int k, int row,
+                                                   uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(k), "r"(row), "h"(mask)
+      : "memory");
+}
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  constexpr uint64_t kLeading = 16 >> 4;   // unused for 128-byte swizzled K-major operands
+  constexpr uint64_t kStride = 1024 >> 4;  // 8 rows x 128 bytes
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | (kLeading << 16) | (kStride << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pin accumulator registers at this point: wgmma writes them asynchronously, so no read or
+// write of them may move across a wait.
+template <int R>
+__device__ __forceinline__ void fence_registers(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// wgmma.mma_async m64nNk16, bf16 x bf16 -> fp32, both operands K-major from shared memory.
+template <int N>
+struct Wgmma;
+
+template <>
+struct Wgmma<64> {
+  static constexpr int kRegs = 32;
+  __device__ __forceinline__ static void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b));
+  }
+};
+
+template <>
+struct Wgmma<128> {
+  static constexpr int kRegs = 64;
+  __device__ __forceinline__ static void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b));
+  }
+};
+
+template <>
+struct Wgmma<192> {
+  static constexpr int kRegs = 96;
+  __device__ __forceinline__ static void mma(float (&d)[96], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(desc_a), "l"(desc_b));
+  }
+};
+
+template <>
+struct Wgmma<256> {
+  static constexpr int kRegs = 128;
+  __device__ __forceinline__ static void mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b));
+  }
+};
+
+// --- the work-item walk shared by producer and consumers ------------------------------------------
+
+struct WorkItem {
+  int tile_m, tile_n;  // this block's tile
+  int split;           // which slice of K
+  int kt_begin, kt_end;
+};
+
+struct Schedule {
+  int tiles_m, tiles_n, cluster_tiles_m, cluster_tiles_n, k_tiles, per_split, total;
+  uint32_t rank_m, rank_n;
+
+  __device__ Schedule(int M, int N, int K, uint32_t rank) {
+    tiles_m = (M + BLOCK_M - 1) / BLOCK_M;
+    tiles_n = (N + BLOCK_N - 1) / BLOCK_N;
+    cluster_tiles_m = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
+    cluster_tiles_n = (tiles_n + CLUSTER_N - 1) / CLUSTER_N;
+    k_tiles = (K + BLOCK_K - 1) / BLOCK_K;
+    per_split = (k_tiles + SPLIT_K - 1) / SPLIT_K;
+    total = cluster_tiles_m * cluster_tiles_n * SPLIT_K;
+    rank_m = rank / CLUSTER_N;
+    rank_n = rank % CLUSTER_N;
+  }
+
+  // Work item w (a cluster's): GROUP_M raster over cluster tiles, then this block's place in it.
+  __device__ WorkItem item(int w) const {
+    const int tile = w / SPLIT_K;
+    const int split = w % SPLIT_K;
+    // RASTER 0 walks GROUP_M rows of tiles down M before moving right; RASTER 1 the transpose.
+    const int major = RASTER == 0 ? cluster_tiles_m : cluster_tiles_n;
+    const int minor = RASTER == 0 ? cluster_tiles_n : cluster_tiles_m;
+    const int per_group = GROUP_M * minor;
+    const int first = (tile / per_group) * GROUP_M;
+    const int rows = min(major - first, GROUP_M);
+    const int a = first + (tile % per_group) % rows;
+    const int b = (tile % per_group) / rows;
+    const int cm = RASTER == 0 ? a : b;
+    const int cn = RASTER == 0 ? b : a;
+    WorkItem item;
+    item.tile_m = cm * CLUSTER_M + (int)rank_m;
+    item.tile_n = cn * CLUSTER_N + (int)rank_n;
+    item.split = split;
+    item.kt_begin = min(k_tiles, split * per_split);
+    item.kt_end = min(k_tiles, item.kt_begin + per_split);
+    return item;
+  }
+};
+
+// --- the epilogue ------------------------------------------------------------------------------------
+
+// Element e of the m64nN accumulator of thread t: row 16*warp + lane/4 (+8 for e%4 >= 2),
+// column 8*(e/4) + 2*(lane%4) (+1 for odd e). N % 8 == 0, so a column pair is in or out whole.
+// bf16 C: each quad writes whole 16-byte runs (common/quad_store.cuh).
+__device__ __forceinline__ void store_tile_bf16(const float (&acc)[kSlices][BLOCK_N / 2], __nv_bfloat16* __restrict__ C,
+                                                int M, int N, int row0, int col0) {
+  const int t = threadIdx.x % 128;
+  const int lane_row = (t / 32) * 16 + (t % 32) / 4;
+#pragma unroll
+  for (int s = 0; s < kSlices; ++s) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + s * 64 + lane_row + half * 8;
+#pragma unroll
+      for (int g = 0; g < BLOCK_N / 32; ++g) {
+        uint32_t mine[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const int e = (4 * g + b) * 4 + half * 2;
+          mine[b] = pack_bf16x2(acc[s][e], acc[s][e + 1]);
+        }
+        const uint4 run = quad_transpose(mine);
+        const int col = col0 + (4 * g + t % 4) * 8;
+        if (row < M && col < N) *reinterpret_cast<uint4*>(C + (size_t)row * N + col) = run;
+      }
+    }
+  }
+}
+
+// fp32 partials of one split into workspace [SPLIT_K, M, N].
+__device__ __forceinline__ void store_partials(const float (&acc)[kSlices][BLOCK_N / 2], float* __restrict__ workspace,
+                                               int M, int N, int row0, int col0, int split) {
+  const int t = threadIdx.x % 128;
+  const int lane_row = (t / 32) * 16 + (t % 32) / 4;
+  const int lane_col = (t % 4) * 2;
+#pragma unroll
+  for (int s = 0; s < kSlices; ++s) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + s * 64 + lane_row + half * 8;
+      if (row >= M) continue;
+#pragma unroll
+      for (int j = 0; j < BLOCK_N / 8; ++j) {
+        const int col = col0 + j * 8 + lane_col;
+        if (col >= N) continue;
+        const int e = j * 4 + half * 2;
+        *reinterpret_cast<float2*>(workspace + ((size_t)split * M + row) * N + col) = make_float2(acc[s][e], acc[s][e + 1]);
+      }
+    }
+  }
+}
+
+// The last split of a tile sums every split's partials in split order into its accumulators
+// (its own from registers, bit-identical to what it stored); the caller then writes C.
+__device__ __forceinline__ void sum_splits(float (&acc)[kSlices][BLOCK_N / 2], const float* __restrict__ workspace,
+                                           int M, int N, int row0, int col0, int own_split) {
+  const int t = threadIdx.x % 128;
+  const int lane_row = (t / 32) * 16 + (t % 32) / 4;
+  const int lane_col = (t % 4) * 2;
+#pragma unroll
+  for (int s = 0; s < kSlices; ++s) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + s * 64 + lane_row + half * 8;
+      if (row >= M) continue;
+#pragma unroll
+      for (int j = 0; j < BLOCK_N / 8; ++j) {
+        const int col = col0 + j * 8 + lane_col;
+        if (col >= N) continue;
+        const int e = j * 4 + half * 2;
+        float2 sum = make_float2(0.f, 0.f);
+        for (int split = 0; split < SPLIT_K; ++split) {
+          const float2 part = split == own_split
+                                  ? make_float2(acc[s][e], acc[s][e + 1])
+                                  : __ldcg(reinterpret_cast<const float2*>(workspace + ((size_t)split * M + row) * N + col));
+          sum.x += part.x;
+          sum.y += part.y;
+        }
+        acc[s][e] = sum.x;
+        acc[s][e + 1] = sum.y;
+      }
+    }
+  }
+}
+
+// --- the kernel ----------------------------------------------------------------------------------------
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClusterSize, 1, 1)
+    gemm_wgmma(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+               __nv_bfloat16* __restrict__ C, float* __restrict__ workspace, int M, int N, int K) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t smem_raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t tiles_addr = (smem_raw_addr + kAlignSlack - 1) & ~uint32_t(kAlignSlack - 1);
+  const uint32_t smem_a = tiles_addr;                              // STAGES x [kAtoms][BLOCK_M][64]
+  const uint32_t smem_b = tiles_addr + STAGES * kStageBytesA;      // STAGES x [kAtoms][BLOCK_N][64]
+  const uint32_t bars = tiles_addr + STAGES * kStageBytes;         // full[STAGES], empty[STAGES]
+  unsigned char* bars_generic = smem_raw + (bars - smem_raw_addr);
+  int* last_flag = reinterpret_cast<int*>(bars_generic + 2 * STAGES * 8);  // one per consumer
+  auto full = [&](int s) { return bars + 8u * s; };
+  auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
+
+  const int warpgroup = threadIdx.x / 128;
+  const uint32_t rank = cluster_rank();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), CONSUMERS * kClusterSize);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  cluster_sync();  // barriers initialised in every block before anyone multicasts into them
+
+  const Schedule schedule(M, N, K, rank);
+  const int cluster_id = blockIdx.x / kClusterSize;
+  const int clusters = gridDim.x / kClusterSize;
+
+  if (warpgroup == 0) {
+    // Producer: one thread issues every TMA load.
+    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tmap_b)) : "memory");
+      uint16_t mask_a = 0, mask_b = 0;  // A goes to the blocks of this cluster row, B of this column
+      for (int j = 0; j < CLUSTER_N; ++j) mask_a |= uint16_t(1u << (schedule.rank_m * CLUSTER_N + j));
+      for (int i = 0; i < CLUSTER_M; ++i) mask_b |= uint16_t(1u << (i * CLUSTER_N + schedule.rank_n));
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int w = cluster_id; w < schedule.total; w += clusters) {
+        const WorkItem item = schedule.item(w);
+        for (int kt = item.kt_begin; kt < item.kt_end; ++kt) {
+          mbar_wait(empty(stage), phase ^ 1);  // a fresh barrier counts as released
+          mbar_expect_tx(full(stage), kStageBytes);
+#pragma unroll
+          for (int atom = 0; atom < kAtoms; ++atom) {
+            const int k = kt * BLOCK_K + atom * 64;
+            const uint32_t dst_a = smem_a + stage * kStageBytesA + atom * kAtomBytesA;
+            const uint32_t dst_b = smem_b + stage * kStageBytesB + atom * kAtomBytesB;
+            // A shared across the cluster's N direction: block rank_n loads slice rank_n of it
+            // for all of them; B likewise across M. Each block receives whole tiles.
+            if constexpr (CLUSTER_N > 1) {
+              tma_load_multicast(dst_a + schedule.rank_n * kSliceRowsA * 128, &tmap_a, full(stage), k,
+                                 item.tile_m * BLOCK_M + schedule.rank_n * kSliceRowsA, mask_a);
+            } else {
+              tma_load(dst_a, &tmap_a, full(stage), k, item.tile_m * BLOCK_M);
+            }
+            if constexpr (CLUSTER_M > 1) {
+              tma_load_multicast(dst_b + schedule.rank_m * kSliceRowsB * 128, &tmap_b, full(stage), k,
+                                 item.tile_n * BLOCK_N + schedule.rank_m * kSliceRowsB, mask_b);
+            } else {
+              tma_load(dst_b, &tmap_b, full(stage), k, item.tile_n * BLOCK_N);
+            }
+          }
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    // Consumers: wgmma over this warpgroup's rows, one k-tile in flight.
+    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int consumer = warpgroup - 1;
+    const int t = threadIdx.x % 128;
+    float acc[kSlices][BLOCK_N / 2];
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int w = cluster_id; w < schedule.total; w += clusters) {
+      const WorkItem item = schedule.item(w);
+#pragma unroll
+      for (int s = 0; s < kSlices; ++s)
+#pragma unroll
+        for (int e = 0; e < BLOCK_N / 2; ++e) acc[s][e] = 0.f;
+      int previous = -1;
+      for (int kt = item.kt_begin; kt < item.kt_end; ++kt) {
+        mbar_wait(full(stage), phase);
+        wgmma_fence();
+#pragma unroll
+        for (int atom = 0; atom < kAtoms; ++atom) {
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            const uint32_t b_addr = smem_b + stage * kStageBytesB + atom * kAtomBytesB + kk * 32;
+#pragma unroll
+            for (int s = 0; s < kSlices; ++s) {
+              const uint32_t a_addr = smem_a + stage * kStageBytesA + atom * kAtomBytesA +
+                                      (consumer * kWgRows + s * 64) * 128 + kk * 32;
+              Wgmma<BLOCK_N>::mma(acc[s], smem_desc(a_addr), smem_desc(b_addr));
+            }
+          }
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the k-tile before this one is done: release its stage
+        if (previous >= 0 && t < kClusterSize) mbar_arrive_cluster(empty(previous), t);
+        previous = stage;
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int s = 0; s < kSlices; ++s) fence_registers(acc[s]);
+      if (previous >= 0 && t < kClusterSize) mbar_arrive_cluster(empty(previous), t);
+
+      if (item.tile_m >= schedule.tiles_m || item.tile_n >= schedule.tiles_n) continue;  // cluster padding
+      const int row0 = item.tile_m * BLOCK_M + consumer * kWgRows;
+      const int col0 = item.tile_n * BLOCK_N;
+      if constexpr (SPLIT_K == 1) {
+        store_tile_bf16(acc, C, M, N, row0, col0);
+      } else {
+        store_partials(acc, workspace, M, N, row0, col0, item.split);
+        // Count this consumer's partial in; the last of SPLIT_K sums them all.
+        int* counters = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * M * N);
+        int* counter = counters + (item.tile_m * schedule.tiles_n + item.tile_n) * CONSUMERS + consumer;
+        __threadfence();
+        asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory");
+        if (t == 0) {
+          const int arrived = atomicAdd(counter, 1);
+          last_flag[consumer] = arrived == SPLIT_K - 1;
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory");
+        if (last_flag[consumer]) {
+          __threadfence();
+          sum_splits(acc, workspace, M, N, row0, col0, item.split);
+          store_tile_bf16(acc, C, M, N, row0, col0);
+          if (t == 0) *counter = 0;  // ready for the next launch
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory");  // flag read before reuse
+      }
+    }
+  }
+  cluster_sync();  // no block leaves while a partner may still multicast into it or arrive on it
+}

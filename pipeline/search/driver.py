@@ -1,0 +1,273 @@
+"""The bench's budgeted search: per shape, the strategy asks and the bench measures (ask/tell).
+
+With a table's ``search:`` set (anything but the default, an unbudgeted exhaustive run) the
+bench does not measure every configuration of a shard. Per shape it runs the table's
+SearchPlan; every batch the strategy proposes is measured by the real backend and told back as
+the median time (or the failure):
+
+- cuda and cpu-test: ``ShardRunner.measure_tasks`` in the worker process (verified, warmed up,
+  interleaved rounds, journalled: a killed search resumes and re-measures nothing, since the
+  strategy asks again for the same configurations and the journal answers);
+- replay: the recording's rows, checked up front for every configuration and served one batch
+  at a time, exactly as the cuda backend would measure them.
+
+The cuBLAS baseline is measured with the first batch and never counts against the budget.
+A shape's search also reads:
+- the perf model's prediction (GEMM families only), from the compile report's registers and
+  shared memory (replay: the recording's, which the compiler fixed before any GPU time);
+- transfer: the winners of the nearest shapes (same N, K) whose shards already exist under the
+  same content key, i.e. measured earlier in this tuning run (shapes run in ``tuning_order``);
+- ``learn_from``: the complete profiles of a recording's *other* shapes (``learned.py``);
+  rows of the shape being tuned are never read.
+
+The shard holds the measured configurations in measurement order, then the baseline, each row
+with ``pipeline.results.SEARCH_FIELDS``; its provenance gains ``search`` (label, settings, stop
+reason, the trace). Rank and select work on such shards unchanged: they rank what was measured.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.bench.plan import ConfigTask
+from pipeline.config import KernelConfig
+from pipeline.errors import TuneTableError
+from pipeline.search import SearchPlan, SearchSettings, make_strategy
+from pipeline.search.base import Failure, Outcome
+from pipeline.search.learned import Profile
+from pipeline.search.perfmodel import predict_space
+from pipeline.search.transfer import interleave, seed_shapes, tuning_order
+
+if TYPE_CHECKING:
+    from pipeline.bench.runner import ShardJob, ShardRunner
+
+Shape = tuple[int, int, int]
+Row = dict[str, Any]
+MeasureRows = Callable[[Sequence[ConfigTask]], list[Row]]
+SHARD_NAME = re.compile(r"^M(\d+)_N(\d+)_K(\d+)\.pkl$")
+SEED_WINNERS = 2   # winners taken from each neighbouring shard
+
+
+def task_config(task: ConfigTask) -> KernelConfig:
+    """The KernelConfig of a kernel task (its id is the grid's config id for real grids)."""
+    return KernelConfig.from_dict(task.family, dict(task.params))
+
+
+def search_fields(*, settings: SearchSettings, step: int | None) -> dict[str, Any]:
+    """The SEARCH_FIELDS of one row: the search's label, strategy, seed, budget and the row's step."""
+    return {"search": settings.label, "search_strategy": settings.strategy, "search_seed": settings.seed,
+            "search_step": step, "search_max_fevals": settings.max_fevals,
+            "search_time_limit": settings.time_limit, "search_top_k": settings.top_k}
+
+
+def row_outcome(row: Mapping[str, Any]) -> Outcome:
+    """What the strategy is told: the median of an ``ok`` row, else a Failure with its status."""
+    if row.get("status") == "ok" and row.get("median_ms") is not None:
+        return float(row["median_ms"])
+    return Failure(str(row.get("status") or "missing"), row.get("error"))
+
+
+def expected_measurements(*, settings: SearchSettings, tasks: Sequence[ConfigTask]) -> int:
+    """Configurations a shard's search measures at most (kernels within the budget, plus the baseline)."""
+    kernels = sum(1 for t in tasks if t.kind == "kernel")
+    cap = min(kernels, settings.max_fevals or kernels, settings.top_k or kernels)
+    return cap + (len(tasks) - kernels)
+
+
+def compile_records(tasks: Sequence[ConfigTask], overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per KernelConfig id: build status, registers and shared memory (``overrides`` by task config id win)."""
+    records = {}
+    for task in tasks:
+        if task.kind != "kernel":
+            continue
+        record = {"status": "ok" if task.build_status == "ok" else "build", **dict(task.compile_info)}
+        record.update(overrides.get(task.config_id, {}))
+        records[task_config(task).id] = record
+    return records
+
+
+def perf_predictor(configs: Sequence[KernelConfig], records: Mapping[str, Mapping[str, Any]]) -> Callable[[Shape], np.ndarray | None]:
+    """The perf model's seconds per configuration on any shape (None for a family it cannot model), memoised."""
+    cache: dict[Shape, np.ndarray | None] = {}
+
+    def predict(shape: Shape) -> np.ndarray | None:
+        if shape not in cache:
+            m, n, k = shape
+            try:
+                cache[shape] = predict_space(configs=configs, m=m, n=n, k=k, compile_records=records)
+            except ValueError:
+                cache[shape] = None   # not a tiled GEMM the model knows: searches run without a prior
+        return cache[shape]
+
+    return predict
+
+
+def solved_shapes(shard_dir: Path) -> list[Shape]:
+    """Shapes whose shards exist in a content key's folder (measured earlier in this tuning run)."""
+    if not shard_dir.is_dir():
+        return []
+    found = []
+    for path in sorted(shard_dir.iterdir()):
+        match = SHARD_NAME.match(path.name)
+        if match:
+            found.append(tuple(int(v) for v in match.groups()))
+    return found  # type: ignore[return-value]
+
+
+def shard_winners(path: Path, *, count: int = SEED_WINNERS) -> list[str]:
+    """The fastest ``ok`` kernel configurations of a shard (ties by config id)."""
+    from pipeline.results import read_shard
+
+    frame = read_shard(path)["merged_df"]
+    rows = [r for r in frame.to_dict(orient="records")
+            if r.get("kind", "kernel") == "kernel" and r.get("status") == "ok" and r.get("median_ms") is not None]
+    rows.sort(key=lambda r: (float(r["median_ms"]), str(r["config_id"])))
+    return [str(r["config_id"]) for r in rows[:count]]
+
+
+def neighbour_winners(*, shard_dir: Path, shape: Shape) -> list[str]:
+    """Winners of the seed shapes (transfer.seed_shapes) among those solved: each one's best first, then runners-up."""
+    chosen = seed_shapes(shape=shape, solved=solved_shapes(shard_dir))
+    return interleave([shard_winners(shard_dir / f"M{m}_N{n}_K{k}.pkl") for m, n, k in chosen])
+
+
+def load_profiles(path: str | Path, *, table: str) -> tuple[Profile, ...]:
+    """Complete profiles per shape of a recording's kernel rows of ``table`` (failures as inf)."""
+    from pipeline.search.kt_interop import load_rows
+
+    times: dict[Shape, dict[str, float]] = {}
+    for row in load_rows(path):
+        if row.get("table", table) != table or row.get("kind", "kernel") != "kernel":
+            continue
+        shape = (int(row["M"]), int(row["N"]), int(row["K"]))
+        ok = row.get("status") == "ok" and row.get("median_ms") is not None
+        times.setdefault(shape, {})[str(row["config_id"])] = float(row["median_ms"]) if ok else math.inf
+    if not times:
+        raise TuneTableError(f"no kernel rows of table '{table}' to learn from", path=path)
+    return tuple(Profile(shape=shape, times=by_id) for shape, by_id in sorted(times.items()))
+
+
+@dataclass(frozen=True)
+class TableSearch:
+    """A table's budgeted search as the bench runs it, one shape at a time."""
+
+    plan: SearchPlan
+    shard_dir: Path                                    # the content key's folder: neighbours measured earlier
+    profiles: tuple[Profile, ...] = ()                 # learn_from: other shapes' complete profiles
+    compile_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # by task config id
+
+    @property
+    def settings(self) -> SearchSettings:
+        """The table's search settings."""
+        return self.plan.settings
+
+    def run_shard(self, *, runner: ShardRunner, job: ShardJob) -> tuple[list[Row], dict[str, Any]]:
+        """Search one shard on a worker (cuda, cpu-test): each batch through ``runner.measure_tasks``."""
+        def measure_rows(tasks: Sequence[ConfigTask]) -> list[Row]:
+            runner.measure_tasks(job, tasks)
+            return runner.task_rows(job, tasks)
+
+        return self.search_shape(shape=job.shape, tasks=job.tasks, measure_rows=measure_rows)
+
+    def search_shape(self, *, shape: Shape, tasks: Sequence[ConfigTask], measure_rows: MeasureRows) -> tuple[list[Row], dict[str, Any]]:
+        """Run the search over a shard's kernel tasks; the measured rows (annotated) and the search's provenance."""
+        kernels = [t for t in tasks if t.kind == "kernel"]
+        extras = [t for t in tasks if t.kind != "kernel"]
+        configs = [task_config(t) for t in kernels]
+        task_of = {config.id: task for config, task in zip(configs, kernels)}
+        if len(task_of) != len(kernels):
+            raise TuneTableError(f"shape {shape}: two configurations share parameters; the search cannot tell them apart")
+        config_id_of = {task.config_id: config.id for config, task in zip(configs, kernels)}
+        predict = perf_predictor(configs, compile_records(kernels, self.compile_overrides))
+        seeds = []
+        if self.settings.transfer:
+            seeds = [config_id_of[c] for c in neighbour_winners(shard_dir=self.shard_dir, shape=shape) if c in config_id_of]
+        measured: dict[str, Row] = {}
+        waiting = list(extras)
+
+        def measure_batch(batch: Sequence[KernelConfig]) -> list[Outcome]:
+            asked = [task_of[config.id] for config in batch]
+            rows = measure_rows([*asked, *waiting])
+            waiting.clear()
+            measured.update((str(row["config_id"]), row) for row in rows)
+            return [row_outcome(measured[task.config_id]) for task in asked]
+
+        try:
+            result = self.plan.run(configs=configs, measure=lambda config: measure_batch([config])[0], prior=predict(shape),
+                                   seed_ids=seeds, measure_batch=measure_batch, shape=shape, profiles=self.profiles,
+                                   predict=predict)
+        except ValueError as exc:
+            raise TuneTableError(f"shape {shape}: {exc}") from None
+        if waiting:
+            measure_batch([])
+        rows = [{**measured[task_of[e.config_id].config_id], **search_fields(settings=self.settings, step=e.step)}
+                for e in result.trace]
+        rows += [{**measured[t.config_id], **search_fields(settings=self.settings, step=None)} for t in extras]
+        provenance = {"search": {
+            "label": self.settings.label,
+            "settings": {name: getattr(self.settings, name) for name in
+                         ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer", "learn_from")},
+            "stop_reason": result.stop_reason,
+            "transfer_seeds": [task_of[c].config_id for c in seeds if c in task_of],
+            "learned_from_shapes": len({p.shape for p in self.profiles if tuple(p.shape) != tuple(shape)}),
+            "trace": [{"step": e.step, "config_id": task_of[e.config_id].config_id, "elapsed_s": round(e.elapsed_s, 3)}
+                      for e in result.trace],
+        }}
+        return rows, provenance
+
+
+def table_search(*, settings: SearchSettings, table: str, shard_dir: Path,
+                 compile_overrides: Mapping[str, Mapping[str, Any]] | None = None) -> TableSearch:
+    """The TableSearch of a table's settings (reads the ``learn_from`` recording once)."""
+    profiles = load_profiles(settings.learn_from, table=table) if settings.learn_from else ()
+    return TableSearch(plan=make_strategy(settings), shard_dir=shard_dir, profiles=profiles,
+                       compile_overrides=dict(compile_overrides or {}))
+
+
+def recorded_compile_records(recording: Mapping[tuple[Any, ...], Mapping[str, Any]], *, table: str) -> dict[str, dict[str, Any]]:
+    """Per config id: what the compiler fixed (build status, registers, shared memory), from a recording's rows."""
+    records: dict[str, dict[str, Any]] = {}
+    for key, row in recording.items():
+        if key[0] != table or row.get("kind") != "kernel":
+            continue
+        records.setdefault(str(key[4]), {"status": "build" if row.get("status") == "build" else "ok",
+                                         "registers": row.get("registers"), "smem_bytes": row.get("smem_bytes")})
+    return records
+
+
+def replay_search_table(*, params: Mapping[str, Any], table: Any, shapes: Sequence[Shape], key: str, recording_path: Path,
+                        provenance: Mapping[str, Any], results_root: Path, allow_missing: bool,
+                        settings: SearchSettings) -> dict[Path, list[Row]]:
+    """Replay backend: search every shape in tuning order over the recording's rows (all checked first)."""
+    from pipeline import paths
+    from pipeline.bench.replay import load_recording, replay_shapes
+    from pipeline.bench.session import grid_tasks
+    from pipeline.keys import kernel_source_hash
+    from pipeline.results import write_shard
+
+    kernel_hash = kernel_source_hash(table.kernel)
+    recording = load_recording(recording_path)
+    tasks = grid_tasks(params=params, table=table)
+    served = replay_shapes(recording=recording, recording_path=recording_path, table=table.name, shapes=shapes,
+                           tasks=tasks, kernel_hash=kernel_hash, content_key=key, allow_missing=allow_missing)
+    search = table_search(settings=settings, table=table.name, shard_dir=paths.raw_dir(table.name, key, root=results_root),
+                          compile_overrides=recorded_compile_records(recording, table=table.name))
+    written: dict[Path, list[Row]] = {}
+    for shape in tuning_order(shapes):
+        by_id = {str(row["config_id"]): row for row in served[shape]}
+        rows, search_provenance = search.search_shape(
+            shape=shape, tasks=tasks, measure_rows=lambda asked, by_id=by_id: [by_id[t.config_id] for t in asked])
+        path = paths.raw_shard(table.name, key, *shape, root=results_root)
+        write_shard(path, table=table.name, rows=rows, build_rows=[],
+                    provenance={"backend": "replay", "recording": str(recording_path), "content_key": key,
+                                "kernel_hash": kernel_hash, **{f"recording_{k}": v for k, v in provenance.items()},
+                                **search_provenance})
+        written[path] = rows
+    return written

@@ -1,0 +1,182 @@
+"""gemm_wgmma on the H200 (`pytest -m gpu`): every default-grid configuration verified through the bench
+harness on odd shapes, and kernels.gemm / gemm_with / autotune running wgmma entries.
+
+Self-contained: it compiles the default grid with the machine's nvcc into a temporary cache (all
+cores, a few seconds) and measures with a one-round harness setting, so it adds well under a
+minute to the GPU suite.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.bench.plan import BenchSettings, ConfigTask, baseline_task
+from pipeline.bench.runner import ShardJob, run_shards
+from pipeline.bench.session import shard_payloads
+from pipeline.compile import compile_configs
+from pipeline.grid import DeviceLimits, expand
+from pipeline.keys import kernel_source_hash
+from pipeline.params import table_spec
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+REPO = Path(__file__).resolve().parents[2]
+TABLE = "gemm_wgmma"
+REL_TOL = 1e-2  # bf16 output, fp32 accumulation
+# M in {1, 7, 77, 333, 4096}, non-square N and K (LLM projections), and two small shapes whose N and K
+# are multiples of no tile (TMA fills the edges with zeros; empty K splits must still add up).
+SHAPES = [(1, 4096, 4096), (7, 14336, 4096), (77, 4096, 14336), (333, 6144, 4096), (4096, 4096, 4096),
+          (7, 136, 200), (333, 264, 328)]
+# One verified launch and one timed round per configuration: correctness, not timing.
+SETTINGS = BenchSettings(warmup_ms=0.0, rounds=1, min_batch_ms=0.05, l2_factor=1.0, timeout_s=30.0,
+                         verify_rtol=REL_TOL)
+
+
+def params() -> dict:
+    # yaml.safe_load without the schema check: the GPU image may lack jsonschema (CI validates params.yaml).
+    return yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory: pytest.TempPathFactory) -> list[ConfigTask]:
+    """Every kept configuration of the default grid, compiled (fresh cache) into tasks for the harness."""
+    settings = params()
+    spec = table_spec(settings, TABLE)
+    kept = expand(spec, limits=DeviceLimits.from_params(settings)).kept
+    results = compile_configs(kept, kernel_path=REPO / spec.kernel, flags=settings["compile"]["nvcc_flags"],
+                              arch=spec.arch, cache_dir=tmp_path_factory.mktemp("cubins"), workers=os.cpu_count() or 4)
+    failed = {cid: r.error for cid, r in results.items() if r.status != "ok"}
+    assert not failed, failed
+    return [ConfigTask(config_id=config.id, kind="kernel", mesh_idx=index, family=spec.family,
+                       params=tuple(config.params), defines=tuple(config.defines().items()),
+                       cubin=results[config.id].cubin)
+            for index, config in enumerate(kept)]
+
+
+def test_every_default_config_is_verified_by_the_harness_on_odd_shapes(tasks, tmp_path: Path) -> None:
+    from kernels.families import FAMILIES
+
+    all_tasks = (*tasks, baseline_task())
+    kernel_hash = kernel_source_hash(REPO / "kernels" / "gemm_wgmma.cu")
+    jobs = [ShardJob(table=TABLE, m=m, n=n, k=k, tasks=all_tasks,
+                     payloads=shard_payloads(tasks=all_tasks, m=m, n=n, k=k, families=FAMILIES),
+                     journal_path=tmp_path / f"M{m}_N{n}_K{k}.journal.jsonl", shard_path=tmp_path / f"M{m}_N{n}_K{k}.pkl",
+                     content_key="gputest", kernel_hash=kernel_hash)
+            for m, n, k in SHAPES]
+    rows_by_shard = run_shards(jobs=jobs, settings=SETTINGS, runner="cuda", gpus=[None])
+    assert len(rows_by_shard) == len(SHAPES)
+    failures = []
+    for rows in rows_by_shard.values():
+        assert len(rows) == len(all_tasks)
+        for row in rows:
+            if row["status"] != "ok" or not (row["rel_err"] is not None and row["rel_err"] <= REL_TOL):
+                failures.append(f"M={row['M']} N={row['N']} K={row['K']} {row['config_id']}: {row['status']} "
+                                f"rel_err={row['rel_err']} {row.get('error') or ''}")
+    assert not failures, f"{len(failures)} of {len(SHAPES) * len(all_tasks)} wrong:\n" + "\n".join(failures)
+
+
+# --- the runtime: kernels.gemm through the dispatch list, gemm_with, autotune ---------------------
+
+@pytest.fixture(scope="module")
+def torch():
+    """torch for the runtime tests (the harness test above needs none)."""
+    return pytest.importorskip("torch")
+
+
+def operands(torch, m: int, n: int, k: int, seed: int = 0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn((m, k), generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+    b = torch.randn((n, k), generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+    return a, b
+
+
+def rel_err(c, a, b) -> float:
+    ref = a.float() @ b.float().T
+    return float((c.float() - ref).norm() / ref.norm())
+
+
+def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
+    from kernels import dispatch
+    from kernels.tuning_configs import TABLES, FamilyChoice
+
+    entry = dispatch.make_entry(tunables=dispatch.WGMMA_DEFAULT_TUNABLES, n=6144, k=4096, kernel=TABLE)
+    choice = FamilyChoice(m=1, m_end=dispatch.INT32_MAX, n=6144, k=4096, kernel=TABLE, table=TABLE,
+                          config_id=entry.config_id)
+    dispatch.set_dispatcher(dispatch.FamilyDispatcher(choices=[choice],
+                                                      tables={"gemm_mma": TABLES["gemm_mma"], TABLE: [entry]}))
+    try:
+        a, b = operands(torch, 333, 6144, 4096)
+        c = dispatch.gemm(a, b)
+        torch.cuda.synchronize()
+        assert rel_err(c, a, b) < REL_TOL
+        decision = dispatch.dispatcher().decide(m=333, n=6144, k=4096)
+        assert decision.entry == entry and decision.choice == choice and not decision.fallback
+        plan = dispatch.runtime().plan(entry, m=333, n=6144, k=4096)
+        assert isinstance(plan, dispatch.StructPlan) and plan.encodes == 1
+        out = torch.full((333, 6144), float("nan"), device="cuda", dtype=torch.bfloat16)
+        for _ in range(2):  # a new C address encodes once, then is reused
+            dispatch.gemm(a, b, out=out)
+        torch.cuda.synchronize()
+        assert rel_err(out, a, b) < REL_TOL and plan.encodes == 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dispatch.FallbackWarning)
+            assert dispatch.dispatcher().decide(m=77, n=4096, k=4096).entry.kernel == "gemm_mma"  # not listed
+    finally:
+        dispatch.set_dispatcher(None)
+
+
+@pytest.mark.parametrize("split_k", [1, 4, 8])
+def test_gemm_with_wgmma_is_right_on_every_repeat(torch, split_k: int) -> None:
+    """Split-K tile counters start zeroed and are reset by each launch's last split: repeats stay right."""
+    import kernels
+    from kernels.dispatch import WGMMA_SKINNY_TUNABLES
+
+    tunables = {**WGMMA_SKINNY_TUNABLES, "split_k": split_k}
+    a, b = operands(torch, 7, 4096, 14336)
+    out = torch.empty((7, 4096), device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        kernels.gemm_with(tunables, a, b, out=out, family=TABLE)
+        torch.cuda.synchronize()
+        assert rel_err(out, a, b) < REL_TOL
+
+
+def test_generated_wgmma_choices_run_through_kernels_gemm(torch) -> None:
+    """Whatever the checked-in dispatch list sends to gemm_wgmma is right (none until its recording lands)."""
+    import kernels
+    from kernels.tuning_configs import DISPATCH
+
+    choices = [c for c in DISPATCH["gemm_dispatch"] if c.table == TABLE]
+    for choice in choices:
+        m = min(max(choice.m, 1), 4096)
+        a, b = operands(torch, m, choice.n, choice.k)
+        c = kernels.gemm(a, b)
+        torch.cuda.synchronize()
+        assert rel_err(c, a, b) < REL_TOL, choice
+
+
+def test_autotune_over_wgmma_configurations(torch, tmp_path: Path) -> None:
+    import kernels
+    from kernels.autotune import autotune, close_to
+    from kernels.dispatch import WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES
+
+    configs = [WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES, {**WGMMA_SKINNY_TUNABLES, "split_k": 4}]
+    correct = close_to(lambda args: {"out": args["a"].float() @ args["b"].float().T}, rtol=REL_TOL)
+
+    @autotune(configs=configs, key=["m", "n", "k"], restore_value=["out"], verify=correct, cache_dir=tmp_path,
+              rounds=5, warmup_ms=2.0)
+    def matmul(a, b, out, m, n, k, *, config):
+        return kernels.gemm_with(config, a, b, out=out, family=TABLE)
+
+    a, b = operands(torch, 333, 4096, 4096)
+    out = torch.full((333, 4096), 7.0, device="cuda", dtype=torch.bfloat16)
+    matmul(a, b, out, 333, 4096, 4096)
+    torch.cuda.synchronize()
+    assert rel_err(out, a, b) < REL_TOL
+    trials = next(iter(matmul.trials.values()))
+    assert [t.status for t in trials] == ["ok"] * len(configs)

@@ -1,0 +1,122 @@
+"""Real nvcc compiles of kernels/gemm_wgmma.cu for sm_90a: the grid's rules mirror the kernel's static_asserts.
+
+Every configuration the default grid keeps compiles with no local-memory spills; configurations the
+rules reject stop at the static_assert that says why; valid ones outside the default grid build too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kernels.families import FAMILIES
+from pipeline.compile import compile_configs, main_function, parse_ptxas
+from pipeline.grid import DeviceLimits, compile_rules, expand, first_failed_rule
+from pipeline.params import table_spec
+
+pytestmark = pytest.mark.nvcc
+
+REPO = Path(__file__).resolve().parents[1]
+FAMILY = FAMILIES["gemm_wgmma"]
+FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v"]
+PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
+SPEC = table_spec(PARAMS, "gemm_wgmma")
+
+BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "CLUSTER_M": 2, "CLUSTER_N": 1,
+        "RASTER": 0, "GROUP_M": 8, "SPLIT_K": 1}
+VALID = {
+    "large_128x256_cluster2": BASE,
+    "tall_256x128": {**BASE, "BLOCK_M": 256, "BLOCK_N": 128, "CLUSTER_M": 1},
+    "skinny_split8": {**BASE, "BLOCK_M": 64, "BLOCK_N": 128, "STAGES": 8, "CONSUMERS": 1, "CLUSTER_M": 1,
+                      "GROUP_M": 1, "SPLIT_K": 8},
+    # Outside the default grid, still valid: n192, a column cluster, raster along N, two stages, K128.
+    "n192_clusterN_raster1": {**BASE, "BLOCK_N": 192, "STAGES": 2, "CLUSTER_M": 1, "CLUSTER_N": 2, "RASTER": 1},
+    "k128_split16": {**BASE, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "STAGES": 7, "CONSUMERS": 1,
+                     "CLUSTER_M": 1, "SPLIT_K": 16},
+}
+
+
+def with_derived(defines: dict[str, int]) -> dict[str, int]:
+    """Add THREADS and SMEM_BYTES as the grid's derived values would."""
+    return {**defines, "THREADS": FAMILY.threads(defines), "SMEM_BYTES": FAMILY.smem_bytes(defines)}
+
+
+def nvcc(*, defines: dict[str, int], out: Path) -> subprocess.CompletedProcess:
+    """Compile one configuration to a cubin; return the finished process."""
+    args = [f"-D{k}={v}" for k, v in defines.items()]
+    return subprocess.run(["nvcc", *FLAGS, *args, "-o", str(out), str(REPO / FAMILY.source)],
+                          capture_output=True, text=True, check=False)
+
+
+def failed_rule(defines: dict[str, int]) -> str | None:
+    """The source of the first grid rule the configuration fails (None: the rules accept it)."""
+    rules = compile_rules(SPEC.grid, names=list(with_derived(defines)), path="params.yaml", table=SPEC.name)
+    rule = first_failed_rule(with_derived(defines), rules)
+    return None if rule is None else rule.expression.source
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str, tmp_path: Path) -> None:
+    defines = with_derived(VALID[name])
+    assert failed_rule(VALID[name]) is None
+    cubin = tmp_path / f"{name}.cubin"
+    proc = nvcc(defines=defines, out=cubin)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert FAMILY.entry.encode() in cubin.read_bytes()
+    main = main_function(parse_ptxas(proc.stdout + proc.stderr), entry=FAMILY.entry)
+    assert main is not None and (main.spill_stores, main.spill_loads) == (0, 0), proc.stderr[-1500:]
+
+
+@pytest.mark.parametrize(
+    "change,rule,message",
+    [
+        ({"CONSUMERS": 3, "BLOCK_M": 192}, "CONSUMERS in (1, 2)", "CONSUMERS must be 1 or 2"),
+        ({"BLOCK_M": 96}, "BLOCK_M % (CONSUMERS * 64) == 0", "BLOCK_M / CONSUMERS must be 64 or 128"),
+        ({"BLOCK_M": 512, "BLOCK_N": 64}, "BLOCK_M % (CONSUMERS * 64) == 0", "BLOCK_M / CONSUMERS must be 64 or 128"),
+        ({"BLOCK_N": 96}, "BLOCK_N in (64, 128, 192, 256)", "BLOCK_N must be 64, 128, 192 or 256"),
+        ({"BLOCK_K": 32}, "BLOCK_K in (64, 128)", "BLOCK_K must be 64 or 128"),
+        ({"BLOCK_M": 256, "STAGES": 2}, "(BLOCK_M // CONSUMERS) * BLOCK_N <= 16384", "consumer tile too large"),
+        ({"STAGES": 1}, "2 <= STAGES <= 8", "STAGES must be between 2 and 8"),
+        ({"STAGES": 5}, "SMEM_BYTES <= 232448", "exceeds the 227 KB per-block limit"),
+        ({"CLUSTER_N": 4}, "CLUSTER_M in (1, 2) and CLUSTER_N in (1, 2)", "CLUSTER_M and CLUSTER_N must be 1 or 2"),
+        ({"RASTER": 2}, "RASTER in (0, 1)", "RASTER must be 0"),
+        ({"GROUP_M": 0}, "GROUP_M >= 1", "GROUP_M must be at least 1"),
+        ({"SPLIT_K": 17}, "1 <= SPLIT_K <= 16", "SPLIT_K must be between 1 and 16"),
+    ],
+)
+def test_rule_rejected_config_stops_at_the_kernels_static_assert(change: dict[str, int], rule: str, message: str,
+                                                                 tmp_path: Path) -> None:
+    defines = {**BASE, **change}
+    source = failed_rule(defines)
+    assert source is not None and source.startswith(rule), source
+    proc = nvcc(defines=defines, out=tmp_path / "bad.cubin")  # no THREADS/SMEM_BYTES: the kernel's own checks
+    assert proc.returncode != 0
+    assert re.search(r"static assertion failed with \"[^\"]*" + re.escape(message), proc.stderr), proc.stderr[-800:]
+
+
+def test_derived_defines_must_agree_with_the_kernel(tmp_path: Path) -> None:
+    for name, wrong in (("SMEM_BYTES", 1024), ("THREADS", 256)):
+        proc = nvcc(defines={**with_derived(BASE), name: wrong}, out=tmp_path / "bad.cubin")
+        assert proc.returncode != 0 and f"{name} define disagrees" in proc.stderr, proc.stderr[-800:]
+
+
+def test_every_kept_config_of_the_default_grid_compiles_without_spills(tmp_path: Path) -> None:
+    """The whole default grid through the compile stage (a fresh cache: every config really compiles)."""
+    kept = expand(SPEC, limits=DeviceLimits.from_params(PARAMS)).kept
+    assert len(kept) >= 30
+    results = compile_configs(kept, kernel_path=REPO / SPEC.kernel, flags=PARAMS["compile"]["nvcc_flags"],
+                              arch=SPEC.arch, cache_dir=tmp_path / "cubins", workers=os.cpu_count() or 2)
+    assert sorted(results) == sorted(config.id for config in kept)
+    failed = {cid: r.error for cid, r in results.items() if r.status != "ok"}
+    assert not failed, failed
+    spilled = {}
+    for config_id, result in results.items():
+        main = main_function(parse_ptxas(result.ptxas_log), entry=FAMILY.entry)
+        if main is None or main.spill_stores or main.spill_loads or main.stack_bytes:
+            spilled[config_id] = main
+    assert not spilled, spilled

@@ -1,0 +1,82 @@
+"""The gemm_wgmma table in params.yaml: grid expansion, derived values, snippet and generated class agree."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kernels.dispatch import HEURISTICS, make_entry, tunable_fields
+from kernels.families import FAMILIES
+from kernels.tuning_configs import WgmmaTuningConfig
+from pipeline.grid import DeviceLimits, expand
+from pipeline.params import load_params, table_spec
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = load_params(REPO / "params.yaml")
+SPEC = table_spec(PARAMS, "gemm_wgmma")
+FAMILY = FAMILIES["gemm_wgmma"]
+TUNABLES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "CONSUMERS", "CLUSTER_M", "CLUSTER_N", "RASTER", "GROUP_M",
+            "SPLIT_K")
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return expand(SPEC, limits=DeviceLimits.from_params(PARAMS))
+
+
+def test_table_declaration_matches_the_kernel_family() -> None:
+    assert (SPEC.family, SPEC.kernel, SPEC.arch) == ("gemm_wgmma", FAMILY.source, "sm_90a")
+    assert SPEC.shapes() == table_spec(PARAMS, "gemm_mma").shapes()  # the same shape set as gemm_mma
+    assert SPEC.recording == "data/recordings/h200_gemm_wgmma.parquet"
+    assert SPEC.codegen.manifest == "manifests/gemm_wgmma.yaml"
+    assert SPEC.codegen.snippet == "kernels/snippets/gemm_wgmma.snippet"
+
+
+def test_grid_expansion_counts_and_groups(grid) -> None:
+    assert (grid.counts.expanded, grid.counts.after_rules, grid.counts.after_pruning) == (40, 36, 36)
+    groups = Counter(grid.group_of[config.id] for config in grid.kept)
+    assert groups == {"large": 8, "large_n": 1, "tall": 4, "medium": 4, "large_splitk": 1, "narrow": 3,
+                      "skinny": 12, "skinny_k64": 3}
+    # Only shared memory prunes: 64 x 128 x 128 tiles do not fit six stages.
+    assert {p.reason for p in grid.pruned} == {"rules[10] 'SMEM_BYTES <= 232448' is false"}
+    assert all(tuple(dict(config.params)) == TUNABLES for config in grid.kept)
+
+
+def test_derived_values_are_the_familys_geometry(grid) -> None:
+    for config in grid.kept:
+        defines = config.defines()
+        assert defines["THREADS"] == FAMILY.threads(defines) == (defines["CONSUMERS"] + 1) * 128
+        assert defines["SMEM_BYTES"] == FAMILY.smem_bytes(defines) <= 232448
+        assert defines["BLOCK_M"] // defines["CONSUMERS"] in (64, 128)
+        assert (defines["BLOCK_M"] // defines["CONSUMERS"]) * defines["BLOCK_N"] <= 16384
+
+
+def test_every_kept_config_launches_on_the_tables_shapes(grid) -> None:
+    """Geometry for every (config, shape): whole clusters, at most one block per SM, split-K workspace."""
+    for config in grid.kept:
+        defines = config.defines()
+        cluster = defines["CLUSTER_M"] * defines["CLUSTER_N"]
+        for m, n, k in SPEC.shapes():
+            launch = FAMILY.launch(defines, m, n, k)
+            assert launch.grid[0] % cluster == 0 and launch.grid[0] <= 132
+            assert launch.reduce_grid is None
+            assert (launch.workspace_bytes > 0) == (defines["SPLIT_K"] > 1)
+
+
+def test_snippet_fields_are_the_generated_class_and_the_manifest_keys() -> None:
+    snippet = (REPO / SPEC.codegen.snippet).read_text()
+    fields = [f.name for f in dataclasses.fields(WgmmaTuningConfig)]
+    assert re.findall(r"^    (\w+)=", snippet, flags=re.MULTILINE) == fields
+    placeholders = re.findall(r"\[@(\w+)\]", snippet)
+    assert placeholders == ["M", "M_END", "N", "K", "KERNEL", "CONFIG_ID", *TUNABLES]
+    assert tunable_fields("gemm_wgmma") == tuple(name.lower() for name in TUNABLES)
+
+
+def test_runtime_heuristics_are_kept_configurations(grid) -> None:
+    kept = {config.id for config in grid.kept}
+    for tunables in HEURISTICS["gemm_wgmma"]:
+        assert make_entry(tunables=tunables, n=4096, k=4096, kernel="gemm_wgmma").config_id in kept

@@ -1,0 +1,128 @@
+"""`tunetable bench` honours a table's `search:` end to end on the replay backend (the committed H200 recording)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.bench.plan import shard_key
+from pipeline.keys import kernel_source_hash
+from pipeline.params import load_params, table_spec
+from pipeline.results import ROW_FIELDS, SEARCH_FIELDS, read_shard
+
+REPO = Path(__file__).resolve().parents[1]
+RECORDING = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
+SHAPES = ["8192,4096,4096", "1024,4096,4096", "64,4096,4096", "8,4096,4096"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def recording_matches_the_kernel() -> None:
+    if not RECORDING.is_file():
+        pytest.skip(f"{RECORDING} not committed yet")
+    sidecar = json.loads(RECORDING.with_suffix(".json").read_text())
+    if kernel_source_hash(REPO / "kernels" / "gemm_mma.cu") not in sidecar["kernel_hashes"]:
+        pytest.skip("kernels/gemm_mma.cu changed since the recording: re-record on the H200")
+
+
+def small_params(tmp_path: Path, search: dict | None) -> Path:
+    """The project's gemm_mma table alone (same grid, kernel and recording), with the given `search:`."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    table = dict(params["tables"]["gemm_mma"])
+    table.pop("search", None)
+    if search is not None:
+        table["search"] = search
+    params["tables"] = {"gemm_mma": table}
+    params.pop("dispatch", None)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+def tunetable(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "250"}   # one line per message
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True, env=env,
+                          check=False)
+
+
+def bench(params: Path, root: Path) -> subprocess.CompletedProcess[str]:
+    shape_args = [arg for shape in SHAPES for arg in ("--shape", shape)]
+    return tunetable("bench", "--table", "gemm_mma", "--backend", "replay", *shape_args,
+                     "--params", str(params), "--results-root", str(root))
+
+
+SEARCH = {"strategy": "model", "max_fevals": 5, "seed": 3, "learn_from": str(RECORDING)}
+
+
+def test_bench_runs_the_tables_search_per_shape_and_records_it(tmp_path: Path) -> None:
+    params = small_params(tmp_path, SEARCH)
+    done = bench(params, tmp_path / "results")
+    assert done.returncode == 0, done.stderr
+    assert "search model(max_fevals=5,seed=3,learn_from=" in done.stderr
+    key = shard_key(load_params(params), table_spec(load_params(params), "gemm_mma"), "replay")
+    shards = sorted((tmp_path / "results" / "raw" / "gemm_mma" / key).glob("*.pkl"))
+    assert len(shards) == len(SHAPES)
+    import pandas as pd
+
+    recorded = pd.read_parquet(RECORDING)
+    for path in shards:
+        shard = read_shard(path)
+        frame = shard["merged_df"]
+        assert set(ROW_FIELDS) <= set(frame.columns) and set(SEARCH_FIELDS) <= set(frame.columns)
+        kernels = frame[frame["kind"] == "kernel"]
+        assert len(kernels) == 5 and (frame["kind"] == "baseline").sum() == 1
+        assert list(kernels["search_step"]) == [0, 1, 2, 3, 4]
+        assert set(frame["search_strategy"]) == {"model"} and set(frame["search_seed"]) == {3}
+        assert set(frame["search_max_fevals"]) == {5} and set(frame["backend"]) == {"replay"}
+        # Served, never invented: every row is the recording's measurement of that configuration.
+        m, n, k = (int(frame[c].iloc[0]) for c in ("M", "N", "K"))
+        same = recorded[(recorded["M"] == m) & (recorded["N"] == n) & (recorded["K"] == k)].set_index("config_id")
+        for row in frame.to_dict(orient="records"):
+            assert row["median_ms"] == same.loc[row["config_id"], "median_ms"]
+        search = shard["provenance"]["search"]
+        assert search["label"].startswith("model(max_fevals=5") and search["learned_from_shapes"] == 54
+        assert [t["config_id"] for t in search["trace"]] == list(kernels["config_id"])
+
+    # Downstream: rank and select work on shards that hold only some configurations.
+    ranked = tmp_path / "ranked" / "gemm_mma.parquet"
+    done = tunetable("rank", "--table", "gemm_mma", "--out", str(ranked), *map(str, shards))
+    assert done.returncode == 0, done.stderr
+    manifest = tmp_path / "gemm_mma.yaml"
+    done = tunetable("select", "--table", "gemm_mma", "--ranked", str(ranked), "--out", str(manifest),
+                     "--params", str(params))
+    assert done.returncode == 0, done.stderr
+    entries = yaml.safe_load(manifest.read_text())["params"]
+    assert {e["N"] for e in entries} == {4096} and entries[0]["M"] == 1
+
+    # The same settings again give the same shards (a deterministic search over the same recording).
+    again = bench(params, tmp_path / "again")
+    assert again.returncode == 0, again.stderr
+    for path in shards:
+        twin = tmp_path / "again" / path.relative_to(tmp_path / "results")
+        assert list(read_shard(twin)["merged_df"]["config_id"]) == list(read_shard(path)["merged_df"]["config_id"])
+
+
+def test_without_search_the_bench_measures_everything_under_todays_key(tmp_path: Path) -> None:
+    plain = small_params(tmp_path, None)
+    done = bench(plain, tmp_path / "results")
+    assert done.returncode == 0, done.stderr
+    assert "per shape (params.yaml tables.gemm_mma.search)" not in done.stderr
+    params = load_params(plain)
+    key = shard_key(params, table_spec(params, "gemm_mma"), "replay")
+    searched = load_params(small_params(tmp_path, SEARCH))
+    assert shard_key(searched, table_spec(searched, "gemm_mma"), "replay") != key
+    frame = read_shard(tmp_path / "results" / "raw" / "gemm_mma" / key / "M64_N4096_K4096.pkl")["merged_df"]
+    assert (frame["kind"] == "kernel").sum() == 50 and not set(SEARCH_FIELDS) & set(frame.columns)
+
+
+def test_a_bad_search_setting_is_one_line_naming_its_place(tmp_path: Path) -> None:
+    params = small_params(tmp_path, {"strategy": "model", "max_fevals": 5, "budget": 3})
+    done = bench(params, tmp_path / "results")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().endswith("Additional properties are not allowed ('budget' was unexpected)")
+    assert "tables.gemm_mma.search" in done.stderr
