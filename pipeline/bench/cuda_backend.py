@@ -64,8 +64,8 @@ class CudaBackend:
         self.functions: dict[tuple[str, str], Any] = {}
         self.sets: list[tuple[Any, Any, Any]] = []          # allocations, kept alive here
         self.pointers: list[tuple[int, int, int]] = []      # their device addresses
-        self.ref = self.workspace = None
-        self.workspace_bytes = 0
+        self.ref = None
+        self.workspaces: dict[str, Any] = {}                # config id -> its split-K workspace
         self.sums = cuda.mem_alloc(16)
         self.configs: dict[str, dict[str, Any]] = {}
         self.shape = (0, 0, 0)
@@ -97,6 +97,9 @@ class CudaBackend:
             for buffer in buffers:
                 buffer.free()
         self.sets, self.pointers = [], []
+        for buffer in self.workspaces.values():
+            buffer.free()
+        self.workspaces = {}
         if self.ref is not None:
             self.ref.free()
             self.ref = None
@@ -160,19 +163,25 @@ class CudaBackend:
             return (fits * cluster, *grid[1:])
         return grid
 
-    def _ensure_workspace(self, nbytes: int, *, zeroed: bool) -> int:
+    def _workspace(self, config_id: str, nbytes: int, *, zeroed: bool) -> int:
+        """This configuration's own split-K workspace on this shape (zeroed when its kernel keeps counters there).
+
+        One per configuration, never shared or reallocated while its launches are queued: a shared
+        buffer grown for a later configuration left earlier launchers pointing at freed memory, and
+        one configuration's partials overwrote another's tile counters.
+        """
         if nbytes <= 0:
             return 0
-        if nbytes > self.workspace_bytes:
-            if self.workspace is not None:
-                self.workspace.free()
-            self.workspace = self.cuda.mem_alloc(nbytes)
-            self.workspace_bytes = nbytes
-        if zeroed:  # another configuration may have left partials where this one keeps counters
-            self.cuda.memset_d8_async(int(self.workspace), 0, nbytes, self.stream)
-        return int(self.workspace)
+        previous = self.workspaces.pop(config_id, None)
+        if previous is not None:
+            previous.free()
+        buffer = self.cuda.mem_alloc(nbytes)
+        self.workspaces[config_id] = buffer
+        if zeroed:
+            self.cuda.memset_d8_async(int(buffer), 0, nbytes, self.stream)
+        return int(buffer)
 
-    def _launcher(self, payload: dict[str, Any]) -> Callable[[int], None]:
+    def _launcher(self, config_id: str, payload: dict[str, Any]) -> Callable[[int], None]:
         """A function that queues one complete GEMM on input set i (main kernel, then any reduction)."""
         from kernels.families import FAMILIES
 
@@ -187,8 +196,8 @@ class CudaBackend:
         defines = dict(payload.get("defines") or {})
         smem = int(payload["smem_bytes"])
         main = self._function(payload["cubin"], payload["entry"], smem)
-        workspace = self._ensure_workspace(int(payload.get("workspace_bytes") or 0),
-                                           zeroed=bool(getattr(family, "zeroed_workspace", False)))
+        workspace = self._workspace(config_id, int(payload.get("workspace_bytes") or 0),
+                                    zeroed=bool(getattr(family, "zeroed_workspace", False)))
         grid, block = tuple(payload["grid"]), tuple(payload["block"])
         # Arguments built once per input set (the Hopper family's tensor maps embed the addresses).
         values = [family.kernel_arguments(defines, M=m, N=n, K=k, a=a, b=b, c=c, workspace=workspace)
@@ -254,7 +263,7 @@ class CudaBackend:
 
     def prepare(self, *, config_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Load, verify (a wrong result never gets timed), warm up for warmup_ms, size the batch."""
-        launch = self._guard(lambda: self._launcher(payload), f"loading {config_id}")
+        launch = self._guard(lambda: self._launcher(config_id, payload), f"loading {config_id}")
         rel_err = self._guard(lambda: self._rel_err(launch), f"verifying {config_id}")
         rtol = float(self.settings["verify_rtol"])
         if not math.isfinite(rel_err) or rel_err > rtol:
