@@ -597,13 +597,1122 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
 
 GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_WGMMA
-
+        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:68d0815081ea, device: NVIDIA H200, date: 2026-11-30
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [0]
+        WgmmaTuningConfig(
+            m=1,
+            m_end=32,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c83c571c367",
+            block_m=64,
+            block_n=64,
+            block_k=128,
+            stages=6,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [1]
+        WgmmaTuningConfig(
+            m=32,
+            m_end=256,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c8ae7775a2c",
+            block_m=64,
+            block_n=64,
+            block_k=128,
+            stages=6,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [2]
+        WgmmaTuningConfig(
+            m=256,
+            m_end=512,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c314a3e4226",
+            block_m=64,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [3]
+        WgmmaTuningConfig(
+            m=512,
+            m_end=1024,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cb122e8f1b4",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [4]
+        WgmmaTuningConfig(
+            m=1024,
+            m_end=2048,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c8f0d35077e",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [5]
+        WgmmaTuningConfig(
+            m=2048,
+            m_end=4096,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [6]
+        WgmmaTuningConfig(
+            m=4096,
+            m_end=8192,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c9717831555",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [7]
+        WgmmaTuningConfig(
+            m=8192,
+            m_end=2147483647,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [8]
+        WgmmaTuningConfig(
+            m=1,
+            m_end=8,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="cff934a61c1",
+            block_m=64,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=4,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [9]
+        WgmmaTuningConfig(
+            m=8,
+            m_end=32,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c7c02ffc995",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=4,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [10]
+        WgmmaTuningConfig(
+            m=32,
+            m_end=128,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c83c571c367",
+            block_m=64,
+            block_n=64,
+            block_k=128,
+            stages=6,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [11]
+        WgmmaTuningConfig(
+            m=128,
+            m_end=256,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c8ae7775a2c",
+            block_m=64,
+            block_n=64,
+            block_k=128,
+            stages=6,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [12]
+        WgmmaTuningConfig(
+            m=256,
+            m_end=512,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c5ff6dc7262",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [13]
+        WgmmaTuningConfig(
+            m=512,
+            m_end=1024,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="cb122e8f1b4",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [14]
+        WgmmaTuningConfig(
+            m=1024,
+            m_end=4096,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c8624d69f68",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [15]
+        WgmmaTuningConfig(
+            m=4096,
+            m_end=8192,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c9717831555",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [16]
+        WgmmaTuningConfig(
+            m=8192,
+            m_end=2147483647,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [17]
+        WgmmaTuningConfig(
+            m=1,
+            m_end=32,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cea7763de35",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [18]
+        WgmmaTuningConfig(
+            m=32,
+            m_end=128,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c8ae7775a2c",
+            block_m=64,
+            block_n=64,
+            block_k=128,
+            stages=6,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [19]
+        WgmmaTuningConfig(
+            m=128,
+            m_end=256,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c314a3e4226",
+            block_m=64,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [20]
+        WgmmaTuningConfig(
+            m=256,
+            m_end=512,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cb122e8f1b4",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [21]
+        WgmmaTuningConfig(
+            m=512,
+            m_end=1024,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c3da91a4951",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [22]
+        WgmmaTuningConfig(
+            m=1024,
+            m_end=2048,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cb122e8f1b4",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [23]
+        WgmmaTuningConfig(
+            m=2048,
+            m_end=8192,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c6acb06d66f",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [24]
+        WgmmaTuningConfig(
+            m=8192,
+            m_end=2147483647,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [25]
+        WgmmaTuningConfig(
+            m=1,
+            m_end=32,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="cda9b268301",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [26]
+        WgmmaTuningConfig(
+            m=32,
+            m_end=128,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="c8ae7775a2c",
+            block_m=64,
+            block_n=64,
+            block_k=128,
+            stages=6,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [27]
+        WgmmaTuningConfig(
+            m=128,
+            m_end=512,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="cb122e8f1b4",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [28]
+        WgmmaTuningConfig(
+            m=512,
+            m_end=1024,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="c9717831555",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [29]
+        WgmmaTuningConfig(
+            m=1024,
+            m_end=2147483647,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [30]
+        WgmmaTuningConfig(
+            m=1,
+            m_end=128,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cea7763de35",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [31]
+        WgmmaTuningConfig(
+            m=128,
+            m_end=256,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cb122e8f1b4",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [32]
+        WgmmaTuningConfig(
+            m=256,
+            m_end=2048,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c8624d69f68",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [33]
+        WgmmaTuningConfig(
+            m=2048,
+            m_end=2147483647,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
+            split_k=1,
+        ),
     # END-TUNING-LIST-GEMM_WGMMA
 ]
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:2be2a35a264e, device: NVIDIA H200, date: 2026-11-30
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [0]
+        FamilyChoice(
+            m=1,
+            m_end=32,
+            n=4096,
+            k=4096,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="ce4c099c759",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [1]
+        FamilyChoice(
+            m=32,
+            m_end=64,
+            n=4096,
+            k=4096,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c2de288b125",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [2]
+        FamilyChoice(
+            m=64,
+            m_end=256,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8ae7775a2c",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [3]
+        FamilyChoice(
+            m=256,
+            m_end=512,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c314a3e4226",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [4]
+        FamilyChoice(
+            m=512,
+            m_end=1024,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="cb122e8f1b4",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [5]
+        FamilyChoice(
+            m=1024,
+            m_end=2048,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8f0d35077e",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [6]
+        FamilyChoice(
+            m=2048,
+            m_end=4096,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c2f9919dcda",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [7]
+        FamilyChoice(
+            m=4096,
+            m_end=8192,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c9717831555",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [8]
+        FamilyChoice(
+            m=8192,
+            m_end=2147483647,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c2f9919dcda",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [9]
+        FamilyChoice(
+            m=1,
+            m_end=32,
+            n=4096,
+            k=14336,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c30ab77fbeb",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [10]
+        FamilyChoice(
+            m=32,
+            m_end=64,
+            n=4096,
+            k=14336,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="ce691601de6",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [11]
+        FamilyChoice(
+            m=64,
+            m_end=128,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c83c571c367",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [12]
+        FamilyChoice(
+            m=128,
+            m_end=256,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8ae7775a2c",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [13]
+        FamilyChoice(
+            m=256,
+            m_end=512,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c5ff6dc7262",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [14]
+        FamilyChoice(
+            m=512,
+            m_end=1024,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="cb122e8f1b4",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [15]
+        FamilyChoice(
+            m=1024,
+            m_end=4096,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8624d69f68",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [16]
+        FamilyChoice(
+            m=4096,
+            m_end=8192,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c9717831555",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [17]
+        FamilyChoice(
+            m=8192,
+            m_end=2147483647,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c2f9919dcda",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [18]
+        FamilyChoice(
+            m=1,
+            m_end=32,
+            n=6144,
+            k=4096,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c3e40fe354b",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [19]
+        FamilyChoice(
+            m=32,
+            m_end=64,
+            n=6144,
+            k=4096,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c754580c472",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [20]
+        FamilyChoice(
+            m=64,
+            m_end=128,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8ae7775a2c",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [21]
+        FamilyChoice(
+            m=128,
+            m_end=256,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c314a3e4226",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [22]
+        FamilyChoice(
+            m=256,
+            m_end=512,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="cb122e8f1b4",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [23]
+        FamilyChoice(
+            m=512,
+            m_end=1024,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c3da91a4951",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [24]
+        FamilyChoice(
+            m=1024,
+            m_end=2048,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="cb122e8f1b4",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [25]
+        FamilyChoice(
+            m=2048,
+            m_end=8192,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c6acb06d66f",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [26]
+        FamilyChoice(
+            m=8192,
+            m_end=2147483647,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c2f9919dcda",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [27]
+        FamilyChoice(
+            m=1,
+            m_end=32,
+            n=8192,
+            k=8192,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c3e40fe354b",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [28]
+        FamilyChoice(
+            m=32,
+            m_end=64,
+            n=8192,
+            k=8192,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c754580c472",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [29]
+        FamilyChoice(
+            m=64,
+            m_end=128,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8ae7775a2c",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [30]
+        FamilyChoice(
+            m=128,
+            m_end=512,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="cb122e8f1b4",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [31]
+        FamilyChoice(
+            m=512,
+            m_end=1024,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c9717831555",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [32]
+        FamilyChoice(
+            m=1024,
+            m_end=2147483647,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c2f9919dcda",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [33]
+        FamilyChoice(
+            m=1,
+            m_end=32,
+            n=14336,
+            k=4096,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c6cbcb99d35",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [34]
+        FamilyChoice(
+            m=32,
+            m_end=64,
+            n=14336,
+            k=4096,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="ca93e830a4a",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [35]
+        FamilyChoice(
+            m=64,
+            m_end=128,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="cea7763de35",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [36]
+        FamilyChoice(
+            m=128,
+            m_end=256,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="cb122e8f1b4",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [37]
+        FamilyChoice(
+            m=256,
+            m_end=2048,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8624d69f68",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [38]
+        FamilyChoice(
+            m=2048,
+            m_end=2147483647,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c2f9919dcda",
+        ),
     # END-TUNING-LIST-GEMM_DISPATCH
 ]
 
