@@ -144,7 +144,8 @@ def test_invalid_params_name_the_key(copy: Path) -> None:
 
 
 def test_missing_recording_fails_with_one_line(copy: Path) -> None:
-    for path in (copy / "data" / "recordings").glob("h200_gemm_mma.*"):
+    # A replay in which no table has its recording (one absent recording only skips that table).
+    for path in (copy / "data" / "recordings").glob("h200_gemm_*"):
         path.unlink()
     done = snakemake("-n", "--cores", "1", "--config", "bench={backend: replay}", cwd=copy, check=False)
     assert done.returncode != 0

@@ -70,8 +70,12 @@ else:
                 [shard.path for shard in _shards],
             log:
                 f"results/logs/bench/{_table}/{PLAN.keys[_table]}/replay.log",
+            params:
+                # Bound now: the shell command is formatted when the job runs, after this loop ended.
+                table=_table,
+                shapes=tt.shape_options(_shards),
             shell:
-                f"{{tt.CLI}} bench --table {_table} {tt.shape_options(_shards)} --backend replay"
+                "{tt.CLI} bench --table {params.table} {params.shapes} --backend replay"
                 " --results-root results > {log} 2>&1"
 
 

@@ -87,11 +87,15 @@ for _dispatch in PLAN.dispatches:
             str(tt.select_stamp(_dispatch.name)),
         log:
             f"results/logs/select/{_dispatch.name}.log",
+        params:
+            # Bound now: the shell command is formatted when the job runs, after this loop ended.
+            name=_dispatch.name,
+            ranked=tt.dispatch_ranked_options(_dispatch),
+            tag=tt.settings_tag(tt.dispatch_settings(config, name=_dispatch.name)),
         shell:
-            f"{{tt.CLI}} select --dispatch {_dispatch.name} {tt.dispatch_ranked_options(_dispatch)}"
-            f" --out manifests/{_dispatch.name}.yaml > {{log}} 2>&1"
-            f" && sha256sum manifests/{_dispatch.name}.yaml > {{output}}"
-            + tt.settings_tag(tt.dispatch_settings(config, name=_dispatch.name))
+            "{tt.CLI} select --dispatch {params.name} {params.ranked}"
+            " --out manifests/{params.name}.yaml > {log} 2>&1"
+            " && sha256sum manifests/{params.name}.yaml > {output}{params.tag}"
 
 
 # Writes every table's marker region in place, then re-checks them all; the stamp records the
