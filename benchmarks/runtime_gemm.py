@@ -3,8 +3,8 @@
 Two shape sets: the default table shapes (params.yaml tables.gemm_mma.shapes) and a second set
 the table does not hold (odd M, non-square N and K). Per shape, three contenders run on the same
 buffers and are timed the same way:
-  * ``gemm``    kernels.gemm(a, b, out=c): the table's choice (or its fallback),
-  * ``untuned`` kernels.gemm_with(heuristic_tunables(M), ...): what the runtime runs with no table,
+  * ``gemm``    kernels.gemm(a, b, out=c): the dispatch list's family and that table's choice (or the fallback),
+  * ``untuned`` kernels.gemm_with(heuristic_tunables(M), ...): gemm_mma's untuned default (no table),
   * ``cublas``  torch.mm(a, b.t(), out=c).
 Timing (the bench harness's method): random bf16 inputs; (A, B, C) sets rotated so that the bytes
 touched between two uses of a set exceed 3x L2 (cold L2); a sleep kernel holds the stream while
@@ -122,6 +122,7 @@ def time_shape(torch: Any, *, m: int, n: int, k: int, rounds: int, l2_bytes: int
     return {
         "M": m, "N": n, "K": k, "n_sets": n_sets, "batch": batch,
         "source": "fallback" if decision.fallback else f"table[{decision.index}]",
+        "kernel": decision.entry.kernel,
         "config_id": decision.entry.config_id,
         "untuned_config_id": dispatch.make_entry(tunables=untuned, n=n, k=k).config_id,
         "rel_err": rel_err, "verified": rel_err < VERIFY_RTOL,
@@ -174,11 +175,11 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += [f"## {set_name} shapes ({len(rows)})", "",
                   f"Geomean gemm/cuBLAS speed: {summary['geomean_vs_cublas']:.3f}; gemm/untuned: "
                   f"{summary['geomean_vs_untuned']:.3f}; verified: {summary['verified']}/{len(rows)}.", "",
-                  "| M | N | K | source | config | gemm TFLOP/s | cuBLAS TFLOP/s | untuned TFLOP/s | vs cuBLAS | vs untuned | rel err |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| M | N | K | family | source | config | gemm TFLOP/s | cuBLAS TFLOP/s | untuned TFLOP/s | vs cuBLAS | vs untuned | rel err |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in rows:
             lines.append(
-                f"| {row['M']} | {row['N']} | {row['K']} | {row['source']} | {row['config_id']} | "
+                f"| {row['M']} | {row['N']} | {row['K']} | {row.get('kernel', '')} | {row['source']} | {row['config_id']} | "
                 f"{row['gemm_tflops']:.1f} | {row['cublas_tflops']:.1f} | {row['untuned_tflops']:.1f} | "
                 f"{row['gemm_vs_cublas']:.2f} | {row['gemm_vs_untuned']:.2f} | {row['rel_err']:.1e} |")
         lines.append("")

@@ -121,6 +121,7 @@ def default_cache_dir() -> Path:
 
 
 def _flag(name: str) -> bool:
+    """Whether environment variable ``name`` is set to anything but empty, 0, false or no (any case)."""
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
@@ -246,6 +247,7 @@ def wall_clock_timer(
 
 
 def _nothing() -> None:
+    """The default ``reset``: does nothing."""
     return None
 
 
@@ -368,6 +370,7 @@ class Autotuner:
     # -- per call ----------------------------------------------------------------------------
 
     def _argument(self, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """The value of argument ``name`` in a call: by keyword, else by position, else its default."""
         if name in kwargs:
             return kwargs[name]
         position = self.positions[name]
@@ -417,6 +420,7 @@ class Autotuner:
         return folder / f"{self.fn.__qualname__.replace('<', '').replace('>', '')}-{digest}.json"
 
     def _identity(self, key: tuple[Any, ...]) -> dict[str, Any]:
+        """The identity fields of ``key``'s cache entry: schema, function, device, source hash, key, configs."""
         return {
             "schema": SCHEMA, "function": self.name, "device": self.device_text(),
             "source_hash": self.source_hash(), "key": list(key), "configs": self.config_texts,
@@ -425,6 +429,7 @@ class Autotuner:
     # -- choosing ----------------------------------------------------------------------------
 
     def _choose(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The configuration of ``key``: from its cache file, else tuned now under a file lock and written."""
         from filelock import FileLock
 
         path = self.cache_path(key)
@@ -448,6 +453,7 @@ class Autotuner:
         return config
 
     def _bound(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Every argument of a call by name, defaults applied."""
         bound = self.signature.bind_partial(*args, **kwargs)
         bound.apply_defaults()
         return dict(bound.arguments)
@@ -517,6 +523,7 @@ class Autotuner:
         return Trial(index=index, config=text, status="ok", median_ms=statistics.median(samples), samples_ms=tuple(samples))
 
     def _print(self, key: tuple[Any, ...], trials: Sequence[Trial], winner: Trial, elapsed: float) -> None:
+        """Print each trial's median time (the winner starred) to stderr."""
         lines = [f"autotune {self.name} key={list(key)}: {len(trials)} configurations in {elapsed:.3f} s"]
         for trial in trials:
             timing = f"{trial.median_ms:.4f} ms" if trial.median_ms is not None else trial.status

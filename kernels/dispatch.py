@@ -198,6 +198,7 @@ class Dispatcher:
         return decision
 
     def _decide(self, *, m: int, n: int, k: int, stacklevel: int = 4) -> Decision:
+        """The entry covering (M, N, K), else a FallbackWarning and the same-M, most common or heuristic entry."""
         self.lookups += 1
         index = lookup(self.entries, m=m, n=n, k=k)
         if index is not None:
@@ -272,6 +273,7 @@ class Operand(NamedTuple):
 
 
 def _fail_type(name: str, obj: Any) -> TypeError:
+    """The TypeError for an argument that is not a GPU matrix, naming its type (hinting at host arrays)."""
     kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
     host = " (host memory: copy it to the GPU first)" if kind.startswith("numpy.") else ""
     return TypeError(
@@ -281,12 +283,14 @@ def _fail_type(name: str, obj: Any) -> TypeError:
 
 
 def _check_2d(name: str, shape: Sequence[int]) -> tuple[int, int]:
+    """(rows, cols) of a 2-D shape; ValueError otherwise."""
     if len(shape) != 2:
         raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(shape)}")
     return int(shape[0]), int(shape[1])
 
 
 def _check_aligned(name: str, ptr: int) -> None:
+    """Raise ValueError unless ``ptr`` is ALIGNMENT-byte aligned."""
     if ptr % ALIGNMENT:
         raise ValueError(
             f"{name}: data pointer 0x{ptr:x} is not {ALIGNMENT}-byte aligned (the kernel loads 16-byte "
@@ -308,6 +312,7 @@ def _check_row_major(name: str, *, rows: int, cols: int, strides: Sequence[int] 
 
 
 def _torch_operand(name: str, x: Any) -> Operand:
+    """The Operand of a torch tensor: bfloat16, on CUDA, 2-D, contiguous, aligned."""
     torch = sys.modules["torch"]
     if x.dtype is not torch.bfloat16:
         raise TypeError(f"{name}: expected dtype bfloat16, got {x.dtype}")
@@ -332,6 +337,7 @@ def _is_bf16_numpy_dtype(dtype: Any) -> bool:
 
 
 def _cupy_operand(name: str, x: Any) -> Operand:
+    """The Operand of a CuPy array: bfloat16, 2-D, row-major, aligned."""
     if not _is_bf16_numpy_dtype(x.dtype):
         raise TypeError(f"{name}: expected dtype bfloat16 (ml_dtypes.bfloat16 in CuPy), got {x.dtype}")
     rows, cols = _check_2d(name, x.shape)
@@ -342,6 +348,7 @@ def _cupy_operand(name: str, x: Any) -> Operand:
 
 
 def _pycuda_operand(name: str, x: Any) -> Operand:
+    """The Operand of a pycuda GPUArray: bfloat16 (or 2-byte void), 2-D, row-major, aligned."""
     if not _is_bf16_numpy_dtype(x.dtype):
         raise TypeError(
             f"{name}: expected dtype bfloat16 (ml_dtypes.bfloat16 or a 2-byte void 'V2'), got {x.dtype}"
@@ -354,6 +361,7 @@ def _pycuda_operand(name: str, x: Any) -> Operand:
 
 
 def _cai_operand(name: str, x: Any) -> Operand:
+    """The Operand of a __cuda_array_interface__ object: bfloat16 ('<V2'), 2-D, row-major, aligned."""
     interface = x.__cuda_array_interface__
     typestr = interface.get("typestr")
     if typestr != "<V2" and not _is_bf16_numpy_dtype(getattr(x, "dtype", None)):
@@ -598,12 +606,14 @@ class Runtime:
         _thread.has_context = True
 
     def _close(self) -> None:
+        """Pop the context at interpreter exit (nothing when it is already gone)."""
         try:
             self.context.pop()
         except self.cuda.Error:
             pass  # already gone at interpreter exit
 
     def _module(self, cubin: str) -> Any:
+        """The pycuda module of ``cubin``, loaded on first use."""
         module = self.modules.get(cubin)
         if module is None:
             module = self.cuda.module_from_file(cubin)
@@ -620,6 +630,7 @@ class Runtime:
         return plan
 
     def _build_plan(self, entry: Entry, *, m: int, n: int, k: int) -> Plan | StructPlan:
+        """A new launch plan of ``entry`` on (M, N, K); a StructPlan for families with struct arguments."""
         from kernels.driver import has_struct_arguments
         from kernels.families import FAMILIES
 
@@ -748,6 +759,7 @@ def runtime() -> Runtime:
 
 
 def _family(table: str) -> Any:
+    """The kernel family of ``table`` (kernels.families, imported on first use)."""
     from kernels.families import FAMILIES
 
     return FAMILIES[table]
@@ -755,6 +767,7 @@ def _family(table: str) -> Any:
 
 @lru_cache(maxsize=256)
 def _explicit_entry(family: str, tunables: tuple[tuple[str, int], ...], n: int, k: int) -> Entry:
+    """The table entry of explicit tunables on (N, K), cached per arguments (gemm_with)."""
     return make_entry(tunables=dict(tunables), n=n, k=k, kernel=family)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -93,7 +93,7 @@ class SearchSpace:
         for position, config in enumerate(configs):
             if tuple(name for name, _ in config.params) != names:
                 raise ValueError(f"configuration {position} ({config.id}) has parameters {config.label()}, expected {names}")
-        values = tuple(_value_list([dict(c.params)[name] for c in configs]) for name in names)
+        values = tuple(value_list([dict(c.params)[name] for c in configs]) for name in names)
         index: dict[tuple[Value, ...], int] = {}
         for position, config in enumerate(configs):
             key = tuple(value for _, value in config.params)
@@ -154,7 +154,8 @@ class SearchSpace:
         return sorted(found)
 
 
-def _value_list(values: Sequence[Value]) -> tuple[Value, ...]:
+def value_list(values: Iterable[Value]) -> tuple[Value, ...]:
+    """The distinct values in first-appearance order, sorted when all are numbers (bools are not)."""
     unique = list(dict.fromkeys(values))
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in unique):
         return tuple(sorted(unique))

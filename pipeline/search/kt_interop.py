@@ -20,7 +20,7 @@ import math
 import random
 import statistics
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from pipeline.atomic import atomic_write_text
 from pipeline.config import KernelConfig
 from pipeline.errors import TuneTableError
 from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS
+from pipeline.search.base import value_list
 
 COMPILE_FAILED = "CompilationFailedConfig"
 RUNTIME_FAILED = "RuntimeFailedConfig"
@@ -42,13 +43,6 @@ IMPORTED_BACKEND = "kernel_tuner"
 def parameter_names(columns: Sequence[str]) -> list[str]:
     """The parameter columns of a row table (every column that is not a known result field), in order."""
     return [c for c in columns if c not in NON_PARAMETER_COLUMNS]
-
-
-def _value_list(values: Iterable[Any]) -> list[Any]:
-    unique = list(dict.fromkeys(values))
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in unique):
-        return sorted(unique)
-    return unique
 
 
 def _plain(value: Any) -> Any:
@@ -118,7 +112,7 @@ def kt_cache_documents(
 ) -> dict[tuple[int, int, int], dict[str, Any]]:
     """One Kernel Tuner cache document per (M, N, K) from our kernel rows (baseline rows are skipped)."""
     kernel_rows = [r for r in rows if r.get("kind", "kernel") == "kernel"]
-    tune_params = {name: _value_list(parameter_value(r[name]) for r in kernel_rows) for name in names}
+    tune_params = {name: list(value_list(parameter_value(r[name]) for r in kernel_rows)) for name in names}
     shapes: dict[tuple[int, int, int], list[Mapping[str, Any]]] = {}
     for row in kernel_rows:
         shapes.setdefault((int(row["M"]), int(row["N"]), int(row["K"])), []).append(row)
