@@ -192,7 +192,8 @@ def render_region(
     return "\n".join(pieces)
 
 
-def _marker_line(lines: Sequence[str], marker: str, *, kind: str, path: str | Path | None) -> int:
+def marker_line(lines: Sequence[str], marker: str, *, kind: str, path: str | Path | None) -> int:
+    """The 0-based index of the one line holding ``marker`` (Modular's error when not exactly one)."""
     hits = [number for number, line in enumerate(lines) if marker in line]
     if len(hits) != 1:
         raise TuneTableError(f"Expected exactly one {kind} marker: {marker}", path=path)
@@ -204,8 +205,8 @@ def replace_generated_region(
 ) -> str:
     """Replace the lines strictly between the begin and end marker lines; keep the rest byte for byte."""
     lines = source.splitlines(keepends=True)
-    begin = _marker_line(lines, begin_marker, kind="begin", path=path)
-    end = _marker_line(lines, end_marker, kind="end", path=path)
+    begin = marker_line(lines, begin_marker, kind="begin", path=path)
+    end = marker_line(lines, end_marker, kind="end", path=path)
     if begin >= end:
         raise TuneTableError("The begin marker must precede the end marker", path=path)
     return "".join(lines[: begin + 1]) + generated + "\n" + "".join(lines[end:])

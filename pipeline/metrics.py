@@ -10,9 +10,10 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from pipeline.errors import TuneTableError
 
@@ -143,12 +144,22 @@ def shape_results(*, entries: Sequence[ManifestEntry], ranked: Any, shapes: Iter
     return results
 
 
-def shards_key(shards: Sequence[Path]) -> str:
-    """The content key of raw shards (their folder: results/raw/<table>/<key>/); '' for none."""
+def shards_key(*, shards: Sequence[Path], table: str) -> str:
+    """The content key of the raw shards behind a table (their folder: results/raw/<table>/<key>/).
+
+    The key is what ``audit``, ``trace`` and ``gc`` follow, so it is never guessed: no shards, a
+    missing shard or shards of several keys are errors.
+    """
+    if not shards:
+        raise TuneTableError(f"no raw shards given: the metrics record their content key, so pass the shards "
+                             f"behind the ranked table (results/raw/{table}/<key>/*.pkl)", where="SHARDS")
+    missing = [shard for shard in shards if not Path(shard).is_file()]
+    if missing:
+        raise TuneTableError("no such shard", path=missing[0], where="SHARDS")
     keys = sorted({Path(shard).parent.name for shard in shards})
     if len(keys) > 1:
         raise TuneTableError(f"shards of several content keys given ({', '.join(keys)})", where="SHARDS")
-    return keys[0] if keys else ""
+    return keys[0]
 
 
 def geomean(values: Iterable[float]) -> float | None:

@@ -1,21 +1,29 @@
-"""Lineage of one generated table entry: generated lines -> manifest entry -> ranked rows -> raw shards.
+"""Lineage of one generated entry: generated lines -> manifest entry -> ranked rows -> raw shards.
 
 ``trace TABLE INDEX`` or ``trace FILE:LINE`` (a line inside a generated region) both resolve to
 (table, index); the trace then reads the working tree: the generated file, the manifest, the
 ranked table and the raw shards of the content key recorded in the table's metrics.
+
+A dispatch list (params.yaml ``dispatch:``) traces the same way (``trace gemm_dispatch INDEX``, or
+a line of its region): the decision (range, chosen table and configuration), each candidate
+table's selected winner at every measured M of the range with the speedup over the cuBLAS row of
+its own shard (read from the ranked table, else the raw shard, else the table's recording), and
+then the trace of the chosen table's entry.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pipeline import lineage, paths
+from pipeline.codegen import marker_line
 from pipeline.errors import TuneTableError
-from pipeline.metrics import ManifestEntry, load_manifest
-from pipeline.params import TableSpec
+from pipeline.metrics import ManifestEntry, load_manifest, lookup
+from pipeline.params import CodegenSpec, DispatchSpec, TableSpec
 
 GENERATED = "# Automatically generated from ["
 INDEX = re.compile(r"#\s*index:\s*\[(\d+)\]")
@@ -58,18 +66,11 @@ class Trace:
     shards: tuple[lineage.ShardView, ...]
 
 
-def _marker_line(lines: Sequence[str], marker: str, *, path: str | Path) -> int:
-    hits = [i for i, line in enumerate(lines) if marker in line]
-    if len(hits) != 1:
-        raise TuneTableError(f"marker '{marker}' found on {len(hits)} lines (expected exactly one)", path=path)
-    return hits[0]
-
-
 def generated_entries(text: str, *, begin_marker: str, end_marker: str, path: str | Path) -> list[GeneratedEntry]:
     """The entries of one marker region, in order."""
     lines = text.splitlines()
-    begin = _marker_line(lines, begin_marker, path=path)
-    end = _marker_line(lines, end_marker, path=path)
+    begin = marker_line(lines, begin_marker, kind="begin", path=path)
+    end = marker_line(lines, end_marker, kind="end", path=path)
     starts = [i for i in range(begin + 1, end) if GENERATED in lines[i]]
     entries = []
     for position, start in enumerate(starts):
@@ -90,8 +91,8 @@ def parse_location(text: str) -> tuple[str, int] | None:
     return (file, int(line)) if line.isdigit() and file else None
 
 
-def entry_at_line(*, root: Path, specs: Sequence[TableSpec], file: str, line: int) -> tuple[str, int]:
-    """(table, index) of the generated entry holding a line of a generated file."""
+def entry_at_line(*, root: Path, specs: Sequence[TableSpec | DispatchSpec], file: str, line: int) -> tuple[str, int]:
+    """(table or dispatch list, index) of the generated entry holding a line of a generated file."""
     target = (root / file).resolve()
     tables = [s for s in specs if (root / s.codegen.target).resolve() == target]
     if not tables:
@@ -125,23 +126,30 @@ def _ranked_at(*, ranked: Any, entry: ManifestEntry, m_values: Sequence[int]) ->
     return result
 
 
+def _located(*, root: Path, codegen: CodegenSpec, label: str,
+             index: int) -> tuple[GeneratedEntry, dict[str, Any], list[ManifestEntry]]:
+    """Entry ``index`` of a generated region, with its manifest's provenance and entries."""
+    target = root / codegen.target
+    if not target.is_file():
+        raise TuneTableError("no such file", path=codegen.target)
+    generated = generated_entries(target.read_text(), begin_marker=codegen.begin_marker,
+                                  end_marker=codegen.end_marker, path=codegen.target)
+    found = [g for g in generated if g.index == index]
+    if not found:
+        raise TuneTableError(f"{label} has no entry {index} (it has {len(generated)})",
+                             path=codegen.target, where=f"index {index}")
+    provenance, entries = load_manifest(root / codegen.manifest)
+    if index >= len(entries):
+        raise TuneTableError(f"manifest has no entry {index}: regenerate the table (tunetable codegen --all)",
+                             path=codegen.manifest, where=f"params[{index}]")
+    return found[0], provenance, entries
+
+
 def trace(*, root: Path, spec: TableSpec, index: int) -> Trace:
     """Follow entry ``index`` of a table from the generated file down to the raw shards."""
     import polars as pl
 
-    target = root / spec.codegen.target
-    if not target.is_file():
-        raise TuneTableError("no such file", path=spec.codegen.target)
-    generated = generated_entries(target.read_text(), begin_marker=spec.codegen.begin_marker,
-                                  end_marker=spec.codegen.end_marker, path=spec.codegen.target)
-    found = [g for g in generated if g.index == index]
-    if not found:
-        raise TuneTableError(f"table {spec.name} has no entry {index} (it has {len(generated)})",
-                             path=spec.codegen.target, where=f"index {index}")
-    provenance, entries = load_manifest(root / spec.codegen.manifest)
-    if index >= len(entries):
-        raise TuneTableError(f"manifest has no entry {index}: regenerate the table (tunetable codegen --all)",
-                             path=spec.codegen.manifest, where=f"params[{index}]")
+    generated, provenance, entries = _located(root=root, codegen=spec.codegen, label=f"table {spec.name}", index=index)
     entry = entries[index]
     ranked_path = root / paths.ranked(spec.name)
     ranked = pl.read_parquet(ranked_path) if ranked_path.is_file() else None
@@ -156,7 +164,214 @@ def trace(*, root: Path, spec: TableSpec, index: int) -> Trace:
         for m in m_values
     ] if key else []
     return Trace(
-        table=spec.name, target=spec.codegen.target, generated=found[0], manifest=spec.codegen.manifest,
+        table=spec.name, target=spec.codegen.target, generated=generated, manifest=spec.codegen.manifest,
         entry=entry, provenance=provenance, ranked_path=str(paths.ranked(spec.name)), ranked=tuple(ranked_rows),
         content_key=key, shards=tuple(shards),
+    )
+
+
+# --- dispatch lists ----------------------------------------------------------------------------
+#
+# A candidate table's measurements are read as one ranked frame, from the first of: the ranked
+# table (results/ranked/<table>.parquet, what `select --dispatch` read), the raw shards of the
+# table's content key (every shape of params.yaml present), the table's recording (restricted to
+# the shapes of params.yaml). Raw shards and recordings are ranked here exactly as `tunetable
+# rank` ranks them, so each source's data hash compares with the one in the dispatch manifest.
+
+
+RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "cublas_ms", "status")
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """A candidate table's ranked rows, the file(s) they were read from, and their data hash."""
+
+    table: str
+    kind: str                   # ranked | raw | recording | none
+    path: str | None
+    ranked: Any                 # polars DataFrame, or None for kind "none"
+    data_hash: str | None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A configuration's median and the cuBLAS median of the same shard."""
+
+    median_ms: float
+    cublas_ms: float
+    measured_key: str | None    # content key of the cuda run that measured it
+
+    @property
+    def speedup(self) -> float:
+        """cuBLAS median / configuration median (the dispatch list's basis)."""
+        return self.cublas_ms / self.median_ms
+
+
+@dataclass(frozen=True)
+class CandidateAtM:
+    """One candidate table at one measured M: its selected entry there and how that entry measured."""
+
+    table: str
+    entry_index: int | None
+    config_id: str | None
+    measured: Measured | None
+
+
+@dataclass(frozen=True)
+class DecisionAtM:
+    """Every candidate table at one measured M of a dispatch entry's range, and what the select rule picks."""
+
+    m: int
+    candidates: tuple[CandidateAtM, ...]
+    rule_pick: str | None       # the table `select --dispatch` picks from these measurements (None: none measured)
+
+
+@dataclass(frozen=True)
+class DispatchTrace:
+    """A dispatch entry: the decision, the measurements behind it, and the chosen table's entry traces."""
+
+    name: str
+    target: str
+    generated: GeneratedEntry
+    manifest: str
+    entry: ManifestEntry
+    table: str
+    config_id: str
+    tables: tuple[str, ...]
+    tie_tolerance: float
+    provenance: dict[str, Any]
+    sources: tuple[TableSource, ...]
+    decisions: tuple[DecisionAtM, ...]
+    table_traces: tuple[Trace, ...]
+
+    def selected_hash(self, table: str) -> str | None:
+        """The data hash of ``table``'s ranked rows that the dispatch list was selected from (its provenance)."""
+        value = self.provenance.get(f"{table}_data_hash")
+        return str(value) if value is not None else None
+
+
+def _ranked_results(*, results: Sequence[Any], shapes: Sequence[tuple[int, int, int]]) -> Any:
+    """Loaded result frames restricted to ``shapes`` and ranked as `tunetable rank` does."""
+    import polars as pl
+
+    from pipeline import rank, resultset
+
+    frame = resultset.combine(results=results)
+    wanted = pl.DataFrame(list(shapes), schema=["M", "N", "K"], orient="row")
+    frame = frame.join(wanted, on=["M", "N", "K"], how="semi")
+    parameters = resultset.union_names(groups=[r.parameters for r in results])
+    return rank.rank_rows(rows=frame, parameters=parameters).ranked
+
+
+def _raw_source(*, root: Path, spec: TableSpec) -> TableSource | None:
+    """The raw shards of the table's content key, ranked; None unless every shape's shard is there."""
+    from pipeline import resultset
+
+    reader = lineage.DataReader(root=root, rev=None)
+    provenance, _entries = load_manifest(root / spec.codegen.manifest)
+    metrics = lineage.metrics_at(root=root, rev=None, table=spec.name)
+    key = lineage.content_key_at(reader=reader, table=spec.name, metrics=metrics, provenance=provenance)
+    shards = [root / paths.raw_shard(spec.name, key, m, n, k) for m, n, k in spec.shapes()] if key else []
+    if not shards or not all(shard.is_file() for shard in shards):
+        return None
+    results = [resultset.load_file(path=shard) for shard in shards]  # an unreadable shard is an error naming it
+    return TableSource(table=spec.name, kind="raw", path=f"{paths.raw_dir(spec.name, key)}/", data_hash=None,
+                       ranked=_ranked_results(results=results, shapes=spec.shapes()))
+
+
+def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
+    """The table's recording, restricted to the shapes of params.yaml and ranked; None when it is absent."""
+    import polars as pl
+
+    from pipeline import resultset
+
+    if not spec.recording or not (root / spec.recording).is_file():
+        return None
+    loaded = resultset.from_frame(frame=pl.read_parquet(root / spec.recording), path=spec.recording, name=spec.name)
+    return TableSource(table=spec.name, kind="recording", path=spec.recording, data_hash=None,
+                       ranked=_ranked_results(results=[loaded], shapes=spec.shapes()))
+
+
+def table_source(*, root: Path, spec: TableSpec) -> TableSource:
+    """A candidate table's ranked rows: ranked table, else raw shards, else recording (kind "none": nothing)."""
+    from pipeline.rank import read_ranked
+    from pipeline.select import data_hash
+
+    ranked_path = root / paths.ranked(spec.name)
+    if ranked_path.is_file():
+        ranked = read_ranked(path=ranked_path, required=RANKED_REQUIRED)
+        source = TableSource(table=spec.name, kind="ranked", path=str(paths.ranked(spec.name)), data_hash=None,
+                             ranked=ranked)
+    else:
+        source = _raw_source(root=root, spec=spec) or _recording_source(root=root, spec=spec)
+    if source is None:
+        return TableSource(table=spec.name, kind="none", path=None, ranked=None, data_hash=None)
+    return replace(source, data_hash=data_hash(ranked=source.ranked))
+
+
+def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str) -> Measured | None:
+    """A configuration's verified median at one shape and the same shard's cuBLAS median (None: not measured)."""
+    import polars as pl
+
+    if source.ranked is None:
+        return None
+    rows = source.ranked.filter(
+        (pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k) & (pl.col("config_id") == config_id)
+        & (pl.col("status") == "ok") & pl.col("median_ms").is_not_null() & pl.col("cublas_ms").is_not_null())
+    if not rows.height:
+        return None
+    row = rows.row(0, named=True)
+    key = row.get("measured_key")
+    return Measured(median_ms=float(row["median_ms"]), cublas_ms=float(row["cublas_ms"]),
+                    measured_key=str(key) if key is not None else None)
+
+
+def _candidate(*, source: TableSource, entries: Sequence[ManifestEntry], m: int, n: int, k: int) -> CandidateAtM:
+    entry = lookup(entries, m=m, n=n, k=k)
+    if entry is None:
+        return CandidateAtM(table=source.table, entry_index=None, config_id=None, measured=None)
+    return CandidateAtM(table=source.table, entry_index=entry.index, config_id=entry.config_id,
+                        measured=measured(source=source, m=m, n=n, k=k, config_id=entry.config_id))
+
+
+def rule_pick(*, candidates: Sequence[CandidateAtM], order: Sequence[str], tolerance: float) -> str | None:
+    """The table that `select --dispatch`'s rule picks from these candidates (None when none was measured)."""
+    from pipeline.select import Candidate, choose_tables
+
+    shape = (0, 0, 0)
+    per_table = {c.table: {shape: Candidate(table=c.table, kernel=c.table, config_id=str(c.config_id),
+                                            median_ms=c.measured.median_ms, cublas_ms=c.measured.cublas_ms)}
+                 for c in candidates if c.measured is not None}
+    if not per_table:
+        return None
+    return choose_tables(candidates=per_table, order=tuple(order), tolerance=tolerance)[shape].table
+
+
+def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, TableSpec], index: int) -> DispatchTrace:
+    """Follow entry ``index`` of a dispatch list to each candidate's measurements and the chosen table's entry."""
+    generated, provenance, entries = _located(root=root, codegen=spec.codegen, label=f"dispatch list {spec.name}",
+                                              index=index)
+    entry = entries[index]
+    chosen = str(entry.values.get("TABLE", ""))
+    if chosen not in spec.tables:
+        raise TuneTableError(f"entry names table '{chosen}', not one of this list's tables ({', '.join(spec.tables)})",
+                             path=spec.codegen.manifest, where=f"params[{index}]")
+    sources = {name: table_source(root=root, spec=tables[name]) for name in spec.tables}
+    selected = {name: load_manifest(root / tables[name].codegen.manifest)[1] for name in spec.tables}
+    m_values = sorted({m for name in spec.tables for m in tables[name].m_values
+                       if (entry.n, entry.k) in tables[name].nk and entry.m <= m < entry.m_end})
+    decisions = []
+    for m in m_values:
+        candidates = tuple(_candidate(source=sources[name], entries=selected[name], m=m, n=entry.n, k=entry.k)
+                           for name in spec.tables)
+        decisions.append(DecisionAtM(m=m, candidates=candidates,
+                                     rule_pick=rule_pick(candidates=candidates, order=spec.tables,
+                                                         tolerance=spec.tie_tolerance)))
+    picked = [lookup(selected[chosen], m=m, n=entry.n, k=entry.k) for m in (m_values or [entry.m])]
+    indices = list(dict.fromkeys(e.index for e in picked if e is not None))
+    return DispatchTrace(
+        name=spec.name, target=spec.codegen.target, generated=generated, manifest=spec.codegen.manifest, entry=entry,
+        table=chosen, config_id=entry.config_id, tables=spec.tables, tie_tolerance=spec.tie_tolerance,
+        provenance=provenance, sources=tuple(sources.values()), decisions=tuple(decisions),
+        table_traces=tuple(trace(root=root, spec=tables[chosen], index=i) for i in indices),
     )

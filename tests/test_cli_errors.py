@@ -84,8 +84,11 @@ def test_metrics_manifest_with_a_non_integer_shape(tmp_path: Path) -> None:
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text("params:\n  - {M: 1, M_END: 64, N: [8, 16], K: 8, CONFIG_ID: c0}\n")
     outputs = [tmp_path / "m.json", tmp_path / "m.csv", tmp_path / "m.png"]
+    shard = tmp_path / "raw" / "gemm_mma" / "abcd1234" / "M1_N4096_K4096.pkl"  # metrics names its folder only
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"")
     result = _run("metrics", "--table", "gemm_mma", "--manifest", str(manifest), "--json", str(outputs[0]),
-                  "--csv", str(outputs[1]), "--png", str(outputs[2]))
+                  "--csv", str(outputs[1]), "--png", str(outputs[2]), str(shard))
     _assert_one_error_line(result, names=f"{manifest}: params[0]")
     assert "N" in result.stderr
     assert not any(path.exists() for path in outputs)

@@ -32,13 +32,15 @@ def _read_frames(ranked_path: Path):
 @click.option("--csv", "csv_path", type=OUT, default=None, help="Plot CSV [default: results/plots/<table>.csv].")
 @click.option("--png", "png_path", type=OUT, default=None, help="Plot PNG [default: results/plots/<table>.png].")
 @click.option("--params", "params_path", type=OUT, default=Path("params.yaml"), show_default=True)
+# SHARDS is checked in shards_key (after the table), so a missing one is one error line, not click's usage.
 @click.argument("shards", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
 def command(table: str, manifest_path: Path | None, ranked_path: Path | None, json_path: Path | None,
             csv_path: Path | None, png_path: Path | None, params_path: Path, shards: tuple[Path, ...]) -> None:
     """Per shape, the tuned table's TFLOP/s against cuBLAS; geomeans, coverage, entries, failures.
 
-    SHARDS are the raw shards behind the ranked table: their content key is recorded in the
-    metrics, so that `tunetable audit` and `trace` find them at any revision.
+    SHARDS (at least one) are the raw shards behind the ranked table: their content key is recorded
+    in the metrics, so that `tunetable audit` and `trace` find them at any revision. Without SHARDS
+    the command refuses and writes nothing (it never records an empty or guessed key).
     """
     from pipeline import metrics, paths
     from pipeline.params import load_params, table_spec
@@ -50,7 +52,7 @@ def command(table: str, manifest_path: Path | None, ranked_path: Path | None, js
     csv_path = csv_path or paths.plot_data(table)
     png_path = png_path or paths.plot_data(table).with_suffix(".png")
 
-    content_key = metrics.shards_key(shards)
+    content_key = metrics.shards_key(shards=shards, table=table)
     provenance, entries = metrics.load_manifest(manifest_path)
     ranked, failures = _read_frames(ranked_path)
     results = metrics.shape_results(entries=entries, ranked=ranked, shapes=spec.shapes())

@@ -60,6 +60,12 @@ def _best_configs(*, result: resultset.LoadedResult, summary: pl.DataFrame, shap
     return configs
 
 
+def check_row_count(*, value: int, flag: str) -> None:
+    """``--head``/``--tail`` take a row count >= 0, or -1 (the default: that view is off)."""
+    if value < -1:
+        raise TuneTableError(f"expected a row count >= 0, or -1 for off (the default), got {value}", where=flag)
+
+
 def _merge(console: Console, files: tuple[Path, ...], pivots: list[str], sort_pivots: list[str],
            query: str | None, verbose: bool) -> tuple[pl.DataFrame, str]:
     from pipeline.codegen import load_manifest
@@ -83,8 +89,8 @@ def _merge(console: Console, files: tuple[Path, ...], pivots: list[str], sort_pi
               help="Write the selected configs as kprofile-style YAML (suffix becomes .yaml).")
 @click.option("-t", "--top", type=float, default=0.0, help="Most common values among the best fraction F.")
 @click.option("-r", "--ratio", is_flag=True, help="Print the whole sorted table with the ratio column.")
-@click.option("--head", type=int, default=-1, help="Print the N best rows per shape.")
-@click.option("--tail", type=int, default=-1, help="Print the N worst rows per shape.")
+@click.option("--head", type=int, default=-1, help="Print the N best rows per shape (N >= 0; -1, the default: off).")
+@click.option("--tail", type=int, default=-1, help="Print the N worst rows per shape (N >= 0; -1, the default: off).")
 @click.option("-d", "--diff", is_flag=True, help="First file is the baseline: per shape current best / baseline best.")
 @click.option("-m", "--metric", default=views.DEFAULT_METRIC, show_default=True, help="Metric name or unique prefix.")
 @click.option("-p", "--pivots", multiple=True, help="Shape columns: `[M] [N]` or `[M,N]`.")
@@ -99,6 +105,8 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, ratio: boo
             metric: str, pivots: tuple[str, ...], sort_pivots: tuple[str, ...], merge: bool, query: str | None,
             correlate: bool, verbose: bool, out_dir: Path) -> None:
     """Profile benchmark results (kprofile-compatible flags)."""
+    check_row_count(value=head, flag="--head")
+    check_row_count(value=tail, flag="--tail")
     console = Console(soft_wrap=True)
     if not files:
         raise TuneTableError("no files provided")

@@ -10,8 +10,19 @@ from rich.console import Console
 from pipeline import rank as ranking
 from pipeline import resultset
 
-
 PROGRESS_MIN_FILES = 16
+DEFAULT_PARAMS = Path("params.yaml")
+
+
+def check_table(*, table: str, params_path: Path | None) -> None:
+    """``table`` must be declared in params.yaml (unchecked only without --params and ./params.yaml)."""
+    from pipeline.params import load_params, table_spec
+
+    if params_path is None:
+        if not DEFAULT_PARAMS.is_file():
+            return
+        params_path = DEFAULT_PARAMS
+    table_spec(load_params(params_path), table, path=params_path)
 
 
 def load_with_progress(*, paths: list[Path], console: Console) -> resultset.LoadReport:
@@ -29,11 +40,15 @@ def load_with_progress(*, paths: list[Path], console: Console) -> resultset.Load
 @click.option("--table", required=True, help="Table name (as in params.yaml).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Ranked parquet (default results/ranked/<table>.parquet); .csv, .md, .failures.csv beside it.")
+@click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Settings file that must declare --table [default: ./params.yaml; not checked when it is absent]. "
+                   "A --params that does not exist is an error.")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path))
-def command(table: str, out: Path | None, shards: tuple[Path, ...]) -> None:
+def command(table: str, out: Path | None, params_path: Path | None, shards: tuple[Path, ...]) -> None:
     """Rank every ok configuration per shape by median time (ties: config id)."""
     from pipeline.paths import ranked as ranked_path
 
+    check_table(table=table, params_path=params_path)
     console = Console(stderr=True, soft_wrap=True)
     report = load_with_progress(paths=list(shards), console=console)
     for item in report.invalid:

@@ -12,16 +12,19 @@ from pipeline.atomic import atomic_write_text
 from pipeline.errors import TuneTableError
 
 RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "status")
+DEFAULT_PARAMS = Path("params.yaml")
 
 
-def _table_settings(params_path: Path, table: str) -> tuple[str, float]:
-    """The table's kernel family and select.tie_tolerance from params.yaml (defaults when absent)."""
+def _table_settings(*, params_path: Path | None, table: str) -> tuple[str, float]:
+    """The table's family and select.tie_tolerance; built-in defaults only without --params and ./params.yaml."""
     from pipeline.params import load_params, table_spec
     from pipeline.select import DEFAULT_TIE_TOLERANCE
 
-    if not params_path.is_file():
-        return table, DEFAULT_TIE_TOLERANCE
-    params = load_params(params_path)
+    if params_path is None:
+        if not DEFAULT_PARAMS.is_file():
+            return table, DEFAULT_TIE_TOLERANCE
+        params_path = DEFAULT_PARAMS
+    params = load_params(params_path)  # a --params that does not exist is an error naming it
     spec = table_spec(params, table, path=params_path)
     return spec.family, float((params.get("select") or {}).get("tie_tolerance", DEFAULT_TIE_TOLERANCE))
 
@@ -85,10 +88,11 @@ def _select_dispatch(*, name: str, ranked_values: tuple[str, ...], out: Path, ti
 @click.option("--tie-tolerance", type=float, default=None,
               help="Relative near-tie tolerance (default: params.yaml select.tie_tolerance, or the dispatch "
                    "list's tie_tolerance).")
-@click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
-              show_default=True)
+@click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Settings file [default: ./params.yaml; with --table, built-in defaults when it is absent]. "
+                   "A --params that does not exist is an error.")
 def command(table: str | None, dispatch: str | None, ranked_values: tuple[str, ...], out: Path,
-            tie_tolerance: float | None, params_path: Path) -> None:
+            tie_tolerance: float | None, params_path: Path | None) -> None:
     """Per (N, K), the fastest ok config per M range, near-ties going to the config winning more neighbours.
 
     With --dispatch: per shape, the table whose selected winner has the highest speedup over the
@@ -103,7 +107,7 @@ def command(table: str | None, dispatch: str | None, ranked_values: tuple[str, .
         raise TuneTableError(f"tie tolerance must be >= 0, got {tie_tolerance}", where="--tie-tolerance")
     if dispatch is not None:
         text = _select_dispatch(name=dispatch, ranked_values=ranked_values, out=out, tie_tolerance=tie_tolerance,
-                                params_path=params_path)
+                                params_path=params_path or DEFAULT_PARAMS)
         if "params:\n  - " not in text:
             raise TuneTableError("no shape has a verified winner and a cuBLAS row in every table", where="--dispatch")
     else:
@@ -111,7 +115,7 @@ def command(table: str | None, dispatch: str | None, ranked_values: tuple[str, .
             raise TuneTableError(f"give exactly one ranked parquet with --table, got {len(ranked_values)}",
                                  where="--ranked")
         ranked_path = Path(ranked_values[0])
-        kernel, tolerance = _table_settings(params_path, table)
+        kernel, tolerance = _table_settings(params_path=params_path, table=table)
         if tie_tolerance is not None:
             tolerance = tie_tolerance
         ranked = read_ranked(path=ranked_path, required=RANKED_REQUIRED)

@@ -1,4 +1,4 @@
-"""``tunetable trace``: from a generated table entry down to the measurements behind it."""
+"""``tunetable trace``: from a generated table or dispatch-list entry down to the measurements behind it."""
 
 from __future__ import annotations
 
@@ -12,10 +12,14 @@ EPILOG = """\b
 Examples:
   tunetable trace gemm_mma 3                     entry 3 of table gemm_mma
   tunetable trace kernels/tuning_configs.py:57   the entry holding line 57
+  tunetable trace gemm_dispatch 2                entry 2 of the dispatch list: each candidate
+                                                 table's speedup over cuBLAS, then the chosen
+                                                 table's entry
 """
 
 SHARD_COLUMNS = ("status", "median_ms", "sm_clock_mhz", "power_w", "device", "driver", "backend", "time", "git_rev",
                  "measured_key")
+CANDIDATE_COLUMNS = ("M", "table", "entry", "config_id", "median_ms", "cublas_ms", "speedup", "measured_key")
 
 
 def _cell(value: object) -> str:
@@ -26,29 +30,8 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-@click.command("trace", epilog=EPILOG)
-@click.argument("what")
-@click.argument("index", required=False, type=int)
-@click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
-              show_default=True)
-def command(what: str, index: int | None, params_path: Path) -> None:
-    """WHAT is a TABLE (then INDEX) or FILE:LINE inside a generated region."""
-    from pipeline import trace as tracing
-    from pipeline.errors import TuneTableError
-    from pipeline.params import load_params, table_spec, table_specs
-
-    params = load_params(params_path)
-    root = params_path.resolve().parent
-    location = tracing.parse_location(what)
-    if location is not None and index is None:
-        table, index = tracing.entry_at_line(root=root, specs=table_specs(params, path=params_path),
-                                             file=location[0], line=location[1])
-    elif index is None:
-        raise TuneTableError("give TABLE INDEX or FILE:LINE", where="trace")
-    else:
-        table = what
-    result = tracing.trace(root=root, spec=table_spec(params, table, path=params_path), index=index)
-    console = Console()
+def _print_trace(console: Console, result) -> None:
+    """A table entry: generated lines, manifest entry, ranked rows per M, raw shards."""
     g = result.generated
     console.print(f"[bold]{result.table}[{g.index}][/bold] {result.target}:{g.first_line}-{g.last_line}")
     console.print(g.text, markup=False, highlight=False)
@@ -86,3 +69,105 @@ def command(what: str, index: int | None, params_path: Path) -> None:
             len(SHARD_COLUMNS) - 1)
         shards.add_row(Path(view.path).name, *cells)
     console.print(shards)
+
+
+def _candidate_cells(decision, candidate) -> list[str]:
+    found = candidate.measured
+    return [
+        str(decision.m), candidate.table, "-" if candidate.entry_index is None else f"params[{candidate.entry_index}]",
+        _cell(candidate.config_id), _cell(found and found.median_ms), _cell(found and found.cublas_ms),
+        f"{found.speedup:.3f}x" if found else "(not measured)", _cell(found and found.measured_key),
+    ]
+
+
+def _source_line(result, source) -> str:
+    """Where a candidate table's rows were read, and whether they are the rows the list was selected from."""
+    if source.kind == "none":
+        return (f"{source.table}: no ranked table, raw shards or recording in the working tree "
+                f"(`snakemake rank_all`, or `dvc pull`)")
+    how = {"ranked": "ranked table", "raw": "raw shards, ranked here", "recording": "recording, ranked here"}
+    selected = result.selected_hash(source.table)
+    verdict = ("the rows the list was selected from" if source.data_hash == selected
+               else f"OTHER rows than the list was selected from ({selected or 'unknown'})")
+    return f"{source.table}: {source.path} ({how[source.kind]}), data hash {source.data_hash}: {verdict}"
+
+
+def _dispatch_notes(result) -> list[str]:
+    """Where the rows read here disagree with the dispatch entry (another selected config, or another pick)."""
+    notes = []
+    for decision in result.decisions:
+        chosen = next(c for c in decision.candidates if c.table == result.table)
+        if chosen.config_id not in (None, result.config_id):
+            notes.append(f"M={decision.m}: table {result.table} now selects {chosen.config_id}, the list names "
+                         f"{result.config_id}: re-run `tunetable select --dispatch {result.name}`")
+        if decision.rule_pick not in (None, result.table):
+            notes.append(f"M={decision.m}: these rows pick {decision.rule_pick}, the list names {result.table}")
+    return notes
+
+
+def _print_dispatch(console: Console, result) -> None:
+    """A dispatch entry: generated lines, the decision, each candidate's speedup per measured M, the chosen entry."""
+    g = result.generated
+    entry = result.entry
+    console.print(f"[bold]{result.name}[{g.index}][/bold] {result.target}:{g.first_line}-{g.last_line}")
+    console.print(g.text, markup=False, highlight=False)
+    console.print(f"\n[bold]dispatch[/bold] {result.manifest} params[{entry.index}]: M [{entry.m}, {entry.m_end}) "
+                  f"N={entry.n} K={entry.k} -> table {result.table}, config {result.config_id}")
+    tie = f"within {result.tie_tolerance:g} (relative)" if result.tie_tolerance else "exact ties"
+    console.print(f"rule: per measured shape, the highest cuBLAS median / selected winner median of the same shard; "
+                  f"{tie} go to the first of {', '.join(result.tables)}", markup=False)
+    if result.provenance:
+        console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
+    console.print("\n[bold]measurements[/bold]")
+    for source in result.sources:
+        console.print(f"  {_source_line(result, source)}", markup=False)
+    decisions = Table(title=f"candidates at the measured Ms of [{entry.m}, {entry.m_end}) (* chosen)",
+                      title_justify="left")
+    for column in CANDIDATE_COLUMNS:
+        decisions.add_column(column, justify="left" if column in ("table", "config_id") else "right")
+    for decision in result.decisions:
+        for candidate in decision.candidates:
+            chosen = candidate.table == result.table
+            cells = _candidate_cells(decision, candidate)
+            cells[1] = f"{candidate.table} *" if chosen else candidate.table
+            decisions.add_row(*cells, style="bold" if chosen else None)
+    if result.decisions:
+        console.print(decisions)
+    else:
+        console.print("  (no shape of params.yaml falls in this range)")
+    for note in _dispatch_notes(result):
+        console.print(f"note: {note}", markup=False)
+    for table_trace in result.table_traces:
+        console.print(f"\n[bold]chosen table[/bold] {result.table}: entry {table_trace.entry.index}")
+        _print_trace(console, table_trace)
+
+
+@click.command("trace", epilog=EPILOG)
+@click.argument("what")
+@click.argument("index", required=False, type=int)
+@click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
+              show_default=True)
+def command(what: str, index: int | None, params_path: Path) -> None:
+    """WHAT is a TABLE or dispatch list (then INDEX), or FILE:LINE inside a generated region."""
+    from pipeline import trace as tracing
+    from pipeline.errors import TuneTableError
+    from pipeline.params import dispatch_specs, load_params, table_spec, table_specs
+
+    params = load_params(params_path)
+    root = params_path.resolve().parent
+    dispatch = {spec.name: spec for spec in dispatch_specs(params, path=params_path)}
+    location = tracing.parse_location(what)
+    if location is not None and index is None:
+        name, index = tracing.entry_at_line(root=root, specs=[*table_specs(params, path=params_path),
+                                                              *dispatch.values()],
+                                            file=location[0], line=location[1])
+    elif index is None:
+        raise TuneTableError("give TABLE INDEX, DISPATCH INDEX or FILE:LINE", where="trace")
+    else:
+        name = what
+    console = Console()
+    if name in dispatch:
+        tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
+        _print_dispatch(console, tracing.trace_dispatch(root=root, spec=dispatch[name], tables=tables, index=index))
+    else:
+        _print_trace(console, tracing.trace(root=root, spec=table_spec(params, name, path=params_path), index=index))

@@ -1,0 +1,227 @@
+"""`tunetable trace` on the dispatch list, on the committed manifests and H200 recordings.
+
+Every figure checked here is recomputed from the committed recordings' rows (cuBLAS median /
+selected winner median of the same shape), never invented. A project copy without results reads
+the recordings; a copy replayed by the real `snakemake` reads its ranked tables, then its raw shards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from pipeline_repo import (
+    REPO,
+    edit_params,
+    project_files,
+    small_table,
+    snakemake,
+    tunetable,
+)
+
+from pipeline import trace
+from pipeline.codegen import marker_line
+from pipeline.errors import TuneTableError
+from pipeline.metrics import load_manifest, lookup
+from pipeline.params import dispatch_spec, load_params, table_specs
+
+DISPATCH = "gemm_dispatch"
+TARGET = "kernels/tuning_configs.py"
+RECORDINGS = {"gemm_mma": REPO / "data" / "recordings" / "h200_gemm_mma.parquet",
+              "gemm_wgmma": REPO / "data" / "recordings" / "h200_gemm_wgmma.parquet"}
+RERUN = "data/recordings/h200_gemm_mma_rerun.parquet"
+pytestmark = pytest.mark.skipif(not all(p.is_file() for p in RECORDINGS.values()) or not (REPO / RERUN).is_file(),
+                                reason="the committed H200 recordings (h200_gemm_mma, _rerun, h200_gemm_wgmma) are absent")
+
+
+def copy_project(dest: Path) -> Path:
+    """The project's files (as a clone has them, no results/) copied into ``dest``."""
+    for name in project_files():
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, target)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the project without results: trace can only read the recordings."""
+    return copy_project(tmp_path_factory.mktemp("trace_copy"))
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A three-shape copy whose main job (`snakemake --cores 2`, replay) wrote shards, ranked tables and the list."""
+    root = copy_project(tmp_path_factory.mktemp("trace_replayed"))
+    edit_params(root, small_table)
+    done = snakemake("--cores", "2", cwd=root)
+    assert "REPLAYING" in done.output
+    return root
+
+
+def recording_speedup(*, path: Path, m: int, n: int, k: int, config_id: str) -> float:
+    """cuBLAS median / the configuration's median, both from the recording's rows of one shape."""
+    rows = pl.read_parquet(path).filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)
+                                        & (pl.col("status") == "ok"))
+    cublas = rows.filter(pl.col("kind") == "baseline")["median_ms"]
+    winner = rows.filter((pl.col("kind") == "kernel") & (pl.col("config_id") == config_id))["median_ms"]
+    assert cublas.len() == 1 and winner.len() == 1, (m, n, k, config_id)
+    return float(cublas[0]) / float(winner[0])
+
+
+def trace_all(root: Path, *, recordings: dict[str, str] | None = None,
+              first: int | None = None) -> list[trace.DispatchTrace]:
+    """Every entry (or the ``first`` few) of the dispatch list traced; ``recordings`` overrides tables' recordings."""
+    params = load_params(root / "params.yaml")
+    tables = {s.name: dataclasses.replace(s, recording=(recordings or {}).get(s.name, s.recording))
+              for s in table_specs(params)}
+    spec = dispatch_spec(params, DISPATCH)
+    count = len(load_manifest(root / spec.codegen.manifest)[1])
+    return [trace.trace_dispatch(root=root, spec=spec, tables=tables, index=i) for i in range(count)[:first]]
+
+
+def check_against_recordings(root: Path, results: list[trace.DispatchTrace], *, kind: str) -> None:
+    """Each entry's decision: the shapes, each candidate's speedup from the recording rows, the pick, the entry."""
+    params = load_params(root / "params.yaml")
+    specs = {s.name: s for s in table_specs(params)}
+    selected = {name: load_manifest(root / s.codegen.manifest)[1] for name, s in specs.items()}
+    listed = yaml.safe_load((root / "manifests" / f"{DISPATCH}.yaml").read_text())
+    assert [r.entry.index for r in results] == list(range(len(listed["params"])))
+    for result, raw in zip(results, listed["params"]):
+        assert (result.table, result.config_id) == (raw["TABLE"], raw["CONFIG_ID"])
+        assert [s.kind for s in result.sources] == [kind, kind]
+        for source in result.sources:  # the rows read are the rows the list was selected from
+            assert source.data_hash == listed["provenance"][f"{source.table}_data_hash"]
+        n, k = raw["N"], raw["K"]
+        assert [d.m for d in result.decisions] == sorted(
+            {m for s in specs.values() for m in s.m_values if raw["M"] <= m < raw["M_END"]})
+        for decision in result.decisions:
+            for candidate in decision.candidates:
+                entry = lookup(selected[candidate.table], m=decision.m, n=n, k=k)
+                assert (candidate.entry_index, candidate.config_id) == (entry.index, entry.config_id)
+                assert candidate.measured.speedup == recording_speedup(
+                    path=RECORDINGS[candidate.table], m=decision.m, n=n, k=k, config_id=entry.config_id)
+            chosen = next(c for c in decision.candidates if c.table == result.table)
+            assert chosen.config_id == result.config_id
+            assert chosen.measured.speedup == max(c.measured.speedup for c in decision.candidates)
+            assert decision.rule_pick == result.table
+        assert [t.table for t in result.table_traces] == [result.table]
+        table_entry = result.table_traces[0].entry
+        assert table_entry.config_id == result.config_id
+        assert all(table_entry.m <= d.m < table_entry.m_end for d in result.decisions)
+
+
+@pytest.mark.slow
+def test_every_dispatch_entry_traces_to_the_recordings(copy: Path) -> None:
+    results = trace_all(copy)
+    assert len(results) == 39
+    check_against_recordings(copy, results, kind="recording")
+    by_table = {name: sum(len(r.decisions) for r in results if r.table == name) for name in RECORDINGS}
+    provenance = load_manifest(copy / "manifests" / f"{DISPATCH}.yaml")[0]
+    assert by_table == {name: provenance[f"{name}_shapes_won"] for name in RECORDINGS} == {"gemm_mma": 15,
+                                                                                          "gemm_wgmma": 40}
+
+
+def test_trace_by_line_in_the_dispatch_region(copy: Path) -> None:
+    lines = (copy / TARGET).read_text().splitlines()
+    begin = next(i for i, text in enumerate(lines, 1) if "BEGIN-TUNING-LIST-GEMM_DISPATCH" in text)
+    line = next(i for i, text in enumerate(lines, 1) if i > begin and "# index: [2]" in text) + 3
+    params = load_params(copy / "params.yaml")
+    specs = [*table_specs(params), dispatch_spec(params, DISPATCH)]
+    assert trace.entry_at_line(root=copy, specs=specs, file=TARGET, line=line) == (DISPATCH, 2)
+    out = tunetable("trace", f"{TARGET}:{line}", cwd=copy).output
+    assert out.splitlines()[0].startswith(f"{DISPATCH}[2] {TARGET}:")
+    assert "M [64, 256) N=4096 K=4096 -> table gemm_wgmma, config c8ae7775a2c" in out
+    for m in (64, 128):  # both measured Ms of the range, both candidates, speedups from the recording rows
+        assert f"{recording_speedup(path=RECORDINGS['gemm_wgmma'], m=m, n=4096, k=4096, config_id='c8ae7775a2c'):.3f}x" in out
+        mma = lookup(load_manifest(copy / "manifests" / "gemm_mma.yaml")[1], m=m, n=4096, k=4096)
+        assert f"{recording_speedup(path=RECORDINGS['gemm_mma'], m=m, n=4096, k=4096, config_id=mma.config_id):.3f}x" in out
+    assert out.count("(recording, ranked here), data hash") == 2
+    assert out.count("the rows the list was selected from") == 2
+    assert "note:" not in out and "OTHER rows" not in out
+    wgmma = lookup(load_manifest(copy / "manifests" / "gemm_wgmma.yaml")[1], m=64, n=4096, k=4096)
+    assert f"chosen table gemm_wgmma: entry {wgmma.index}" in out
+    table_trace = tunetable("trace", "gemm_wgmma", str(wgmma.index), cwd=copy).output
+    assert table_trace.splitlines()[0] in out.splitlines()  # then the chosen table's entry, as `trace TABLE INDEX`
+
+
+def one_error_line(output: str) -> str:
+    """The single `error:` line of a failed command (and no traceback)."""
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in output, output[-2000:]
+    return errors[0]
+
+
+def test_dispatch_errors_are_one_line(copy: Path) -> None:
+    done = tunetable("trace", DISPATCH, "39", cwd=copy, check=False)
+    assert done.returncode == 2
+    assert one_error_line(done.output) == (
+        f"error: {TARGET}: index 39: dispatch list {DISPATCH} has no entry 39 (it has 39)")
+    lines = (copy / TARGET).read_text().splitlines()
+    begin = next(i for i, text in enumerate(lines, 1) if "BEGIN-TUNING-LIST-GEMM_DISPATCH" in text)
+    for line in (begin, begin + 1):  # the marker and the provenance line: inside the region, in no entry
+        done = tunetable("trace", f"{TARGET}:{line}", cwd=copy, check=False)
+        assert done.returncode == 2
+        assert one_error_line(done.output) == f"error: {TARGET}: line {line}: line is not inside a generated entry"
+
+
+def test_a_dispatch_entry_naming_another_table_is_an_error(tmp_path: Path) -> None:
+    root = copy_project(tmp_path)
+    manifest = root / "manifests" / f"{DISPATCH}.yaml"
+    manifest.write_text(manifest.read_text().replace("TABLE: gemm_mma", "TABLE: gemm_other", 1))
+    done = tunetable("trace", DISPATCH, "0", cwd=root, check=False)
+    assert done.returncode == 2
+    assert one_error_line(done.output) == (
+        f"error: manifests/{DISPATCH}.yaml: params[0]: entry names table 'gemm_other', not one of this list's "
+        "tables (gemm_mma, gemm_wgmma)")
+
+
+def test_another_measurement_is_named_as_such(tmp_path: Path) -> None:
+    """gemm_mma read from its re-measurement (same content key, an hour later): other rows, said so."""
+    root = copy_project(tmp_path)
+    results = trace_all(root, recordings={"gemm_mma": RERUN}, first=1)
+    provenance = load_manifest(root / "manifests" / f"{DISPATCH}.yaml")[0]
+    mma = results[0].sources[0]
+    assert (mma.table, mma.kind, mma.path) == ("gemm_mma", "recording", RERUN)
+    assert mma.data_hash != provenance["gemm_mma_data_hash"]
+    decision = results[0].decisions[0]
+    candidate = decision.candidates[0]
+    assert candidate.measured.speedup == recording_speedup(path=REPO / RERUN, m=decision.m, n=4096, k=4096,
+                                                           config_id=candidate.config_id)
+    edit_params(root, lambda data: data["tables"]["gemm_mma"].update(recording=RERUN))
+    out = tunetable("trace", DISPATCH, "0", cwd=root).output
+    assert f"OTHER rows than the list was selected from ({provenance['gemm_mma_data_hash']})" in out
+    assert out.count("the rows the list was selected from") == 1  # gemm_wgmma's recording is the original
+
+
+@pytest.mark.slow
+def test_replayed_project_reads_ranked_tables_then_raw_shards(replayed: Path) -> None:
+    ranked = check_replayed(replayed, kind="ranked")
+    out = tunetable("trace", DISPATCH, "0", cwd=replayed).output
+    assert out.count("(ranked table), data hash") == 2
+    shutil.rmtree(replayed / "results" / "ranked")
+    raw = check_replayed(replayed, kind="raw")
+    assert [[c.measured for d in r.decisions for c in d.candidates] for r in raw] == [
+        [c.measured for d in r.decisions for c in d.candidates] for r in ranked]
+    for source in raw[0].sources:
+        key = yaml.safe_load((replayed / "results" / "metrics" / f"{source.table}.json").read_text())["content_key"]
+        assert source.path == f"results/raw/{source.table}/{key}/"
+
+
+def check_replayed(root: Path, *, kind: str) -> list[trace.DispatchTrace]:
+    """The replayed copy's list (three shapes) traced from ``kind`` rows, checked against the recordings."""
+    results = trace_all(root)
+    assert [d.m for r in results for d in r.decisions] == [1, 64, 4096]
+    check_against_recordings(root, results, kind=kind)
+    return results
+
+
+def test_one_marker_check_for_codegen_and_trace() -> None:
+    text = "# BEGIN-X\n# Automatically generated from [m]\n# index: [0]\nx,\n# BEGIN-X\n# END-X\n"
+    with pytest.raises(TuneTableError, match="^t.py: Expected exactly one begin marker: BEGIN-X$"):
+        trace.generated_entries(text, begin_marker="BEGIN-X", end_marker="END-X", path="t.py")
+    assert trace.marker_line is marker_line
