@@ -88,18 +88,16 @@ def sass_counts(*, cubin: str, entry: str) -> dict[str, int] | None:
     return {op: len(re.findall(rf"\b{op}\b", sass)) for op in SASS_OPS}
 
 
-GRID_CAP: int | None = None  # --grid-cap: persistent-grid experiments
-
-
-def payload_for(*, config: KernelConfig, cubin: str, shape: tuple[int, int, int]) -> dict[str, Any]:
-    """The worker's launch payload (what pipeline/bench/plan.py builds for the bench)."""
+def payload_for(*, config: KernelConfig, cubin: str, shape: tuple[int, int, int],
+                grid_cap: int | None = None) -> dict[str, Any]:
+    """The worker's launch payload (what pipeline/bench/plan.py builds); ``grid_cap`` cuts a persistent grid."""
     family = FAMILIES[config.family]
     defines = config.defines()
     launch = family.launch(defines, *shape)
     grid = list(launch.grid)
-    if GRID_CAP and config.family == "gemm_wgmma":
+    if grid_cap and config.family == "gemm_wgmma":
         cluster = int(defines["CLUSTER_M"]) * int(defines["CLUSTER_N"])
-        grid[0] = min(grid[0], max(cluster, GRID_CAP // cluster * cluster))
+        grid[0] = min(grid[0], max(cluster, grid_cap // cluster * cluster))
     return {
         "kind": "kernel", "family": config.family, "defines": defines, "cubin": cubin, "entry": family.entry,
         "reduce_entry": family.reduce_entry, "grid": grid, "block": list(launch.block),
@@ -113,7 +111,8 @@ def payload_for(*, config: KernelConfig, cubin: str, shape: tuple[int, int, int]
 class Harness:
     """The bench's worker process, restarted after a fault or hang."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, grid_cap: int | None = None) -> None:
+        self.grid_cap = grid_cap  # --grid-cap: persistent-grid experiments
         self.worker = WorkerProcess(runner="cuda")
         self.info = self.worker.start()
         self.hangs = 0
@@ -139,7 +138,8 @@ def verify_shape(harness: Harness, *, shape: tuple[int, int, int], configs: list
     out = {}
     for config in configs:
         reply = harness.request({"op": "prepare", "config_id": config.id,
-                                 "payload": payload_for(config=config, cubin=cubins[config.id], shape=shape)})
+                                 "payload": payload_for(config=config, cubin=cubins[config.id], shape=shape,
+                                                      grid_cap=harness.grid_cap)})
         out[config.id] = {"status": reply.get("status"), "rel_err": reply.get("rel_err"), "error": reply.get("error")}
         if reply.get("status") in ("launch", "timeout"):  # the worker was restarted: the shape is gone
             harness.request({"op": "shape", "M": shape[0], "N": shape[1], "K": shape[2], "settings": SETTINGS})
@@ -157,7 +157,8 @@ def time_shape(harness: Harness, *, shape: tuple[int, int, int], configs: list[K
         raise SystemExit(f"cuBLAS baseline failed on {shape}: {reply}")
     for config in configs:
         reply = harness.request({"op": "prepare", "config_id": config.id,
-                                 "payload": payload_for(config=config, cubin=cubins[config.id], shape=shape)})
+                                 "payload": payload_for(config=config, cubin=cubins[config.id], shape=shape,
+                                                      grid_cap=harness.grid_cap)})
         if reply.get("status") == "ok":
             candidates.append(config.id)
             launched[config.id] = reply.get("launch_grid")
@@ -264,8 +265,6 @@ def main() -> None:
     parser.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (experiments, e.g. -DNAME)")
     parser.add_argument("--grid-cap", type=int, help="cap the persistent grid at this many blocks (experiments)")
     args = parser.parse_args()
-    global GRID_CAP
-    GRID_CAP = args.grid_cap
 
     family = FAMILIES[args.family]
     configs = [explicit_config(family=args.family, text=t) for t in args.config]
@@ -292,10 +291,11 @@ def main() -> None:
     built = [c for c in configs if c.id in cubins]
     print(f"compiled {len(built)}/{len(configs)} configurations in {time.perf_counter() - started:.1f} s", flush=True)
 
-    harness = Harness()
+    harness = Harness(grid_cap=args.grid_cap)
     results: dict[str, Any] = {
         "family": args.family, "source": str(source.resolve().relative_to(REPO)), "device": harness.info,
-        "settings": SETTINGS, "nvcc_flags": NVCC_FLAGS + args.nvcc_flag, "grid_cap": args.grid_cap, "rounds": args.rounds, "warmup_s": args.warmup_s, "resources": resources,
+        "settings": SETTINGS, "nvcc_flags": NVCC_FLAGS + args.nvcc_flag, "grid_cap": args.grid_cap,
+        "rounds": args.rounds, "warmup_s": args.warmup_s, "resources": resources,
         "method": "bench harness (pipeline/bench/cuda_backend.py): rotating random inputs > 3x L2, verification "
                   "against cuBLAS with poisoned output, spin-held batches between CUDA events, cuBLAS "
                   "(cublasGemmEx) interleaved with the configurations round by round, median of rounds.",

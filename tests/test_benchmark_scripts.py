@@ -1,0 +1,70 @@
+"""The GEMM benchmark scripts' CPU parts: argument parsing, payloads, and the recording summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from benchmarks import gemm_vs_cublas
+from kernels.families import FAMILIES
+
+REPO = Path(__file__).resolve().parents[1]
+WGMMA = "BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=2,CLUSTER_N=1,RASTER=1,GROUP_M=8,SPLIT_K=1"
+
+
+def test_parse_shape_accepts_mxnxk_and_rejects_the_rest() -> None:
+    assert gemm_vs_cublas.parse_shape("7x14336X4096") == (7, 14336, 4096)
+    for bad in ("4096", "1x2", "ax2x3", "1x2x3x4"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            gemm_vs_cublas.parse_shape(bad)
+
+
+def test_explicit_config_derives_the_familys_geometry() -> None:
+    config = gemm_vs_cublas.explicit_config(family="gemm_wgmma", text=WGMMA)
+    defines = config.defines()
+    assert defines["THREADS"] == 384
+    assert defines["SMEM_BYTES"] == 4 * (128 + 256) * 64 * 2 + 2048
+    with pytest.raises(SystemExit):
+        gemm_vs_cublas.explicit_config(family="gemm_wgmma", text="BLOCK_M=big")
+
+
+def test_payload_is_the_familys_launch_and_the_grid_cap_keeps_whole_clusters() -> None:
+    config = gemm_vs_cublas.explicit_config(family="gemm_wgmma", text=WGMMA)
+    payload = gemm_vs_cublas.payload_for(config=config, cubin="x.cubin", shape=(4096, 4096, 4096))
+    launch = FAMILIES["gemm_wgmma"].launch(config.defines(), 4096, 4096, 4096)
+    assert payload["grid"] == list(launch.grid) == [132, 1, 1]
+    assert payload["family"] == "gemm_wgmma" and payload["reduce_entry"] is None
+    capped = gemm_vs_cublas.payload_for(config=config, cubin="x.cubin", shape=(4096, 4096, 4096), grid_cap=101)
+    assert capped["grid"] == [100, 1, 1]  # whole 2-block clusters
+
+
+def test_table_vs_cublas_matches_the_recordings(tmp_path: Path) -> None:
+    """The script's figures, recomputed here from the recordings and manifests directly."""
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "table_vs_cublas.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "table_vs_cublas.json").read_text())
+    assert (tmp_path / "table_vs_cublas.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    frame = pl.read_parquet(REPO / "data" / "recordings" / "h200_gemm_wgmma.parquet").filter(pl.col("status") == "ok")
+    square = frame.filter((pl.col("M") == 4096) & (pl.col("N") == 4096) & (pl.col("K") == 4096))
+    cublas = square.filter(pl.col("config_id") == "cublas")["median_ms"][0]
+    best = square.filter(pl.col("config_id") != "cublas")["median_ms"].min()
+    assert result["best_at_square"]["gemm_wgmma 4096^3"]["ratio"] == pytest.approx(cublas / best)
+    # The dispatch list's ratio per shape is the ratio of the table it names, at that table's selection.
+    dispatch = yaml.safe_load((REPO / "manifests" / "gemm_dispatch.yaml").read_text())["params"]
+    per_shape = result["per_shape"]
+    for label, ratio in per_shape["gemm_dispatch"].items():
+        m, n, k = map(int, label.split("x"))
+        entry = next(e for e in dispatch if e["N"] == n and e["K"] == k and e["M"] <= m < e["M_END"])
+        assert ratio == per_shape[entry["TABLE"]][label]
+    values = list(per_shape["gemm_dispatch"].values())
+    assert len(values) == 55
+    assert result["tables"]["gemm_dispatch"]["geomean"] == pytest.approx(math.exp(sum(map(math.log, values)) / 55))
