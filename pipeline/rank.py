@@ -2,7 +2,9 @@
 
 Only ``ok`` kernel rows are ranked, by median time with the config id breaking ties, so the
 order is deterministic. Baseline (cuBLAS) rows give ``ratio_to_cublas``; every other status is
-a failure record listed separately with its failure class.
+a failure record listed separately with its failure class. Rows of searched shards keep their
+``SEARCH_FIELDS`` (search label, strategy, seed, step, budgets) in the ranked parquet and CSV;
+shards measured exhaustively have none, and neither has their ranked table.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import polars as pl
 
 from pipeline.atomic import atomic_write_bytes
 from pipeline.errors import TuneTableError
-from pipeline.results import BASELINE_ID
+from pipeline.results import BASELINE_ID, SEARCH_FIELDS
 
 SHAPE = ("M", "N", "K")
 HEAD_COLUMNS = ("rank", "M", "N", "K", "config_id")
@@ -23,7 +25,13 @@ MEASURE_COLUMNS = ("median_ms", "iqr_ms", "tflops", "ratio_to_best", "ratio_to_c
 # Where the measurement came from: carried so that select can write the manifest's provenance.
 PROVENANCE_COLUMNS = ("measured_key", "kernel_hash", "backend", "device", "driver", "git_rev", "time")
 FAILURE_COLUMNS = ("M", "N", "K", "config_id", "status", "error")
-RANKED_FIXED = frozenset({*HEAD_COLUMNS, *MEASURE_COLUMNS, *PROVENANCE_COLUMNS})
+# The search behind each row, carried after the provenance only when the shards have it (searched
+# shards); fixed types, so that shards whose budgets are all unset still give the same schema.
+SEARCH_TYPES: dict[str, pl.DataType] = {
+    "search": pl.Utf8(), "search_strategy": pl.Utf8(), "search_seed": pl.Int64(), "search_step": pl.Int64(),
+    "search_max_fevals": pl.Int64(), "search_time_limit": pl.Float64(), "search_top_k": pl.Int64(),
+}
+RANKED_FIXED = frozenset({*HEAD_COLUMNS, *MEASURE_COLUMNS, *PROVENANCE_COLUMNS, *SEARCH_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -47,8 +55,18 @@ def is_baseline(frame: pl.DataFrame) -> pl.Expr:
     return kind | (pl.col("config_id") == BASELINE_ID)
 
 
+def search_columns(*, frame: pl.DataFrame) -> list[pl.Expr]:
+    """The SEARCH_FIELDS columns ``frame`` has (none for exhaustive shards), in SEARCH_FIELDS order and typed."""
+    present = [name for name in SEARCH_FIELDS if name in frame.columns]
+    return [pl.col(name).cast(SEARCH_TYPES[name]) if name in SEARCH_TYPES else pl.col(name) for name in present]
+
+
 def rank_rows(*, rows: pl.DataFrame, parameters: tuple[str, ...]) -> RankedTable:
-    """Rank ok kernel rows within each (M, N, K) by median (ties: config_id); split off failures."""
+    """Rank ok kernel rows within each (M, N, K) by median (ties: config_id); split off failures.
+
+    The ranked rows keep the SEARCH_FIELDS columns of searched shards (null on rows of exhaustive
+    shards ranked with them); without any searched shard the ranked table has no such column.
+    """
     frame = _ensure(rows, ("status", "error", "iqr_ms", "tflops", *PROVENANCE_COLUMNS), pl.Utf8)
     frame = frame.with_columns(pl.col("config_id").cast(pl.Utf8), pl.col("median_ms").cast(pl.Float64))
     frame = frame.with_columns([pl.col(c).cast(pl.Float64) for c in ("iqr_ms", "tflops")])
@@ -69,7 +87,8 @@ def rank_rows(*, rows: pl.DataFrame, parameters: tuple[str, ...]) -> RankedTable
         .with_columns((pl.col("median_ms") / pl.col("cublas_ms")).alias("ratio_to_cublas"))
         .sort([*SHAPE, "rank"])
     )
-    ranked = ranked.select([*HEAD_COLUMNS, *parameters, *MEASURE_COLUMNS, *PROVENANCE_COLUMNS])
+    ranked = ranked.select([*HEAD_COLUMNS, *parameters, *MEASURE_COLUMNS, *PROVENANCE_COLUMNS,
+                            *search_columns(frame=ranked)])
     failed = kernels.filter((pl.col("status") != "ok") | pl.col("median_ms").is_null())
     failures = failed.with_columns(
         pl.when(pl.col("status") == "ok").then(pl.lit("missing")).otherwise(pl.col("status")).alias("status")
@@ -113,7 +132,7 @@ def write_ranked(*, table: RankedTable, out: Path, name: str) -> list[Path]:
     """Write parquet, CSV, Markdown and failures CSV atomically; return the paths written."""
     buffer = io.BytesIO()
     table.ranked.write_parquet(buffer, statistics=False)
-    human = table.ranked.select([c for c in table.ranked.columns if c not in PROVENANCE_COLUMNS])
+    human = table.ranked.select([c for c in table.ranked.columns if c not in (*PROVENANCE_COLUMNS, *SEARCH_FIELDS)])
     failures_md = markdown(frame=table.failures.drop("error"), title=f"{name}: failed configurations")
     outputs = {
         out: buffer.getvalue(),

@@ -91,6 +91,14 @@ def parse_location(text: str) -> tuple[str, int] | None:
     return (file, int(line)) if line.isdigit() and file else None
 
 
+def check_traceable(*, name: str, tables: Sequence[str], dispatch: Sequence[str], path: str | Path) -> None:
+    """``name`` must be a declared table or dispatch list; an unknown one is an error listing both kinds."""
+    if name in tables or name in dispatch:
+        return
+    raise TuneTableError(f"unknown table or dispatch list '{name}' (declared tables: {', '.join(sorted(tables))}; "
+                         f"dispatch lists: {', '.join(sorted(dispatch)) or 'none'})", path=path)
+
+
 def entry_at_line(*, root: Path, specs: Sequence[TableSpec | DispatchSpec], file: str, line: int) -> tuple[str, int]:
     """(table or dispatch list, index) of the generated entry holding a line of a generated file."""
     target = (root / file).resolve()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import subprocess
@@ -13,10 +14,21 @@ import polars as pl
 import pytest
 import yaml
 
-from benchmarks import gemm_vs_cublas
 from kernels.families import FAMILIES
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_script(name: str):
+    """A benchmark script as a module (benchmarks/ is not a package on pytest's path)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gemm_vs_cublas = _load_script("gemm_vs_cublas")
 WGMMA = "BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=2,CLUSTER_N=1,RASTER=1,GROUP_M=8,SPLIT_K=1"
 
 

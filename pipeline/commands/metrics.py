@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from pipeline.atomic import atomic_write_bytes, atomic_write_text
+from pipeline.atomic import atomic_write_all
 
 OUT = click.Path(dir_okay=False, path_type=Path)
 
@@ -40,7 +40,8 @@ def command(table: str, manifest_path: Path | None, ranked_path: Path | None, js
 
     SHARDS (at least one) are the raw shards behind the ranked table: their content key is recorded
     in the metrics, so that `tunetable audit` and `trace` find them at any revision. Without SHARDS
-    the command refuses and writes nothing (it never records an empty or guessed key).
+    the command refuses and writes nothing (it never records an empty or guessed key). The JSON, CSV
+    and PNG land together or not at all (pipeline.atomic.atomic_write_all).
     """
     from pipeline import metrics, paths
     from pipeline.params import load_params, table_spec
@@ -60,9 +61,12 @@ def command(table: str, manifest_path: Path | None, ranked_path: Path | None, js
         table=table, results=results, entries=len(entries), failures=metrics.failure_counts(failures),
         content_key=content_key, provenance=provenance,
     )
-    atomic_write_text(json_path, metrics.metrics_json(summary))
-    atomic_write_text(csv_path, metrics.csv_text(metrics.plot_rows(results)))
-    atomic_write_bytes(png_path, metrics.plot_png(table=table, results=results))
+    # Rendered first, then written together: a failure anywhere leaves all three old files as they were.
+    atomic_write_all(outputs={
+        json_path: metrics.metrics_json(summary).encode("utf-8"),
+        csv_path: metrics.csv_text(metrics.plot_rows(results)).encode("utf-8"),
+        png_path: metrics.plot_png(table=table, results=results),
+    })
     Console(stderr=True).print(
         f"{table}: {summary['shapes_covered']}/{summary['shapes']} shapes covered, "
         f"geomean {summary['geomean_tflops']} TFLOP/s, {summary['geomean_ratio_to_cublas']}x cuBLAS; "

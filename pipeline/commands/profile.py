@@ -66,6 +66,12 @@ def check_row_count(*, value: int, flag: str) -> None:
         raise TuneTableError(f"expected a row count >= 0, or -1 for off (the default), got {value}", where=flag)
 
 
+def check_fraction(*, value: float, flag: str) -> None:
+    """``--top`` takes a fraction of each shape's entries in (0, 1], or 0 (the default: that view is off)."""
+    if not 0 <= value <= 1:  # also refuses nan
+        raise TuneTableError(f"expected a fraction in (0, 1], or 0 for off (the default), got {value:g}", where=flag)
+
+
 def _merge(console: Console, files: tuple[Path, ...], pivots: list[str], sort_pivots: list[str],
            query: str | None, verbose: bool) -> tuple[pl.DataFrame, str]:
     from pipeline.codegen import load_manifest
@@ -87,7 +93,8 @@ def _merge(console: Console, files: tuple[Path, ...], pivots: list[str], sort_pi
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the selected configs as kprofile-style YAML (suffix becomes .yaml).")
-@click.option("-t", "--top", type=float, default=0.0, help="Most common values among the best fraction F.")
+@click.option("-t", "--top", type=float, default=0.0,
+              help="Most common values among the best fraction F of each shape (0 < F <= 1; 0, the default: off).")
 @click.option("-r", "--ratio", is_flag=True, help="Print the whole sorted table with the ratio column.")
 @click.option("--head", type=int, default=-1, help="Print the N best rows per shape (N >= 0; -1, the default: off).")
 @click.option("--tail", type=int, default=-1, help="Print the N worst rows per shape (N >= 0; -1, the default: off).")
@@ -105,6 +112,7 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, ratio: boo
             metric: str, pivots: tuple[str, ...], sort_pivots: tuple[str, ...], merge: bool, query: str | None,
             correlate: bool, verbose: bool, out_dir: Path) -> None:
     """Profile benchmark results (kprofile-compatible flags)."""
+    check_fraction(value=top, flag="--top")
     check_row_count(value=head, flag="--head")
     check_row_count(value=tail, flag="--tail")
     console = Console(soft_wrap=True)

@@ -165,6 +165,7 @@ def command(what: str, index: int | None, params_path: Path) -> None:
         raise TuneTableError("give TABLE INDEX, DISPATCH INDEX or FILE:LINE", where="trace")
     else:
         name = what
+    tracing.check_traceable(name=name, tables=list(params["tables"]), dispatch=list(dispatch), path=params_path)
     console = Console()
     if name in dispatch:
         tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
