@@ -315,6 +315,7 @@ def patch_dynamic_smem() -> None:
         sets_max_dynamic_smem = True
 
         def copy_shared_memory_args(self, smem_args: dict[str, Any]) -> None:
+            """Copy the shared memory arguments and allow the function this launch's dynamic shared memory size."""
             super().copy_shared_memory_args(smem_args)
             if self.smem_size > 0:
                 self.func.set_attribute(kt_pycuda.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,

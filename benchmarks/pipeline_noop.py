@@ -76,6 +76,7 @@ def timed(args: list[str], *, cwd: Path) -> float:
 
 
 def main() -> None:
+    """Time each no-op command on a freshly reproduced copy of the project; print and write the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()

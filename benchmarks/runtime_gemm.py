@@ -118,7 +118,7 @@ def time_shape(torch: Any, *, m: int, n: int, k: int, rounds: int, l2_bytes: int
             end.synchronize()
             samples[name].append(start.elapsed_time(end) / batch)
     medians = {name: statistics.median(values) for name, values in samples.items()}
-    del sets
+    sets.clear()  # release the buffers before the next shape allocates its own
     return {
         "M": m, "N": n, "K": k, "n_sets": n_sets, "batch": batch,
         "source": "fallback" if decision.fallback else f"table[{decision.index}]",

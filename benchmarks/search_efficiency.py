@@ -132,6 +132,7 @@ def run_ours(recorded: RecordedTable, spec: Ours, *, seed: int, cap: int, budget
     own_profiles = profiles_from_outcomes(recorded.outcomes) if spec.learn else []
 
     def predict(shape: Shape) -> np.ndarray | None:
+        """The model's prior for a shape (cached), or None when this strategy does not use it."""
         if shape not in model_cache:
             model_cache[shape] = recorded.prior(shape)
         return model_cache[shape] if spec.use_prior else None
@@ -175,6 +176,7 @@ def parse_kt_strategy(text: str) -> tuple[str, dict[str, int | float | str]]:
 
 
 def _number(raw: str) -> int | float | str:
+    """An option value as an int, else a float, else the string unchanged."""
     for kind in (int, float):
         try:
             return kind(raw)
@@ -223,6 +225,7 @@ def _kt_task(args: tuple[str, str, Shape, float, int, Sequence[int]]) -> tuple[s
 
 
 def _ours_task(args: tuple[RecordedTable, Ours, int, int, int, tuple[Profile, ...]]) -> tuple[str, int, dict[Shape, int | None]]:
+    """One pool task: (label, seed, measurements needed per shape) of one seed of one of our strategies."""
     recorded, spec, seed, cap, budget, learn_from = args
     return spec.label, seed, run_ours(recorded, spec, seed=seed, cap=cap, budget=budget, learn_from=learn_from)
 
@@ -244,10 +247,12 @@ def summarise(needed: Sequence[int | None], per_shape: dict[Shape, list[int | No
 
 
 def _finite(value: float) -> float | None:
+    """The value, or None when it is infinite."""
     return None if math.isinf(value) else value
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The benchmark's command-line arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recording", default=str(REPO / "data/recordings/h200_gemm_mma.parquet"),
                         help="the recording searched (replayed); any table's, e.g. data/recordings/h200_gemm_wgmma.parquet")
@@ -268,6 +273,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run our and Kernel Tuner's strategies on the recording, write the JSON and Markdown reports; the exit status."""
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
@@ -409,6 +415,7 @@ def _family_and_names(params_path: str, *, table: str) -> tuple[str, list[str] |
 
 
 def _shape_key(shape: Shape) -> str:
+    """A shape as 'MxNxK'."""
     return "x".join(str(v) for v in shape)
 
 
@@ -432,14 +439,17 @@ def _reused_kt(path: Path, *, identity: dict, strategies: Sequence[str]) -> dict
 
 
 def _ordered(summary: dict) -> list[dict]:
+    """Summary entries, ours first, then by p95, median and strategy name (unreached last)."""
     return sorted(summary.values(), key=lambda e: (e["source"] != "tunetable", _key(e["p95"]), _key(e["median"]), e["strategy"]))
 
 
 def _key(value: float | None) -> float:
+    """A sort key for a measurement count: None (unreached) sorts last."""
     return math.inf if value is None else value
 
 
 def _fmt(value: float | None, cap: float, *, pct: bool = False) -> str:
+    """A measurement count or grid percentage as a table cell ('>cap' when unreached)."""
     if value is None:
         return f">{cap:.0f}{' %' if pct else ''}"
     return f"{value:.1f} %" if pct else f"{value:.0f}"
@@ -478,6 +488,7 @@ def _verdict(summary: dict, *, budget: int, cap: int) -> dict:
 
 
 def _kt_version() -> str | None:
+    """The installed kernel_tuner version, or None when it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -487,6 +498,7 @@ def _kt_version() -> str | None:
 
 
 def _markdown(report: dict) -> str:
+    """The report as a Markdown page: description, one table row per strategy, the verdict."""
     lines = [
         "# Search efficiency on the H200 recording",
         "",

@@ -215,6 +215,7 @@ def close_to(
     """A ``verify`` callable: each output ``reference(args)`` names is within ``rtol`` of its value."""
 
     def verify(args: Mapping[str, Any]) -> bool:
+        """True when every output the reference names is within ``rtol`` of its expected value."""
         expected = reference(args)
         return all(relative_error(args[name], value) <= rtol for name, value in expected.items())
 
@@ -507,6 +508,7 @@ class Autotuner:
             self.fn(*args, **call_kwargs)
 
         def restore_all() -> None:
+            """Restore every saved argument to its value from before the trial."""
             for name, value in saved.items():
                 restore(named[name], value)
 
@@ -557,6 +559,7 @@ def autotune(
     """
 
     def decorate(fn: Callable[..., Any]) -> Autotuner:
+        """An Autotuner that tunes ``fn`` with these settings."""
         return Autotuner(
             fn, configs=configs, key=key, prune=prune, restore_value=restore_value, verify=verify,
             timer=timer, warmup_ms=warmup_ms, rounds=rounds, sources=sources, device=device,

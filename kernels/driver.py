@@ -48,6 +48,7 @@ def has_struct_arguments(arg_format: str) -> bool:
 
 @lru_cache(maxsize=1)
 def _cuda() -> ctypes.CDLL:
+    """The CUDA driver library, loaded once, with the argument types of the calls used here."""
     lib = ctypes.CDLL("libcuda.so.1")
     lib.cuModuleLoad.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
     lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]
@@ -70,6 +71,7 @@ class LaunchConfig(ctypes.Structure):
 
 
 def _check(status: int, call: str) -> None:
+    """Raise DriverError naming the call when a driver status is not success (0)."""
     if status != 0:
         raise DriverError(f"{call} failed with CUresult {status}")
 

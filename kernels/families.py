@@ -27,6 +27,7 @@ class Launch:
 
 
 def _ceil_div(a: int, b: int) -> int:
+    """``a / b`` rounded up."""
     return -(-a // b)
 
 

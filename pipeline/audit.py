@@ -101,6 +101,7 @@ def params_changes(*, before: Mapping[str, Any], after: Mapping[str, Any]) -> li
 
 
 def _entry_key(entry: ManifestEntry) -> tuple[tuple[str, str], ...]:
+    """A manifest entry's values as a hashable, key-order-independent key."""
     return tuple(sorted((str(k), repr(v)) for k, v in entry.values.items()))
 
 
@@ -118,6 +119,7 @@ def entry_changes(*, before: Sequence[ManifestEntry], after: Sequence[ManifestEn
 
 
 def _load_params_text(text: str | None, *, label: str) -> dict[str, Any]:
+    """Parsed params.yaml text at a revision ({} when absent or not a mapping); malformed YAML is an error."""
     if text is None:
         return {}
     try:
@@ -128,6 +130,7 @@ def _load_params_text(text: str | None, *, label: str) -> dict[str, Any]:
 
 
 def _shapes(params: Mapping[str, Any], table: str) -> list[tuple[int, int, int]]:
+    """A table's (M, N, K) shapes as declared in raw params ([] when the table is not declared)."""
     spec = (params.get("tables") or {}).get(table) or {}
     shapes = spec.get("shapes") or {}
     return [(int(m), int(n), int(k)) for n, k in shapes.get("NK", []) for m in shapes.get("M", [])]
@@ -141,6 +144,7 @@ class _Side:
 
 
 def _side(*, root: Path, rev: str | None, table: str, manifest: str) -> _Side:
+    """One side of an audit: the manifest's entries at a revision, its data reader and content key."""
     text = lineage.git_text(root=root, rev=rev, path=manifest)
     provenance, entries = ({}, []) if text is None else manifest_from_text(
         text, path=f"{manifest}@{lineage.rev_label(rev)}")
@@ -151,6 +155,7 @@ def _side(*, root: Path, rev: str | None, table: str, manifest: str) -> _Side:
 
 
 def _time(side: _Side, *, table: str, shape: tuple[int, int, int], config: str | None) -> float | None:
+    """A configuration's measured median (ms) at one shape on one side (None when unknown)."""
     if side.key is None or config is None:
         return None
     view = lineage.shard_view(reader=side.reader, table=table, key=side.key, m=shape[0], n=shape[1], k=shape[2],

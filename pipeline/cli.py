@@ -34,9 +34,11 @@ class LazyGroup(click.Group):
     """A group that imports a subcommand's module only when that subcommand runs."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every subcommand's name, sorted."""
         return sorted(SUBCOMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The subcommand's click command, imported on demand (None when unknown or not built yet)."""
         module_name = SUBCOMMANDS.get(cmd_name)
         if module_name is None:
             return None

@@ -133,6 +133,7 @@ def params_hash(parameters: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _one_line(value: Any) -> str:
+    """A value as codegen renders it, with its whitespace collapsed onto one line."""
     return " ".join(format_value(value).split())
 
 
@@ -151,6 +152,7 @@ def provenance_comment(
 def _entry_snippet(
     entry: Mapping[str, Any], index: int, *, snippet: str, snippet_variants: Mapping[str, str]
 ) -> str:
+    """The snippet an entry renders with: its ``_template`` variant, else the default snippet."""
     template = entry.get("_template")
     if template is None:
         return snippet
@@ -226,6 +228,7 @@ def _read_text(path: Path, *, keep_newlines: bool = False) -> str:
 
 
 def _parse_yaml(text: str, *, path: Path) -> Any:
+    """Parsed YAML text; malformed YAML is a TuneTableError naming the file and line."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -236,6 +239,7 @@ def _parse_yaml(text: str, *, path: Path) -> Any:
 
 
 def _entry_identity(entry: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """An entry's keys and values as a hashable key that spots duplicate entries."""
     return tuple(sorted((key, repr(value)) for key, value in entry.items()))
 
 
@@ -294,6 +298,7 @@ _INT_UNARYOPS = {ast.USub: int.__neg__, ast.UAdd: int.__pos__}
 
 
 def _int_node(node: ast.AST) -> int:
+    """The value of an expression node of int literals, + - * // and unary signs; ValueError otherwise."""
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _INT_BINOPS:
@@ -316,6 +321,7 @@ def int_value(value: Any) -> int | None:
 
 
 def _unevaluable(index: int, key: str, value: Any) -> str:
+    """The note for an entry value that is not an integer expression (skipped in the overlap check)."""
     return f"params[{index}]: {key} {value!r} is not an integer expression; skipped in the overlap check"
 
 

@@ -324,6 +324,7 @@ def compile_configs(
     misses: list[KernelConfig] = []
 
     def finish(config: KernelConfig, result: CompileResult) -> None:
+        """Record a configuration's compile result and pass it to ``on_result``."""
         results[config.id] = result
         if on_result is not None:
             on_result(config, result)

@@ -163,6 +163,7 @@ def _name(name: str, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
     used.add(name)
 
     def lookup(env: Env) -> Any:
+        """The name's value in the environment; ValueError when it has none."""
         try:
             return env[name]
         except KeyError:
@@ -209,6 +210,7 @@ def _boolean(node: ast.BoolOp, *, allowed: frozenset[str], used: set[str]) -> Ev
     if isinstance(node.op, ast.And):
 
         def conjunction(env: Env) -> Any:
+            """The first falsy part's value, else the last part's (Python ``and``)."""
             result: Any = True
             for part in parts:
                 result = part(env)
@@ -219,6 +221,7 @@ def _boolean(node: ast.BoolOp, *, allowed: frozenset[str], used: set[str]) -> Ev
         return conjunction
 
     def disjunction(env: Env) -> Any:
+        """The first truthy part's value, else the last part's (Python ``or``)."""
         result: Any = False
         for part in parts:
             result = part(env)
@@ -245,6 +248,7 @@ def _compare(node: ast.Compare, *, allowed: frozenset[str], used: set[str]) -> E
             steps.append((_COMPARE[type(op)], _build(comparator, allowed=allowed, used=used)))
 
     def chain(env: Env) -> bool:
+        """True when every comparison of the chain holds (Python chained comparison)."""
         current = left(env)
         for compare, right in steps:
             value = right(env)

@@ -41,6 +41,7 @@ def kernel_source_hash(path: str | Path) -> str:
     digest = hashlib.sha256()
 
     def visit(file: Path) -> None:
+        """Add a file and, recursively, the local headers it includes to the digest (each file once)."""
         resolved = file.resolve()
         if resolved in seen or not resolved.is_file():
             return

@@ -52,6 +52,7 @@ class DataReader:
     _fs: Any = field(default=None, repr=False)
 
     def _filesystem(self) -> Any:
+        """The DVC filesystem of this revision, opened on first use."""
         if self._fs is None:
             from dvc.api import DVCFileSystem
 

@@ -169,6 +169,7 @@ def geomean(values: Iterable[float]) -> float | None:
 
 
 def _round(value: float | None) -> float | None:
+    """A value rounded to 6 decimals (None stays None)."""
     return None if value is None else round(value, 6)
 
 

@@ -50,6 +50,7 @@ class TableSpec:
 
 
 def _format_location(error: Any) -> str:
+    """A schema error's location as a dotted key path with [index] items, or '(top level)'."""
     parts = []
     for item in error.absolute_path:
         parts.append(f"[{item}]" if isinstance(item, int) else f".{item}")
@@ -89,6 +90,7 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
 
 @lru_cache(maxsize=8)
 def _cached(path: str, mtime_ns: int) -> dict[str, Any]:
+    """load_params of a path, memoised per (path, mtime)."""
     return load_params(path)
 
 

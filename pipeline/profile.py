@@ -139,6 +139,7 @@ def diff_view(*, baseline: LoadedResult, current: LoadedResult, metric: Metric,
     parameters = tuple(p for p in current.parameters if p in baseline.parameters)
 
     def best(result: LoadedResult) -> pl.DataFrame:
+        """Per shape, a result's best metric value and that configuration's parameters."""
         view = sorted_view(frame=result.frame, metric=metric, shape=shape)
         return view.group_by(list(shape), maintain_order=True).agg(
             pl.col(metric.name).first(), *[pl.col(p).first() for p in parameters])
@@ -182,6 +183,7 @@ def kendall_tau(*, x: np.ndarray, y: np.ndarray) -> float:
     n0 = len(x) * (len(x) - 1) // 2
 
     def tied_pairs(values: np.ndarray) -> int:
+        """The number of pairs of equal values."""
         counts = np.unique(values, return_counts=True)[1]
         return int((counts * (counts - 1) // 2).sum())
 

@@ -102,12 +102,14 @@ def ranked_parameters(*, frame: pl.DataFrame) -> tuple[str, ...]:
 
 
 def _csv(frame: pl.DataFrame) -> bytes:
+    """A frame as CSV bytes, floats with 6 decimals."""
     buffer = io.BytesIO()
     frame.write_csv(buffer, float_precision=6)
     return buffer.getvalue()
 
 
 def _markdown_cell(value: object) -> str:
+    """A value as a Markdown table cell: empty for None, 4 significant digits for floats, pipes escaped."""
     if value is None:
         return ""
     if isinstance(value, float):

@@ -120,6 +120,7 @@ def select_entries(*, ranked: pl.DataFrame, tolerance: float = DEFAULT_TIE_TOLER
 
 
 def _distinct(values: pl.Series) -> str:
+    """The sorted distinct non-null values joined by commas ('unknown' when there are none)."""
     present = sorted({str(v) for v in values.drop_nulls().unique().to_list()})
     return ",".join(present) if present else "unknown"
 
@@ -362,6 +363,7 @@ def dispatch_provenance(*, name: str, tables: list[TableResults],
                         chosen: dict[tuple[int, int, int], Candidate]) -> dict[str, Any]:
     """Every table's measurement (content key, data hash, kernel, device, date, git revision) and its wins."""
     def union(field_name: str) -> str:
+        """The sorted union of a provenance field's comma-separated values over every table."""
         values = sorted({str(v) for t in tables for v in str(t.provenance.get(field_name, "unknown")).split(",")})
         return ",".join(values)
 

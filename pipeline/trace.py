@@ -117,6 +117,7 @@ def entry_at_line(*, root: Path, specs: Sequence[TableSpec | DispatchSpec], file
 
 
 def _ranked_at(*, ranked: Any, entry: ManifestEntry, m_values: Sequence[int]) -> list[RankedAtM]:
+    """For each M of the entry's range: the top ranked rows at its shape, the picked configuration's row and rank."""
     import polars as pl
 
     result = []
@@ -335,6 +336,7 @@ def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str) -> 
 
 
 def _candidate(*, source: TableSource, entries: Sequence[ManifestEntry], m: int, n: int, k: int) -> CandidateAtM:
+    """What one table's manifest picks at a shape and that configuration's measurement (empty when no entry covers it)."""
     entry = lookup(entries, m=m, n=n, k=k)
     if entry is None:
         return CandidateAtM(table=source.table, entry_index=None, config_id=None, measured=None)

@@ -51,6 +51,7 @@ class CpuTestRunner:
         return {"sets": 1, "set_bytes": int(self.a.nbytes + self.b.nbytes)}
 
     def _fail(self, entry: str) -> None:
+        """Trigger the failure that ``entry`` names (fault, segv, exit, hang); nothing for any other entry."""
         if entry == "fault":
             raise LaunchFailure("test fault: illegal address (cpu-test runner)")
         if entry == "segv":
@@ -62,6 +63,7 @@ class CpuTestRunner:
                 time.sleep(3600)
 
     def _run(self, entry: str) -> np.ndarray:
+        """C for ``entry``: correct, scaled wrong (gemm_wrong) or left NaN-poisoned (gemm_unwritten)."""
         out = np.full(self.ref.shape, np.nan, dtype=np.float32)  # poisoned before every run
         if entry == "gemm_unwritten":
             return out

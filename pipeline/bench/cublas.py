@@ -73,12 +73,14 @@ class Cublas:
         self._beta = ctypes.c_float(0.0)
 
     def _version(self) -> int:
+        """The cuBLAS version of the bound handle."""
         value = ctypes.c_int()
         self._check(self.lib.cublasGetVersion_v2(self.handle, ctypes.byref(value)), "cublasGetVersion")
         return value.value
 
     @staticmethod
     def _check(status: int, what: str) -> None:
+        """Raise RuntimeError naming ``what`` when a cuBLAS call returned a non-zero status."""
         if status != 0:
             raise RuntimeError(f"{what} failed with cublasStatus {status}")
 

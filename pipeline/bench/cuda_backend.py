@@ -93,6 +93,7 @@ class CudaBackend:
         }
 
     def _free_shape(self) -> None:
+        """Free the current shape's input sets, split-K workspaces and reference output."""
         for buffers in self.sets:
             for buffer in buffers:
                 buffer.free()
@@ -105,6 +106,7 @@ class CudaBackend:
             self.ref = None
 
     def _fill(self, buffer: Any, count: int, seed: int) -> None:
+        """Queue random bf16 values seeded by ``seed`` into the first ``count`` elements of ``buffer``."""
         blocks = min(max(1, math.ceil(count / 256)), 8 * self.sm_count)
         self.fill.prepared_async_call((blocks, 1, 1), (256, 1, 1), self.stream, int(buffer), count, seed)
 
@@ -119,6 +121,7 @@ class CudaBackend:
         seed = int(settings.get("seed", 0))
 
         def allocate() -> None:
+            """Allocate and fill the input sets, then compute the cuBLAS reference on set 0."""
             for index in range(count):
                 a, b, c = cuda.mem_alloc(2 * m * k), cuda.mem_alloc(2 * n * k), cuda.mem_alloc(2 * m * n)
                 self._fill(a, m * k, seed + 2 * index)
@@ -134,6 +137,7 @@ class CudaBackend:
 
     # -- one configuration ---------------------------------------------------------------------------
     def _function(self, cubin: str, name: str, smem_bytes: int) -> Any:
+        """The cached pycuda function ``name`` of ``cubin``, allowed ``smem_bytes`` of dynamic shared memory."""
         key = (cubin, name)
         if key not in self.functions:
             if cubin not in self.modules:
@@ -146,6 +150,7 @@ class CudaBackend:
         return function
 
     def _driver_kernel(self, cubin: str, entry: str, smem_bytes: int) -> DriverKernel:
+        """The cached driver-API kernel ``entry`` of ``cubin`` (for by-value struct arguments)."""
         key = ("driver", cubin, entry)
         if key not in self.functions:
             self.functions[key] = DriverKernel(cubin, entry, smem_bytes=smem_bytes)
@@ -189,6 +194,7 @@ class CudaBackend:
         self.max_active_clusters = None
         if payload["kind"] == "baseline":
             def run_cublas(index: int) -> None:
+                """Queue the cuBLAS GEMM on input set ``index``."""
                 a, b, c = self.pointers[index]
                 self.cublas.gemm_bf16(a=a, b=b, c=c, m=m, n=n, k=k)
             return run_cublas
@@ -226,6 +232,7 @@ class CudaBackend:
         splits = int(payload.get("splits", 1))
 
         def run_kernel(index: int) -> None:
+            """Queue the main kernel on input set ``index``, then the split-K reduction if any."""
             launch_main(index)
             if reduce is not None:
                 a, b, c = self.pointers[index]
@@ -274,6 +281,7 @@ class CudaBackend:
         warmup_ms = float(self.settings["warmup_ms"])
 
         def warm_up() -> tuple[int, float]:
+            """Warm up for warmup_ms; the launches made and the last measured ms per launch."""
             group, total_ms, launches, per_launch = 1, 0.0, 0, 0.0
             while True:
                 elapsed = self._timed(launch, group, spin=False)

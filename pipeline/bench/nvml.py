@@ -25,6 +25,7 @@ class NvmlSampler:
             self.handle = None
 
     def _find(self, pci_bus_id: str | None) -> Any:
+        """The NVML handle of the GPU at ``pci_bus_id``, else of the first CUDA_VISIBLE_DEVICES entry."""
         nvml = self.nvml
         if pci_bus_id:
             for candidate in (pci_bus_id, "0000" + pci_bus_id):
@@ -49,4 +50,5 @@ class NvmlSampler:
 
 
 def _text(value: Any) -> str:
+    """``value`` as text (bytes decoded)."""
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -83,6 +83,7 @@ COMPILE_INFO_FIELDS = ("registers", "smem_bytes", "spill_bytes", "stack_bytes", 
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; TuneTableError when it is absent, malformed or not an object."""
     if not path.is_file():
         raise TuneTableError("no such file (run the earlier stage first)", path=path)
     try:
@@ -177,6 +178,7 @@ def measured_git_revision() -> str:
 # --- devices ---------------------------------------------------------------------------------
 
 def _libcuda_loadable() -> bool:
+    """True when the CUDA driver library (libcuda) loads."""
     for name in ("libcuda.so.1", "libcuda.so"):
         try:
             ctypes.CDLL(name)

@@ -84,6 +84,7 @@ def sample_stats(samples: Sequence[float]) -> dict[str, float | None]:
 
 
 def _mean_or_none(values: list[Any]) -> float | None:
+    """The mean of the values that are not None, or None when there are none."""
     present = [float(v) for v in values if v is not None]
     return float(np.mean(present)) if present else None
 
@@ -147,10 +148,12 @@ class ShardRunner:
 
     # -- worker session -----------------------------------------------------------------------
     def _stamp(self, record: dict[str, Any]) -> dict[str, Any]:
+        """``record`` with the worker's device, driver and pid and the current time added."""
         return {**record, "device": self.worker.info.get("device"), "driver": self.worker.info.get("driver"),
                 "worker_pid": self.worker.info.get("pid"), "time": now_iso()}
 
     def _ensure_shape(self, job: ShardJob) -> None:
+        """Start the worker if it is down and prepare ``job``'s shape on it (once per shape and worker start)."""
         if not self.worker.alive:
             try:
                 self.worker.start()
@@ -174,6 +177,7 @@ class ShardRunner:
 
     def _finalise(self, journal: Journal, job: ShardJob, task: ConfigTask, status: str, error: str,
                   extra: dict[str, Any] | None = None) -> None:
+        """Journal a task's final record (status, error, extras) and report it as a 'final' event."""
         record = self._stamp({"type": "final", "config_id": task.config_id, "status": status,
                               "error": error, **(extra or {})})
         journal.append(record)
@@ -335,6 +339,7 @@ def run_shards(*, jobs: Sequence[ShardJob], settings: BenchSettings, runner: str
     lock = threading.Lock()
 
     def drain(gpu: str | None) -> None:
+        """Run queued shards on one worker for ``gpu`` until none are left or a thread failed (errors collected)."""
         worker = WorkerProcess(runner=runner, gpu=gpu)
         shard_runner = ShardRunner(worker=worker, settings=settings, backend=runner, on_event=on_event)
         try:

@@ -51,6 +51,7 @@ def load_runner(name: str) -> Any:
 
 
 def _dispatch(runner: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """The runner's answer to one request (hello, shape, prepare, sample); ValueError for an unknown op."""
     op = request.get("op")
     if op == "hello":
         return runner.describe()
@@ -67,6 +68,7 @@ def _dispatch(runner: Any, request: dict[str, Any]) -> dict[str, Any]:
 def serve(runner_name: str, requests: IO[str], replies: IO[str]) -> int:
     """Answer requests until 'quit' or end of input; a fault answers and exits non-zero."""
     def reply(message: dict[str, Any]) -> None:
+        """Write one JSON reply line and flush it."""
         replies.write(json.dumps(message, allow_nan=True) + "\n")
         replies.flush()
 
@@ -119,6 +121,7 @@ def main() -> None:
 # --- the parent side -----------------------------------------------------------------------------
 
 def _describe_exit(code: int | None) -> str:
+    """An exit code in words: still running, killed by a signal, or the exit status."""
     if code is None:
         return "still running"
     if code < 0:
@@ -142,6 +145,7 @@ class WorkerProcess:
         self._stderr: deque[str] = deque(maxlen=stderr_lines)
 
     def _env(self) -> dict[str, str]:
+        """The worker's environment: repo on PYTHONPATH, unbuffered, parent pid, CUDA_VISIBLE_DEVICES for ``gpu``."""
         env = dict(os.environ)
         repo = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
@@ -168,11 +172,13 @@ class WorkerProcess:
 
     @staticmethod
     def _pump_stdout(process: subprocess.Popen[str], replies: queue.Queue[Any]) -> None:
+        """Queue every stdout line of the worker, then the end-of-output marker."""
         for line in process.stdout:  # type: ignore[union-attr]
             replies.put(line)
         replies.put(_EOF)
 
     def _pump_stderr(self, process: subprocess.Popen[str]) -> None:
+        """Keep the worker's last stderr lines for error messages."""
         for line in process.stderr:  # type: ignore[union-attr]
             self._stderr.append(line.rstrip())
 
@@ -210,6 +216,7 @@ class WorkerProcess:
         return reply
 
     def _wait_exit(self) -> int | None:
+        """The worker's exit code within 10 s (killed past that); None when it was never started."""
         if self.process is None:
             return None
         try:

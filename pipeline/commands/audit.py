@@ -17,14 +17,17 @@ Examples:
 
 
 def _us(ms: float | None) -> str:
+    """Milliseconds as microseconds with one decimal, '-' for None."""
     return "-" if ms is None else f"{ms * 1000:.1f}"
 
 
 def _value(value: object) -> str:
+    """A params value as text, '(absent)' for None."""
     return "(absent)" if value is None else str(value)
 
 
 def _entry_text(values: object) -> str:
+    """A manifest entry as 'M[M, M_END) N=.. K=.. CONFIG_ID', '-' when it is not a mapping."""
     if not isinstance(values, dict):
         return "-"
     shape = f"M[{values.get('M')}, {values.get('M_END')}) N={values.get('N')} K={values.get('K')}"

@@ -26,6 +26,7 @@ from pipeline.params import load_params, table_bench_params, table_spec
 
 
 def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> Table:
+    """A rich table per shard: ok/failed counts, the best configuration and its TFLOP/s against cuBLAS."""
     table = Table(title="bench summary (median of rounds)")
     for column in ("M", "N", "K", "ok", "failed", "best config", "best TFLOP/s", "cuBLAS TFLOP/s", "best/cuBLAS"):
         table.add_column(column, justify="right")

@@ -98,6 +98,7 @@ def command(
         task = progress.add_task("compile", total=len(configs), table=table_name, summary="")
 
         def advance(config: KernelConfig, result: CompileResult) -> None:
+            """Count one compile result by status and advance the progress bar."""
             statuses["cached" if result.cached else result.status] += 1
             progress.update(task, advance=1, summary=" ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
 

@@ -19,6 +19,7 @@ DVC_HINT = "dvc gc -w --all-commits -c"
 
 
 def _size(size: int) -> str:
+    """A byte count in B, KiB, MiB or GiB (one decimal above bytes)."""
     if size < 1024:
         return f"{size} B"
     scaled = float(size)

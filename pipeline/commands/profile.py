@@ -74,6 +74,7 @@ def check_fraction(*, value: float, flag: str) -> None:
 
 def _merge(console: Console, files: tuple[Path, ...], pivots: list[str], sort_pivots: list[str],
            query: str | None, verbose: bool) -> tuple[pl.DataFrame, str]:
+    """The YAML manifests merged on the pivots (filtered by ``query``) and the first file's stem."""
     from pipeline.codegen import load_manifest
 
     bad = [f for f in files if f.suffix not in (".yaml", ".yml")]
@@ -160,6 +161,7 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, ratio: boo
 
 def _default_view(console: Console, result: resultset.LoadedResult, metric_name: str, pivots: list[str], top: float,
                   ratio: bool, head: int, tail: int, verbose: bool) -> list[dict[str, Any]]:
+    """Print one result's views (per shape or --top, sorted, head, tail); its selected configs."""
     metric = views.resolve_metric(frame=result.frame, requested=metric_name)
     shape = tuple(pivots) or result.shape
     missing = [p for p in shape if p not in result.frame.columns]
@@ -198,6 +200,7 @@ def _default_view(console: Console, result: resultset.LoadedResult, metric_name:
 
 def _diff(console: Console, results: tuple[resultset.LoadedResult, ...], metric_name: str, pivots: list[str],
           out_dir: Path, verbose: bool) -> None:
+    """Print each result's per-shape diff against the first (the baseline) and write it as CSV."""
     if len(results) < 2:
         raise TuneTableError("Provide at least two pkl's for --diff option.", where="--diff")
     baseline = results[0]
@@ -215,6 +218,7 @@ def _diff(console: Console, results: tuple[resultset.LoadedResult, ...], metric_
 
 def _correlation(console: Console, results: tuple[resultset.LoadedResult, ...], metric_name: str,
                  out_dir: Path) -> None:
+    """Print the parameters' Kendall correlation with the metric; write it as CSV and a heatmap PNG."""
     frame = resultset.combine(results=results)
     metric = views.resolve_metric(frame=frame, requested=metric_name)
     parameters = resultset.union_names(groups=[r.parameters for r in results])
@@ -228,6 +232,7 @@ def _correlation(console: Console, results: tuple[resultset.LoadedResult, ...], 
 
 
 def _write_yaml(console: Console, output: Path, configs: list[dict[str, Any]], name: str) -> None:
+    """Write ``configs`` as kprofile-style YAML to ``output`` (suffix .yaml) and print a summary."""
     text, common, pivots = _kprofile_yaml(configs=configs, name=name)
     target = output.with_suffix(".yaml")
     atomic_write_text(target, text)

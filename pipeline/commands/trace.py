@@ -23,6 +23,7 @@ CANDIDATE_COLUMNS = ("M", "table", "entry", "config_id", "median_ms", "cublas_ms
 
 
 def _cell(value: object) -> str:
+    """A value as a table cell: '-' for None, floats to 4 significant digits."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -72,6 +73,7 @@ def _print_trace(console: Console, result) -> None:
 
 
 def _candidate_cells(decision, candidate) -> list[str]:
+    """The cells of one dispatch-list candidate: M, table, entry, config, times, speedup, measured key."""
     found = candidate.measured
     return [
         str(decision.m), candidate.table, "-" if candidate.entry_index is None else f"params[{candidate.entry_index}]",

@@ -114,6 +114,7 @@ class SearchSettings:
 
 
 def _positive_int(value: Any, name: str) -> int | None:
+    """``value`` when it is None or a positive int; ValueError naming the setting otherwise."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -168,6 +169,7 @@ class SearchPlan:
         learned = None
         if profiles and shape is not None:
             def sub_predict(other: Shape) -> np.ndarray | None:
+                """The perf model's prediction on ``other`` for the pruned configurations, or None."""
                 full = None if predict is None else predict(other)
                 return None if full is None else np.asarray(full, dtype=float)[positions]
 

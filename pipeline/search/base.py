@@ -235,6 +235,7 @@ class Evaluator:
         return [objective(self._outcomes[p]) for p in positions]
 
     def _record(self, position: int, result: Outcome) -> None:
+        """Store one configuration's outcome and append it to the trace."""
         self._outcomes[position] = result
         self.trace.append(Evaluation(len(self.trace), position, self.space.configs[position].id, result, self.elapsed()))
 

@@ -98,6 +98,7 @@ def perf_predictor(configs: Sequence[KernelConfig], records: Mapping[str, Mappin
     cache: dict[Shape, np.ndarray | None] = {}
 
     def predict(shape: Shape) -> np.ndarray | None:
+        """The perf model's seconds per configuration on ``shape`` (None where it cannot model it), memoised."""
         if shape not in cache:
             m, n, k = shape
             try:
@@ -171,6 +172,7 @@ class TableSearch:
     def run_shard(self, *, runner: ShardRunner, job: ShardJob) -> tuple[list[Row], dict[str, Any]]:
         """Search one shard on a worker (cuda, cpu-test): each batch through ``runner.measure_tasks``."""
         def measure_rows(tasks: Sequence[ConfigTask]) -> list[Row]:
+            """Measure ``tasks`` on the worker; their shard rows."""
             runner.measure_tasks(job, tasks)
             return runner.task_rows(job, tasks)
 
@@ -193,6 +195,7 @@ class TableSearch:
         waiting = list(extras)
 
         def measure_batch(batch: Sequence[KernelConfig]) -> list[Outcome]:
+            """Measure a batch (with the waiting non-kernel tasks); each configuration's outcome."""
             asked = [task_of[config.id] for config in batch]
             rows = measure_rows([*asked, *waiting])
             waiting.clear()

@@ -237,6 +237,7 @@ def _entry_error(entry: Mapping[str, Any]) -> str | None:
 def _row_from_entry(
     entry: Mapping[str, Any], *, params: dict[str, Any], family: str, shape: tuple[int, int, int], error: str | None, device: str
 ) -> dict[str, Any]:
+    """Our row (ROW_FIELDS + parameters) of one Kernel Tuner cache entry, measured or failed."""
     m, n, k = shape
     samples = [float(t) for t in entry.get("times") or []] if error is None else []
     median = float(entry["time"]) if error is None else None
@@ -269,6 +270,7 @@ def _row_from_entry(
 
 
 def _iqr(samples: Sequence[float]) -> float | None:
+    """The interquartile range of ``samples``, or None for fewer than two."""
     if len(samples) < 2:
         return None
     q1, _, q3 = statistics.quantiles(samples, n=4)

@@ -114,10 +114,12 @@ def grid_parameter_names(grid: Mapping[str, Any]) -> list[str]:
 
 
 def _outcome(row: Mapping[str, Any]) -> Outcome:
+    """A recorded row's outcome: its median ms when ok, else a Failure with its status and error."""
     if row.get("status") == "ok" and row.get("median_ms") is not None:
         return float(row["median_ms"])
     return Failure(str(row.get("status") or "missing"), row.get("error"))
 
 
 def _sort_key(value: Value) -> tuple[int, Any]:
+    """A sort key: numbers (bools excluded) by value first, then every other value by text."""
     return (0, value) if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, str(value))
