@@ -121,7 +121,7 @@ def referenced_keys(*, root: Path, refs: Sequence[GitRef], tables: Sequence[str]
 def current_keys(*, root: Path, params: Mapping[str, Any], tables: Sequence[str]) -> dict[str, dict[str, str]]:
     """table -> backend -> the content key params.yaml resolves to (cuda and replay)."""
     from pipeline.bench.plan import shard_key
-    from pipeline.params import table_bench_params, table_spec
+    from pipeline.params import table_spec
 
     keys: dict[str, dict[str, str]] = {}
     # shard_key reads the kernel source and the recording by params.yaml's relative paths.
@@ -130,7 +130,7 @@ def current_keys(*, root: Path, params: Mapping[str, Any], tables: Sequence[str]
             spec = table_spec(dict(params), table, path=root / "params.yaml")
             # A table whose recording is not there yet has no replay key.
             backends = [b for b in BACKENDS if b != "replay" or (spec.recording and Path(spec.recording).is_file())]
-            keys[table] = {backend: shard_key(table_bench_params(dict(params), spec), spec, backend)
+            keys[table] = {backend: shard_key(dict(params), spec, backend)
                            for backend in backends}
     return keys
 

@@ -142,18 +142,6 @@ def table_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) ->
     return [table_spec(params, name, path=path) for name in params["tables"]]
 
 
-def table_bench_params(params: dict[str, Any], spec: TableSpec) -> dict[str, Any]:
-    """params as the bench plan sees them for one table: ``bench.recording`` is the table's recording.
-
-    ``pipeline.bench.plan`` (recording_path, shard_key) reads the recording from ``bench``; each
-    table names its own in params.yaml, so every caller keys and replays a table through this view.
-    """
-    bench = {name: value for name, value in (params.get("bench") or {}).items() if name != "recording"}
-    if spec.recording is not None:
-        bench["recording"] = spec.recording
-    return {**params, "bench": bench}
-
-
 @dataclass(frozen=True)
 class DispatchSpec:
     """A cross-family dispatch list declared in params.yaml: which table serves each shape."""

@@ -37,7 +37,6 @@ from pipeline.params import (  # noqa: F401 - the Snakefile validates with SCHEM
     TableSpec,
     dispatch_specs,
     load_params,
-    table_bench_params,
     table_specs,
 )
 
@@ -132,7 +131,7 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
         skipped = {spec.name: str(skip_reason(spec)) for spec in declared if skip_reason(spec) is not None}
         recordings = {spec.name: recording_of(spec, path=params_path) for spec in tables}
         lines = [resolve_backend(requested=requested, recording=recordings[spec.name]).reason for spec in tables]
-    keys = {spec.name: shard_key(table_bench_params(params, spec), spec, first.backend) for spec in tables}
+    keys = {spec.name: shard_key(params, spec, first.backend) for spec in tables}
     covered = {spec.name for spec in tables}
     active = tuple(spec for spec in dispatch if covered.issuperset(spec.tables))
     skipped_dispatches = {

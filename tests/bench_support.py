@@ -13,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "bench"
 DRIVER = FIXTURES / "driver.py"
@@ -71,3 +73,18 @@ def kill9_when(process: subprocess.Popen[bytes], journal: Path, *, samples: int,
         time.sleep(0.01)
     process.kill()
     raise RuntimeError("the journal never reached the sample count")
+
+
+def gemm_mma_only_params(folder: Path, *, search: dict[str, Any] | None) -> Path:
+    """The project's gemm_mma table alone (same grid, kernel and recording) with ``search:``, as folder/params.yaml."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    table = dict(params["tables"]["gemm_mma"])
+    table.pop("search", None)
+    if search is not None:
+        table["search"] = search
+    params["tables"] = {"gemm_mma": table}
+    params.pop("dispatch", None)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path

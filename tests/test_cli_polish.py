@@ -15,8 +15,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 
+from bench_support import gemm_mma_only_params
 from pipeline.atomic import atomic_write_all
 from pipeline.errors import TuneTableError
 from pipeline.keys import kernel_source_hash
@@ -56,21 +56,6 @@ def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _params(folder: Path, *, search: dict | None) -> Path:
-    """The project's gemm_mma table alone (same grid, kernel and recording), with the given ``search:``."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    table = dict(params["tables"]["gemm_mma"])
-    table.pop("search", None)
-    if search is not None:
-        table["search"] = search
-    params["tables"] = {"gemm_mma": table}
-    params.pop("dispatch", None)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "params.yaml"
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-    return path
-
-
 def _bench(params: Path, root: Path) -> list[Path]:
     """Replay-bench SHAPES of gemm_mma under ``params``; the shards written, sorted."""
     shapes = [arg for shape in SHAPES for arg in ("--shape", shape)]
@@ -91,8 +76,8 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     if kernel_source_hash(REPO / "kernels" / "gemm_mma.cu") not in sidecar["kernel_hashes"]:
         pytest.skip("kernels/gemm_mma.cu changed since the recording: re-record on the H200")
     root = tmp_path_factory.mktemp("shards")
-    return {"exhaustive": _bench(_params(root / "plain", search=None), root / "plain" / "results"),
-            "searched": _bench(_params(root / "searched", search=SEARCH), root / "searched" / "results")}
+    return {"exhaustive": _bench(gemm_mma_only_params(root / "plain", search=None), root / "plain" / "results"),
+            "searched": _bench(gemm_mma_only_params(root / "searched", search=SEARCH), root / "searched" / "results")}
 
 
 def _rank(out: Path, shard_paths: list[Path]) -> pl.DataFrame:
@@ -198,7 +183,7 @@ def test_check_traceable_names_tables_and_dispatch_lists() -> None:
 
 
 def test_trace_unknown_name_without_dispatch_lists(tmp_path: Path) -> None:
-    params = _params(tmp_path, search=None)
+    params = gemm_mma_only_params(tmp_path, search=None)
     result = _run("trace", "nosuch", "0", "--params", str(params), cwd=tmp_path)
     assert _error_line(result) == (f"error: {params}: unknown table or dispatch list 'nosuch' "
                                    f"(declared tables: gemm_mma; dispatch lists: none)")

@@ -13,7 +13,7 @@ from pipeline_repo import NO_RECORDING, RECORDING, REPO, git, tunetable
 from pipeline import gc
 from pipeline.bench.plan import shard_key
 from pipeline.errors import TuneTableError
-from pipeline.params import load_params, table_bench_params, table_spec
+from pipeline.params import load_params, table_spec
 
 TABLE = "gemm_mma"
 KEY_A = "aaaaaaaaaaaaaaaa"      # named by the metrics file at HEAD/main
@@ -71,7 +71,7 @@ def gc_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GcRepo:
     monkeypatch.chdir(root)  # shard_key reads params.yaml's relative paths
     params = load_params(root / "params.yaml")
     spec = table_spec(params, TABLE)
-    key_c = shard_key(table_bench_params(params, spec), spec, "replay")
+    key_c = shard_key(params, spec, "replay")
     monkeypatch.chdir(tmp_path)
     repo = GcRepo(root=root, key_c=key_c)
     for key, size in ((KEY_A, 4000), (KEY_B, 6144), (key_c, 5000), (KEY_D, 4500)):

@@ -15,7 +15,7 @@ import yaml
 from pipeline import smk_helpers as tt
 from pipeline.bench.plan import recording_path
 from pipeline.errors import TuneTableError
-from pipeline.params import dispatch_specs, load_params, table_bench_params, table_spec
+from pipeline.params import dispatch_specs, load_params, table_spec
 
 REPO = Path(__file__).resolve().parents[1]
 MMA_RECORDING = "data/recordings/h200_gemm_mma.parquet"
@@ -42,13 +42,10 @@ def params_of(root: Path, **bench: object) -> dict:
     return {**params, "bench": {**params["bench"], **bench}}
 
 
-def test_table_bench_params_carry_the_tables_own_recording() -> None:
+def test_each_table_replays_its_own_recording() -> None:
     params = load_params(REPO / "params.yaml")
     for name, recording in (("gemm_mma", MMA_RECORDING), ("gemm_wgmma", WGMMA_RECORDING)):
-        view = table_bench_params(params, table_spec(params, name))
-        assert recording_path(params=view) == Path(recording)
-        assert {k: v for k, v in view["bench"].items() if k != "recording"} == params["bench"]
-        assert view["tables"] is params["tables"]
+        assert recording_path(table=table_spec(params, name)) == Path(recording)
     assert "recording" not in params["bench"]
 
 

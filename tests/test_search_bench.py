@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench_support import gemm_mma_only_params
 from pipeline.bench.plan import shard_key
 from pipeline.keys import kernel_source_hash
 from pipeline.params import load_params, table_spec
@@ -30,20 +31,6 @@ def recording_matches_the_kernel() -> None:
         pytest.skip("kernels/gemm_mma.cu changed since the recording: re-record on the H200")
 
 
-def small_params(tmp_path: Path, search: dict | None) -> Path:
-    """The project's gemm_mma table alone (same grid, kernel and recording), with the given `search:`."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    table = dict(params["tables"]["gemm_mma"])
-    table.pop("search", None)
-    if search is not None:
-        table["search"] = search
-    params["tables"] = {"gemm_mma": table}
-    params.pop("dispatch", None)
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-    return path
-
-
 def tunetable(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "250"}   # one line per message
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True, env=env,
@@ -60,7 +47,7 @@ SEARCH = {"strategy": "model", "max_fevals": 5, "seed": 3, "learn_from": str(REC
 
 
 def test_bench_runs_the_tables_search_per_shape_and_records_it(tmp_path: Path) -> None:
-    params = small_params(tmp_path, SEARCH)
+    params = gemm_mma_only_params(tmp_path, search=SEARCH)
     done = bench(params, tmp_path / "results")
     assert done.returncode == 0, done.stderr
     assert "search model(max_fevals=5,seed=3,learn_from=" in done.stderr
@@ -108,20 +95,20 @@ def test_bench_runs_the_tables_search_per_shape_and_records_it(tmp_path: Path) -
 
 
 def test_without_search_the_bench_measures_everything_under_todays_key(tmp_path: Path) -> None:
-    plain = small_params(tmp_path, None)
+    plain = gemm_mma_only_params(tmp_path, search=None)
     done = bench(plain, tmp_path / "results")
     assert done.returncode == 0, done.stderr
     assert "per shape (params.yaml tables.gemm_mma.search)" not in done.stderr
     params = load_params(plain)
     key = shard_key(params, table_spec(params, "gemm_mma"), "replay")
-    searched = load_params(small_params(tmp_path, SEARCH))
+    searched = load_params(gemm_mma_only_params(tmp_path, search=SEARCH))
     assert shard_key(searched, table_spec(searched, "gemm_mma"), "replay") != key
     frame = read_shard(tmp_path / "results" / "raw" / "gemm_mma" / key / "M64_N4096_K4096.pkl")["merged_df"]
     assert (frame["kind"] == "kernel").sum() == 50 and not set(SEARCH_FIELDS) & set(frame.columns)
 
 
 def test_a_bad_search_setting_is_one_line_naming_its_place(tmp_path: Path) -> None:
-    params = small_params(tmp_path, {"strategy": "model", "max_fevals": 5, "budget": 3})
+    params = gemm_mma_only_params(tmp_path, search={"strategy": "model", "max_fevals": 5, "budget": 3})
     done = bench(params, tmp_path / "results")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().endswith("Additional properties are not allowed ('budget' was unexpected)")

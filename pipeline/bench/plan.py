@@ -228,9 +228,9 @@ def device_name() -> str:
 
 # --- recordings and backend choice -------------------------------------------------------------
 
-def recording_path(*, params: Mapping[str, Any]) -> Path:
-    """The recording the replay backend serves (params.yaml bench.recording)."""
-    return Path((params.get("bench") or {}).get("recording", DEFAULT_RECORDING))
+def recording_path(*, table: TableSpec) -> Path:
+    """The recording the replay backend serves for a table (params.yaml tables.<name>.recording)."""
+    return Path(table.recording or DEFAULT_RECORDING)
 
 
 def sidecar_path(recording: Path) -> Path:
@@ -328,7 +328,7 @@ def shard_key(params: Mapping[str, Any], table: TableSpec, backend: str) -> str:
         settings["search"] = search
     recording_hash = None
     if backend == "replay":
-        recording = recording_path(params=params)
+        recording = recording_path(table=table)
         device = str(recording_provenance(recording).get("device"))
         recording_hash = sha256_file(recording)[:16]
     else:

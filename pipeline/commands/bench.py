@@ -22,7 +22,7 @@ from pipeline.bench.plan import (
     visible_gpu_ids,
 )
 from pipeline.errors import TuneTableError
-from pipeline.params import load_params, table_bench_params, table_spec
+from pipeline.params import load_params, table_spec
 
 
 def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> Table:
@@ -104,12 +104,11 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
     if all_shapes == bool(shape_texts):
         raise TuneTableError("give --shape M,N,K (repeatable) or --all-shapes, not both or neither", where="bench")
     shapes = table.shapes() if all_shapes else parse_shapes(shape_texts)
-    bench_params = table_bench_params(params, table)  # bench.recording: this table's recording
-    recording = recording_path(params=bench_params)
+    recording = recording_path(table=table)
     choice = resolve_backend(requested=backend or (params.get("bench") or {}).get("backend", "auto"),
                              recording=recording)
     console.print(f"[bold yellow]>>> {choice.reason}[/bold yellow]")
-    key = shard_key(bench_params, table, choice.backend)
+    key = shard_key(params, table, choice.backend)
     search = None if search_key_part(table=table, path=params_path) is None else search_settings(table=table, path=params_path)
     if search is not None:
         console.print(f"[bold]search[/bold] {search.label} per shape (params.yaml tables.{table.name}.search); "
