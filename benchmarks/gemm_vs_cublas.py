@@ -100,11 +100,8 @@ def payload_for(*, config: KernelConfig, cubin: str, shape: tuple[int, int, int]
         grid[0] = min(grid[0], max(cluster, grid_cap // cluster * cluster))
     return {
         "kind": "kernel", "family": config.family, "defines": defines, "cubin": cubin, "entry": family.entry,
-        "reduce_entry": family.reduce_entry, "grid": grid, "block": list(launch.block),
-        "smem_bytes": launch.smem_bytes, "workspace_bytes": launch.workspace_bytes,
-        "reduce_grid": list(launch.reduce_grid) if launch.reduce_grid else None,
-        "reduce_block": list(launch.reduce_block) if launch.reduce_block else None,
-        "splits": int(defines.get("SPLIT_K", 1)),
+        "grid": grid, "block": list(launch.block), "smem_bytes": launch.smem_bytes,
+        "workspace_bytes": launch.workspace_bytes,
     }
 
 

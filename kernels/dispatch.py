@@ -505,25 +505,17 @@ class Plan:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem_bytes: int
-    workspace: Any  # DeviceAllocation or None
+    workspace: Any  # DeviceAllocation or None (zeroed once after allocation when the family says so)
     workspace_ptr: int
-    reduce: Any
-    reduce_grid: tuple[int, int, int] | None
-    reduce_block: tuple[int, int, int] | None
-    splits: int
 
     def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int) -> None:
-        """Enqueue the GEMM (and the split-K reduction) on the default stream."""
+        """Enqueue the GEMM on the default stream (split-K reduces inside the kernel)."""
         # What pycuda's prepared_async_call does, minus its per-call import, kwargs and legacy
         # block-shape bookkeeping: pack the arguments and launch (about half the host cost).
         self.main._launch_kernel(
             self.grid, self.block, _pack("PPPPiii", a_ptr, b_ptr, c_ptr, self.workspace_ptr, m, n, k),
             self.smem_bytes, None,
         )
-        if self.reduce is not None:
-            self.reduce._launch_kernel(
-                self.reduce_grid, self.reduce_block, _pack("PPiii", self.workspace_ptr, c_ptr, m, n, self.splits), 0, None
-            )
 
 
 @dataclass
@@ -644,11 +636,7 @@ class Runtime:
         main = module.get_function(family.entry)
         main.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(geometry.smem_bytes))
         main.prepare("PPPPiii")
-        workspace = cuda.mem_alloc(geometry.workspace_bytes) if geometry.workspace_bytes else None
-        reduce = None
-        if geometry.reduce_grid is not None:
-            reduce = module.get_function(family.reduce_entry)
-            reduce.prepare("PPiii")
+        workspace = self._workspace(family, geometry.workspace_bytes)
         return Plan(
             main=main,
             grid=tuple(geometry.grid),
@@ -656,31 +644,32 @@ class Runtime:
             smem_bytes=int(geometry.smem_bytes),
             workspace=workspace,
             workspace_ptr=int(workspace) if workspace is not None else 0,
-            reduce=reduce,
-            reduce_grid=tuple(geometry.reduce_grid) if geometry.reduce_grid else None,
-            reduce_block=tuple(geometry.reduce_block) if geometry.reduce_block else None,
-            splits=int(defines.get("SPLIT_K", 1)),
         )
 
     def _build_struct_plan(self, entry: Entry, *, family: Any, defines: Mapping[str, Any], geometry: Any) -> StructPlan:
         """A plan launched through libcuda (by-value tensor maps); the workspace zeroed when the family says so."""
         from kernels.driver import DriverKernel
 
-        if geometry.reduce_grid is not None:
-            raise ValueError(f"{family.name}: a separate reduction kernel is not supported with struct arguments")
         cubin = cubin_for(entry, params_path=self.params_path)
         kernel = self.driver_kernels.get((cubin, family.entry))
         if kernel is None:
             kernel = DriverKernel(cubin, family.entry, smem_bytes=int(geometry.smem_bytes))
             self.driver_kernels[(cubin, family.entry)] = kernel
-        workspace = self.cuda.mem_alloc(geometry.workspace_bytes) if geometry.workspace_bytes else None
-        if workspace is not None and getattr(family, "zeroed_workspace", False):
-            self.cuda.memset_d8(workspace, 0, geometry.workspace_bytes)  # split-K tile counters start at zero
+        workspace = self._workspace(family, geometry.workspace_bytes)
         return StructPlan(
             kernel=kernel, family=family, defines=dict(defines), grid=tuple(geometry.grid),
             block=tuple(geometry.block), smem_bytes=int(geometry.smem_bytes), workspace=workspace,
             workspace_ptr=int(workspace) if workspace is not None else 0,
         )
+
+    def _workspace(self, family: Any, nbytes: int) -> Any:
+        """A new split-K workspace of ``nbytes`` (None for 0), zeroed when the family says so."""
+        if not nbytes:
+            return None
+        workspace = self.cuda.mem_alloc(nbytes)
+        if getattr(family, "zeroed_workspace", False):
+            self.cuda.memset_d8(workspace, 0, nbytes)  # split-K tile counters start at zero
+        return workspace
 
     def empty_like(self, like: Any, library: str, *, m: int, n: int) -> tuple[Any, int]:
         """A new M x N bf16 output from the same library as the input ``like``, and its address."""

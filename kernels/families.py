@@ -10,20 +10,17 @@ from kernels.tma import TensorMapSpec
 Dim3 = tuple[int, int, int]
 
 INT32_MAX = 2**31 - 1
-REDUCE_THREADS = 256
 H200_SM_COUNT = 132  # persistent grids size themselves to the device's multiprocessors
 
 
 @dataclass(frozen=True)
 class Launch:
-    """How to launch one configuration on one shape; reduce_* are None without split-K."""
+    """How to launch one configuration on one shape: one kernel (split-K reduces inside it)."""
 
     grid: Dim3
     block: Dim3
     smem_bytes: int
     workspace_bytes: int
-    reduce_grid: Dim3 | None
-    reduce_block: Dim3 | None
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -61,10 +58,9 @@ class GemmMmaFamily:
 
     name: str = "gemm_mma"
     entry: str = "gemm_mma"
-    reduce_entry: str = "gemm_mma_splitk_reduce"
     source: str = "kernels/gemm_mma.cu"
-
     arg_format: str = "PPPPiii"  # A, B, C, workspace, M, N, K
+    zeroed_workspace: bool = True  # the split-K tile counters must start at zero (the kernel resets them)
 
     def check_shape(self, M: int, N: int, K: int) -> None:
         """Raise ValueError unless M >= 1, N and K are positive multiples of 8 and all fit int32."""
@@ -89,24 +85,18 @@ class GemmMmaFamily:
         return (a, b, c, workspace, M, N, K)
 
     def launch(self, defines: Mapping[str, object], M: int, N: int, K: int, *, sm_count: int = H200_SM_COUNT) -> Launch:
-        """Grid, block, shared memory and split-K workspace/reduction geometry for one shape."""
+        """Grid (one block per tile and K split), block, shared memory and split-K workspace for one shape."""
         self.check_shape(M, N, K)
-        tiles_m = _ceil_div(M, _int_define(defines, "BLOCK_M"))
-        tiles_n = _ceil_div(N, _int_define(defines, "BLOCK_N"))
+        tiles = _ceil_div(M, _int_define(defines, "BLOCK_M")) * _ceil_div(N, _int_define(defines, "BLOCK_N"))
         split_k = _int_define(defines, "SPLIT_K")
-        grid = (tiles_m * tiles_n, 1, split_k)
-        block = (self.threads(defines), 1, 1)
-        if split_k == 1:
-            return Launch(grid, block, self.smem_bytes(defines), 0, None, None)
-        quads = M * N // 4  # the reduction handles four outputs per thread
-        reduce_grid = (_ceil_div(quads, REDUCE_THREADS), 1, 1)
+        # Split-K: fp32 partials [SPLIT_K, M, N], then one int counter per tile that tells the
+        # tile's last split to arrive to sum the partials and write C.
+        workspace = split_k * M * N * 4 + tiles * 4 if split_k > 1 else 0
         return Launch(
-            grid=grid,
-            block=block,
+            grid=(tiles, 1, split_k),
+            block=(self.threads(defines), 1, 1),
             smem_bytes=self.smem_bytes(defines),
-            workspace_bytes=split_k * M * N * 4,
-            reduce_grid=reduce_grid,
-            reduce_block=(REDUCE_THREADS, 1, 1),
+            workspace_bytes=workspace,
         )
 
 
@@ -116,7 +106,6 @@ class GemmWgmmaFamily:
 
     name: str = "gemm_wgmma"
     entry: str = "gemm_wgmma"
-    reduce_entry: str | None = None        # split-K reduces inside the kernel (last split per tile)
     source: str = "kernels/gemm_wgmma.cu"
     arg_format: str = "128s128sPPiii"      # tensor maps of A and B (by value), C, workspace, M, N, K
     zeroed_workspace: bool = True          # the split-K tile counters must start at zero
@@ -182,8 +171,6 @@ class GemmWgmmaFamily:
             block=(self.threads(defines), 1, 1),
             smem_bytes=self.smem_bytes(defines),
             workspace_bytes=workspace,
-            reduce_grid=None,
-            reduce_block=None,
         )
 
 

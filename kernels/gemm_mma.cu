@@ -11,12 +11,19 @@
 //     rows or k-chunks outside the matrix are zero-filled (cp.async src-size 0);
 //   * GROUP_M raster swizzle of the block index for L2 reuse;
 //   * SPLIT_K > 1: blockIdx.z owns a slice of K and writes fp32 partials to workspace
-//     [SPLIT_K, M, N]; gemm_mma_splitk_reduce sums them in split order (deterministic).
+//     [SPLIT_K, M, N]; the last split of a tile to finish (per-tile counter) sums them in split
+//     order and writes C: deterministic, and no second kernel launch (a reduction kernel cost
+//     skinny shapes a kernel boundary, 1-2 us of a 14 us GEMM). The counters follow the
+//     partials in the workspace, start zeroed (the host clears new workspaces) and are reset by
+//     that last split.
 //
 // Tunables are -D defines. Values that cannot work fail here with a static_assert.
 
 #include <cuda_bf16.h>
 #include <stdint.h>
+
+#include "common/quad_store.cuh"
+#include "common/splitk.cuh"
 
 #if !defined(BLOCK_M) || !defined(BLOCK_N) || !defined(BLOCK_K) || !defined(WARPS_M) || \
     !defined(WARPS_N) || !defined(STAGES) || !defined(SPLIT_K) || !defined(GROUP_M)
@@ -63,7 +70,8 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
   if constexpr (kChunks >= 8) {
     phys = chunk ^ (row & 7);
   } else {
-    phys = chunk ^ ((row / (8 / kChunks)) & (kChunks - 1));
+    constexpr int kRowsPerSwizzle = kChunks >= 8 ? 1 : 8 / kChunks;  // never 0, even where this branch is discarded
+    phys = chunk ^ ((row / kRowsPerSwizzle) & (kChunks - 1));
   }
   return row * BLOCK_K + phys * 8;
 }
@@ -127,6 +135,56 @@ __device__ __forceinline__ void load_fragments(uint32_t (&a_frag)[kMmaM][4], uin
     b_frag[2 * j][1] = r[1];
     b_frag[2 * j + 1][0] = r[2];
     b_frag[2 * j + 1][1] = r[3];
+  }
+}
+
+// Visit this thread's in-range accumulator pairs: fn(row, col, v0, v1) for columns col, col + 1
+// (N % 8 == 0, so a pair is in or out whole).
+template <typename Fn>
+__device__ __forceinline__ void for_each_pair(float (&acc)[kMmaM][kMmaN][4], int row_base, int col_base, int M, int N,
+                                              Fn&& fn) {
+#pragma unroll
+  for (int i = 0; i < kMmaM; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row_base + i * 16 + half * 8;
+      if (row >= M) continue;
+#pragma unroll
+      for (int j = 0; j < kMmaN; ++j) {
+        const int col = col_base + j * 8;
+        if (col < N) fn(row, col, acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
+      }
+    }
+  }
+}
+
+// bf16 C from the accumulators. With whole groups of four n8 blocks per warp, each quad trades
+// its pairs so that a thread writes one 16-byte run (common/quad_store.cuh); else one pair each.
+__device__ __forceinline__ void store_c_bf16(float (&acc)[kMmaM][kMmaN][4], __nv_bfloat16* __restrict__ C, int row_base,
+                                             int col_base, int M, int N) {
+  if constexpr (kMmaN % 4 == 0) {
+    const int lane = threadIdx.x & 31;
+    const int block_col = col_base - (lane & 3) * 2;  // the warp's first column
+#pragma unroll
+    for (int i = 0; i < kMmaM; ++i) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row_base + i * 16 + half * 8;
+#pragma unroll
+        for (int g = 0; g < kMmaN / 4; ++g) {
+          uint32_t mine[4];
+#pragma unroll
+          for (int b = 0; b < 4; ++b) mine[b] = pack_bf16x2(acc[i][4 * g + b][half * 2], acc[i][4 * g + b][half * 2 + 1]);
+          const uint4 run = quad_transpose(mine);  // every lane shuffles, rows in or out
+          const int col = block_col + (4 * g + (lane & 3)) * 8;
+          if (row < M && col < N) *reinterpret_cast<uint4*>(C + (size_t)row * N + col) = run;
+        }
+      }
+    }
+  } else {
+    for_each_pair(acc, row_base, col_base, M, N, [&](int row, int col, float& v0, float& v1) {
+      *reinterpret_cast<__nv_bfloat162*>(C + (size_t)row * N + col) = __floats2bfloat162_rn(v0, v1);
+    });
   }
 }
 
@@ -229,45 +287,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   // Epilogue: each thread owns pairs of adjacent columns; N % 8 == 0 so a pair is in or out whole.
   const int row_base = m0 + warp_m * kWarpM + (lane >> 2);
   const int col_base = n0 + warp_n * kWarpN + (lane & 3) * 2;
-#pragma unroll
-  for (int i = 0; i < kMmaM; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = row_base + i * 16 + half * 8;
-      if (row >= M) continue;
-#pragma unroll
-      for (int j = 0; j < kMmaN; ++j) {
-        const int col = col_base + j * 8;
-        if (col >= N) continue;
-        const float v0 = acc[i][j][half * 2];
-        const float v1 = acc[i][j][half * 2 + 1];
-        if constexpr (SPLIT_K == 1) {
-          *reinterpret_cast<__nv_bfloat162*>(C + (size_t)row * N + col) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          float* ws = workspace + ((size_t)blockIdx.z * M + row) * N + col;
-          *reinterpret_cast<float2*>(ws) = make_float2(v0, v1);
-        }
-      }
-    }
+  if constexpr (SPLIT_K > 1) {
+    const int split = blockIdx.z;
+    for_each_pair(acc, row_base, col_base, M, N,
+                  [&](int row, int col, float& v0, float& v1) { splitk_store_pair(workspace, split, M, N, row, col, v0, v1); });
+    int* counter = splitk_counters(workspace, SPLIT_K, M, N) + tile_m * tiles_n + tile_n;
+    int* last_flag = reinterpret_cast<int*>(smem_raw);  // the tiles are consumed by the first barrier in
+    if (!splitk_arrive(counter, SPLIT_K, last_flag, tid == 0, [] { __syncthreads(); })) return;
+    for_each_pair(acc, row_base, col_base, M, N, [&](int row, int col, float& v0, float& v1) {
+      const float2 sum = splitk_sum_pair(workspace, SPLIT_K, split, M, N, row, col, make_float2(v0, v1));
+      v0 = sum.x;
+      v1 = sum.y;
+    });
+    if (tid == 0) *counter = 0;  // ready for the next launch
   }
-}
-
-// Sum SPLIT_K fp32 partials [splits, M, N] into bf16 C in split order: the same bits every run.
-extern "C" __global__ void __launch_bounds__(256)
-    gemm_mma_splitk_reduce(const float* __restrict__ ws, __nv_bfloat16* __restrict__ C, int M, int N, int splits) {
-  const size_t quads = (size_t)M * N / 4;  // N % 8 == 0, so M*N is a multiple of 4
-  const float4* ws4 = reinterpret_cast<const float4*>(ws);
-  for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += (size_t)gridDim.x * blockDim.x) {
-    float4 sum = ws4[q];
-    for (int s = 1; s < splits; ++s) {
-      const float4 p = ws4[(size_t)s * quads + q];
-      sum.x += p.x;
-      sum.y += p.y;
-      sum.z += p.z;
-      sum.w += p.w;
-    }
-    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(C) + q * 2;
-    out[0] = __floats2bfloat162_rn(sum.x, sum.y);
-    out[1] = __floats2bfloat162_rn(sum.z, sum.w);
-  }
+  store_c_bf16(acc, C, row_base, col_base, M, N);
 }

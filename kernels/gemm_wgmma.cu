@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "common/quad_store.cuh"
+#include "common/splitk.cuh"
 
 #if !defined(BLOCK_M) || !defined(BLOCK_N) || !defined(BLOCK_K) || !defined(STAGES) || !defined(CONSUMERS) || \
     !defined(CLUSTER_M) || !defined(CLUSTER_N) || !defined(RASTER) || !defined(GROUP_M) || !defined(SPLIT_K)
@@ -347,9 +348,10 @@ __device__ __forceinline__ void store_tile_bf16(const float (&acc)[kSlices][BLOC
   }
 }
 
-// fp32 partials of one split into workspace [SPLIT_K, M, N].
-__device__ __forceinline__ void store_partials(const float (&acc)[kSlices][BLOCK_N / 2], float* __restrict__ workspace,
-                                               int M, int N, int row0, int col0, int split) {
+// Visit this thread's in-range accumulator pairs: fn(row, col, v0, v1) for columns col, col + 1.
+template <typename Fn>
+__device__ __forceinline__ void for_each_pair(float (&acc)[kSlices][BLOCK_N / 2], int M, int N, int row0, int col0,
+                                              Fn&& fn) {
   const int t = threadIdx.x % 128;
   const int lane_row = (t / 32) * 16 + (t % 32) / 4;
   const int lane_col = (t % 4) * 2;
@@ -362,42 +364,8 @@ __device__ __forceinline__ void store_partials(const float (&acc)[kSlices][BLOCK
 #pragma unroll
       for (int j = 0; j < BLOCK_N / 8; ++j) {
         const int col = col0 + j * 8 + lane_col;
-        if (col >= N) continue;
         const int e = j * 4 + half * 2;
-        *reinterpret_cast<float2*>(workspace + ((size_t)split * M + row) * N + col) = make_float2(acc[s][e], acc[s][e + 1]);
-      }
-    }
-  }
-}
-
-// The last split of a tile sums every split's partials in split order into its accumulators
-// (its own from registers, bit-identical to what it stored); the caller then writes C.
-__device__ __forceinline__ void sum_splits(float (&acc)[kSlices][BLOCK_N / 2], const float* __restrict__ workspace,
-                                           int M, int N, int row0, int col0, int own_split) {
-  const int t = threadIdx.x % 128;
-  const int lane_row = (t / 32) * 16 + (t % 32) / 4;
-  const int lane_col = (t % 4) * 2;
-#pragma unroll
-  for (int s = 0; s < kSlices; ++s) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = row0 + s * 64 + lane_row + half * 8;
-      if (row >= M) continue;
-#pragma unroll
-      for (int j = 0; j < BLOCK_N / 8; ++j) {
-        const int col = col0 + j * 8 + lane_col;
-        if (col >= N) continue;
-        const int e = j * 4 + half * 2;
-        float2 sum = make_float2(0.f, 0.f);
-        for (int split = 0; split < SPLIT_K; ++split) {
-          const float2 part = split == own_split
-                                  ? make_float2(acc[s][e], acc[s][e + 1])
-                                  : __ldcg(reinterpret_cast<const float2*>(workspace + ((size_t)split * M + row) * N + col));
-          sum.x += part.x;
-          sum.y += part.y;
-        }
-        acc[s][e] = sum.x;
-        acc[s][e + 1] = sum.y;
+        if (col < N) fn(row, col, acc[s][e], acc[s][e + 1]);
       }
     }
   }
@@ -528,24 +496,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClus
       if constexpr (SPLIT_K == 1) {
         store_tile_bf16(acc, C, M, N, row0, col0);
       } else {
-        store_partials(acc, workspace, M, N, row0, col0, item.split);
-        // Count this consumer's partial in; the last of SPLIT_K sums them all.
-        int* counters = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * M * N);
-        int* counter = counters + (item.tile_m * schedule.tiles_n + item.tile_n) * CONSUMERS + consumer;
-        __threadfence();
-        asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory");
-        if (t == 0) {
-          const int arrived = atomicAdd(counter, 1);
-          last_flag[consumer] = arrived == SPLIT_K - 1;
-        }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory");
-        if (last_flag[consumer]) {
-          __threadfence();
-          sum_splits(acc, workspace, M, N, row0, col0, item.split);
+        for_each_pair(acc, M, N, row0, col0, [&](int row, int col, float& v0, float& v1) {
+          splitk_store_pair(workspace, item.split, M, N, row, col, v0, v1);
+        });
+        // Count this consumer's partials in; the last of SPLIT_K sums them all.
+        int* counter = splitk_counters(workspace, SPLIT_K, M, N) +
+                       (item.tile_m * schedule.tiles_n + item.tile_n) * CONSUMERS + consumer;
+        const auto consumer_sync = [consumer] { asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory"); };
+        if (splitk_arrive(counter, SPLIT_K, &last_flag[consumer], t == 0, consumer_sync)) {
+          for_each_pair(acc, M, N, row0, col0, [&](int row, int col, float& v0, float& v1) {
+            const float2 sum = splitk_sum_pair(workspace, SPLIT_K, item.split, M, N, row, col, make_float2(v0, v1));
+            v0 = sum.x;
+            v1 = sum.y;
+          });
           store_tile_bf16(acc, C, M, N, row0, col0);
           if (t == 0) *counter = 0;  // ready for the next launch
         }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory");  // flag read before reuse
       }
     }
   }

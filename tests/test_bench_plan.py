@@ -35,11 +35,13 @@ def test_settings_come_from_params_bench() -> None:
 def test_launch_payload_of_a_split_k_config() -> None:
     task = ConfigTask(config_id="c1", family="gemm_mma", defines=tuple(SPLIT.items()), cubin="x.cubin")
     payload = launch_payload(task=task, m=32, n=4096, k=4096, families=FAMILIES)
-    # 2 row tiles of 16 x 64 column tiles of 64, 4 K slices; fp32 partials [4, 32, 4096]; 4 outputs per reducer thread
+    # 2 row tiles of 16 x 64 column tiles of 64, 4 K slices; fp32 partials [4, 32, 4096], then one
+    # int counter per tile (2 x 64) for the in-kernel reduction: one kernel, nothing else to launch.
     assert payload["grid"] == [2 * 64, 1, 4] and payload["block"] == [128, 1, 1]
     assert payload["smem_bytes"] == 4 * (16 + 64) * 64 * 2
-    assert payload["workspace_bytes"] == 4 * 32 * 4096 * 4
-    assert payload["reduce_grid"] == [32 * 4096 // 4 // 256, 1, 1] and payload["splits"] == 4
+    assert payload["workspace_bytes"] == 4 * 32 * 4096 * 4 + 2 * 64 * 4 == 2_097_152 + 512
+    assert set(payload) == {"kind", "family", "defines", "cubin", "entry", "grid", "block", "smem_bytes",
+                            "workspace_bytes"}
     assert launch_payload(task=baseline_task(), m=1, n=8, k=8, families=FAMILIES) == {"kind": "baseline"}
 
 

@@ -53,9 +53,20 @@ def test_payload_is_the_familys_launch_and_the_grid_cap_keeps_whole_clusters() -
     payload = gemm_vs_cublas.payload_for(config=config, cubin="x.cubin", shape=(4096, 4096, 4096))
     launch = FAMILIES["gemm_wgmma"].launch(config.defines(), 4096, 4096, 4096)
     assert payload["grid"] == list(launch.grid) == [132, 1, 1]
-    assert payload["family"] == "gemm_wgmma" and payload["reduce_entry"] is None
+    assert payload["family"] == "gemm_wgmma" and payload["workspace_bytes"] == 0  # SPLIT_K=1: no partials, no counters
+    assert not {"reduce_entry", "reduce_grid", "reduce_block", "splits"} & set(payload)
     capped = gemm_vs_cublas.payload_for(config=config, cubin="x.cubin", shape=(4096, 4096, 4096), grid_cap=101)
     assert capped["grid"] == [100, 1, 1]  # whole 2-block clusters
+
+
+def test_split_k_payload_launches_one_kernel_with_partials_and_tile_counters() -> None:
+    """gemm_mma SPLIT_K=4 at 7x4096x14336: fp32 partials [4, 7, 4096], then one int per 16x64 tile (64 of them)."""
+    text = "BLOCK_M=16,BLOCK_N=64,BLOCK_K=64,WARPS_M=1,WARPS_N=4,STAGES=4,SPLIT_K=4,GROUP_M=1"
+    config = gemm_vs_cublas.explicit_config(family="gemm_mma", text=text)
+    payload = gemm_vs_cublas.payload_for(config=config, cubin="x.cubin", shape=(7, 4096, 14336))
+    assert payload["entry"] == "gemm_mma" and payload["grid"] == [64, 1, 4]
+    assert payload["workspace_bytes"] == 4 * 7 * 4096 * 4 + 64 * 4
+    assert not {"reduce_entry", "reduce_grid", "reduce_block", "splits"} & set(payload)
 
 
 def test_table_vs_cublas_matches_the_recordings(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kernels.families import FAMILIES, Launch
@@ -16,18 +18,26 @@ SKINNY_SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARP
                 "STAGES": 4, "SPLIT_K": 4, "GROUP_M": 1}
 
 
-def test_entry_names_match_the_kernel_source(repo_root):
-    """The extern "C" names that the bench looks up exist in kernels/gemm_mma.cu."""
+def test_entry_name_matches_the_kernel_source(repo_root):
+    """The extern "C" name that the bench looks up is kernels/gemm_mma.cu's only kernel (split-K reduces inside it)."""
     source = (repo_root / GEMM.source).read_text()
     assert f"{GEMM.entry}(const __nv_bfloat16*" in source
-    assert f"{GEMM.reduce_entry}(const float*" in source
+    assert source.count("__global__") == 1
+    assert "splitk_reduce" not in source
+
+
+def test_no_family_has_a_reduction_kernel_and_all_zero_their_workspace():
+    """Every family launches one kernel per GEMM; its split-K tile counters need a zeroed workspace."""
+    for family in FAMILIES.values():
+        assert not hasattr(family, "reduce_entry"), family.name
+        assert family.zeroed_workspace is True, family.name
+    assert {field.name for field in dataclasses.fields(Launch)} == {"grid", "block", "smem_bytes", "workspace_bytes"}
 
 
 def test_big_tile_launch_at_4096_cubed():
     """4096/128 x 4096/256 tiles, 8 warps, 4 stages of (128+256)x64 bf16, no split-K pieces."""
     launch = GEMM.launch(BIG, 4096, 4096, 4096)
-    assert launch == Launch(grid=(32 * 16, 1, 1), block=(256, 1, 1), smem_bytes=196608,
-                            workspace_bytes=0, reduce_grid=None, reduce_block=None)
+    assert launch == Launch(grid=(32 * 16, 1, 1), block=(256, 1, 1), smem_bytes=196608, workspace_bytes=0)
 
 
 def test_partial_tiles_round_up():
@@ -36,15 +46,20 @@ def test_partial_tiles_round_up():
     assert launch.grid == (3 * 2, 1, 1)
 
 
-def test_split_k_workspace_and_reduction():
-    """SPLIT_K=4 at M=7, N=4096: grid z=4, fp32 workspace [4, 7, 4096], 4 outputs per reduce thread."""
+def test_split_k_workspace_holds_partials_then_tile_counters():
+    """SPLIT_K=4 at M=7, N=4096: grid z=4; fp32 partials [4, 7, 4096], then one int per 16x64 tile (1 x 64)."""
     launch = GEMM.launch(SKINNY_SPLIT, 7, 4096, 14336)
     assert launch.grid == (1 * 64, 1, 4)
     assert launch.block == (128, 1, 1)
-    assert launch.workspace_bytes == 4 * 7 * 4096 * 4
-    assert launch.reduce_block == (256, 1, 1)
-    assert launch.reduce_grid == (-(-7 * 4096 // 4 // 256), 1, 1)
+    assert launch.workspace_bytes == 4 * 7 * 4096 * 4 + 64 * 4 == 458_752 + 256
     assert launch.smem_bytes == 4 * (16 + 64) * 64 * 2
+
+
+def test_split_k_counters_count_partial_tiles_too():
+    """M=333, N=264 with 16x64 tiles: 21 row tiles (the last partial) x 5 column tiles = 105 counters."""
+    launch = GEMM.launch({**SKINNY_SPLIT, "SPLIT_K": 2}, 333, 264, 328)
+    assert launch.grid == (21 * 5, 1, 2)
+    assert launch.workspace_bytes == 2 * 333 * 264 * 4 + 105 * 4 == 703_296 + 420
 
 
 def test_smem_formula_matches_the_derived_value_of_every_default_config(repo_root):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -56,15 +57,25 @@ def test_derived_values_are_the_familys_geometry(grid) -> None:
 
 
 def test_every_kept_config_launches_on_the_tables_shapes(grid) -> None:
-    """Geometry for every (config, shape): whole clusters, at most one block per SM, split-K workspace."""
+    """Every (config, shape): whole clusters, <= one block per SM, split-K partials + per-tile counters, zeroed."""
+    assert FAMILY.zeroed_workspace is True
     for config in grid.kept:
         defines = config.defines()
         cluster = defines["CLUSTER_M"] * defines["CLUSTER_N"]
+        split = defines["SPLIT_K"]
         for m, n, k in SPEC.shapes():
             launch = FAMILY.launch(defines, m, n, k)
             assert launch.grid[0] % cluster == 0 and launch.grid[0] <= 132
-            assert launch.reduce_grid is None
-            assert (launch.workspace_bytes > 0) == (defines["SPLIT_K"] > 1)
+            tiles = math.ceil(m / defines["BLOCK_M"]) * math.ceil(n / defines["BLOCK_N"])
+            counters = tiles * defines["CONSUMERS"]  # one per tile and consumer warpgroup, after [SPLIT_K, M, N] fp32
+            assert launch.workspace_bytes == (split * m * n * 4 + counters * 4 if split > 1 else 0), (config.id, m, n)
+
+
+def test_split_k_workspace_of_the_skinny_heuristic() -> None:
+    """64x128 tiles, one consumer, SPLIT_K=2 at 7x4096x4096: partials [2, 7, 4096], then 1 x 32 tile counters."""
+    defines = {name.upper(): value for name, value in HEURISTICS["gemm_wgmma"][0].items()}
+    assert (defines["BLOCK_M"], defines["BLOCK_N"], defines["CONSUMERS"], defines["SPLIT_K"]) == (64, 128, 1, 2)
+    assert FAMILY.launch(defines, 7, 4096, 4096).workspace_bytes == 2 * 7 * 4096 * 4 + 32 * 4 == 229_376 + 128
 
 
 def test_snippet_fields_are_the_generated_class_and_the_manifest_keys() -> None:

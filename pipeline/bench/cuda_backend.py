@@ -187,7 +187,7 @@ class CudaBackend:
         return int(buffer)
 
     def _launcher(self, config_id: str, payload: dict[str, Any]) -> Callable[[int], None]:
-        """A function that queues one complete GEMM on input set i (main kernel, then any reduction)."""
+        """A function that queues one complete GEMM on input set i (one kernel: split-K reduces inside it)."""
         from kernels.families import FAMILIES
 
         m, n, k = self.shape
@@ -217,26 +217,15 @@ class CudaBackend:
             driver_args = [kernel_arguments(family.arg_format, v) for v in values]
             stream = self.stream.handle
 
-            def launch_main(index: int) -> None:
+            def run_kernel(index: int) -> None:
+                """Queue the kernel on input set ``index`` (libcuda, by-value struct arguments)."""
                 kernel.launch(grid, block, smem, stream, driver_args[index])
         else:
             packed = [struct.pack(family.arg_format, *v) for v in values]
 
-            def launch_main(index: int) -> None:
+            def run_kernel(index: int) -> None:
+                """Queue the kernel on input set ``index`` (pycuda, packed pointer arguments)."""
                 main._launch_kernel(grid, block, packed[index], smem, self.stream)
-        reduce = None
-        if payload.get("reduce_grid") and int(payload.get("splits", 1)) > 1:
-            reduce = self._function(payload["cubin"], payload["reduce_entry"], 0)
-            reduce.prepare([PTR, PTR, np.int32, np.int32, np.int32])
-            reduce_grid, reduce_block = tuple(payload["reduce_grid"]), tuple(payload["reduce_block"])
-        splits = int(payload.get("splits", 1))
-
-        def run_kernel(index: int) -> None:
-            """Queue the main kernel on input set ``index``, then the split-K reduction if any."""
-            launch_main(index)
-            if reduce is not None:
-                a, b, c = self.pointers[index]
-                reduce.prepared_async_call(reduce_grid, reduce_block, self.stream, workspace, c, m, n, splits)
         run_kernel.grid = list(grid)  # type: ignore[attr-defined]  # as launched (clusters may be cut)
         return run_kernel
 

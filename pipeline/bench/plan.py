@@ -152,14 +152,10 @@ def launch_payload(*, task: ConfigTask, m: int, n: int, k: int, families: Mappin
         "defines": defines,
         "cubin": task.cubin,
         "entry": family.entry,
-        "reduce_entry": getattr(family, "reduce_entry", None),
         "grid": list(launch.grid),
         "block": list(launch.block),
         "smem_bytes": int(launch.smem_bytes),
         "workspace_bytes": int(launch.workspace_bytes),
-        "reduce_grid": list(launch.reduce_grid) if launch.reduce_grid else None,
-        "reduce_block": list(launch.reduce_block) if launch.reduce_block else None,
-        "splits": int(defines.get("SPLIT_K", 1)),
     }
 
 

@@ -11,9 +11,10 @@ Predicted time of C[M,N] = A[M,K] B[N,K]^T for one tiled configuration on an H20
   the MMAs; and the time to feed the tiles from L2, limited by bytes in flight (stages x tile
   bytes x resident blocks, Little's law) and by the SM's L2 port.
 - **Roofline**: the device floor ``max(bytes / 4.13 TB/s, flops / 800 TFLOP/s)``; split-K
-  writes fp32 partials, then a reduction kernel reads them back (added, it runs after).
+  writes fp32 partials, then the last split of each tile reads the others' partials back and
+  writes C (added: it waits for the tile's slowest split).
 - Exposed latency per tile (pipeline fill, a barrier per BLOCK_K step), shared by the resident
-  blocks; launch overhead, and a second launch for the split-K reduction.
+  blocks; one launch overhead (split-K reduces in the same kernel, no second launch).
 
 The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
 only has to rank configurations, and the model-based search corrects what it gets wrong.
@@ -150,10 +151,10 @@ def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: 
     output_bytes = tile.split_k * m * n * FP32_BYTES if tile.split_k > 1 else m * n * BF16_BYTES
     moved = (m * k + n * k) * BF16_BYTES + output_bytes
     device_s = max(moved / HBM_BYTES_PER_S, tiles * tile_flops / DEVICE_FLOPS)
-    # ... and the split-K reduction, a second kernel that runs after it.
+    # ... and the split-K reduction in the same launch: each tile's last split reads the partials back.
     reduce_s = 0.0
     if tile.split_k > 1:
-        reduce_s = (tile.split_k * m * n * FP32_BYTES + m * n * BF16_BYTES) / HBM_BYTES_PER_S + LAUNCH_OVERHEAD_S
+        reduce_s = (tile.split_k * m * n * FP32_BYTES + m * n * BF16_BYTES) / HBM_BYTES_PER_S
     return max(compute_s, feed_s, device_s) + reduce_s + LAUNCH_OVERHEAD_S
 
 

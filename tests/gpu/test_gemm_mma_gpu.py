@@ -88,7 +88,7 @@ def cuda():
 
 @pytest.fixture(scope="module")
 def kernels(cuda, tmp_path_factory):
-    """config id -> (config, main function, reduce function), every default config compiled."""
+    """config id -> (config, module, kernel function), every default config compiled (one kernel each)."""
     out_dir = tmp_path_factory.mktemp("cubins")
     with ThreadPoolExecutor(max_workers=16) as pool:
         cubins = list(pool.map(lambda c: compile_cubin(c, out_dir), CONFIGS))
@@ -98,50 +98,68 @@ def kernels(cuda, tmp_path_factory):
         main = module.get_function(FAMILY.entry)
         smem = FAMILY.smem_bytes(config.defines())
         main.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-        loaded[config.id] = (config, module, main, module.get_function(FAMILY.reduce_entry))
+        loaded[config.id] = (config, module, main)
     return loaded
 
 
-def run_config(cuda, kernel, buffers, M: int, N: int, K: int) -> np.ndarray:
-    """Poison C and the workspace, launch one configuration, return C's bf16 bits."""
-    config, _module, main, reduce = kernel
-    a_dev, b_dev, c_dev, ws_dev = buffers
-    geometry = FAMILY.launch(config.defines(), M, N, K)
+def new_workspace(cuda, nbytes: int):
+    """A workspace zeroed once after allocation, as the runtime does: tile counters start at 0 (None for 0 bytes)."""
+    if not nbytes:
+        return None
+    workspace = cuda.mem_alloc(nbytes)
+    cuda.memset_d8(workspace, 0, nbytes)
+    return workspace
+
+
+def launch_once(cuda, main, geometry, buffers, workspace, partials: int, M: int, N: int, K: int) -> np.ndarray:
+    """Poison C and the fp32 partials (never the tile counters after them), launch the kernel alone, return C's bits."""
+    a_dev, b_dev, c_dev = buffers
     cuda.memset_d16(c_dev, BF16_NAN, M * N)
-    cuda.memset_d32(ws_dev, F32_NAN, max(geometry.workspace_bytes // 4, 1))
-    main(a_dev, b_dev, c_dev, ws_dev, np.int32(M), np.int32(N), np.int32(K),
-         block=geometry.block, grid=geometry.grid, shared=geometry.smem_bytes)
-    if geometry.reduce_grid is not None:
-        splits = dict(config.params)["SPLIT_K"]
-        reduce(ws_dev, c_dev, np.int32(M), np.int32(N), np.int32(splits),
-               block=geometry.reduce_block, grid=geometry.reduce_grid)
+    if partials:
+        cuda.memset_d32(workspace, F32_NAN, partials)
+    main(a_dev, b_dev, c_dev, workspace if workspace is not None else np.intp(0), np.int32(M), np.int32(N),
+         np.int32(K), block=geometry.block, grid=geometry.grid, shared=geometry.smem_bytes)
     cuda.Context.synchronize()
     out = np.empty((M, N), dtype=np.uint16)
     cuda.memcpy_dtoh(out, c_dev)
     return out
 
 
+def run_config(cuda, kernel, buffers, M: int, N: int, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """C's bf16 bits after each of two launches on one new workspace (the second finds the counters the first reset)."""
+    config, _module, main = kernel
+    defines = config.defines()
+    geometry = FAMILY.launch(defines, M, N, K)
+    split = defines["SPLIT_K"]
+    partials = split * M * N if split > 1 else 0  # fp32 [SPLIT_K, M, N]; the tile counters follow
+    workspace = new_workspace(cuda, geometry.workspace_bytes)
+    try:
+        first = launch_once(cuda, main, geometry, buffers, workspace, partials, M, N, K)
+        second = launch_once(cuda, main, geometry, buffers, workspace, partials, M, N, K)
+    finally:
+        if workspace is not None:
+            workspace.free()
+    return first, second
+
+
 @pytest.mark.parametrize("M,N,K", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
 def test_every_default_config_matches_float64(cuda, kernels, M, N, K):
-    """Relative error vs a float64 reference <= 1e-2 and no unwritten (NaN) element, per config."""
+    """Relative error vs float64 <= 1e-2, no unwritten (NaN) element, and a repeat launch gives the same bits."""
     assert len(kernels) == len(CONFIGS) > 0
+    assert FAMILY.zeroed_workspace  # what new_workspace does for every configuration, as the runtime does
     rng = np.random.default_rng([M, N, K])
     a_bits = to_bf16_bits(rng.standard_normal((M, K), dtype=np.float32))
     b_bits = to_bf16_bits(rng.standard_normal((N, K), dtype=np.float32))
     reference = bf16_bits_to_f64(a_bits) @ bf16_bits_to_f64(b_bits).T
     ref_norm = np.linalg.norm(reference)
-    max_splits = max(dict(c.params)["SPLIT_K"] for c in CONFIGS)
-    buffers = (
-        cuda.to_device(a_bits),
-        cuda.to_device(b_bits),
-        cuda.mem_alloc(M * N * 2),
-        cuda.mem_alloc(max_splits * M * N * 4),
-    )
+    buffers = (cuda.to_device(a_bits), cuda.to_device(b_bits), cuda.mem_alloc(M * N * 2))
     failures = []
     for config_id, kernel in kernels.items():
-        result = bf16_bits_to_f64(run_config(cuda, kernel, buffers, M, N, K))
+        first, second = run_config(cuda, kernel, buffers, M, N, K)
+        result = bf16_bits_to_f64(first)
         unwritten = int(np.isnan(result).sum())
         rel = float(np.linalg.norm(result - reference) / ref_norm) if not unwritten else float("nan")
-        if unwritten or not rel <= REL_TOL:
-            failures.append(f"{config_id} {kernel[0].label()}: rel={rel:.3g} nan={unwritten}")
+        repeat = np.array_equal(first, second)  # counters reset by the kernel; split-K sums in split order
+        if unwritten or not rel <= REL_TOL or not repeat:
+            failures.append(f"{config_id} {kernel[0].label()}: rel={rel:.3g} nan={unwritten} same_on_repeat={repeat}")
     assert not failures, f"{len(failures)}/{len(kernels)} configs wrong at {M}x{N}x{K}:\n" + "\n".join(failures)
