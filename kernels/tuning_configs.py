@@ -87,7 +87,7 @@ class FamilyChoice:
 
 GEMM_MMA_CONFIGS: list[TuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_MMA
-        # Provenance: [manifests/gemm_mma.yaml] params sha256:f925b27545f7, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_mma.yaml] params sha256:2d46bf7fc13d, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [0]
         TuningConfig(
@@ -96,14 +96,14 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_mma",
-            config_id="ce4c099c759",
+            config_id="c748eec4132",
             block_m=16,
             block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
-            stages=4,
-            split_k=4,
+            stages=6,
+            split_k=2,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
@@ -114,14 +114,14 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_mma",
-            config_id="c2de288b125",
-            block_m=32,
+            config_id="c4172b55edc",
+            block_m=16,
             block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
-            stages=4,
-            split_k=4,
+            stages=6,
+            split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
@@ -182,31 +182,31 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [5]
         TuningConfig(
             m=1,
-            m_end=32,
+            m_end=8,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="c30ab77fbeb",
+            config_id="c748eec4132",
             block_m=16,
-            block_n=128,
+            block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
-            stages=4,
-            split_k=4,
+            stages=6,
+            split_k=2,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [6]
         TuningConfig(
-            m=32,
-            m_end=64,
+            m=8,
+            m_end=32,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="ce691601de6",
-            block_m=32,
-            block_n=128,
+            config_id="ce4c099c759",
+            block_m=16,
+            block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
@@ -217,23 +217,59 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [7]
         TuningConfig(
-            m=64,
-            m_end=256,
+            m=32,
+            m_end=64,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="c9cf2b86693",
+            config_id="c3a3fe84795",
             block_m=32,
-            block_n=128,
-            block_k=64,
+            block_n=64,
+            block_k=128,
             warps_m=1,
             warps_n=4,
-            stages=4,
-            split_k=4,
+            stages=6,
+            split_k=2,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [8]
+        TuningConfig(
+            m=64,
+            m_end=128,
+            n=4096,
+            k=14336,
+            kernel="gemm_mma",
+            config_id="c5d40bd311e",
+            block_m=32,
+            block_n=128,
+            block_k=128,
+            warps_m=1,
+            warps_n=4,
+            stages=4,
+            split_k=2,
+            group_m=1,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [9]
+        TuningConfig(
+            m=128,
+            m_end=256,
+            n=4096,
+            k=14336,
+            kernel="gemm_mma",
+            config_id="c754580c472",
+            block_m=32,
+            block_n=64,
+            block_k=128,
+            warps_m=1,
+            warps_n=4,
+            stages=4,
+            split_k=1,
+            group_m=1,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [10]
         TuningConfig(
             m=256,
             m_end=1024,
@@ -251,28 +287,10 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [9]
+        # index: [11]
         TuningConfig(
             m=1024,
-            m_end=2048,
-            n=4096,
-            k=14336,
-            kernel="gemm_mma",
-            config_id="cea5188f2dc",
-            block_m=128,
-            block_n=128,
-            block_k=32,
-            warps_m=2,
-            warps_n=2,
-            stages=3,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [10]
-        TuningConfig(
-            m=2048,
-            m_end=8192,
+            m_end=2147483647,
             n=4096,
             k=14336,
             kernel="gemm_mma",
@@ -287,24 +305,6 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [11]
-        TuningConfig(
-            m=8192,
-            m_end=2147483647,
-            n=4096,
-            k=14336,
-            kernel="gemm_mma",
-            config_id="cfb51c20d7a",
-            block_m=256,
-            block_n=128,
-            block_k=64,
-            warps_m=4,
-            warps_n=2,
-            stages=3,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [12]
         TuningConfig(
             m=1,
@@ -312,13 +312,13 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             n=6144,
             k=4096,
             kernel="gemm_mma",
-            config_id="c3e40fe354b",
+            config_id="c4172b55edc",
             block_m=16,
             block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
-            stages=4,
+            stages=6,
             split_k=1,
             group_m=1,
         ),
@@ -326,6 +326,24 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [13]
         TuningConfig(
             m=32,
+            m_end=64,
+            n=6144,
+            k=4096,
+            kernel="gemm_mma",
+            config_id="ca96b376832",
+            block_m=32,
+            block_n=64,
+            block_k=128,
+            warps_m=1,
+            warps_n=4,
+            stages=6,
+            split_k=1,
+            group_m=1,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [14]
+        TuningConfig(
+            m=64,
             m_end=128,
             n=6144,
             k=4096,
@@ -341,7 +359,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [14]
+        # index: [15]
         TuningConfig(
             m=128,
             m_end=256,
@@ -359,7 +377,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [15]
+        # index: [16]
         TuningConfig(
             m=256,
             m_end=512,
@@ -377,10 +395,10 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [16]
+        # index: [17]
         TuningConfig(
             m=512,
-            m_end=1024,
+            m_end=2048,
             n=6144,
             k=4096,
             kernel="gemm_mma",
@@ -390,24 +408,6 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             block_k=32,
             warps_m=2,
             warps_n=2,
-            stages=4,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [17]
-        TuningConfig(
-            m=1024,
-            m_end=2048,
-            n=6144,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="c94df0dd63a",
-            block_m=64,
-            block_n=128,
-            block_k=64,
-            warps_m=1,
-            warps_n=4,
             stages=4,
             split_k=1,
             group_m=8,
@@ -438,13 +438,13 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             n=8192,
             k=8192,
             kernel="gemm_mma",
-            config_id="c3e40fe354b",
+            config_id="c4172b55edc",
             block_m=16,
             block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
-            stages=4,
+            stages=6,
             split_k=1,
             group_m=1,
         ),
@@ -452,6 +452,24 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [20]
         TuningConfig(
             m=32,
+            m_end=64,
+            n=8192,
+            k=8192,
+            kernel="gemm_mma",
+            config_id="ca96b376832",
+            block_m=32,
+            block_n=64,
+            block_k=128,
+            warps_m=1,
+            warps_n=4,
+            stages=6,
+            split_k=1,
+            group_m=1,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [21]
+        TuningConfig(
+            m=64,
             m_end=128,
             n=8192,
             k=8192,
@@ -467,7 +485,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [21]
+        # index: [22]
         TuningConfig(
             m=128,
             m_end=512,
@@ -485,10 +503,10 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [22]
+        # index: [23]
         TuningConfig(
             m=512,
-            m_end=8192,
+            m_end=2147483647,
             n=8192,
             k=8192,
             kernel="gemm_mma",
@@ -503,28 +521,10 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [23]
-        TuningConfig(
-            m=8192,
-            m_end=2147483647,
-            n=8192,
-            k=8192,
-            kernel="gemm_mma",
-            config_id="c29cc72dc9b",
-            block_m=256,
-            block_n=128,
-            block_k=64,
-            warps_m=4,
-            warps_n=2,
-            stages=4,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [24]
         TuningConfig(
             m=1,
-            m_end=32,
+            m_end=8,
             n=14336,
             k=4096,
             kernel="gemm_mma",
@@ -540,6 +540,24 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [25]
+        TuningConfig(
+            m=8,
+            m_end=32,
+            n=14336,
+            k=4096,
+            kernel="gemm_mma",
+            config_id="c3e40fe354b",
+            block_m=16,
+            block_n=64,
+            block_k=128,
+            warps_m=1,
+            warps_n=4,
+            stages=4,
+            split_k=1,
+            group_m=1,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [26]
         TuningConfig(
             m=32,
             m_end=64,
@@ -557,7 +575,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [26]
+        # index: [27]
         TuningConfig(
             m=64,
             m_end=256,
@@ -575,7 +593,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [27]
+        # index: [28]
         TuningConfig(
             m=256,
             m_end=2147483647,
@@ -597,7 +615,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
 
 GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_WGMMA
-        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:68d0815081ea, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:ab2f801bea35, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [0]
         WgmmaTuningConfig(
@@ -646,16 +664,16 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c314a3e4226",
-            block_m=64,
-            block_n=128,
-            block_k=128,
-            stages=4,
-            consumers=1,
+            config_id="c443fe55cd6",
+            block_m=128,
+            block_n=64,
+            block_k=64,
+            stages=8,
+            consumers=2,
             cluster_m=1,
             cluster_n=1,
-            raster=0,
-            group_m=1,
+            raster=1,
+            group_m=8,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
@@ -686,13 +704,13 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c8f0d35077e",
+            config_id="c2cce61f3fe",
             block_m=128,
             block_n=256,
             block_k=64,
             stages=4,
             consumers=2,
-            cluster_m=2,
+            cluster_m=1,
             cluster_n=1,
             raster=1,
             group_m=16,
@@ -826,17 +844,17 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
-            config_id="c8ae7775a2c",
-            block_m=64,
+            config_id="cb4925f29bc",
+            block_m=128,
             block_n=64,
-            block_k=128,
-            stages=6,
-            consumers=1,
+            block_k=64,
+            stages=8,
+            consumers=2,
             cluster_m=1,
             cluster_n=1,
-            raster=0,
-            group_m=1,
-            split_k=1,
+            raster=1,
+            group_m=8,
+            split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [12]
@@ -846,17 +864,17 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
-            config_id="c5ff6dc7262",
+            config_id="c443fe55cd6",
             block_m=128,
-            block_n=128,
+            block_n=64,
             block_k=64,
-            stages=6,
+            stages=8,
             consumers=2,
             cluster_m=1,
             cluster_n=1,
             raster=1,
             group_m=8,
-            split_k=2,
+            split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [13]
@@ -882,46 +900,6 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # index: [14]
         WgmmaTuningConfig(
             m=1024,
-            m_end=4096,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            config_id="c8624d69f68",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=2,
-            cluster_n=1,
-            raster=0,
-            group_m=16,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [15]
-        WgmmaTuningConfig(
-            m=4096,
-            m_end=8192,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            config_id="c9717831555",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=2,
-            cluster_n=1,
-            raster=1,
-            group_m=8,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [16]
-        WgmmaTuningConfig(
-            m=8192,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -939,9 +917,29 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [17]
+        # index: [15]
         WgmmaTuningConfig(
             m=1,
+            m_end=8,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cda9b268301",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [16]
+        WgmmaTuningConfig(
+            m=8,
             m_end=32,
             n=6144,
             k=4096,
@@ -959,7 +957,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [18]
+        # index: [17]
         WgmmaTuningConfig(
             m=32,
             m_end=128,
@@ -979,27 +977,27 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [19]
+        # index: [18]
         WgmmaTuningConfig(
             m=128,
             m_end=256,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c314a3e4226",
-            block_m=64,
-            block_n=128,
-            block_k=128,
-            stages=4,
-            consumers=1,
+            config_id="c443fe55cd6",
+            block_m=128,
+            block_n=64,
+            block_k=64,
+            stages=8,
+            consumers=2,
             cluster_m=1,
             cluster_n=1,
-            raster=0,
-            group_m=1,
+            raster=1,
+            group_m=8,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [20]
+        # index: [19]
         WgmmaTuningConfig(
             m=256,
             m_end=512,
@@ -1019,38 +1017,18 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [21]
+        # index: [20]
         WgmmaTuningConfig(
             m=512,
-            m_end=1024,
-            n=6144,
-            k=4096,
-            kernel="gemm_wgmma",
-            config_id="c3da91a4951",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=1,
-            cluster_n=1,
-            raster=1,
-            group_m=8,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [22]
-        WgmmaTuningConfig(
-            m=1024,
             m_end=2048,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="cb122e8f1b4",
+            config_id="c564d7941ff",
             block_m=128,
-            block_n=128,
+            block_n=192,
             block_k=64,
-            stages=6,
+            stages=5,
             consumers=2,
             cluster_m=1,
             cluster_n=1,
@@ -1059,34 +1037,14 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [23]
+        # index: [21]
         WgmmaTuningConfig(
             m=2048,
-            m_end=8192,
-            n=6144,
-            k=4096,
-            kernel="gemm_wgmma",
-            config_id="c6acb06d66f",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=1,
-            cluster_n=1,
-            raster=0,
-            group_m=16,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [24]
-        WgmmaTuningConfig(
-            m=8192,
             m_end=2147483647,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c2f9919dcda",
+            config_id="c8f0d35077e",
             block_m=128,
             block_n=256,
             block_k=64,
@@ -1094,12 +1052,12 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             consumers=2,
             cluster_m=2,
             cluster_n=1,
-            raster=0,
-            group_m=8,
+            raster=1,
+            group_m=16,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [25]
+        # index: [22]
         WgmmaTuningConfig(
             m=1,
             m_end=32,
@@ -1119,9 +1077,29 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [26]
+        # index: [23]
         WgmmaTuningConfig(
             m=32,
+            m_end=64,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="cea7763de35",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [24]
+        WgmmaTuningConfig(
+            m=64,
             m_end=128,
             n=8192,
             k=8192,
@@ -1139,18 +1117,18 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [27]
+        # index: [25]
         WgmmaTuningConfig(
             m=128,
-            m_end=512,
+            m_end=256,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
-            config_id="cb122e8f1b4",
+            config_id="c443fe55cd6",
             block_m=128,
-            block_n=128,
+            block_n=64,
             block_k=64,
-            stages=6,
+            stages=8,
             consumers=2,
             cluster_m=1,
             cluster_n=1,
@@ -1159,7 +1137,27 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [28]
+        # index: [26]
+        WgmmaTuningConfig(
+            m=256,
+            m_end=512,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="c7e22c24e8b",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [27]
         WgmmaTuningConfig(
             m=512,
             m_end=1024,
@@ -1179,7 +1177,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [29]
+        # index: [28]
         WgmmaTuningConfig(
             m=1024,
             m_end=2147483647,
@@ -1199,7 +1197,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [30]
+        # index: [29]
         WgmmaTuningConfig(
             m=1,
             m_end=128,
@@ -1219,7 +1217,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [31]
+        # index: [30]
         WgmmaTuningConfig(
             m=128,
             m_end=256,
@@ -1239,14 +1237,34 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [32]
+        # index: [31]
         WgmmaTuningConfig(
             m=256,
-            m_end=2048,
+            m_end=512,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c8624d69f68",
+            config_id="c3da91a4951",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [32]
+        WgmmaTuningConfig(
+            m=512,
+            m_end=1024,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c9717831555",
             block_m=128,
             block_n=256,
             block_k=64,
@@ -1254,12 +1272,32 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             consumers=2,
             cluster_m=2,
             cluster_n=1,
-            raster=0,
-            group_m=16,
+            raster=1,
+            group_m=8,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [33]
+        WgmmaTuningConfig(
+            m=1024,
+            m_end=2048,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c535214171c",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=2,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [34]
         WgmmaTuningConfig(
             m=2048,
             m_end=2147483647,
@@ -1283,7 +1321,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:2be2a35a264e, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:be1312c46b3c, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
@@ -1293,7 +1331,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="ce4c099c759",
+            config_id="c748eec4132",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [1]
@@ -1304,7 +1342,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c2de288b125",
+            config_id="c4172b55edc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [2]
@@ -1326,7 +1364,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c314a3e4226",
+            config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [4]
@@ -1348,7 +1386,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c8f0d35077e",
+            config_id="c2cce61f3fe",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [6]
@@ -1387,15 +1425,26 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # index: [9]
         FamilyChoice(
             m=1,
+            m_end=8,
+            n=4096,
+            k=14336,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c748eec4132",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [10]
+        FamilyChoice(
+            m=8,
             m_end=32,
             n=4096,
             k=14336,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c30ab77fbeb",
+            config_id="ce4c099c759",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [10]
+        # index: [11]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1403,10 +1452,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=14336,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="ce691601de6",
+            config_id="c3a3fe84795",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [11]
+        # index: [12]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1417,7 +1466,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c83c571c367",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [12]
+        # index: [13]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1425,10 +1474,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=14336,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c8ae7775a2c",
+            config_id="cb4925f29bc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [13]
+        # index: [14]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1436,10 +1485,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=14336,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c5ff6dc7262",
+            config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [14]
+        # index: [15]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1450,31 +1499,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [15]
-        FamilyChoice(
-            m=1024,
-            m_end=4096,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c8624d69f68",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [16]
         FamilyChoice(
-            m=4096,
-            m_end=8192,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c9717831555",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [17]
-        FamilyChoice(
-            m=8192,
+            m=1024,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -1483,7 +1510,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [18]
+        # index: [17]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1491,10 +1518,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c3e40fe354b",
+            config_id="c4172b55edc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [19]
+        # index: [18]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1502,10 +1529,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c754580c472",
+            config_id="ca96b376832",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [20]
+        # index: [19]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1516,7 +1543,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [21]
+        # index: [20]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1524,10 +1551,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c314a3e4226",
+            config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [22]
+        # index: [21]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1538,51 +1565,29 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [23]
+        # index: [22]
         FamilyChoice(
             m=512,
-            m_end=1024,
-            n=6144,
-            k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c3da91a4951",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [24]
-        FamilyChoice(
-            m=1024,
             m_end=2048,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="cb122e8f1b4",
+            config_id="c564d7941ff",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [25]
+        # index: [23]
         FamilyChoice(
             m=2048,
-            m_end=8192,
-            n=6144,
-            k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c6acb06d66f",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [26]
-        FamilyChoice(
-            m=8192,
             m_end=2147483647,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c2f9919dcda",
+            config_id="c8f0d35077e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [27]
+        # index: [24]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1590,10 +1595,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=8192,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c3e40fe354b",
+            config_id="c4172b55edc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [28]
+        # index: [25]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1601,10 +1606,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=8192,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c754580c472",
+            config_id="ca96b376832",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [29]
+        # index: [26]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1615,18 +1620,29 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [27]
         FamilyChoice(
             m=128,
+            m_end=256,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c443fe55cd6",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [28]
+        FamilyChoice(
+            m=256,
             m_end=512,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="cb122e8f1b4",
+            config_id="c7e22c24e8b",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
+        # index: [29]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1637,7 +1653,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9717831555",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [30]
         FamilyChoice(
             m=1024,
             m_end=2147483647,
@@ -1648,10 +1664,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [31]
         FamilyChoice(
             m=1,
-            m_end=32,
+            m_end=8,
             n=14336,
             k=4096,
             kernel="gemm_mma",
@@ -1659,7 +1675,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6cbcb99d35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
+        # index: [32]
+        FamilyChoice(
+            m=8,
+            m_end=32,
+            n=14336,
+            k=4096,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c3e40fe354b",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [33]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1670,7 +1697,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca93e830a4a",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [35]
+        # index: [34]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1681,7 +1708,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cea7763de35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [36]
+        # index: [35]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1692,18 +1719,40 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [37]
+        # index: [36]
         FamilyChoice(
             m=256,
+            m_end=512,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c3da91a4951",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [37]
+        FamilyChoice(
+            m=512,
+            m_end=1024,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c9717831555",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [38]
+        FamilyChoice(
+            m=1024,
             m_end=2048,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c8624d69f68",
+            config_id="c535214171c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [38]
+        # index: [39]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
