@@ -87,7 +87,7 @@ class FamilyChoice:
 
 GEMM_MMA_CONFIGS: list[TuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_MMA
-        # Provenance: [manifests/gemm_mma.yaml] params sha256:2d46bf7fc13d, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_mma.yaml] params sha256:fee60c17cce5, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [0]
         TuningConfig(
@@ -96,13 +96,13 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_mma",
-            config_id="c748eec4132",
+            config_id="c226739e48b",
             block_m=16,
             block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
-            stages=6,
+            stages=4,
             split_k=2,
             group_m=1,
         ),
@@ -164,6 +164,24 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [4]
         TuningConfig(
             m=1024,
+            m_end=2048,
+            n=4096,
+            k=4096,
+            kernel="gemm_mma",
+            config_id="cea5188f2dc",
+            block_m=128,
+            block_n=128,
+            block_k=32,
+            warps_m=2,
+            warps_n=2,
+            stages=3,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [5]
+        TuningConfig(
+            m=2048,
             m_end=2147483647,
             n=4096,
             k=4096,
@@ -179,10 +197,10 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [5]
+        # index: [6]
         TuningConfig(
             m=1,
-            m_end=8,
+            m_end=32,
             n=4096,
             k=14336,
             kernel="gemm_mma",
@@ -194,24 +212,6 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             warps_n=4,
             stages=6,
             split_k=2,
-            group_m=1,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [6]
-        TuningConfig(
-            m=8,
-            m_end=32,
-            n=4096,
-            k=14336,
-            kernel="gemm_mma",
-            config_id="ce4c099c759",
-            block_m=16,
-            block_n=64,
-            block_k=128,
-            warps_m=1,
-            warps_n=4,
-            stages=4,
-            split_k=4,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
@@ -290,6 +290,24 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [11]
         TuningConfig(
             m=1024,
+            m_end=2048,
+            n=4096,
+            k=14336,
+            kernel="gemm_mma",
+            config_id="cea5188f2dc",
+            block_m=128,
+            block_n=128,
+            block_k=32,
+            warps_m=2,
+            warps_n=2,
+            stages=3,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [12]
+        TuningConfig(
+            m=2048,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -305,7 +323,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [12]
+        # index: [13]
         TuningConfig(
             m=1,
             m_end=32,
@@ -323,7 +341,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [13]
+        # index: [14]
         TuningConfig(
             m=32,
             m_end=64,
@@ -341,7 +359,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [14]
+        # index: [15]
         TuningConfig(
             m=64,
             m_end=128,
@@ -359,7 +377,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [15]
+        # index: [16]
         TuningConfig(
             m=128,
             m_end=256,
@@ -377,7 +395,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [16]
+        # index: [17]
         TuningConfig(
             m=256,
             m_end=512,
@@ -395,10 +413,10 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [17]
+        # index: [18]
         TuningConfig(
             m=512,
-            m_end=2048,
+            m_end=1024,
             n=6144,
             k=4096,
             kernel="gemm_mma",
@@ -413,7 +431,25 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [18]
+        # index: [19]
+        TuningConfig(
+            m=1024,
+            m_end=2048,
+            n=6144,
+            k=4096,
+            kernel="gemm_mma",
+            config_id="c94df0dd63a",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            warps_m=1,
+            warps_n=4,
+            stages=4,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [20]
         TuningConfig(
             m=2048,
             m_end=2147483647,
@@ -431,7 +467,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [19]
+        # index: [21]
         TuningConfig(
             m=1,
             m_end=32,
@@ -449,7 +485,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [20]
+        # index: [22]
         TuningConfig(
             m=32,
             m_end=64,
@@ -467,7 +503,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [21]
+        # index: [23]
         TuningConfig(
             m=64,
             m_end=128,
@@ -485,7 +521,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [22]
+        # index: [24]
         TuningConfig(
             m=128,
             m_end=512,
@@ -503,10 +539,10 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [23]
+        # index: [25]
         TuningConfig(
             m=512,
-            m_end=2147483647,
+            m_end=8192,
             n=8192,
             k=8192,
             kernel="gemm_mma",
@@ -521,7 +557,25 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [24]
+        # index: [26]
+        TuningConfig(
+            m=8192,
+            m_end=2147483647,
+            n=8192,
+            k=8192,
+            kernel="gemm_mma",
+            config_id="c29cc72dc9b",
+            block_m=256,
+            block_n=128,
+            block_k=64,
+            warps_m=4,
+            warps_n=2,
+            stages=4,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [27]
         TuningConfig(
             m=1,
             m_end=8,
@@ -539,25 +593,25 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [25]
+        # index: [28]
         TuningConfig(
             m=8,
             m_end=32,
             n=14336,
             k=4096,
             kernel="gemm_mma",
-            config_id="c3e40fe354b",
+            config_id="c1d93a453f5",
             block_m=16,
-            block_n=64,
+            block_n=128,
             block_k=128,
             warps_m=1,
-            warps_n=4,
+            warps_n=8,
             stages=4,
             split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [26]
+        # index: [29]
         TuningConfig(
             m=32,
             m_end=64,
@@ -575,7 +629,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [27]
+        # index: [30]
         TuningConfig(
             m=64,
             m_end=256,
@@ -593,9 +647,45 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [28]
+        # index: [31]
         TuningConfig(
             m=256,
+            m_end=512,
+            n=14336,
+            k=4096,
+            kernel="gemm_mma",
+            config_id="ccd958e27c2",
+            block_m=128,
+            block_n=128,
+            block_k=32,
+            warps_m=2,
+            warps_n=2,
+            stages=4,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [32]
+        TuningConfig(
+            m=512,
+            m_end=1024,
+            n=14336,
+            k=4096,
+            kernel="gemm_mma",
+            config_id="cea5188f2dc",
+            block_m=128,
+            block_n=128,
+            block_k=32,
+            warps_m=2,
+            warps_n=2,
+            stages=3,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [33]
+        TuningConfig(
+            m=1024,
             m_end=2147483647,
             n=14336,
             k=4096,
@@ -1321,7 +1411,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:be1312c46b3c, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:1c598e0fe9a4, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
@@ -1331,7 +1421,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c748eec4132",
+            config_id="c226739e48b",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [1]
@@ -1425,7 +1515,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # index: [9]
         FamilyChoice(
             m=1,
-            m_end=8,
+            m_end=32,
             n=4096,
             k=14336,
             kernel="gemm_mma",
@@ -1434,17 +1524,6 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [10]
-        FamilyChoice(
-            m=8,
-            m_end=32,
-            n=4096,
-            k=14336,
-            kernel="gemm_mma",
-            table="gemm_mma",
-            config_id="ce4c099c759",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [11]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1455,7 +1534,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c3a3fe84795",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [12]
+        # index: [11]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1466,7 +1545,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c83c571c367",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [13]
+        # index: [12]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1477,7 +1556,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb4925f29bc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [14]
+        # index: [13]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1488,7 +1567,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [15]
+        # index: [14]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1499,7 +1578,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [16]
+        # index: [15]
         FamilyChoice(
             m=1024,
             m_end=2147483647,
@@ -1510,7 +1589,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [17]
+        # index: [16]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1521,7 +1600,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c4172b55edc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [18]
+        # index: [17]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1532,7 +1611,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca96b376832",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [19]
+        # index: [18]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1543,7 +1622,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [20]
+        # index: [19]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1554,7 +1633,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [21]
+        # index: [20]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1565,7 +1644,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [22]
+        # index: [21]
         FamilyChoice(
             m=512,
             m_end=2048,
@@ -1576,7 +1655,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c564d7941ff",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [23]
+        # index: [22]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
@@ -1587,7 +1666,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8f0d35077e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [24]
+        # index: [23]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1598,7 +1677,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c4172b55edc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [25]
+        # index: [24]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1609,7 +1688,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca96b376832",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [26]
+        # index: [25]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1620,7 +1699,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [27]
+        # index: [26]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1631,7 +1710,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [28]
+        # index: [27]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1642,7 +1721,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c7e22c24e8b",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [29]
+        # index: [28]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1653,7 +1732,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9717831555",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [29]
         FamilyChoice(
             m=1024,
             m_end=2147483647,
@@ -1664,7 +1743,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
+        # index: [30]
         FamilyChoice(
             m=1,
             m_end=8,
@@ -1675,7 +1754,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6cbcb99d35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [31]
         FamilyChoice(
             m=8,
             m_end=32,
@@ -1683,10 +1762,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c3e40fe354b",
+            config_id="c1d93a453f5",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [32]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1697,7 +1776,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca93e830a4a",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
+        # index: [33]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1708,7 +1787,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cea7763de35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [35]
+        # index: [34]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1719,7 +1798,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [36]
+        # index: [35]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1730,7 +1809,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c3da91a4951",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [37]
+        # index: [36]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1741,7 +1820,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9717831555",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [38]
+        # index: [37]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -1752,7 +1831,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c535214171c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [39]
+        # index: [38]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
