@@ -59,8 +59,8 @@ constexpr int kAccRegs = kSlices * BLOCK_N / 2;        // fp32 accumulators per 
 static_assert(CONSUMERS == 1 || CONSUMERS == 2, "CONSUMERS must be 1 or 2 warpgroups");
 static_assert(BLOCK_M % (CONSUMERS * 64) == 0 && (kSlices == 1 || kSlices == 2),
               "BLOCK_M / CONSUMERS must be 64 or 128 (one or two m64 wgmma slices per consumer)");
-static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 192 || BLOCK_N == 256,
-              "BLOCK_N must be 64, 128, 192 or 256 (the wgmma n of one instruction)");
+static_assert(BLOCK_N == 32 || BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 192 || BLOCK_N == 256,
+              "BLOCK_N must be 32, 64, 128, 192 or 256 (the wgmma n of one instruction)");
 static_assert(BLOCK_K == 64 || BLOCK_K == 128, "BLOCK_K must be 64 or 128 (whole 128-byte swizzle atoms)");
 static_assert(kAccRegs <= 128, "consumer tile too large: (BLOCK_M / CONSUMERS) * BLOCK_N / 128 accumulators must be <= 128");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be between 2 and 8");
@@ -165,6 +165,20 @@ __device__ __forceinline__ void fence_registers(float (&d)[R]) {
 // wgmma.mma_async m64nNk16, bf16 x bf16 -> fp32, both operands K-major from shared memory.
 template <int N>
 struct Wgmma;
+
+template <>
+struct Wgmma<32> {
+  static constexpr int kRegs = 16;
+  __device__ __forceinline__ static void mma(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b));
+  }
+};
 
 template <>
 struct Wgmma<64> {
