@@ -705,7 +705,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
 
 GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_WGMMA
-        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:ab2f801bea35, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:6a4c711cf247, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [0]
         WgmmaTuningConfig(
@@ -730,7 +730,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # index: [1]
         WgmmaTuningConfig(
             m=32,
-            m_end=256,
+            m_end=128,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -748,6 +748,26 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [2]
+        WgmmaTuningConfig(
+            m=128,
+            m_end=256,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c3e9cd2aa7c",
+            block_m=128,
+            block_n=32,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [3]
         WgmmaTuningConfig(
             m=256,
             m_end=512,
@@ -767,7 +787,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [3]
+        # index: [4]
         WgmmaTuningConfig(
             m=512,
             m_end=1024,
@@ -787,7 +807,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [4]
+        # index: [5]
         WgmmaTuningConfig(
             m=1024,
             m_end=2048,
@@ -807,49 +827,9 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [5]
-        WgmmaTuningConfig(
-            m=2048,
-            m_end=4096,
-            n=4096,
-            k=4096,
-            kernel="gemm_wgmma",
-            config_id="c2f9919dcda",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=2,
-            cluster_n=1,
-            raster=0,
-            group_m=8,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [6]
         WgmmaTuningConfig(
-            m=4096,
-            m_end=8192,
-            n=4096,
-            k=4096,
-            kernel="gemm_wgmma",
-            config_id="c9717831555",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=2,
-            cluster_n=1,
-            raster=1,
-            group_m=8,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [7]
-        WgmmaTuningConfig(
-            m=8192,
+            m=2048,
             m_end=2147483647,
             n=4096,
             k=4096,
@@ -867,7 +847,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [8]
+        # index: [7]
         WgmmaTuningConfig(
             m=1,
             m_end=8,
@@ -887,7 +867,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=4,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [9]
+        # index: [8]
         WgmmaTuningConfig(
             m=8,
             m_end=32,
@@ -907,7 +887,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=4,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [10]
+        # index: [9]
         WgmmaTuningConfig(
             m=32,
             m_end=128,
@@ -927,7 +907,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [11]
+        # index: [10]
         WgmmaTuningConfig(
             m=128,
             m_end=256,
@@ -947,7 +927,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [12]
+        # index: [11]
         WgmmaTuningConfig(
             m=256,
             m_end=512,
@@ -967,30 +947,50 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [13]
+        # index: [12]
         WgmmaTuningConfig(
             m=512,
             m_end=1024,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
-            config_id="cb122e8f1b4",
+            config_id="c535214171c",
             block_m=128,
             block_n=128,
             block_k=64,
             stages=6,
             consumers=2,
             cluster_m=1,
-            cluster_n=1,
+            cluster_n=2,
             raster=1,
             group_m=8,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [14]
+        # index: [13]
         WgmmaTuningConfig(
             m=1024,
-            m_end=2147483647,
+            m_end=2048,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c8624d69f68",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [14]
+        WgmmaTuningConfig(
+            m=2048,
+            m_end=4096,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
@@ -1009,27 +1009,47 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [15]
         WgmmaTuningConfig(
-            m=1,
-            m_end=8,
-            n=6144,
-            k=4096,
+            m=4096,
+            m_end=8192,
+            n=4096,
+            k=14336,
             kernel="gemm_wgmma",
-            config_id="cda9b268301",
-            block_m=64,
-            block_n=128,
+            config_id="c9717831555",
+            block_m=128,
+            block_n=256,
             block_k=64,
-            stages=8,
-            consumers=1,
-            cluster_m=1,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
             cluster_n=1,
-            raster=0,
-            group_m=1,
-            split_k=2,
+            raster=1,
+            group_m=8,
+            split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [16]
         WgmmaTuningConfig(
-            m=8,
+            m=8192,
+            m_end=2147483647,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [17]
+        WgmmaTuningConfig(
+            m=1,
             m_end=32,
             n=6144,
             k=4096,
@@ -1047,7 +1067,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [17]
+        # index: [18]
         WgmmaTuningConfig(
             m=32,
             m_end=128,
@@ -1067,7 +1087,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [18]
+        # index: [19]
         WgmmaTuningConfig(
             m=128,
             m_end=256,
@@ -1087,7 +1107,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [19]
+        # index: [20]
         WgmmaTuningConfig(
             m=256,
             m_end=512,
@@ -1107,7 +1127,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [20]
+        # index: [21]
         WgmmaTuningConfig(
             m=512,
             m_end=2048,
@@ -1127,14 +1147,34 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [21]
+        # index: [22]
         WgmmaTuningConfig(
             m=2048,
+            m_end=4096,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c6acb06d66f",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [23]
+        WgmmaTuningConfig(
+            m=4096,
             m_end=2147483647,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c8f0d35077e",
+            config_id="c2f9919dcda",
             block_m=128,
             block_n=256,
             block_k=64,
@@ -1142,12 +1182,12 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             consumers=2,
             cluster_m=2,
             cluster_n=1,
-            raster=1,
-            group_m=16,
+            raster=0,
+            group_m=8,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [22]
+        # index: [24]
         WgmmaTuningConfig(
             m=1,
             m_end=32,
@@ -1167,7 +1207,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [23]
+        # index: [25]
         WgmmaTuningConfig(
             m=32,
             m_end=64,
@@ -1187,7 +1227,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [24]
+        # index: [26]
         WgmmaTuningConfig(
             m=64,
             m_end=128,
@@ -1207,7 +1247,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [25]
+        # index: [27]
         WgmmaTuningConfig(
             m=128,
             m_end=256,
@@ -1227,19 +1267,19 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [26]
+        # index: [28]
         WgmmaTuningConfig(
             m=256,
             m_end=512,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
-            config_id="c7e22c24e8b",
+            config_id="cb122e8f1b4",
             block_m=128,
             block_n=128,
             block_k=64,
             stages=6,
-            consumers=1,
+            consumers=2,
             cluster_m=1,
             cluster_n=1,
             raster=1,
@@ -1247,10 +1287,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [27]
+        # index: [29]
         WgmmaTuningConfig(
             m=512,
-            m_end=1024,
+            m_end=2048,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
@@ -1267,9 +1307,9 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [28]
+        # index: [30]
         WgmmaTuningConfig(
-            m=1024,
+            m=2048,
             m_end=2147483647,
             n=8192,
             k=8192,
@@ -1287,7 +1327,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [29]
+        # index: [31]
         WgmmaTuningConfig(
             m=1,
             m_end=128,
@@ -1307,7 +1347,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [30]
+        # index: [32]
         WgmmaTuningConfig(
             m=128,
             m_end=256,
@@ -1327,34 +1367,14 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [31]
+        # index: [33]
         WgmmaTuningConfig(
             m=256,
-            m_end=512,
-            n=14336,
-            k=4096,
-            kernel="gemm_wgmma",
-            config_id="c3da91a4951",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=1,
-            cluster_n=1,
-            raster=1,
-            group_m=8,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [32]
-        WgmmaTuningConfig(
-            m=512,
             m_end=1024,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c9717831555",
+            config_id="c8624d69f68",
             block_m=128,
             block_n=256,
             block_k=64,
@@ -1362,12 +1382,12 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             consumers=2,
             cluster_m=2,
             cluster_n=1,
-            raster=1,
-            group_m=8,
+            raster=0,
+            group_m=16,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [33]
+        # index: [34]
         WgmmaTuningConfig(
             m=1024,
             m_end=2048,
@@ -1387,7 +1407,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [34]
+        # index: [35]
         WgmmaTuningConfig(
             m=2048,
             m_end=2147483647,
@@ -1411,7 +1431,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:1c598e0fe9a4, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:61bfe4bc6304, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
@@ -1438,7 +1458,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # index: [2]
         FamilyChoice(
             m=64,
-            m_end=256,
+            m_end=128,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -1447,6 +1467,17 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [3]
+        FamilyChoice(
+            m=128,
+            m_end=256,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c3e9cd2aa7c",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [4]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1457,7 +1488,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [4]
+        # index: [5]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1468,7 +1499,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [5]
+        # index: [6]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -1479,31 +1510,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2cce61f3fe",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [6]
-        FamilyChoice(
-            m=2048,
-            m_end=4096,
-            n=4096,
-            k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c2f9919dcda",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [7]
         FamilyChoice(
-            m=4096,
-            m_end=8192,
-            n=4096,
-            k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c9717831555",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [8]
-        FamilyChoice(
-            m=8192,
+            m=2048,
             m_end=2147483647,
             n=4096,
             k=4096,
@@ -1512,7 +1521,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [9]
+        # index: [8]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1523,7 +1532,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c748eec4132",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [10]
+        # index: [9]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1534,7 +1543,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c3a3fe84795",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [11]
+        # index: [10]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1545,7 +1554,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c83c571c367",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [12]
+        # index: [11]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1556,7 +1565,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb4925f29bc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [13]
+        # index: [12]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1567,7 +1576,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [14]
+        # index: [13]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1575,13 +1584,24 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=14336,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="cb122e8f1b4",
+            config_id="c535214171c",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [14]
+        FamilyChoice(
+            m=1024,
+            m_end=2048,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8624d69f68",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [15]
         FamilyChoice(
-            m=1024,
-            m_end=2147483647,
+            m=2048,
+            m_end=4096,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
@@ -1590,6 +1610,28 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [16]
+        FamilyChoice(
+            m=4096,
+            m_end=8192,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c9717831555",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [17]
+        FamilyChoice(
+            m=8192,
+            m_end=2147483647,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c2f9919dcda",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [18]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1600,7 +1642,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c4172b55edc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [17]
+        # index: [19]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1611,7 +1653,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca96b376832",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [18]
+        # index: [20]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1622,7 +1664,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [19]
+        # index: [21]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1633,7 +1675,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [20]
+        # index: [22]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1644,7 +1686,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [21]
+        # index: [23]
         FamilyChoice(
             m=512,
             m_end=2048,
@@ -1655,18 +1697,29 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c564d7941ff",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [22]
+        # index: [24]
         FamilyChoice(
             m=2048,
+            m_end=4096,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c6acb06d66f",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [25]
+        FamilyChoice(
+            m=4096,
             m_end=2147483647,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c8f0d35077e",
+            config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [23]
+        # index: [26]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1677,7 +1730,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c4172b55edc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [24]
+        # index: [27]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1688,7 +1741,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca96b376832",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [25]
+        # index: [28]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1699,7 +1752,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [26]
+        # index: [29]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1710,7 +1763,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [27]
+        # index: [30]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1718,13 +1771,13 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=8192,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c7e22c24e8b",
+            config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [28]
+        # index: [31]
         FamilyChoice(
             m=512,
-            m_end=1024,
+            m_end=2048,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
@@ -1732,9 +1785,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9717831555",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [29]
+        # index: [32]
         FamilyChoice(
-            m=1024,
+            m=2048,
             m_end=2147483647,
             n=8192,
             k=8192,
@@ -1743,7 +1796,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [33]
         FamilyChoice(
             m=1,
             m_end=8,
@@ -1754,7 +1807,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6cbcb99d35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
+        # index: [34]
         FamilyChoice(
             m=8,
             m_end=32,
@@ -1765,7 +1818,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c1d93a453f5",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [35]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1776,7 +1829,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca93e830a4a",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [36]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1787,7 +1840,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cea7763de35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
+        # index: [37]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1798,29 +1851,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [35]
+        # index: [38]
         FamilyChoice(
             m=256,
-            m_end=512,
-            n=14336,
-            k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c3da91a4951",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [36]
-        FamilyChoice(
-            m=512,
             m_end=1024,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c9717831555",
+            config_id="c8624d69f68",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [37]
+        # index: [39]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -1831,7 +1873,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c535214171c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [38]
+        # index: [40]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
