@@ -14,18 +14,24 @@ each shape, one after the other on the same GPU (GPU 0):
   (one launch between CUDA events each, no L2 flush); every result verified against a float32
   numpy reference of the same bf16 inputs (``verify``, params.yaml's bench.verify_rtol).
 
-Same configurations: the params.yaml grid with SPLIT_K=1 for both tools (KT launches and times
-one kernel per configuration; with SPLIT_K > 1 that kernel writes fp32 partials and C needs a
-second launch, the split-K reduction, which KT cannot chain): 42 configurations, about 2.5 to 3
-minutes in all on an H200 (validated there: KT spends ~1 s per configuration and shape, mostly
-compiling; tunetable ~7 s fixed plus a little per configuration). ``--subset``
-narrows both to STAGES=4 and BLOCK_K=64 (14 configurations from all four grid groups),
-``--filter`` to any other subset, ``--quick`` to 5 configurations on one shape (a smoke test).
+Same configurations: the whole params.yaml grid for both tools, split-K included. The kernel
+reduces split-K itself, in one launch, so KT times all of it; it needs a workspace of SPLIT_K*M*N
+fp32 partials followed by one int counter per tile, the counters zero before the first launch
+(the kernel resets them after each). KT gets a zeroed workspace per SPLIT_K value, as large as
+that value's largest launch needs on the shape (``kt_workspace``), as tunetable gives every
+configuration its own zeroed one. On an H200 KT spent ~1 s per configuration and shape, mostly
+compiling, and tunetable ~7 s fixed plus a little per configuration (measured on the 42
+SPLIT_K=1 configurations of an earlier grid). ``--subset`` narrows both to STAGES=4 and
+BLOCK_K=64 (big tiles and skinny split-K ones), ``--filter`` to any other subset, ``--quick`` to
+STAGES=4, BLOCK_K=64, WARPS_M=1 on one shape (a smoke test: shared memory below and above 48 KB,
+split-K among them).
 KT gets exactly the grid's configurations (a ``restrictions`` callable), the grid's -D defines
 including the derived THREADS and SMEM_BYTES (``defines`` callables reading pipeline.grid's
 KernelConfig), the launch geometry of kernels/families.py (``problem_size`` callable giving the
 grid, ``grid_div_*`` of 1, ``block_size_names=["THREADS"]``, ``smem_args`` size), params.yaml's
-nvcc flags, and inputs of the same sizes with random bf16 data (uint16 bit patterns). KT's pycuda
+nvcc flags plus ``-I`` the kernel's folder (KT compiles a copy of the source, its defines
+prepended, in a temporary folder, where the kernel's ``#include "common/..."`` does not resolve
+on its own), and inputs of the same sizes with random bf16 data (uint16 bit patterns). KT's pycuda
 backend never sets a kernel's MAX_DYNAMIC_SHARED_SIZE_BYTES attribute, so launches above 48 KB
 of dynamic shared memory fail there; this script patches that one method (see
 ``patch_dynamic_smem``) and says so in its output. KT compiles for the device's compute
@@ -74,10 +80,10 @@ TABLE = "gemm_mma"
 Shape = tuple[int, int, int]
 SHAPES: tuple[Shape, ...] = ((1, 4096, 4096), (512, 4096, 4096), (4096, 4096, 4096))
 QUICK_SHAPES: tuple[Shape, ...] = ((512, 4096, 4096),)
-KT_RUNNABLE = ("SPLIT_K=1",)                        # KT launches one kernel: no split-K reduction after it
-SMALL_SUBSET = ("STAGES=4", "BLOCK_K=64")            # --subset: 14 configs from all four groups
-QUICK_SUBSET = ("STAGES=4", "BLOCK_K=64", "WARPS_M=1")  # 5 configs, smem below and above 48 KB
+SMALL_SUBSET = ("STAGES=4", "BLOCK_K=64")            # --subset: big tiles and skinny split-K ones
+QUICK_SUBSET = ("STAGES=4", "BLOCK_K=64", "WARPS_M=1")  # smem below and above 48 KB, split-K among them
 BLOCK_PARAM = "THREADS"                             # KT reads the block size from a tune parameter
+SPLIT_PARAM = "SPLIT_K"                             # KT picks the point's workspace by this tune parameter
 KT_ITERATIONS = 7                                   # Kernel Tuner's default
 KT_VERSION = "1.5.0"
 TARGET_SPEEDUP = 5.0
@@ -113,13 +119,13 @@ def make_plan(
     *, quick: bool, subset: bool, filters: Sequence[str], shapes: Sequence[str], kt_iterations: int,
     params_path: Path, table: str = TABLE,
 ) -> Plan:
-    """The comparison's plan: SPLIT_K=1 always, then the user's filters, or the quick or smaller subset."""
+    """The comparison's plan: the user's filters, or the quick or smaller subset, or the whole grid."""
     narrowed = tuple(filters) or (QUICK_SUBSET if quick else SMALL_SUBSET if subset else ())
     chosen = tuple(parse_shape(text, index=i) for i, text in enumerate(shapes)) or (QUICK_SHAPES if quick else SHAPES)
     if kt_iterations < 1:
         raise TuneTableError(f"expected a positive integer, got {kt_iterations}", where="--kt-iterations")
-    return Plan(table=table, shapes=chosen, filters=(*KT_RUNNABLE, *narrowed), kt_iterations=kt_iterations,
-                params_path=params_path, quick=quick)
+    return Plan(table=table, shapes=chosen, filters=narrowed, kt_iterations=kt_iterations, params_path=params_path,
+                quick=quick)
 
 
 # -- Kernel Tuner's view of the grid (pure: no pycuda) --------------------------------------------
@@ -141,6 +147,8 @@ def kt_space(*, configs: Sequence[KernelConfig]) -> KtSpace:
     if not configs:
         raise TuneTableError("no configuration left after the filters", where="--filter")
     tunables = tuple(name for name, _ in configs[0].params)
+    if SPLIT_PARAM not in tunables:
+        raise TuneTableError(f"the grid has no {SPLIT_PARAM} (it picks KT's workspace)", where="configs[0]")
     for index, config in enumerate(configs):
         if tuple(name for name, _ in config.params) != tunables:
             raise TuneTableError("Kernel Tuner needs one parameter set for all configurations",
@@ -253,19 +261,49 @@ class KtInputs:
     answer: list[Any]
 
 
-def kt_inputs(*, shape: Shape, seed: int) -> KtInputs:
-    """Random bf16 A, B (never zeros), a NaN-poisoned C, an unused workspace, the sizes, and C's reference."""
+def kt_workspace_bytes(*, space: KtSpace, shape: Shape) -> dict[Value, int]:
+    """SPLIT_K value -> the largest workspace (partials, then tile counters) its configurations need on ``shape``."""
+    needs: dict[Value, int] = {}
+    for config in space.by_key.values():
+        defines = config.defines()
+        nbytes = FAMILIES[space.family].launch(defines, *shape).workspace_bytes
+        needs[defines[SPLIT_PARAM]] = max(needs.get(defines[SPLIT_PARAM], 0), nbytes)
+    return needs
+
+
+def kt_workspace(*, space: KtSpace, shape: Shape) -> Any:
+    """A KT ``Tunable``: one zeroed fp32 workspace per SPLIT_K value, chosen by each point's SPLIT_K.
+
+    Sharing one per SPLIT_K value is safe: those configurations place the partials and the tile counters at the
+    same offsets, so no partials land on another's counters, and every finished launch leaves its counters zero.
+    One array per configuration would hold every split-K configuration's partials on the GPU at once.
+    """
+    from kernel_tuner.accuracy import Tunable
+
+    # SPLIT_K=1 touches no workspace; KT still needs a real allocation to pass.
+    arrays = {split: np.zeros(max(1, -(-nbytes // 4)), dtype=np.float32)
+              for split, nbytes in kt_workspace_bytes(space=space, shape=shape).items()}
+    return Tunable(SPLIT_PARAM, arrays)
+
+
+def kt_inputs(*, space: KtSpace, shape: Shape, seed: int) -> KtInputs:
+    """Random bf16 A, B (never zeros), a NaN-poisoned C, zeroed workspaces, the sizes, and C's reference."""
     m, n, k = shape
     rng = np.random.default_rng(seed)
     a = to_bf16_bits(rng.standard_normal((m, k), dtype=np.float32))
     b = to_bf16_bits(rng.standard_normal((n, k), dtype=np.float32))
     c = np.full(m * n, BF16_NAN, dtype=np.uint16)
-    workspace = np.zeros(1, dtype=np.float32)  # SPLIT_K=1 writes no partials
     reference = from_bf16_bits(a) @ from_bf16_bits(b).T
+    workspace = kt_workspace(space=space, shape=shape)
     arguments = [a.ravel(), b.ravel(), c, workspace, np.int32(m), np.int32(n), np.int32(k)]
     answer: list[Any] = [None] * len(arguments)
     answer[ARG_C] = reference.ravel()
     return KtInputs(arguments=arguments, answer=answer)
+
+
+def kt_compiler_options(*, kernel_path: Path, flags: Sequence[str]) -> list[str]:
+    """params.yaml's nvcc flags plus the kernel's folder as an include path (KT compiles a copy elsewhere)."""
+    return [*flags, f"-I{Path(kernel_path).resolve().parent}"]
 
 
 def kt_options(
@@ -287,7 +325,7 @@ def kt_options(
         "lang": "pycuda",
         "device": 0,
         "smem_args": {"size": launch.smem_bytes},
-        "compiler_options": list(flags),
+        "compiler_options": kt_compiler_options(kernel_path=kernel_path, flags=flags),
         "defines": kt_defines(space=space),
         "iterations": iterations,
         "block_size_names": [BLOCK_PARAM],
@@ -403,7 +441,7 @@ def run_kernel_tuner(
     shapes, device = [], None
     for index, shape in enumerate(plan.shapes):
         prep_start = time.perf_counter()
-        inputs = kt_inputs(shape=shape, seed=SEED + index)
+        inputs = kt_inputs(space=space, shape=shape, seed=SEED + index)
         tune_start = time.perf_counter()
         options = kt_options(space=space, shape=shape, kernel_path=kernel_path, flags=flags,
                              iterations=plan.kt_iterations, inputs=inputs, rtol=rtol,
@@ -497,7 +535,14 @@ def compare_winners(*, ours: Mapping[str, float], kt_times: Mapping[str, float])
     return {"ours": our_winner, "kt": kt_winner, "kt_winner_slower_by_our_medians": slower, "agree": agree}
 
 
-def figures(*, plan: Plan, space: KtSpace, ours: OursRun, kt: KtRun, flags: Sequence[str], workers: int) -> dict[str, Any]:
+def describe_filters(filters: Sequence[str]) -> str:
+    """The grid filters for a report line ('whole grid' when there are none)."""
+    return ", ".join(filters) or "whole grid"
+
+
+def figures(
+    *, plan: Plan, space: KtSpace, ours: OursRun, kt: KtRun, compiler_options: Sequence[str], workers: int
+) -> dict[str, Any]:
     """Everything the run found, as the JSON document."""
     labels = {config.id: config.label() for config in space.by_key.values()}
     per_shape = []
@@ -527,7 +572,7 @@ def figures(*, plan: Plan, space: KtSpace, ours: OursRun, kt: KtRun, flags: Sequ
         "ours": {"wall_s": round(ours.wall_s, 3), "steps_s": {k: round(v, 3) for k, v in ours.steps.items()},
                  "compile_workers": workers, "gpus": 1},
         "kernel_tuner": {"version": KT_VERSION, "lang": "pycuda", "strategy": "brute_force",
-                         "iterations": plan.kt_iterations, "compiler_options": list(flags),
+                         "iterations": plan.kt_iterations, "compiler_options": list(compiler_options),
                          "wall_s": round(kt.wall_s, 3), "import_s": round(kt.import_s, 3),
                          "prep_s": round(sum(s.prep_s for s in kt.shapes), 3), "patch": PATCH_NOTE},
         "speedup": round(speedup, 2) if speedup is not None else None, "target_speedup": TARGET_SPEEDUP,
@@ -535,8 +580,8 @@ def figures(*, plan: Plan, space: KtSpace, ours: OursRun, kt: KtRun, flags: Sequ
         "winners_agree": sum(bool(s["agree"]) for s in per_shape), "per_shape": per_shape,
         "method": [
             "same GPU (GPU 0) for both, one after the other: tunetable first, then Kernel Tuner",
-            f"configurations: params.yaml grid with {', '.join(plan.filters)} for BOTH tools (KT launches and times one "
-            "kernel per configuration; split-K needs a second one, the reduction)",
+            f"configurations: params.yaml grid ({describe_filters(plan.filters)}) for BOTH tools, split-K included "
+            "(one launch; KT gets a zeroed workspace per SPLIT_K value, tunetable one per configuration)",
             "tunetable: grid, compile --no-cache (empty pycuda cache too), bench --backend cuda --gpus 0 "
             "(params.yaml bench settings), winners read from the shards",
             f"Kernel Tuner: tune_kernel per shape, lang=pycuda, brute_force, iterations={plan.kt_iterations} "
@@ -559,7 +604,8 @@ def markdown(document: Mapping[str, Any]) -> str:
     lines = [
         f"# Tuning speed: tunetable vs Kernel Tuner {kt['version']} ({document['device']}, {document['date']})",
         "",
-        f"{document['configs']} configurations ({', '.join(document['filters'])}) x {len(document['shapes'])} shapes, "
+        f"{document['configs']} configurations ({describe_filters(document['filters'])}) x {len(document['shapes'])} "
+        "shapes, "
         "cold start to winners, one GPU.",
         "",
         "| tool | wall s | detail |",
@@ -644,8 +690,9 @@ def write_outputs(*, document: Mapping[str, Any], out: Path | None, quick: bool)
 def main(argv: Sequence[str] | None = None) -> None:
     """Run both tools, compare, print and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="5 configs x 1 shape (M=512); writes only under --out")
-    parser.add_argument("--subset", action="store_true", help=f"only {', '.join(SMALL_SUBSET)} (14 configurations)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"only {', '.join(QUICK_SUBSET)} x 1 shape (M=512); writes only under --out")
+    parser.add_argument("--subset", action="store_true", help=f"only {', '.join(SMALL_SUBSET)}")
     parser.add_argument("--filter", action="append", default=[], metavar="NAME=V", help="grid filter for both tools")
     parser.add_argument("--shape", action="append", default=[], metavar="M,N,K")
     parser.add_argument("--kt-iterations", type=int, default=KT_ITERATIONS)
@@ -665,12 +712,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         flags = [str(flag) for flag in (params.get("compile") or {}).get("nvcc_flags") or []]
         rtol = float((params.get("bench") or {}).get("verify_rtol", 0.02))
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        print(f"{len(space.by_key)} configurations ({', '.join(plan.filters)}) x {len(plan.shapes)} shapes; "
+        print(f"{len(space.by_key)} configurations ({describe_filters(plan.filters)}) x {len(plan.shapes)} shapes; "
               "tunetable first, then Kernel Tuner", flush=True)
         with tempfile.TemporaryDirectory(prefix="kt-vs-tunetable-") as scratch:
             ours = run_ours(plan=plan, root=Path(scratch))
         kt = run_kt_with_progress(plan=plan, space=space, kernel_path=grid.kernel_path, flags=flags, rtol=rtol)
-        document = figures(plan=plan, space=space, ours=ours, kt=kt, flags=flags, workers=workers)
+        document = figures(plan=plan, space=space, ours=ours, kt=kt, workers=workers,
+                           compiler_options=kt_compiler_options(kernel_path=grid.kernel_path, flags=flags))
         print_report(document)
         for path in write_outputs(document=document, out=options.out, quick=plan.quick):
             print(f"wrote {path}")

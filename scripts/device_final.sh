@@ -41,7 +41,7 @@ p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cud
   stamp "bench rerun done"; } >>"$OUT/bench.log" 2>&1
 
 stamp "kt_vs_tunetable" >>"$OUT/bench.log"
-timeout "${KT_TIMEOUT_S:-240}" python3 benchmarks/kt_vs_tunetable.py --out "$OUT" >"$OUT/kt.log" 2>&1
+timeout "${KT_TIMEOUT_S:-420}" python3 benchmarks/kt_vs_tunetable.py --out "$OUT" >"$OUT/kt.log" 2>&1
 echo "kt rc=$?" >>"$OUT/kt.log"
 stamp end >>"$OUT/bench.log"
 tail -n 25 "$OUT/pytest_gpu.log"; tail -n 30 "$OUT/bench.log"; tail -n 30 "$OUT/kt.log"

@@ -78,7 +78,7 @@ def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str
         ({"CONSUMERS": 3, "BLOCK_M": 192}, "CONSUMERS in (1, 2)", "CONSUMERS must be 1 or 2"),
         ({"BLOCK_M": 96}, "BLOCK_M % (CONSUMERS * 64) == 0", "BLOCK_M / CONSUMERS must be 64 or 128"),
         ({"BLOCK_M": 512, "BLOCK_N": 64}, "BLOCK_M % (CONSUMERS * 64) == 0", "BLOCK_M / CONSUMERS must be 64 or 128"),
-        ({"BLOCK_N": 96}, "BLOCK_N in (64, 128, 192, 256)", "BLOCK_N must be 64, 128, 192 or 256"),
+        ({"BLOCK_N": 96}, "BLOCK_N in (32, 64, 128, 192, 256)", "BLOCK_N must be 32, 64, 128, 192 or 256"),
         ({"BLOCK_K": 32}, "BLOCK_K in (64, 128)", "BLOCK_K must be 64 or 128"),
         ({"BLOCK_M": 256, "STAGES": 2}, "(BLOCK_M // CONSUMERS) * BLOCK_N <= 16384", "consumer tile too large"),
         ({"STAGES": 1}, "2 <= STAGES <= 8", "STAGES must be between 2 and 8"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 from collections import Counter
@@ -37,13 +38,28 @@ def test_table_declaration_matches_the_kernel_family() -> None:
     assert SPEC.codegen.snippet == "kernels/snippets/gemm_wgmma.snippet"
 
 
+def declared_configs() -> dict[frozenset, str]:
+    """Every combination params.yaml's gemm_wgmma groups declare (straight from the YAML) -> its first group."""
+    first: dict[frozenset, str] = {}
+    for group in PARAMS["tables"]["gemm_wgmma"]["grid"]["groups"]:
+        values = {name: value for name, value in group.items() if name != "name"}
+        for combination in itertools.product(*values.values()):
+            first.setdefault(frozenset(zip(values, combination)), group["name"])
+    return first
+
+
 def test_grid_expansion_counts_and_groups(grid) -> None:
-    assert (grid.counts.expanded, grid.counts.after_rules, grid.counts.after_pruning) == (40, 36, 36)
+    declared = declared_configs()
+    assert grid.counts.expanded == len(declared) == len(grid.kept) + len(grid.pruned)
+    # Every combination that overflows shared memory is pruned by a rule, before any device limit.
+    overflow = {key for key in declared if FAMILY.smem_bytes(dict(key)) > 232448}
+    pruned = {frozenset(p.config.params) for p in grid.pruned}
+    assert overflow and overflow <= pruned and {p.stage for p in grid.pruned} == {"rule"}
+    assert grid.counts.after_rules == grid.counts.after_pruning == len(grid.kept)
+    # Each group keeps what it declares first, less what the rules prune; none is left empty.
     groups = Counter(grid.group_of[config.id] for config in grid.kept)
-    assert groups == {"large": 8, "large_n": 1, "tall": 4, "medium": 4, "large_splitk": 1, "narrow": 3,
-                      "skinny": 12, "skinny_k64": 3}
-    # Only shared memory prunes: 64 x 128 x 128 tiles do not fit six stages.
-    assert {p.reason for p in grid.pruned} == {"rules[10] 'SMEM_BYTES <= 232448' is false"}
+    assert groups == Counter(name for key, name in declared.items() if key not in pruned)
+    assert set(groups) == {group["name"] for group in PARAMS["tables"]["gemm_wgmma"]["grid"]["groups"]}
     assert all(tuple(dict(config.params)) == TUNABLES for config in grid.kept)
 
 

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from pipeline import paths
 from pipeline.compile import render_define
 from pipeline.errors import TuneTableError
 from pipeline.grid import load_table_grid
+from pipeline.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "kt_vs_tunetable.py"
@@ -40,8 +42,15 @@ def _configs(filters: tuple[str, ...]):
 
 @pytest.fixture(scope="module")
 def kept():
-    """The 42 SPLIT_K=1 configurations of the default grid (what both tools tune)."""
-    return _configs(ktv.KT_RUNNABLE)
+    """Every configuration of the default grid, split-K ones included (what both tools tune)."""
+    return _configs(ktv.make_plan(quick=False, subset=False, filters=[], shapes=[], kt_iterations=7,
+                                  params_path=REPO / "params.yaml").filters)
+
+
+def _declared_split_ks() -> set:
+    """Every SPLIT_K value params.yaml's gemm_mma groups declare."""
+    groups = load_params(REPO / "params.yaml")["tables"]["gemm_mma"]["grid"]["groups"]
+    return {value for group in groups for value in group["SPLIT_K"]}
 
 
 def _kt_key(config) -> tuple:
@@ -53,9 +62,10 @@ def test_kt_searchspace_is_exactly_the_grid(kept):
     util = pytest.importorskip("kernel_tuner.searchspace", reason="kernel_tuner (dev extra) is not installed")
     space = ktv.kt_space(configs=kept)
     searchspace = util.Searchspace(ktv.kt_tune_params(space=space), ktv.kt_restriction(space=space), 1024)
-    assert len(kept) == 42
     assert searchspace.size == len(kept)
     assert set(searchspace.list) == {_kt_key(config) for config in kept}
+    # Split-K is one launch now: KT tunes every SPLIT_K the grid declares, not only SPLIT_K=1.
+    assert {config.defines()["SPLIT_K"] for config in kept} == _declared_split_ks()
 
 
 def test_kt_launch_matches_the_family_geometry(kept):
@@ -97,20 +107,36 @@ def test_kt_kernel_string_carries_exactly_the_grid_defines(kept):
         assert prefix.splitlines() == expected
 
 
+def test_kt_compiler_options_find_the_kernels_local_headers(kept):
+    """KT compiles a copy of the source elsewhere: its options name the kernel's folder, where every include is."""
+    flags = [str(flag) for flag in load_params(REPO / "params.yaml")["compile"]["nvcc_flags"]]
+    options = ktv.kt_options(space=ktv.kt_space(configs=kept), shape=ktv.SHAPES[0],
+                             kernel_path=REPO / "kernels" / "gemm_mma.cu", flags=flags, iterations=7,
+                             inputs=ktv.KtInputs(arguments=[], answer=[]), rtol=0.02)
+    folder = REPO / "kernels"
+    assert options["compiler_options"] == [*flags, f"-I{folder}"]
+    local = re.findall(r'^#include "([^"]+)"', (folder / "gemm_mma.cu").read_text(), flags=re.MULTILINE)
+    assert local and all((folder / name).is_file() for name in local)
+
+
 @pytest.mark.nvcc
 def test_kt_compile_of_the_prepared_kernel_passes_the_kernel_checks(kept, tmp_path):
-    """The nvcc line pycuda builds for KT accepts the prepended defines (THREADS / SMEM_BYTES static_asserts)."""
+    """The nvcc line pycuda builds for KT, in a folder of its own, compiles the prepended defines and the includes."""
     space = ktv.kt_space(configs=kept)
     small = next(c for c in kept if dict(c.derived)["SMEM_BYTES"] <= 48 * 1024)
     large = next(c for c in kept if dict(c.derived)["SMEM_BYTES"] > 48 * 1024)
-    for config in (small, large):
+    split = next(c for c in kept if c.defines()["SPLIT_K"] > 1)
+    flags = [str(flag) for flag in load_params(REPO / "params.yaml")["compile"]["nvcc_flags"]]
+    options = ktv.kt_options(space=space, shape=ktv.SHAPES[0], kernel_path=REPO / "kernels" / "gemm_mma.cu",
+                             flags=flags, iterations=7, inputs=ktv.KtInputs(arguments=[], answer=[]), rtol=0.02)
+    for config in (small, large, split):
         source = tmp_path / f"{config.id}.cu"
         source.write_text(_kt_kernel_string(space, config))
         ptx = tmp_path / f"{config.id}.ptx"
         done = subprocess.run(
-            ["nvcc", "--ptx", "-Xcompiler=-Wall", "-O3", "-std=c++17", "-lineinfo", "-e", "gemm_mma", "-rdc=true",
+            ["nvcc", "--ptx", "-Xcompiler=-Wall", *options["compiler_options"], "-e", "gemm_mma", "-rdc=true",
              "-arch", "compute_90", "-code", "sm_90", "-o", str(ptx), str(source)],
-            capture_output=True, text=True, check=False)
+            capture_output=True, text=True, check=False, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         entries = re.findall(r"\.entry\s+(\w+)", ptx.read_text())
         assert "gemm_mma" in entries
@@ -123,10 +149,11 @@ def test_bf16_bits_round_to_nearest_even():
     assert np.isnan(ktv.from_bf16_bits(np.array([ktv.BF16_NAN], dtype=np.uint16))[0])
 
 
-def test_kt_inputs_are_random_poisoned_and_verified():
+def test_kt_inputs_are_random_poisoned_and_verified(kept):
+    pytest.importorskip("kernel_tuner", reason="kernel_tuner (dev extra) is not installed")
     m, n, k = 3, 16, 32
-    inputs = ktv.kt_inputs(shape=(m, n, k), seed=7)
-    a, b, c, workspace, *sizes = inputs.arguments
+    inputs = ktv.kt_inputs(space=ktv.kt_space(configs=kept), shape=(m, n, k), seed=7)
+    a, b, c, _workspace, *sizes = inputs.arguments
     assert (a.size, b.size, c.size) == (m * k, n * k, m * n)
     assert a.dtype == b.dtype == c.dtype == np.uint16
     assert np.count_nonzero(ktv.from_bf16_bits(a)) == m * k and np.count_nonzero(ktv.from_bf16_bits(b)) == n * k
@@ -139,6 +166,37 @@ def test_kt_inputs_are_random_poisoned_and_verified():
     assert verify(inputs.answer, [None, None, right], atol=1e-6)
     assert not verify(inputs.answer, [None, None, c])
     assert not verify(inputs.answer, [None, None, np.zeros_like(c)])
+
+
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (333, 264, 328), (512, 4096, 4096)])
+def test_kt_workspace_is_zeroed_big_enough_and_shared_only_within_one_split_k(kept, shape):
+    """The workspace KT passes each point (the Tunable's pick): zeroed, big enough for the launch, and shared
+    only by configurations of one SPLIT_K, whose counters all sit at the same offset after the partials."""
+    pytest.importorskip("kernel_tuner", reason="kernel_tuner (dev extra) is not installed")
+    space = ktv.kt_space(configs=kept)
+    inputs = ktv.kt_inputs(space=space, shape=shape, seed=7)
+    users: dict[int, set] = {}
+    for config in kept:
+        params = dict(zip(space.names, _kt_key(config)))
+        workspace = inputs.arguments[3].select_for_configuration(params)
+        launch = FAMILIES["gemm_mma"].launch(config.defines(), *shape)
+        assert workspace.dtype == np.float32 and workspace.nbytes >= max(launch.workspace_bytes, 1), config.label()
+        users.setdefault(id(workspace), set()).add(config.defines()["SPLIT_K"])
+    for splits in users.values():
+        assert len(splits) == 1  # counters sit at SPLIT_K * M * N floats: one offset per shared buffer
+    for workspace in inputs.arguments[3].values():
+        assert not workspace.any()
+    assert len(users) == len(_declared_split_ks())
+
+
+def test_kt_accepts_the_argument_list(kept):
+    """KT's own argument check takes the per-SPLIT_K workspace (a Tunable) in the kernel's workspace slot."""
+    util = pytest.importorskip("kernel_tuner.util", reason="kernel_tuner (dev extra) is not installed")
+    space = ktv.kt_space(configs=kept)
+    inputs = ktv.kt_inputs(space=space, shape=(8, 64, 64), seed=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # uint16 bit patterns for __nv_bfloat16, as in the script
+        util.check_argument_list("gemm_mma", _kt_kernel_string(space, kept[0]), inputs.arguments)
 
 
 def test_compare_winners_uses_our_medians_with_a_one_percent_tie():
@@ -158,7 +216,7 @@ def test_compare_winners_uses_our_medians_with_a_one_percent_tie():
 def test_plan_and_our_commands(tmp_path):
     plan = ktv.make_plan(quick=True, subset=False, filters=[], shapes=[], kt_iterations=7,
                          params_path=REPO / "params.yaml")
-    assert plan.filters[0] == "SPLIT_K=1" and plan.shapes == ktv.QUICK_SHAPES
+    assert plan.filters == ktv.QUICK_SUBSET and plan.shapes == ktv.QUICK_SHAPES
     steps = dict(ktv.ours_commands(plan=plan, root=tmp_path, python="python3"))
     assert list(steps) == ["grid", "compile", "bench"]
     for name in ("grid", "compile"):
@@ -170,7 +228,8 @@ def test_plan_and_our_commands(tmp_path):
     assert bench[bench.index("--backend") + 1] == "cuda" and bench[bench.index("--gpus") + 1] == "0"
     assert bench[bench.index("--shape") + 1] == "512,4096,4096"
     full = ktv.make_plan(quick=False, subset=False, filters=[], shapes=[], kt_iterations=7, params_path=REPO)
-    assert full.filters == ("SPLIT_K=1",) and full.shapes == ktv.SHAPES
+    assert full.filters == () and full.shapes == ktv.SHAPES
+    assert "--filter" not in dict(ktv.ours_commands(plan=full, root=tmp_path, python="python3"))["grid"]
     with pytest.raises(TuneTableError, match=r"--shape\[1\]"):
         ktv.make_plan(quick=False, subset=False, filters=[], shapes=["1,8,8", "4096,4096"], kt_iterations=7,
                       params_path=REPO)
@@ -183,6 +242,7 @@ def test_our_grid_and_compile_steps_build_exactly_the_configs_kt_gets(tmp_path):
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     (tmp_path / "kernels").mkdir()
     shutil.copy(REPO / "kernels" / "gemm_mma.cu", tmp_path / "kernels" / "gemm_mma.cu")
+    shutil.copytree(REPO / "kernels" / "common", tmp_path / "kernels" / "common")  # its local headers
     plan = ktv.make_plan(quick=True, subset=False, filters=[], shapes=[], kt_iterations=7,
                          params_path=tmp_path / "params.yaml")
     root = tmp_path / "results"
@@ -193,5 +253,9 @@ def test_our_grid_and_compile_steps_build_exactly_the_configs_kt_gets(tmp_path):
     kt_ids = {config.id for config in space.by_key.values()}
     grid_ids = {entry["id"] for entry in json.loads(paths.grid_file("gemm_mma", root=root).read_text())["configs"]}
     records = json.loads(paths.compile_report("gemm_mma", root=root).read_text())["records"]
-    assert grid_ids == kt_ids and len(kt_ids) == 5
+    assert grid_ids == kt_ids
     assert {r["config_id"] for r in records if r["status"] == "ok"} == kt_ids
+    # The quick subset is a smoke test of both shared-memory paths and of split-K.
+    configs = space.by_key.values()
+    assert {dict(c.derived)["SMEM_BYTES"] > 48 * 1024 for c in configs} == {False, True}
+    assert {c.defines()["SPLIT_K"] > 1 for c in configs} == {False, True}
