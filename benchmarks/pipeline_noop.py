@@ -95,7 +95,8 @@ def main() -> None:
         for name, command in COMMANDS.items():
             with console.status(f"timing {name}"):
                 samples = [timed(command, cwd=project) for _ in range(args.rounds)]
-            figures[name] = {"median_s": round(statistics.median(samples), 3), "samples_s": [round(s, 3) for s in samples]}
+            figures[name] = {"median_s": round(statistics.median(samples), 3),
+                             "samples_s": [round(s, 3) for s in samples]}
     report = {
         "target_s": TARGET_S,
         "setup_repro_s": round(setup_s, 2),

@@ -175,11 +175,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += [f"## {set_name} shapes ({len(rows)})", "",
                   f"Geomean gemm/cuBLAS speed: {summary['geomean_vs_cublas']:.3f}; gemm/untuned: "
                   f"{summary['geomean_vs_untuned']:.3f}; verified: {summary['verified']}/{len(rows)}.", "",
-                  "| M | N | K | family | source | config | gemm TFLOP/s | cuBLAS TFLOP/s | untuned TFLOP/s | vs cuBLAS | vs untuned | rel err |",
+                  "| M | N | K | family | source | config | gemm TFLOP/s | cuBLAS TFLOP/s | untuned TFLOP/s | "
+                  "vs cuBLAS | vs untuned | rel err |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in rows:
             lines.append(
-                f"| {row['M']} | {row['N']} | {row['K']} | {row.get('kernel', '')} | {row['source']} | {row['config_id']} | "
+                f"| {row['M']} | {row['N']} | {row['K']} | {row.get('kernel', '')} | {row['source']} | "
+                f"{row['config_id']} | "
                 f"{row['gemm_tflops']:.1f} | {row['cublas_tflops']:.1f} | {row['untuned_tflops']:.1f} | "
                 f"{row['gemm_vs_cublas']:.2f} | {row['gemm_vs_untuned']:.2f} | {row['rel_err']:.1e} |")
         lines.append("")
@@ -235,7 +237,8 @@ def main() -> None:
     if args.limit:
         shape_sets = {name: shapes[: args.limit] for name, shapes in shape_sets.items()}
     results: dict[str, Any] = {
-        "device": props.name, "torch": torch.__version__, "git_rev": os.environ.get("TUNETABLE_GIT_REV") or git_revision(REPO),
+        "device": props.name, "torch": torch.__version__,
+        "git_rev": os.environ.get("TUNETABLE_GIT_REV") or git_revision(REPO),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "rounds": args.rounds,
         "method": "random bf16; rotating (A,B,C) sets > 3x L2; sleep kernel then CUDA events around a batch; "
                   "contenders interleaved per round (order rotated); median of rounds. untuned = "

@@ -144,7 +144,8 @@ def run_ours(recorded: RecordedTable, spec: Ours, *, seed: int, cap: int, budget
         seed_ids: list[str] = []
         related: list[tuple[str, float, float]] = []
         if spec.transfer:
-            seed_ids = [recorded.space.configs[p].id for p in neighbour_seeds(shape=shape, winners=winners, space=recorded.space)]
+            seed_ids = [recorded.space.configs[p].id
+                        for p in neighbour_seeds(shape=shape, winners=winners, space=recorded.space)]
             related = related_measurements(shape=shape, history=history, predicted=predicted) if spec.residuals else []
         result = plan.run(
             configs=recorded.space.configs,
@@ -224,13 +225,17 @@ def _kt_task(args: tuple[str, str, Shape, float, int, Sequence[int]]) -> tuple[s
     return label, shape, needed, errors
 
 
-def _ours_task(args: tuple[RecordedTable, Ours, int, int, int, tuple[Profile, ...]]) -> tuple[str, int, dict[Shape, int | None]]:
+def _ours_task(
+    args: tuple[RecordedTable, Ours, int, int, int, tuple[Profile, ...]]
+) -> tuple[str, int, dict[Shape, int | None]]:
     """One pool task: (label, seed, measurements needed per shape) of one seed of one of our strategies."""
     recorded, spec, seed, cap, budget, learn_from = args
     return spec.label, seed, run_ours(recorded, spec, seed=seed, cap=cap, budget=budget, learn_from=learn_from)
 
 
-def summarise(needed: Sequence[int | None], per_shape: dict[Shape, list[int | None]], *, grid: int, budget: int) -> dict:
+def summarise(
+    needed: Sequence[int | None], per_shape: dict[Shape, list[int | None]], *, grid: int, budget: int
+) -> dict:
     """Median and 95th percentile of measurements needed, and the shares reached within the 10 % budget."""
     values = np.array([math.inf if n is None else n for n in needed], dtype=float)
     shape_medians = {s: float(np.median([math.inf if n is None else n for n in v])) for s, v in per_shape.items()}
@@ -255,7 +260,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The benchmark's command-line arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recording", default=str(REPO / "data/recordings/h200_gemm_mma.parquet"),
-                        help="the recording searched (replayed); any table's, e.g. data/recordings/h200_gemm_wgmma.parquet")
+                        help="the recording searched (replayed); any table's, e.g. "
+                             "data/recordings/h200_gemm_wgmma.parquet")
     parser.add_argument("--params", default=str(REPO / "params.yaml"))
     parser.add_argument("--table", default=None,
                         help="table of the recording (default: its sidecar's, else gemm_mma); family and parameter "
@@ -294,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours_specs = list(OURS)
     if recorded.prior(recorded.shapes[0]) is None:
         # The perf model cannot rank this family: strategies that rest on it are left out, learned ones run without it.
-        console.print(f"no perf model for family {family}: perf-model strategies left out, learned priors run without it")
+        console.print(f"no perf model for family {family}: perf-model strategies left out, "
+                      "learned priors run without it")
         ours_specs = [*(replace(s, use_prior=False) for s in OURS if s.learn and s.use_prior),
                       *(s for s in OURS if not s.use_prior and not s.learn)]
     if args.learn_from:
@@ -312,7 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"{recording.name}: {grid} configurations x {len(recorded.shapes)} shapes; 10 % of the grid = "
                   f"{budget} measurements; cap {cap}; {len(seeds)} seeds")
 
-    ours: dict[str, dict[Shape, list[int | None]]] = {spec.label: {s: [] for s in recorded.shapes} for spec in ours_specs}
+    ours: dict[str, dict[Shape, list[int | None]]] = {spec.label: {s: [] for s in recorded.shapes}
+                                                       for spec in ours_specs}
     kt: dict[str, dict[Shape, list[int | None]]] = {name: {} for name in kt_strategies}
     kt_errors: list[str] = []
     identity = {"recording_sha256": sha256_file(recording), "seeds": len(seeds), "cap_measurements": cap}
@@ -322,13 +330,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kt_caches_") as cache_dir, Progress(console=console) as progress:
         table_rows = [r for r in rows if r.get("table", args.table) == args.table]
         # Zero compile/benchmark times: the runaway guard (time_limit) then counts wall seconds only.
-        export_kt_caches(table_rows, table=args.table, kernel_name=family, out_dir=cache_dir, names=names, timings=False)
+        export_kt_caches(table_rows, table=args.table, kernel_name=family, out_dir=cache_dir, names=names,
+                         timings=False)
         ours_tasks = [(recorded, spec, seed, cap, budget, learn_from) for spec in ours_specs for seed in seeds]
         kt_tasks = [(str(Path(cache_dir) / cache_file_name(table=args.table, shape=shape)), name, shape,
                      recorded.optimum_ms(shape), cap, seeds) for name in kt_strategies for shape in recorded.shapes
                     if shape not in kt[name]]
         # Fresh workers now and then: long Kernel Tuner runs were seen growing to gigabytes per process.
-        with multiprocessing.Pool(processes=max(args.workers, 1), maxtasksperchild=40, initializer=_limit_worker) as pool:
+        with multiprocessing.Pool(processes=max(args.workers, 1), maxtasksperchild=40,
+                                  initializer=_limit_worker) as pool:
             task_ours = progress.add_task("our strategies", total=len(ours_tasks))
             by_seed: dict[tuple[str, int], dict[Shape, int | None]] = {}
             for label, seed, needed in pool.imap_unordered(_ours_task, ours_tasks):
@@ -367,7 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "kernel_tuner_errors": sorted(kt_errors),
         # Measurements needed per strategy, shape and seed (null: not within the cap), for re-analysis.
         "raw": {f"{source}:{name}": {_shape_key(shape): values for shape, values in sorted(per_shape.items())}
-                for source, results in (("tunetable", ours), ("kernel_tuner", kt)) for name, per_shape in results.items()},
+                for source, results in (("tunetable", ours), ("kernel_tuner", kt))
+                for name, per_shape in results.items()},
     }
     out = Path(args.out)
     atomic_write_text(out.with_suffix(".json"), json.dumps(report, indent=2, sort_keys=True) + "\n")
@@ -379,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         table.add_column(column, justify="left" if column in ("source", "strategy") else "right")
     for entry in _ordered(summary):
         table.add_row(entry["source"], entry["strategy"], _fmt(entry["median"], cap), _fmt(entry["p95"], cap),
-                      _fmt(entry["p95_pct_grid"], 100 * cap / grid, pct=True), f"{100 * entry['runs_within_budget']:.1f} %",
+                      _fmt(entry["p95_pct_grid"], 100 * cap / grid, pct=True),
+                      f"{100 * entry['runs_within_budget']:.1f} %",
                       f"{100 * entry['shapes_within_budget']:.1f} %", f"{100 * entry['reached']:.1f} %")
     console.print(table)
     for line in verdict["lines"]:
@@ -406,7 +418,7 @@ def _sidecar_table(recording: Path) -> str | None:
 
 
 def _family_and_names(params_path: str, *, table: str) -> tuple[str, list[str] | None]:
-    """Family and tunables of a table: from params.yaml when declared there, else the table's name and the recording's columns."""
+    """Family and tunables of a table: from params.yaml if declared, else its name and the recording's columns."""
     params = load_params(params_path)
     if table in params["tables"]:
         spec = table_spec(params, table, path=params_path)
@@ -440,7 +452,8 @@ def _reused_kt(path: Path, *, identity: dict, strategies: Sequence[str]) -> dict
 
 def _ordered(summary: dict) -> list[dict]:
     """Summary entries, ours first, then by p95, median and strategy name (unreached last)."""
-    return sorted(summary.values(), key=lambda e: (e["source"] != "tunetable", _key(e["p95"]), _key(e["median"]), e["strategy"]))
+    return sorted(summary.values(),
+                  key=lambda e: (e["source"] != "tunetable", _key(e["p95"]), _key(e["median"]), e["strategy"]))
 
 
 def _key(value: float | None) -> float:
@@ -460,14 +473,16 @@ def _verdict(summary: dict, *, budget: int, cap: int) -> dict:
     ours = [e for e in summary.values() if e["source"] == "tunetable"]
     theirs = [e for e in summary.values() if e["source"] == "kernel_tuner"]
     best_ours = min(ours, key=lambda e: (-e["runs_within_budget"], _key(e["p95"]), _key(e["median"])))
-    best_kt = min(theirs, key=lambda e: (-e["runs_within_budget"], _key(e["p95"]), _key(e["median"]))) if theirs else None
+    best_kt = (min(theirs, key=lambda e: (-e["runs_within_budget"], _key(e["p95"]), _key(e["median"])))
+               if theirs else None)
     meets_budget = min(best_ours["runs_within_budget"], best_ours["shapes_within_budget"]) >= SHAPE_SHARE_TARGET
     ours_pair = (_key(best_ours["median"]), _key(best_ours["p95"]))
     kt_pair = (math.inf, math.inf) if best_kt is None else (_key(best_kt["median"]), _key(best_kt["p95"]))
     # Fewer: no worse on the median and the 95th percentile, and better on at least one.
     beats_kt = all(a <= b for a, b in zip(ours_pair, kt_pair)) and ours_pair != kt_pair
     lines = [
-        (f"best of ours: {best_ours['strategy']}: {100 * best_ours['runs_within_budget']:.1f} % of (shape, seed) runs and "
+        (f"best of ours: {best_ours['strategy']}: {100 * best_ours['runs_within_budget']:.1f} % of (shape, seed) "
+         "runs and "
          f"{100 * best_ours['shapes_within_budget']:.1f} % of shapes (median over seeds) within 2 % using <= {budget} "
          f"measurements (target >= {100 * SHAPE_SHARE_TARGET:.0f} %): {'MET' if meets_budget else 'NOT MET'}"),
     ]
@@ -475,12 +490,14 @@ def _verdict(summary: dict, *, budget: int, cap: int) -> dict:
     if without and without != [best_ours]:
         best_plain = min(without, key=lambda e: (-e["runs_within_budget"], _key(e["p95"]), _key(e["median"])))
         lines.append(f"best of ours without a learned prior: {best_plain['strategy']}: "
-                     f"{100 * best_plain['runs_within_budget']:.1f} % of runs, {100 * best_plain['shapes_within_budget']:.1f} % "
+                     f"{100 * best_plain['runs_within_budget']:.1f} % of runs, "
+                     f"{100 * best_plain['shapes_within_budget']:.1f} % "
                      f"of shapes within 2 % using <= {budget} measurements")
     if best_kt is not None:
         lines.append(
             f"best of Kernel Tuner: {best_kt['strategy']}: median {_fmt(best_kt['median'], cap)} / p95 "
-            f"{_fmt(best_kt['p95'], cap)} against ours {_fmt(best_ours['median'], cap)} / {_fmt(best_ours['p95'], cap)}: "
+            f"{_fmt(best_kt['p95'], cap)} against ours {_fmt(best_ours['median'], cap)} / "
+            f"{_fmt(best_ours['p95'], cap)}: "
             f"{'FEWER' if beats_kt else 'NOT FEWER'}"
         )
     return {"best_ours": best_ours["strategy"], "best_kernel_tuner": None if best_kt is None else best_kt["strategy"],
@@ -506,18 +523,22 @@ def _markdown(report: dict) -> str:
         f"{report['grid_size']} configurations x {report['shapes']} shapes, {report['seeds']} seeds. "
         f"Unique measurements until a configuration within {100 * report['tolerance']:.0f} % of the exhaustive "
         f"optimum is measured; searches capped at {report['cap_measurements']}; the 10 % budget is "
-        f"{report['budget_measurements']} measurements. Kernel Tuner {report['kernel_tuner_version']} in simulation mode.",
+        f"{report['budget_measurements']} measurements. Kernel Tuner {report['kernel_tuner_version']} "
+        "in simulation mode.",
         "",
         "\"runs\": share of (shape, seed) searches that measured a configuration within 2 % of the optimum within the "
         "10 % budget; \"shapes\": share of shapes whose median over seeds did. \"+ transfer\": a shape starts from the "
-        "winners that already-tuned shapes (the nearest M of its N, K; the most similar M of another N, K) found within "
+        "winners that already-tuned shapes (the nearest M of its N, K; the most similar M of another N, K) "
+        "found within "
         "their own budget. \"+ learned\": the model's prior "
         "is learned from complete profiles of other shapes, never the evaluated one: this recording's other shapes, "
         "only shapes of another (N, K), or"
-        + (f" the other shapes of `{report['learn_from']['recording']}` (a separate measurement)." if report.get("learn_from")
+        + (f" the other shapes of `{report['learn_from']['recording']}` (a separate measurement)."
+           if report.get("learn_from")
            else " (with --learn-from) a separate recording's other shapes."),
         "",
-        "| source | strategy | median | p95 | p95 % of grid | runs <= 10 % | shapes <= 10 % (median over seeds) | reached |",
+        "| source | strategy | median | p95 | p95 % of grid | runs <= 10 % | shapes <= 10 % (median over seeds) "
+        "| reached |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     cap = report["cap_measurements"]

@@ -74,7 +74,8 @@ def summary(ratios: dict[tuple[int, int, int], float]) -> dict[str, Any]:
     """Geomean and the share of shapes at or above cuBLAS."""
     values = list(ratios.values())
     return {"shapes": len(values), "geomean": geomean(values),
-            "at_or_above_1": sum(v >= 1.0 for v in values), "share_at_or_above_1": sum(v >= 1.0 for v in values) / len(values),
+            "at_or_above_1": sum(v >= 1.0 for v in values),
+            "share_at_or_above_1": sum(v >= 1.0 for v in values) / len(values),
             "min": min(values), "max": max(values)}
 
 

@@ -142,7 +142,9 @@ def read_entry(path: Path, *, expected: Mapping[str, Any]) -> dict[str, Any] | N
         return None
     problem = _entry_problem(entry, expected=expected)
     if problem is not None:
-        warnings.warn(f"autotune cache {path}: {problem}; ignoring it and tuning again", AutotuneCacheWarning, stacklevel=2)
+        warnings.warn(
+            f"autotune cache {path}: {problem}; ignoring it and tuning again", AutotuneCacheWarning, stacklevel=2
+        )
         return None
     return entry
 
@@ -459,7 +461,9 @@ class Autotuner:
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    def _tune(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], *, identity: dict[str, Any]) -> dict[str, Any]:
+    def _tune(
+        self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], *, identity: dict[str, Any]
+    ) -> dict[str, Any]:
         """Run, verify and time every (pruned) configuration; the cache entry of the winner."""
         named = self._bound(args, kwargs)
         candidates = list(range(len(self.configs)))
@@ -480,7 +484,10 @@ class Autotuner:
         ok = [trial for trial in trials if trial.status == "ok"]
         failed = len(trials) - len(ok)
         if failed:
-            print(f"autotune({self.name}): {failed}/{len(trials)} configurations failed for key {list(key)}", file=sys.stderr)
+            print(
+                f"autotune({self.name}): {failed}/{len(trials)} configurations failed for key {list(key)}",
+                file=sys.stderr,
+            )
         if not ok:
             reasons = "; ".join(f"{trial.config}: {trial.status}: {trial.error}" for trial in trials[:3])
             raise AutotuneError(f"autotune({self.name}): every configuration failed for key {list(key)} ({reasons})")
@@ -497,7 +504,8 @@ class Autotuner:
         }
 
     def _trial(
-        self, index: int, args: tuple[Any, ...], kwargs: dict[str, Any], named: Mapping[str, Any], saved: Mapping[str, Any]
+        self, index: int, args: tuple[Any, ...], kwargs: dict[str, Any], named: Mapping[str, Any],
+        saved: Mapping[str, Any]
     ) -> Trial:
         """Run one configuration once (restored inputs), verify it, then time it."""
         config = self.configs[index]
@@ -516,13 +524,21 @@ class Autotuner:
             restore_all()
             launch()
             if self.verify is not None and not self.verify(named):
-                return Trial(index=index, config=text, status="verify", median_ms=None, error="output failed verification")
+                return Trial(
+                    index=index, config=text, status="verify", median_ms=None, error="output failed verification"
+                )
             timer = self.timer or cuda_cold_l2_timer
             reset = restore_all if saved else None
-            samples = [float(value) for value in timer(launch, warmup_ms=self.warmup_ms, rounds=self.rounds, reset=reset)]
+            samples = [
+                float(value) for value in timer(launch, warmup_ms=self.warmup_ms, rounds=self.rounds, reset=reset)
+            ]
         except Exception as exc:  # a configuration that cannot run is a failed trial, not a crash
-            return Trial(index=index, config=text, status="failed", median_ms=None, error=f"{type(exc).__name__}: {exc}")
-        return Trial(index=index, config=text, status="ok", median_ms=statistics.median(samples), samples_ms=tuple(samples))
+            return Trial(
+                index=index, config=text, status="failed", median_ms=None, error=f"{type(exc).__name__}: {exc}"
+            )
+        return Trial(
+            index=index, config=text, status="ok", median_ms=statistics.median(samples), samples_ms=tuple(samples)
+        )
 
     def _print(self, key: tuple[Any, ...], trials: Sequence[Trial], winner: Trial, elapsed: float) -> None:
         """Print each trial's median time (the winner starred) to stderr."""

@@ -447,7 +447,9 @@ def kernel_config(entry: Entry, *, params_path: Path = PARAMS_PATH) -> Any:
 
     _, spec, derived = _table_setup(str(params_path), entry.kernel)
     tunables = tunables_of(entry)
-    config = KernelConfig(family=spec.family, params=tuple(tunables.items()), derived=tuple(derive(tunables, derived).items()))
+    config = KernelConfig(
+        family=spec.family, params=tuple(tunables.items()), derived=tuple(derive(tunables, derived).items())
+    )
     if config.id != entry.config_id:
         raise ValueError(
             f"{entry.kernel}: table entry for N={entry.n}, K={entry.k}, M=[{entry.m}, {entry.m_end}) says "

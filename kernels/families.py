@@ -126,7 +126,9 @@ class GemmWgmmaFamily:
         stages = _int_define(defines, "STAGES")
         return stages * (block_m + block_n) * block_k * 2 + 2048
 
-    def tensor_maps(self, defines: Mapping[str, object], *, M: int, N: int, K: int) -> tuple[TensorMapSpec, TensorMapSpec]:
+    def tensor_maps(
+        self, defines: Mapping[str, object], *, M: int, N: int, K: int
+    ) -> tuple[TensorMapSpec, TensorMapSpec]:
         """TMA boxes of 64 K-elements (one 128-byte swizzle atom) by the rows each block loads.
 
         In a cluster each block loads one slice of a shared tile for all: BLOCK_M / CLUSTER_N rows

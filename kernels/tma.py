@@ -45,7 +45,9 @@ class TensorMapSpec:
         if self.swizzle not in SWIZZLE_BYTES:
             raise ValueError(f"tensor map: swizzle {self.swizzle} is not one of {sorted(SWIZZLE_BYTES)}")
         if self.swizzle and self.box_cols * BF16_BYTES > self.swizzle:
-            raise ValueError(f"tensor map: a {self.box_cols}-element box row exceeds the {self.swizzle}-byte swizzle span")
+            raise ValueError(
+                f"tensor map: a {self.box_cols}-element box row exceeds the {self.swizzle}-byte swizzle span"
+            )
 
 
 class TensorMapError(RuntimeError):

@@ -208,5 +208,5 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
         shapes = list(dict.fromkeys([*_shapes(params_a, name), *_shapes(params_b, name)]))
         results.append(audit_table(root=root, rev_a=commit_a, rev_b=commit_b, table=name, manifest=manifest,
                                    shapes=shapes, all_shapes=all_shapes))
-    return Audit(rev_a=rev_a, rev_b=lineage.rev_label(rev_b), params=tuple(params_changes(before=params_a, after=params_b)),
-                 tables=tuple(results))
+    return Audit(rev_a=rev_a, rev_b=lineage.rev_label(rev_b),
+                 params=tuple(params_changes(before=params_a, after=params_b)), tables=tuple(results))

@@ -412,7 +412,9 @@ def _check_distinct_markers(tables: Sequence[TableResult], *, target_path: Path)
         for marker in (table.job.begin_marker, table.job.end_marker):
             name = str(table.job.name)
             if marker in owner and owner[marker] != name:
-                raise TuneTableError(f"tables {owner[marker]} and {name} both use the marker {marker}", path=target_path)
+                raise TuneTableError(
+                    f"tables {owner[marker]} and {name} both use the marker {marker}", path=target_path
+                )
             owner[marker] = name
 
 

@@ -247,7 +247,9 @@ def compile_config(
         return hit
     compiler = shutil.which("nvcc")
     if compiler is None:
-        return CompileResult(key=key, status="build", cubin=None, compile_s=0.0, ptxas_log="", error="nvcc not found on PATH")
+        return CompileResult(
+            key=key, status="build", cubin=None, compile_s=0.0, ptxas_log="", error="nvcc not found on PATH"
+        )
     with tempfile.TemporaryDirectory(prefix="tunetable-nvcc-") as scratch:
         output = Path(scratch) / "kernel.cubin"
         command = [
@@ -310,7 +312,7 @@ def compile_configs(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_result: Callable[[KernelConfig, CompileResult], None] | None = None,
 ) -> dict[str, CompileResult]:
-    """Compile every configuration (cache hits answered here, misses as ``workers`` parallel nvcc runs), keyed by config id."""
+    """Compile every configuration (cache hits here, misses as ``workers`` parallel nvcc runs), by config id."""
     source = Path(kernel_path)
     if not source.is_file():
         raise TuneTableError("kernel source not found", path=source)
@@ -379,7 +381,8 @@ def build_records(
 
 
 def _record(
-    config: KernelConfig, result: CompileResult, *, limits: DeviceLimits, entry: str | None, relative_to: str | Path | None
+    config: KernelConfig, result: CompileResult, *, limits: DeviceLimits, entry: str | None,
+    relative_to: str | Path | None
 ) -> CompileRecord:
     """One configuration's record; ptxas resources over the device limits turn 'ok' into 'pruned'."""
     if result.status != "ok":

@@ -138,7 +138,9 @@ def _flatten(value: Any) -> list[Any]:
     return [value]
 
 
-def normalise_groups(grid: Mapping[str, Any], *, path: str | Path, table: str) -> list[tuple[str, dict[str, list[Value]]]]:
+def normalise_groups(
+    grid: Mapping[str, Any], *, path: str | Path, table: str
+) -> list[tuple[str, dict[str, list[Value]]]]:
     """Groups as (name, {PARAM: values}) with flattened, de-duplicated value lists."""
     groups = grid.get("groups") or []
     if not groups:
@@ -174,15 +176,21 @@ def apply_overrides(
     return out
 
 
-def compile_derived(grid: Mapping[str, Any], *, param_names: Iterable[str], path: str | Path, table: str) -> list[Derived]:
+def compile_derived(
+    grid: Mapping[str, Any], *, param_names: Iterable[str], path: str | Path, table: str
+) -> list[Derived]:
     """Parse ``derived``: each may use the tunables and the derived values declared before it."""
     allowed = set(param_names)
     out = []
     for name, source in (grid.get("derived") or {}).items():
         where = f"tables.{table}.grid.derived.{name}"
         if name in allowed:
-            raise TuneTableError(f"derived value '{name}' shadows a parameter or earlier derived value", path=path, where=where)
-        expression = parse_expression(str(source), allowed_names=allowed, kind=f"derived value {name}", path=path, where=where)
+            raise TuneTableError(
+                f"derived value '{name}' shadows a parameter or earlier derived value", path=path, where=where
+            )
+        expression = parse_expression(
+            str(source), allowed_names=allowed, kind=f"derived value {name}", path=path, where=where
+        )
         out.append(Derived(name=name, expression=expression))
         allowed.add(name)
     return out
@@ -246,7 +254,8 @@ def limit_violations(
         block_registers = registers_per_block(registers=registers, threads=threads)
         if block_registers > limits.max_registers_per_block:
             problems.append(
-                f"{registers} registers x {threads} threads = {block_registers} > {limits.max_registers_per_block} per block"
+                f"{registers} registers x {threads} threads = {block_registers} > "
+                f"{limits.max_registers_per_block} per block"
             )
     return problems
 
@@ -404,7 +413,8 @@ def configs_from_document(document: Mapping[str, Any], *, path: str | Path) -> l
         config = KernelConfig.from_dict(family, entry.get("params") or {}, entry.get("derived") or {})
         if config.id != entry.get("id"):
             raise TuneTableError(
-                f"id {entry.get('id')} does not match its params (expected {config.id})", path=path, where=f"configs[{index}]"
+                f"id {entry.get('id')} does not match its params (expected {config.id})", path=path,
+                where=f"configs[{index}]"
             )
         out.append(config)
     return out

@@ -73,7 +73,8 @@ def git_revision(cwd: str | Path = ".") -> str:
             ["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, check=True
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True,
+            check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -109,7 +109,9 @@ def metrics_at(*, root: Path, rev: str | None, table: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def content_key_at(*, reader: DataReader, table: str, metrics: dict[str, Any], provenance: dict[str, Any]) -> str | None:
+def content_key_at(
+    *, reader: DataReader, table: str, metrics: dict[str, Any], provenance: dict[str, Any]
+) -> str | None:
     """The content key of the raw shards behind a table at a revision.
 
     The metrics JSON records it; otherwise a single key folder, or the one named by the
@@ -170,7 +172,8 @@ def shard_view(*, reader: DataReader, table: str, key: str, m: int, n: int, k: i
         best = kernels.sort_values(["median_ms", "config_id"]).iloc[0]
         best_ms, best_config = float(best["median_ms"]), str(best["config_id"])
     chosen = frame[frame["config_id"] == config_id] if config_id is not None else frame.iloc[0:0]
-    row = {name: _plain(chosen.iloc[0][name]) for name in PROVENANCE_FIELDS if name in chosen.columns} if len(chosen) else {}
+    row = ({name: _plain(chosen.iloc[0][name]) for name in PROVENANCE_FIELDS if name in chosen.columns}
+           if len(chosen) else {})
     config_ms = float(row["median_ms"]) if row.get("status") == "ok" and row.get("median_ms") is not None else None
     return ShardView(
         path=str(path), content_key=key, found=True, config_ms=config_ms, best_ms=best_ms, best_config=best_config,

@@ -117,7 +117,9 @@ def lookup(entries: Sequence[ManifestEntry], *, m: int, n: int, k: int) -> Manif
     return None
 
 
-def shape_results(*, entries: Sequence[ManifestEntry], ranked: Any, shapes: Iterable[tuple[int, int, int]]) -> list[ShapeResult]:
+def shape_results(
+    *, entries: Sequence[ManifestEntry], ranked: Any, shapes: Iterable[tuple[int, int, int]]
+) -> list[ShapeResult]:
     """The table's pick and its measured time at every shape (ranked: polars DataFrame of ok rows)."""
     import polars as pl
 

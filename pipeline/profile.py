@@ -196,7 +196,9 @@ def numeric_columns(*, frame: pl.DataFrame, names: tuple[str, ...]) -> list[str]
     return [n for n in names if n in frame.columns and (frame.schema[n].is_numeric() or frame.schema[n] == pl.Boolean)]
 
 
-def correlation(*, frame: pl.DataFrame, metric: Metric, parameters: tuple[str, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def correlation(
+    *, frame: pl.DataFrame, metric: Metric, parameters: tuple[str, ...]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Kendall tau of every numeric parameter with the metric (sorted by |tau|) and the full matrix."""
     rows = kernel_rows(frame=frame, metric=metric)
     names = [*numeric_columns(frame=rows, names=parameters), metric.name]

@@ -150,7 +150,8 @@ def from_frame(*, frame: pl.DataFrame, path: str, name: str, provenance: dict[st
     if missing:
         frame = frame.with_columns(parsed.select(missing))
     shape = keys.runtime or constant_columns(frame=frame, candidates=keys.parameters)
-    parameters = tuple(p for p in keys.parameters if p not in shape and p not in NON_PARAMETER_COLUMNS - {"M", "N", "K"})
+    parameters = tuple(p for p in keys.parameters
+                       if p not in shape and p not in NON_PARAMETER_COLUMNS - {"M", "N", "K"})
     return LoadedResult(path=path, name=name, frame=frame, parameters=parameters, shape=tuple(shape),
                         provenance=provenance or {})
 

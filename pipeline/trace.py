@@ -336,7 +336,7 @@ def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str) -> 
 
 
 def _candidate(*, source: TableSource, entries: Sequence[ManifestEntry], m: int, n: int, k: int) -> CandidateAtM:
-    """What one table's manifest picks at a shape and that configuration's measurement (empty when no entry covers it)."""
+    """What one table's manifest picks at a shape and its measurement (empty when no entry covers it)."""
     entry = lookup(entries, m=m, n=n, k=k)
     if entry is None:
         return CandidateAtM(table=source.table, entry_index=None, config_id=None, measured=None)

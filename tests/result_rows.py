@@ -19,7 +19,8 @@ CONFIGS: dict[str, dict[str, int]] = {
 
 
 def row(*, m: int, config: str, median: float | None, n: int = 4096, k: int = 4096, status: str = "ok",
-        iqr: float = 0.0, backend: str = "cuda", content_key: str = "live0001", table: str = "gemm_mma") -> dict[str, Any]:
+        iqr: float = 0.0, backend: str = "cuda", content_key: str = "live0001",
+        table: str = "gemm_mma") -> dict[str, Any]:
     """One ROW_FIELDS row; ``config="cublas"`` gives the baseline row."""
     params = {} if config == "cublas" else CONFIGS[config]
     tflops = None if median is None else 2 * m * n * k / (median * 1e-3) / 1e12

@@ -65,7 +65,8 @@ def test_kill9_mid_run_then_rerun_measures_only_what_is_missing(tmp_path: Path) 
     assert [(r["config_id"], r["status"]) for r in finals] == [("wrong", "verify")]  # not re-verified
     rows = read_shard(shard)["merged_df"].set_index("config_id")
     for cid in ("a", "b", "c"):
-        journalled = [r["sample_ms"] for r in journal_records(journal) if r["type"] == "sample" and r["config_id"] == cid]
+        journalled = [r["sample_ms"] for r in journal_records(journal)
+                      if r["type"] == "sample" and r["config_id"] == cid]
         assert list(rows.loc[cid, "samples_ms"]) == journalled
     assert rows.loc["wrong", "status"] == "verify"
 

@@ -24,7 +24,8 @@ from pipeline.errors import TuneTableError
 from pipeline.params import load_params, table_spec
 
 REPO = Path(__file__).resolve().parents[1]
-SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4, "STAGES": 4, "SPLIT_K": 4, "GROUP_M": 1}
+SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4, "STAGES": 4, "SPLIT_K": 4,
+         "GROUP_M": 1}
 
 
 def test_settings_come_from_params_bench() -> None:
@@ -82,7 +83,8 @@ def test_reports_that_disagree_are_clear_errors(tmp_path: Path) -> None:
         {"config_id": "cb", "status": "build", "cubin": None, "error": "ptxas: too much shared data"},
         {"config_id": "cc", "status": "pruned", "cubin": None}]}))
     kernel_hash, tasks = tasks_from_reports(grid_path=grid, compile_path=report)
-    assert kernel_hash == "h1" and [(t.config_id, t.build_status, t.mesh_idx) for t in tasks] == [("ca", "ok", 0), ("cb", "build", 1)]
+    assert kernel_hash == "h1" and [(t.config_id, t.build_status, t.mesh_idx) for t in tasks] == [
+        ("ca", "ok", 0), ("cb", "build", 1)]
     assert dict(tasks[0].compile_info)["registers"] == 90 and tasks[1].build_error.startswith("ptxas")
     report.write_text(json.dumps({"kernel_hash": "h2", "records": []}))
     with pytest.raises(TuneTableError, match="compile report is for kernel h2, grid for h1"):
@@ -99,9 +101,11 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_bench_cli_errors_are_one_line(tmp_path: Path) -> None:
     both = run_cli("bench", "--table", "gemm_mma", "--all-shapes", "--shape", "1,8,8", cwd=REPO)
-    assert both.returncode == 2 and both.stderr.strip() == "error: bench: give --shape M,N,K (repeatable) or --all-shapes, not both or neither"
+    assert both.returncode == 2 and both.stderr.strip() == ("error: bench: give --shape M,N,K (repeatable) or "
+                                                            "--all-shapes, not both or neither")
     bad = run_cli("bench", "--table", "gemm_mma", "--shape", "1,8", cwd=REPO)
-    assert bad.returncode == 2 and bad.stderr.strip() == "error: --shape[0]: expected M,N,K with positive integers, got '1,8'"
+    assert bad.returncode == 2 and bad.stderr.strip() == ("error: --shape[0]: expected M,N,K with positive integers, "
+                                                          "got '1,8'")
     params = tmp_path / "params.yaml"
     params.write_text((REPO / "params.yaml").read_text().replace("recording: data/recordings/h200_gemm_mma.parquet",
                                                                  f"recording: {tmp_path / 'none.parquet'}"))
@@ -127,7 +131,8 @@ def test_cuda_jobs_refuse_a_compile_report_whose_cubins_are_gone(tmp_path: Path)
     records = [{"config_id": "ca", "status": "ok", "cubin": str(cubin)},
                {"config_id": "cb", "status": "ok", "cubin": str(tmp_path / "gone.cubin")}]
     (tmp_path / "compile" / "gemm_mma.json").write_text(json.dumps({"kernel_hash": kernel_hash, "records": records}))
-    with pytest.raises(TuneTableError, match=r"compile/gemm_mma.json: 1 compiled cubins are missing \(first: .*gone.cubin\)"):
+    with pytest.raises(TuneTableError,
+                       match=r"compile/gemm_mma.json: 1 compiled cubins are missing \(first: .*gone.cubin\)"):
         cuda_jobs(table=table, shapes=[(1, 4096, 4096)], key="k", results_root=tmp_path)
     records[1]["cubin"] = str(cubin)
     (tmp_path / "compile" / "gemm_mma.json").write_text(json.dumps({"kernel_hash": kernel_hash, "records": records}))

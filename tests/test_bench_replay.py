@@ -27,7 +27,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("measured")
     tasks = (ConfigTask(config_id="cA", mesh_idx=0, family="cpu", params=(("TILE", 16),)),
              ConfigTask(config_id="cB", mesh_idx=1, family="cpu", params=(("TILE", 32),)))
-    jobs = [ShardJob(table="t", m=m, n=n, k=k, tasks=tasks, payloads={"cA": {"entry": "gemm"}, "cB": {"entry": "gemm_wrong"}},
+    jobs = [ShardJob(table="t", m=m, n=n, k=k, tasks=tasks,
+                     payloads={"cA": {"entry": "gemm"}, "cB": {"entry": "gemm_wrong"}},
                      journal_path=root / f"{m}.journal.jsonl", shard_path=root / f"{m}.pkl", content_key="measkey",
                      kernel_hash="kh1", provenance={"git_rev": "abc123", "nvcc": "nvcc-x"})
             for (m, n, k) in SHAPES]

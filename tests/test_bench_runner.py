@@ -16,7 +16,9 @@ from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
 SETTINGS = BenchSettings(warmup_ms=2, rounds=4, min_batch_ms=0.1, timeout_s=1.5)
 
 
-def make_job(tmp_path: Path, entries: dict[str, dict], *, m: int = 32, n: int = 48, k: int = 40, name: str = "s") -> ShardJob:
+def make_job(
+    tmp_path: Path, entries: dict[str, dict], *, m: int = 32, n: int = 48, k: int = 40, name: str = "s"
+) -> ShardJob:
     tasks = tuple(ConfigTask(config_id=cid, mesh_idx=i, family="cpu", params=(("ENTRY", payload["entry"]),))
                   for i, (cid, payload) in enumerate(entries.items()))
     return ShardJob(table="t", m=m, n=n, k=k, tasks=tasks, payloads=dict(entries),
@@ -53,7 +55,8 @@ def test_every_failure_kind_is_classified_and_the_run_goes_on(tmp_path: Path) ->
         "ok3": {"entry": "gemm"},
     }
     job = make_job(tmp_path, entries)
-    rows = {r["config_id"]: r for r in run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None])[job.shard_path]}
+    rows = {r["config_id"]: r
+            for r in run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None])[job.shard_path]}
     assert {cid: r["status"] for cid, r in rows.items()} == {
         "ok1": "ok", "wrong": "verify", "unwritten": "verify", "fault": "launch", "segv": "launch", "ok2": "ok",
         "hang": "timeout", "exit": "launch", "late_segv": "launch", "late_hang": "timeout", "ok3": "ok",
@@ -110,7 +113,8 @@ def test_several_gpus_take_the_largest_shards_first(tmp_path: Path) -> None:
     small = make_job(tmp_path, {"a": {"entry": "gemm"}}, m=8, n=64, k=64, name="small")
     large = make_job(tmp_path, {"a": {"entry": "gemm"}}, m=8192, n=8192, k=8192, name="large")
     medium = make_job(tmp_path, {"a": {"entry": "gemm"}}, m=1024, n=4096, k=4096, name="medium")
-    assert [j.shard_path.stem for j in longest_first(jobs=[small, large, medium], settings=SETTINGS)] == ["large", "medium", "small"]
+    assert [j.shard_path.stem for j in longest_first(jobs=[small, large, medium], settings=SETTINGS)] == [
+        "large", "medium", "small"]
 
 
 def test_progress_events_count_every_configuration_once_also_on_resume(tmp_path: Path) -> None:
@@ -200,7 +204,8 @@ def test_a_search_starts_from_the_winners_of_neighbours_measured_earlier(tmp_pat
     first, second = _search_job(tmp_path, m=64), _search_job(tmp_path, m=32)
     search = TableSearch(plan=make_strategy({"strategy": "model", "max_fevals": 4, "seed": 0}), shard_dir=tmp_path)
     results = run_shards(jobs=[first, second], settings=SETTINGS, runner="cpu-test", gpus=[None], search=search)
-    ok = sorted((r["median_ms"], r["config_id"]) for r in results[first.shard_path] if r["kind"] == "kernel" and r["status"] == "ok")
+    ok = sorted((r["median_ms"], r["config_id"]) for r in results[first.shard_path]
+                if r["kind"] == "kernel" and r["status"] == "ok")
     seeds = read_shard(second.shard_path)["provenance"]["search"]["transfer_seeds"]
     assert seeds == [cid for _, cid in ok[:2]]
     assert [r["config_id"] for r in results[second.shard_path][:2]] == seeds   # measured first

@@ -326,7 +326,9 @@ def test_provenance_hash_ignores_layout_but_not_values(tmp_path: Path) -> None:
     relaid = codegen.load_manifest_document(
         write(tmp_path / "b.yaml", "# comment\n" + PROVENANCE_MANIFEST.replace("    M: 1\n", "    M:    1   # one\n"))
     )
-    changed = codegen.load_manifest_document(write(tmp_path / "c.yaml", PROVENANCE_MANIFEST.replace("M: 1\n", "M: 2\n")))
+    changed = codegen.load_manifest_document(
+        write(tmp_path / "c.yaml", PROVENANCE_MANIFEST.replace("M: 1\n", "M: 2\n"))
+    )
     assert codegen.params_hash(base.params) == codegen.params_hash(relaid.params)
     assert codegen.params_hash(base.params) != codegen.params_hash(changed.params)
 
@@ -335,7 +337,8 @@ def test_provenance_without_device_or_date_says_unknown_and_stays_one_line() -> 
     line = codegen.provenance_comment(
         provenance={"device": "H200\nfake line"}, parameters=[], source_label="x", indent=""
     )
-    assert line == f"# Provenance: [x] params sha256:{independent_params_hash([])}, device: H200 fake line, date: unknown"
+    assert line == (f"# Provenance: [x] params sha256:{independent_params_hash([])}, "
+                    "device: H200 fake line, date: unknown")
 
 
 def test_without_provenance_output_has_no_extra_line(tmp_path: Path) -> None:
@@ -394,7 +397,8 @@ def test_int_value_accepts_integer_arithmetic(text: object, value: int) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["__import__('os').system('true')", "2 ** 10", "1.5", "True", "1 / 2", "x + 1", "1 // 0", True, 3.0, None, "1+" * 200],
+    ["__import__('os').system('true')", "2 ** 10", "1.5", "True", "1 / 2", "x + 1", "1 // 0", True, 3.0, None,
+     "1+" * 200],
 )
 def test_int_value_rejects_everything_else(text: object) -> None:
     assert codegen.int_value(text) is None
@@ -425,7 +429,8 @@ def test_crlf_snippet_renders_like_an_lf_snippet(tmp_path: Path) -> None:
         manifest_path=manifest, snippet_path=snippet, target_path=target,
         begin_marker="BEGIN", end_marker="END", source_label="m",
     )
-    assert text == "# BEGIN\n        # Automatically generated from [m]\n        # index: [0]\n        C(\n            2\n        ),\n# END\n"
+    assert text == ("# BEGIN\n        # Automatically generated from [m]\n        # index: [0]\n"
+                    "        C(\n            2\n        ),\n# END\n")
 
 
 def test_crlf_target_keeps_its_line_endings_outside_the_region(tmp_path: Path) -> None:
@@ -437,4 +442,5 @@ def test_crlf_target_keeps_its_line_endings_outside_the_region(tmp_path: Path) -
         manifest_path=manifest, snippet_path=snippet, target_path=target,
         begin_marker="BEGIN", end_marker="END", source_label="m",
     )
-    assert text == "head\r\n# BEGIN\r\n        # Automatically generated from [m]\n        # index: [0]\n        C(2),\n# END\r\ntail\r\n"
+    assert text == ("head\r\n# BEGIN\r\n        # Automatically generated from [m]\n        # index: [0]\n"
+                    "        C(2),\n# END\r\ntail\r\n")

@@ -57,7 +57,8 @@ LARGE = [
 
 SNIPPET = "dict(m=[@M], m_end=[@M_END], tile=[@TILE])\n"
 RANGED_SNIPPET = "dict(m=[@M], m_end=[@M_END], tile=[@TILE], ranged=True)\n"
-SMALL_MANIFEST = "defaults: &d\n  N: 8\n  K: 8\nparams:\n  - {<<: *d, M: 1, M_END: 64, TILE: 16}\n  - {<<: *d, M: 64, M_END: 128, TILE: 32}\n"
+SMALL_MANIFEST = ("defaults: &d\n  N: 8\n  K: 8\nparams:\n  - {<<: *d, M: 1, M_END: 64, TILE: 16}\n"
+                  "  - {<<: *d, M: 64, M_END: 128, TILE: 32}\n")
 LARGE_MANIFEST = "params:\n  - {M: 128, M_END: 2147483647, N: 8, K: 8, TILE: 128, _template: ranged}\n"
 
 
@@ -139,7 +140,9 @@ def test_two_regions_via_python_dash_m(project: Path) -> None:
     assert (check.returncode, check.stdout, check.stderr) == (0, "", "")
 
 
-def test_check_prints_a_unified_diff_exits_1_and_writes_nothing(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_prints_a_unified_diff_exits_1_and_writes_nothing(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = project / "tables.py"
     code, out, err = run_cli(table_args(project, "large", "--check"), capsys)
     assert code == 1
@@ -207,8 +210,10 @@ def test_unknown_declared_table(project: Path, capsys: pytest.CaptureFixture[str
     ("mutate", "message"),
     [
         (lambda root: (root / "small.yaml").write_text("[1]\n"), "{root}/small.yaml: expected a YAML mapping"),
-        (lambda root: (root / "small.yaml").write_text("params: x\n"), "{root}/small.yaml: expected 'params' to be a sequence"),
-        (lambda root: (root / "small.yaml").write_text("params: [3]\n"), "{root}/small.yaml: params[0] must be a mapping"),
+        (lambda root: (root / "small.yaml").write_text("params: x\n"),
+         "{root}/small.yaml: expected 'params' to be a sequence"),
+        (lambda root: (root / "small.yaml").write_text("params: [3]\n"),
+         "{root}/small.yaml: params[0] must be a mapping"),
         (
             lambda root: (root / "small.yaml").write_text("params: [{M: 1, TILE: 2}]\n"),
             "{root}/small.yaml: params[0]: Missing snippet parameters: M_END",
@@ -244,9 +249,12 @@ def test_errors_are_one_line_exit_2_and_leave_the_target_alone(
 
 @pytest.mark.parametrize(
     ("variant", "message"),
-    [("ranged", "Invalid --snippet-variant 'ranged'; expected NAME=PATH"), ("ranged=x", "Duplicate snippet variant 'ranged'")],
+    [("ranged", "Invalid --snippet-variant 'ranged'; expected NAME=PATH"),
+     ("ranged=x", "Duplicate snippet variant 'ranged'")],
 )
-def test_bad_snippet_variant_flags(project: Path, capsys: pytest.CaptureFixture[str], variant: str, message: str) -> None:
+def test_bad_snippet_variant_flags(
+    project: Path, capsys: pytest.CaptureFixture[str], variant: str, message: str
+) -> None:
     code, _, err = run_cli(table_args(project, "small", "--snippet-variant", variant), capsys)
     assert (code, err) == (2, f"error: {message}\n")
 
@@ -288,10 +296,12 @@ def test_modular_parity_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFi
     target = tmp_path / "tuning_configs.mojo"
     target.write_bytes((FIXTURES / "tuning_configs_before.mojo").read_bytes())
     runs = [
-        ["--manifest", str(FIXTURES / "tuning_table_sm100_bf16.yaml"), "--snippet", str(FIXTURES / "tuning_sm100.mojo.snippet"),
+        ["--manifest", str(FIXTURES / "tuning_table_sm100_bf16.yaml"),
+         "--snippet", str(FIXTURES / "tuning_sm100.mojo.snippet"),
          "--begin-marker", "BEGIN-TUNING-LIST-SM100-BF16", "--end-marker", "END-TUNING-LIST-SM100-BF16",
          "--source-label", "tuning_table_sm100_bf16.yaml"],
-        ["--manifest", str(FIXTURES / "tuning_table_sm100_fp8.yaml"), "--snippet", str(FIXTURES / "tuning_fp8.mojo.snippet"),
+        ["--manifest", str(FIXTURES / "tuning_table_sm100_fp8.yaml"),
+         "--snippet", str(FIXTURES / "tuning_fp8.mojo.snippet"),
          "--begin-marker", "BEGIN-TUNING-LIST-SM100-FP8", "--end-marker", "END-TUNING-LIST-SM100-FP8",
          "--source-label", "gpu/linalg/tuning_table_sm100_fp8.yaml",
          f"--snippet-variant=ranged={FIXTURES / 'tuning_fp8_ranged.mojo.snippet'}"],

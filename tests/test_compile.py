@@ -35,15 +35,18 @@ def test_parse_ptxas_two_kernels_with_spills() -> None:
     # Captured from nvcc 13.0 -Xptxas -v -maxrregcount=32 on sm_90a.
     functions = parse_ptxas((PTXAS / "two_kernels_spills_sm90a.txt").read_text())
     assert functions == {
-        "other": FunctionResources(name="other", registers=10, smem_bytes=0, stack_bytes=0, spill_stores=0, spill_loads=0, barriers=1, entry=True),
-        "spilly": FunctionResources(name="spilly", registers=32, smem_bytes=0, stack_bytes=2096, spill_stores=5508, spill_loads=6500, barriers=0, entry=True),
+        "other": FunctionResources(name="other", registers=10, smem_bytes=0, stack_bytes=0, spill_stores=0,
+                                   spill_loads=0, barriers=1, entry=True),
+        "spilly": FunctionResources(name="spilly", registers=32, smem_bytes=0, stack_bytes=2096, spill_stores=5508,
+                                    spill_loads=6500, barriers=0, entry=True),
     }
 
 
 def test_parse_ptxas_static_smem_and_stack() -> None:
     functions = parse_ptxas((PTXAS / "stack_smem_sm90a.txt").read_text())
     assert functions == {
-        "scale": FunctionResources(name="scale", registers=32, smem_bytes=1024, stack_bytes=256, spill_stores=0, spill_loads=0, barriers=1, entry=True),
+        "scale": FunctionResources(name="scale", registers=32, smem_bytes=1024, stack_bytes=256, spill_stores=0,
+                                   spill_loads=0, barriers=1, entry=True),
     }
 
 
@@ -66,7 +69,8 @@ def test_command_line_pieces() -> None:
 
 
 def test_first_error_lines_drop_ptxas_chatter_and_cap_length() -> None:
-    stderr = "ptxas info    : 0 bytes gmem\nk.cu(5): error: static assertion failed\n" + "".join(f"line {i}\n" for i in range(20))
+    stderr = ("ptxas info    : 0 bytes gmem\nk.cu(5): error: static assertion failed\n"
+              + "".join(f"line {i}\n" for i in range(20)))
     lines = first_error_lines(stderr, limit=3).splitlines()
     assert lines == ["k.cu(5): error: static assertion failed", "line 0", "line 1"]
 
@@ -168,9 +172,12 @@ def test_records_prune_on_ptxas_resources_and_keep_build_failures() -> None:
     results = {
         fits.id: CompileResult(key="a", status="ok", cubin="/cache/a.cubin", compile_s=0.41234, ptxas_log=spilly_log),
         # 32 regs x 1024 threads = 32768 fits 65536; with a 16384 limit it does not.
-        too_many_regs.id: CompileResult(key="b", status="ok", cubin="/cache/b.cubin", compile_s=0.5, ptxas_log=spilly_log),
-        too_much_smem.id: CompileResult(key="c", status="ok", cubin="/cache/c.cubin", compile_s=0.3, ptxas_log=smem_log),
-        broken.id: CompileResult(key="d", status="build", cubin=None, compile_s=0.2, ptxas_log="", error="k.cu(5): error: static assertion failed"),
+        too_many_regs.id: CompileResult(key="b", status="ok", cubin="/cache/b.cubin", compile_s=0.5,
+                                        ptxas_log=spilly_log),
+        too_much_smem.id: CompileResult(key="c", status="ok", cubin="/cache/c.cubin", compile_s=0.3,
+                                        ptxas_log=smem_log),
+        broken.id: CompileResult(key="d", status="build", cubin=None, compile_s=0.2, ptxas_log="",
+                                 error="k.cu(5): error: static assertion failed"),
     }
     limits = DeviceLimits(max_shared_bytes_per_block=512, max_registers_per_block=16384, max_threads_per_block=1024)
     records = build_records(
@@ -178,10 +185,12 @@ def test_records_prune_on_ptxas_resources_and_keep_build_failures() -> None:
         results=results,
         limits=limits,
         entry="spilly",
-        grid_pruned=[Pruned(limit_pruned, "2048 threads > 1024 per block", "limit"), Pruned(rule_pruned, "rules[0] 'x' is false", "rule")],
+        grid_pruned=[Pruned(limit_pruned, "2048 threads > 1024 per block", "limit"),
+                     Pruned(rule_pruned, "rules[0] 'x' is false", "rule")],
         relative_to="/cache",
     )
-    summary = [(r.config_id, r.status, r.registers, r.smem_bytes, r.spill_bytes, r.stack_bytes, r.reason) for r in records]
+    summary = [(r.config_id, r.status, r.registers, r.smem_bytes, r.spill_bytes, r.stack_bytes, r.reason)
+               for r in records]
     assert summary == [
         (fits.id, "ok", 32, 0, 5508 + 6500, 2096, None),
         (too_many_regs.id, "pruned", 32, 0, 12008, 2096, "32 registers x 1024 threads = 32768 > 16384 per block"),
@@ -193,7 +202,8 @@ def test_records_prune_on_ptxas_resources_and_keep_build_failures() -> None:
     assert records[3].error == "k.cu(5): error: static assertion failed"
     document = compile_document(records, table="t", kernel_hash="h", nvcc=NVCC, arch="sm_90a", flags=["-O3"])
     assert set(document) >= {"table", "kernel_hash", "nvcc", "arch", "records"}
-    expected_fields = {"config_id", "status", "cubin", "registers", "smem_bytes", "spill_bytes", "stack_bytes", "compile_s", "error", "reason"}
+    expected_fields = {"config_id", "status", "cubin", "registers", "smem_bytes", "spill_bytes", "stack_bytes",
+                       "compile_s", "error", "reason"}
     assert all(expected_fields <= set(record) and "cached" not in record for record in document["records"])
 
 
@@ -221,7 +231,8 @@ def _toy_params(folder: Path) -> None:
                 "family": "toy", "kernel": "kernels/absent.cu", "dtype": "bf16",
                 "shapes": {"NK": [[64, 64]], "M": [1]},
                 "grid": {"groups": [{"BLOCK": [64]}]},
-                "codegen": {"manifest": "m.yaml", "snippet": "s", "target": "t.py", "begin_marker": "B", "end_marker": "E", "source_label": "l"},
+                "codegen": {"manifest": "m.yaml", "snippet": "s", "target": "t.py", "begin_marker": "B",
+                            "end_marker": "E", "source_label": "l"},
             }
         },
         "compile": {}, "bench": {}, "select": {},
@@ -251,7 +262,9 @@ def test_compile_with_a_missing_kernel_names_the_table_key(tmp_path: Path) -> No
 
     _toy_params(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "compile", "--table", "toy"], cwd=tmp_path, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "pipeline", "compile", "--table", "toy"], cwd=tmp_path, capture_output=True, text=True,
+        check=False
     )
     assert done.returncode == 2
-    assert done.stderr.startswith("error: ") and done.stderr.endswith("kernels/absent.cu: tables.toy.kernel: kernel source not found\n")
+    assert done.stderr.startswith("error: ") and done.stderr.endswith(
+        "kernels/absent.cu: tables.toy.kernel: kernel source not found\n")

@@ -78,7 +78,8 @@ def test_warm_cache_hits_and_a_header_edit_misses(kernel_dir: Path, tmp_path: Pa
 def _compile_uncached(kernel: str, cache: str) -> str:
     """Worker for the race test: always runs nvcc, writes the same entry."""
     result = compile_config(
-        kernel_path=kernel, defines={"BLOCK": 96, "ITEMS": 3}, flags=FLAGS, arch="sm_90a", cache_dir=cache, use_cache=False
+        kernel_path=kernel, defines={"BLOCK": 96, "ITEMS": 3}, flags=FLAGS, arch="sm_90a", cache_dir=cache,
+        use_cache=False
     )
     return result.key
 
@@ -91,7 +92,8 @@ def test_two_processes_compiling_the_same_config_leave_one_whole_entry(kernel_di
     hit = lookup(cache_dir=cache, key=keys[0])
     assert hit is not None and hit.status == "ok"
     assert Path(hit.cubin).read_bytes()[:4] == ELF_MAGIC
-    assert sorted(path.name for path in cache.iterdir()) == [f"{keys[0]}.cubin", f"{keys[0]}.json"]  # no temp files left
+    # no temp files left
+    assert sorted(path.name for path in cache.iterdir()) == [f"{keys[0]}.cubin", f"{keys[0]}.json"]
 
 
 def test_pool_compiles_misses_and_answers_hits_from_the_cache(kernel_dir: Path, tmp_path: Path) -> None:
@@ -136,10 +138,12 @@ def test_compile_command_writes_the_report(kernel_dir: Path, tmp_path: Path) -> 
                 "dtype": "bf16",
                 "shapes": {"NK": [[64, 64]], "M": [1]},
                 "grid": {"groups": [{"BLOCK": [64, 100, 256], "ITEMS": [8]}], "derived": {"THREADS": "BLOCK"}},
-                "codegen": {"manifest": "m.yaml", "snippet": "s", "target": "t.py", "begin_marker": "B", "end_marker": "E", "source_label": "l"},
+                "codegen": {"manifest": "m.yaml", "snippet": "s", "target": "t.py", "begin_marker": "B",
+                            "end_marker": "E", "source_label": "l"},
             }
         },
-        "compile": {"nvcc_flags": list(FLAGS), "cache_dir": ".cache/cubins", "limits": {"max_shared_bytes_per_block": 4096}},
+        "compile": {"nvcc_flags": list(FLAGS), "cache_dir": ".cache/cubins",
+                    "limits": {"max_shared_bytes_per_block": 4096}},
         "bench": {},
         "select": {},
     }

@@ -31,9 +31,12 @@ from kernels.dispatch import (
 )
 from kernels.tuning_configs import TABLES, FamilyChoice, TuningConfig, WgmmaTuningConfig
 
-SMALL = {"block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4, "stages": 4, "split_k": 4, "group_m": 1}
-MEDIUM = {"block_m": 64, "block_n": 128, "block_k": 64, "warps_m": 2, "warps_n": 4, "stages": 4, "split_k": 1, "group_m": 8}
-LARGE = {"block_m": 128, "block_n": 256, "block_k": 64, "warps_m": 2, "warps_n": 4, "stages": 3, "split_k": 1, "group_m": 8}
+SMALL = {"block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4, "stages": 4, "split_k": 4,
+         "group_m": 1}
+MEDIUM = {"block_m": 64, "block_n": 128, "block_k": 64, "warps_m": 2, "warps_n": 4, "stages": 4, "split_k": 1,
+          "group_m": 8}
+LARGE = {"block_m": 128, "block_n": 256, "block_k": 64, "warps_m": 2, "warps_n": 4, "stages": 3, "split_k": 1,
+         "group_m": 8}
 
 
 def entry(tunables: dict[str, int], *, m: int, m_end: int, n: int = 4096, k: int = 4096) -> TuningConfig:
@@ -280,7 +283,8 @@ def family_dispatcher() -> FamilyDispatcher:
     """gemm_mma serves M < 64 and M >= 4096 of (4096, 4096), gemm_wgmma the Ms between; nothing else."""
     mma = [entry(SMALL, m=1, m_end=64), entry(LARGE, m=64, m_end=INT32_MAX),
            entry(MEDIUM, m=1, m_end=INT32_MAX, n=14336)]
-    wgmma = [wgmma_entry(WGMMA_SKINNY_TUNABLES, m=1, m_end=256), wgmma_entry(WGMMA_DEFAULT_TUNABLES, m=256, m_end=INT32_MAX)]
+    wgmma = [wgmma_entry(WGMMA_SKINNY_TUNABLES, m=1, m_end=256),
+             wgmma_entry(WGMMA_DEFAULT_TUNABLES, m=256, m_end=INT32_MAX)]
     choices = [choice("gemm_mma", m=1, m_end=64, config_id=mma[0].config_id),
                choice("gemm_wgmma", m=64, m_end=256, config_id=wgmma[0].config_id),
                choice("gemm_wgmma", m=256, m_end=4096, config_id=wgmma[1].config_id),

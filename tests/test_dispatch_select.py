@@ -29,7 +29,8 @@ PARAMETERS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "WARPS_M", "WARPS_N", "STAGES", "
 SKINNY = pl.col("BLOCK_M") <= 32
 INT32_MAX = 2147483647
 pytestmark = pytest.mark.skipif(not (SESSION_A.is_file() and SESSION_B.is_file()),
-                                reason="the committed gemm_mma recordings (h200_gemm_mma, h200_gemm_mma_rerun) are absent")
+                                reason="the committed gemm_mma recordings (h200_gemm_mma, h200_gemm_mma_rerun) "
+                                       "are absent")
 
 
 def ranked_rows(path: Path, keep: pl.Expr) -> pl.DataFrame:
@@ -57,7 +58,8 @@ def speedups_by_join(results: select.TableResults) -> dict[tuple[int, int, int],
     """cuBLAS / selected-winner median per measured shape, by a polars join (independent of select's loop)."""
     entries = pl.DataFrame([{k: e[k] for k in ("M", "M_END", "N", "K", "CONFIG_ID")} for e in results.entries])
     rows = results.ranked.join(entries, on=["N", "K"]).filter(
-        (pl.col("M") >= pl.col("M_right")) & (pl.col("M") < pl.col("M_END")) & (pl.col("config_id") == pl.col("CONFIG_ID")))
+        (pl.col("M") >= pl.col("M_right")) & (pl.col("M") < pl.col("M_END"))
+        & (pl.col("config_id") == pl.col("CONFIG_ID")))
     return {(r["M"], r["N"], r["K"]): r["cublas_ms"] / r["median_ms"] for r in rows.iter_rows(named=True)}
 
 
@@ -111,8 +113,10 @@ def test_each_candidate_is_judged_against_the_cublas_of_its_own_session(two_sess
 def test_exact_ties_go_to_the_table_listed_first() -> None:
     ranked = ranked_rows(SESSION_A, pl.lit(True))
     first, second = table_results("first", ranked), table_results("second", ranked)
-    assert {e["TABLE"] for e in entries_of(select.build_dispatch_manifest(name="d", tables=[first, second]))} == {"first"}
-    assert {e["TABLE"] for e in entries_of(select.build_dispatch_manifest(name="d", tables=[second, first]))} == {"second"}
+    assert ({e["TABLE"] for e in entries_of(select.build_dispatch_manifest(name="d", tables=[first, second]))}
+            == {"first"})
+    assert ({e["TABLE"] for e in entries_of(select.build_dispatch_manifest(name="d", tables=[second, first]))}
+            == {"second"})
 
 
 def test_tie_tolerance_favours_the_first_listed_table(two_sessions) -> None:
@@ -203,12 +207,14 @@ def test_select_dispatch_cli_then_codegen_is_fresh(project: Path) -> None:
 
 def test_select_dispatch_cli_errors_are_one_line(project: Path) -> None:
     cases = [
-        (("--table", "gemm_mma", "--dispatch", "gemm_dispatch"), "error: select: give --table or --dispatch (exactly one)"),
+        (("--table", "gemm_mma", "--dispatch", "gemm_dispatch"),
+         "error: select: give --table or --dispatch (exactly one)"),
         (("--dispatch", "gemm_dispatch", "--ranked", "results/ranked/gemm_mma.parquet"),
          "error: --ranked[0]: expected TABLE=PATH with --dispatch, got 'results/ranked/gemm_mma.parquet'"),
         (("--dispatch", "gemm_dispatch", "--ranked", "gemm_nope=x.parquet"),
          "error: --ranked[0]: table 'gemm_nope' is not in this dispatch list (gemm_mma, gemm_wgmma)"),
-        (("--dispatch", "nope"), "error: params.yaml: dispatch: unknown dispatch list 'nope' (declared: gemm_dispatch)"),
+        (("--dispatch", "nope"),
+         "error: params.yaml: dispatch: unknown dispatch list 'nope' (declared: gemm_dispatch)"),
         (("--table", "gemm_mma"), "error: --ranked: give exactly one ranked parquet with --table, got 0"),
     ]
     for args, line in cases:

@@ -90,7 +90,8 @@ def test_rejects_everything_outside_the_whitelist(source: str, what: str) -> Non
 
 def test_error_names_the_rule_like_the_brief() -> None:
     with pytest.raises(TuneTableError) as caught:
-        parse_expression("foo(BLOCK_M)", allowed_names=NAMES, kind="rule", path="params.yaml", where="tables.gemm_mma.grid.rules[2]")
+        parse_expression("foo(BLOCK_M)", allowed_names=NAMES, kind="rule", path="params.yaml",
+                         where="tables.gemm_mma.grid.rules[2]")
     assert str(caught.value) == "params.yaml: tables.gemm_mma.grid.rules[2]: call not allowed in rule 'foo(BLOCK_M)'"
 
 

@@ -166,7 +166,8 @@ def test_register_allocation_rounds_per_warp_to_256() -> None:
 
 def test_gemm_family_formula_prunes_shared_memory_before_compile() -> None:
     # kernels/families.py sizes gemm_mma's dynamic smem: 4 x (256 + 256) x 64 x 2 B = 262144 B > 227 KiB.
-    grid = {"groups": [{"BLOCK_M": [128, 256], "BLOCK_N": [256], "BLOCK_K": [64], "STAGES": [4], "WARPS_M": [2], "WARPS_N": [4]}]}
+    grid = {"groups": [{"BLOCK_M": [128, 256], "BLOCK_N": [256], "BLOCK_K": [64], "STAGES": [4], "WARPS_M": [2],
+                        "WARPS_N": [4]}]}
     result = expand(spec(grid, family="gemm_mma"), limits=DeviceLimits())
     assert labels(result.kept) == ["BLOCK_M=128/BLOCK_N=256/BLOCK_K=64/STAGES=4/WARPS_M=2/WARPS_N=4"]
     assert [item.reason for item in result.pruned] == ["262144 B shared memory > 232448 B per block"]
@@ -220,7 +221,8 @@ TOY_PARAMS = {
                 "rules": ["BLOCK % 64 == 0"],
                 "derived": {"THREADS": "BLOCK"},
             },
-            "codegen": {"manifest": "m.yaml", "snippet": "s", "target": "t.py", "begin_marker": "B", "end_marker": "E", "source_label": "l"},
+            "codegen": {"manifest": "m.yaml", "snippet": "s", "target": "t.py", "begin_marker": "B", "end_marker": "E",
+                        "source_label": "l"},
         }
     },
     "compile": {"limits": {"max_threads_per_block": 64}},
@@ -231,7 +233,8 @@ TOY_PARAMS = {
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """Run ``python -m pipeline`` in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True,
+                          check=False)
 
 
 def write_params(folder: Path, params: dict) -> Path:

@@ -99,7 +99,8 @@ def test_replay_covers_every_table_whose_recording_is_present(copy: Path) -> Non
     # nothing is replayed), and then both tables and the dispatch list are in the DAG.
     params = copy / "params.yaml"
     recording = declared()["gemm_wgmma"]["recording"]
-    params.write_text(params.read_text().replace(f"recording: {recording}", f"recording: {RECORDING.relative_to(REPO)}"))
+    params.write_text(params.read_text().replace(f"recording: {recording}",
+                                                 f"recording: {RECORDING.relative_to(REPO)}"))
     done = snakemake("all", "-n", "--cores", "2", cwd=copy)
     counts = job_counts(done.output)
     assert counts["replay_gemm_mma"] == counts["replay_gemm_wgmma"] == counts["select_gemm_dispatch"] == 1
@@ -171,4 +172,5 @@ def test_unknown_table_fails_with_one_line(copy: Path, args: tuple[str, ...]) ->
 def test_trace_line_outside_any_entry(copy: Path) -> None:
     done = tunetable("trace", "kernels/tuning_configs.py:1", cwd=copy, check=False)
     assert done.returncode == 2
-    assert one_error_line(done.output) == "error: kernels/tuning_configs.py: line 1: line is not inside a generated entry"
+    assert one_error_line(done.output) == ("error: kernels/tuning_configs.py: line 1: "
+                                           "line is not inside a generated entry")

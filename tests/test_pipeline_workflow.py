@@ -143,8 +143,10 @@ def test_fresh_clone_main_job_reproduces_checked_in_table(tmp_path: Path) -> Non
     counts = job_counts(run.output)
     assert "compile" not in counts and "grid" not in counts  # replay never compiles
     shapes = yaml.safe_load((clone / "params.yaml").read_text())["tables"][TABLE]["shapes"]
-    assert len([path for path in shard_times(clone) if f"/raw/{TABLE}/" in path]) == len(shapes["M"]) * len(shapes["NK"])
+    assert (len([path for path in shard_times(clone) if f"/raw/{TABLE}/" in path])
+            == len(shapes["M"]) * len(shapes["NK"]))
     diff = git("status", "--porcelain", "--", "manifests", "kernels", "results/metrics", cwd=clone).output
     assert diff == "", (f"the main job changed checked-in files (regenerate them with `snakemake --cores 2` "
                         f"and commit manifests, kernels, results/metrics, results/plots):\n{diff}")
-    assert (clone / "kernels" / "tuning_configs.py").read_bytes() == (REPO / "kernels" / "tuning_configs.py").read_bytes()
+    assert ((clone / "kernels" / "tuning_configs.py").read_bytes()
+            == (REPO / "kernels" / "tuning_configs.py").read_bytes())

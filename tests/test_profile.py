@@ -82,10 +82,13 @@ def test_diff_view(tmp_path, result):
 
 
 def test_kendall_tau_hand_values():
-    assert views.kendall_tau(x=pl.Series([1, 2, 3, 4]).to_numpy(), y=pl.Series([1, 3, 2, 4]).to_numpy()) == pytest.approx(4 / 6)
+    assert views.kendall_tau(x=pl.Series([1, 2, 3, 4]).to_numpy(),
+                             y=pl.Series([1, 3, 2, 4]).to_numpy()) == pytest.approx(4 / 6)
     # x ties: S = 4, n0 = 6, tied x pairs = 2 -> 4 / sqrt(4 * 6)
-    assert views.kendall_tau(x=pl.Series([1, 1, 2, 2]).to_numpy(), y=pl.Series([1.0, 2.0, 3.0, 4.0]).to_numpy()) == pytest.approx(4 / 24 ** 0.5)
-    assert views.kendall_tau(x=pl.Series([4, 3, 2, 1]).to_numpy(), y=pl.Series([1, 2, 3, 4]).to_numpy()) == pytest.approx(-1.0)
+    assert views.kendall_tau(x=pl.Series([1, 1, 2, 2]).to_numpy(),
+                             y=pl.Series([1.0, 2.0, 3.0, 4.0]).to_numpy()) == pytest.approx(4 / 24 ** 0.5)
+    assert views.kendall_tau(x=pl.Series([4, 3, 2, 1]).to_numpy(),
+                             y=pl.Series([1, 2, 3, 4]).to_numpy()) == pytest.approx(-1.0)
 
 
 @pytest.mark.parametrize("given", [("[M] [N]",), ("[M,N]",), ("['M','N']",), ("M", "N"), ("[M, N]",)])
@@ -106,7 +109,8 @@ def test_query_filters_and_refuses_code():
 
 
 def test_merge_three_manifests_keeps_rows_of_every_file():
-    merged = views.merge_manifests(manifests=[("a", [{"M": 1, "N": 8, "X": 1}]), ("b", [{"M": 1, "N": 8, "X": 2}, {"M": 2, "N": 8, "X": 3}]),
+    merged = views.merge_manifests(manifests=[("a", [{"M": 1, "N": 8, "X": 1}]),
+                                              ("b", [{"M": 1, "N": 8, "X": 2}, {"M": 2, "N": 8, "X": 3}]),
                                               ("c", [{"M": 3, "N": 8, "X": 4}])], pivots=["M", "N"], sort_pivots=[])
     assert merged.select("M", "X", "source").rows() == [(1, 1, "a"), (2, 3, "b"), (3, 4, "c")]
 

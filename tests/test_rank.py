@@ -66,8 +66,8 @@ def test_rank_cli_counts_invalid_and_writes(tmp_path):
 def test_rank_cli_all_invalid_exits_2(tmp_path):
     bad = tmp_path / "bad.pkl"
     bad.write_text("nope")
-    done = subprocess.run([sys.executable, "-m", "pipeline", "rank", "--table", "t", "--out", str(tmp_path / "o.parquet"),
-                           str(bad)], capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "pipeline", "rank", "--table", "t", "--out",
+                           str(tmp_path / "o.parquet"), str(bad)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2
     assert f"Invalid pkl [{bad}]" in done.stderr
     assert "Traceback" not in done.stderr

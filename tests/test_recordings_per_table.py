@@ -66,7 +66,8 @@ def test_replay_leaves_out_a_table_whose_recording_is_absent(project: Path) -> N
     assert plan.dispatches == () and list(plan.skipped_dispatches) == ["gemm_dispatch"]
     banner = tt.banner(plan).splitlines()
     assert banner[0] == "tunetable: REPLAYING the committed recording (no GPU timing happens in this run)"
-    assert banner[1].startswith(f"tunetable: backend replay (requested): serving {MMA_RECORDING}, measured on NVIDIA H200")
+    assert banner[1].startswith(
+        f"tunetable: backend replay (requested): serving {MMA_RECORDING}, measured on NVIDIA H200")
     assert banner[2].startswith(f"tunetable: SKIPPING table gemm_wgmma: its recording {WGMMA_RECORDING} is absent")
     assert "tunetable record --table gemm_wgmma --name h200_gemm_wgmma" in banner[2]
     assert banner[3].startswith("tunetable: SKIPPING dispatch list gemm_dispatch: table gemm_wgmma is not part")

@@ -104,8 +104,10 @@ def test_import_a_cache_written_by_kernel_tuner_itself(tmp_path: Path) -> None:
               "objective": "time", "cache": {}}
     path.write_text(json.dumps(header, indent="")[:-3])   # exactly how process_cache starts a file
     cache: dict = {}
-    store_cache("64,64", {"BLOCK_M": 64, "BLOCK_N": 64, "time": 0.3, "times": [0.3, 0.3], "compile_time": 500.0}, str(path), cache)
-    store_cache("64,128", {"BLOCK_M": 64, "BLOCK_N": 128, "time": 0.25, "times": [0.2, 0.3], "compile_time": 400.0}, str(path), cache)
+    store_cache("64,64", {"BLOCK_M": 64, "BLOCK_N": 64, "time": 0.3, "times": [0.3, 0.3], "compile_time": 500.0},
+                str(path), cache)
+    store_cache("64,128", {"BLOCK_M": 64, "BLOCK_N": 128, "time": 0.25, "times": [0.2, 0.3], "compile_time": 400.0},
+                str(path), cache)
     rows = {(r["BLOCK_M"], r["BLOCK_N"]): r for r in rows_from_kt_cache(path, family="gemm_mma")}
     assert rows[(64, 128)]["median_ms"] == 0.25
     assert rows[(64, 128)]["samples_ms"] == [0.2, 0.3]

@@ -23,7 +23,8 @@ RECORDING = Path(__file__).resolve().parents[1] / "data/recordings/h200_gemm_mma
 
 
 def _config(**params: int) -> KernelConfig:
-    base = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 3, "SPLIT_K": 1, "GROUP_M": 8}
+    base = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 3, "SPLIT_K": 1,
+            "GROUP_M": 8}
     return KernelConfig.from_dict("gemm_mma", {**base, **params})
 
 
@@ -49,8 +50,10 @@ def test_roofline_floor_matches_design_numbers() -> None:
 
 def test_no_prediction_beats_the_roofline() -> None:
     for m in (1, 64, 1024, 8192):
-        for config in (_config(), _config(BLOCK_M=16, BLOCK_N=64, WARPS_M=1, WARPS_N=4, STAGES=4, SPLIT_K=4, BLOCK_K=64)):
-            predicted = predict_seconds(tile=GemmTile.from_config(config), resources=resources_for(config=config), m=m, n=4096, k=4096)
+        for config in (_config(),
+                       _config(BLOCK_M=16, BLOCK_N=64, WARPS_M=1, WARPS_N=4, STAGES=4, SPLIT_K=4, BLOCK_K=64)):
+            predicted = predict_seconds(tile=GemmTile.from_config(config), resources=resources_for(config=config),
+                                        m=m, n=4096, k=4096)
             assert predicted >= roofline_floor_s(m=m, n=4096, k=4096)
 
 
@@ -68,7 +71,8 @@ def test_split_k_is_predicted_to_help_skinny_m() -> None:
     times = {}
     for split in (1, 4):
         config = _config(**skinny, SPLIT_K=split)
-        times[split] = predict_seconds(tile=GemmTile.from_config(config), resources=resources_for(config=config), m=1, n=4096, k=4096)
+        times[split] = predict_seconds(tile=GemmTile.from_config(config), resources=resources_for(config=config),
+                                       m=1, n=4096, k=4096)
     assert times[4] < times[1]
 
 

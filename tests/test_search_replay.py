@@ -22,7 +22,8 @@ def _row(m: int, params: dict, status: str, median: float | None) -> dict:
 def _recording(tmp_path: Path) -> Path:
     import pandas as pd
 
-    a = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 3, "SPLIT_K": 1, "GROUP_M": 8}
+    a = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 3, "SPLIT_K": 1,
+         "GROUP_M": 8}
     b = {**a, "STAGES": 4}
     c = {**a, "BLOCK_M": 16, "WARPS_M": 1, "WARPS_N": 4, "SPLIT_K": 4, "GROUP_M": 1, "BLOCK_K": 64}
     rows = [
@@ -45,7 +46,8 @@ def test_recording_becomes_a_search_problem(tmp_path: Path) -> None:
     assert recorded.optimum_ms((4096, 4096, 4096)) == 0.40
     stages4 = next(c for c in recorded.space.configs if dict(c.params)["STAGES"] == 4)
     assert recorded.measure((4096, 4096, 4096))(stages4) == Failure("verify", None)
-    result = make_strategy({"strategy": "exhaustive"}).run(configs=recorded.space.configs, measure=recorded.measure((1, 4096, 4096)))
+    result = make_strategy({"strategy": "exhaustive"}).run(configs=recorded.space.configs,
+                                                           measure=recorded.measure((1, 4096, 4096)))
     assert result.best_ms == 0.012
 
 

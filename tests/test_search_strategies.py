@@ -88,8 +88,10 @@ def test_time_limit_stops_between_measurements(strategy) -> None:
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
 def test_same_seed_same_trace(strategy) -> None:
     prior = np.linspace(1.0, 2.0, len(_configs()))
-    first = run_search(strategy=strategy, space=_space(), measure=CountingMeasure(), budget=Budget(max_fevals=8), seed=11, prior=prior)
-    second = run_search(strategy=strategy, space=_space(), measure=CountingMeasure(), budget=Budget(max_fevals=8), seed=11, prior=prior)
+    first = run_search(strategy=strategy, space=_space(), measure=CountingMeasure(), budget=Budget(max_fevals=8),
+                       seed=11, prior=prior)
+    second = run_search(strategy=strategy, space=_space(), measure=CountingMeasure(), budget=Budget(max_fevals=8),
+                        seed=11, prior=prior)
     assert [e.config_id for e in first.trace] == [e.config_id for e in second.trace]
 
 
@@ -123,7 +125,8 @@ def test_model_and_exhaustive_start_from_the_prior_favourite() -> None:
     prior = np.full(len(_configs()), 5.0)
     prior[6] = 1.0   # (128, 4, 1), 7th in grid order, predicted fastest
     for strategy in (BayesianOptimisation(), Exhaustive()):
-        result = run_search(strategy=strategy, space=_space(), measure=CountingMeasure(), budget=Budget(max_fevals=1), seed=0, prior=prior)
+        result = run_search(strategy=strategy, space=_space(), measure=CountingMeasure(), budget=Budget(max_fevals=1),
+                            seed=0, prior=prior)
         assert result.trace[0].config_id == _configs()[6].id
 
 
@@ -137,7 +140,8 @@ def test_transfer_seeds_are_measured_first() -> None:
 def test_genetic_algorithm_only_measures_grid_points() -> None:
     # The grid lacks (256, 4, 4): crossover of (256, 4, 1) and (128, 4, 4) can produce it and must repair it.
     measure = CountingMeasure()
-    run_search(strategy=GeneticAlgorithm(population=4, mutation_rate=0.9), space=_space(), measure=measure, budget=Budget(), seed=5)
+    run_search(strategy=GeneticAlgorithm(population=4, mutation_rate=0.9), space=_space(), measure=measure,
+               budget=Budget(), seed=5)
     allowed = {c.id for c in _configs()}
     assert set(measure.calls) <= allowed and len(measure.calls) == len(allowed)
 
@@ -209,9 +213,11 @@ def test_band_design_spreads_over_the_models_near_ties() -> None:
 
 def test_the_default_measures_everything_and_budgets_change_the_fingerprint() -> None:
     default = SearchSettings.from_mapping(None)
-    assert default.measures_everything and SearchSettings.from_mapping({"strategy": "exhaustive", "seed": 4}).measures_everything
+    assert (default.measures_everything
+            and SearchSettings.from_mapping({"strategy": "exhaustive", "seed": 4}).measures_everything)
     budgeted = SearchSettings.from_mapping({"strategy": "exhaustive", "max_fevals": 5})
-    assert not budgeted.measures_everything and not SearchSettings.from_mapping({"strategy": "random"}).measures_everything
+    assert (not budgeted.measures_everything
+            and not SearchSettings.from_mapping({"strategy": "random"}).measures_everything)
     prints = {repr(SearchSettings.from_mapping(m).fingerprint()) for m in (
         {"strategy": "model", "max_fevals": 5}, {"strategy": "model", "max_fevals": 6},
         {"strategy": "model", "max_fevals": 5, "seed": 1}, {"strategy": "random", "max_fevals": 5},

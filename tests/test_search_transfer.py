@@ -15,7 +15,8 @@ from pipeline.search.transfer import (
 
 def test_tuning_order_groups_by_n_k_and_starts_from_the_largest_m() -> None:
     shapes = [(64, 4096, 4096), (1, 8192, 8192), (8, 4096, 4096), (1, 4096, 4096), (512, 8192, 8192)]
-    assert tuning_order(shapes) == [(64, 4096, 4096), (8, 4096, 4096), (1, 4096, 4096), (512, 8192, 8192), (1, 8192, 8192)]
+    assert tuning_order(shapes) == [(64, 4096, 4096), (8, 4096, 4096), (1, 4096, 4096), (512, 8192, 8192),
+                                    (1, 8192, 8192)]
 
 
 def test_neighbours_share_n_k_and_are_nearest_in_log_m() -> None:

@@ -79,7 +79,8 @@ def ranked_from(tmp_path: Path, *, backend: str = "cuda", content_key: str = "li
 
 
 def test_merge_ranges_first_starts_at_1_last_ends_at_int32_max():
-    choices = [select.Choice(m=m, config_id=c, strict_winner=c) for m, c in [(1, "a"), (8, "a"), (32, "b"), (64, "b"), (128, "a")]]
+    choices = [select.Choice(m=m, config_id=c, strict_winner=c)
+               for m, c in [(1, "a"), (8, "a"), (32, "b"), (64, "b"), (128, "a")]]
     assert select.merge_ranges(choices=choices) == [(1, 32, "a"), (32, 128, "b"), (128, MAX, "a")]
     assert select.merge_ranges(choices=[select.Choice(m=16, config_id="a", strict_winner="a")]) == [(1, MAX, "a")]
 

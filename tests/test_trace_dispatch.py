@@ -35,7 +35,8 @@ RECORDINGS = {"gemm_mma": REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
               "gemm_wgmma": REPO / "data" / "recordings" / "h200_gemm_wgmma.parquet"}
 RERUN = "data/recordings/h200_gemm_mma_rerun.parquet"
 pytestmark = pytest.mark.skipif(not all(p.is_file() for p in RECORDINGS.values()) or not (REPO / RERUN).is_file(),
-                                reason="the committed H200 recordings (h200_gemm_mma, _rerun, h200_gemm_wgmma) are absent")
+                                reason="the committed H200 recordings (h200_gemm_mma, _rerun, h200_gemm_wgmma) "
+                                       "are absent")
 
 
 def copy_project(dest: Path) -> Path:

@@ -80,7 +80,8 @@ class CpuTestRunner:
         out = self._run(entry)
         rel_err = float(np.linalg.norm(out - self.ref) / np.linalg.norm(self.ref))
         if not np.isfinite(rel_err) or rel_err > float(self.settings["verify_rtol"]):
-            return {"status": "verify", "rel_err": rel_err, "error": f"rel_err {rel_err:.3g} > {self.settings['verify_rtol']}"}
+            return {"status": "verify", "rel_err": rel_err,
+                    "error": f"rel_err {rel_err:.3g} > {self.settings['verify_rtol']}"}
         start = time.perf_counter()
         launches = 0
         while (time.perf_counter() - start) * 1e3 < float(self.settings["warmup_ms"]) or launches == 0:

@@ -89,7 +89,9 @@ def _mean_or_none(values: list[Any]) -> float | None:
     return float(np.mean(present)) if present else None
 
 
-def build_row(*, job: ShardJob, task: ConfigTask, progress: ConfigProgress, rounds: int, backend: str) -> dict[str, Any]:
+def build_row(
+    *, job: ShardJob, task: ConfigTask, progress: ConfigProgress, rounds: int, backend: str
+) -> dict[str, Any]:
     """The shard row of one task from its journal progress (ROW_FIELDS + kbench fields + params)."""
     params = dict(task.params)
     info = dict(task.compile_info)
@@ -254,7 +256,8 @@ class ShardRunner:
                 else:
                     pending.append(task)
             live = [task for task in pending if self._prepare(journal, job, task)]
-            values = {task.config_id: [float(x["sample_ms"]) for x in progress.get(task.config_id, ConfigProgress()).samples]
+            values = {task.config_id: [float(x["sample_ms"])
+                                       for x in progress.get(task.config_id, ConfigProgress()).samples]
                       for task in live}
             by_id = {task.config_id: task for task in live}
             round_index = 0

@@ -62,7 +62,8 @@ def cuda_jobs(*, table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: 
                              path=paths.compile_report(table.name, root=results_root))
     tasks = [*tasks, baseline_task()]
     families = families if families is not None else default_families()
-    provenance = {"nvcc": nvcc_version(), "git_rev": measured_git_revision(), "command": "tunetable " + " ".join(sys.argv[1:])}
+    provenance = {"nvcc": nvcc_version(), "git_rev": measured_git_revision(),
+                  "command": "tunetable " + " ".join(sys.argv[1:])}
     return [
         ShardJob(table=table.name, m=m, n=n, k=k, tasks=tuple(tasks),
                  payloads=shard_payloads(tasks=tasks, m=m, n=n, k=k, families=families),

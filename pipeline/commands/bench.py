@@ -37,8 +37,9 @@ def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> Table:
         best = min(ok, key=lambda r: (r["median_ms"], r["config_id"])) if ok else None
         base = next((r for r in rows if r["kind"] == "baseline" and r["status"] == "ok"), None)
         ratio = f"{best['tflops'] / base['tflops']:.2f}" if best and base else "-"
-        table.add_row(str(rows[0]["M"]), str(rows[0]["N"]), str(rows[0]["K"]), str(len(ok)), str(len(kernels) - len(ok)),
-                      best["config_id"] if best else "-", f"{best['tflops']:.1f}" if best else "-",
+        table.add_row(str(rows[0]["M"]), str(rows[0]["N"]), str(rows[0]["K"]), str(len(ok)),
+                      str(len(kernels) - len(ok)), best["config_id"] if best else "-",
+                      f"{best['tflops']:.1f}" if best else "-",
                       f"{base['tflops']:.1f}" if base else "-", ratio)
     return table
 
@@ -109,7 +110,8 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
                              recording=recording)
     console.print(f"[bold yellow]>>> {choice.reason}[/bold yellow]")
     key = shard_key(params, table, choice.backend)
-    search = None if search_key_part(table=table, path=params_path) is None else search_settings(table=table, path=params_path)
+    search = (None if search_key_part(table=table, path=params_path) is None
+              else search_settings(table=table, path=params_path))
     if search is not None:
         console.print(f"[bold]search[/bold] {search.label} per shape (params.yaml tables.{table.name}.search); "
                       "each shard holds the configurations it measured")

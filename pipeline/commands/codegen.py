@@ -67,7 +67,9 @@ def _report_overlaps(results: list[codegen.TargetResult], *, strict: bool) -> No
 @click.option("--target", metavar="PATH", help="File holding the marker region to regenerate.")
 @click.option("--begin-marker", metavar="TEXT", help="Text found on exactly one line before the region.")
 @click.option("--end-marker", metavar="TEXT", help="Text found on exactly one line after the region.")
-@click.option("--source-label", metavar="TEXT", help="Label written in each entry's 'Automatically generated from' comment.")
+@click.option(
+    "--source-label", metavar="TEXT", help="Label written in each entry's 'Automatically generated from' comment."
+)
 @click.option(
     "--snippet-variant",
     "snippet_variants",
@@ -76,7 +78,9 @@ def _report_overlaps(results: list[codegen.TargetResult], *, strict: bool) -> No
     help="Extra snippet selected by entries with '_template: NAME' (repeatable).",
 )
 @click.option("--check", is_flag=True, help="Write nothing; print a unified diff and exit 1 when a target is stale.")
-@click.option("--strict", is_flag=True, help="Overlapping [M, M_END) ranges for one (N, K) are an error, not a warning.")
+@click.option(
+    "--strict", is_flag=True, help="Overlapping [M, M_END) ranges for one (N, K) are an error, not a warning."
+)
 @click.option("--all", "all_tables", is_flag=True, help="Every table declared under 'tables:' in --params.")
 @click.option(
     "--table", "tables", metavar="NAME", multiple=True, help="A table declared in --params (repeatable)."

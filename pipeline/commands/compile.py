@@ -63,11 +63,16 @@ def summary_table(records: list[CompileRecord], *, title: str) -> Table:
 @click.command(epilog=EPILOG)
 @click.option("--table", "table_name", required=True, help="Table declared under 'tables:' in params.yaml.")
 @click.option("--params", "params_path", default="params.yaml", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel nvcc processes [default: $TUNETABLE_COMPILE_WORKERS, compile.workers, else the CPU count].")
-@click.option("--param", "param_options", multiple=True, metavar="NAME=V1,V2", help="Replace NAME's value list in every group that has it (repeatable).")
-@click.option("--filter", "filter_options", multiple=True, metavar="NAME=VALUE", help="Keep configurations with NAME=VALUE (repeatable).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Parallel nvcc processes [default: $TUNETABLE_COMPILE_WORKERS, compile.workers, "
+                   "else the CPU count].")
+@click.option("--param", "param_options", multiple=True, metavar="NAME=V1,V2",
+              help="Replace NAME's value list in every group that has it (repeatable).")
+@click.option("--filter", "filter_options", multiple=True, metavar="NAME=VALUE",
+              help="Keep configurations with NAME=VALUE (repeatable).")
 @click.option("--no-cache", is_flag=True, help="Recompile everything (the fresh results still go into the cache).")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Report to write [default: results/compile/<table>.json].")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Report to write [default: results/compile/<table>.json].")
 def command(
     table_name: str,
     params_path: str,
@@ -79,7 +84,9 @@ def command(
 ) -> None:
     """Compile every configuration of a table to a cubin; never touches the GPU."""
     console = Console()
-    grid = load_table_grid(params_path=params_path, table=table_name, param_options=param_options, filter_options=filter_options)
+    grid = load_table_grid(
+        params_path=params_path, table=table_name, param_options=param_options, filter_options=filter_options
+    )
     if shutil.which("nvcc") is None:
         raise TuneTableError("nvcc not found on PATH (install the CUDA toolkit to compile)", where="compile")
     if not grid.kernel_path.is_file():

@@ -67,16 +67,22 @@ def dry_run_table(grid: TableGrid) -> Table:
 @click.command(epilog=EPILOG)
 @click.option("--table", "table_name", required=True, help="Table declared under 'tables:' in params.yaml.")
 @click.option("--params", "params_path", default="params.yaml", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--param", "param_options", multiple=True, metavar="NAME=V1,V2", help="Replace NAME's value list in every group that has it (repeatable).")
-@click.option("--filter", "filter_options", multiple=True, metavar="NAME=VALUE", help="Keep configurations with NAME=VALUE (values of one name OR'ed, names AND'ed).")
+@click.option("--param", "param_options", multiple=True, metavar="NAME=V1,V2",
+              help="Replace NAME's value list in every group that has it (repeatable).")
+@click.option("--filter", "filter_options", multiple=True, metavar="NAME=VALUE",
+              help="Keep configurations with NAME=VALUE (values of one name OR'ed, names AND'ed).")
 @click.option("--dry-run", is_flag=True, help="List what would be compiled and benchmarked; write nothing.")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Grid JSON to write [default: results/grid/<table>.json].")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Grid JSON to write [default: results/grid/<table>.json].")
 def command(
-    table_name: str, params_path: str, param_options: tuple[str, ...], filter_options: tuple[str, ...], dry_run: bool, out: str | None
+    table_name: str, params_path: str, param_options: tuple[str, ...], filter_options: tuple[str, ...], dry_run: bool,
+    out: str | None
 ) -> None:
     """Expand a table's grid: counts before and after rules and pruning, and why each pruned one went."""
     console = Console()
-    grid = load_table_grid(params_path=params_path, table=table_name, param_options=param_options, filter_options=filter_options)
+    grid = load_table_grid(
+        params_path=params_path, table=table_name, param_options=param_options, filter_options=filter_options
+    )
     console.print(counts_table(grid.result))
     if grid.result.pruned:
         console.print(pruned_table(grid.result))

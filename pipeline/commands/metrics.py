@@ -27,8 +27,10 @@ def _read_frames(ranked_path: Path):
 @click.command("metrics")
 @click.option("--table", required=True, help="Table name (as in params.yaml).")
 @click.option("--manifest", "manifest_path", type=OUT, default=None, help="Manifest [default: manifests/<table>.yaml].")
-@click.option("--ranked", "ranked_path", type=OUT, default=None, help="Ranked parquet [default: results/ranked/<table>.parquet].")
-@click.option("--json", "json_path", type=OUT, default=None, help="Metrics JSON [default: results/metrics/<table>.json].")
+@click.option("--ranked", "ranked_path", type=OUT, default=None,
+              help="Ranked parquet [default: results/ranked/<table>.parquet].")
+@click.option("--json", "json_path", type=OUT, default=None,
+              help="Metrics JSON [default: results/metrics/<table>.json].")
 @click.option("--csv", "csv_path", type=OUT, default=None, help="Plot CSV [default: results/plots/<table>.csv].")
 @click.option("--png", "png_path", type=OUT, default=None, help="Plot PNG [default: results/plots/<table>.png].")
 @click.option("--params", "params_path", type=OUT, default=Path("params.yaml"), show_default=True)

@@ -105,7 +105,8 @@ def _merge(console: Console, files: tuple[Path, ...], pivots: list[str], sort_pi
 @click.option("--sort-pivots", multiple=True, help="Sort/dedup keys for --merge (a subset of the pivots).")
 @click.option("--merge", is_flag=True, help="Merge YAML manifests on the pivots.")
 @click.option("--query", default=None, help="Filter after --merge, e.g. 'M > 64 and K < 1024' (never eval'd).")
-@click.option("-c", "--correlation", "correlate", is_flag=True, help="Kendall correlation of parameters with the metric.")
+@click.option("-c", "--correlation", "correlate", is_flag=True,
+              help="Kendall correlation of parameters with the metric.")
 @click.option("-v", "--verbose", is_flag=True, help="Also print unsorted tables and --top subsets.")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results/profile"),
               show_default=True, help="Folder for diff CSVs and the correlation heatmap.")
@@ -186,7 +187,8 @@ def _default_view(console: Console, result: resultset.LoadedResult, metric_name:
         console.print(rich_table(frame=_display(view, compact), title="sorted", bold="ratio"))
     position = pl.int_range(pl.len()).over(shape) if shape else pl.int_range(pl.len())
     if head > 0:
-        console.print(rich_table(frame=_display(view.filter(position < head), compact), title=f"best {head}", bold="ratio"))
+        console.print(rich_table(frame=_display(view.filter(position < head), compact), title=f"best {head}",
+                                 bold="ratio"))
     if tail > 0:
         count = pl.len().over(shape) if shape else pl.len()
         console.print(rich_table(frame=_display(view.filter(position >= count - tail), compact), title=f"worst {tail}",

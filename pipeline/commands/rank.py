@@ -45,7 +45,7 @@ def load_with_progress(*, paths: list[Path], console: Console) -> resultset.Load
                    "A --params that does not exist is an error.")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path))
 def command(table: str, out: Path | None, params_path: Path | None, shards: tuple[Path, ...]) -> None:
-    """Rank every ok configuration per shape by median time (ties: config id); searched shards keep their search columns."""
+    """Rank every ok configuration per shape by median time (ties: config id), keeping any search columns."""
     from pipeline.paths import ranked as ranked_path
 
     check_table(table=table, params_path=params_path)

@@ -27,7 +27,8 @@ def command(table_name: str, name: str, out_dir: Path, shards: tuple[Path, ...])
     frame = recording_frame(table=table_name, shard_paths=list(shards))
     provenance = recording_provenance(frame=frame, table=table_name,
                                       command=record_command(table=table_name, name=name, shards=list(shards)),
-                                      git_rev=measured_git_revision(), settings=shard_provenance(list(shards), "settings"),
+                                      git_rev=measured_git_revision(),
+                                      settings=shard_provenance(list(shards), "settings"),
                                       bench_commands=shard_provenance(list(shards), "command"))
     parquet, sidecar = write_recording(frame=frame, provenance=provenance, out_dir=out_dir, name=name)
     Console(stderr=True).print(f"recorded {len(frame)} rows ({provenance['shapes']} shapes, {provenance['device']}, "

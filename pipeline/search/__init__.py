@@ -194,5 +194,6 @@ class SearchPlan:
 
 def make_strategy(search_settings: Mapping[str, Any] | SearchSettings | None) -> SearchPlan:
     """The SearchPlan for a table's ``search:`` settings (TableSpec.search)."""
-    settings = search_settings if isinstance(search_settings, SearchSettings) else SearchSettings.from_mapping(search_settings)
+    settings = (search_settings if isinstance(search_settings, SearchSettings)
+                else SearchSettings.from_mapping(search_settings))
     return SearchPlan(settings=settings, strategy=STRATEGIES[settings.strategy]())

@@ -92,7 +92,9 @@ class SearchSpace:
         names = tuple(name for name, _ in configs[0].params)
         for position, config in enumerate(configs):
             if tuple(name for name, _ in config.params) != names:
-                raise ValueError(f"configuration {position} ({config.id}) has parameters {config.label()}, expected {names}")
+                raise ValueError(
+                    f"configuration {position} ({config.id}) has parameters {config.label()}, expected {names}"
+                )
         values = tuple(value_list([dict(c.params)[name] for c in configs]) for name in names)
         index: dict[tuple[Value, ...], int] = {}
         for position, config in enumerate(configs):
@@ -237,7 +239,9 @@ class Evaluator:
     def _record(self, position: int, result: Outcome) -> None:
         """Store one configuration's outcome and append it to the trace."""
         self._outcomes[position] = result
-        self.trace.append(Evaluation(len(self.trace), position, self.space.configs[position].id, result, self.elapsed()))
+        self.trace.append(
+            Evaluation(len(self.trace), position, self.space.configs[position].id, result, self.elapsed())
+        )
 
     def best(self) -> tuple[int, float] | None:
         """(position, time) of the fastest successful evaluation, ties to the earlier position."""

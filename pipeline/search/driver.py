@@ -81,7 +81,9 @@ def expected_measurements(*, settings: SearchSettings, tasks: Sequence[ConfigTas
     return cap + (len(tasks) - kernels)
 
 
-def compile_records(tasks: Sequence[ConfigTask], overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def compile_records(
+    tasks: Sequence[ConfigTask], overrides: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
     """Per KernelConfig id: build status, registers and shared memory (``overrides`` by task config id win)."""
     records = {}
     for task in tasks:
@@ -93,7 +95,9 @@ def compile_records(tasks: Sequence[ConfigTask], overrides: Mapping[str, Mapping
     return records
 
 
-def perf_predictor(configs: Sequence[KernelConfig], records: Mapping[str, Mapping[str, Any]]) -> Callable[[Shape], np.ndarray | None]:
+def perf_predictor(
+    configs: Sequence[KernelConfig], records: Mapping[str, Mapping[str, Any]]
+) -> Callable[[Shape], np.ndarray | None]:
     """The perf model's seconds per configuration on any shape (None for a family it cannot model), memoised."""
     cache: dict[Shape, np.ndarray | None] = {}
 
@@ -178,19 +182,24 @@ class TableSearch:
 
         return self.search_shape(shape=job.shape, tasks=job.tasks, measure_rows=measure_rows)
 
-    def search_shape(self, *, shape: Shape, tasks: Sequence[ConfigTask], measure_rows: MeasureRows) -> tuple[list[Row], dict[str, Any]]:
+    def search_shape(
+        self, *, shape: Shape, tasks: Sequence[ConfigTask], measure_rows: MeasureRows
+    ) -> tuple[list[Row], dict[str, Any]]:
         """Run the search over a shard's kernel tasks; the measured rows (annotated) and the search's provenance."""
         kernels = [t for t in tasks if t.kind == "kernel"]
         extras = [t for t in tasks if t.kind != "kernel"]
         configs = [task_config(t) for t in kernels]
         task_of = {config.id: task for config, task in zip(configs, kernels)}
         if len(task_of) != len(kernels):
-            raise TuneTableError(f"shape {shape}: two configurations share parameters; the search cannot tell them apart")
+            raise TuneTableError(
+                f"shape {shape}: two configurations share parameters; the search cannot tell them apart"
+            )
         config_id_of = {task.config_id: config.id for config, task in zip(configs, kernels)}
         predict = perf_predictor(configs, compile_records(kernels, self.compile_overrides))
         seeds = []
         if self.settings.transfer:
-            seeds = [config_id_of[c] for c in neighbour_winners(shard_dir=self.shard_dir, shape=shape) if c in config_id_of]
+            seeds = [config_id_of[c] for c in neighbour_winners(shard_dir=self.shard_dir, shape=shape)
+                     if c in config_id_of]
         measured: dict[str, Row] = {}
         waiting = list(extras)
 
@@ -203,8 +212,9 @@ class TableSearch:
             return [row_outcome(measured[task.config_id]) for task in asked]
 
         try:
-            result = self.plan.run(configs=configs, measure=lambda config: measure_batch([config])[0], prior=predict(shape),
-                                   seed_ids=seeds, measure_batch=measure_batch, shape=shape, profiles=self.profiles,
+            result = self.plan.run(configs=configs, measure=lambda config: measure_batch([config])[0],
+                                   prior=predict(shape), seed_ids=seeds, measure_batch=measure_batch, shape=shape,
+                                   profiles=self.profiles,
                                    predict=predict)
         except ValueError as exc:
             raise TuneTableError(f"shape {shape}: {exc}") from None
@@ -234,7 +244,9 @@ def table_search(*, settings: SearchSettings, table: str, shard_dir: Path,
                        compile_overrides=dict(compile_overrides or {}))
 
 
-def recorded_compile_records(recording: Mapping[tuple[Any, ...], Mapping[str, Any]], *, table: str) -> dict[str, dict[str, Any]]:
+def recorded_compile_records(
+    recording: Mapping[tuple[Any, ...], Mapping[str, Any]], *, table: str
+) -> dict[str, dict[str, Any]]:
     """Per config id: what the compiler fixed (build status, registers, shared memory), from a recording's rows."""
     records: dict[str, dict[str, Any]] = {}
     for key, row in recording.items():
@@ -245,8 +257,8 @@ def recorded_compile_records(recording: Mapping[tuple[Any, ...], Mapping[str, An
     return records
 
 
-def replay_search_table(*, params: Mapping[str, Any], table: Any, shapes: Sequence[Shape], key: str, recording_path: Path,
-                        provenance: Mapping[str, Any], results_root: Path, allow_missing: bool,
+def replay_search_table(*, params: Mapping[str, Any], table: Any, shapes: Sequence[Shape], key: str,
+                        recording_path: Path, provenance: Mapping[str, Any], results_root: Path, allow_missing: bool,
                         settings: SearchSettings) -> dict[Path, list[Row]]:
     """Replay backend: search every shape in tuning order over the recording's rows (all checked first)."""
     from pipeline import paths
@@ -260,7 +272,8 @@ def replay_search_table(*, params: Mapping[str, Any], table: Any, shapes: Sequen
     tasks = grid_tasks(params=params, table=table)
     served = replay_shapes(recording=recording, recording_path=recording_path, table=table.name, shapes=shapes,
                            tasks=tasks, kernel_hash=kernel_hash, content_key=key, allow_missing=allow_missing)
-    search = table_search(settings=settings, table=table.name, shard_dir=paths.raw_dir(table.name, key, root=results_root),
+    search = table_search(settings=settings, table=table.name,
+                          shard_dir=paths.raw_dir(table.name, key, root=results_root),
                           compile_overrides=recorded_compile_records(recording, table=table.name))
     written: dict[Path, list[Row]] = {}
     for shape in tuning_order(shapes):

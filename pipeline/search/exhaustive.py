@@ -12,7 +12,8 @@ class Exhaustive:
     """Measure the whole space; with a prior, best-predicted first so a cut-off budget keeps the likely winners."""
 
     name: str = "exhaustive"
-    batch: int = 8   # configurations measured together (interleaved by the bench); time_limit is checked between batches
+    batch: int = 8   # configurations measured together (interleaved by the bench); time_limit is checked
+                     # between batches
 
     def run(self, *, context: SearchContext) -> None:
         """Evaluate every configuration, ``batch`` at a time."""

@@ -36,7 +36,8 @@ COMPILE_FAILED = "CompilationFailedConfig"
 RUNTIME_FAILED = "RuntimeFailedConfig"
 INVALID = "InvalidConfig"
 KT_ERRORS = (COMPILE_FAILED, RUNTIME_FAILED, INVALID, "ErrorConfig")
-NON_PARAMETER_COLUMNS = frozenset(ROW_FIELDS) | frozenset(KBENCH_FIELDS) | frozenset(SEARCH_FIELDS) | {"table", "strategy"}
+NON_PARAMETER_COLUMNS = (frozenset(ROW_FIELDS) | frozenset(KBENCH_FIELDS) | frozenset(SEARCH_FIELDS)
+                         | {"table", "strategy"})
 IMPORTED_BACKEND = "kernel_tuner"
 
 
@@ -197,7 +198,9 @@ def read_kt_cache(path: str | Path) -> dict[str, Any]:
             # Kernel Tuner appends entries to an open file and closes it only at the end of a run.
             document = json.loads(text.rstrip(",") + "}\n}")
         except json.JSONDecodeError:
-            raise TuneTableError(f"not a Kernel Tuner cache: {exc.msg}", path=source, where=f"line {exc.lineno}") from None
+            raise TuneTableError(
+                f"not a Kernel Tuner cache: {exc.msg}", path=source, where=f"line {exc.lineno}"
+            ) from None
     for key in ("kernel_name", "problem_size", "tune_params_keys", "cache"):
         if not isinstance(document, dict) or key not in document:
             raise TuneTableError(f"not a Kernel Tuner cache: missing '{key}'", path=source)
@@ -235,7 +238,8 @@ def _entry_error(entry: Mapping[str, Any]) -> str | None:
 
 
 def _row_from_entry(
-    entry: Mapping[str, Any], *, params: dict[str, Any], family: str, shape: tuple[int, int, int], error: str | None, device: str
+    entry: Mapping[str, Any], *, params: dict[str, Any], family: str, shape: tuple[int, int, int], error: str | None,
+    device: str
 ) -> dict[str, Any]:
     """Our row (ROW_FIELDS + parameters) of one Kernel Tuner cache entry, measured or failed."""
     m, n, k = shape
@@ -243,7 +247,8 @@ def _row_from_entry(
     median = float(entry["time"]) if error is None else None
     if error is None and not samples:
         samples = [median]
-    status = "ok" if error is None else entry.get("tunetable_status") or ("build" if error == COMPILE_FAILED else "launch")
+    status = ("ok" if error is None
+              else entry.get("tunetable_status") or ("build" if error == COMPILE_FAILED else "launch"))
     row: dict[str, Any] = {name: None for name in ROW_FIELDS}
     row.update(
         M=m, N=n, K=k,
@@ -292,7 +297,7 @@ def replay_with_kernel_tuner(
     strategy_options: Mapping[str, Any] | None = None,
     wall_limit_s: float | None = None,
 ) -> list[tuple[str, float]]:
-    """Run a Kernel Tuner strategy in simulation mode on a cache; (cache key, time or inf) per unique evaluation, in order.
+    """Run a Kernel Tuner strategy in simulation mode on a cache: (cache key, time or inf) per unique evaluation.
 
     The search space is every configuration in the cache, failed ones included (they count as
     evaluations, as in our search); Kernel Tuner's own ``tune_cache`` would drop failures.
@@ -305,7 +310,8 @@ def replay_with_kernel_tuner(
 
     document = read_kt_cache(cache_path)
     names = list(document["tune_params_keys"])
-    valid = {tuple(entry[name] for name in names) for entry in document["cache"].values() if _entry_error(entry) != INVALID}
+    valid = {tuple(entry[name] for name in names) for entry in document["cache"].values()
+             if _entry_error(entry) != INVALID}
 
     def in_cache(*values: Any) -> bool:
         return values in valid

@@ -56,7 +56,9 @@ class LearnedPrior:
     cov: np.ndarray            # [configs, configs]
     shapes: tuple[Shape, ...]  # the training shapes, nearest first
 
-    def posterior(self, *, seen: Sequence[int], values: np.ndarray, unseen: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    def posterior(
+        self, *, seen: Sequence[int], values: np.ndarray, unseen: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of log seconds at ``unseen`` given ``values`` at ``seen``."""
         unseen_idx = np.asarray(unseen, dtype=np.int64)
         if not len(seen):

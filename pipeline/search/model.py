@@ -67,7 +67,8 @@ class BayesianOptimisation:
             logs = _log_targets(np.array([e.cost for e in evaluator.trace], dtype=float))
             unseen = np.array([p for p in range(len(space)) if not evaluator.seen(p)], dtype=np.int64)
             mean, std = _gp_posterior(
-                np.vstack([features[seen], related_x]), np.concatenate([logs - prior_mean[seen], related_y]), features[unseen]
+                np.vstack([features[seen], related_x]), np.concatenate([logs - prior_mean[seen], related_y]),
+                features[unseen]
             )
             predicted = prior_mean[unseen] + mean
             if len(logs):
@@ -165,7 +166,9 @@ def _gp_posterior(x_seen: np.ndarray, y_seen: np.ndarray, x_new: np.ndarray) -> 
     return offset + cross @ alpha, std
 
 
-def _fit(x: np.ndarray, y: np.ndarray, *, variance: float, length_scale: float) -> tuple[np.ndarray, np.ndarray, float, float]:
+def _fit(
+    x: np.ndarray, y: np.ndarray, *, variance: float, length_scale: float
+) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Cholesky factor, weights, length scale and log marginal likelihood (up to a constant)."""
     gram = variance * matern52(x, x, length_scale=length_scale) + NOISE_VARIANCE * np.eye(len(x))
     chol = np.linalg.cholesky(gram)

@@ -159,7 +159,7 @@ def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: 
 
 
 def resources_for(*, config: KernelConfig, compile_record: Mapping[str, object] | None = None) -> Resources:
-    """Resources of one configuration: the compile report's registers and total smem where present, estimates otherwise."""
+    """Resources of one configuration: the compile report's registers and smem where present, else estimates."""
     tile = GemmTile.from_config(config)
     estimate = estimated_resources(tile)
     registers, smem = estimate.registers, estimate.smem_bytes

@@ -50,7 +50,7 @@ class RecordedTable:
         return min(times) if times else math.inf
 
     def prior(self, shape: Shape) -> np.ndarray | None:
-        """The perf model's predicted time per configuration of the space, for one shape (None: a family it cannot model)."""
+        """The perf model's predicted time per configuration, for one shape (None: a family it cannot model)."""
         m, n, k = shape
         try:
             return predict_space(configs=self.space.configs, m=m, n=n, k=k, compile_records=self.compile_records)
@@ -59,7 +59,8 @@ class RecordedTable:
 
 
 def recorded_table(
-    *, rows: Sequence[Mapping[str, Any]], table: str, family: str, source: str = "recording", names: Sequence[str] | None = None
+    *, rows: Sequence[Mapping[str, Any]], table: str, family: str, source: str = "recording",
+    names: Sequence[str] | None = None
 ) -> RecordedTable:
     """Build a RecordedTable from recording rows (other tables and cuBLAS baseline rows are ignored).
 

@@ -44,12 +44,14 @@ def similar_m(*, shape: Shape, solved: Sequence[Shape], count: int = 1) -> list[
     m, n, k = shape
     other = [s for s in solved if (s[1], s[2]) != (n, k)]
     return sorted(other, key=lambda s: (abs(math.log2(s[0]) - math.log2(m)),
-                                        abs(math.log2(s[1]) - math.log2(n)) + abs(math.log2(s[2]) - math.log2(k)), s))[:count]
+                                        abs(math.log2(s[1]) - math.log2(n))
+                                        + abs(math.log2(s[2]) - math.log2(k)), s))[:count]
 
 
 def seed_shapes(*, shape: Shape, solved: Sequence[Shape], same_nk: int = 1, other_nk: int = 1) -> list[Shape]:
     """Whose winners a shape starts from: the nearest solved shapes of its (N, K), then of another (N, K) by M."""
-    return [*neighbours(shape=shape, solved=solved, count=same_nk), *similar_m(shape=shape, solved=solved, count=other_nk)]
+    return [*neighbours(shape=shape, solved=solved, count=same_nk),
+            *similar_m(shape=shape, solved=solved, count=other_nk)]
 
 
 def interleave(ranked_lists: Sequence[Sequence[str]]) -> list[str]:

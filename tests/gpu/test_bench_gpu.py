@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from bench_support import FIXTURES, journal_records, kill9_when, load_test_families, sample_counts, start_driver, write_spec
+from bench_support import (
+    FIXTURES,
+    journal_records,
+    kill9_when,
+    load_test_families,
+    sample_counts,
+    start_driver,
+    write_spec,
+)
 from pipeline.bench.plan import BenchSettings, ConfigTask, baseline_task, launch_payload
 from pipeline.bench.runner import ShardJob, run_shards
 from pipeline.results import read_shard
@@ -41,7 +49,8 @@ def test_fault_hang_and_wrong_result_are_classified_and_the_run_goes_on(tmp_path
                    journal_path=tmp_path / "shard.journal.jsonl", shard_path=tmp_path / "shard.pkl",
                    content_key="gputest", kernel_hash="gemm_test")
     settings = BenchSettings(warmup_ms=5, rounds=4, min_batch_ms=0.2, timeout_s=8)
-    rows = {r["config_id"]: r for r in run_shards(jobs=[job], settings=settings, runner="cuda", gpus=[None])[job.shard_path]}
+    rows = {r["config_id"]: r
+            for r in run_shards(jobs=[job], settings=settings, runner="cuda", gpus=[None])[job.shard_path]}
 
     assert {cid: rows[cid]["status"] for cid in rows} == {
         "good": "ok", "illegal": "launch", "good2": "ok", "spin": "timeout", "wrong": "verify",

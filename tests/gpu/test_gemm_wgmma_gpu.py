@@ -65,7 +65,8 @@ def test_every_default_config_is_verified_by_the_harness_on_odd_shapes(tasks, tm
     kernel_hash = kernel_source_hash(REPO / "kernels" / "gemm_wgmma.cu")
     jobs = [ShardJob(table=TABLE, m=m, n=n, k=k, tasks=all_tasks,
                      payloads=shard_payloads(tasks=all_tasks, m=m, n=n, k=k, families=FAMILIES),
-                     journal_path=tmp_path / f"M{m}_N{n}_K{k}.journal.jsonl", shard_path=tmp_path / f"M{m}_N{n}_K{k}.pkl",
+                     journal_path=tmp_path / f"M{m}_N{n}_K{k}.journal.jsonl",
+                     shard_path=tmp_path / f"M{m}_N{n}_K{k}.pkl",
                      content_key="gputest", kernel_hash=kernel_hash)
             for m, n, k in SHAPES]
     rows_by_shard = run_shards(jobs=jobs, settings=SETTINGS, runner="cuda", gpus=[None])
