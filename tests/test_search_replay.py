@@ -71,12 +71,12 @@ def test_a_family_the_perf_model_cannot_rank_gets_no_prior(tmp_path: Path) -> No
 
     from pipeline.search.driver import perf_predictor
 
-    # A warpgroup family (no WARPS_M / WARPS_N): searches run without the analytical model.
-    params = [{"BLOCK_M": 128, "BLOCK_N": n, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2} for n in (128, 256)]
-    rows = [{**_row(1, p, "ok", t), "config_id": KernelConfig.from_dict("warpgroup", p).id}
+    # A family with neither WARPS_M / WARPS_N nor CONSUMERS: searches run without the analytical model.
+    params = [{"BLOCK_M": 128, "BLOCK_N": n, "BLOCK_K": 64, "STAGES": 4, "VECTOR": 8} for n in (128, 256)]
+    rows = [{**_row(1, p, "ok", t), "config_id": KernelConfig.from_dict("vectorised", p).id}
             for p, t in zip(params, (0.02, 0.03))]
     pd.DataFrame(rows).to_parquet(tmp_path / "wg.parquet")
-    recorded = load_recorded_table(path=str(tmp_path / "wg.parquet"), table="gemm_mma", family="warpgroup")
+    recorded = load_recorded_table(path=str(tmp_path / "wg.parquet"), table="gemm_mma", family="vectorised")
     assert recorded.prior((1, 4096, 4096)) is None
     assert perf_predictor(recorded.space.configs, {})((1, 4096, 4096)) is None
     result = make_strategy({"strategy": "model", "max_fevals": 1}).run(

@@ -16,6 +16,15 @@ Predicted time of C[M,N] = A[M,K] B[N,K]^T for one tiled configuration on an H20
 - Exposed latency per tile (pipeline fill, a barrier per BLOCK_K step), shared by the resident
   blocks; one launch overhead (split-K reduces in the same kernel, no second launch).
 
+Persistent TMA + wgmma kernels (CONSUMERS instead of WARPS_M/N, e.g. gemm_wgmma) get their own
+variant, ``predict_persistent_seconds``: one block per SM; (cluster tile x split) work items
+spread over the resident clusters, the busiest cluster's count setting the time; per item, the
+tile flops at the wgmma rate (one consumer warpgroup leaves the tensor cores idle while it waits
+on its single k-tile in flight; narrow wgmma n is bounded by shared-memory reads of both
+operands) plus a barrier handshake per k-tile, against feeding it by TMA (STAGES stages in
+flight, the L2 reads of this block's slice of a cluster-shared tile); plus the epilogue and
+split-K finish the consumers do between items, and the same device roofline.
+
 The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
 only has to rank configurations, and the model-based search corrects what it gets wrong.
 """
@@ -46,6 +55,9 @@ REGISTERS_PER_SM = 65536
 MAX_THREADS_PER_SM = 2048
 MAX_BLOCKS_PER_SM = 32
 LAUNCH_OVERHEAD_S = 3e-6
+SINGLE_CONSUMER_FRACTION = 0.75    # tensor-core share one consumer warpgroup keeps busy (two: all of it)
+WGMMA_M = 64                       # rows of one wgmma instruction
+EPILOGUE_BYTES_PER_CLOCK = 64      # an SM's global-store rate for the epilogue
 BF16_BYTES = 2
 FP32_BYTES = 4
 
@@ -158,6 +170,86 @@ def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: 
     return max(compute_s, feed_s, device_s) + reduce_s + LAUNCH_OVERHEAD_S
 
 
+@dataclass(frozen=True)
+class PersistentTile:
+    """The parameters the persistent (TMA + wgmma, CONSUMERS warpgroups, clusters) model reads."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    consumers: int
+    cluster_m: int
+    cluster_n: int
+    split_k: int
+
+    @classmethod
+    def from_config(cls, config: KernelConfig) -> "PersistentTile":
+        """Read BLOCK_M/N/K, STAGES, CONSUMERS, CLUSTER_M/N (default 1), SPLIT_K (default 1)."""
+        values = config.defines()
+        missing = [n for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "CONSUMERS") if n not in values]
+        if missing:
+            raise ValueError(f"configuration {config.id} lacks {', '.join(missing)}: the persistent model cannot rank")
+        return cls(
+            block_m=int(values["BLOCK_M"]),
+            block_n=int(values["BLOCK_N"]),
+            block_k=int(values["BLOCK_K"]),
+            stages=int(values["STAGES"]),
+            consumers=int(values["CONSUMERS"]),
+            cluster_m=int(values.get("CLUSTER_M", 1)),
+            cluster_n=int(values.get("CLUSTER_N", 1)),
+            split_k=int(values.get("SPLIT_K", 1)),
+        )
+
+
+def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) -> float:
+    """Predicted time in seconds of a persistent TMA + wgmma kernel (one block per SM)."""
+    cluster = tile.cluster_m * tile.cluster_n
+    items = (math.ceil(math.ceil(m / tile.block_m) / tile.cluster_m)
+             * math.ceil(math.ceil(n / tile.block_n) / tile.cluster_n) * tile.split_k)
+    clusters = max(1, min(items, NUM_SMS // cluster))
+    items_on_busiest = math.ceil(items / clusters)
+    k_part = math.ceil(k / tile.split_k)
+
+    # Tensor cores: the padded tile at the wgmma rate, derated for a single consumer and bounded
+    # by shared-memory reads (both operands come from smem: (64 + n) x 16 x 2 bytes per m64nNk16).
+    tile_flops = 2.0 * tile.block_m * tile.block_n * k_part
+    fill = 1.0 if tile.consumers > 1 else SINGLE_CONSUMER_FRACTION
+    smem_bytes_per_flop = (WGMMA_M + tile.block_n) / (WGMMA_M * tile.block_n)
+    rate = min(DEVICE_FLOPS / NUM_SMS * fill, SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop)
+    # Each k-tile also costs a full/empty mbarrier handshake the consumers wait through.
+    compute_s = tile_flops / rate + math.ceil(k_part / tile.block_k) * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ
+
+    # TMA feed: this block's L2 reads (its slice of a cluster-shared tile; rows past M or N are
+    # zero-filled, not read) at the rate STAGES stages in flight sustain, capped by the L2 port.
+    rows_a, rows_b = min(tile.block_m, m), min(tile.block_n, n)
+    l2_bytes = (rows_a / tile.cluster_n + rows_b / tile.cluster_m) * k_part * BF16_BYTES
+    in_flight = tile.stages * (tile.block_m + tile.block_n) * tile.block_k * BF16_BYTES
+    feed_s = l2_bytes / min(L2_BYTES_PER_CLOCK * SM_CLOCK_HZ, in_flight / MEMORY_LATENCY_S)
+
+    # Between items the consumers store the tile (bf16, or fp32 partials and the last split's sum).
+    out_bytes = rows_a * min(tile.block_n, n) * (BF16_BYTES if tile.split_k == 1 else FP32_BYTES * (1 + tile.split_k))
+    epilogue_s = out_bytes / (EPILOGUE_BYTES_PER_CLOCK * SM_CLOCK_HZ)
+    busiest_s = MEMORY_LATENCY_S + items_on_busiest * (max(compute_s, feed_s) + epilogue_s)
+
+    output_bytes = tile.split_k * m * n * FP32_BYTES if tile.split_k > 1 else m * n * BF16_BYTES
+    moved = (m * k + n * k) * BF16_BYTES + output_bytes
+    device_s = max(moved / HBM_BYTES_PER_S, items * cluster * tile_flops / DEVICE_FLOPS)
+    return max(busiest_s, device_s) + LAUNCH_OVERHEAD_S
+
+
+def predict_config_seconds(
+    *, config: KernelConfig, m: int, n: int, k: int, compile_record: Mapping[str, object] | None = None
+) -> float:
+    """Predicted seconds of one configuration by its family's model (ValueError: no model fits its tunables)."""
+    if compile_record is not None and compile_record.get("status", "ok") != "ok":
+        return math.inf   # a configuration that does not build can never win
+    if "CONSUMERS" in config.defines():
+        return predict_persistent_seconds(tile=PersistentTile.from_config(config), m=m, n=n, k=k)
+    resources = resources_for(config=config, compile_record=compile_record)
+    return predict_seconds(tile=GemmTile.from_config(config), resources=resources, m=m, n=n, k=k)
+
+
 def resources_for(*, config: KernelConfig, compile_record: Mapping[str, object] | None = None) -> Resources:
     """Resources of one configuration: the compile report's registers and smem where present, else estimates."""
     tile = GemmTile.from_config(config)
@@ -180,15 +272,8 @@ def predict_space(
 ) -> np.ndarray:
     """Predicted seconds per configuration (the prior the search strategies read)."""
     records = compile_records or {}
-    predictions = []
-    for config in configs:
-        record = records.get(config.id)
-        if record is not None and record.get("status", "ok") != "ok":
-            predictions.append(math.inf)   # a configuration that does not build can never win
-            continue
-        resources = resources_for(config=config, compile_record=record)
-        predictions.append(predict_seconds(tile=GemmTile.from_config(config), resources=resources, m=m, n=n, k=k))
-    return np.array(predictions, dtype=float)
+    return np.array([predict_config_seconds(config=config, m=m, n=n, k=k, compile_record=records.get(config.id))
+                     for config in configs], dtype=float)
 
 
 def top_k(*, predictions: np.ndarray, k: int) -> list[int]:

@@ -55,7 +55,7 @@ class RecordedTable:
         try:
             return predict_space(configs=self.space.configs, m=m, n=n, k=k, compile_records=self.compile_records)
         except ValueError:
-            return None   # not a tiled GEMM with BLOCK_M/N/K, WARPS_M/N and STAGES (e.g. gemm_wgmma)
+            return None   # neither a WARPS_M/N tiled GEMM nor a persistent CONSUMERS one
 
 
 def recorded_table(
