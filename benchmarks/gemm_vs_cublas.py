@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 from kernels.families import FAMILIES  # noqa: E402
 from pipeline.atomic import atomic_write_text  # noqa: E402
 from pipeline.bench.failures import WorkerFailure  # noqa: E402
+from pipeline.bench.plan import ConfigTask, launch_payload  # noqa: E402
 from pipeline.bench.worker import WorkerProcess  # noqa: E402
 from pipeline.compile import compile_configs, main_function, parse_ptxas  # noqa: E402
 from pipeline.config import KernelConfig  # noqa: E402
@@ -90,19 +91,15 @@ def sass_counts(*, cubin: str, entry: str) -> dict[str, int] | None:
 
 def payload_for(*, config: KernelConfig, cubin: str, shape: tuple[int, int, int],
                 grid_cap: int | None = None) -> dict[str, Any]:
-    """The worker's launch payload (what pipeline/bench/plan.py builds); ``grid_cap`` cuts a persistent grid."""
-    family = FAMILIES[config.family]
-    defines = config.defines()
-    launch = family.launch(defines, *shape)
-    grid = list(launch.grid)
+    """The worker's launch payload (the bench's ``launch_payload``); ``grid_cap`` cuts a persistent grid."""
+    task = ConfigTask(config_id=config.id, family=config.family, params=config.params,
+                      defines=tuple(config.defines().items()), cubin=cubin)
+    payload = launch_payload(task=task, m=shape[0], n=shape[1], k=shape[2], families=FAMILIES)
     if grid_cap and config.family == "gemm_wgmma":
+        defines = payload["defines"]
         cluster = int(defines["CLUSTER_M"]) * int(defines["CLUSTER_N"])
-        grid[0] = min(grid[0], max(cluster, grid_cap // cluster * cluster))
-    return {
-        "kind": "kernel", "family": config.family, "defines": defines, "cubin": cubin, "entry": family.entry,
-        "grid": grid, "block": list(launch.block), "smem_bytes": launch.smem_bytes,
-        "workspace_bytes": launch.workspace_bytes,
-    }
+        payload["grid"][0] = min(payload["grid"][0], max(cluster, grid_cap // cluster * cluster))
+    return payload
 
 
 class Harness:
