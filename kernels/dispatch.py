@@ -59,11 +59,11 @@ ARGUMENT_CACHE_SIZE = 16
 # the benchmark compares the tuned table against, and what an empty table falls back to for
 # large M (small M gets a narrow tile; see ``heuristic_tunables``).
 DEFAULT_TUNABLES: Mapping[str, int] = {
-    "block_m": 128, "block_n": 128, "block_k": 32, "warps_m": 2, "warps_n": 2,
+    "block_m": 128, "block_n": 128, "block_k": 32, "warps_m": 2, "warps_n": 2, "warps_k": 1,
     "stages": 3, "split_k": 1, "group_m": 8,
 }
 SKINNY_TUNABLES: Mapping[str, int] = {
-    "block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4,
+    "block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4, "warps_k": 1,
     "stages": 4, "split_k": 1, "group_m": 1,
 }
 SKINNY_MAX_M = 32

@@ -67,8 +67,9 @@ class GemmMmaFamily:
         check_gemm_shape(self.name, M, N, K, why="16-byte rows for cp.async")
 
     def threads(self, defines: Mapping[str, object]) -> int:
-        """Threads per block: WARPS_M * WARPS_N warps of 32."""
-        return _int_define(defines, "WARPS_M") * _int_define(defines, "WARPS_N") * 32
+        """Threads per block: WARPS_M * WARPS_N warps of 32 per k slice, WARPS_K slices."""
+        warps = _int_define(defines, "WARPS_M") * _int_define(defines, "WARPS_N") * _int_define(defines, "WARPS_K")
+        return warps * 32
 
     def smem_bytes(self, defines: Mapping[str, object]) -> int:
         """Dynamic shared memory per block: STAGES bf16 tiles of A and B (same formula as the kernel)."""

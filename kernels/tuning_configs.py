@@ -29,6 +29,9 @@ class TuningConfig:
     block_k: int
     warps_m: int
     warps_n: int
+    # Default 1 (no k slices) only so that a region generated before WARPS_K still imports, and the
+    # pipeline that regenerates it still runs; dispatch refuses such entries (config_id mismatch).
+    warps_k: int = 1
     stages: int
     split_k: int
     group_m: int

@@ -8,13 +8,13 @@ from typing import Any
 
 from pipeline.results import spec_string, write_shard
 
-GRID = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "WARPS_M", "WARPS_N", "STAGES", "SPLIT_K", "GROUP_M")
+GRID = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "WARPS_M", "WARPS_N", "WARPS_K", "STAGES", "SPLIT_K", "GROUP_M")
 # Three gemm_mma configurations of the kind params.yaml declares, by hand-picked id.
 CONFIGS: dict[str, dict[str, int]] = {
-    "ca": dict(zip(GRID, (128, 128, 64, 2, 4, 4, 1, 8))),
-    "cb": dict(zip(GRID, (64, 128, 64, 2, 4, 3, 1, 8))),
-    "cc": dict(zip(GRID, (16, 64, 64, 1, 4, 4, 4, 1))),
-    "cd": dict(zip(GRID, (128, 256, 64, 2, 4, 4, 1, 8))),
+    "ca": dict(zip(GRID, (128, 128, 64, 2, 4, 1, 4, 1, 8))),
+    "cb": dict(zip(GRID, (64, 128, 64, 2, 4, 1, 3, 1, 8))),
+    "cc": dict(zip(GRID, (16, 64, 64, 1, 4, 1, 4, 4, 1))),
+    "cd": dict(zip(GRID, (128, 256, 64, 2, 4, 1, 4, 1, 8))),
 }
 
 

@@ -24,8 +24,8 @@ from pipeline.errors import TuneTableError
 from pipeline.params import load_params, table_spec
 
 REPO = Path(__file__).resolve().parents[1]
-SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4, "STAGES": 4, "SPLIT_K": 4,
-         "GROUP_M": 1}
+SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 1, "STAGES": 4,
+         "SPLIT_K": 4, "GROUP_M": 1}
 
 
 def test_settings_come_from_params_bench() -> None:

@@ -61,7 +61,7 @@ def test_payload_is_the_familys_launch_and_the_grid_cap_keeps_whole_clusters() -
 
 def test_split_k_payload_launches_one_kernel_with_partials_and_tile_counters() -> None:
     """gemm_mma SPLIT_K=4 at 7x4096x14336: fp32 partials [4, 7, 4096], then one int per 16x64 tile (64 of them)."""
-    text = "BLOCK_M=16,BLOCK_N=64,BLOCK_K=64,WARPS_M=1,WARPS_N=4,STAGES=4,SPLIT_K=4,GROUP_M=1"
+    text = "BLOCK_M=16,BLOCK_N=64,BLOCK_K=64,WARPS_M=1,WARPS_N=4,WARPS_K=1,STAGES=4,SPLIT_K=4,GROUP_M=1"
     config = gemm_vs_cublas.explicit_config(family="gemm_mma", text=text)
     payload = gemm_vs_cublas.payload_for(config=config, cubin="x.cubin", shape=(7, 4096, 14336))
     assert payload["entry"] == "gemm_mma" and payload["grid"] == [64, 1, 4]

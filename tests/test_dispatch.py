@@ -31,12 +31,12 @@ from kernels.dispatch import (
 )
 from kernels.tuning_configs import TABLES, FamilyChoice, TuningConfig, WgmmaTuningConfig
 
-SMALL = {"block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4, "stages": 4, "split_k": 4,
-         "group_m": 1}
-MEDIUM = {"block_m": 64, "block_n": 128, "block_k": 64, "warps_m": 2, "warps_n": 4, "stages": 4, "split_k": 1,
-          "group_m": 8}
-LARGE = {"block_m": 128, "block_n": 256, "block_k": 64, "warps_m": 2, "warps_n": 4, "stages": 3, "split_k": 1,
-         "group_m": 8}
+SMALL = {"block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4, "warps_k": 1, "stages": 4,
+         "split_k": 4, "group_m": 1}
+MEDIUM = {"block_m": 64, "block_n": 128, "block_k": 64, "warps_m": 2, "warps_n": 4, "warps_k": 1, "stages": 4,
+          "split_k": 1, "group_m": 8}
+LARGE = {"block_m": 128, "block_n": 256, "block_k": 64, "warps_m": 2, "warps_n": 4, "warps_k": 1, "stages": 3,
+         "split_k": 1, "group_m": 8}
 
 
 def entry(tunables: dict[str, int], *, m: int, m_end: int, n: int = 4096, k: int = 4096) -> TuningConfig:
@@ -355,7 +355,7 @@ def test_the_process_wide_dispatcher_is_the_generated_one_and_can_be_replaced() 
 
 def test_make_entry_names_missing_and_unknown_tunables() -> None:
     with pytest.raises(ValueError, match=r"gemm_wgmma: tunables must be .* \(missing: cluster_m, cluster_n, consumers, "
-                                         "raster; unknown: warps_m, warps_n"):
+                                         "raster; unknown: warps_k, warps_m, warps_n"):
         make_entry(tunables=SMALL, n=4096, k=4096, kernel="gemm_wgmma")
     with pytest.raises(ValueError, match="unknown kernel family 'gemm_nope'"):
         make_entry(tunables=SMALL, n=4096, k=4096, kernel="gemm_nope")

@@ -12,9 +12,9 @@ from pipeline.params import load_params, table_spec
 
 GEMM = FAMILIES["gemm_mma"]
 
-BIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "WARPS_M": 2, "WARPS_N": 4,
+BIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "WARPS_M": 2, "WARPS_N": 4, "WARPS_K": 1,
        "STAGES": 4, "SPLIT_K": 1, "GROUP_M": 8}
-SKINNY_SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4,
+SKINNY_SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 1,
                 "STAGES": 4, "SPLIT_K": 4, "GROUP_M": 1}
 
 
@@ -60,6 +60,15 @@ def test_split_k_counters_count_partial_tiles_too():
     launch = GEMM.launch({**SKINNY_SPLIT, "SPLIT_K": 2}, 333, 264, 328)
     assert launch.grid == (21 * 5, 1, 2)
     assert launch.workspace_bytes == 2 * 333 * 264 * 4 + 105 * 4 == 703_296 + 420
+
+
+def test_sliced_k_widens_the_block_not_the_grid():
+    """WARPS_K=4 k slices of 1 x 4 warps: 512 threads on the same 16x64 tiles, split-K pieces and shared memory."""
+    plain = {**SKINNY_SPLIT, "BLOCK_K": 128}
+    sliced = {**plain, "WARPS_K": 4}
+    one, four = GEMM.launch(plain, 7, 4096, 14336), GEMM.launch(sliced, 7, 4096, 14336)
+    assert one.block == (4 * 32, 1, 1) and four.block == (4 * 4 * 32, 1, 1)
+    assert (four.grid, four.smem_bytes, four.workspace_bytes) == (one.grid, one.smem_bytes, one.workspace_bytes)
 
 
 def test_smem_formula_matches_the_derived_value_of_every_default_config(repo_root):

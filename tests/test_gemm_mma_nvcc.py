@@ -16,10 +16,19 @@ GEMM = FAMILIES["gemm_mma"]
 FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v"]
 
 VALID = {
-    "big_128x256": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, WARPS_M=2, WARPS_N=4, STAGES=4, SPLIT_K=1, GROUP_M=8),
-    "wide_256x128_16warps": dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, WARPS_M=4, WARPS_N=4, STAGES=3, SPLIT_K=1,
-                                 GROUP_M=8),
-    "skinny_split4": dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, WARPS_M=1, WARPS_N=4, STAGES=4, SPLIT_K=4, GROUP_M=1),
+    "big_128x256": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=4, SPLIT_K=1,
+                        GROUP_M=8),
+    "wide_256x128_16warps": dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, WARPS_M=4, WARPS_N=4, WARPS_K=1, STAGES=3,
+                                 SPLIT_K=1, GROUP_M=8),
+    "skinny_split4": dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, WARPS_M=1, WARPS_N=4, WARPS_K=1, STAGES=4, SPLIT_K=4,
+                          GROUP_M=1),
+    # Sliced K: 2 k slices of 1 x 4 warps with split-K; 4 k slices (16 warps, 512 threads) on a 16 x 64 tile.
+    "sliced_k2_32x64_split2": dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, WARPS_M=1, WARPS_N=4, WARPS_K=2, STAGES=4,
+                                   SPLIT_K=2, GROUP_M=1),
+    "sliced_k4_16x64": dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, WARPS_M=1, WARPS_N=4, WARPS_K=4, STAGES=4, SPLIT_K=1,
+                            GROUP_M=1),
+    "sliced_k4_16x32_split2": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, WARPS_M=1, WARPS_N=2, WARPS_K=4, STAGES=4,
+                                   SPLIT_K=2, GROUP_M=1),
 }
 
 
@@ -57,6 +66,11 @@ def test_valid_config_compiles_without_spills(name, repo_root, tmp_path):
         ({"STAGES": 1}, "STAGES must be between 2 and 8"),
         ({"BLOCK_N": 512, "STAGES": 4}, "exceeds the 227 KB per-block limit"),
         ({"BLOCK_M": 256, "BLOCK_N": 256, "STAGES": 2}, "warp tile too large"),
+        # 4 k16 steps per 64-wide k-tile cannot be shared by 8 k slices (1 x 4 x 8 warps = 1024 threads).
+        ({"BLOCK_M": 16, "BLOCK_N": 64, "WARPS_M": 1, "WARPS_K": 8, "SPLIT_K": 4, "GROUP_M": 1},
+         "each k slice owns whole k16 steps"),
+        # The other slice's 128 x 256 fp32 tile (128 KiB) does not fit in 2 stages of 32-wide k-tiles (48 KiB).
+        ({"BLOCK_K": 32, "STAGES": 2, "WARPS_K": 2}, "sliced-K reduction"),
     ],
 )
 def test_invalid_config_fails_with_static_assert(change, message, repo_root, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.config import KernelConfig
 from pipeline.search.perfmodel import (
+    SATURATING_WARPS,
     GemmTile,
     PersistentTile,
     Resources,
@@ -27,8 +28,8 @@ WGMMA_RECORDING = RECORDING.with_name("h200_gemm_wgmma.parquet")
 
 
 def _config(**params: int) -> KernelConfig:
-    base = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 3, "SPLIT_K": 1,
-            "GROUP_M": 8}
+    base = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "WARPS_M": 2, "WARPS_N": 2, "WARPS_K": 1, "STAGES": 3,
+            "SPLIT_K": 1, "GROUP_M": 8}
     return KernelConfig.from_dict("gemm_mma", {**base, **params})
 
 
@@ -88,6 +89,39 @@ def test_split_k_is_predicted_to_help_skinny_m() -> None:
         times[split] = predict_seconds(tile=GemmTile.from_config(config), resources=resources_for(config=config),
                                        m=1, n=4096, k=4096)
     assert times[4] < times[1]
+
+
+def _one_block_per_sm_s(config: KernelConfig, m: int, n: int, k: int) -> float:
+    """Predicted seconds with residency pinned to one block per SM (by shared memory), whatever the warps."""
+    tile = GemmTile.from_config(config)
+    resources = Resources(registers=64, smem_bytes=200 * 1024, threads=tile.threads)
+    assert blocks_per_sm(resources) == 1
+    return predict_seconds(tile=tile, resources=resources, m=m, n=n, k=k)
+
+
+def test_sliced_k_counts_every_slice_in_the_threads_and_defaults_to_one_slice() -> None:
+    tile = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, WARPS_M=1, WARPS_N=4, STAGES=4, SPLIT_K=2, GROUP_M=1)
+    plain, sliced = _config(**tile), _config(**tile, WARPS_K=4)
+    before_slices = KernelConfig.from_dict("gemm_mma", {name: v for name, v in plain.params if name != "WARPS_K"})
+    assert GemmTile.from_config(before_slices) == GemmTile.from_config(plain)   # no WARPS_K: one slice
+    assert GemmTile.from_config(sliced).threads == 4 * GemmTile.from_config(plain).threads
+    assert resources_for(config=sliced).threads == GemmTile.from_config(sliced).threads
+    # Every slice holds a whole warp tile of accumulators: the estimate per thread does not shrink.
+    assert resources_for(config=sliced).registers == resources_for(config=plain).registers
+
+
+def test_sliced_k_helps_an_underfilled_sm_and_only_costs_a_saturated_one() -> None:
+    # Same warp tiles, so the same smem bytes per flop: the slices change the warp fill and add their reduction.
+    skinny = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, WARPS_M=1, WARPS_N=4, STAGES=4, GROUP_M=1)
+    assert GemmTile.from_config(_config(**skinny)).threads // 32 < SATURATING_WARPS
+    assert GemmTile.from_config(_config(**skinny, WARPS_K=2)).threads // 32 >= SATURATING_WARPS
+    shape = dict(m=32, n=4096, k=14336)   # one row of tiles, long K: tensor-core work dwarfs the reduction
+    assert _one_block_per_sm_s(_config(**skinny, WARPS_K=2), **shape) <= _one_block_per_sm_s(_config(**skinny), **shape)
+
+    saturated = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, WARPS_M=2, WARPS_N=4, STAGES=4)
+    assert GemmTile.from_config(_config(**saturated)).threads // 32 >= SATURATING_WARPS
+    times = [_one_block_per_sm_s(_config(**saturated, WARPS_K=slices), m=4096, n=4096, k=4096) for slices in (1, 2, 4)]
+    assert times == sorted(times)   # more slices: no more warp fill to gain, a larger reduction to pay
 
 
 def test_build_failures_are_ranked_last_and_top_k_keeps_the_best() -> None:

@@ -22,8 +22,8 @@ def _row(m: int, params: dict, status: str, median: float | None) -> dict:
 def _recording(tmp_path: Path) -> Path:
     import pandas as pd
 
-    a = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 3, "SPLIT_K": 1,
-         "GROUP_M": 8}
+    a = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "WARPS_M": 2, "WARPS_N": 2, "WARPS_K": 1, "STAGES": 3,
+         "SPLIT_K": 1, "GROUP_M": 8}
     b = {**a, "STAGES": 4}
     c = {**a, "BLOCK_M": 16, "WARPS_M": 1, "WARPS_N": 4, "SPLIT_K": 4, "GROUP_M": 1, "BLOCK_K": 64}
     rows = [

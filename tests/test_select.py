@@ -27,6 +27,7 @@ MEASURED = [
 EXPECTED_BODY = """defaults: &defaults
   BLOCK_K: 64
   WARPS_N: 4
+  WARPS_K: 1
   KERNEL: gemm_mma
 params:
   - <<: *defaults
@@ -140,9 +141,9 @@ def test_only_ok_rows_are_eligible(tmp_path):
 
 def test_manifest_round_trips_through_safe_load(tmp_path):
     data = yaml.safe_load(select.build_manifest(table="gemm_mma", kernel="gemm_mma", ranked=ranked_from(tmp_path)))
-    assert data["params"][2] == {"BLOCK_K": 64, "WARPS_N": 4, "KERNEL": "gemm_mma", "M": 1, "M_END": MAX, "N": 14336,
-                                 "K": 4096, "BLOCK_M": 64, "BLOCK_N": 128, "WARPS_M": 2, "STAGES": 3, "SPLIT_K": 1,
-                                 "GROUP_M": 8, "CONFIG_ID": "cb"}
+    assert data["params"][2] == {"BLOCK_K": 64, "WARPS_N": 4, "WARPS_K": 1, "KERNEL": "gemm_mma", "M": 1, "M_END": MAX,
+                                 "N": 14336, "K": 4096, "BLOCK_M": 64, "BLOCK_N": 128, "WARPS_M": 2, "STAGES": 3,
+                                 "SPLIT_K": 1, "GROUP_M": 8, "CONFIG_ID": "cb"}
 
 
 def test_replayed_rows_give_byte_identical_manifest(tmp_path):
@@ -185,7 +186,7 @@ def test_select_cli_byte_stable_and_codegen_round_trip(tmp_path):
     region = codegen.render_region(codegen.load_manifest(out), snippet, source_label="manifests/gemm_mma.yaml")
     first_entry = region.split("# index: [1]")[0]
     for line in ("m=1,", "m_end=256,", "n=4096,", "k=4096,", 'kernel="gemm_mma",', 'config_id="cc",', "block_m=16,",
-                 "block_k=64,", "split_k=4,", "group_m=1,"):
+                 "block_k=64,", "warps_k=1,", "split_k=4,", "group_m=1,"):
         assert f"        {line}" in first_entry.splitlines() or f"    {line}" in first_entry, line
     assert region.count("# Automatically generated from [manifests/gemm_mma.yaml]") == 3
 

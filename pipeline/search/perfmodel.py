@@ -10,6 +10,10 @@ Predicted time of C[M,N] = A[M,K] B[N,K]^T for one tiled configuration on an H20
   when few warps are resident or when warp tiles are so small that shared-memory reads bound
   the MMAs; and the time to feed the tiles from L2, limited by bytes in flight (stages x tile
   bytes x resident blocks, Little's law) and by the SM's L2 port.
+- **Sliced K** (WARPS_K, default 1): WARPS_K copies of the WARPS_M x WARPS_N layout share each
+  k-tile's k16 steps, so the block has WARPS_K times the warps on the same warp tiles (same
+  shared-memory bytes per flop, better warp fill) and per tile sums WARPS_K - 1 fp32 tiles
+  through shared memory (written once, read once, between two barriers).
 - **Roofline**: the device floor ``max(bytes / 4.13 TB/s, flops / 800 TFLOP/s)``; split-K
   writes fp32 partials, then the last split of each tile reads the others' partials back and
   writes C (added: it waits for the tile's slowest split).
@@ -80,12 +84,13 @@ class GemmTile:
     block_k: int
     warps_m: int
     warps_n: int
+    warps_k: int
     stages: int
     split_k: int
 
     @classmethod
     def from_config(cls, config: KernelConfig) -> "GemmTile":
-        """Read BLOCK_M/N/K, WARPS_M/N, STAGES, SPLIT_K (default 1) from a configuration."""
+        """Read BLOCK_M/N/K, WARPS_M/N, WARPS_K (default 1), STAGES, SPLIT_K (default 1) from a configuration."""
         values = config.defines()
         missing = [n for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "WARPS_M", "WARPS_N", "STAGES") if n not in values]
         if missing:
@@ -96,19 +101,20 @@ class GemmTile:
             block_k=int(values["BLOCK_K"]),
             warps_m=int(values["WARPS_M"]),
             warps_n=int(values["WARPS_N"]),
+            warps_k=int(values.get("WARPS_K", 1)),
             stages=int(values["STAGES"]),
             split_k=int(values.get("SPLIT_K", 1)),
         )
 
     @property
     def threads(self) -> int:
-        """Threads per block."""
-        return self.warps_m * self.warps_n * 32
+        """Threads per block: WARPS_M x WARPS_N warps per k slice, WARPS_K slices."""
+        return self.warps_m * self.warps_n * self.warps_k * 32
 
 
 def estimated_resources(tile: GemmTile) -> Resources:
     """Resources when no compile report is at hand: fp32 accumulators + overhead, pipelined smem."""
-    accumulators = tile.block_m * tile.block_n // tile.threads
+    accumulators = tile.block_m * tile.block_n * tile.warps_k // tile.threads   # every k slice holds a whole tile
     registers = min(255, accumulators + 48)
     smem = tile.stages * (tile.block_m + tile.block_n) * tile.block_k * BF16_BYTES
     return Resources(registers=registers, smem_bytes=smem, threads=tile.threads)
@@ -128,6 +134,14 @@ def roofline_floor_s(*, m: int, n: int, k: int) -> float:
     """DESIGN.md's floor: max(bytes / 4.13 TB/s, flops / 800 TFLOP/s) for the ideal GEMM."""
     moved = (m * k + n * k + m * n) * BF16_BYTES
     return max(moved / HBM_BYTES_PER_S, 2.0 * m * n * k / DEVICE_FLOPS)
+
+
+def slice_reduction_s(*, tile: GemmTile, resident: int) -> float:
+    """Per-tile cost of summing the k slices: their fp32 tiles through smem and two barriers (latency shared)."""
+    if tile.warps_k == 1:
+        return 0.0
+    smem_bytes = 2 * (tile.warps_k - 1) * tile.block_m * tile.block_n * FP32_BYTES   # written, then read back
+    return (smem_bytes / SMEM_BYTES_PER_CLOCK + 2 * SYNC_CYCLES_PER_K_STEP / resident) / SM_CLOCK_HZ
 
 
 def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: int) -> float:
@@ -151,7 +165,9 @@ def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: 
     # Per-tile latency other resident blocks cannot hide: pipeline fill and one barrier per k step.
     k_steps = math.ceil(k_part / tile.block_k)
     exposed_s = (MEMORY_LATENCY_S + k_steps * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ) / resident
-    compute_s = tiles_on_busiest_sm * (tile_flops / (min(mma_rate, smem_rate) * warp_fill) + exposed_s)
+    # Sliced K: its warps count in warp_fill (same warp tiles, so same smem bytes per flop), its reduction here.
+    slices_s = slice_reduction_s(tile=tile, resident=resident)
+    compute_s = tiles_on_busiest_sm * (tile_flops / (min(mma_rate, smem_rate) * warp_fill) + exposed_s + slices_s)
 
     # Feeding the busiest SM: bytes in flight over latency, capped by its L2 port.
     tile_bytes = (tile.block_m + tile.block_n) * k_part * BF16_BYTES

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# A/B probes of kernel variants on the H200 in one device call, before a grid change is recorded:
+# each line of $PROBES (default benchmarks/probes/current.txt) is "<name> <gemm_vs_cublas.py args>";
+# every run writes <name>.json/.md and a log. All of it is packed into one archive under $OUT
+# (the device tool returns at most 8 files), and each run's timing table is echoed.
+#
+#   PROBES=benchmarks/probes/gemm_mma_v3.txt bash scripts/device_probe.sh
+#   run with carry [".whl"]; needs pycuda (the wheel) and nvcc on the GPU machine.
+set -uo pipefail
+FINAL_OUT=${OUT:-/tmp/tunetable-out}
+PROBES=${PROBES:-benchmarks/probes/current.txt}
+WORK=/tmp/tunetable-probe
+mkdir -p "$FINAL_OUT" "$WORK"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || echo "wheel install failed"
+export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv | tee "$WORK/device.txt"
+while read -r name args; do
+  [[ -z "$name" || "$name" == \#* ]] && continue
+  args=${args//__PWD__/$PWD}
+  echo "== $name ($(date -u +%H:%M:%S))"
+  # shellcheck disable=SC2086  # the line's arguments are split on purpose
+  timeout "${PROBE_TIMEOUT_S:-150}" python3 benchmarks/gemm_vs_cublas.py $args --out "$WORK" --name "$name" \
+    >"$WORK/$name.log" 2>&1
+  echo "rc=$?" >>"$WORK/$name.log"
+  grep -E "TFLOP/s|^timed|best |verify|FAILED|failed|rc=" "$WORK/$name.log"
+done <"$PROBES"
+tar czf "$FINAL_OUT/probe.tar.gz" -C "$WORK" .
