@@ -29,9 +29,7 @@ class TuningConfig:
     block_k: int
     warps_m: int
     warps_n: int
-    # Default 1 (no k slices) only so that a region generated before WARPS_K still imports, and the
-    # pipeline that regenerates it still runs; dispatch refuses such entries (config_id mismatch).
-    warps_k: int = 1
+    warps_k: int
     stages: int
     split_k: int
     group_m: int
@@ -90,39 +88,41 @@ class FamilyChoice:
 
 GEMM_MMA_CONFIGS: list[TuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_MMA
-        # Provenance: [manifests/gemm_mma.yaml] params sha256:fee60c17cce5, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_mma.yaml] params sha256:0d77e1e18fdf, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [0]
         TuningConfig(
             m=1,
-            m_end=32,
+            m_end=64,
             n=4096,
             k=4096,
             kernel="gemm_mma",
-            config_id="c226739e48b",
+            config_id="cdba23ace0e",
             block_m=16,
-            block_n=64,
+            block_n=32,
             block_k=128,
             warps_m=1,
-            warps_n=4,
-            stages=4,
-            split_k=2,
+            warps_n=2,
+            warps_k=2,
+            stages=6,
+            split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [1]
         TuningConfig(
-            m=32,
-            m_end=64,
+            m=64,
+            m_end=128,
             n=4096,
             k=4096,
             kernel="gemm_mma",
-            config_id="c4172b55edc",
-            block_m=16,
-            block_n=64,
+            config_id="c17377d83c9",
+            block_m=32,
+            block_n=32,
             block_k=128,
             warps_m=1,
-            warps_n=4,
+            warps_n=2,
+            warps_k=2,
             stages=6,
             split_k=1,
             group_m=1,
@@ -130,17 +130,18 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [2]
         TuningConfig(
-            m=64,
+            m=128,
             m_end=256,
             n=4096,
             k=4096,
             kernel="gemm_mma",
-            config_id="c754580c472",
-            block_m=32,
+            config_id="c65c78aa8a2",
+            block_m=64,
             block_n=64,
             block_k=128,
-            warps_m=1,
-            warps_n=4,
+            warps_m=2,
+            warps_n=2,
+            warps_k=2,
             stages=4,
             split_k=1,
             group_m=1,
@@ -153,12 +154,13 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_mma",
-            config_id="c94df0dd63a",
+            config_id="c540ba05a15",
             block_m=64,
             block_n=128,
             block_k=64,
-            warps_m=1,
-            warps_n=4,
+            warps_m=2,
+            warps_n=2,
+            warps_k=1,
             stages=4,
             split_k=1,
             group_m=8,
@@ -167,16 +169,17 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [4]
         TuningConfig(
             m=1024,
-            m_end=2048,
+            m_end=2147483647,
             n=4096,
             k=4096,
             kernel="gemm_mma",
-            config_id="cea5188f2dc",
+            config_id="cbb7e888109",
             block_m=128,
             block_n=128,
-            block_k=32,
+            block_k=64,
             warps_m=2,
             warps_n=2,
+            warps_k=1,
             stages=3,
             split_k=1,
             group_m=8,
@@ -184,107 +187,113 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [5]
         TuningConfig(
-            m=2048,
-            m_end=2147483647,
-            n=4096,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="ccd958e27c2",
-            block_m=128,
-            block_n=128,
-            block_k=32,
-            warps_m=2,
-            warps_n=2,
-            stages=4,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [6]
-        TuningConfig(
             m=1,
             m_end=32,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="c748eec4132",
+            config_id="cdba23ace0e",
             block_m=16,
-            block_n=64,
+            block_n=32,
             block_k=128,
             warps_m=1,
-            warps_n=4,
+            warps_n=2,
+            warps_k=2,
             stages=6,
-            split_k=2,
+            split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [7]
+        # index: [6]
         TuningConfig(
             m=32,
             m_end=64,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="c3a3fe84795",
+            config_id="ca5969dd26a",
             block_m=32,
-            block_n=64,
+            block_n=32,
             block_k=128,
             warps_m=1,
-            warps_n=4,
+            warps_n=2,
+            warps_k=4,
             stages=6,
-            split_k=2,
+            split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [8]
+        # index: [7]
         TuningConfig(
             m=64,
             m_end=128,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="c5d40bd311e",
-            block_m=32,
-            block_n=128,
+            config_id="ce38c8d0ed6",
+            block_m=64,
+            block_n=64,
             block_k=128,
-            warps_m=1,
-            warps_n=4,
+            warps_m=2,
+            warps_n=2,
+            warps_k=2,
             stages=4,
             split_k=2,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [9]
+        # index: [8]
         TuningConfig(
             m=128,
             m_end=256,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="c754580c472",
-            block_m=32,
+            config_id="c65c78aa8a2",
+            block_m=64,
             block_n=64,
             block_k=128,
-            warps_m=1,
-            warps_n=4,
+            warps_m=2,
+            warps_n=2,
+            warps_k=2,
             stages=4,
             split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [10]
+        # index: [9]
         TuningConfig(
             m=256,
+            m_end=512,
+            n=4096,
+            k=14336,
+            kernel="gemm_mma",
+            config_id="c540ba05a15",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            warps_m=2,
+            warps_n=2,
+            warps_k=1,
+            stages=4,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [10]
+        TuningConfig(
+            m=512,
             m_end=1024,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="c94df0dd63a",
-            block_m=64,
+            config_id="ce0ce2b4d5e",
+            block_m=128,
             block_n=128,
             block_k=64,
-            warps_m=1,
-            warps_n=4,
+            warps_m=2,
+            warps_n=2,
+            warps_k=1,
             stages=4,
             split_k=1,
             group_m=8,
@@ -293,16 +302,17 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [11]
         TuningConfig(
             m=1024,
-            m_end=2048,
+            m_end=4096,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="cea5188f2dc",
-            block_m=128,
+            config_id="cc8c4c6a8c3",
+            block_m=256,
             block_n=128,
-            block_k=32,
-            warps_m=2,
+            block_k=64,
+            warps_m=4,
             warps_n=2,
+            warps_k=1,
             stages=3,
             split_k=1,
             group_m=8,
@@ -310,17 +320,18 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [12]
         TuningConfig(
-            m=2048,
+            m=4096,
             m_end=2147483647,
             n=4096,
             k=14336,
             kernel="gemm_mma",
-            config_id="ccd958e27c2",
-            block_m=128,
+            config_id="c2ec1e61dc8",
+            block_m=256,
             block_n=128,
-            block_k=32,
-            warps_m=2,
+            block_k=64,
+            warps_m=4,
             warps_n=2,
+            warps_k=1,
             stages=4,
             split_k=1,
             group_m=8,
@@ -333,12 +344,13 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             n=6144,
             k=4096,
             kernel="gemm_mma",
-            config_id="c4172b55edc",
+            config_id="cdba23ace0e",
             block_m=16,
-            block_n=64,
+            block_n=32,
             block_k=128,
             warps_m=1,
-            warps_n=4,
+            warps_n=2,
+            warps_k=2,
             stages=6,
             split_k=1,
             group_m=1,
@@ -351,12 +363,13 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             n=6144,
             k=4096,
             kernel="gemm_mma",
-            config_id="ca96b376832",
+            config_id="c9025cc0713",
             block_m=32,
             block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
+            warps_k=1,
             stages=6,
             split_k=1,
             group_m=1,
@@ -369,12 +382,13 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             n=6144,
             k=4096,
             kernel="gemm_mma",
-            config_id="c754580c472",
-            block_m=32,
+            config_id="c65c78aa8a2",
+            block_m=64,
             block_n=64,
             block_k=128,
-            warps_m=1,
-            warps_n=4,
+            warps_m=2,
+            warps_n=2,
+            warps_k=2,
             stages=4,
             split_k=1,
             group_m=1,
@@ -383,34 +397,36 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [16]
         TuningConfig(
             m=128,
-            m_end=256,
-            n=6144,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="cfada9cdb7f",
-            block_m=32,
-            block_n=64,
-            block_k=64,
-            warps_m=1,
-            warps_n=4,
-            stages=4,
-            split_k=1,
-            group_m=1,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [17]
-        TuningConfig(
-            m=256,
             m_end=512,
             n=6144,
             k=4096,
             kernel="gemm_mma",
-            config_id="c94df0dd63a",
+            config_id="c540ba05a15",
             block_m=64,
             block_n=128,
             block_k=64,
+            warps_m=2,
+            warps_n=2,
+            warps_k=1,
+            stages=4,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [17]
+        TuningConfig(
+            m=512,
+            m_end=1024,
+            n=6144,
+            k=4096,
+            kernel="gemm_mma",
+            config_id="cc30e1d4e81",
+            block_m=64,
+            block_n=128,
+            block_k=32,
             warps_m=1,
             warps_n=4,
+            warps_k=1,
             stages=4,
             split_k=1,
             group_m=8,
@@ -418,161 +434,170 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [18]
         TuningConfig(
-            m=512,
-            m_end=1024,
+            m=1024,
+            m_end=2147483647,
             n=6144,
             k=4096,
             kernel="gemm_mma",
-            config_id="c225a14c481",
-            block_m=64,
+            config_id="cbb7e888109",
+            block_m=128,
             block_n=128,
-            block_k=32,
+            block_k=64,
             warps_m=2,
             warps_n=2,
-            stages=4,
+            warps_k=1,
+            stages=3,
             split_k=1,
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [19]
         TuningConfig(
-            m=1024,
-            m_end=2048,
-            n=6144,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="c94df0dd63a",
-            block_m=64,
-            block_n=128,
-            block_k=64,
-            warps_m=1,
-            warps_n=4,
-            stages=4,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [20]
-        TuningConfig(
-            m=2048,
-            m_end=2147483647,
-            n=6144,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="ccd958e27c2",
-            block_m=128,
-            block_n=128,
-            block_k=32,
-            warps_m=2,
-            warps_n=2,
-            stages=4,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [21]
-        TuningConfig(
             m=1,
             m_end=32,
             n=8192,
             k=8192,
             kernel="gemm_mma",
-            config_id="c4172b55edc",
+            config_id="c5d7250bac0",
             block_m=16,
             block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
+            warps_k=1,
             stages=6,
             split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [22]
+        # index: [20]
         TuningConfig(
             m=32,
             m_end=64,
             n=8192,
             k=8192,
             kernel="gemm_mma",
-            config_id="ca96b376832",
+            config_id="c9025cc0713",
             block_m=32,
             block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
+            warps_k=1,
             stages=6,
             split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [23]
+        # index: [21]
         TuningConfig(
             m=64,
             m_end=128,
             n=8192,
             k=8192,
             kernel="gemm_mma",
-            config_id="c754580c472",
-            block_m=32,
+            config_id="c65c78aa8a2",
+            block_m=64,
             block_n=64,
             block_k=128,
-            warps_m=1,
-            warps_n=4,
+            warps_m=2,
+            warps_n=2,
+            warps_k=2,
             stages=4,
             split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [24]
+        # index: [22]
         TuningConfig(
             m=128,
+            m_end=256,
+            n=8192,
+            k=8192,
+            kernel="gemm_mma",
+            config_id="c540ba05a15",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            warps_m=2,
+            warps_n=2,
+            warps_k=1,
+            stages=4,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [23]
+        TuningConfig(
+            m=256,
             m_end=512,
             n=8192,
             k=8192,
             kernel="gemm_mma",
-            config_id="c94df0dd63a",
-            block_m=64,
+            config_id="ce0ce2b4d5e",
+            block_m=128,
             block_n=128,
             block_k=64,
-            warps_m=1,
-            warps_n=4,
+            warps_m=2,
+            warps_n=2,
+            warps_k=1,
             stages=4,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [24]
+        TuningConfig(
+            m=512,
+            m_end=1024,
+            n=8192,
+            k=8192,
+            kernel="gemm_mma",
+            config_id="c3925c11e6f",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            warps_m=2,
+            warps_n=4,
+            warps_k=1,
+            stages=3,
             split_k=1,
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [25]
         TuningConfig(
-            m=512,
-            m_end=8192,
+            m=1024,
+            m_end=4096,
             n=8192,
             k=8192,
             kernel="gemm_mma",
-            config_id="ccd958e27c2",
+            config_id="cbb7e888109",
             block_m=128,
             block_n=128,
-            block_k=32,
+            block_k=64,
             warps_m=2,
             warps_n=2,
-            stages=4,
+            warps_k=1,
+            stages=3,
             split_k=1,
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [26]
         TuningConfig(
-            m=8192,
+            m=4096,
             m_end=2147483647,
             n=8192,
             k=8192,
             kernel="gemm_mma",
-            config_id="c29cc72dc9b",
+            config_id="c2ec1e61dc8",
             block_m=256,
             block_n=128,
             block_k=64,
             warps_m=4,
             warps_n=2,
+            warps_k=1,
             stages=4,
             split_k=1,
             group_m=8,
@@ -581,16 +606,17 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [27]
         TuningConfig(
             m=1,
-            m_end=8,
+            m_end=32,
             n=14336,
             k=4096,
             kernel="gemm_mma",
-            config_id="c6cbcb99d35",
+            config_id="c20a8f6441c",
             block_m=16,
-            block_n=128,
+            block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
+            warps_k=1,
             stages=4,
             split_k=1,
             group_m=1,
@@ -598,17 +624,18 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [28]
         TuningConfig(
-            m=8,
-            m_end=32,
+            m=32,
+            m_end=64,
             n=14336,
             k=4096,
             kernel="gemm_mma",
-            config_id="c1d93a453f5",
-            block_m=16,
+            config_id="c34d769966c",
+            block_m=32,
             block_n=128,
             block_k=128,
             warps_m=1,
-            warps_n=8,
+            warps_n=4,
+            warps_k=1,
             stages=4,
             split_k=1,
             group_m=1,
@@ -616,53 +643,56 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [29]
         TuningConfig(
-            m=32,
-            m_end=64,
-            n=14336,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="ca93e830a4a",
-            block_m=32,
-            block_n=128,
-            block_k=128,
-            warps_m=1,
-            warps_n=4,
-            stages=4,
-            split_k=1,
-            group_m=1,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [30]
-        TuningConfig(
             m=64,
             m_end=256,
             n=14336,
             k=4096,
             kernel="gemm_mma",
-            config_id="c94df0dd63a",
+            config_id="c540ba05a15",
             block_m=64,
             block_n=128,
             block_k=64,
-            warps_m=1,
-            warps_n=4,
+            warps_m=2,
+            warps_n=2,
+            warps_k=1,
             stages=4,
             split_k=1,
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [31]
+        # index: [30]
         TuningConfig(
             m=256,
             m_end=512,
             n=14336,
             k=4096,
             kernel="gemm_mma",
-            config_id="ccd958e27c2",
-            block_m=128,
+            config_id="cc8c4c6a8c3",
+            block_m=256,
             block_n=128,
-            block_k=32,
-            warps_m=2,
+            block_k=64,
+            warps_m=4,
             warps_n=2,
+            warps_k=1,
+            stages=3,
+            split_k=1,
+            group_m=8,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [31]
+        TuningConfig(
+            m=512,
+            m_end=1024,
+            n=14336,
+            k=4096,
+            kernel="gemm_mma",
+            config_id="c2ec1e61dc8",
+            block_m=256,
+            block_n=128,
+            block_k=64,
+            warps_m=4,
+            warps_n=2,
+            warps_k=1,
             stages=4,
             split_k=1,
             group_m=8,
@@ -670,36 +700,19 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [32]
         TuningConfig(
-            m=512,
-            m_end=1024,
-            n=14336,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="cea5188f2dc",
-            block_m=128,
-            block_n=128,
-            block_k=32,
-            warps_m=2,
-            warps_n=2,
-            stages=3,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [33]
-        TuningConfig(
             m=1024,
             m_end=2147483647,
             n=14336,
             k=4096,
             kernel="gemm_mma",
-            config_id="ccd958e27c2",
+            config_id="cbb7e888109",
             block_m=128,
             block_n=128,
-            block_k=32,
+            block_k=64,
             warps_m=2,
             warps_n=2,
-            stages=4,
+            warps_k=1,
+            stages=3,
             split_k=1,
             group_m=8,
         ),
@@ -1434,31 +1447,20 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:61bfe4bc6304, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:e27f7d657d34, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
             m=1,
-            m_end=32,
-            n=4096,
-            k=4096,
-            kernel="gemm_mma",
-            table="gemm_mma",
-            config_id="c226739e48b",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [1]
-        FamilyChoice(
-            m=32,
             m_end=64,
             n=4096,
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c4172b55edc",
+            config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [2]
+        # index: [1]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1469,7 +1471,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [3]
+        # index: [2]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1480,7 +1482,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c3e9cd2aa7c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [4]
+        # index: [3]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1491,7 +1493,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [5]
+        # index: [4]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1502,7 +1504,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [6]
+        # index: [5]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -1513,7 +1515,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2cce61f3fe",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [7]
+        # index: [6]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
@@ -1524,7 +1526,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [8]
+        # index: [7]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1532,10 +1534,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=14336,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c748eec4132",
+            config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [9]
+        # index: [8]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1543,10 +1545,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=14336,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c3a3fe84795",
+            config_id="ca5969dd26a",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [10]
+        # index: [9]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1557,7 +1559,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c83c571c367",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [11]
+        # index: [10]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1568,7 +1570,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb4925f29bc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [12]
+        # index: [11]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1579,7 +1581,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [13]
+        # index: [12]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1590,7 +1592,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c535214171c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [14]
+        # index: [13]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -1601,7 +1603,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8624d69f68",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [15]
+        # index: [14]
         FamilyChoice(
             m=2048,
             m_end=4096,
@@ -1612,7 +1614,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [16]
+        # index: [15]
         FamilyChoice(
             m=4096,
             m_end=8192,
@@ -1623,7 +1625,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9717831555",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [17]
+        # index: [16]
         FamilyChoice(
             m=8192,
             m_end=2147483647,
@@ -1634,7 +1636,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [18]
+        # index: [17]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1642,10 +1644,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c4172b55edc",
+            config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [19]
+        # index: [18]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1653,10 +1655,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="ca96b376832",
+            config_id="c9025cc0713",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [20]
+        # index: [19]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1667,7 +1669,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [21]
+        # index: [20]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1678,7 +1680,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [22]
+        # index: [21]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1689,7 +1691,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [23]
+        # index: [22]
         FamilyChoice(
             m=512,
             m_end=2048,
@@ -1700,7 +1702,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c564d7941ff",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [24]
+        # index: [23]
         FamilyChoice(
             m=2048,
             m_end=4096,
@@ -1711,7 +1713,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6acb06d66f",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [25]
+        # index: [24]
         FamilyChoice(
             m=4096,
             m_end=2147483647,
@@ -1722,7 +1724,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [26]
+        # index: [25]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1730,10 +1732,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=8192,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c4172b55edc",
+            config_id="c5d7250bac0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [27]
+        # index: [26]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1741,10 +1743,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=8192,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="ca96b376832",
+            config_id="c9025cc0713",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [28]
+        # index: [27]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1755,7 +1757,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [29]
+        # index: [28]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1766,7 +1768,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [29]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1777,7 +1779,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
+        # index: [30]
         FamilyChoice(
             m=512,
             m_end=2048,
@@ -1788,7 +1790,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9717831555",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [31]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
@@ -1799,29 +1801,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [32]
         FamilyChoice(
             m=1,
-            m_end=8,
-            n=14336,
-            k=4096,
-            kernel="gemm_mma",
-            table="gemm_mma",
-            config_id="c6cbcb99d35",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
-        FamilyChoice(
-            m=8,
             m_end=32,
             n=14336,
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c1d93a453f5",
+            config_id="c20a8f6441c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [35]
+        # index: [33]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1829,10 +1820,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="ca93e830a4a",
+            config_id="c34d769966c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [36]
+        # index: [34]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1843,7 +1834,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cea7763de35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [37]
+        # index: [35]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1854,7 +1845,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [38]
+        # index: [36]
         FamilyChoice(
             m=256,
             m_end=1024,
@@ -1865,7 +1856,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8624d69f68",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [39]
+        # index: [37]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -1876,7 +1867,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c535214171c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [40]
+        # index: [38]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
