@@ -651,6 +651,7 @@ class Runtime:
     def _build_struct_plan(self, entry: Entry, *, family: Any, defines: Mapping[str, Any], geometry: Any) -> StructPlan:
         """A plan launched through libcuda (by-value tensor maps); the workspace zeroed when the family says so."""
         from kernels.driver import DriverKernel
+        from kernels.families import cluster_blocks
 
         cubin = cubin_for(entry, params_path=self.params_path)
         kernel = self.driver_kernels.get((cubin, family.entry))
@@ -658,8 +659,11 @@ class Runtime:
             kernel = DriverKernel(cubin, family.entry, smem_bytes=int(geometry.smem_bytes))
             self.driver_kernels[(cubin, family.entry)] = kernel
         workspace = self._workspace(family, geometry.workspace_bytes)
+        # The bench's cut of the persistent grid, so the runtime launches what was measured.
+        grid, _ = kernel.resident_grid(grid=geometry.grid, block=geometry.block, smem_bytes=int(geometry.smem_bytes),
+                                       cluster=cluster_blocks(defines))
         return StructPlan(
-            kernel=kernel, family=family, defines=dict(defines), grid=tuple(geometry.grid),
+            kernel=kernel, family=family, defines=dict(defines), grid=grid,
             block=tuple(geometry.block), smem_bytes=int(geometry.smem_bytes), workspace=workspace,
             workspace_ptr=int(workspace) if workspace is not None else 0,
         )

@@ -104,6 +104,18 @@ def kernel_arguments(arg_format: str, values: Sequence[Any]) -> KernelArguments:
     return KernelArguments(storage=storage, pointers=pointers)
 
 
+def cut_to_resident(grid: Sequence[int], *, cluster: int, fits: int) -> tuple[int, int, int]:
+    """A persistent grid of ``cluster``-block clusters cut to the ``fits`` clusters resident at once.
+
+    A persistent kernel sized to the SM count assumes one wave; when fewer clusters fit (GPC
+    boundaries, shared memory), the rest would run as a second wave with most SMs idle.
+    ``fits`` is the driver's answer (cuOccupancyMaxActiveClusters); 0 means unknown: no cut.
+    """
+    if cluster > 1 and 0 < fits * cluster < grid[0]:
+        return (fits * cluster, int(grid[1]), int(grid[2]))
+    return (int(grid[0]), int(grid[1]), int(grid[2]))
+
+
 class DriverKernel:
     """One entry of a cubin, loaded with cuModuleLoad in the current context."""
 
@@ -125,6 +137,14 @@ class DriverKernel:
         _check(_cuda().cuOccupancyMaxActiveClusters(ctypes.byref(count), self.function, ctypes.byref(config)),
                "cuOccupancyMaxActiveClusters")
         return count.value
+
+    def resident_grid(self, *, grid: Sequence[int], block: Sequence[int], smem_bytes: int,
+                      cluster: int) -> tuple[tuple[int, int, int], int | None]:
+        """``grid`` cut to this kernel's clusters resident at once, and their count (None without clusters)."""
+        if cluster <= 1:
+            return cut_to_resident(grid, cluster=1, fits=0), None
+        fits = self.max_active_clusters(grid=grid, block=block, smem_bytes=smem_bytes)
+        return cut_to_resident(grid, cluster=cluster, fits=fits), fits
 
     def launch(self, grid: Sequence[int], block: Sequence[int], smem_bytes: int, stream: int,
                arguments: KernelArguments) -> None:

@@ -52,6 +52,11 @@ def _int_define(defines: Mapping[str, object], name: str) -> int:
     return value
 
 
+def cluster_blocks(defines: Mapping[str, object]) -> int:
+    """Blocks per thread-block cluster: CLUSTER_M x CLUSTER_N (1 for families without clusters)."""
+    return int(defines.get("CLUSTER_M", 1)) * int(defines.get("CLUSTER_N", 1))
+
+
 @dataclass(frozen=True)
 class GemmMmaFamily:
     """C = A·Bᵀ (bf16, fp32 accumulate) through mma.sync; see kernels/gemm_mma.cu."""

@@ -116,3 +116,27 @@ def test_launch_rejects_bad_shape_and_missing_define():
     partial = {k: v for k, v in BIG.items() if k != "STAGES"}
     with pytest.raises(KeyError, match="STAGES"):
         GEMM.launch(partial, 64, 64, 64)
+
+
+def test_cluster_blocks_of_the_wgmma_grid_and_of_families_without_clusters():
+    """Blocks per cluster are CLUSTER_M x CLUSTER_N; gemm_mma's defines have none, so 1."""
+    from kernels.families import cluster_blocks
+
+    wgmma = table_spec(load_params("params.yaml"), "gemm_wgmma")
+    sizes = {cluster_blocks(c.defines()) for c in expand(wgmma).kept}
+    assert 1 in sizes and 2 in sizes
+    assert cluster_blocks(BIG) == 1
+
+
+@pytest.mark.parametrize(("grid", "cluster", "fits", "expected"), [
+    ((132, 1, 1), 2, 66, (132, 1, 1)),   # every cluster resident: unchanged
+    ((132, 1, 1), 2, 60, (120, 1, 1)),   # 60 pairs fit: the other 6 would be a second wave
+    ((132, 1, 1), 2, 0, (132, 1, 1)),    # the driver could not say: no cut
+    ((64, 1, 1), 2, 60, (64, 1, 1)),     # fewer work items than resident clusters
+    ((132, 1, 1), 1, 10, (132, 1, 1)),   # no clusters: never cut
+])
+def test_persistent_grid_is_cut_to_the_resident_clusters(grid, cluster, fits, expected):
+    """The bench and the runtime launch the same persistent grid: whole clusters that fit at once."""
+    from kernels.driver import cut_to_resident
+
+    assert cut_to_resident(grid, cluster=cluster, fits=fits) == expected

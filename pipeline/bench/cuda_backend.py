@@ -71,7 +71,6 @@ class CudaBackend:
         self.shape = (0, 0, 0)
         self.settings: dict[str, Any] = {}
         self.rotation = 0
-        self.max_active_clusters: int | None = None   # of the last cluster kernel prepared
 
     # -- errors ------------------------------------------------------------------------------------
     def _guard(self, action: Callable[[], Any], what: str) -> Any:
@@ -156,18 +155,6 @@ class CudaBackend:
             self.functions[key] = DriverKernel(cubin, entry, smem_bytes=smem_bytes)
         return self.functions[key]
 
-    def _resident_grid(self, kernel: DriverKernel, *, grid: tuple[int, ...], block: tuple[int, ...], smem: int,
-                       defines: dict[str, Any]) -> tuple[int, ...]:
-        """A persistent grid of clusters cut to what fits at once (a second wave would idle most SMs)."""
-        cluster = int(defines.get("CLUSTER_M", 1)) * int(defines.get("CLUSTER_N", 1))
-        if cluster <= 1:
-            return grid
-        fits = kernel.max_active_clusters(grid=grid, block=block, smem_bytes=smem)
-        self.max_active_clusters = fits
-        if 0 < fits * cluster < grid[0]:
-            return (fits * cluster, *grid[1:])
-        return grid
-
     def _workspace(self, config_id: str, nbytes: int, *, zeroed: bool) -> int:
         """This configuration's own split-K workspace on this shape (zeroed when its kernel keeps counters there).
 
@@ -188,10 +175,9 @@ class CudaBackend:
 
     def _launcher(self, config_id: str, payload: dict[str, Any]) -> Callable[[int], None]:
         """A function that queues one complete GEMM on input set i (one kernel: split-K reduces inside it)."""
-        from kernels.families import FAMILIES
+        from kernels.families import FAMILIES, cluster_blocks
 
         m, n, k = self.shape
-        self.max_active_clusters = None
         if payload["kind"] == "baseline":
             def run_cublas(index: int) -> None:
                 """Queue the cuBLAS GEMM on input set ``index``."""
@@ -207,13 +193,14 @@ class CudaBackend:
         workspace = self._workspace(config_id, int(payload.get("workspace_bytes") or 0),
                                     zeroed=bool(getattr(family, "zeroed_workspace", False)))
         grid, block = tuple(payload["grid"]), tuple(payload["block"])
+        fits = None  # clusters resident at once, where the kernel has clusters
         # Arguments built once per input set (the Hopper family's tensor maps embed the addresses).
         values = [family.kernel_arguments(defines, M=m, N=n, K=k, a=a, b=b, c=c, workspace=workspace)
                   for a, b, c in self.pointers]
         if has_struct_arguments(family.arg_format):
             # By-value structs go through kernelParams (kernels/driver.py says why).
             kernel = self._driver_kernel(payload["cubin"], payload["entry"], smem)
-            grid = self._resident_grid(kernel, grid=grid, block=block, smem=smem, defines=defines)
+            grid, fits = kernel.resident_grid(grid=grid, block=block, smem_bytes=smem, cluster=cluster_blocks(defines))
             driver_args = [kernel_arguments(family.arg_format, v) for v in values]
             stream = self.stream.handle
 
@@ -227,6 +214,7 @@ class CudaBackend:
                 """Queue the kernel on input set ``index`` (pycuda, packed pointer arguments)."""
                 main._launch_kernel(grid, block, packed[index], smem, self.stream)
         run_kernel.grid = list(grid)  # type: ignore[attr-defined]  # as launched (clusters may be cut)
+        run_kernel.max_active_clusters = fits  # type: ignore[attr-defined]  # the driver's count, or None
         return run_kernel
 
     def _rel_err(self, launch: Callable[[int], None]) -> float:
@@ -288,7 +276,7 @@ class CudaBackend:
         if payload["kind"] == "kernel":
             main = self.functions[(payload["cubin"], payload["entry"])]
             extra = {"num_regs": int(main.num_regs), "launch_grid": getattr(launch, "grid", None),
-                     "max_active_clusters": self.max_active_clusters}
+                     "max_active_clusters": getattr(launch, "max_active_clusters", None)}
         return {"status": "ok", "rel_err": rel_err, "batch": batch, "warmup_launches": launches,
                 "warmup_ms_per_launch": per_launch, **extra}
 
