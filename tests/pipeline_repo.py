@@ -25,6 +25,15 @@ GIT_ENV = {
 }
 
 
+def error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a failed command (exit 2, no traceback)."""
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
 @dataclass(frozen=True)
 class Done:
     """A finished command: exit status and combined output."""

@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 from bench_support import gemm_mma_only_params
+from pipeline_repo import error_line
 from pipeline.atomic import atomic_write_all
 from pipeline.errors import TuneTableError
 from pipeline.keys import kernel_source_hash
@@ -40,15 +41,6 @@ def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """Run ``python -m pipeline ARGS`` in ``cwd``, capturing text output (wide, one line per message)."""
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "250"}, timeout=300, check=False)
-
-
-def _error_line(result: subprocess.CompletedProcess[str]) -> str:
-    """The single stderr line of a failed command (exit 2, no traceback)."""
-    assert "Traceback" not in result.stderr + result.stdout
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -95,7 +87,7 @@ def test_profile_top_outside_zero_to_one_is_one_line(tmp_path: Path, shards: dic
     before = _files(tmp_path)
     result = _run("profile", str(shards["exhaustive"][0]), "-t", value, "-c", "-o", str(tmp_path / "sel.yaml"),
                   "--out-dir", str(tmp_path / "out"), cwd=tmp_path)
-    assert _error_line(result) == (
+    assert error_line(result) == (
         f"error: --top: expected a fraction in (0, 1], or 0 for off (the default), got {float(value):g}")
     assert result.stdout == ""
     assert _files(tmp_path) == before
@@ -167,7 +159,7 @@ def test_metrics_png_failure_leaves_old_json_and_csv(tmp_path: Path, shards: dic
     flags = [str(a) for a in ("--json", out / "m.json", "--csv", out / "m.csv", "--png", blocked)]
     result = _run("metrics", "--table", "gemm_mma", "--manifest", str(manifest), "--ranked", str(ranked), *flags,
                   *plain)
-    assert _error_line(result).startswith(f"error: {blocked}: cannot write: ")
+    assert error_line(result).startswith(f"error: {blocked}: cannot write: ")
     assert _files(tmp_path) == before  # the old JSON and CSV, and no temp file beside them
 
 
@@ -185,7 +177,7 @@ def test_check_traceable_names_tables_and_dispatch_lists() -> None:
 def test_trace_unknown_name_without_dispatch_lists(tmp_path: Path) -> None:
     params = gemm_mma_only_params(tmp_path, search=None)
     result = _run("trace", "nosuch", "0", "--params", str(params), cwd=tmp_path)
-    assert _error_line(result) == (f"error: {params}: unknown table or dispatch list 'nosuch' "
+    assert error_line(result) == (f"error: {params}: unknown table or dispatch list 'nosuch' "
                                    f"(declared tables: gemm_mma; dispatch lists: none)")
     assert result.stdout == ""
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pipeline_repo import error_line
 from result_rows import row, shard
 
 from pipeline.params import load_params
@@ -27,15 +28,6 @@ def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """Run ``python -m pipeline ARGS`` in ``cwd``, capturing text output."""
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=120, check=False)
-
-
-def _error_line(result: subprocess.CompletedProcess[str]) -> str:
-    """The single stderr line of a failed command (exit 2, no traceback)."""
-    assert "Traceback" not in result.stderr + result.stdout
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 def _files(root: Path) -> list[str]:
@@ -59,7 +51,7 @@ def test_profile_negative_row_count_other_than_minus_one(tmp_path: Path, shard_f
     before = _files(tmp_path)
     result = _run("profile", str(shard_file), flag, value, "-c", "-o", str(tmp_path / "sel.yaml"),
                   "--out-dir", str(tmp_path / "out"), cwd=tmp_path)
-    assert _error_line(result) == f"error: {flag}: expected a row count >= 0, or -1 for off (the default), got {value}"
+    assert error_line(result) == f"error: {flag}: expected a row count >= 0, or -1 for off (the default), got {value}"
     assert result.stdout == ""
     assert _files(tmp_path) == before
 
@@ -90,7 +82,7 @@ def test_select_table_with_missing_params_file(tmp_path: Path, shard_file: Path)
     out = tmp_path / "manifest.yaml"
     result = _run("select", "--table", "gemm_mma", "--ranked", str(ranked), "--out", str(out), "--params",
                   str(missing))
-    assert _error_line(result) == f"error: {missing}: no such file"
+    assert error_line(result) == f"error: {missing}: no such file"
     assert not out.exists()
 
 
@@ -98,7 +90,7 @@ def test_select_dispatch_with_missing_params_file(tmp_path: Path) -> None:
     missing = tmp_path / "no_such_params.yaml"
     out = tmp_path / "dispatch.yaml"
     result = _run("select", "--dispatch", "gemm_dispatch", "--out", str(out), "--params", str(missing))
-    assert _error_line(result) == f"error: {missing}: no such file"
+    assert error_line(result) == f"error: {missing}: no such file"
     assert not out.exists()
 
 
@@ -118,7 +110,7 @@ def test_select_without_params_flag_or_file_keeps_builtin_defaults(tmp_path: Pat
 def test_rank_unknown_table(tmp_path: Path, shard_file: Path) -> None:
     out = tmp_path / "ranked" / "nosuch.parquet"
     result = _run("rank", "--table", "nosuch", "--out", str(out), str(shard_file))
-    assert _error_line(result) == f"error: params.yaml: tables: unknown table 'nosuch' (declared: {DECLARED})"
+    assert error_line(result) == f"error: params.yaml: tables: unknown table 'nosuch' (declared: {DECLARED})"
     assert not out.parent.exists()
     assert not any((REPO / "results" / "ranked").glob("nosuch*"))
 
@@ -128,7 +120,7 @@ def test_rank_unknown_table_against_explicit_params(tmp_path: Path, shard_file: 
     out = tmp_path / "o.parquet"
     result = _run("rank", "--table", "nosuch", "--params", str(params), "--out", str(out), str(shard_file),
                   cwd=tmp_path)
-    assert _error_line(result) == f"error: {params}: tables: unknown table 'nosuch' (declared: {DECLARED})"
+    assert error_line(result) == f"error: {params}: tables: unknown table 'nosuch' (declared: {DECLARED})"
     assert not out.exists()
 
 
@@ -136,7 +128,7 @@ def test_rank_missing_params_file(tmp_path: Path, shard_file: Path) -> None:
     missing = tmp_path / "no_such_params.yaml"
     out = tmp_path / "o.parquet"
     result = _run("rank", "--table", "gemm_mma", "--params", str(missing), "--out", str(out), str(shard_file))
-    assert _error_line(result) == f"error: {missing}: no such file"
+    assert error_line(result) == f"error: {missing}: no such file"
     assert not out.exists()
 
 
@@ -155,7 +147,7 @@ def test_metrics_without_shards_refuses_and_leaves_tracked_metrics(tmp_path: Pat
     shutil.copy(REPO / "results" / "metrics" / "gemm_mma.json", tracked)
     before = _files(tmp_path)
     result = _run("metrics", "--table", "gemm_mma", cwd=tmp_path)
-    assert _error_line(result) == (
+    assert error_line(result) == (
         "error: SHARDS: no raw shards given: the metrics record their content key, so pass the shards behind "
         "the ranked table (results/raw/gemm_mma/<key>/*.pkl)")
     assert _files(tmp_path) == before
@@ -165,7 +157,7 @@ def test_metrics_without_shards_refuses_and_leaves_tracked_metrics(tmp_path: Pat
 def test_metrics_missing_shard(tmp_path: Path, shard_file: Path) -> None:
     missing = shard_file.with_name("M8_N4096_K4096.pkl")
     result = _run("metrics", "--table", "gemm_mma", *_metrics_outputs(tmp_path), str(shard_file), str(missing))
-    assert _error_line(result) == f"error: {missing}: SHARDS: no such shard"
+    assert error_line(result) == f"error: {missing}: SHARDS: no such shard"
     assert not any((tmp_path / name).exists() for name in ("m.json", "m.csv", "m.png"))
 
 
