@@ -125,10 +125,17 @@ class Harness:
             return {"status": exc.status, "error": str(exc)}
 
 
+def use_shape(harness: Harness, *, shape: tuple[int, int, int]) -> None:
+    """Make ``shape`` the worker's current one (input sets, reference); exits with its error when that fails."""
+    reply = harness.request({"op": "shape", "M": shape[0], "N": shape[1], "K": shape[2], "settings": SETTINGS})
+    if not reply.get("ok"):
+        raise SystemExit(f"preparing shape {shape} failed: {reply.get('error') or reply}")
+
+
 def verify_shape(harness: Harness, *, shape: tuple[int, int, int], configs: list[KernelConfig],
                  cubins: dict[str, str]) -> dict[str, Any]:
     """Verify every configuration on one shape; returns id -> status / rel_err."""
-    harness.request({"op": "shape", "M": shape[0], "N": shape[1], "K": shape[2], "settings": SETTINGS})
+    use_shape(harness, shape=shape)
     out = {}
     for config in configs:
         reply = harness.request({"op": "prepare", "config_id": config.id,
@@ -136,7 +143,7 @@ def verify_shape(harness: Harness, *, shape: tuple[int, int, int], configs: list
                                                       grid_cap=harness.grid_cap)})
         out[config.id] = {"status": reply.get("status"), "rel_err": reply.get("rel_err"), "error": reply.get("error")}
         if reply.get("status") in ("launch", "timeout"):  # the worker was restarted: the shape is gone
-            harness.request({"op": "shape", "M": shape[0], "N": shape[1], "K": shape[2], "settings": SETTINGS})
+            use_shape(harness, shape=shape)
     return out
 
 
@@ -144,7 +151,7 @@ def time_shape(harness: Harness, *, shape: tuple[int, int, int], configs: list[K
                rounds: int, warmup_s: float) -> dict[str, Any]:
     """Verify, warm up and time every configuration and cuBLAS, interleaved round by round."""
     m, n, k = shape
-    harness.request({"op": "shape", "M": m, "N": n, "K": k, "settings": SETTINGS})
+    use_shape(harness, shape=shape)
     candidates, failures, launched = ["cublas"], {}, {}
     reply = harness.request({"op": "prepare", "config_id": "cublas", "payload": {"kind": "baseline"}})
     if reply.get("status") != "ok":

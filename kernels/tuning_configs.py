@@ -721,7 +721,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
 
 GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_WGMMA
-        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:6a4c711cf247, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:cc7131afd778, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [0]
         WgmmaTuningConfig(
@@ -730,11 +730,11 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c83c571c367",
+            config_id="c4c4c796bf7",
             block_m=64,
             block_n=64,
             block_k=128,
-            stages=6,
+            stages=7,
             consumers=1,
             cluster_m=1,
             cluster_n=1,
@@ -750,11 +750,11 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c8ae7775a2c",
+            config_id="ca6f1c4d328",
             block_m=64,
             block_n=64,
             block_k=128,
-            stages=6,
+            stages=7,
             consumers=1,
             cluster_m=1,
             cluster_n=1,
@@ -770,13 +770,13 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c3e9cd2aa7c",
-            block_m=128,
-            block_n=32,
-            block_k=64,
-            stages=8,
+            config_id="c80d4e87eae",
+            block_m=64,
+            block_n=64,
+            block_k=128,
+            stages=7,
             consumers=1,
-            cluster_m=1,
+            cluster_m=2,
             cluster_n=1,
             raster=1,
             group_m=8,
@@ -790,13 +790,13 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c443fe55cd6",
-            block_m=128,
-            block_n=64,
+            config_id="cfdb4fdda4c",
+            block_m=64,
+            block_n=128,
             block_k=64,
             stages=8,
-            consumers=2,
-            cluster_m=1,
+            consumers=1,
+            cluster_m=2,
             cluster_n=1,
             raster=1,
             group_m=8,
@@ -826,7 +826,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # index: [5]
         WgmmaTuningConfig(
             m=1024,
-            m_end=2048,
+            m_end=4096,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -845,7 +845,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [6]
         WgmmaTuningConfig(
-            m=2048,
+            m=4096,
             m_end=2147483647,
             n=4096,
             k=4096,
@@ -866,26 +866,6 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # index: [7]
         WgmmaTuningConfig(
             m=1,
-            m_end=8,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            config_id="cff934a61c1",
-            block_m=64,
-            block_n=128,
-            block_k=128,
-            stages=4,
-            consumers=1,
-            cluster_m=1,
-            cluster_n=1,
-            raster=0,
-            group_m=1,
-            split_k=4,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [8]
-        WgmmaTuningConfig(
-            m=8,
             m_end=32,
             n=4096,
             k=14336,
@@ -903,24 +883,44 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=4,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [9]
+        # index: [8]
         WgmmaTuningConfig(
             m=32,
-            m_end=128,
+            m_end=64,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
-            config_id="c83c571c367",
+            config_id="c4c4c796bf7",
             block_m=64,
             block_n=64,
             block_k=128,
-            stages=6,
+            stages=7,
             consumers=1,
             cluster_m=1,
             cluster_n=1,
             raster=0,
             group_m=1,
             split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [9]
+        WgmmaTuningConfig(
+            m=64,
+            m_end=128,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="ca6f1c4d328",
+            block_m=64,
+            block_n=64,
+            block_k=128,
+            stages=7,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [10]
@@ -930,17 +930,17 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
-            config_id="cb4925f29bc",
-            block_m=128,
+            config_id="c80d4e87eae",
+            block_m=64,
             block_n=64,
-            block_k=64,
-            stages=8,
-            consumers=2,
-            cluster_m=1,
+            block_k=128,
+            stages=7,
+            consumers=1,
+            cluster_m=2,
             cluster_n=1,
             raster=1,
             group_m=8,
-            split_k=2,
+            split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [11]
@@ -950,13 +950,13 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
-            config_id="c443fe55cd6",
-            block_m=128,
-            block_n=64,
+            config_id="cfdb4fdda4c",
+            block_m=64,
+            block_n=128,
             block_k=64,
             stages=8,
-            consumers=2,
-            cluster_m=1,
+            consumers=1,
+            cluster_m=2,
             cluster_n=1,
             raster=1,
             group_m=8,
@@ -986,66 +986,6 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # index: [13]
         WgmmaTuningConfig(
             m=1024,
-            m_end=2048,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            config_id="c8624d69f68",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=2,
-            cluster_n=1,
-            raster=0,
-            group_m=16,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [14]
-        WgmmaTuningConfig(
-            m=2048,
-            m_end=4096,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            config_id="c2f9919dcda",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=2,
-            cluster_n=1,
-            raster=0,
-            group_m=8,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [15]
-        WgmmaTuningConfig(
-            m=4096,
-            m_end=8192,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            config_id="c9717831555",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=2,
-            cluster_n=1,
-            raster=1,
-            group_m=8,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [16]
-        WgmmaTuningConfig(
-            m=8192,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -1063,18 +1003,18 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [17]
+        # index: [14]
         WgmmaTuningConfig(
             m=1,
-            m_end=32,
+            m_end=64,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="cea7763de35",
+            config_id="ca6f1c4d328",
             block_m=64,
-            block_n=128,
-            block_k=64,
-            stages=8,
+            block_n=64,
+            block_k=128,
+            stages=7,
             consumers=1,
             cluster_m=1,
             cluster_n=1,
@@ -1083,9 +1023,9 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [18]
+        # index: [15]
         WgmmaTuningConfig(
-            m=32,
+            m=64,
             m_end=128,
             n=6144,
             k=4096,
@@ -1103,7 +1043,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [19]
+        # index: [16]
         WgmmaTuningConfig(
             m=128,
             m_end=256,
@@ -1123,27 +1063,27 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [20]
+        # index: [17]
         WgmmaTuningConfig(
             m=256,
             m_end=512,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="cb122e8f1b4",
-            block_m=128,
-            block_n=128,
+            config_id="c605546f58c",
+            block_m=64,
+            block_n=192,
             block_k=64,
             stages=6,
-            consumers=2,
-            cluster_m=1,
+            consumers=1,
+            cluster_m=2,
             cluster_n=1,
             raster=1,
             group_m=8,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [21]
+        # index: [18]
         WgmmaTuningConfig(
             m=512,
             m_end=2048,
@@ -1163,29 +1103,9 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [22]
+        # index: [19]
         WgmmaTuningConfig(
             m=2048,
-            m_end=4096,
-            n=6144,
-            k=4096,
-            kernel="gemm_wgmma",
-            config_id="c6acb06d66f",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=1,
-            cluster_n=1,
-            raster=0,
-            group_m=16,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [23]
-        WgmmaTuningConfig(
-            m=4096,
             m_end=2147483647,
             n=6144,
             k=4096,
@@ -1203,7 +1123,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [24]
+        # index: [20]
         WgmmaTuningConfig(
             m=1,
             m_end=32,
@@ -1223,38 +1143,18 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [25]
+        # index: [21]
         WgmmaTuningConfig(
             m=32,
-            m_end=64,
-            n=8192,
-            k=8192,
-            kernel="gemm_wgmma",
-            config_id="cea7763de35",
-            block_m=64,
-            block_n=128,
-            block_k=64,
-            stages=8,
-            consumers=1,
-            cluster_m=1,
-            cluster_n=1,
-            raster=0,
-            group_m=1,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [26]
-        WgmmaTuningConfig(
-            m=64,
             m_end=128,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
-            config_id="c8ae7775a2c",
+            config_id="ca6f1c4d328",
             block_m=64,
             block_n=64,
             block_k=128,
-            stages=6,
+            stages=7,
             consumers=1,
             cluster_m=1,
             cluster_n=1,
@@ -1263,27 +1163,27 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [27]
+        # index: [22]
         WgmmaTuningConfig(
             m=128,
             m_end=256,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
-            config_id="c443fe55cd6",
-            block_m=128,
-            block_n=64,
+            config_id="cfdb4fdda4c",
+            block_m=64,
+            block_n=128,
             block_k=64,
             stages=8,
-            consumers=2,
-            cluster_m=1,
+            consumers=1,
+            cluster_m=2,
             cluster_n=1,
             raster=1,
             group_m=8,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [28]
+        # index: [23]
         WgmmaTuningConfig(
             m=256,
             m_end=512,
@@ -1303,29 +1203,9 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [29]
+        # index: [24]
         WgmmaTuningConfig(
             m=512,
-            m_end=2048,
-            n=8192,
-            k=8192,
-            kernel="gemm_wgmma",
-            config_id="c9717831555",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=2,
-            cluster_n=1,
-            raster=1,
-            group_m=8,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [30]
-        WgmmaTuningConfig(
-            m=2048,
             m_end=2147483647,
             n=8192,
             k=8192,
@@ -1343,7 +1223,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [31]
+        # index: [25]
         WgmmaTuningConfig(
             m=1,
             m_end=128,
@@ -1363,7 +1243,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [32]
+        # index: [26]
         WgmmaTuningConfig(
             m=128,
             m_end=256,
@@ -1383,9 +1263,29 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [33]
+        # index: [27]
         WgmmaTuningConfig(
             m=256,
+            m_end=512,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c3da91a4951",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [28]
+        WgmmaTuningConfig(
+            m=512,
             m_end=1024,
             n=14336,
             k=4096,
@@ -1403,7 +1303,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [34]
+        # index: [29]
         WgmmaTuningConfig(
             m=1024,
             m_end=2048,
@@ -1423,7 +1323,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [35]
+        # index: [30]
         WgmmaTuningConfig(
             m=2048,
             m_end=2147483647,
@@ -1447,7 +1347,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:e27f7d657d34, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:7cfe679b1fa6, device: NVIDIA H200, date: 2026-11-30
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
@@ -1468,7 +1368,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c8ae7775a2c",
+            config_id="ca6f1c4d328",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [2]
@@ -1479,7 +1379,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c3e9cd2aa7c",
+            config_id="c80d4e87eae",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [3]
@@ -1490,7 +1390,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c443fe55cd6",
+            config_id="cfdb4fdda4c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [4]
@@ -1507,7 +1407,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # index: [5]
         FamilyChoice(
             m=1024,
-            m_end=2048,
+            m_end=4096,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -1517,7 +1417,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [6]
         FamilyChoice(
-            m=2048,
+            m=4096,
             m_end=2147483647,
             n=4096,
             k=4096,
@@ -1556,7 +1456,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=14336,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c83c571c367",
+            config_id="ca6f1c4d328",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [10]
@@ -1567,7 +1467,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=14336,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="cb4925f29bc",
+            config_id="c80d4e87eae",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [11]
@@ -1578,7 +1478,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=14336,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c443fe55cd6",
+            config_id="cfdb4fdda4c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [12]
@@ -1595,39 +1495,6 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # index: [13]
         FamilyChoice(
             m=1024,
-            m_end=2048,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c8624d69f68",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [14]
-        FamilyChoice(
-            m=2048,
-            m_end=4096,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c2f9919dcda",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [15]
-        FamilyChoice(
-            m=4096,
-            m_end=8192,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c9717831555",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [16]
-        FamilyChoice(
-            m=8192,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -1636,7 +1503,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [17]
+        # index: [14]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1647,7 +1514,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [18]
+        # index: [15]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1658,7 +1525,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9025cc0713",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [19]
+        # index: [16]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1669,7 +1536,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [20]
+        # index: [17]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1680,7 +1547,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [21]
+        # index: [18]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1688,10 +1555,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="cb122e8f1b4",
+            config_id="c605546f58c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [22]
+        # index: [19]
         FamilyChoice(
             m=512,
             m_end=2048,
@@ -1702,20 +1569,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c564d7941ff",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [23]
+        # index: [20]
         FamilyChoice(
             m=2048,
-            m_end=4096,
-            n=6144,
-            k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c6acb06d66f",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [24]
-        FamilyChoice(
-            m=4096,
             m_end=2147483647,
             n=6144,
             k=4096,
@@ -1724,7 +1580,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [25]
+        # index: [21]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1735,7 +1591,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c5d7250bac0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [26]
+        # index: [22]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1746,7 +1602,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9025cc0713",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [27]
+        # index: [23]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1754,10 +1610,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=8192,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c8ae7775a2c",
+            config_id="ca6f1c4d328",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [28]
+        # index: [24]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1765,10 +1621,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=8192,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c443fe55cd6",
+            config_id="cfdb4fdda4c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [29]
+        # index: [25]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1779,20 +1635,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [26]
         FamilyChoice(
             m=512,
-            m_end=2048,
-            n=8192,
-            k=8192,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c9717831555",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
-        FamilyChoice(
-            m=2048,
             m_end=2147483647,
             n=8192,
             k=8192,
@@ -1801,7 +1646,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [27]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1812,7 +1657,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c20a8f6441c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [28]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1823,7 +1668,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c34d769966c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
+        # index: [29]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1834,7 +1679,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cea7763de35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [35]
+        # index: [30]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1845,9 +1690,20 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [36]
+        # index: [31]
         FamilyChoice(
             m=256,
+            m_end=512,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c3da91a4951",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [32]
+        FamilyChoice(
+            m=512,
             m_end=1024,
             n=14336,
             k=4096,
@@ -1856,7 +1712,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8624d69f68",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [37]
+        # index: [33]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -1867,7 +1723,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c535214171c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [38]
+        # index: [34]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
