@@ -297,6 +297,7 @@ def main() -> None:
         "family": args.family, "source": str(source.resolve().relative_to(REPO)), "device": harness.info,
         "settings": SETTINGS, "nvcc_flags": NVCC_FLAGS + args.nvcc_flag, "grid_cap": args.grid_cap,
         "rounds": args.rounds, "warmup_s": args.warmup_s, "resources": resources,
+        "configs": {c.id: c.label() for c in configs},
         "method": "bench harness (pipeline/bench/cuda_backend.py): rotating random inputs > 3x L2, verification "
                   "against cuBLAS with poisoned output, spin-held batches between CUDA events, cuBLAS "
                   "(cublasGemmEx) interleaved with the configurations round by round, median of rounds.",

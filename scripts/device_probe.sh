@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/B probes of kernel variants on the H200 in one device call, before a grid change is recorded:
 # each line of $PROBES (default benchmarks/probes/current.txt) is "<name> <gemm_vs_cublas.py args>";
-# every run writes <name>.json/.md and a log. All of it is packed into one archive under $OUT
-# (the device tool returns at most 8 files), and each run's timing table is echoed.
+# every run writes <name>.json/.md and a log; benchmarks/compare_probes.py then sets the runs side by
+# side. All of it is packed into one archive under $OUT (the device tool returns at most 8 files),
+# and each run's timing table is echoed.
 #
 #   PROBES=benchmarks/probes/gemm_mma_v3.txt bash scripts/device_probe.sh
 #   run with carry [".whl"]; needs pycuda (the wheel) and nvcc on the GPU machine.
@@ -10,6 +11,7 @@ set -uo pipefail
 FINAL_OUT=${OUT:-/tmp/tunetable-out}
 PROBES=${PROBES:-benchmarks/probes/current.txt}
 WORK=/tmp/tunetable-probe
+rm -rf "$WORK"  # a warm machine keeps /tmp: only this call's runs go into the archive and the comparison
 mkdir -p "$FINAL_OUT" "$WORK"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || echo "wheel install failed"
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
@@ -24,4 +26,9 @@ while read -r name args; do
   echo "rc=$?" >>"$WORK/$name.log"
   grep -E "TFLOP/s|^timed|best |verify|FAILED|failed|rc=" "$WORK/$name.log"
 done <"$PROBES"
+# The runs side by side, each by ratio to its own cuBLAS rows (compare.md / compare.json in the archive).
+runs=("$WORK"/*.json)
+if [ -e "${runs[0]}" ]; then
+  python3 benchmarks/compare_probes.py "${runs[@]}" --out "$WORK/compare" || echo "compare_probes failed"
+fi
 tar czf "$FINAL_OUT/probe.tar.gz" -C "$WORK" .

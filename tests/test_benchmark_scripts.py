@@ -91,3 +91,65 @@ def test_table_vs_cublas_matches_the_recordings(tmp_path: Path) -> None:
     values = list(per_shape["gemm_dispatch"].values())
     assert len(values) == 55
     assert result["tables"]["gemm_dispatch"]["geomean"] == pytest.approx(math.exp(sum(map(math.log, values)) / 55))
+
+
+compare_probes = _load_script("compare_probes")
+
+
+def _probe_report(path: Path, *, timed: dict[str, dict[str, float]], flags: list[str]) -> Path:
+    """A gemm_vs_cublas.py report with the given medians (ms) per shape, as the script writes it."""
+    entries = []
+    for shape, rows in timed.items():
+        m, n, k = (int(part) for part in shape.split("x"))
+        entries.append({"M": m, "N": n, "K": k, "failures": {}, "launch_grid": {},
+                        "rows": [{"name": name, "median_ms": ms, "iqr_ms": 0.0} for name, ms in rows.items()]})
+    path.write_text(json.dumps({"family": "gemm_wgmma", "source": "kernels/gemm_wgmma.cu", "nvcc_flags": flags,
+                                "configs": {"ca": "BLOCK_M=64", "cb": "BLOCK_M=128"}, "timed": entries}))
+    return path
+
+
+def test_compare_probes_takes_ratios_against_each_runs_own_cublas(tmp_path: Path) -> None:
+    # Run b is 10 % slower overall (cuBLAS too): by ratio, config ca improved 5 % and cb did not change.
+    a = _probe_report(tmp_path / "a.json", flags=["-DX=0"],
+                      timed={"64x4096x4096": {"cublas": 10.0, "ca": 12.5, "cb": 11.0},
+                             "128x4096x4096": {"cublas": 20.0, "ca": 25.0, "cb": 19.0}})
+    b = _probe_report(tmp_path / "b.json", flags=["-DX=1"],
+                      timed={"64x4096x4096": {"cublas": 11.0, "ca": 11.0 / (0.8 * 1.05), "cb": 12.1},
+                             "128x4096x4096": {"cublas": 22.0, "ca": 22.0 / (0.8 * 1.05), "cb": 20.9},
+                             "256x4096x4096": {"cublas": 30.0, "ca": 29.0}})
+    runs = [compare_probes.load_run(path=a), compare_probes.load_run(path=b)]
+
+    best = {row["shape"]: row["runs"] for row in compare_probes.best_per_shape(runs=runs)}
+    assert list(best) == ["64x4096x4096", "128x4096x4096", "256x4096x4096"]  # numeric order, every run's shapes
+    assert best["64x4096x4096"][0] == {"config": "cb", "ratio": pytest.approx(10.0 / 11.0)}
+    assert best["128x4096x4096"][0]["config"] == "cb" and best["128x4096x4096"][1]["config"] == "cb"
+    assert best["256x4096x4096"][0] is None and best["256x4096x4096"][1]["ratio"] == pytest.approx(30.0 / 29.0)
+
+    shared = {row["config"]: row for row in compare_probes.shared_configs(runs=runs)}
+    assert shared["ca"]["shapes"] == ["64x4096x4096", "128x4096x4096"]  # only the shapes both runs timed it on
+    assert shared["ca"]["geomean"][0] == pytest.approx(0.8)
+    assert shared["ca"]["geomean"][1] / shared["ca"]["geomean"][0] == pytest.approx(1.05)
+    assert shared["cb"]["geomean"][1] / shared["cb"]["geomean"][0] == pytest.approx(1.0)
+    assert shared["ca"]["label"] == "BLOCK_M=64"
+
+
+def test_compare_probes_writes_its_report_and_names_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    a = _probe_report(tmp_path / "a.json", flags=[], timed={"64x4096x4096": {"cublas": 10.0, "ca": 12.5}})
+    b = _probe_report(tmp_path / "b.json", flags=["-DX=1"], timed={"64x4096x4096": {"cublas": 10.0, "ca": 10.0}})
+    assert compare_probes.main([str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
+    report = (tmp_path / "cmp.md").read_text()
+    assert "| b | gemm_wgmma | kernels/gemm_wgmma.cu | -DX=1 |" in report
+    assert "1.000 (+25.0 %)" in report  # ca: 0.8 -> 1.0 of cuBLAS
+    assert json.loads((tmp_path / "cmp.json").read_text())["shared_configs"][0]["config"] == "ca"
+
+    no_cublas = tmp_path / "c.json"
+    no_cublas.write_text(json.dumps({"timed": [{"M": 1, "N": 8, "K": 8, "rows": [{"name": "ca", "median_ms": 1.0}]}]}))
+    (tmp_path / "cmp.md").write_text("earlier report\n")
+    assert compare_probes.main([str(a), str(no_cublas), "--out", str(tmp_path / "cmp")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"compare_probes: {no_cublas}: timed[0] (1x8x8): no cuBLAS row to take ratios against"]
+    assert (tmp_path / "cmp.md").read_text() == "earlier report\n"  # nothing written on bad input
+    not_a_report = tmp_path / "d.json"
+    not_a_report.write_text("[1, 2]")
+    assert compare_probes.main([str(not_a_report)]) == 2
+    assert f"{not_a_report}: no 'timed' list" in capsys.readouterr().err
