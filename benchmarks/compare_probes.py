@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline.atomic import atomic_write_text  # noqa: E402
+from pipeline.metrics import geomean  # noqa: E402
 
 CUBLAS = "cublas"
 
@@ -40,7 +43,7 @@ def _shape_name(entry: dict[str, Any]) -> str:
 
 
 def load_run(*, path: Path) -> dict[str, Any]:
-    """One gemm_vs_cublas.py report: its name (the file stem), labels and per-shape medians in ms."""
+    """One gemm_vs_cublas.py report: its name (the file stem), labels and per-shape ratios to its cuBLAS."""
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -48,7 +51,7 @@ def load_run(*, path: Path) -> dict[str, Any]:
     if not isinstance(report, dict) or not isinstance(report.get("timed"), list):
         raise ProbeFileError(f"{path}: no 'timed' list (not a gemm_vs_cublas.py report)")
     labels = dict(report.get("configs") or {})
-    medians: dict[str, dict[str, float]] = {}
+    ratios: dict[str, dict[str, float]] = {}
     for index, entry in enumerate(report["timed"]):
         try:
             shape = _shape_name(entry)
@@ -57,18 +60,13 @@ def load_run(*, path: Path) -> dict[str, Any]:
             raise ProbeFileError(f"{path}: timed[{index}]: missing or bad {exc}") from None
         if CUBLAS not in rows:
             raise ProbeFileError(f"{path}: timed[{index}] ({shape}): no cuBLAS row to take ratios against")
-        medians[shape] = rows
+        # cuBLAS time over the configuration's: > 1 is faster than cuBLAS.
+        ratios[shape] = {name: rows[CUBLAS] / ms for name, ms in rows.items() if name != CUBLAS and ms > 0}
         summary = entry.get("summary") or {}
         if summary.get("best") and summary.get("best_label"):
             labels.setdefault(summary["best"], summary["best_label"])
     return {"name": path.stem, "path": str(path), "family": report.get("family"), "source": report.get("source"),
-            "nvcc_flags": list(report.get("nvcc_flags") or []), "labels": labels, "medians": medians}
-
-
-def ratios(*, run: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Per shape, each configuration's cuBLAS time over its own (> 1: faster than cuBLAS)."""
-    return {shape: {name: rows[CUBLAS] / ms for name, ms in rows.items() if name != CUBLAS and ms > 0}
-            for shape, rows in run["medians"].items()}
+            "nvcc_flags": list(report.get("nvcc_flags") or []), "labels": labels, "ratios": ratios}
 
 
 def _shape_order(shape: str) -> list[int]:
@@ -78,7 +76,7 @@ def _shape_order(shape: str) -> list[int]:
 
 def best_per_shape(*, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per shape (any run's), each run's best configuration and its ratio (None where the run lacks the shape)."""
-    by_run = [ratios(run=run) for run in runs]
+    by_run = [run["ratios"] for run in runs]
     shapes = sorted({shape for table in by_run for shape in table}, key=_shape_order)
     rows = []
     for shape in shapes:
@@ -93,7 +91,7 @@ def best_per_shape(*, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def shared_configs(*, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each configuration timed by two or more runs: per run, the geomean ratio over the shapes they all timed it on."""
-    by_run = [ratios(run=run) for run in runs]
+    by_run = [run["ratios"] for run in runs]
     names = sorted({name for table in by_run for found in table.values() for name in found})
     rows = []
     for name in names:
@@ -104,9 +102,7 @@ def shared_configs(*, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         key=_shape_order)
         if not common:
             continue
-        geomeans: list[float | None] = [None] * len(runs)
-        for i in having:
-            geomeans[i] = math.exp(sum(math.log(by_run[i][s][name]) for s in common) / len(common))
+        geomeans = [geomean(by_run[i][s][name] for s in common) if i in having else None for i in range(len(runs))]
         label = next((run["labels"][name] for run in runs if name in run["labels"]), "")
         rows.append({"config": name, "label": label, "shapes": common, "geomean": geomeans})
     return rows
@@ -117,37 +113,33 @@ def _ratio_text(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
-def _change_text(value: float | None, reference: float | None) -> str:
-    """'0.957 (+1.2 %)' against the reference ratio, or the ratio alone."""
-    if value is None:
-        return "—"
-    if reference is None or value is reference:
-        return f"{value:.3f}"
-    return f"{value:.3f} ({100.0 * (value / reference - 1.0):+.1f} %)"
+def _changes_text(values: list[float | None]) -> list[str]:
+    """Each ratio, after the first present one with its change against that one: '0.957 (+1.2 %)'."""
+    first = next(i for i, value in enumerate(values) if value is not None)
+    return [_ratio_text(value) if value is None or i == first
+            else f"{value:.3f} ({100.0 * (value / values[first] - 1.0):+.1f} %)" for i, value in enumerate(values)]
 
 
-def render_tables(*, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def render_tables(*, runs: list[dict[str, Any]], best: list[dict[str, Any]],
+                  shared: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The three views as {title, header, rows} of strings (rendered as markdown or on the terminal)."""
     names = [run["name"] for run in runs]
-    best = {"title": "Best configuration per shape (x cuBLAS of the same run)", "header": ["shape", *names],
-            "rows": [[row["shape"], *("—" if cell is None else f"{cell['ratio']:.3f} {cell['config']}"
-                                      for cell in row["runs"])] for row in best_per_shape(runs=runs)]}
-    shared_rows = []
-    for row in shared_configs(runs=runs):
-        reference = next(value for value in row["geomean"] if value is not None)
-        shared_rows.append([row["config"], row["label"], str(len(row["shapes"])),
-                            *(_change_text(value, reference) for value in row["geomean"])])
-    shared = {"title": "Configurations in two or more runs: geomean x cuBLAS over their common shapes "
-                       "(change against the first run that has it)",
-              "header": ["config", "params", "shapes", *names], "rows": shared_rows}
-    by_run = [ratios(run=run) for run in runs]
+    best_view = {"title": "Best configuration per shape (x cuBLAS of the same run)", "header": ["shape", *names],
+                 "rows": [[row["shape"], *("—" if cell is None else f"{cell['ratio']:.3f} {cell['config']}"
+                                           for cell in row["runs"])] for row in best]}
+    shared_rows = [[row["config"], row["label"], str(len(row["shapes"])), *_changes_text(row["geomean"])]
+                   for row in shared]
+    shared_view = {"title": "Configurations in two or more runs: geomean x cuBLAS over their common shapes "
+                            "(change against the first run that has it)",
+                   "header": ["config", "params", "shapes", *names], "rows": shared_rows}
+    by_run = [run["ratios"] for run in runs]
     cells = []
     for shape in sorted({s for table in by_run for s in table}, key=_shape_order):
         for name in sorted({n for table in by_run for n in table.get(shape, {})}):
             cells.append([shape, name, *(_ratio_text(table.get(shape, {}).get(name)) for table in by_run)])
     detail = {"title": "Every shape and configuration (x cuBLAS of the same run)",
               "header": ["shape", "config", *names], "rows": cells}
-    return [best, shared, detail]
+    return [best_view, shared_view, detail]
 
 
 def render_markdown(*, runs: list[dict[str, Any]], tables: list[dict[str, Any]]) -> str:
@@ -163,17 +155,7 @@ def render_markdown(*, runs: list[dict[str, Any]], tables: list[dict[str, Any]])
 
 
 def print_tables(*, tables: list[dict[str, Any]]) -> None:
-    """The views on the terminal: rich tables where rich is installed, aligned text otherwise (the GPU machine)."""
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        for table in tables:
-            widths = [max(len(str(cell)) for cell in column) for column in zip(table["header"], *table["rows"])]
-            print(f"\n{table['title']}")
-            for row in (table["header"], *table["rows"]):
-                print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
-        return
+    """The views on the terminal as rich tables."""
     console = Console()
     for table in tables:
         view = Table(title=table["title"])
@@ -195,13 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     except ProbeFileError as exc:
         print(f"compare_probes: {exc}", file=sys.stderr)
         return 2
-    tables = render_tables(runs=runs)
+    best, shared = best_per_shape(runs=runs), shared_configs(runs=runs)
+    tables = render_tables(runs=runs, best=best, shared=shared)
     print_tables(tables=tables)
     out = args.out or args.runs[0].parent / "compare"
     atomic_write_text(out.with_suffix(".md"), render_markdown(runs=runs, tables=tables))
     atomic_write_text(out.with_suffix(".json"), json.dumps(
         {"runs": [{key: run[key] for key in ("name", "path", "family", "source", "nvcc_flags")} for run in runs],
-         "best_per_shape": best_per_shape(runs=runs), "shared_configs": shared_configs(runs=runs)}, indent=1) + "\n")
+         "best_per_shape": best, "shared_configs": shared}, indent=1) + "\n")
     print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.json')}")
     return 0
 
