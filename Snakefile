@@ -7,8 +7,8 @@ import sys
 
 from snakemake.utils import validate
 
-from pipeline import smk_helpers as tt
-from pipeline.errors import TuneTableError
+from tunetable import smk_helpers as tt
+from tunetable.errors import TuneTableError
 
 try:
     tt.check_params_file("params.yaml")  # one clear line for a malformed or invalid params.yaml

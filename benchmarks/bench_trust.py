@@ -22,8 +22,8 @@ sys.path.insert(0, str(REPO))
 
 import pandas as pd  # noqa: E402
 
-from pipeline.atomic import atomic_write_text  # noqa: E402
-from pipeline.results import read_shard  # noqa: E402
+from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.results import read_shard  # noqa: E402
 
 RESULT = REPO / "benchmarks" / "results" / "bench_trust.json"
 TIE = 0.01

@@ -27,8 +27,8 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.atomic import atomic_write_text  # noqa: E402
-from pipeline.metrics import geomean  # noqa: E402
+from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.metrics import geomean  # noqa: E402
 
 CUBLAS = "cublas"
 

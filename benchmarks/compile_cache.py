@@ -1,7 +1,7 @@
 """Compile cache: cold vs warm compile of N real gemm_mma configurations (real nvcc, fresh cache dir).
 
 Target: the warm run (every configuration answered from the content-addressed cache) is at
-least 20x faster than the cold run. Both runs go through ``pipeline.compile.compile_configs``,
+least 20x faster than the cold run. Both runs go through ``tunetable.compile.compile_configs``,
 the function behind ``tunetable compile``, with the same worker count.
 Writes benchmarks/results/compile_cache.json.
 
@@ -20,10 +20,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.atomic import atomic_write_text
-from pipeline.compile import compile_configs, resolve_workers
-from pipeline.grid import load_table_grid
-from pipeline.keys import nvcc_version
+from tunetable.atomic import atomic_write_text
+from tunetable.compile import compile_configs, resolve_workers
+from tunetable.grid import load_table_grid
+from tunetable.keys import nvcc_version
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).with_name("results") / "compile_cache.json"

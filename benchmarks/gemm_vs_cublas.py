@@ -34,15 +34,15 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kernels.families import FAMILIES  # noqa: E402
-from pipeline.atomic import atomic_write_text  # noqa: E402
-from pipeline.bench.failures import WorkerFailure  # noqa: E402
-from pipeline.bench.plan import ConfigTask, launch_payload  # noqa: E402
-from pipeline.bench.worker import WorkerProcess  # noqa: E402
-from pipeline.compile import compile_configs, main_function, parse_ptxas  # noqa: E402
-from pipeline.config import KernelConfig  # noqa: E402
-from pipeline.grid import expand  # noqa: E402
-from pipeline.params import table_spec  # noqa: E402
+from tunetable.kernels.families import FAMILIES  # noqa: E402
+from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.bench.failures import WorkerFailure  # noqa: E402
+from tunetable.bench.plan import ConfigTask, launch_payload  # noqa: E402
+from tunetable.bench.worker import WorkerProcess  # noqa: E402
+from tunetable.compile import compile_configs, main_function, parse_ptxas  # noqa: E402
+from tunetable.config import KernelConfig  # noqa: E402
+from tunetable.grid import expand  # noqa: E402
+from tunetable.params import table_spec  # noqa: E402
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-lineinfo"]
 SETTINGS = {"l2_factor": 3, "warmup_ms": 25, "min_batch_ms": 0.5, "verify_rtol": 0.02, "seed": 0}

@@ -26,7 +26,7 @@ BLOCK_K=64 (big tiles and skinny split-K ones), ``--filter`` to any other subset
 STAGES=4, BLOCK_K=64, WARPS_M=1 on one shape (a smoke test: shared memory below and above 48 KB,
 split-K among them).
 KT gets exactly the grid's configurations (a ``restrictions`` callable), the grid's -D defines
-including the derived THREADS and SMEM_BYTES (``defines`` callables reading pipeline.grid's
+including the derived THREADS and SMEM_BYTES (``defines`` callables reading tunetable.grid's
 KernelConfig), the launch geometry of kernels/families.py (``problem_size`` callable giving the
 grid, ``grid_div_*`` of 1, ``block_size_names=["THREADS"]``, ``smem_args`` size), params.yaml's
 nvcc flags plus ``-I`` the kernel's folder (KT compiles a copy of the source, its defines
@@ -68,12 +68,12 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from kernels.families import FAMILIES, Launch  # noqa: E402
-from pipeline import paths  # noqa: E402
-from pipeline.atomic import atomic_write_text  # noqa: E402
-from pipeline.compile import render_define  # noqa: E402
-from pipeline.config import KernelConfig, Value  # noqa: E402
-from pipeline.errors import TuneTableError  # noqa: E402
+from tunetable.kernels.families import FAMILIES, Launch  # noqa: E402
+from tunetable import paths  # noqa: E402
+from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.compile import render_define  # noqa: E402
+from tunetable.config import KernelConfig, Value  # noqa: E402
+from tunetable.errors import TuneTableError  # noqa: E402
 
 RESULT_JSON = REPO / "benchmarks" / "results" / "kt_vs_tunetable.json"
 TABLE = "gemm_mma"
@@ -171,7 +171,7 @@ def kt_tune_params(*, space: KtSpace) -> dict[str, list[Value]]:
 
 
 def kt_restriction(*, space: KtSpace) -> Callable[[Mapping[str, Any]], bool]:
-    """KT's restriction: a point of its cross product is valid iff the grid kept it (rules stay in pipeline.grid)."""
+    """KT's restriction: a point of its cross product is valid iff the grid kept it (rules stay in tunetable.grid)."""
     allowed = frozenset(space.by_key)
     names = space.names
 
@@ -466,7 +466,7 @@ def run_kernel_tuner(
 # -- running tunetable (its CLI) ------------------------------------------------------------------
 def ours_commands(*, plan: Plan, root: Path, python: str = sys.executable) -> list[tuple[str, list[str]]]:
     """The three CLI steps (grid, compile from scratch, bench on GPU 0) into ``root``."""
-    base = [python, "-m", "pipeline"]
+    base = [python, "-m", "tunetable"]
     common = ["--table", plan.table, "--params", str(plan.params_path)]
     filters = [item for text in plan.filters for item in ("--filter", text)]
     shapes = [item for (m, n, k) in plan.shapes for item in ("--shape", f"{m},{n},{k}")]
@@ -490,7 +490,7 @@ class OursRun:
 
 def shard_medians(*, root: Path, table: str, shape: Shape) -> tuple[dict[str, float], int]:
     """(config_id -> median ms of the ok kernel rows, failed kernel rows) of one shape's shard."""
-    from pipeline.results import read_shard
+    from tunetable.results import read_shard
 
     found = sorted(root.glob(f"raw/{table}/*/{paths.shape_name(*shape)}.pkl"))
     if len(found) != 1:
@@ -700,8 +700,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the figures here (e.g. $OUT)")
     options = parser.parse_args(argv)
     try:
-        from pipeline.grid import load_table_grid
-        from pipeline.params import load_params
+        from tunetable.grid import load_table_grid
+        from tunetable.params import load_params
 
         plan = make_plan(quick=options.quick, subset=options.subset, filters=options.filter,
                          shapes=options.shape, kt_iterations=options.kt_iterations,

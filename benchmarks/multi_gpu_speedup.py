@@ -21,9 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.atomic import atomic_write_text  # noqa: E402
-from pipeline.bench.plan import device_name, visible_gpu_ids  # noqa: E402
-from pipeline.params import load_params, table_spec  # noqa: E402
+from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.bench.plan import device_name, visible_gpu_ids  # noqa: E402
+from tunetable.params import load_params, table_spec  # noqa: E402
 
 RESULT = REPO / "benchmarks" / "results" / "multi_gpu_speedup.json"
 
@@ -32,7 +32,7 @@ def bench_wall_s(*, table: str, shapes: list[tuple[int, int, int]], gpus: list[s
     """Wall seconds of one `tunetable bench` run (fresh results root: everything is measured)."""
     for stage in ("grid", "compile"):  # the compiled table, shared; only the shards start empty
         shutil.copytree(REPO / "results" / stage, root / stage)
-    args = [sys.executable, "-m", "pipeline", "bench", "--table", table, "--backend", "cuda",
+    args = [sys.executable, "-m", "tunetable", "bench", "--table", table, "--backend", "cuda",
             "--gpus", ",".join(gpus), "--results-root", str(root)]
     for m, n, k in shapes:
         args += ["--shape", f"{m},{n},{k}"]

@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.atomic import atomic_write_text
+from tunetable.atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).with_name("results") / "pipeline_noop.json"

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
-from pipeline import profile as views
-from pipeline import rank, resultset, select
+from tunetable import profile as views
+from tunetable import rank, resultset, select
 
 ROWS = 1_000_000
 GRID = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64], "STAGES": [3, 4],

@@ -1,10 +1,10 @@
-"""kernels.gemm() through the tuning table vs cuBLAS and vs the untuned configuration (H200).
+"""tunetable.kernels.gemm() through the tuning table vs cuBLAS and vs the untuned configuration (H200).
 
 Two shape sets: the default table shapes (params.yaml tables.gemm_mma.shapes) and a second set
 the table does not hold (odd M, non-square N and K). Per shape, three contenders run on the same
 buffers and are timed the same way:
-  * ``gemm``    kernels.gemm(a, b, out=c): the dispatch list's family and that table's choice (or the fallback),
-  * ``untuned`` kernels.gemm_with(heuristic_tunables(M), ...): gemm_mma's untuned default (no table),
+  * ``gemm``    tunetable.gemm(a, b, out=c): the dispatch list's family and that table's choice (or the fallback),
+  * ``untuned`` tunetable.kernels.gemm_with(heuristic_tunables(M), ...): gemm_mma's untuned default (no table),
   * ``cublas``  torch.mm(a, b.t(), out=c).
 Timing (the bench harness's method): random bf16 inputs; (A, B, C) sets rotated so that the bytes
 touched between two uses of a set exceed 3x L2 (cold L2); a sleep kernel holds the stream while
@@ -36,10 +36,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import kernels  # noqa: E402
-from kernels import dispatch  # noqa: E402
-from pipeline.atomic import atomic_write_text  # noqa: E402
-from pipeline.keys import git_revision  # noqa: E402
+import tunetable.kernels  # noqa: E402
+from tunetable.kernels import dispatch  # noqa: E402
+from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.keys import git_revision  # noqa: E402
 
 L2_FACTOR = 3
 MIN_BATCH = 16
@@ -88,14 +88,14 @@ def time_shape(torch: Any, *, m: int, n: int, k: int, rounds: int, l2_bytes: int
 
     a0, b0, c0 = sets[0]
     c0.fill_(float("nan"))
-    kernels.gemm(a0, b0, out=c0)
+    tunetable.kernels.gemm(a0, b0, out=c0)
     reference = a0.float() @ b0.float().t()
     rel_err = float((c0.float() - reference).norm() / reference.norm())
     del reference
 
     contenders: dict[str, Callable[[int], Any]] = {
-        "gemm": lambda i: kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2]),
-        "untuned": lambda i: kernels.gemm_with(untuned, sets[i][0], sets[i][1], out=sets[i][2]),
+        "gemm": lambda i: tunetable.kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2]),
+        "untuned": lambda i: tunetable.kernels.gemm_with(untuned, sets[i][0], sets[i][1], out=sets[i][2]),
         "cublas": lambda i: torch.mm(sets[i][0], sets[i][1].t(), out=sets[i][2]),
     }
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -142,13 +142,13 @@ def host_overhead(torch: Any, *, m: int, n: int, k: int) -> dict[str, float]:
     plan = dispatch.runtime().plan(dispatch.dispatcher().decide(m=m, n=n, k=k).entry, m=m, n=n, k=k)
     a_ptr, b_ptr, c_ptr = a.data_ptr(), b.data_ptr(), c.data_ptr()
     calls: dict[str, Callable[[], Any]] = {
-        "gemm_out": lambda: kernels.gemm(a, b, out=c),
-        "gemm_alloc": lambda: kernels.gemm(a, b),
+        "gemm_out": lambda: tunetable.kernels.gemm(a, b, out=c),
+        "gemm_alloc": lambda: tunetable.kernels.gemm(a, b),
         "raw_launch": lambda: plan.launch(a_ptr, b_ptr, c_ptr, m, n, k),
         "torch_mm_out": lambda: torch.mm(a, b.t(), out=c),
     }
     first_started = time.perf_counter()
-    kernels.gemm(a, b, out=c)
+    tunetable.kernels.gemm(a, b, out=c)
     torch.cuda.synchronize()
     result: dict[str, float] = {"first_call_us": (time.perf_counter() - first_started) * 1e6}
     for name, call in calls.items():
@@ -167,7 +167,7 @@ def host_overhead(torch: Any, *, m: int, n: int, k: int) -> dict[str, float]:
 
 def render_markdown(results: dict[str, Any]) -> str:
     """The human summary: per set, per shape TFLOP/s and ratios; host overhead."""
-    lines = ["# kernels.gemm() vs cuBLAS and vs the untuned configuration", "",
+    lines = ["# tunetable.kernels.gemm() vs cuBLAS and vs the untuned configuration", "",
              f"Device: {results['device']}, torch {results['torch']}, git {results['git_rev']}, "
              f"{results['date']}. {results['method']}", ""]
     for set_name, rows in results["sets"].items():
@@ -208,7 +208,7 @@ def print_summary(results: dict[str, Any]) -> None:
         return
     console = Console()
     for set_name, rows in results["sets"].items():
-        table = Table(title=f"kernels.gemm, {set_name} shapes")
+        table = Table(title=f"tunetable.kernels.gemm, {set_name} shapes")
         for column in ("shape", "source", "gemm TFLOP/s", "cuBLAS", "untuned", "vs cuBLAS", "vs untuned"):
             table.add_column(column, justify="right")
         for row in rows:
@@ -242,7 +242,7 @@ def main() -> None:
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "rounds": args.rounds,
         "method": "random bf16; rotating (A,B,C) sets > 3x L2; sleep kernel then CUDA events around a batch; "
                   "contenders interleaved per round (order rotated); median of rounds. untuned = "
-                  "kernels.dispatch.heuristic_tunables(M).",
+                  "tunetable.kernels.dispatch.heuristic_tunables(M).",
         "sets": {}, "summary": {},
     }
     started = time.perf_counter()

@@ -4,7 +4,7 @@ For every shape of the recording and every seed, each strategy searches the reco
 (replay: the cost function returns the recorded median, or the recorded failure) and we count
 the unique measurements it needs before one configuration is within 2 % of the exhaustive
 optimum. Kernel Tuner's strategies run in its own simulation mode on cache files converted from
-the same recording (pipeline.search.kt_interop), over the same configurations (failures
+the same recording (tunetable.search.kt_interop), over the same configurations (failures
 included and counted). Every search is capped at half the grid; a run that has not reached the
 target by then counts as unreached (shown as ">cap").
 
@@ -52,14 +52,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.keys import sha256_file  # noqa: E402
-from pipeline.params import load_params, table_spec  # noqa: E402
-from pipeline.search import make_strategy  # noqa: E402
-from pipeline.search.base import SearchResult  # noqa: E402
-from pipeline.search.kt_interop import cache_file_name, export_kt_caches, load_rows, replay_with_kernel_tuner  # noqa: E402
-from pipeline.search.learned import Profile, profiles_from_outcomes  # noqa: E402
-from pipeline.search.replay import RecordedTable, Shape, grid_parameter_names, recorded_table  # noqa: E402
-from pipeline.search.transfer import neighbour_seeds, related_measurements, tuning_order  # noqa: E402
+from tunetable.keys import sha256_file  # noqa: E402
+from tunetable.params import load_params, table_spec  # noqa: E402
+from tunetable.search import make_strategy  # noqa: E402
+from tunetable.search.base import SearchResult  # noqa: E402
+from tunetable.search.kt_interop import cache_file_name, export_kt_caches, load_rows, replay_with_kernel_tuner  # noqa: E402
+from tunetable.search.learned import Profile, profiles_from_outcomes  # noqa: E402
+from tunetable.search.replay import RecordedTable, Shape, grid_parameter_names, recorded_table  # noqa: E402
+from tunetable.search.transfer import neighbour_seeds, related_measurements, tuning_order  # noqa: E402
 
 TOLERANCE = 0.02
 BUDGET_FRACTION = 0.10
@@ -284,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from pipeline.atomic import atomic_write_text
+    from tunetable.atomic import atomic_write_text
 
     args = parse_args(argv)
     console = Console(width=max(Console().width, 150))
@@ -433,7 +433,7 @@ def _shape_key(shape: Shape) -> str:
 
 def _reused_kt(path: Path, *, identity: dict, strategies: Sequence[str]) -> dict[str, dict[Shape, list[int | None]]]:
     """Kernel Tuner's raw results from an earlier report; strategies it lacks are run again."""
-    from pipeline.errors import TuneTableError
+    from tunetable.errors import TuneTableError
 
     try:
         earlier = json.loads(path.read_text())

@@ -26,7 +26,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from tunetable.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
 
 TABLES = {"gemm_mma": "data/recordings/h200_gemm_mma.parquet",
           "gemm_wgmma": "data/recordings/h200_gemm_wgmma.parquet"}

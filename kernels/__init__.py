@@ -8,7 +8,7 @@ first call and caches the choice on disk. Importing this package needs no GPU: p
 imported on the first GEMM.
 """
 
-from kernels.autotune import autotune
-from kernels.dispatch import FallbackWarning, NoGpuError, gemm, gemm_with
+from tunetable.kernels.autotune import autotune
+from tunetable.kernels.dispatch import FallbackWarning, NoGpuError, gemm, gemm_with
 
 __all__ = ["FallbackWarning", "NoGpuError", "autotune", "gemm", "gemm_with"]

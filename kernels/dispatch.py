@@ -15,7 +15,7 @@ call after the first costs a dictionary lookup, a few attribute reads and the la
 
 The decision logic (``lookup``, ``most_common_entry``, ``Dispatcher``) and the input checks
 (``operand``) are pure Python; pycuda is imported only when a kernel is about to run, so
-``import kernels`` works on a machine without a GPU.
+``import tunetable.kernels`` works on a machine without a GPU.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kernels.tuning_configs import (
+from tunetable.kernels.tuning_configs import (
     DISPATCH,
     TABLES,
     FamilyChoice,
@@ -141,8 +141,8 @@ def tunables_of(entry: Entry) -> dict[str, int]:
 
 
 def config_id_of(*, family: str, tunables: Mapping[str, int]) -> str:
-    """The stable configuration id (pipeline.config.KernelConfig.id) of UPPER_CASE tunables."""
-    from pipeline.config import KernelConfig
+    """The stable configuration id (tunetable.config.KernelConfig.id) of UPPER_CASE tunables."""
+    from tunetable.config import KernelConfig
 
     return KernelConfig.from_dict(family, dict(tunables)).id
 
@@ -228,7 +228,7 @@ class FamilyDispatcher:
     """Cross-family decisions: the dispatch list picks the table, that table's Dispatcher the entry.
 
     Shapes the list does not cover (or a list naming an unknown table) go to ``default_table``,
-    which is how kernels.gemm chose before there was more than one family.
+    which is how tunetable.kernels.gemm chose before there was more than one family.
     """
 
     def __init__(self, *, choices: Sequence[FamilyChoice], tables: Mapping[str, Sequence[Entry]],
@@ -424,8 +424,8 @@ def check_out(out: Operand, *, m: int, n: int) -> None:
 @lru_cache(maxsize=4)
 def _table_setup(params_path: str, table: str) -> tuple[Any, Any, tuple[Any, ...]]:
     """(params, TableSpec, derived expressions) of a table, read once per process."""
-    from pipeline.grid import compile_derived, normalise_groups
-    from pipeline.params import load_params, table_spec
+    from tunetable.grid import compile_derived, normalise_groups
+    from tunetable.params import load_params, table_spec
 
     try:
         params = load_params(params_path)
@@ -441,9 +441,9 @@ def _table_setup(params_path: str, table: str) -> tuple[Any, Any, tuple[Any, ...
 
 
 def kernel_config(entry: Entry, *, params_path: Path = PARAMS_PATH) -> Any:
-    """The pipeline.config.KernelConfig of a table entry: tunables plus the grid's derived values."""
-    from pipeline.config import KernelConfig
-    from pipeline.grid import derive
+    """The tunetable.config.KernelConfig of a table entry: tunables plus the grid's derived values."""
+    from tunetable.config import KernelConfig
+    from tunetable.grid import derive
 
     _, spec, derived = _table_setup(str(params_path), entry.kernel)
     tunables = tunables_of(entry)
@@ -472,7 +472,7 @@ def _compile_settings(table: str, *, params_path: Path) -> dict[str, Any]:
 
 def cubin_for(entry: Entry, *, params_path: Path = PARAMS_PATH) -> str:
     """The entry's cubin from the content-addressed compile cache, compiled now when missing."""
-    from pipeline.compile import compile_config
+    from tunetable.compile import compile_config
 
     config = kernel_config(entry, params_path=params_path)
     result = compile_config(defines=config.defines(), **_compile_settings(entry.kernel, params_path=params_path))
@@ -485,7 +485,7 @@ def warm_cache(*, table: str = TABLE, workers: int = 0, params_path: Path = PARA
     """Compile every configuration the runtime may run (table entries, fallbacks) in parallel; id -> status."""
     import os
 
-    from pipeline.compile import compile_configs
+    from tunetable.compile import compile_configs
 
     entries = list(TABLES[table]) + [
         make_entry(tunables=tunables, n=8, k=8, kernel=table) for tunables in HEURISTICS[table]
@@ -530,7 +530,7 @@ class StructPlan:
     ``ARGUMENT_CACHE_SIZE`` most recent ones, and a repeated call encodes nothing.
     """
 
-    kernel: Any  # kernels.driver.DriverKernel
+    kernel: Any  # tunetable.kernels.driver.DriverKernel
     family: Any
     defines: Mapping[str, Any]
     grid: tuple[int, int, int]
@@ -548,7 +548,7 @@ class StructPlan:
         if found is not None:
             self.arguments.move_to_end(key)
             return found
-        from kernels.driver import kernel_arguments
+        from tunetable.kernels.driver import kernel_arguments
 
         values = self.family.kernel_arguments(self.defines, M=m, N=n, K=k, a=a_ptr, b=b_ptr, c=c_ptr,
                                               workspace=self.workspace_ptr)
@@ -572,16 +572,16 @@ class Runtime:
             import pycuda.driver as cuda
         except ImportError as exc:
             raise NoGpuError(
-                f"kernels.gemm needs pycuda and a CUDA GPU, and pycuda cannot be imported here ({exc}); "
+                f"tunetable.kernels.gemm needs pycuda and a CUDA GPU, and pycuda cannot be imported here ({exc}); "
                 "install the 'cuda' extra on a machine with an NVIDIA GPU"
             ) from None
         try:
             cuda.init()
             count = cuda.Device.count()
         except cuda.Error as exc:
-            raise NoGpuError(f"kernels.gemm: no usable CUDA driver or device ({exc})") from None
+            raise NoGpuError(f"tunetable.kernels.gemm: no usable CUDA driver or device ({exc})") from None
         if count == 0:
-            raise NoGpuError("kernels.gemm: no CUDA device is visible")
+            raise NoGpuError("tunetable.kernels.gemm: no CUDA device is visible")
         self.cuda = cuda
         self.params_path = params_path
         self.device = cuda.Device(0)
@@ -625,8 +625,8 @@ class Runtime:
 
     def _build_plan(self, entry: Entry, *, m: int, n: int, k: int) -> Plan | StructPlan:
         """A new launch plan of ``entry`` on (M, N, K); a StructPlan for families with struct arguments."""
-        from kernels.driver import has_struct_arguments
-        from kernels.families import FAMILIES
+        from tunetable.kernels.driver import has_struct_arguments
+        from tunetable.kernels.families import FAMILIES
 
         cuda = self.cuda
         family = FAMILIES[entry.kernel]
@@ -650,8 +650,8 @@ class Runtime:
 
     def _build_struct_plan(self, entry: Entry, *, family: Any, defines: Mapping[str, Any], geometry: Any) -> StructPlan:
         """A plan launched through libcuda (by-value tensor maps); the workspace zeroed when the family says so."""
-        from kernels.driver import DriverKernel
-        from kernels.families import cluster_blocks
+        from tunetable.kernels.driver import DriverKernel
+        from tunetable.kernels.families import cluster_blocks
 
         cubin = cubin_for(entry, params_path=self.params_path)
         kernel = self.driver_kernels.get((cubin, family.entry))
@@ -715,7 +715,7 @@ _thread = threading.local()  # has_context: this thread has the runtime's contex
 
 
 def dispatcher(table: str | None = None) -> FamilyDispatcher | Dispatcher:
-    """The process-wide dispatcher kernels.gemm uses (over the generated DISPATCH and TABLES).
+    """The process-wide dispatcher tunetable.kernels.gemm uses (over the generated DISPATCH and TABLES).
 
     With ``table``: that table's own Dispatcher (the same instance the cross-family one consults).
     """
@@ -730,7 +730,7 @@ def dispatcher(table: str | None = None) -> FamilyDispatcher | Dispatcher:
 
 
 def set_dispatcher(found: FamilyDispatcher | None) -> None:
-    """Make ``found`` the dispatcher of kernels.gemm (None: back to the generated tables); forgets plans per shape."""
+    """Make ``found`` the dispatcher of gemm() (None: back to the generated tables); forgets plans per shape."""
     with _lock:
         if found is None:
             _state.pop("dispatcher", None)
@@ -754,8 +754,8 @@ def runtime() -> Runtime:
 
 
 def _family(table: str) -> Any:
-    """The kernel family of ``table`` (kernels.families, imported on first use)."""
-    from kernels.families import FAMILIES
+    """The kernel family of ``table`` (tunetable.kernels.families, imported on first use)."""
+    from tunetable.kernels.families import FAMILIES
 
     return FAMILIES[table]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from kernels.tma import TensorMapSpec
+from tunetable.kernels.tma import TensorMapSpec
 
 Dim3 = tuple[int, int, int]
 
@@ -151,7 +151,7 @@ class GemmWgmmaFamily:
         self, defines: Mapping[str, object], *, M: int, N: int, K: int, a: int, b: int, c: int, workspace: int
     ) -> tuple[object, ...]:
         """The main kernel's arguments, in ``arg_format`` order (encodes two tensor maps: needs libcuda)."""
-        from kernels.tma import encode
+        from tunetable.kernels.tma import encode
 
         spec_a, spec_b = self.tensor_maps(defines, M=M, N=N, K=K)
         return (encode(spec_a, address=a), encode(spec_b, address=b), c, workspace, M, N, K)

@@ -1,6 +1,6 @@
-"""``python -m pipeline`` is the ``tunetable`` command."""
+"""``python -m tunetable`` is the ``tunetable`` command."""
 
-from pipeline.cli import main
+from tunetable.cli import main
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline.errors import TuneTableError
+from tunetable.errors import TuneTableError
 
 # mkstemp creates 0600 files; a new file gets the mode a plain open() would give (read once, at import).
 _UMASK = os.umask(0)

@@ -14,9 +14,9 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from pipeline import lineage
-from pipeline.errors import TuneTableError
-from pipeline.metrics import ManifestEntry, lookup, manifest_from_text
+from tunetable import lineage
+from tunetable.errors import TuneTableError
+from tunetable.metrics import ManifestEntry, lookup, manifest_from_text
 
 MISSING = object()
 

@@ -1,4 +1,4 @@
-"""The ``tunetable`` command: a click group whose subcommands live in ``pipeline.commands``.
+"""The ``tunetable`` command: a click group whose subcommands live in ``tunetable.commands``.
 
 Subcommands are imported lazily so that ``tunetable codegen`` never imports polars or pycuda,
 and a GPU-side machine without polars can still run ``grid``, ``compile`` and ``bench``.
@@ -11,9 +11,9 @@ import sys
 
 import click
 
-from pipeline.errors import TuneTableError
+from tunetable.errors import TuneTableError
 
-# name -> module under pipeline.commands exposing a click command named ``command``
+# name -> module under tunetable.commands exposing a click command named ``command``
 SUBCOMMANDS: dict[str, str] = {
     "codegen": "codegen",
     "grid": "grid",
@@ -43,9 +43,9 @@ class LazyGroup(click.Group):
         if module_name is None:
             return None
         try:
-            module = importlib.import_module(f"pipeline.commands.{module_name}")
+            module = importlib.import_module(f"tunetable.commands.{module_name}")
         except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("pipeline.commands"):
+            if exc.name and exc.name.startswith("tunetable.commands"):
                 return None  # not built yet
             raise
         return module.command

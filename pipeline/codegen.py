@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from pipeline.errors import TuneTableError
-from pipeline.keys import canonical_json, sha256_text
-from pipeline.params import dispatch_spec, table_spec
+from tunetable.errors import TuneTableError
+from tunetable.keys import canonical_json, sha256_text
+from tunetable.params import dispatch_spec, table_spec
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
 DEFAULT_INDENT = " " * 8

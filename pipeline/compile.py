@@ -29,11 +29,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomic import atomic_write_bytes, atomic_write_text
-from pipeline.config import KernelConfig, Value
-from pipeline.errors import TuneTableError
-from pipeline.grid import DeviceLimits, Pruned, config_threads, family_smem_bytes, limit_violations
-from pipeline.keys import canonical_json, kernel_source_hash, nvcc_version, sha256_text
+from tunetable.atomic import atomic_write_bytes, atomic_write_text
+from tunetable.config import KernelConfig, Value
+from tunetable.errors import TuneTableError
+from tunetable.grid import DeviceLimits, Pruned, config_threads, family_smem_bytes, limit_violations
+from tunetable.keys import canonical_json, kernel_source_hash, nvcc_version, sha256_text
 
 # Bump when the nvcc command line built here changes shape: old cache entries then miss.
 CACHE_FORMAT = 1
@@ -137,9 +137,9 @@ def main_function(functions: Mapping[str, FunctionResources], *, entry: str | No
 
 
 def family_entry(family: str) -> str | None:
-    """The kernel entry name of a family (``kernels.families``), or None when it is not known."""
+    """The kernel entry name of a family (``tunetable.kernels.families``), or None when it is not known."""
     try:
-        from kernels.families import FAMILIES
+        from tunetable.kernels.families import FAMILIES
     except ImportError:
         return None
     entry = FAMILIES.get(family) if isinstance(FAMILIES, Mapping) else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.keys import canonical_json, sha256_text
+from tunetable.keys import canonical_json, sha256_text
 
 Value = int | bool | str
 

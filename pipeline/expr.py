@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import TuneTableError
+from tunetable.errors import TuneTableError
 
 Env = Mapping[str, Any]
 Evaluator = Callable[[Env], Any]

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline import lineage, paths
-from pipeline.errors import TuneTableError
+from tunetable import lineage, paths
+from tunetable.errors import TuneTableError
 
 BACKENDS = ("cuda", "replay")
 NOT_DECLARED = "not a declared table"
@@ -120,8 +120,8 @@ def referenced_keys(*, root: Path, refs: Sequence[GitRef], tables: Sequence[str]
 
 def current_keys(*, root: Path, params: Mapping[str, Any], tables: Sequence[str]) -> dict[str, dict[str, str]]:
     """table -> backend -> the content key params.yaml resolves to (cuda and replay)."""
-    from pipeline.bench.plan import shard_key
-    from pipeline.params import table_spec
+    from tunetable.bench.plan import shard_key
+    from tunetable.params import table_spec
 
     keys: dict[str, dict[str, str]] = {}
     # shard_key reads the kernel source and the recording by params.yaml's relative paths.
@@ -137,7 +137,7 @@ def current_keys(*, root: Path, params: Mapping[str, Any], tables: Sequence[str]
 
 def holds_live_measurements(path: Path) -> bool:
     """True unless the folder provably holds replayed shards only (journals exist only for live runs)."""
-    from pipeline.results import read_shard
+    from tunetable.results import read_shard
 
     if any(journal.stat().st_size for journal in path.glob("*.journal.jsonl")):
         return True
@@ -177,7 +177,7 @@ def decide(*, folders: Sequence[KeyFolder], declared: Sequence[str], current: Ma
 
 def plan_gc(*, root: Path, params: Mapping[str, Any]) -> GcPlan:
     """The plan for the repository at ``root`` (params: its loaded params.yaml)."""
-    from pipeline.bench.plan import device_name
+    from tunetable.bench.plan import device_name
 
     declared = list(params.get("tables") or {})
     raw_root = root / paths.RESULTS / "raw"

@@ -1,4 +1,4 @@
-"""Claim one free GPU for a command: ``python -m pipeline.gpu_claim CMD...`` runs ``CMD... --gpus ID``.
+"""Claim one free GPU for a command: ``python -m tunetable.gpu_claim CMD...`` runs ``CMD... --gpus ID``.
 
 Snakemake's ``gpu`` resource is only a counter (it assigns no device ids), so on a host with
 several GPUs and ``--resources gpu=N`` each bench job takes an exclusive lock on one visible
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import IO, Sequence
 
-from pipeline.errors import TuneTableError
+from tunetable.errors import TuneTableError
 
 POLL_S = 0.5
 
@@ -54,10 +54,10 @@ def claim(*, gpu_ids: Sequence[str], folder: Path) -> tuple[str, IO[bytes]]:
 
 def main(argv: Sequence[str]) -> int:
     """Claim a device, run the command with ``--gpus ID`` appended, return its exit status."""
-    from pipeline.bench.plan import visible_gpu_ids
+    from tunetable.bench.plan import visible_gpu_ids
 
     if not argv:
-        print("usage: python -m pipeline.gpu_claim CMD [ARGS...]", file=sys.stderr)
+        print("usage: python -m tunetable.gpu_claim CMD [ARGS...]", file=sys.stderr)
         return 2
     try:
         gpu, handle = claim(gpu_ids=visible_gpu_ids(), folder=lock_dir())

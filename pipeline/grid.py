@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import KernelConfig, Value
-from pipeline.errors import TuneTableError
-from pipeline.expr import Expression, parse_expression
-from pipeline.params import DEFAULT_PARAMS, TableSpec
+from tunetable.config import KernelConfig, Value
+from tunetable.errors import TuneTableError
+from tunetable.expr import Expression, parse_expression
+from tunetable.params import DEFAULT_PARAMS, TableSpec
 
 # Register allocation on sm_90 is per warp in units of 256 registers (CUDA occupancy calculator).
 REGISTER_ALLOCATION_UNIT = 256
@@ -268,9 +268,9 @@ def registers_per_block(*, registers: int, threads: int) -> int:
 
 
 def family_figure(family: str, name: str, defines: Mapping[str, Value]) -> int | None:
-    """``FAMILIES[family].<name>(defines)`` from ``kernels.families`` (e.g. smem_bytes, threads), else None."""
+    """``FAMILIES[family].<name>(defines)`` from the kernel families (e.g. smem_bytes, threads), else None."""
     try:
-        from kernels.families import FAMILIES
+        from tunetable.kernels.families import FAMILIES
     except ImportError:
         return None
     entry = FAMILIES.get(family) if isinstance(FAMILIES, Mapping) else None
@@ -448,7 +448,7 @@ def load_table_grid(
     *, params_path: str | Path, table: str, param_options: Iterable[str] = (), filter_options: Iterable[str] = ()
 ) -> TableGrid:
     """Load params.yaml, apply --param / --filter and expand the table's grid with the device limits."""
-    from pipeline.params import load_params, table_spec
+    from tunetable.params import load_params, table_spec
 
     params = load_params(params_path)
     spec = table_spec(params, table, path=params_path)

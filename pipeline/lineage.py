@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline import paths
-from pipeline.errors import TuneTableError
+from tunetable import paths
+from tunetable.errors import TuneTableError
 
 WORKTREE = "working tree"
 
@@ -85,7 +85,7 @@ class DataReader:
 
 
 def shard_payload(data: bytes, *, path: str | Path) -> dict[str, Any]:
-    """A raw shard read from bytes (same checks as pipeline.results.read_shard)."""
+    """A raw shard read from bytes (same checks as tunetable.results.read_shard)."""
     try:
         payload = pickle.loads(data)  # noqa: S301 - our own result files only
     except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError) as exc:

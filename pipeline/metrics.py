@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import TuneTableError
+from tunetable.errors import TuneTableError
 
 PLOT_COLUMNS = (
     "shape", "M", "N", "K", "config_id", "tuned_ms", "cublas_ms", "best_ms",

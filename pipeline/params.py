@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.errors import TuneTableError
+from tunetable.errors import TuneTableError
 
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "params.schema.yaml"
 DEFAULT_PARAMS = Path("params.yaml")

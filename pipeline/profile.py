@@ -1,6 +1,6 @@
 """kprofile-grade views of benchmark results as pure functions over polars frames.
 
-Each view returns data (frames, dicts); printing and files belong to ``pipeline.commands.profile``.
+Each view returns data (frames, dicts); printing and files belong to ``tunetable.commands.profile``.
 Metric direction comes from the metric itself: times are lower-is-better, throughputs
 (TFLOP/s, GB/s, GFLOPS, throughput) higher-is-better; anything else is refused.
 """
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.errors import TuneTableError
-from pipeline.rank import is_baseline
-from pipeline.resultset import LoadedResult
+from tunetable.errors import TuneTableError
+from tunetable.rank import is_baseline
+from tunetable.resultset import LoadedResult
 
 LOWER_IS_BETTER = ("(ms)", "(s)", "(us)", "(ns)", "_ms", "_s", "_us")
 HIGHER_IS_BETTER = ("tflops", "gflops", "gb/s", "tb/s", "throughput", "gelems", "arithmetic", "datemovement",
@@ -256,10 +256,10 @@ def parse_pivots(*, values: tuple[str, ...]) -> list[str]:
 def apply_query(*, frame: pl.DataFrame, query: str) -> pl.DataFrame:
     """Rows of ``frame`` matching a pandas-style query (``M > 64 and K < 1024``); no match is an error.
 
-    The query goes through pipeline.expr (ast whitelist, never eval); a row lacking a name the
+    The query goes through tunetable.expr (ast whitelist, never eval); a row lacking a name the
     query uses (a key absent from its manifest) does not match.
     """
-    from pipeline.expr import parse_expression
+    from tunetable.expr import parse_expression
 
     expression = parse_expression(query, allowed_names=frame.columns, kind="query", where="--query")
     keep = [all(row[name] is not None for name in expression.names) and bool(expression(row))

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.atomic import atomic_write_bytes
-from pipeline.errors import TuneTableError
-from pipeline.results import BASELINE_ID, SEARCH_FIELDS
+from tunetable.atomic import atomic_write_bytes
+from tunetable.errors import TuneTableError
+from tunetable.results import BASELINE_ID, SEARCH_FIELDS
 
 SHAPE = ("M", "N", "K")
 HEAD_COLUMNS = ("rank", "M", "N", "K", "config_id")

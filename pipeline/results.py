@@ -11,8 +11,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from pipeline.atomic import atomic_write_bytes
-from pipeline.errors import TuneTableError
+from tunetable.atomic import atomic_write_bytes
+from tunetable.errors import TuneTableError
 
 PICKLE_PROTOCOL = 4
 STATUSES = ("ok", "build", "verify", "launch", "timeout", "missing")

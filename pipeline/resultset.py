@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import polars as pl
 
-from pipeline.errors import TuneTableError
-from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
+from tunetable.errors import TuneTableError
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
 
 SPEC_KEY = re.compile(r"/(\$?[A-Za-z_][A-Za-z0-9_]*)=")
 # Columns that are never parameters of a configuration.

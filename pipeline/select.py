@@ -19,8 +19,8 @@ from typing import Any
 import polars as pl
 import yaml
 
-from pipeline.rank import ranked_parameters
-from pipeline.results import BASELINE_ID
+from tunetable.rank import ranked_parameters
+from tunetable.results import BASELINE_ID
 
 INT32_MAX = 2147483647
 FIRST_M = 1
@@ -351,7 +351,7 @@ def dispatch_entries(*, chosen: dict[tuple[int, int, int], Candidate]) -> list[d
 
 def check_manifest_matches(*, results: TableResults) -> None:
     """The manifest must come from these ranked rows (same data hash), or the comparison is meaningless."""
-    from pipeline.errors import TuneTableError
+    from tunetable.errors import TuneTableError
 
     recorded = results.provenance.get("data_hash")
     current = data_hash(ranked=results.ranked)

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline import paths
-from pipeline.errors import TuneTableError
-from pipeline.keys import canonical_json, sha256_text
-from pipeline.params import (  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
+from tunetable import paths
+from tunetable.errors import TuneTableError
+from tunetable.keys import canonical_json, sha256_text
+from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
     SCHEMA_PATH,
     DispatchSpec,
     TableSpec,
@@ -41,9 +41,9 @@ from pipeline.params import (  # noqa: F401 - the Snakefile validates with SCHEM
 )
 
 # The CLI as the interpreter running Snakemake sees it: works without an activated venv.
-CLI = f"{shlex.quote(sys.executable)} -m pipeline"
+CLI = f"{shlex.quote(sys.executable)} -m tunetable"
 # Live bench jobs claim a free GPU first (Snakemake assigns no device ids): see pipeline/gpu_claim.py.
-GPU_CLAIM = f"{shlex.quote(sys.executable)} -m pipeline.gpu_claim "
+GPU_CLAIM = f"{shlex.quote(sys.executable)} -m tunetable.gpu_claim "
 STAMPS = paths.RESULTS / "stamps"
 KEY_PATTERN = "[0-9a-f]{16}"
 NO_RECORDING = "no-recording.parquet"  # what a live plan passes when no table names a recording (never read)
@@ -108,7 +108,7 @@ def skip_reason(spec: TableSpec) -> str | None:
 
 def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> Plan:
     """Resolve backend, covered tables and content keys (the Snakefile calls this once per parse)."""
-    from pipeline.bench.plan import gpu_visible, resolve_backend, shard_key
+    from tunetable.bench.plan import gpu_visible, resolve_backend, shard_key
 
     params = dict(config)
     declared = tuple(table_specs(params, path=params_path))
@@ -243,7 +243,7 @@ def missing_shard_pattern(plan: Plan) -> str:
 
 def replay_inputs(plan: Plan, *, table: str) -> list[str]:
     """A table's recording and its provenance sidecar."""
-    from pipeline.bench.plan import sidecar_path
+    from tunetable.bench.plan import sidecar_path
 
     recording = plan.recordings[table]
     return [str(recording), str(sidecar_path(recording))]

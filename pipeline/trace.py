@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline import lineage, paths
-from pipeline.codegen import marker_line
-from pipeline.errors import TuneTableError
-from pipeline.metrics import ManifestEntry, load_manifest, lookup
-from pipeline.params import CodegenSpec, DispatchSpec, TableSpec
+from tunetable import lineage, paths
+from tunetable.codegen import marker_line
+from tunetable.errors import TuneTableError
+from tunetable.metrics import ManifestEntry, load_manifest, lookup
+from tunetable.params import CodegenSpec, DispatchSpec, TableSpec
 
 GENERATED = "# Automatically generated from ["
 INDEX = re.compile(r"#\s*index:\s*\[(\d+)\]")
@@ -263,7 +263,7 @@ def _ranked_results(*, results: Sequence[Any], shapes: Sequence[tuple[int, int, 
     """Loaded result frames restricted to ``shapes`` and ranked as `tunetable rank` does."""
     import polars as pl
 
-    from pipeline import rank, resultset
+    from tunetable import rank, resultset
 
     frame = resultset.combine(results=results)
     wanted = pl.DataFrame(list(shapes), schema=["M", "N", "K"], orient="row")
@@ -274,7 +274,7 @@ def _ranked_results(*, results: Sequence[Any], shapes: Sequence[tuple[int, int, 
 
 def _raw_source(*, root: Path, spec: TableSpec) -> TableSource | None:
     """The raw shards of the table's content key, ranked; None unless every shape's shard is there."""
-    from pipeline import resultset
+    from tunetable import resultset
 
     reader = lineage.DataReader(root=root, rev=None)
     provenance, _entries = load_manifest(root / spec.codegen.manifest)
@@ -292,7 +292,7 @@ def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
     """The table's recording, restricted to the shapes of params.yaml and ranked; None when it is absent."""
     import polars as pl
 
-    from pipeline import resultset
+    from tunetable import resultset
 
     if not spec.recording or not (root / spec.recording).is_file():
         return None
@@ -303,8 +303,8 @@ def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
 
 def table_source(*, root: Path, spec: TableSpec) -> TableSource:
     """A candidate table's ranked rows: ranked table, else raw shards, else recording (kind "none": nothing)."""
-    from pipeline.rank import read_ranked
-    from pipeline.select import data_hash
+    from tunetable.rank import read_ranked
+    from tunetable.select import data_hash
 
     ranked_path = root / paths.ranked(spec.name)
     if ranked_path.is_file():
@@ -346,7 +346,7 @@ def _candidate(*, source: TableSource, entries: Sequence[ManifestEntry], m: int,
 
 def rule_pick(*, candidates: Sequence[CandidateAtM], order: Sequence[str], tolerance: float) -> str | None:
     """The table that `select --dispatch`'s rule picks from these candidates (None when none was measured)."""
-    from pipeline.select import Candidate, choose_tables
+    from tunetable.select import Candidate, choose_tables
 
     shape = (0, 0, 0)
     per_table = {c.table: {shape: Candidate(table=c.table, kernel=c.table, config_id=str(c.config_id),

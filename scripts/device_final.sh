@@ -10,14 +10,13 @@ set -uo pipefail
 OUT=${OUT:-/tmp/tunetable-out}
 TABLE=gemm_mma
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || echo "wheel install failed"
-export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+source scripts/device_env.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 { stamp start; nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv
-  python3 -m pipeline grid --table "$TABLE" >/dev/null && stamp grid ok
-  python3 -m pipeline compile --table "$TABLE" --workers "$(nproc)" | tail -3; stamp compile done; } \
+  python3 -m tunetable grid --table "$TABLE" >/dev/null && stamp grid ok
+  python3 -m tunetable compile --table "$TABLE" --workers "$(nproc)" | tail -3; stamp compile done; } \
   >"$OUT/bench.log" 2>&1
 
 stamp "pytest -m gpu" >>"$OUT/bench.log"
@@ -28,13 +27,13 @@ echo "pytest rc=$?" >>"$OUT/pytest_gpu.log"
 # Second full measurement: its own results root, so nothing from the first run is reused.
 mkdir -p results/rerun && cp -r results/grid results/compile results/rerun/
 { stamp "bench rerun"
-  timeout "${BENCH_TIMEOUT_S:-200}" python3 -m pipeline bench --table "$TABLE" --backend cuda --all-shapes \
+  timeout "${BENCH_TIMEOUT_S:-200}" python3 -m tunetable bench --table "$TABLE" --backend cuda --all-shapes \
     --results-root results/rerun
   KEY=$(python3 -c "
-from pipeline.params import load_params, table_spec
-from pipeline.bench.plan import shard_key
+from tunetable.params import load_params, table_spec
+from tunetable.bench.plan import shard_key
 p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cuda'))")
-  python3 -m pipeline record --table "$TABLE" --name h200_gemm_mma_rerun --out-dir "$OUT" \
+  python3 -m tunetable record --table "$TABLE" --name h200_gemm_mma_rerun --out-dir "$OUT" \
     results/rerun/raw/"$TABLE"/"$KEY"/*.pkl
   python3 benchmarks/bench_trust.py data/recordings/h200_gemm_mma.parquet "$OUT/h200_gemm_mma_rerun.parquet" \
     --out "$OUT/bench_trust.json"

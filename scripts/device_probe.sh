@@ -13,8 +13,7 @@ PROBES=${PROBES:-benchmarks/probes/current.txt}
 WORK=/tmp/tunetable-probe
 rm -rf "$WORK"  # a warm machine keeps /tmp: only this call's runs go into the archive and the comparison
 mkdir -p "$FINAL_OUT" "$WORK"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || echo "wheel install failed"
-export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+source scripts/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv | tee "$WORK/device.txt"
 while read -r name args; do
   [[ -z "$name" || "$name" == \#* ]] && continue

@@ -31,15 +31,14 @@ step() {  # step NAME LOGFILE CMD...: run, tee to its log, record the exit statu
   return "$rc"
 }
 
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >>"$LOG" 2>&1 || note "wheel install failed"
-export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+source scripts/device_env.sh >>"$LOG" 2>&1
 [ -n "${TUNETABLE_GIT_REV:-}" ] || note "WARNING: TUNETABLE_GIT_REV is not set: rows will say git_rev=unknown"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,TEMPERATURE | head -80; nvcc --version; python3 --version;
   python3 -c "import pycuda, pynvml, pandas, pyarrow, yaml; print('pycuda', pycuda.VERSION_TEXT)"; } >>"$LOG" 2>&1
 
-step grid "$OUT/build.log" python3 -m pipeline grid --table "$TABLE"
-step compile "$OUT/build.log" python3 -m pipeline compile --table "$TABLE" --workers "$(nproc)"
+step grid "$OUT/build.log" python3 -m tunetable grid --table "$TABLE"
+step compile "$OUT/build.log" python3 -m tunetable compile --table "$TABLE" --workers "$(nproc)"
 
 if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   step pytest-gpu "$OUT/pytest_gpu.log" timeout "${TEST_TIMEOUT_S:-300}" \
@@ -53,21 +52,21 @@ else
 fi
 content_key() {
   python3 -c "
-from pipeline.params import load_params, table_spec
-from pipeline.bench.plan import shard_key
+from tunetable.params import load_params, table_spec
+from tunetable.bench.plan import shard_key
 p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cuda'))"
 }
 
 if [ "$STAGE" = all ] || [ "$STAGE" = bench ] || [ "$STAGE" = trust ]; then
   step bench "$OUT/bench.log" timeout "${BENCH_TIMEOUT_S:-560}" \
-    python3 -m pipeline bench --table "$TABLE" --backend cuda "${SHAPE_ARGS[@]}"
+    python3 -m tunetable bench --table "$TABLE" --backend cuda "${SHAPE_ARGS[@]}"
   KEY=$(content_key)
   note "content key $KEY"
   shopt -s nullglob
   SHARDS=(results/raw/"$TABLE"/"$KEY"/*.pkl)
   note "${#SHARDS[@]} shards measured"
   if [ "${#SHARDS[@]}" -gt 0 ]; then
-    step record "$OUT/bench.log" python3 -m pipeline record --table "$TABLE" --name "$RECORDING" "${SHARDS[@]}"
+    step record "$OUT/bench.log" python3 -m tunetable record --table "$TABLE" --name "$RECORDING" "${SHARDS[@]}"
     cp data/recordings/"$RECORDING".parquet data/recordings/"$RECORDING".json "$OUT"/ 2>>"$LOG"
   fi
 fi
@@ -77,8 +76,8 @@ if [ "$STAGE" = trust ]; then
   # (benchmarks/bench_trust.py); the rerun and its figures travel in results.tar.gz (results/rerun).
   mkdir -p results/rerun && cp -r results/grid results/compile results/rerun/
   step bench-rerun "$OUT/bench.log" timeout "${BENCH_TIMEOUT_S:-560}" \
-    python3 -m pipeline bench --table "$TABLE" --backend cuda "${SHAPE_ARGS[@]}" --results-root results/rerun
-  step record-rerun "$OUT/bench.log" python3 -m pipeline record --table "$TABLE" --name "${RECORDING}_rerun" \
+    python3 -m tunetable bench --table "$TABLE" --backend cuda "${SHAPE_ARGS[@]}" --results-root results/rerun
+  step record-rerun "$OUT/bench.log" python3 -m tunetable record --table "$TABLE" --name "${RECORDING}_rerun" \
     --out-dir results/rerun/recordings results/rerun/raw/"$TABLE"/"$(content_key)"/*.pkl
   step trust "$SUMMARY" python3 benchmarks/bench_trust.py data/recordings/"$RECORDING".parquet \
     results/rerun/recordings/"${RECORDING}_rerun".parquet --out results/rerun/bench_trust.json

@@ -3,7 +3,7 @@
 # pycuda and its dependencies (built there, from ../shared/wheels), the jsonschema set (params.yaml
 # validation) and kernel_tuner (benchmarks/kt_vs_tunetable.py). Keep one version of each package.
 # Then call the device tool with carry [".whl"] and start the command with
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+#   source scripts/device_env.sh   (the wheels and tunetable itself into /tmp/site)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl

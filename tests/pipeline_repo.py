@@ -74,7 +74,7 @@ def dvc(*args: str, cwd: Path, check: bool = True) -> Done:
 
 def tunetable(*args: str, cwd: Path, check: bool = True) -> Done:
     """The project's CLI, as installed."""
-    return run([sys.executable, "-m", "pipeline", *args], cwd=cwd, check=check)
+    return run([sys.executable, "-m", "tunetable", *args], cwd=cwd, check=check)
 
 
 def git(*args: str, cwd: Path, check: bool = True) -> Done:

@@ -6,7 +6,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from pipeline.results import spec_string, write_shard
+from tunetable.results import spec_string, write_shard
 
 GRID = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "WARPS_M", "WARPS_N", "WARPS_K", "STAGES", "SPLIT_K", "GROUP_M")
 # Three gemm_mma configurations of the kind params.yaml declares, by hand-picked id.
@@ -40,7 +40,7 @@ def row(*, m: int, config: str, median: float | None, n: int = 4096, k: int = 40
 
 
 def shard(path: Path, rows: list[dict[str, Any]], *, table: str = "gemm_mma") -> Path:
-    """Write rows as a real shard pickle through pipeline.results.write_shard."""
+    """Write rows as a real shard pickle through tunetable.results.write_shard."""
     write_shard(path, table=table, rows=rows, build_rows=[], provenance={"table": table})
     return path
 

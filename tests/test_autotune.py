@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernels.autotune import (
+from tunetable.kernels.autotune import (
     AutotuneCacheWarning,
     AutotuneError,
     Autotuner,
@@ -258,7 +258,7 @@ def test_concurrent_processes_tune_once_and_agree(tmp_path: Path) -> None:
 
 
 def test_close_to_rejects_a_configuration_with_wrong_output(tmp_path: Path) -> None:
-    from kernels.autotune import close_to
+    from tunetable.kernels.autotune import close_to
 
     a = np.arange(12, dtype=np.float64).reshape(3, 4)
 

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 from bench_support import journal_records, kill9_when, sample_counts, start_driver, write_spec
-from pipeline.bench.journal import Journal, progress_by_config, read_journal
-from pipeline.results import read_shard
+from tunetable.bench.journal import Journal, progress_by_config, read_journal
+from tunetable.results import read_shard
 
 
 def worker_gone(pid: int, *, within_s: float) -> bool:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels.families import FAMILIES
-from pipeline.bench.plan import (
+from tunetable.kernels.families import FAMILIES
+from tunetable.bench.plan import (
     ConfigTask,
     baseline_task,
     launch_payload,
@@ -19,9 +19,9 @@ from pipeline.bench.plan import (
     shard_key,
     tasks_from_reports,
 )
-from pipeline.bench.session import parse_shapes, shard_payloads
-from pipeline.errors import TuneTableError
-from pipeline.params import load_params, table_spec
+from tunetable.bench.session import parse_shapes, shard_payloads
+from tunetable.errors import TuneTableError
+from tunetable.params import load_params, table_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 1, "STAGES": 4,
@@ -95,7 +95,7 @@ def test_reports_that_disagree_are_clear_errors(tmp_path: Path) -> None:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tunetable", *args], cwd=cwd, capture_output=True, text=True,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "-1"})
 
 
@@ -116,8 +116,8 @@ def test_bench_cli_errors_are_one_line(tmp_path: Path) -> None:
 
 
 def test_cuda_jobs_refuse_a_compile_report_whose_cubins_are_gone(tmp_path: Path) -> None:
-    from pipeline.bench.session import cuda_jobs
-    from pipeline.keys import kernel_source_hash
+    from tunetable.bench.session import cuda_jobs
+    from tunetable.keys import kernel_source_hash
 
     params = load_params(REPO / "params.yaml")
     table = replace(table_spec(params, "gemm_mma"), kernel=str(REPO / "kernels" / "gemm_mma.cu"))

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bench.record import record_command
-from pipeline.keys import kernel_source_hash
-from pipeline.params import load_params, table_spec
-from pipeline.results import ROW_FIELDS, read_shard
+from tunetable.bench.record import record_command
+from tunetable.keys import kernel_source_hash
+from tunetable.params import load_params, table_spec
+from tunetable.results import ROW_FIELDS, read_shard
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDING = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
@@ -51,7 +51,7 @@ def test_replay_of_the_recording_through_the_cli(recording: tuple, tmp_path: Pat
     frame, sidecar = recording
     if kernel_source_hash(REPO / "kernels" / "gemm_mma.cu") not in sidecar["kernel_hashes"]:
         pytest.skip("kernels/gemm_mma.cu changed since the recording: re-record on the H200")
-    result = subprocess.run([sys.executable, "-m", "pipeline", "bench", "--table", "gemm_mma", "--backend", "replay",
+    result = subprocess.run([sys.executable, "-m", "tunetable", "bench", "--table", "gemm_mma", "--backend", "replay",
                              "--shape", "1,4096,4096", "--shape", "4096,4096,4096", "--results-root", str(tmp_path)],
                             cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bench.plan import BenchSettings, ConfigTask, baseline_task, gpu_visible, resolve_backend
-from pipeline.bench.record import recording_frame, recording_provenance, shard_provenance, write_recording
-from pipeline.bench.replay import load_recording, replay_shapes
-from pipeline.bench.runner import ShardJob, run_shards
-from pipeline.errors import TuneTableError
-from pipeline.results import ROW_FIELDS, read_shard
+from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task, gpu_visible, resolve_backend
+from tunetable.bench.record import recording_frame, recording_provenance, shard_provenance, write_recording
+from tunetable.bench.replay import load_recording, replay_shapes
+from tunetable.bench.runner import ShardJob, run_shards
+from tunetable.errors import TuneTableError
+from tunetable.results import ROW_FIELDS, read_shard
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = BenchSettings(warmup_ms=1, rounds=3, min_batch_ms=0.05, timeout_s=10)
@@ -55,7 +55,7 @@ def test_record_refuses_shards_not_measured_by_cuda(measured: dict) -> None:
 
 
 def test_record_cli_error_is_one_line_and_writes_nothing(measured: dict, tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "pipeline", "record", "--table", "t", "--name", "x",
+    result = subprocess.run([sys.executable, "-m", "tunetable", "record", "--table", "t", "--name", "x",
                              "--out-dir", str(tmp_path), *map(str, measured["shards"])],
                             cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from bench_support import journal_records
-from pipeline.bench.failures import WorkerFailure
-from pipeline.bench.plan import BenchSettings, ConfigTask
-from pipeline.bench.runner import ShardJob, ShardRunner, longest_first, round_order, run_shards, sample_stats
-from pipeline.bench.worker import WorkerProcess
-from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
+from tunetable.bench.failures import WorkerFailure
+from tunetable.bench.plan import BenchSettings, ConfigTask
+from tunetable.bench.runner import ShardJob, ShardRunner, longest_first, round_order, run_shards, sample_stats
+from tunetable.bench.worker import WorkerProcess
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
 
 SETTINGS = BenchSettings(warmup_ms=2, rounds=4, min_batch_ms=0.1, timeout_s=1.5)
 
@@ -138,7 +138,7 @@ def test_bench_progress_logs_one_line_per_shard_with_its_best(tmp_path: Path) ->
 
     from rich.console import Console
 
-    from pipeline.commands.bench import BenchProgress
+    from tunetable.commands.bench import BenchProgress
 
     buffer = io.StringIO()
     job = make_job(tmp_path, {"a": {"entry": "gemm"}, "bad": {"entry": "fault"}})
@@ -152,7 +152,7 @@ def test_bench_progress_logs_one_line_per_shard_with_its_best(tmp_path: Path) ->
 
 def _search_job(tmp_path: Path, *, m: int, n: int = 48, k: int = 40) -> ShardJob:
     """Eight CPU configurations (two of them wrong) and a baseline, named like real shards so neighbours find them."""
-    from pipeline.bench.plan import baseline_task
+    from tunetable.bench.plan import baseline_task
 
     entries = {f"c{i}": {"entry": "gemm_wrong" if i in (2, 5) else "gemm"} for i in range(8)}
     tasks = tuple(ConfigTask(config_id=cid, mesh_idx=i, family="cpu", params=(("ENTRY", payload["entry"]), ("TILE", i)))
@@ -164,9 +164,9 @@ def _search_job(tmp_path: Path, *, m: int, n: int = 48, k: int = 40) -> ShardJob
 
 
 def test_a_search_measures_only_what_it_picks_and_records_itself_in_every_row(tmp_path: Path) -> None:
-    from pipeline.results import SEARCH_FIELDS
-    from pipeline.search import make_strategy
-    from pipeline.search.driver import TableSearch
+    from tunetable.results import SEARCH_FIELDS
+    from tunetable.search import make_strategy
+    from tunetable.search.driver import TableSearch
 
     search = TableSearch(plan=make_strategy({"strategy": "random", "max_fevals": 3, "seed": 2}), shard_dir=tmp_path)
     job = _search_job(tmp_path, m=16)
@@ -198,8 +198,8 @@ def test_a_search_measures_only_what_it_picks_and_records_itself_in_every_row(tm
 
 
 def test_a_search_starts_from_the_winners_of_neighbours_measured_earlier(tmp_path: Path) -> None:
-    from pipeline.search import make_strategy
-    from pipeline.search.driver import TableSearch
+    from tunetable.search import make_strategy
+    from tunetable.search.driver import TableSearch
 
     first, second = _search_job(tmp_path, m=64), _search_job(tmp_path, m=32)
     search = TableSearch(plan=make_strategy({"strategy": "model", "max_fevals": 4, "seed": 0}), shard_dir=tmp_path)

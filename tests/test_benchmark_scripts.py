@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 import yaml
 
-from kernels.families import FAMILIES
+from tunetable.kernels.families import FAMILIES
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.atomic import atomic_write_text
-from pipeline.errors import TuneTableError
+from tunetable.atomic import atomic_write_text
+from tunetable.errors import TuneTableError
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m pipeline ARGS`` from the repository root, capturing text output."""
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True,
+    """Run ``python -m tunetable ARGS`` from the repository root, capturing text output."""
+    return subprocess.run([sys.executable, "-m", "tunetable", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=120, check=False)
 
 

@@ -18,18 +18,18 @@ import pytest
 
 from bench_support import gemm_mma_only_params
 from pipeline_repo import error_line
-from pipeline.atomic import atomic_write_all
-from pipeline.errors import TuneTableError
-from pipeline.keys import kernel_source_hash
-from pipeline.rank import (
+from tunetable.atomic import atomic_write_all
+from tunetable.errors import TuneTableError
+from tunetable.keys import kernel_source_hash
+from tunetable.rank import (
     PROVENANCE_COLUMNS,
     SEARCH_TYPES,
     ranked_parameters,
     read_ranked,
 )
-from pipeline.results import SEARCH_FIELDS, read_shard
-from pipeline.select import data_hash
-from pipeline.trace import check_traceable
+from tunetable.results import SEARCH_FIELDS, read_shard
+from tunetable.select import data_hash
+from tunetable.trace import check_traceable
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDING = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
@@ -38,8 +38,8 @@ SEARCH = {"strategy": "random", "max_fevals": 4, "seed": 1}
 
 
 def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m pipeline ARGS`` in ``cwd``, capturing text output (wide, one line per message)."""
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True,
+    """Run ``python -m tunetable ARGS`` in ``cwd``, capturing text output (wide, one line per message)."""
+    return subprocess.run([sys.executable, "-m", "tunetable", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "250"}, timeout=300, check=False)
 
 

@@ -18,15 +18,15 @@ import yaml
 from pipeline_repo import error_line
 from result_rows import row, shard
 
-from pipeline.params import load_params
+from tunetable.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
 DECLARED = ", ".join(sorted(load_params(REPO / "params.yaml")["tables"]))
 
 
 def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m pipeline ARGS`` in ``cwd``, capturing text output."""
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True,
+    """Run ``python -m tunetable ARGS`` in ``cwd``, capturing text output."""
+    return subprocess.run([sys.executable, "-m", "tunetable", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=120, check=False)
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import codegen
-from pipeline.errors import TuneTableError
+from tunetable import codegen
+from tunetable.errors import TuneTableError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "codegen"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.cli import main
+from tunetable.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "codegen"
@@ -130,12 +130,12 @@ def declared_tables(root: Path) -> dict[str, dict[str, object]]:
 def test_two_regions_via_python_dash_m(project: Path) -> None:
     for name in ("small", "large"):
         done = subprocess.run(
-            [sys.executable, "-m", "pipeline", *table_args(project, name)], capture_output=True, text=True, cwd=REPO
+            [sys.executable, "-m", "tunetable", *table_args(project, name)], capture_output=True, text=True, cwd=REPO
         )
         assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     assert (project / "tables.py").read_text() == EXPECTED
     check = subprocess.run(
-        [sys.executable, "-m", "pipeline", *table_args(project, "small", "--check")], capture_output=True, text=True
+        [sys.executable, "-m", "tunetable", *table_args(project, "small", "--check")], capture_output=True, text=True
     )
     assert (check.returncode, check.stdout, check.stderr) == (0, "", "")
 
@@ -327,7 +327,7 @@ def fsync_then_hang(fd):
     time.sleep(120)
 
 os.fsync = fsync_then_hang
-from pipeline.cli import main
+from tunetable.cli import main
 main(sys.argv[2:])
 """
 

@@ -1,4 +1,4 @@
-"""pipeline.compile without nvcc: ptxas parsing (real captured text), cache keys, invalidation, records."""
+"""tunetable.compile without nvcc: ptxas parsing (real captured text), cache keys, invalidation, records."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.compile import (
+from tunetable.compile import (
     CompileResult,
     FunctionResources,
     build_records,
@@ -22,10 +22,10 @@ from pipeline.compile import (
     parse_ptxas,
     resolve_workers,
 )
-from pipeline.config import KernelConfig
-from pipeline.errors import TuneTableError
-from pipeline.grid import DeviceLimits, Pruned
-from pipeline.keys import kernel_source_hash
+from tunetable.config import KernelConfig
+from tunetable.errors import TuneTableError
+from tunetable.grid import DeviceLimits, Pruned
+from tunetable.keys import kernel_source_hash
 
 PTXAS = Path(__file__).parent / "fixtures" / "ptxas"
 NVCC = "Build cuda_13.0.r13.0/compiler.36424714_0"
@@ -247,7 +247,7 @@ def test_compile_without_nvcc_on_path_is_one_line_exit_2(tmp_path: Path) -> None
     _toy_params(tmp_path)
     env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}  # a PATH with no CUDA toolkit on it
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "compile", "--table", "toy"], cwd=tmp_path, env=env,
+        [sys.executable, "-m", "tunetable", "compile", "--table", "toy"], cwd=tmp_path, env=env,
         capture_output=True, text=True, check=False,
     )
     assert done.returncode == 2
@@ -262,7 +262,7 @@ def test_compile_with_a_missing_kernel_names_the_table_key(tmp_path: Path) -> No
 
     _toy_params(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "compile", "--table", "toy"], cwd=tmp_path, capture_output=True, text=True,
+        [sys.executable, "-m", "tunetable", "compile", "--table", "toy"], cwd=tmp_path, capture_output=True, text=True,
         check=False
     )
     assert done.returncode == 2

@@ -1,4 +1,4 @@
-"""pipeline.compile with the real nvcc: cubins, real ptxas output, build failures, cache, pool, command."""
+"""tunetable.compile with the real nvcc: cubins, real ptxas output, build failures, cache, pool, command."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.compile import CompileResult, compile_config, compile_configs, lookup, parse_ptxas
-from pipeline.config import KernelConfig
-from pipeline.grid import load_table_grid
+from tunetable.compile import CompileResult, compile_config, compile_configs, lookup, parse_ptxas
+from tunetable.config import KernelConfig
+from tunetable.grid import load_table_grid
 
 pytestmark = pytest.mark.nvcc
 
@@ -148,7 +148,7 @@ def test_compile_command_writes_the_report(kernel_dir: Path, tmp_path: Path) -> 
         "select": {},
     }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    command = [sys.executable, "-m", "pipeline", "compile", "--table", "tiny", "--workers", "2"]
+    command = [sys.executable, "-m", "tunetable", "compile", "--table", "tiny", "--workers", "2"]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     report_path = tmp_path / "results" / "compile" / "tiny.json"

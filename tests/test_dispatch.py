@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import kernels
-from kernels.dispatch import (
+import tunetable.kernels
+from tunetable.kernels.dispatch import (
     DEFAULT_TUNABLES,
     DISPATCH_LIST,
     INT32_MAX,
@@ -29,7 +29,7 @@ from kernels.dispatch import (
     most_common_entry,
     operand,
 )
-from kernels.tuning_configs import TABLES, FamilyChoice, TuningConfig, WgmmaTuningConfig
+from tunetable.kernels.tuning_configs import TABLES, FamilyChoice, TuningConfig, WgmmaTuningConfig
 
 SMALL = {"block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4, "warps_k": 1, "stages": 4,
          "split_k": 4, "group_m": 1}
@@ -154,7 +154,7 @@ def test_covered_shapes_do_not_warn_and_are_memoised() -> None:
 # --- the generated table and configurations ---------------------------------------------------
 
 def test_every_generated_entry_matches_its_config_id_and_grid_defines() -> None:
-    from kernels.families import FAMILIES
+    from tunetable.kernels.families import FAMILIES
 
     for table, entries in TABLES.items():
         for item in entries:
@@ -167,7 +167,7 @@ def test_every_generated_entry_matches_its_config_id_and_grid_defines() -> None:
 
 def test_every_generated_dispatch_entry_names_its_tables_entry() -> None:
     """The dispatch list's config ids are what the named table's own lookup gives (both generated together)."""
-    from kernels.tuning_configs import DISPATCH
+    from tunetable.kernels.tuning_configs import DISPATCH
 
     for choice in DISPATCH[DISPATCH_LIST]:
         entries = TABLES[choice.table]
@@ -185,10 +185,10 @@ def test_entry_with_a_stale_config_id_is_a_clear_error() -> None:
 
 
 def test_default_configuration_is_in_the_grid() -> None:
-    from pipeline.grid import expand
-    from pipeline.params import load_params, table_spec
+    from tunetable.grid import expand
+    from tunetable.params import load_params, table_spec
 
-    spec = table_spec(load_params(Path(kernels.__file__).parents[1] / "params.yaml"), "gemm_mma")
+    spec = table_spec(load_params(Path(tunetable.kernels.__file__).parents[1] / "params.yaml"), "gemm_mma")
     kept = {config.id for config in expand(spec).kept}
     for tunables in (DEFAULT_TUNABLES, SKINNY_TUNABLES):
         assert make_entry(tunables=tunables, n=4096, k=4096).config_id in kept
@@ -236,15 +236,15 @@ def test_layout_and_alignment_errors() -> None:
 
 def test_mismatched_k_and_bad_n_k_are_rejected_before_any_gpu_work() -> None:
     with pytest.raises(ValueError, match="mismatched K: a is 7x4096 .* b is 4096x1024"):
-        kernels.gemm(DeviceMatrix((7, 4096)), DeviceMatrix((4096, 1024)))
+        tunetable.kernels.gemm(DeviceMatrix((7, 4096)), DeviceMatrix((4096, 1024)))
     with pytest.raises(ValueError, match="multiples of 8"):
-        kernels.gemm(DeviceMatrix((7, 4100)), DeviceMatrix((4096, 4100)))
+        tunetable.kernels.gemm(DeviceMatrix((7, 4100)), DeviceMatrix((4096, 4100)))
     with pytest.raises(ValueError, match="multiples of 8"):
-        kernels.gemm(DeviceMatrix((7, 4096)), DeviceMatrix((4090, 4096)))
+        tunetable.kernels.gemm(DeviceMatrix((7, 4096)), DeviceMatrix((4090, 4096)))
 
 
 def test_wrong_out_shape_is_rejected() -> None:
-    from kernels.dispatch import check_out
+    from tunetable.kernels.dispatch import check_out
 
     with pytest.raises(ValueError, match=r"out: expected shape \(7, 4096\)"):
         check_out(operand("out", DeviceMatrix((4096, 7))), m=7, n=4096)
@@ -255,16 +255,16 @@ def test_no_gpu_is_a_clear_error() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
         with pytest.raises(NoGpuError, match="needs pycuda and a CUDA GPU"):
-            kernels.gemm(DeviceMatrix((7, 4096)), DeviceMatrix((4096, 4096)))
+            tunetable.kernels.gemm(DeviceMatrix((7, 4096)), DeviceMatrix((4096, 4096)))
 
 
 def test_import_needs_no_pycuda() -> None:
     import subprocess
     import sys
 
-    code = "import sys, kernels; kernels.gemm; kernels.autotune; print('pycuda' in sys.modules)"
+    code = "import sys, tunetable; tunetable.gemm; tunetable.autotune; print('pycuda' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          cwd=Path(kernels.__file__).parents[1])
+                          cwd=Path(tunetable.kernels.__file__).parents[1])
     assert done.stdout.strip() == "False"
 
 
@@ -311,7 +311,7 @@ def test_shapes_the_list_does_not_cover_go_to_gemm_mma_as_before() -> None:
     covered = dispatch.decide(m=77, n=14336, k=4096)  # no dispatch entry, gemm_mma has the (N, K)
     assert covered.choice is None and covered.entry.kernel == "gemm_mma" and not covered.fallback
 
-    def gemm_like(**shape: int):  # kernels.gemm calls decide from one level below its caller
+    def gemm_like(**shape: int):  # tunetable.kernels.gemm calls decide from one level below its caller
         return dispatch.decide(**shape)
 
     with pytest.warns(FallbackWarning, match="gemm_mma: no tuned entry for M=77, N=2048, K=1024") as caught:
@@ -337,8 +337,8 @@ def test_a_dispatch_list_naming_an_unknown_table_is_refused() -> None:
 
 
 def test_the_process_wide_dispatcher_is_the_generated_one_and_can_be_replaced() -> None:
-    from kernels import dispatch as module
-    from kernels.tuning_configs import DISPATCH
+    from tunetable.kernels import dispatch as module
+    from tunetable.kernels.tuning_configs import DISPATCH
 
     generated = module.dispatcher()
     assert isinstance(generated, FamilyDispatcher) and generated.choices == tuple(DISPATCH[DISPATCH_LIST])
@@ -363,10 +363,10 @@ def test_make_entry_names_missing_and_unknown_tunables() -> None:
 
 def test_wgmma_entries_hash_like_the_grid() -> None:
     """A wgmma entry's config id and defines are the grid's (derived THREADS and SMEM_BYTES included)."""
-    from pipeline.grid import expand
-    from pipeline.params import load_params, table_spec
+    from tunetable.grid import expand
+    from tunetable.params import load_params, table_spec
 
-    spec = table_spec(load_params(Path(kernels.__file__).parents[1] / "params.yaml"), "gemm_wgmma")
+    spec = table_spec(load_params(Path(tunetable.kernels.__file__).parents[1] / "params.yaml"), "gemm_wgmma")
     by_id = {config.id: config for config in expand(spec).kept}
     for tunables in (WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES):
         item = make_entry(tunables=tunables, n=4096, k=4096, kernel="gemm_wgmma")
@@ -375,8 +375,8 @@ def test_wgmma_entries_hash_like_the_grid() -> None:
 
 def test_struct_plan_keeps_one_argument_set_per_address_triple() -> None:
     """The TMA plan's argument cache (exercised with gemm_mma's pointer family: no libcuda needed here)."""
-    from kernels.dispatch import ARGUMENT_CACHE_SIZE, StructPlan
-    from kernels.families import FAMILIES
+    from tunetable.kernels.dispatch import ARGUMENT_CACHE_SIZE, StructPlan
+    from tunetable.kernels.families import FAMILIES
 
     plan = StructPlan(kernel=None, family=FAMILIES["gemm_mma"], defines={}, grid=(1, 1, 1), block=(128, 1, 1),
                       smem_bytes=0, workspace=None, workspace_ptr=0x5000)
@@ -391,7 +391,7 @@ def test_struct_plan_keeps_one_argument_set_per_address_triple() -> None:
 
 @pytest.mark.nvcc
 def test_warm_cache_compiles_the_wgmma_tables_configurations() -> None:
-    from kernels.dispatch import warm_cache
+    from tunetable.kernels.dispatch import warm_cache
 
     statuses = warm_cache(table="gemm_wgmma")
     expected = {item.config_id for item in TABLES["gemm_wgmma"]} | {
@@ -403,7 +403,7 @@ def test_warm_cache_compiles_the_wgmma_tables_configurations() -> None:
 
 @pytest.mark.nvcc
 def test_warm_cache_compiles_every_configuration_the_runtime_may_run() -> None:
-    from kernels.dispatch import warm_cache
+    from tunetable.kernels.dispatch import warm_cache
 
     statuses = warm_cache()
     expected = {item.config_id for item in TABLES["gemm_mma"]} | {

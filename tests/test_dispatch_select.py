@@ -18,9 +18,9 @@ import polars as pl
 import pytest
 import yaml
 
-from pipeline import rank, select
-from pipeline.codegen import validate_manifest
-from pipeline.errors import TuneTableError
+from tunetable import rank, select
+from tunetable.codegen import validate_manifest
+from tunetable.errors import TuneTableError
 
 REPO = Path(__file__).resolve().parents[1]
 SESSION_A = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
@@ -167,7 +167,7 @@ def test_a_manifest_selected_from_other_rows_is_refused(two_sessions) -> None:
 # --- the CLI and codegen, in a copy of the project ---------------------------------------------
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tunetable", *args], cwd=cwd, capture_output=True, text=True,
                           check=False)
 
 

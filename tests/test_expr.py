@@ -1,11 +1,11 @@
-"""pipeline.expr: the whitelisted expression language of grid rules, derived values and queries."""
+"""tunetable.expr: the whitelisted expression language of grid rules, derived values and queries."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import TuneTableError
-from pipeline.expr import parse_expression
+from tunetable.errors import TuneTableError
+from tunetable.expr import parse_expression
 
 NAMES = ("BLOCK_M", "BLOCK_N", "WARPS_M", "STAGES", "LAYOUT", "FLAG")
 ENV = {"BLOCK_M": 128, "BLOCK_N": 64, "WARPS_M": 2, "STAGES": 3, "LAYOUT": "tn", "FLAG": True}

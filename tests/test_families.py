@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from kernels.families import FAMILIES, Launch
-from pipeline.grid import expand
-from pipeline.params import load_params, table_spec
+from tunetable.kernels.families import FAMILIES, Launch
+from tunetable.grid import expand
+from tunetable.params import load_params, table_spec
 
 GEMM = FAMILIES["gemm_mma"]
 
@@ -120,7 +120,7 @@ def test_launch_rejects_bad_shape_and_missing_define():
 
 def test_cluster_blocks_of_the_wgmma_grid_and_of_families_without_clusters():
     """Blocks per cluster are CLUSTER_M x CLUSTER_N; gemm_mma's defines have none, so 1."""
-    from kernels.families import cluster_blocks
+    from tunetable.kernels.families import cluster_blocks
 
     wgmma = table_spec(load_params("params.yaml"), "gemm_wgmma")
     sizes = {cluster_blocks(c.defines()) for c in expand(wgmma).kept}
@@ -137,6 +137,6 @@ def test_cluster_blocks_of_the_wgmma_grid_and_of_families_without_clusters():
 ])
 def test_persistent_grid_is_cut_to_the_resident_clusters(grid, cluster, fits, expected):
     """The bench and the runtime launch the same persistent grid: whole clusters that fit at once."""
-    from kernels.driver import cut_to_resident
+    from tunetable.kernels.driver import cut_to_resident
 
     assert cut_to_resident(grid, cluster=cluster, fits=fits) == expected

@@ -22,7 +22,7 @@ DISPATCH_LISTS = list(PARAMS.get("dispatch") or {})
 @pytest.mark.parametrize("table", [*DECLARED, *DISPATCH_LISTS])
 def test_declared_table_is_fresh(table: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "codegen", "--table", table, "--check", "--params", "params.yaml"],
+        [sys.executable, "-m", "tunetable", "codegen", "--table", table, "--check", "--params", "params.yaml"],
         cwd=REPO,
         check=False,
         capture_output=True,
@@ -33,8 +33,8 @@ def test_declared_table_is_fresh(table: str) -> None:
 
 
 def test_generated_tables_import_and_list_every_declared_table() -> None:
-    from kernels.dispatch import ENTRY_TYPES
-    from kernels.tuning_configs import DISPATCH, TABLES, FamilyChoice
+    from tunetable.kernels.dispatch import ENTRY_TYPES
+    from tunetable.kernels.tuning_configs import DISPATCH, TABLES, FamilyChoice
 
     assert sorted(TABLES) == sorted(DECLARED)
     for name, entries in TABLES.items():
@@ -44,6 +44,6 @@ def test_generated_tables_import_and_list_every_declared_table() -> None:
 
 
 def test_whole_generated_file_is_fresh() -> None:
-    done = subprocess.run([sys.executable, "-m", "pipeline", "codegen", "--all", "--check"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "tunetable", "codegen", "--all", "--check"], cwd=REPO,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

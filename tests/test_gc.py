@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pipeline_repo import NO_RECORDING, RECORDING, REPO, git, tunetable
 
-from pipeline import gc
-from pipeline.bench.plan import shard_key
-from pipeline.errors import TuneTableError
-from pipeline.params import load_params, table_spec
+from tunetable import gc
+from tunetable.bench.plan import shard_key
+from tunetable.errors import TuneTableError
+from tunetable.params import load_params, table_spec
 
 TABLE = "gemm_mma"
 KEY_A = "aaaaaaaaaaaaaaaa"      # named by the metrics file at HEAD/main
@@ -44,7 +44,7 @@ def _shard_files(folder: Path, size: int) -> None:
 
     pickle.load stops at the STOP opcode, so the padding leaves the shard readable.
     """
-    from pipeline.results import write_shard
+    from tunetable.results import write_shard
 
     shard = folder / "M1_N4096_K4096.pkl"
     write_shard(shard, table=TABLE, rows=[{"config_id": "c1", "backend": "replay"}], build_rows=[], provenance={})
@@ -152,7 +152,7 @@ def test_delete_refuses_paths_outside_raw(tmp_path: Path) -> None:
 
 
 def test_cuda_measurements_are_kept_where_the_live_key_cannot_be_recomputed(tmp_path: Path) -> None:
-    from pipeline.results import write_shard
+    from tunetable.results import write_shard
 
     live, replayed = tmp_path / "live", tmp_path / "replayed"
     for folder, backend in ((live, "cuda"), (replayed, "replay")):

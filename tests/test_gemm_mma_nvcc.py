@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.families import FAMILIES
+from tunetable.kernels.families import FAMILIES
 
 pytestmark = pytest.mark.nvcc
 

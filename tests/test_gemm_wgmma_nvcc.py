@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels.families import FAMILIES
-from pipeline.compile import compile_configs, main_function, parse_ptxas
-from pipeline.grid import DeviceLimits, compile_rules, expand, first_failed_rule
-from pipeline.params import table_spec
+from tunetable.kernels.families import FAMILIES
+from tunetable.compile import compile_configs, main_function, parse_ptxas
+from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rule
+from tunetable.params import table_spec
 
 pytestmark = pytest.mark.nvcc
 

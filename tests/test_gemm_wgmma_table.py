@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kernels.dispatch import HEURISTICS, make_entry, tunable_fields
-from kernels.families import FAMILIES
-from kernels.tuning_configs import WgmmaTuningConfig
-from pipeline.grid import DeviceLimits, expand
-from pipeline.params import load_params, table_spec
+from tunetable.kernels.dispatch import HEURISTICS, make_entry, tunable_fields
+from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.tuning_configs import WgmmaTuningConfig
+from tunetable.grid import DeviceLimits, expand
+from tunetable.params import load_params, table_spec
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = load_params(REPO / "params.yaml")

@@ -1,4 +1,4 @@
-"""pipeline.grid and ``tunetable grid``: kbench-style expansion, rules, overrides, filters, pruning."""
+"""tunetable.grid and ``tunetable grid``: kbench-style expansion, rules, overrides, filters, pruning."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.config import KernelConfig
-from pipeline.errors import TuneTableError
-from pipeline.grid import (
+from tunetable.config import KernelConfig
+from tunetable.errors import TuneTableError
+from tunetable.grid import (
     DeviceLimits,
     configs_from_document,
     expand,
@@ -23,7 +23,7 @@ from pipeline.grid import (
     parse_assignments,
     registers_per_block,
 )
-from pipeline.params import CodegenSpec, TableSpec
+from tunetable.params import CodegenSpec, TableSpec
 
 CODEGEN = CodegenSpec(manifest="m.yaml", snippet="s", target="t.py", begin_marker="B", end_marker="E", source_label="l")
 
@@ -232,8 +232,8 @@ TOY_PARAMS = {
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run ``python -m pipeline`` in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True,
+    """Run ``python -m tunetable`` in ``cwd``."""
+    return subprocess.run([sys.executable, "-m", "tunetable", *args], cwd=cwd, capture_output=True, text=True,
                           check=False)
 
 

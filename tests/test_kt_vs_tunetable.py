@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.families import FAMILIES
-from pipeline import paths
-from pipeline.compile import render_define
-from pipeline.errors import TuneTableError
-from pipeline.grid import load_table_grid
-from pipeline.params import load_params
+from tunetable.kernels.families import FAMILIES
+from tunetable import paths
+from tunetable.compile import render_define
+from tunetable.errors import TuneTableError
+from tunetable.grid import load_table_grid
+from tunetable.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "kt_vs_tunetable.py"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.errors import TuneTableError
-from pipeline.params import load_params, table_spec, table_specs
+from tunetable.errors import TuneTableError
+from tunetable.params import load_params, table_spec, table_specs
 
 
 def _write(tmp_path: Path, data: object) -> Path:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import audit, gpu_claim, metrics, trace
-from pipeline.errors import TuneTableError
-from pipeline.params import load_params, table_spec
+from tunetable import audit, gpu_claim, metrics, trace
+from tunetable.errors import TuneTableError
+from tunetable.params import load_params, table_spec
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from result_rows import kbench_pickle, row, shard
 
-from pipeline import profile as views
-from pipeline import resultset
-from pipeline.errors import TuneTableError
+from tunetable import profile as views
+from tunetable import resultset
+from tunetable.errors import TuneTableError
 
 
 @pytest.fixture
@@ -116,7 +116,8 @@ def test_merge_three_manifests_keeps_rows_of_every_file():
 
 
 def profile(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", "profile", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "tunetable", "profile", *args], capture_output=True, text=True,
+                          cwd=cwd,
                           env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
 
 

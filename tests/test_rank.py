@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from result_rows import GRID, row, shard
 
-from pipeline import rank, resultset
+from tunetable import rank, resultset
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_rank_cli_counts_invalid_and_writes(tmp_path):
     bad = tmp_path / "bad.pkl"
     bad.write_text("nope")
     out = tmp_path / "r" / "t.parquet"
-    done = subprocess.run([sys.executable, "-m", "pipeline", "rank", "--table", "gemm_mma", "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "tunetable", "rank", "--table", "gemm_mma", "--out", str(out),
                            str(good), str(bad)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"Invalid pkl [{bad}]" in done.stderr
@@ -66,7 +66,7 @@ def test_rank_cli_counts_invalid_and_writes(tmp_path):
 def test_rank_cli_all_invalid_exits_2(tmp_path):
     bad = tmp_path / "bad.pkl"
     bad.write_text("nope")
-    done = subprocess.run([sys.executable, "-m", "pipeline", "rank", "--table", "t", "--out",
+    done = subprocess.run([sys.executable, "-m", "tunetable", "rank", "--table", "t", "--out",
                            str(tmp_path / "o.parquet"), str(bad)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2
     assert f"Invalid pkl [{bad}]" in done.stderr
@@ -79,7 +79,7 @@ def test_rank_cli_many_shards(tmp_path):
     paths = [str(shard(tmp_path / f"M{m}.pkl", [row(m=m, config="ca", median=float(m)),
                                                  row(m=m, config="cb", median=float(18 - m))])) for m in ms]
     out = tmp_path / "t.parquet"
-    done = subprocess.run([sys.executable, "-m", "pipeline", "rank", "--table", "gemm_mma", "--out", str(out), *paths],
+    done = subprocess.run([sys.executable, "-m", "tunetable", "rank", "--table", "gemm_mma", "--out", str(out), *paths],
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     winners = pl.read_parquet(out).filter(pl.col("rank") == 1)

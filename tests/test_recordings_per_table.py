@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import smk_helpers as tt
-from pipeline.bench.plan import recording_path
-from pipeline.errors import TuneTableError
-from pipeline.params import dispatch_specs, load_params, table_spec
+from tunetable import smk_helpers as tt
+from tunetable.bench.plan import recording_path
+from tunetable.errors import TuneTableError
+from tunetable.params import dispatch_specs, load_params, table_spec
 
 REPO = Path(__file__).resolve().parents[1]
 MMA_RECORDING = "data/recordings/h200_gemm_mma.parquet"
@@ -130,7 +130,7 @@ def test_live_plan_covers_every_declared_table(project: Path) -> None:
 
 
 def test_bench_cli_replays_a_table_from_its_own_recording_only(project: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "pipeline", "bench", "--table", "gemm_wgmma", "--backend", "replay",
+    done = subprocess.run([sys.executable, "-m", "tunetable", "bench", "--table", "gemm_wgmma", "--backend", "replay",
                            "--shape", "1,4096,4096"], cwd=project, capture_output=True, text=True, check=False,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "-1"})
     assert done.returncode == 2 and "Traceback" not in done.stderr

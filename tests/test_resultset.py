@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 from result_rows import kbench_pickle, row, shard
 
-from pipeline import resultset
-from pipeline.errors import TuneTableError
+from tunetable import resultset
+from tunetable.errors import TuneTableError
 
 
 def test_parse_specs_types_values_and_runtime_keys():

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from bench_support import gemm_mma_only_params
-from pipeline.bench.plan import shard_key
-from pipeline.grid import DeviceLimits, expand
-from pipeline.keys import kernel_source_hash
-from pipeline.params import load_params, table_spec
-from pipeline.results import ROW_FIELDS, SEARCH_FIELDS, read_shard
+from tunetable.bench.plan import shard_key
+from tunetable.grid import DeviceLimits, expand
+from tunetable.keys import kernel_source_hash
+from tunetable.params import load_params, table_spec
+from tunetable.results import ROW_FIELDS, SEARCH_FIELDS, read_shard
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDING = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
@@ -34,7 +34,7 @@ def recording_matches_the_kernel() -> None:
 
 def tunetable(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "250"}   # one line per message
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "tunetable", *args], cwd=REPO, capture_output=True, text=True, env=env,
                           check=False)
 
 

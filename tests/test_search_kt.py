@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import KernelConfig
-from pipeline.errors import TuneTableError
-from pipeline.search.kt_interop import export_kt_caches, replay_with_kernel_tuner, rows_from_kt_cache
+from tunetable.config import KernelConfig
+from tunetable.errors import TuneTableError
+from tunetable.search.kt_interop import export_kt_caches, replay_with_kernel_tuner, rows_from_kt_cache
 
 kernel_tuner = pytest.importorskip("kernel_tuner", reason="kernel_tuner (dev extra) is not installed")
 
@@ -127,8 +127,8 @@ def test_malformed_cache_names_the_file(tmp_path: Path) -> None:
 
 
 def test_search_columns_are_never_parameters() -> None:
-    from pipeline.results import SEARCH_FIELDS
-    from pipeline.search.kt_interop import parameter_names
+    from tunetable.results import SEARCH_FIELDS
+    from tunetable.search.kt_interop import parameter_names
 
     columns = ["mesh_idx", "BLOCK_M", "STAGES", "M", "median_ms", *SEARCH_FIELDS, "table"]
     assert parameter_names(columns) == ["BLOCK_M", "STAGES"]

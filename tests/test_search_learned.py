@@ -9,16 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config import KernelConfig
-from pipeline.search import make_strategy
-from pipeline.search.base import Budget, SearchSpace, run_search
-from pipeline.search.learned import (
+from tunetable.config import KernelConfig
+from tunetable.search import make_strategy
+from tunetable.search.base import Budget, SearchSpace, run_search
+from tunetable.search.learned import (
     Profile,
     learned_prior,
     profiles_from_outcomes,
     shape_distance,
 )
-from pipeline.search.model import BayesianOptimisation
+from tunetable.search.model import BayesianOptimisation
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDING = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
@@ -93,8 +93,8 @@ def test_learned_search_budget_and_determinism() -> None:
 @pytest.mark.skipif(not RECORDING.is_file(), reason="the H200 recording is not committed")
 def test_leave_one_shape_out_on_the_recording_meets_the_budget_target() -> None:
     """Issue 9's target on the real H200 data: within 2 % of the optimum in <= 10 % of the grid on >= 95 % of shapes."""
-    from pipeline.params import load_params, table_spec
-    from pipeline.search.replay import grid_parameter_names, load_recorded_table
+    from tunetable.params import load_params, table_spec
+    from tunetable.search.replay import grid_parameter_names, load_recorded_table
 
     spec = table_spec(load_params(REPO / "params.yaml"), "gemm_mma")
     recorded = load_recorded_table(path=str(RECORDING), table="gemm_mma", family=spec.family,

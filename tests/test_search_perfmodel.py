@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config import KernelConfig
-from pipeline.search.perfmodel import (
+from tunetable.config import KernelConfig
+from tunetable.search.perfmodel import (
     SATURATING_WARPS,
     GemmTile,
     PersistentTile,
@@ -143,7 +143,7 @@ def test_compile_report_resources_override_estimates() -> None:
 
 def _top_picks_against_chance(*, path: Path, table: str, within: float, picks: int = 5) -> tuple[float, float]:
     """Share of shapes whose model top ``picks`` hold one within ``within`` x the optimum, and chance's share."""
-    from pipeline.search.replay import load_recorded_table
+    from tunetable.search.replay import load_recorded_table
 
     recorded = load_recorded_table(path=str(path), table=table, family=table)
     hits, chance = 0, 0.0

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import KernelConfig
-from pipeline.errors import TuneTableError
-from pipeline.search import make_strategy
-from pipeline.search.base import Failure
-from pipeline.search.replay import grid_parameter_names, load_recorded_table
+from tunetable.config import KernelConfig
+from tunetable.errors import TuneTableError
+from tunetable.search import make_strategy
+from tunetable.search.base import Failure
+from tunetable.search.replay import grid_parameter_names, load_recorded_table
 
 
 def _row(m: int, params: dict, status: str, median: float | None) -> dict:
@@ -69,7 +69,7 @@ def test_grid_parameter_names_follow_the_groups() -> None:
 def test_a_family_the_perf_model_cannot_rank_gets_no_prior(tmp_path: Path) -> None:
     import pandas as pd
 
-    from pipeline.search.driver import perf_predictor
+    from tunetable.search.driver import perf_predictor
 
     # A family with neither WARPS_M / WARPS_N nor CONSUMERS: searches run without the analytical model.
     params = [{"BLOCK_M": 128, "BLOCK_N": n, "BLOCK_K": 64, "STAGES": 4, "VECTOR": 8} for n in (128, 256)]

@@ -7,13 +7,13 @@ import itertools
 import numpy as np
 import pytest
 
-from pipeline.config import KernelConfig
-from pipeline.search import SearchSettings, make_strategy
-from pipeline.search.base import Budget, Failure, SearchSpace, run_search
-from pipeline.search.evolutionary import GeneticAlgorithm
-from pipeline.search.exhaustive import Exhaustive
-from pipeline.search.model import BayesianOptimisation
-from pipeline.search.random_sample import RandomSample
+from tunetable.config import KernelConfig
+from tunetable.search import SearchSettings, make_strategy
+from tunetable.search.base import Budget, Failure, SearchSpace, run_search
+from tunetable.search.evolutionary import GeneticAlgorithm
+from tunetable.search.exhaustive import Exhaustive
+from tunetable.search.model import BayesianOptimisation
+from tunetable.search.random_sample import RandomSample
 
 STRATEGIES = [Exhaustive(), RandomSample(), BayesianOptimisation(), GeneticAlgorithm()]
 
@@ -102,7 +102,7 @@ def test_random_sample_differs_between_seeds() -> None:
 
 
 def test_repeated_request_is_free() -> None:
-    from pipeline.search.base import Evaluator
+    from tunetable.search.base import Evaluator
 
     measure = CountingMeasure()
     evaluator = Evaluator(space=_space(), measure=measure, budget=Budget(max_fevals=3))
@@ -113,7 +113,7 @@ def test_repeated_request_is_free() -> None:
 
 
 def test_failure_ranks_as_infinite() -> None:
-    from pipeline.search.base import Evaluator
+    from tunetable.search.base import Evaluator
 
     space = _space()
     evaluator = Evaluator(space=space, measure=CountingMeasure(), budget=Budget())
@@ -186,7 +186,7 @@ def test_every_schema_strategy_has_an_implementation(repo_root) -> None:
 
 
 def test_neighbour_measurements_steer_the_model() -> None:
-    from pipeline.search.base import Related
+    from tunetable.search.base import Related
 
     # The perf model alone favours position 0 (half the predicted time of the rest); an earlier
     # run on the same shape (distance 0, e.g. before a kernel edit) measured position 10 at a
@@ -201,7 +201,7 @@ def test_neighbour_measurements_steer_the_model() -> None:
 
 
 def test_band_design_spreads_over_the_models_near_ties() -> None:
-    from pipeline.search.model import band_design
+    from tunetable.search.model import band_design
 
     # Positions 0-2 are predicted within 10 % of the best, position 3 is 50 % slower.
     prior = np.array([1.00, 1.05, 1.08, 1.50])

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.config import KernelConfig
-from pipeline.search.base import SearchSpace
-from pipeline.search.transfer import (
+from tunetable.config import KernelConfig
+from tunetable.search.base import SearchSpace
+from tunetable.search.transfer import (
     neighbour_seeds,
     neighbours,
     seed_shapes,

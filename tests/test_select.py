@@ -11,7 +11,7 @@ import pytest
 import yaml
 from result_rows import GRID, row, shard
 
-from pipeline import rank, resultset, select
+from tunetable import rank, resultset, select
 
 REPO = Path(__file__).resolve().parents[1]
 MAX = 2147483647
@@ -165,7 +165,7 @@ def test_yaml_scalars_round_trip():
 
 
 def run_select(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", "select", "--table", "gemm_mma",
+    return subprocess.run([sys.executable, "-m", "tunetable", "select", "--table", "gemm_mma",
                            "--params", str(REPO / "params.yaml"), *args], capture_output=True, text=True, cwd=tmp_path)
 
 
@@ -181,7 +181,7 @@ def test_select_cli_byte_stable_and_codegen_round_trip(tmp_path):
     assert out.read_bytes() == content
     assert content.decode().endswith(EXPECTED_BODY)
 
-    codegen = pytest.importorskip("pipeline.codegen")
+    codegen = pytest.importorskip("tunetable.codegen")
     snippet = (REPO / "kernels" / "snippets" / "gemm_mma.snippet").read_text()
     region = codegen.render_region(codegen.load_manifest(out), snippet, source_label="manifests/gemm_mma.yaml")
     first_entry = region.split("# index: [1]")[0]

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.atomic import atomic_write_text
-from pipeline.config import KernelConfig
-from pipeline.keys import kernel_source_hash, results_key
+from tunetable.atomic import atomic_write_text
+from tunetable.config import KernelConfig
+from tunetable.keys import kernel_source_hash, results_key
 
 
 def test_atomic_write_replaces_whole_file(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_killed_writer_leaves_old_file(tmp_path: Path) -> None:
     # The child writes slowly into the temp file; SIGKILL lands before the rename.
     code = (
         "import os, sys, time\n"
-        "import pipeline.atomic as a\n"
+        "import tunetable.atomic as a\n"
         "real = os.fdopen\n"
         "class Slow:\n"
         "    def __init__(self, h): self.h = h\n"

@@ -23,11 +23,11 @@ from pipeline_repo import (
     tunetable,
 )
 
-from pipeline import trace
-from pipeline.codegen import marker_line
-from pipeline.errors import TuneTableError
-from pipeline.metrics import load_manifest, lookup
-from pipeline.params import dispatch_spec, load_params, table_specs
+from tunetable import trace
+from tunetable.codegen import marker_line
+from tunetable.errors import TuneTableError
+from tunetable.metrics import load_manifest, lookup
+from tunetable.params import dispatch_spec, load_params, table_specs
 
 DISPATCH = "gemm_dispatch"
 TARGET = "kernels/tuning_configs.py"

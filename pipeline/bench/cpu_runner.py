@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.bench.failures import LaunchFailure
+from tunetable.bench.failures import LaunchFailure
 
 FAILURES = ("fault", "segv", "exit", "hang")
 

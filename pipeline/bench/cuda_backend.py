@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.driver import DriverError, DriverKernel, has_struct_arguments, kernel_arguments
-from pipeline.bench.cublas import Cublas
-from pipeline.bench.failures import LaunchFailure
-from pipeline.bench.nvml import NvmlSampler
+from tunetable.kernels.driver import DriverError, DriverKernel, has_struct_arguments, kernel_arguments
+from tunetable.bench.cublas import Cublas
+from tunetable.bench.failures import LaunchFailure
+from tunetable.bench.nvml import NvmlSampler
 
 HARNESS_SOURCE = Path(__file__).with_name("harness.cu")
 BF16_NAN = 0x7FC0
@@ -175,7 +175,7 @@ class CudaBackend:
 
     def _launcher(self, config_id: str, payload: dict[str, Any]) -> Callable[[int], None]:
         """A function that queues one complete GEMM on input set i (one kernel: split-K reduces inside it)."""
-        from kernels.families import FAMILIES, cluster_blocks
+        from tunetable.kernels.families import FAMILIES, cluster_blocks
 
         m, n, k = self.shape
         if payload["kind"] == "baseline":

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipeline.errors import TuneTableError
-from pipeline.keys import git_revision, kernel_source_hash, nvcc_version, results_key, sha256_file
-from pipeline.params import TableSpec
-from pipeline.results import BASELINE_ID
+from tunetable.errors import TuneTableError
+from tunetable.keys import git_revision, kernel_source_hash, nvcc_version, results_key, sha256_file
+from tunetable.params import TableSpec
+from tunetable.results import BASELINE_ID
 
 BACKENDS = ("cuda", "replay", "auto")
 GIT_REV_ENV = "TUNETABLE_GIT_REV"   # the device machine gets a copy of the tree without .git
@@ -161,7 +161,7 @@ def launch_payload(*, task: ConfigTask, m: int, n: int, k: int, families: Mappin
 
 def default_families() -> Mapping[str, Any]:
     """The project's kernel families (kernels/families.py), imported lazily."""
-    from kernels.families import FAMILIES
+    from tunetable.kernels.families import FAMILIES
 
     return FAMILIES
 
@@ -280,16 +280,16 @@ def toolchain_fingerprint(*, params: Mapping[str, Any], table: TableSpec) -> str
 
 
 def grid_config_ids(*, params: Mapping[str, Any], table: TableSpec) -> list[str]:
-    """Ids of the configurations the grid keeps (pipeline.grid.expand)."""
-    from pipeline.grid import DeviceLimits, expand
+    """Ids of the configurations the grid keeps (tunetable.grid.expand)."""
+    from tunetable.grid import DeviceLimits, expand
 
     result = expand(table, limits=DeviceLimits.from_params(params))
     return [config.id for config in result.kept]
 
 
 def search_settings(*, table: TableSpec, path: str | Path = "params.yaml") -> Any:
-    """The table's ``search:`` as a pipeline.search.SearchSettings; a bad value names its place."""
-    from pipeline.search import SearchSettings
+    """The table's ``search:`` as a tunetable.search.SearchSettings; a bad value names its place."""
+    from tunetable.search import SearchSettings
 
     try:
         return SearchSettings.from_mapping(table.search)

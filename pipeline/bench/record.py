@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline.atomic import atomic_write_bytes, atomic_write_text
-from pipeline.errors import TuneTableError
-from pipeline.results import ROW_FIELDS, read_shard
+from tunetable.atomic import atomic_write_bytes, atomic_write_text
+from tunetable.errors import TuneTableError
+from tunetable.results import ROW_FIELDS, read_shard
 
 
 def recording_frame(*, table: str, shard_paths: Sequence[Path]) -> Any:

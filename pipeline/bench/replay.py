@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from pipeline.bench.plan import ConfigTask
-from pipeline.errors import TuneTableError
-from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, spec_string
+from tunetable.bench.plan import ConfigTask
+from tunetable.errors import TuneTableError
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string
 
 MATCH_KEYS = ("table", "M", "N", "K", "config_id", "kernel_hash")
 SHOW_MISSING = 5

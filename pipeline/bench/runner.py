@@ -19,12 +19,12 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from pipeline.bench.journal import ConfigProgress, Journal, progress_by_config, read_journal
-from pipeline.bench.plan import BenchSettings, ConfigTask
-from pipeline.bench.failures import WorkerFailure
-from pipeline.bench.worker import WorkerProcess
-from pipeline.errors import TuneTableError
-from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
+from tunetable.bench.journal import ConfigProgress, Journal, progress_by_config, read_journal
+from tunetable.bench.plan import BenchSettings, ConfigTask
+from tunetable.bench.failures import WorkerFailure
+from tunetable.bench.worker import WorkerProcess
+from tunetable.errors import TuneTableError
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
 
 Event = Callable[[str, "ShardJob", dict[str, Any]], None]
 SHAPE_TIMEOUT_FLOOR_S = 120.0
@@ -305,7 +305,7 @@ class ShardRunner:
 
 
 class ShardSearch(Protocol):
-    """A budgeted search over one shard (pipeline.search.driver.TableSearch)."""
+    """A budgeted search over one shard (tunetable.search.driver.TableSearch)."""
 
     def run_shard(self, *, runner: ShardRunner, job: ShardJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Measure the configurations the search picks through ``runner``; the rows and provenance to add."""

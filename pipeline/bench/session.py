@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pipeline import paths
-from pipeline.bench.plan import (
+from tunetable import paths
+from tunetable.bench.plan import (
     BenchSettings,
     ConfigTask,
     baseline_task,
@@ -16,12 +16,12 @@ from pipeline.bench.plan import (
     measured_git_revision,
     tasks_from_reports,
 )
-from pipeline.bench.replay import load_recording, replay_shapes
-from pipeline.bench.runner import ShardJob, estimate_shard_s
-from pipeline.errors import TuneTableError
-from pipeline.keys import kernel_source_hash, nvcc_version
-from pipeline.params import TableSpec
-from pipeline.results import write_shard
+from tunetable.bench.replay import load_recording, replay_shapes
+from tunetable.bench.runner import ShardJob, estimate_shard_s
+from tunetable.errors import TuneTableError
+from tunetable.keys import kernel_source_hash, nvcc_version
+from tunetable.params import TableSpec
+from tunetable.results import write_shard
 
 def parse_shapes(texts: Sequence[str]) -> list[tuple[int, int, int]]:
     """``M,N,K`` options as shapes; a malformed one names the option and its index."""
@@ -76,7 +76,7 @@ def cuda_jobs(*, table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: 
 
 def grid_tasks(*, params: Mapping[str, Any], table: TableSpec) -> list[ConfigTask]:
     """Tasks straight from the grid (replay needs no compile report), plus the baseline."""
-    from pipeline.grid import DeviceLimits, expand
+    from tunetable.grid import DeviceLimits, expand
 
     result = expand(table, limits=DeviceLimits.from_params(params))
     tasks = [ConfigTask(config_id=config.id, kind="kernel", mesh_idx=index, family=table.family,

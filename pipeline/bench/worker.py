@@ -1,6 +1,6 @@
 """Process isolation: a worker subprocess owns the device context; the parent enforces timeouts.
 
-The parent (``WorkerProcess``) speaks JSON lines to ``python -m pipeline.bench.worker``:
+The parent (``WorkerProcess``) speaks JSON lines to ``python -m tunetable.bench.worker``:
 
     {"op": "hello"}                                  -> {"device", "driver", ...}
     {"op": "shape", "M", "N", "K", "settings"}       -> {"sets", "set_bytes", ...}
@@ -28,11 +28,11 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
-from pipeline.bench.failures import LaunchFailure, WorkerFailure
+from tunetable.bench.failures import LaunchFailure, WorkerFailure
 
 RUNNERS = {
-    "cuda": "pipeline.bench.cuda_backend:CudaBackend",
-    "cpu-test": "pipeline.bench.cpu_runner:CpuTestRunner",
+    "cuda": "tunetable.bench.cuda_backend:CudaBackend",
+    "cpu-test": "tunetable.bench.cpu_runner:CpuTestRunner",
 }
 STARTUP_TIMEOUT_S = 180.0
 PR_SET_PDEATHSIG = 1
@@ -160,7 +160,7 @@ class WorkerProcess:
         self._replies = queue.Queue()
         self._stderr.clear()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.bench.worker", "--runner", self.runner],
+            [sys.executable, "-m", "tunetable.bench.worker", "--runner", self.runner],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, bufsize=1, env=self._env(),
         )

@@ -43,7 +43,7 @@ def _entry_text(values: object) -> str:
               help="Repository root.")
 def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: bool, root: Path) -> None:
     """Params changes (the cause), then per table the entries and per-shape times that changed (the effect)."""
-    from pipeline.audit import audit
+    from tunetable.audit import audit
 
     result = audit(root=root.resolve(), rev_a=rev_a, rev_b=rev_b, tables=tables, all_shapes=all_shapes)
     console = Console()

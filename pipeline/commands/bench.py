@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from pipeline import paths
-from pipeline.bench.plan import (
+from tunetable import paths
+from tunetable.bench.plan import (
     recording_path,
     resolve_backend,
     search_key_part,
@@ -21,8 +21,8 @@ from pipeline.bench.plan import (
     shard_key,
     visible_gpu_ids,
 )
-from pipeline.errors import TuneTableError
-from pipeline.params import load_params, table_spec
+from tunetable.errors import TuneTableError
+from tunetable.params import load_params, table_spec
 
 
 def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> Table:
@@ -97,7 +97,7 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
     unbudgeted exhaustive run), each shape's search picks the configurations to measure and the
     shard holds only those (see docs/pipeline.md, Search).
     """
-    from pipeline.bench.session import cuda_jobs, estimate_seconds, parse_shapes, replay_table
+    from tunetable.bench.session import cuda_jobs, estimate_seconds, parse_shapes, replay_table
 
     console = Console(stderr=True)
     params = load_params(params_path)
@@ -116,7 +116,7 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
         console.print(f"[bold]search[/bold] {search.label} per shape (params.yaml tables.{table.name}.search); "
                       "each shard holds the configurations it measured")
     if choice.backend == "replay" and search is not None:
-        from pipeline.search.driver import replay_search_table
+        from tunetable.search.driver import replay_search_table
 
         written = replay_search_table(params=params, table=table, shapes=shapes, key=key, recording_path=recording,
                                       provenance=choice.provenance, results_root=results_root,
@@ -130,7 +130,7 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
         console.print(f"replayed {len(written)} shards into {paths.raw_dir(table.name, key, root=results_root)}")
         console.print(_summary(written))
         return
-    from pipeline.bench.runner import run_shards
+    from tunetable.bench.runner import run_shards
 
     settings = settings_from_params(params=params)
     jobs = cuda_jobs(table=table, shapes=shapes, key=key, results_root=results_root)
@@ -145,9 +145,9 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
     table_search = None
     total = sum(len(job.tasks) for job in todo)
     if search is not None:
-        from pipeline.search.driver import expected_measurements
-        from pipeline.search.driver import table_search as make_table_search
-        from pipeline.search.transfer import tuning_order
+        from tunetable.search.driver import expected_measurements
+        from tunetable.search.driver import table_search as make_table_search
+        from tunetable.search.transfer import tuning_order
 
         table_search = make_table_search(settings=search, table=table.name,
                                          shard_dir=paths.raw_dir(table.name, key, root=results_root))

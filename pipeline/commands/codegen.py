@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from pipeline import codegen
-from pipeline.atomic import atomic_write_text
-from pipeline.errors import StaleError, TuneTableError
+from tunetable import codegen
+from tunetable.atomic import atomic_write_text
+from tunetable.errors import StaleError, TuneTableError
 
 SINGLE_FLAGS = ("manifest", "snippet", "target", "begin_marker", "end_marker", "source_label")
 
@@ -43,7 +43,7 @@ def _single_job(options: dict[str, object], variant_values: tuple[str, ...]) -> 
 
 def _declared_jobs(*, params_path: str, names: tuple[str, ...]) -> list[codegen.TableJob]:
     """Jobs for the tables declared in params.yaml (all, or those named by --table)."""
-    from pipeline.params import load_params
+    from tunetable.params import load_params
 
     return codegen.jobs_from_params(params=load_params(params_path), params_path=params_path, names=names or None)
 

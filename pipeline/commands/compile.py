@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pipeline import paths
-from pipeline.atomic import atomic_write_text
-from pipeline.compile import (
+from tunetable import paths
+from tunetable.atomic import atomic_write_text
+from tunetable.compile import (
     CompileRecord,
     CompileResult,
     build_records,
@@ -23,10 +23,10 @@ from pipeline.compile import (
     family_entry,
     resolve_workers,
 )
-from pipeline.config import KernelConfig
-from pipeline.errors import TuneTableError
-from pipeline.grid import DeviceLimits, load_table_grid
-from pipeline.keys import kernel_source_hash, nvcc_version
+from tunetable.config import KernelConfig
+from tunetable.errors import TuneTableError
+from tunetable.grid import DeviceLimits, load_table_grid
+from tunetable.keys import kernel_source_hash, nvcc_version
 
 EPILOG = """\b
 Examples:

@@ -9,10 +9,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from pipeline import paths
-from pipeline.atomic import atomic_write_text
-from pipeline.grid import GridResult, TableGrid, grid_document, load_table_grid
-from pipeline.keys import kernel_source_hash
+from tunetable import paths
+from tunetable.atomic import atomic_write_text
+from tunetable.grid import GridResult, TableGrid, grid_document, load_table_grid
+from tunetable.keys import kernel_source_hash
 
 EPILOG = """\b
 Examples:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from pipeline.atomic import atomic_write_all
+from tunetable.atomic import atomic_write_all
 
 OUT = click.Path(dir_okay=False, path_type=Path)
 
@@ -16,7 +16,7 @@ def _read_frames(ranked_path: Path):
     """(ranked ok rows, failures) as polars frames; failures may be absent (no failures written)."""
     import polars as pl
 
-    from pipeline.rank import failures_path, read_ranked
+    from tunetable.rank import failures_path, read_ranked
 
     ranked = read_ranked(path=ranked_path)
     failures_file = failures_path(out=ranked_path)
@@ -43,10 +43,10 @@ def command(table: str, manifest_path: Path | None, ranked_path: Path | None, js
     SHARDS (at least one) are the raw shards behind the ranked table: their content key is recorded
     in the metrics, so that `tunetable audit` and `trace` find them at any revision. Without SHARDS
     the command refuses and writes nothing (it never records an empty or guessed key). The JSON, CSV
-    and PNG land together or not at all (pipeline.atomic.atomic_write_all).
+    and PNG land together or not at all (tunetable.atomic.atomic_write_all).
     """
-    from pipeline import metrics, paths
-    from pipeline.params import load_params, table_spec
+    from tunetable import metrics, paths
+    from tunetable.params import load_params, table_spec
 
     spec = table_spec(load_params(params_path), table, path=params_path)
     manifest_path = manifest_path or Path(spec.codegen.manifest)

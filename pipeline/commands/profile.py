@@ -10,11 +10,11 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from pipeline import profile as views
-from pipeline import resultset
-from pipeline.atomic import atomic_write_bytes, atomic_write_text
-from pipeline.commands.rank import load_with_progress
-from pipeline.errors import TuneTableError
+from tunetable import profile as views
+from tunetable import resultset
+from tunetable.atomic import atomic_write_bytes, atomic_write_text
+from tunetable.commands.rank import load_with_progress
+from tunetable.errors import TuneTableError
 
 RULE = "-" * 80
 
@@ -38,7 +38,7 @@ def _display(frame: pl.DataFrame, columns: tuple[str, ...] = ()) -> pl.DataFrame
 
 def _kprofile_yaml(*, configs: list[dict[str, Any]], name: str) -> tuple[str, list[str], list[str]]:
     """kprofile's output: ``name``, ``common: &common`` (a list of one mapping), ``params`` with varying keys."""
-    from pipeline.select import manifest_text
+    from tunetable.select import manifest_text
 
     keys = list(dict.fromkeys(k for c in configs for k in c))
     filled = [{k: c.get(k) for k in keys} for c in configs]
@@ -75,7 +75,7 @@ def check_fraction(*, value: float, flag: str) -> None:
 def _merge(console: Console, files: tuple[Path, ...], pivots: list[str], sort_pivots: list[str],
            query: str | None, verbose: bool) -> tuple[pl.DataFrame, str]:
     """The YAML manifests merged on the pivots (filtered by ``query``) and the first file's stem."""
-    from pipeline.codegen import load_manifest
+    from tunetable.codegen import load_manifest
 
     bad = [f for f in files if f.suffix not in (".yaml", ".yml")]
     if bad:

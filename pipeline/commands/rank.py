@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from pipeline import rank as ranking
-from pipeline import resultset
+from tunetable import rank as ranking
+from tunetable import resultset
 
 PROGRESS_MIN_FILES = 16
 DEFAULT_PARAMS = Path("params.yaml")
@@ -16,7 +16,7 @@ DEFAULT_PARAMS = Path("params.yaml")
 
 def check_table(*, table: str, params_path: Path | None) -> None:
     """``table`` must be declared in params.yaml (unchecked only without --params and ./params.yaml)."""
-    from pipeline.params import load_params, table_spec
+    from tunetable.params import load_params, table_spec
 
     if params_path is None:
         if not DEFAULT_PARAMS.is_file():
@@ -46,7 +46,7 @@ def load_with_progress(*, paths: list[Path], console: Console) -> resultset.Load
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path))
 def command(table: str, out: Path | None, params_path: Path | None, shards: tuple[Path, ...]) -> None:
     """Rank every ok configuration per shape by median time (ties: config id), keeping any search columns."""
-    from pipeline.paths import ranked as ranked_path
+    from tunetable.paths import ranked as ranked_path
 
     check_table(table=table, params_path=params_path)
     console = Console(stderr=True, soft_wrap=True)

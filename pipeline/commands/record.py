@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from pipeline.bench.record import (
+from tunetable.bench.record import (
     record_command,
     recording_frame,
     recording_provenance,
     shard_provenance,
     write_recording,
 )
-from pipeline.bench.plan import measured_git_revision
+from tunetable.bench.plan import measured_git_revision
 
 
 @click.command("record")

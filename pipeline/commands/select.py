@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from pipeline.atomic import atomic_write_text
-from pipeline.errors import TuneTableError
+from tunetable.atomic import atomic_write_text
+from tunetable.errors import TuneTableError
 
 RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "status")
 DEFAULT_PARAMS = Path("params.yaml")
@@ -17,8 +17,8 @@ DEFAULT_PARAMS = Path("params.yaml")
 
 def _table_settings(*, params_path: Path | None, table: str) -> tuple[str, float]:
     """The table's family and select.tie_tolerance; built-in defaults only without --params and ./params.yaml."""
-    from pipeline.params import load_params, table_spec
-    from pipeline.select import DEFAULT_TIE_TOLERANCE
+    from tunetable.params import load_params, table_spec
+    from tunetable.select import DEFAULT_TIE_TOLERANCE
 
     if params_path is None:
         if not DEFAULT_PARAMS.is_file():
@@ -31,7 +31,7 @@ def _table_settings(*, params_path: Path | None, table: str) -> tuple[str, float
 
 def _ranked_paths(values: tuple[str, ...], *, tables: tuple[str, ...]) -> dict[str, Path]:
     """``--ranked TABLE=PATH`` values for a dispatch list; tables not named read results/ranked/<table>.parquet."""
-    from pipeline import paths
+    from tunetable import paths
 
     given: dict[str, Path] = {}
     for index, value in enumerate(values):
@@ -47,10 +47,10 @@ def _ranked_paths(values: tuple[str, ...], *, tables: tuple[str, ...]) -> dict[s
 
 def _table_results(*, params: dict, params_path: Path, table: str, ranked_path: Path):
     """A table's manifest (from params.yaml's codegen.manifest) and its ranked rows."""
-    from pipeline.codegen import load_manifest_document
-    from pipeline.params import table_spec
-    from pipeline.rank import read_ranked
-    from pipeline.select import TableResults
+    from tunetable.codegen import load_manifest_document
+    from tunetable.params import table_spec
+    from tunetable.rank import read_ranked
+    from tunetable.select import TableResults
 
     spec = table_spec(params, table, path=params_path)
     manifest = load_manifest_document(params_path.parent / spec.codegen.manifest)
@@ -65,8 +65,8 @@ def _table_results(*, params: dict, params_path: Path, table: str, ranked_path: 
 def _select_dispatch(*, name: str, ranked_values: tuple[str, ...], out: Path, tie_tolerance: float | None,
                      params_path: Path) -> str:
     """The dispatch manifest text of dispatch list ``name``."""
-    from pipeline.params import dispatch_spec, load_params
-    from pipeline.select import build_dispatch_manifest
+    from tunetable.params import dispatch_spec, load_params
+    from tunetable.select import build_dispatch_manifest
 
     params = load_params(params_path)
     spec = dispatch_spec(params, name, path=params_path)
@@ -98,8 +98,8 @@ def command(table: str | None, dispatch: str | None, ranked_values: tuple[str, .
     With --dispatch: per shape, the table whose selected winner has the highest speedup over the
     cuBLAS baseline of its own shard (cuBLAS median / winner median); ties go to the table listed first.
     """
-    from pipeline.rank import read_ranked
-    from pipeline.select import build_manifest
+    from tunetable.rank import read_ranked
+    from tunetable.select import build_manifest
 
     if (table is None) == (dispatch is None):
         raise TuneTableError("give --table or --dispatch (exactly one)", where="select")

@@ -151,9 +151,9 @@ def _print_dispatch(console: Console, result) -> None:
               show_default=True)
 def command(what: str, index: int | None, params_path: Path) -> None:
     """WHAT is a TABLE or dispatch list (then INDEX), or FILE:LINE inside a generated region."""
-    from pipeline import trace as tracing
-    from pipeline.errors import TuneTableError
-    from pipeline.params import dispatch_specs, load_params, table_spec, table_specs
+    from tunetable import trace as tracing
+    from tunetable.errors import TuneTableError
+    from tunetable.params import dispatch_specs, load_params, table_spec, table_specs
 
     params = load_params(params_path)
     root = params_path.resolve().parent

@@ -2,9 +2,9 @@
 
 ``make_strategy(settings)`` turns a table's ``search:`` mapping
 (``{strategy, max_fevals, time_limit, seed, top_k, transfer, learn_from}``) into a
-``SearchPlan``; the bench (``pipeline.search.driver``) calls ``plan.run(...)`` per shape with a
+``SearchPlan``; the bench (``tunetable.search.driver``) calls ``plan.run(...)`` per shape with a
 cost function that measures through the bench runner (or serves the recording), and records
-the search in every row (``pipeline.results.SEARCH_FIELDS``). Without ``search:`` (or with a
+the search in every row (``tunetable.results.SEARCH_FIELDS``). Without ``search:`` (or with a
 plain ``exhaustive`` and no budget) the bench measures every configuration, as it always did.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import KernelConfig
-from pipeline.search.base import (
+from tunetable.config import KernelConfig
+from tunetable.search.base import (
     BatchMeasureFn,
     Budget,
     BudgetExhausted,
@@ -31,12 +31,12 @@ from pipeline.search.base import (
     Strategy,
     run_search,
 )
-from pipeline.search.evolutionary import GeneticAlgorithm
-from pipeline.search.exhaustive import Exhaustive
-from pipeline.search.learned import Profile, Shape, learned_prior
-from pipeline.search.model import BayesianOptimisation
-from pipeline.search.perfmodel import top_k as perf_top_k
-from pipeline.search.random_sample import RandomSample
+from tunetable.search.evolutionary import GeneticAlgorithm
+from tunetable.search.exhaustive import Exhaustive
+from tunetable.search.learned import Profile, Shape, learned_prior
+from tunetable.search.model import BayesianOptimisation
+from tunetable.search.perfmodel import top_k as perf_top_k
+from tunetable.search.random_sample import RandomSample
 
 STRATEGIES: dict[str, Callable[[], Strategy]] = {
     "exhaustive": Exhaustive,

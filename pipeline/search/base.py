@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from pipeline.config import KernelConfig, Value
+from tunetable.config import KernelConfig, Value
 
 if TYPE_CHECKING:
-    from pipeline.search.learned import LearnedPrior
+    from tunetable.search.learned import LearnedPrior
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ A shape's search also reads:
   rows of the shape being tuned are never read.
 
 The shard holds the measured configurations in measurement order, then the baseline, each row
-with ``pipeline.results.SEARCH_FIELDS``; its provenance gains ``search`` (label, settings, stop
+with ``tunetable.results.SEARCH_FIELDS``; its provenance gains ``search`` (label, settings, stop
 reason, the trace). Rank and select work on such shards unchanged: they rank what was measured.
 """
 
@@ -36,17 +36,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.bench.plan import ConfigTask
-from pipeline.config import KernelConfig
-from pipeline.errors import TuneTableError
-from pipeline.search import SearchPlan, SearchSettings, make_strategy
-from pipeline.search.base import Failure, Outcome
-from pipeline.search.learned import Profile
-from pipeline.search.perfmodel import predict_space
-from pipeline.search.transfer import interleave, seed_shapes, tuning_order
+from tunetable.bench.plan import ConfigTask
+from tunetable.config import KernelConfig
+from tunetable.errors import TuneTableError
+from tunetable.search import SearchPlan, SearchSettings, make_strategy
+from tunetable.search.base import Failure, Outcome
+from tunetable.search.learned import Profile
+from tunetable.search.perfmodel import predict_space
+from tunetable.search.transfer import interleave, seed_shapes, tuning_order
 
 if TYPE_CHECKING:
-    from pipeline.bench.runner import ShardJob, ShardRunner
+    from tunetable.bench.runner import ShardJob, ShardRunner
 
 Shape = tuple[int, int, int]
 Row = dict[str, Any]
@@ -128,7 +128,7 @@ def solved_shapes(shard_dir: Path) -> list[Shape]:
 
 def shard_winners(path: Path, *, count: int = SEED_WINNERS) -> list[str]:
     """The fastest ``ok`` kernel configurations of a shard (ties by config id)."""
-    from pipeline.results import read_shard
+    from tunetable.results import read_shard
 
     frame = read_shard(path)["merged_df"]
     rows = [r for r in frame.to_dict(orient="records")
@@ -145,7 +145,7 @@ def neighbour_winners(*, shard_dir: Path, shape: Shape) -> list[str]:
 
 def load_profiles(path: str | Path, *, table: str) -> tuple[Profile, ...]:
     """Complete profiles per shape of a recording's kernel rows of ``table`` (failures as inf)."""
-    from pipeline.search.kt_interop import load_rows
+    from tunetable.search.kt_interop import load_rows
 
     times: dict[Shape, dict[str, float]] = {}
     for row in load_rows(path):
@@ -261,11 +261,11 @@ def replay_search_table(*, params: Mapping[str, Any], table: Any, shapes: Sequen
                         recording_path: Path, provenance: Mapping[str, Any], results_root: Path, allow_missing: bool,
                         settings: SearchSettings) -> dict[Path, list[Row]]:
     """Replay backend: search every shape in tuning order over the recording's rows (all checked first)."""
-    from pipeline import paths
-    from pipeline.bench.replay import load_recording, replay_shapes
-    from pipeline.bench.session import grid_tasks
-    from pipeline.keys import kernel_source_hash
-    from pipeline.results import write_shard
+    from tunetable import paths
+    from tunetable.bench.replay import load_recording, replay_shapes
+    from tunetable.bench.session import grid_tasks
+    from tunetable.keys import kernel_source_hash
+    from tunetable.results import write_shard
 
     kernel_hash = kernel_source_hash(table.kernel)
     recording = load_recording(recording_path)

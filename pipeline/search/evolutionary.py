@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.search.base import SearchContext, prior_order
+from tunetable.search.base import SearchContext, prior_order
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.search.base import SearchContext, prior_order
+from tunetable.search.base import SearchContext, prior_order
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.atomic import atomic_write_text
-from pipeline.config import KernelConfig
-from pipeline.errors import TuneTableError
-from pipeline.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS
-from pipeline.search.base import value_list
+from tunetable.atomic import atomic_write_text
+from tunetable.config import KernelConfig
+from tunetable.errors import TuneTableError
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS
+from tunetable.search.base import value_list
 
 COMPILE_FAILED = "CompilationFailedConfig"
 RUNTIME_FAILED = "RuntimeFailedConfig"
@@ -179,7 +179,7 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 
         frame = pd.read_parquet(source)
     else:
-        from pipeline.results import read_shard
+        from tunetable.results import read_shard
 
         frame = read_shard(source)["merged_df"]
     return [{k: _plain(v) for k, v in record.items()} for record in frame.to_dict(orient="records")]

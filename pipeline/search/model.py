@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.search.base import SearchContext, prior_order
+from tunetable.search.base import SearchContext, prior_order
 
 LENGTH_SCALES = (0.15, 0.25, 0.4, 0.6, 1.0)   # candidates, chosen by marginal likelihood each step
 NOISE_VARIANCE = 1e-3                          # log-time noise: a few per cent run to run

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.config import KernelConfig
+from tunetable.config import KernelConfig
 
 NUM_SMS = 132
 HBM_BYTES_PER_S = 4.13e12          # measured device-to-device copy (DESIGN.md)

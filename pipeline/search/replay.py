@@ -1,6 +1,6 @@
 """Searching a recording offline: a recorded table as a search space plus one cost function per shape.
 
-A recording (``data/recordings/<name>.parquet``, rows of ``pipeline.results.ROW_FIELDS`` plus
+A recording (``data/recordings/<name>.parquet``, rows of ``tunetable.results.ROW_FIELDS`` plus
 parameter columns and ``table``) holds every configuration of the grid measured on every shape.
 Replaying it lets a strategy be judged against the exhaustive optimum with no GPU: the cost
 function returns the recorded median, or a Failure with the recorded status.
@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import KernelConfig, Value
-from pipeline.errors import TuneTableError
-from pipeline.search.base import Failure, MeasureFn, Outcome, SearchSpace
-from pipeline.search.kt_interop import load_rows, parameter_names, parameter_value
-from pipeline.search.perfmodel import predict_space
+from tunetable.config import KernelConfig, Value
+from tunetable.errors import TuneTableError
+from tunetable.search.base import Failure, MeasureFn, Outcome, SearchSpace
+from tunetable.search.kt_interop import load_rows, parameter_names, parameter_value
+from tunetable.search.perfmodel import predict_space
 
 Shape = tuple[int, int, int]
 

@@ -16,9 +16,9 @@ from bench_support import (
     start_driver,
     write_spec,
 )
-from pipeline.bench.plan import BenchSettings, ConfigTask, baseline_task, launch_payload
-from pipeline.bench.runner import ShardJob, run_shards
-from pipeline.results import read_shard
+from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task, launch_payload
+from tunetable.bench.runner import ShardJob, run_shards
+from tunetable.results import read_shard
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 

@@ -11,10 +11,10 @@ import numpy as np
 import yaml
 import pytest
 
-from kernels.families import FAMILIES
-from pipeline.config import KernelConfig
-from pipeline.grid import expand
-from pipeline.params import table_spec
+from tunetable.kernels.families import FAMILIES
+from tunetable.config import KernelConfig
+from tunetable.grid import expand
+from tunetable.params import table_spec
 
 pytestmark = pytest.mark.gpu
 

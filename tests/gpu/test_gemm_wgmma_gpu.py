@@ -1,5 +1,5 @@
 """gemm_wgmma on the H200 (`pytest -m gpu`): every default-grid configuration verified through the bench
-harness on odd shapes, and kernels.gemm / gemm_with / autotune running wgmma entries.
+harness on odd shapes, and tunetable.kernels.gemm / gemm_with / autotune running wgmma entries.
 
 Self-contained: it compiles the default grid with the machine's nvcc into a temporary cache (all
 cores, a few seconds) and measures with a one-round harness setting, so it adds well under a
@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.bench.plan import BenchSettings, ConfigTask, baseline_task
-from pipeline.bench.runner import ShardJob, run_shards
-from pipeline.bench.session import shard_payloads
-from pipeline.compile import compile_configs
-from pipeline.grid import DeviceLimits, expand
-from pipeline.keys import kernel_source_hash
-from pipeline.params import table_spec
+from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task
+from tunetable.bench.runner import ShardJob, run_shards
+from tunetable.bench.session import shard_payloads
+from tunetable.compile import compile_configs
+from tunetable.grid import DeviceLimits, expand
+from tunetable.keys import kernel_source_hash
+from tunetable.params import table_spec
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -59,7 +59,7 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> list[ConfigTask]:
 
 
 def test_every_default_config_is_verified_by_the_harness_on_odd_shapes(tasks, tmp_path: Path) -> None:
-    from kernels.families import FAMILIES
+    from tunetable.kernels.families import FAMILIES
 
     all_tasks = (*tasks, baseline_task())
     kernel_hash = kernel_source_hash(REPO / "kernels" / "gemm_wgmma.cu")
@@ -81,7 +81,7 @@ def test_every_default_config_is_verified_by_the_harness_on_odd_shapes(tasks, tm
     assert not failures, f"{len(failures)} of {len(SHAPES) * len(all_tasks)} wrong:\n" + "\n".join(failures)
 
 
-# --- the runtime: kernels.gemm through the dispatch list, gemm_with, autotune ---------------------
+# --- the runtime: tunetable.kernels.gemm through the dispatch list, gemm_with, autotune ---------------------
 
 @pytest.fixture(scope="module")
 def torch():
@@ -102,8 +102,8 @@ def rel_err(c, a, b) -> float:
 
 
 def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
-    from kernels import dispatch
-    from kernels.tuning_configs import TABLES, FamilyChoice
+    from tunetable.kernels import dispatch
+    from tunetable.kernels.tuning_configs import TABLES, FamilyChoice
 
     entry = dispatch.make_entry(tunables=dispatch.WGMMA_DEFAULT_TUNABLES, n=6144, k=4096, kernel=TABLE)
     choice = FamilyChoice(m=1, m_end=dispatch.INT32_MAX, n=6144, k=4096, kernel=TABLE, table=TABLE,
@@ -134,37 +134,37 @@ def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
 @pytest.mark.parametrize("split_k", [1, 4, 8])
 def test_gemm_with_wgmma_is_right_on_every_repeat(torch, split_k: int) -> None:
     """Split-K tile counters start zeroed and are reset by each launch's last split: repeats stay right."""
-    import kernels
-    from kernels.dispatch import WGMMA_SKINNY_TUNABLES
+    import tunetable.kernels
+    from tunetable.kernels.dispatch import WGMMA_SKINNY_TUNABLES
 
     tunables = {**WGMMA_SKINNY_TUNABLES, "split_k": split_k}
     a, b = operands(torch, 7, 4096, 14336)
     out = torch.empty((7, 4096), device="cuda", dtype=torch.bfloat16)
     for _ in range(3):
         out.fill_(float("nan"))
-        kernels.gemm_with(tunables, a, b, out=out, family=TABLE)
+        tunetable.kernels.gemm_with(tunables, a, b, out=out, family=TABLE)
         torch.cuda.synchronize()
         assert rel_err(out, a, b) < REL_TOL
 
 
 def test_generated_wgmma_choices_run_through_kernels_gemm(torch) -> None:
     """Whatever the checked-in dispatch list sends to gemm_wgmma is right (none until its recording lands)."""
-    import kernels
-    from kernels.tuning_configs import DISPATCH
+    import tunetable.kernels
+    from tunetable.kernels.tuning_configs import DISPATCH
 
     choices = [c for c in DISPATCH["gemm_dispatch"] if c.table == TABLE]
     for choice in choices:
         m = min(max(choice.m, 1), 4096)
         a, b = operands(torch, m, choice.n, choice.k)
-        c = kernels.gemm(a, b)
+        c = tunetable.kernels.gemm(a, b)
         torch.cuda.synchronize()
         assert rel_err(c, a, b) < REL_TOL, choice
 
 
 def test_autotune_over_wgmma_configurations(torch, tmp_path: Path) -> None:
-    import kernels
-    from kernels.autotune import autotune, close_to
-    from kernels.dispatch import WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES
+    import tunetable.kernels
+    from tunetable.kernels.autotune import autotune, close_to
+    from tunetable.kernels.dispatch import WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES
 
     configs = [WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES, {**WGMMA_SKINNY_TUNABLES, "split_k": 4}]
     correct = close_to(lambda args: {"out": args["a"].float() @ args["b"].float().T}, rtol=REL_TOL)
@@ -172,7 +172,7 @@ def test_autotune_over_wgmma_configurations(torch, tmp_path: Path) -> None:
     @autotune(configs=configs, key=["m", "n", "k"], restore_value=["out"], verify=correct, cache_dir=tmp_path,
               rounds=5, warmup_ms=2.0)
     def matmul(a, b, out, m, n, k, *, config):
-        return kernels.gemm_with(config, a, b, out=out, family=TABLE)
+        return tunetable.kernels.gemm_with(config, a, b, out=out, family=TABLE)
 
     a, b = operands(torch, 333, 4096, 4096)
     out = torch.full((333, 4096), 7.0, device="cuda", dtype=torch.bfloat16)

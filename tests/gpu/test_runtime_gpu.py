@@ -1,4 +1,4 @@
-"""kernels.gemm and @autotune on a real GPU (H200, `pytest -m gpu`).
+"""tunetable.kernels.gemm and @autotune on a real GPU (H200, `pytest -m gpu`).
 
 Correct results (relative error against a float32 torch reference of the same bf16 inputs) for
 every shape of the default table shape set and for a second set the table does not hold (odd M,
@@ -19,10 +19,10 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 pytest.importorskip("pycuda")
 
-import kernels  # noqa: E402
-import kernels.dispatch  # noqa: E402
-from kernels.autotune import autotune, close_to  # noqa: E402
-from kernels.dispatch import DEFAULT_TUNABLES, SKINNY_TUNABLES, FallbackWarning  # noqa: E402
+import tunetable.kernels  # noqa: E402
+import tunetable.kernels.dispatch  # noqa: E402
+from tunetable.kernels.autotune import autotune, close_to  # noqa: E402
+from tunetable.kernels.dispatch import DEFAULT_TUNABLES, SKINNY_TUNABLES, FallbackWarning  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 REL_TOL = 1e-2  # bf16 output, fp32 accumulation
@@ -59,7 +59,7 @@ def check_shape(m: int, n: int, k: int) -> None:
     a, b = operands(m, n, k)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
-        c = kernels.gemm(a, b)
+        c = tunetable.kernels.gemm(a, b)
     torch.cuda.synchronize()
     assert c.shape == (m, n) and c.dtype == torch.bfloat16
     assert torch.isfinite(c.float()).all()
@@ -79,7 +79,7 @@ def test_shapes_outside_the_table(shape: tuple[int, int, int]) -> None:
 def test_out_argument_is_written_and_returned() -> None:
     a, b = operands(77, 4096, 4096)
     out = torch.full((77, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
-    result = kernels.gemm(a, b, out=out)
+    result = tunetable.kernels.gemm(a, b, out=out)
     torch.cuda.synchronize()
     assert result is out
     assert rel_err(out, a, b) < REL_TOL
@@ -88,7 +88,7 @@ def test_out_argument_is_written_and_returned() -> None:
 def test_explicit_configurations_agree() -> None:
     a, b = operands(333, 4096, 4096)
     for tunables in (DEFAULT_TUNABLES, SKINNY_TUNABLES):
-        c = kernels.gemm_with(tunables, a, b)
+        c = tunetable.kernels.gemm_with(tunables, a, b)
         torch.cuda.synchronize()
         assert rel_err(c, a, b) < REL_TOL
 
@@ -104,7 +104,7 @@ def test_cupy_inputs() -> None:
         pytest.skip(f"this CuPy has no bfloat16 arrays: {exc}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
-        c_cp = kernels.gemm(a_cp, b_cp)
+        c_cp = tunetable.kernels.gemm(a_cp, b_cp)
     assert type(c_cp).__module__.startswith("cupy")
     cupy.cuda.Device().synchronize()
     c = torch.as_tensor(cupy.asnumpy(c_cp.astype(cupy.float32)), device="cuda")
@@ -116,11 +116,11 @@ def test_pycuda_inputs() -> None:
     import numpy as np
     from pycuda import gpuarray
 
-    kernels.dispatch.runtime()  # pushes the primary context that pycuda's allocations below need
+    tunetable.kernels.dispatch.runtime()  # pushes the primary context that pycuda's allocations below need
     a, b = operands(7, 4096, 4096)
     a_host = a.float().cpu().numpy().astype(ml_dtypes.bfloat16)
     b_host = b.float().cpu().numpy().astype(ml_dtypes.bfloat16)
-    c_gpu = kernels.gemm(gpuarray.to_gpu(a_host), gpuarray.to_gpu(b_host))
+    c_gpu = tunetable.kernels.gemm(gpuarray.to_gpu(a_host), gpuarray.to_gpu(b_host))
     c = torch.as_tensor(c_gpu.get().astype(np.float32), device="cuda")
     assert rel_err(c, a, b) < REL_TOL
 
@@ -128,27 +128,27 @@ def test_pycuda_inputs() -> None:
 def test_clear_errors_on_the_gpu() -> None:
     a, b = operands(64, 4096, 4096)
     with pytest.raises(TypeError, match="a: expected dtype bfloat16, got torch.float16"):
-        kernels.gemm(a.half(), b)
+        tunetable.kernels.gemm(a.half(), b)
     with pytest.raises(TypeError, match="b: torch tensor is on cpu"):
-        kernels.gemm(a, b.cpu())
+        tunetable.kernels.gemm(a, b.cpu())
     with pytest.raises(ValueError, match="b: must be C-contiguous row-major"):
-        kernels.gemm(a, b.T.contiguous().T)
+        tunetable.kernels.gemm(a, b.T.contiguous().T)
     shifted = torch.empty(64 * 4096 + 1, device="cuda", dtype=torch.bfloat16)[1:].view(64, 4096)
     with pytest.raises(ValueError, match="a: data pointer .* is not 16-byte aligned"):
-        kernels.gemm(shifted, b)
+        tunetable.kernels.gemm(shifted, b)
     with pytest.raises(ValueError, match="mismatched K"):
-        kernels.gemm(a, b[:, :1024].contiguous())
+        tunetable.kernels.gemm(a, b[:, :1024].contiguous())
     with pytest.raises(ValueError, match=r"out: expected shape \(64, 4096\)"):
-        kernels.gemm(a, b, out=torch.empty((4096, 64), device="cuda", dtype=torch.bfloat16))
+        tunetable.kernels.gemm(a, b, out=torch.empty((4096, 64), device="cuda", dtype=torch.bfloat16))
 
 
 def test_uncovered_shape_warns_once() -> None:
     a, b = operands(77, 2056, 1032)
     with pytest.warns(FallbackWarning, match="M=77, N=2056, K=1032"):
-        kernels.gemm(a, b)
+        tunetable.kernels.gemm(a, b)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
-        c = kernels.gemm(a, b)
+        c = tunetable.kernels.gemm(a, b)
     torch.cuda.synchronize()
     assert rel_err(c, a, b) < REL_TOL
 
@@ -162,7 +162,7 @@ def test_autotuned_gemm_restores_its_output_and_caches(tmp_path: Path) -> None:
     @autotune(configs=configs, key=["m", "n", "k"], restore_value=["out"], verify=correct,
               cache_dir=tmp_path, rounds=10, warmup_ms=5.0)
     def matmul(a, b, out, m, n, k, *, config):
-        return kernels.gemm_with(config, a, b, out=out)
+        return tunetable.kernels.gemm_with(config, a, b, out=out)
 
     out = torch.full((333, 4096), 7.0, device="cuda", dtype=torch.bfloat16)
     matmul(a, b, out, 333, 4096, 4096)

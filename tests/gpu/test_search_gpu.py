@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from bench_support import FIXTURES, journal_records, load_test_families
 
-from pipeline.bench.plan import BenchSettings, ConfigTask, baseline_task, launch_payload
-from pipeline.bench.runner import ShardJob, run_shards
-from pipeline.results import SEARCH_FIELDS, read_shard
-from pipeline.search import make_strategy
-from pipeline.search.driver import TableSearch
+from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task, launch_payload
+from tunetable.bench.runner import ShardJob, run_shards
+from tunetable.results import SEARCH_FIELDS, read_shard
+from tunetable.search import make_strategy
+from tunetable.search.driver import TableSearch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
