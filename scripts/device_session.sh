@@ -7,6 +7,7 @@
 #   bash scripts/device_session.sh [all|tests|bench|trust]      (default: all)
 #   trust = bench, then the same shards again in a separate process + benchmarks/bench_trust.py
 #   env: TABLE (gemm_mma), RECORDING (h200_gemm_mma), SHAPES ("M,N,K M,N,K": instead of --all-shapes),
+#        SHAPES_FILE (a CSV with an M,N,K header and '#' comments, e.g. data/validation_shapes.csv),
 #        GPU_TESTS (pytest paths, default tests/gpu), TEST_TIMEOUT_S (300), BENCH_TIMEOUT_S (560),
 #        FIGURES_CMD (a command run after the bench, writing under results/figures),
 #        TUNETABLE_GIT_REV (the commit measured: the device's copy of the tree has no .git, so pass
@@ -45,6 +46,9 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
     python3 -m pytest -m gpu -p no:cacheprovider -q -rA ${GPU_TESTS:-tests/gpu}
 fi
 
+if [ -n "${SHAPES_FILE:-}" ]; then
+  SHAPES=$(grep -v '^#' "$SHAPES_FILE" | tail -n +2 | tr -d ' \r' | tr '\n' ' ')
+fi
 if [ -n "${SHAPES:-}" ]; then
   SHAPE_ARGS=(); for s in $SHAPES; do SHAPE_ARGS+=(--shape "$s"); done
 else
