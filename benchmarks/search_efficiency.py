@@ -52,6 +52,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tunetable.errors import TuneTableError  # noqa: E402
 from tunetable.keys import sha256_file  # noqa: E402
 from tunetable.params import load_params, table_spec  # noqa: E402
 from tunetable.search import make_strategy  # noqa: E402
@@ -215,6 +216,8 @@ def _kt_task(args: tuple[str, str, Shape, float, int, Sequence[int]]) -> tuple[s
         try:
             order = replay_with_kernel_tuner(cache_path, strategy=strategy, max_fevals=cap, seed=seed,
                                              strategy_options=options, wall_limit_s=KT_WALL_LIMIT_S)
+        except TuneTableError:
+            raise  # our cache file is unreadable: stop loudly, it is not Kernel Tuner's result
         except (MemoryError, ArithmeticError, LookupError, ValueError, RuntimeError, AttributeError) as exc:
             # Third-party failures on our data are results too: recorded, counted as unreached.
             errors.append(f"seed {seed}: {type(exc).__name__}: {str(exc)[:120]}")

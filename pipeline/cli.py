@@ -7,6 +7,7 @@ and a GPU-side machine without polars can still run ``grid``, ``compile`` and ``
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -57,9 +58,25 @@ def cli() -> None:
     """tunetable: grid -> compile -> bench -> rank -> select -> codegen, versioned with DVC."""
 
 
+def enter_build_working_directory() -> None:
+    """Under ``bazel run`` change into the caller's folder (``BUILD_WORKING_DIRECTORY``), as Modular's tools do.
+
+    Relative paths on the command line then mean what they meant where the user typed them.
+    """
+    directory = os.environ.get("BUILD_WORKING_DIRECTORY")
+    if not directory:
+        return
+    try:
+        os.chdir(directory)
+    except OSError as exc:
+        raise TuneTableError(f"cannot change into it: {exc.strerror}", path=directory,
+                             where="BUILD_WORKING_DIRECTORY") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; user errors become one line on stderr and their exit status."""
     try:
+        enter_build_working_directory()
         # standalone_mode=False returns ctx.exit(n) codes instead of raising them.
         status = cli.main(args=argv, prog_name="tunetable", standalone_mode=False)
     except TuneTableError as exc:

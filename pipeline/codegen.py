@@ -25,6 +25,7 @@ from tunetable.keys import canonical_json, sha256_text
 from tunetable.params import dispatch_spec, table_spec
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 DEFAULT_INDENT = " " * 8
 PARAMS_HASH_LENGTH = 12
 # Longest M / M_END expression the overlap check will evaluate (bounds the work on odd input).
@@ -205,13 +206,26 @@ def marker_line(lines: Sequence[str], marker: str, *, kind: str, path: str | Pat
 def replace_generated_region(
     source: str, *, begin_marker: str, end_marker: str, generated: str, path: str | Path | None = None
 ) -> str:
-    """Replace the lines strictly between the begin and end marker lines; keep the rest byte for byte."""
+    """Replace the lines strictly between the begin and end marker lines; keep the rest byte for byte.
+
+    The region takes the begin marker line's line ending, so a CRLF target stays CRLF throughout.
+    """
     lines = source.splitlines(keepends=True)
     begin = marker_line(lines, begin_marker, kind="begin", path=path)
     end = marker_line(lines, end_marker, kind="end", path=path)
     if begin >= end:
         raise TuneTableError("The begin marker must precede the end marker", path=path)
-    return "".join(lines[: begin + 1]) + generated + "\n" + "".join(lines[end:])
+    newline = line_ending(lines[begin])
+    region = generated if newline == "\n" else LINE_BREAK.sub(newline, generated)
+    return "".join(lines[: begin + 1]) + region + newline + "".join(lines[end:])
+
+
+def line_ending(line: str) -> str:
+    """A line's terminator (``\\r\\n``, ``\\n`` or ``\\r``); ``\\n`` for a line without one."""
+    for ending in ("\r\n", "\n", "\r"):
+        if line.endswith(ending):
+            return ending
+    return "\n"
 
 
 def _read_text(path: Path, *, keep_newlines: bool = False) -> str:

@@ -1,11 +1,18 @@
-"""Typed user-facing errors: one line naming the file and the place, exit status 2."""
+"""Typed user-facing errors: one line naming the file and the place, exit status 2.
+
+``TuneTableError`` is a ``ValueError``, as Modular's ``tuning_codegen`` errors are: code written
+against that module (``except ValueError``, ``pytest.raises(ValueError, match=...)``) works on
+ours. The other way round, a project ``except ValueError`` around code that can raise a
+TuneTableError must let it through (``except TuneTableError: raise`` first), so a user error is
+never mistaken for a failed measurement or an unmodelled configuration.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-class TuneTableError(Exception):
+class TuneTableError(ValueError):
     """A user error (bad input, missing file): printed as one line, never a traceback."""
 
     exit_code = 2

@@ -84,6 +84,8 @@ class Expression:
         """Value of the expression for ``env``; arithmetic errors name the expression and the values."""
         try:
             return self._evaluate(env)
+        except TuneTableError:
+            raise
         except (ZeroDivisionError, OverflowError, TypeError, ValueError) as exc:
             shown = ", ".join(f"{name}={env[name]!r}" for name in sorted(self.names) if name in env)
             raise TuneTableError(

@@ -53,6 +53,13 @@ def test_a_shape_the_family_rejects_becomes_that_tasks_error() -> None:
     assert payloads["cublas"] == {"kind": "baseline"}
 
 
+def test_an_unknown_family_stops_the_shard_instead_of_becoming_a_failed_row() -> None:
+    # TuneTableError is a ValueError: the shape-rejection handler must not swallow this user error.
+    task = ConfigTask(config_id="c1", family="gemm_nope", defines=tuple(SPLIT.items()), cubin="x.cubin")
+    with pytest.raises(TuneTableError, match="unknown kernel family 'gemm_nope'"):
+        shard_payloads(tasks=[task], m=64, n=4096, k=4096, families=FAMILIES)
+
+
 def test_shard_key_changes_with_backend_and_bench_settings() -> None:
     params = load_params(REPO / "params.yaml")
     table = table_spec(params, "gemm_mma")

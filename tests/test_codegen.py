@@ -104,10 +104,10 @@ def test_replace_keeps_everything_outside_the_region() -> None:
     assert out == "head\n    # ---BEGIN-X---\n  new\n    # ---END-X---\ntail\n"
 
 
-def test_replace_keeps_crlf_and_missing_final_newline_outside_the_region() -> None:
+def test_replace_keeps_crlf_and_missing_final_newline() -> None:
     source = "a\r\n# BEGIN\r\nold\r\n# END\r\nz"
-    out = codegen.replace_generated_region(source, begin_marker="BEGIN", end_marker="END", generated="new")
-    assert out == "a\r\n# BEGIN\r\nnew\n# END\r\nz"
+    out = codegen.replace_generated_region(source, begin_marker="BEGIN", end_marker="END", generated="new\nline")
+    assert out == "a\r\n# BEGIN\r\nnew\r\nline\r\n# END\r\nz"
 
 
 def test_replace_with_empty_region_leaves_one_empty_line() -> None:
@@ -433,7 +433,7 @@ def test_crlf_snippet_renders_like_an_lf_snippet(tmp_path: Path) -> None:
                     "        C(\n            2\n        ),\n# END\n")
 
 
-def test_crlf_target_keeps_its_line_endings_outside_the_region(tmp_path: Path) -> None:
+def test_crlf_target_keeps_its_line_endings_everywhere(tmp_path: Path) -> None:
     manifest = write(tmp_path / "m.yaml", "params:\n  - {M: 2}\n")
     snippet = write(tmp_path / "s.snippet", "C([@M])\n")
     target = tmp_path / "t.py"
@@ -442,5 +442,6 @@ def test_crlf_target_keeps_its_line_endings_outside_the_region(tmp_path: Path) -
         manifest_path=manifest, snippet_path=snippet, target_path=target,
         begin_marker="BEGIN", end_marker="END", source_label="m",
     )
-    assert text == ("head\r\n# BEGIN\r\n        # Automatically generated from [m]\n        # index: [0]\n"
-                    "        C(2),\n# END\r\ntail\r\n")
+    assert text == ("head\r\n# BEGIN\r\n        # Automatically generated from [m]\r\n        # index: [0]\r\n"
+                    "        C(2),\r\n# END\r\ntail\r\n")
+    assert "\n" not in text.replace("\r\n", "")

@@ -293,6 +293,8 @@ def search_settings(*, table: TableSpec, path: str | Path = "params.yaml") -> An
 
     try:
         return SearchSettings.from_mapping(table.search)
+    except TuneTableError:
+        raise
     except ValueError as exc:
         raise TuneTableError(str(exc), path=path, where=f"tables.{table.name}.search") from None
 

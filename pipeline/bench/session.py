@@ -41,6 +41,8 @@ def shard_payloads(*, tasks: Sequence[ConfigTask], m: int, n: int, k: int,
     for task in tasks:
         try:
             payloads[task.config_id] = launch_payload(task=task, m=m, n=n, k=k, families=families)
+        except TuneTableError:
+            raise  # a user error (an unknown family), not a shape this family rejects
         except (ValueError, KeyError) as exc:
             payloads[task.config_id] = f"shape rejected: {exc}"
     return payloads

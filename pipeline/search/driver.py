@@ -216,6 +216,8 @@ class TableSearch:
                                    prior=predict(shape), seed_ids=seeds, measure_batch=measure_batch, shape=shape,
                                    profiles=self.profiles,
                                    predict=predict)
+        except TuneTableError:
+            raise  # already names its file and place
         except ValueError as exc:
             raise TuneTableError(f"shape {shape}: {exc}") from None
         if waiting:
