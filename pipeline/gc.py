@@ -1,10 +1,12 @@
 """Decide which raw-result key folders to keep: the ones params.yaml resolves to now, and the
-ones a metrics file names at any git ref; everything else under ``results/raw/<table>/`` goes.
+ones a metrics file names at any git ref; everything else under ``results/raw/<table>/`` and
+``results/parked/<table>/`` goes.
 
-``results/raw`` is a persist out, so it only ever grows: every bench-settings, kernel or
-toolchain change leaves a folder behind. The metrics JSON records the content key of the
-shards behind each table, so a key named at some branch or tag is still needed by
-``tunetable audit``/``trace`` at that ref and is kept.
+Measurements are final, so they only ever accumulate: every bench-settings, kernel or toolchain
+change leaves a key folder behind (the pipeline parks it under results/parked, outside the DVC
+out; pipeline/rawstore.py). The metrics JSON records the content key of the shards behind each
+table, so a key named at some branch or tag is still needed by ``tunetable audit``/``trace`` at
+that ref and is kept.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunetable import lineage, paths
+from tunetable import lineage, paths, rawstore
 from tunetable.errors import TuneTableError
 
 BACKENDS = ("cuda", "replay")
+STORES = (rawstore.RAW, rawstore.PARKED)   # where key folders live: the DVC out, and the other keys beside it
 NOT_DECLARED = "not a declared table"
 UNREFERENCED = "not a current params key; no metrics file at any git ref names it"
 LIVE_NO_GPU = "cuda measurements, and no GPU here to recompute the live key"
@@ -180,8 +183,8 @@ def plan_gc(*, root: Path, params: Mapping[str, Any]) -> GcPlan:
     from tunetable.bench.plan import device_name
 
     declared = list(params.get("tables") or {})
-    raw_root = root / paths.RESULTS / "raw"
-    folders = key_folders(raw_root=raw_root, declared=declared)
+    folders = [folder for store in STORES
+               for folder in key_folders(raw_root=root / store, declared=declared)]
     refs = git_refs(root=root)
     current = current_keys(root=root, params=params, tables=declared)
     referenced = referenced_keys(root=root, refs=refs, tables=declared)
@@ -196,13 +199,13 @@ def plan_gc(*, root: Path, params: Mapping[str, Any]) -> GcPlan:
 
 
 def delete_folders(*, plan: GcPlan, root: Path) -> list[Path]:
-    """Delete the plan's unreferenced folders (only ones inside results/raw); the paths deleted."""
-    raw_root = (root / paths.RESULTS / "raw").resolve()
+    """Delete the plan's unreferenced folders (only ones inside results/raw or results/parked); the paths deleted."""
+    stores = [(root / store).resolve() for store in STORES]
     deleted = []
     for decision in plan.to_delete:
         path = decision.folder.path
-        if path.is_symlink() or raw_root not in path.resolve().parents:
-            raise TuneTableError("refusing to delete a folder outside results/raw", path=path)
+        if path.is_symlink() or not any(store in path.resolve().parents for store in stores):
+            raise TuneTableError("refusing to delete a folder outside results/raw and results/parked", path=path)
         shutil.rmtree(path)
         deleted.append(path)
     return deleted

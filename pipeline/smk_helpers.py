@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunetable import paths
+from tunetable import paths, rawstore
+from tunetable.dvc_cache import CacheReport, cache_reproduced_outs  # noqa: F401 - the Snakefile's onsuccess
 from tunetable.errors import TuneTableError
 from tunetable.keys import canonical_json, sha256_text
 from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
@@ -44,6 +45,8 @@ from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHE
 CLI = f"{shlex.quote(sys.executable)} -m tunetable"
 # Live bench jobs claim a free GPU first (Snakemake assigns no device ids): see pipeline/gpu_claim.py.
 GPU_CLAIM = f"{shlex.quote(sys.executable)} -m tunetable.gpu_claim "
+# Parks other keys' shards outside results/raw and restores parked ones (pipeline/rawstore.py).
+RAWSTORE = f"{shlex.quote(sys.executable)} -m tunetable.rawstore"
 STAMPS = paths.RESULTS / "stamps"
 KEY_PATTERN = "[0-9a-f]{16}"
 NO_RECORDING = "no-recording.parquet"  # what a live plan passes when no table names a recording (never read)
@@ -156,6 +159,17 @@ def banner(plan: Plan) -> str:
     return "\n".join(f"tunetable: {line}" for line in lines)
 
 
+def dvc_cache_line(report: CacheReport) -> str:
+    """What the main job did for `dvc status` (empty when there is nothing to say)."""
+    lines = []
+    if report.cached:
+        lines.append(f"stored the outs of DVC stage(s) {', '.join(report.cached)} in the DVC cache: they match "
+                     "dvc.lock, so `dvc status` and `dvc repro` have nothing to do")
+    if report.changed:
+        lines.append(f"DVC stage(s) {', '.join(report.changed)} differ from dvc.lock: `dvc repro` records them")
+    return "\n".join(f"tunetable: {line}" for line in lines)
+
+
 def manifest_path(table: str) -> Path:
     """The checked-in manifest of a table."""
     return Path("manifests") / f"{table}.yaml"
@@ -203,10 +217,30 @@ class Shard:
         return f"{self.m},{self.n},{self.k}"
 
 
-def missing_shards(plan: Plan) -> list[Shard]:
-    """Shards of the current keys that are not on disk yet (a shard on disk is final)."""
+def absent_shards(plan: Plan) -> list[Shard]:
+    """Shards of the current keys that are not in results/raw (a shard there is final)."""
     return [shard for spec in plan.tables for (m, n, k) in spec.shapes()
             for shard in [Shard(spec.name, plan.keys[spec.name], m, n, k)] if not Path(shard.path).is_file()]
+
+
+def parked_shards(plan: Plan) -> list[Shard]:
+    """Absent shards with a parked copy (results/parked): restored by a rename, never re-measured."""
+    return [shard for shard in absent_shards(plan) if rawstore.parked_path(shard.path).is_file()]
+
+
+def missing_shards(plan: Plan) -> list[Shard]:
+    """Shards to measure or replay: neither in results/raw nor parked."""
+    return [shard for shard in absent_shards(plan) if not rawstore.parked_path(shard.path).is_file()]
+
+
+def stale_raw(plan: Plan) -> list[str]:
+    """What results/raw holds besides this plan's key folders: parked before this run's shards are counted."""
+    return [str(path) for path in rawstore.stale_entries(current=plan.keys)]
+
+
+def park_stamp() -> str:
+    """Temporary flag of the job that parked other keys' shards (measure_all needs it only when there are some)."""
+    return str(STAMPS / "parked.ok")
 
 
 def missing_by_table(plan: Plan) -> dict[str, list[Shard]]:

@@ -73,6 +73,20 @@ def test_shard_key_changes_with_backend_and_bench_settings() -> None:
         shard_key(params, table, "auto")
 
 
+def test_replay_key_takes_the_recordings_nvcc_not_this_machines(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fresh clone on a machine without nvcc (or with another one) must get the committed lock's keys.
+    from tunetable import keys
+
+    params = load_params(REPO / "params.yaml")
+    table = table_spec(params, "gemm_mma")
+    here = shard_key(params, table, "replay")
+    monkeypatch.setattr(keys, "nvcc_version", lambda: "nvcc-absent")
+    monkeypatch.setattr("tunetable.bench.plan.nvcc_version", lambda: "nvcc-absent")
+    assert shard_key(params, table, "replay") == here
+    metrics = json.loads((REPO / "results" / "metrics" / "gemm_mma.json").read_text())
+    assert metrics["content_key"] == here  # the committed metrics name the key a fresh clone makes
+
+
 def test_parse_shapes_names_the_bad_option() -> None:
     assert parse_shapes(["1,4096,4096", "8x16x32"]) == [(1, 4096, 4096), (8, 16, 32)]
     with pytest.raises(TuneTableError, match=r"--shape\[1\]: expected M,N,K"):

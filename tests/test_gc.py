@@ -123,6 +123,23 @@ def test_yes_deletes_only_unreferenced_folders(gc_repo: GcRepo) -> None:
     assert "nothing to delete" in again.output and _existing(gc_repo) == {KEY_A, KEY_D, gc_repo.key_c}
 
 
+def test_parked_folders_are_planned_and_deleted_like_raw_ones(gc_repo: GcRepo) -> None:
+    # The pipeline parks other keys' folders under results/parked (outside the DVC out); gc prunes both.
+    from tunetable import rawstore
+
+    with_parked = gc_repo.root / rawstore.PARKED / TABLE
+    with_parked.parent.mkdir(parents=True)
+    shutil.move(gc_repo.folder(KEY_B).parent, with_parked)
+    gc_repo.folder(gc_repo.key_c).parent.mkdir(parents=True)
+    shutil.move(with_parked / gc_repo.key_c, gc_repo.folder(gc_repo.key_c))
+    done = tunetable("gc", "--root", str(gc_repo.root), "--yes", cwd=gc_repo.root)
+    assert f"results/parked/{TABLE}/{KEY_B}" in done.output or "deleted 1 folder(s), 6.0 KiB" in done.output
+    assert not (with_parked / KEY_B).exists()
+    assert {p.name for p in with_parked.iterdir()} == {KEY_A, KEY_D}
+    assert "dvc commit results/raw" not in done.output  # results/raw did not change
+    assert (gc_repo.folder(gc_repo.key_c) / "M1_N4096_K4096.pkl").is_file()
+
+
 def test_outside_a_git_repository_is_one_error_line(gc_repo: GcRepo) -> None:
     shutil.rmtree(gc_repo.root / ".git")
     done = tunetable("gc", "--root", str(gc_repo.root), "--yes", cwd=gc_repo.root, check=False)

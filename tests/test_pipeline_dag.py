@@ -174,3 +174,24 @@ def test_trace_line_outside_any_entry(copy: Path) -> None:
     assert done.returncode == 2
     assert one_error_line(done.output) == ("error: kernels/tuning_configs.py: line 1: "
                                            "line is not inside a generated entry")
+
+
+def test_other_keys_are_parked_and_parked_shards_restored_not_replayed(copy: Path) -> None:
+    # results/raw is the DVC out: it must hold this plan's shards only (dvc.lock = what a fresh clone makes).
+    if not RECORDING.is_file():
+        pytest.skip(NO_RECORDING)
+    import json
+
+    key = json.loads((REPO / "results" / "metrics" / f"{TABLE}.json").read_text())["content_key"]
+    (copy / "results" / "raw" / TABLE / "0123456789abcdef").mkdir(parents=True)
+    (copy / "results" / "raw" / TABLE / "0123456789abcdef" / "M1_N4096_K4096.pkl").write_bytes(b"old key")
+    parked = copy / "results" / "parked" / TABLE / key / "M1_N4096_K4096.pkl"
+    parked.parent.mkdir(parents=True)
+    parked.write_bytes(b"a parked shard of the current key")
+    done = snakemake("measure_all", "-n", "-p", "--cores", "2", cwd=copy)
+    counts = job_counts(done.output)
+    assert counts["park_raw"] == 1 and counts["restore_parked"] == 1, done.output[-3000:]
+    replay = next(line for line in done.output.splitlines() if f"bench --table {TABLE} " in line)
+    assert "--shape 1,4096,4096 " not in replay and "--shape 8,4096,4096 " in replay
+    assert f"park results/raw/{TABLE}/0123456789abcdef" in done.output
+    assert f"restore results/raw/{TABLE}/{key}/M1_N4096_K4096.pkl" in done.output

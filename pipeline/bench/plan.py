@@ -273,10 +273,17 @@ def resolve_backend(*, requested: str, recording: Path) -> BackendChoice:
     )
 
 
-def toolchain_fingerprint(*, params: Mapping[str, Any], table: TableSpec) -> str:
-    """nvcc build id, flags and arch: what makes a cubin."""
+def toolchain_fingerprint(*, params: Mapping[str, Any], table: TableSpec, nvcc: str | None = None) -> str:
+    """nvcc build id (this machine's unless given), flags and arch: what makes a cubin."""
     flags = " ".join((params.get("compile") or {}).get("nvcc_flags") or [])
-    return f"{nvcc_version()}|{flags}|{table.arch}"
+    return f"{nvcc or nvcc_version()}|{flags}|{table.arch}"
+
+
+def recorded_nvcc(provenance: Mapping[str, Any]) -> str:
+    """The nvcc build id(s) a recording was measured with (its sidecar's ``nvcc``)."""
+    value = provenance.get("nvcc")
+    values = value if isinstance(value, list) else [value] if value else []
+    return ",".join(sorted(str(v) for v in values)) or "nvcc-unknown"
 
 
 def grid_config_ids(*, params: Mapping[str, Any], table: TableSpec) -> list[str]:
@@ -324,10 +331,13 @@ def shard_key(params: Mapping[str, Any], table: TableSpec, backend: str) -> str:
     search = search_key_part(table=table)
     if search is not None:
         settings["search"] = search
-    recording_hash = None
+    recording_hash = nvcc = None
     if backend == "replay":
+        # Replayed shards hold the recording's measurements: its device and nvcc, never this machine's,
+        # so a fresh clone without nvcc (or with another one) gets the same key as the committed lock.
         recording = recording_path(table=table)
-        device = str(recording_provenance(recording).get("device"))
+        provenance = recording_provenance(recording)
+        device, nvcc = str(provenance.get("device")), recorded_nvcc(provenance)
         recording_hash = sha256_file(recording)[:16]
     else:
         device = device_name()
@@ -336,7 +346,7 @@ def shard_key(params: Mapping[str, Any], table: TableSpec, backend: str) -> str:
         config_ids=grid_config_ids(params=params, table=table),
         bench_settings=settings,
         kernel_hash=kernel_source_hash(table.kernel),
-        toolchain=toolchain_fingerprint(params=params, table=table),
+        toolchain=toolchain_fingerprint(params=params, table=table, nvcc=nvcc),
         backend=backend,
         device=device,
         recording_hash=recording_hash,

@@ -43,7 +43,8 @@ def command(dry_run: bool, yes: bool, root: Path) -> None:
     root = root.resolve()
     plan = plan_gc(root=root, params=load_params(root / "params.yaml"))
     console = Console()
-    table = Table(title=f"results/raw: {len(plan.decisions)} folders, refs read: {', '.join(plan.refs) or '-'}",
+    table = Table(title=f"results/raw and results/parked: {len(plan.decisions)} folders, refs read: "
+                        f"{', '.join(plan.refs) or '-'}",
                   title_justify="left")
     for column, justify in (("table", "left"), ("key", "left"), ("action", "left"), ("reason", "left"),
                             ("size", "right")):
@@ -65,7 +66,11 @@ def command(dry_run: bool, yes: bool, root: Path) -> None:
         for decision in doomed:
             console.print(f"  {decision.folder.path.relative_to(root).as_posix()}")
         return
-    delete_folders(plan=plan, root=root)
+    deleted = delete_folders(plan=plan, root=root)
     console.print(f"deleted {summary}")
-    console.print("next: `dvc commit results/raw` (dvc.lock then records the pruned folder), commit, and "
-                  f"`{DVC_HINT}` to drop cache and remote objects no commit uses")
+    raw = (root / "results" / "raw").resolve()
+    if any(raw in path.resolve().parents for path in deleted):
+        console.print("next: `dvc commit results/raw` (dvc.lock then records the pruned folder), commit, and "
+                      f"`{DVC_HINT}` to drop cache and remote objects no commit uses")
+    else:
+        console.print(f"next: `{DVC_HINT}` to drop cache and remote objects no commit uses")

@@ -79,6 +79,36 @@ else:
                 " --results-root results > {log} 2>&1"
 
 
+# results/raw is a DVC out: it must hold this plan's shards only, so that dvc.lock records what the
+# committed params and code produce (what a fresh clone reproduces). Shards of other keys are final
+# measurements: they move to results/parked/ and come back by a rename when a plan needs them again.
+if tt.stale_raw(PLAN):
+
+    rule park_raw:
+        output:
+            temp(tt.park_stamp()),
+        log:
+            "results/logs/park.log",
+        params:
+            entries=" ".join(tt.stale_raw(PLAN)),
+        shell:
+            "{tt.RAWSTORE} park {params.entries} > {log} 2>&1 && touch {output}"
+
+
+if tt.parked_shards(PLAN):
+
+    rule restore_parked:
+        input:
+            [str(tt.rawstore.parked_path(shard.path)) for shard in tt.parked_shards(PLAN)],
+        output:
+            [shard.path for shard in tt.parked_shards(PLAN)],
+        log:
+            "results/logs/restore.log",
+        shell:
+            "{tt.RAWSTORE} restore {output} > {log} 2>&1"
+
+
 rule measure_all:
     input:
         tt.all_shards(PLAN),
+        [tt.park_stamp()] if tt.stale_raw(PLAN) else [],
