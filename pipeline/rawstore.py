@@ -128,7 +128,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     where = PARKED if argv[0] == "park" else RAW
-    print(f"{argv[0]}: {len(moved)} file(s) of {len(argv) - 1} entr{'y' if len(argv) == 2 else 'ies'} now under {where}/")
+    entries = f"{len(argv) - 1} entr{'y' if len(argv) == 2 else 'ies'}"
+    print(f"{argv[0]}: {len(moved)} file(s) of {entries} now under {where}/")
     return 0
 
 
