@@ -109,7 +109,8 @@ def test_params_change_changes_table_and_audit_explains_it(project: Path) -> Non
     assert "grid.rules" in params_diff
     # The old shards must come from DVC (cache, then remote), not the workspace.
     old_key = yaml.safe_load(git("show", f"HEAD:results/metrics/{TABLE}.json", cwd=project).output)["content_key"]
-    shutil.rmtree(project / "results" / "raw" / TABLE / old_key)
+    assert not (project / "results" / "raw" / TABLE / old_key).exists()  # the old key was parked, outside DVC's out
+    shutil.rmtree(project / "results" / "parked" / TABLE / old_key)
     shutil.rmtree(project / ".dvc" / "cache")
     report = tunetable("audit", cwd=project).output
     assert "tables.gemm_mma.grid.rules" in report
