@@ -1,6 +1,6 @@
 """Tuning speed of tunetable against Kernel Tuner: same kernel, same configurations, same shapes.
 
-Issue 5 trust figure. Both tools tune kernels/gemm_mma.cu from a cold start to the winners of
+Issue 5 trust figure. Both tools tune kernels/families/gemm_mma/gemm_mma.cu from a cold start to the winners of
 each shape, one after the other on the same GPU (GPU 0):
 
 - tunetable: the real CLI, as subprocesses, into an empty results root and an empty pycuda
@@ -27,7 +27,7 @@ STAGES=4, BLOCK_K=64, WARPS_M=1 on one shape (a smoke test: shared memory below 
 split-K among them).
 KT gets exactly the grid's configurations (a ``restrictions`` callable), the grid's -D defines
 including the derived THREADS and SMEM_BYTES (``defines`` callables reading tunetable.grid's
-KernelConfig), the launch geometry of kernels/families.py (``problem_size`` callable giving the
+KernelConfig), the launch geometry of kernels/families/ (``problem_size`` callable giving the
 grid, ``grid_div_*`` of 1, ``block_size_names=["THREADS"]``, ``smem_args`` size), params.yaml's
 nvcc flags plus ``-I`` the kernel's folder (KT compiles a copy of the source, its defines
 prepended, in a temporary folder, where the kernel's ``#include "common/..."`` does not resolve
@@ -69,6 +69,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from tunetable.kernels.families import FAMILIES, Launch  # noqa: E402
+from tunetable.kernels.jit import include_flags  # noqa: E402
 from tunetable import paths  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.compile import render_define  # noqa: E402
@@ -201,7 +202,7 @@ def kt_defines(*, space: KtSpace) -> dict[str, DefineOf]:
 
 @dataclass(frozen=True)
 class LaunchOf:
-    """KT ``problem_size`` / ``smem_args`` callbacks from kernels/families.py's geometry for one shape."""
+    """KT ``problem_size`` / ``smem_args`` callbacks from the family's geometry for one shape."""
 
     space: KtSpace
     shape: Shape
@@ -302,8 +303,8 @@ def kt_inputs(*, space: KtSpace, shape: Shape, seed: int) -> KtInputs:
 
 
 def kt_compiler_options(*, kernel_path: Path, flags: Sequence[str]) -> list[str]:
-    """params.yaml's nvcc flags plus the kernel's folder as an include path (KT compiles a copy elsewhere)."""
-    return [*flags, f"-I{Path(kernel_path).resolve().parent}"]
+    """params.yaml's nvcc flags, the kernel's folder and tunetable's include path (KT compiles a copy elsewhere)."""
+    return [*flags, f"-I{Path(kernel_path).resolve().parent}", *include_flags()]
 
 
 def kt_options(

@@ -1,14 +1,29 @@
-"""tunetable kernels: CUDA C templates, snippets, generated tuning tables and runtime dispatch.
+"""tunetable kernels: the kernel families, generated tuning tables and the runtime.
 
 ``gemm(a, b, out=None)`` computes C = a · bᵀ in bf16: the generated dispatch list
 (kernels/tuning_configs.py) picks the kernel family for the shape (gemm_mma: mma.sync;
 gemm_wgmma: TMA + wgmma), that family's table the configuration. ``gemm_with(tunables, a, b,
 family=...)`` runs an explicit configuration; ``autotune`` tunes a function's configuration on
 first call and caches the choice on disk. Importing this package needs no GPU: pycuda is
-imported on the first GEMM.
+imported on the first GEMM; the runtime itself is imported on first use of these names, so that
+the build can import the families (``tunetable.kernels.families``) without it.
 """
 
-from tunetable.kernels.autotune import autotune
-from tunetable.kernels.dispatch import FallbackWarning, NoGpuError, gemm, gemm_with
+_RUNTIME_API = {
+    "FallbackWarning": "tunetable.kernels.dispatch",
+    "NoGpuError": "tunetable.kernels.dispatch",
+    "gemm": "tunetable.kernels.dispatch",
+    "gemm_with": "tunetable.kernels.dispatch",
+    "autotune": "tunetable.kernels.autotune",
+}
+__all__ = sorted(_RUNTIME_API)
 
-__all__ = ["FallbackWarning", "NoGpuError", "autotune", "gemm", "gemm_with"]
+
+def __getattr__(name: str):
+    """The runtime API (``gemm``, ``gemm_with``, ``autotune``, ...), imported on first use."""
+    module = _RUNTIME_API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tunetable.kernels' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

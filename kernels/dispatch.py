@@ -27,11 +27,12 @@ import threading
 import warnings
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.tuning_configs import (
     DISPATCH,
     TABLES,
@@ -47,38 +48,23 @@ PARAMS_PATH = ROOT / "params.yaml"
 INT32_MAX = 2**31 - 1
 ALIGNMENT = 16  # bytes: cp.async moves 16-byte chunks
 SHAPE_FIELDS = ("m", "m_end", "n", "k", "kernel", "config_id")
-# The generated entry class of each family's table.
-ENTRY_TYPES: Mapping[str, type] = {"gemm_mma": TuningConfig, "gemm_wgmma": WgmmaTuningConfig}
+# The generated entry class of each family's table (kernels/families/<name>/family.py).
+ENTRY_TYPES: Mapping[str, type] = {name: family.entry_type for name, family in FAMILIES.items()}
 Entry = TuningConfig | WgmmaTuningConfig
 # The tunables of a table entry, in the generated dataclass's order (= the grid's order).
-TUNABLE_FIELDS = tuple(f.name for f in fields(TuningConfig) if f.name not in SHAPE_FIELDS)
+TUNABLE_FIELDS = FAMILIES[TABLE].tunable_fields()
 # TMA kernels: encoded argument sets kept per plan, one per (A, B, C) address triple seen.
 ARGUMENT_CACHE_SIZE = 16
 
-# The untuned default: a mid-sized tile that is valid for the kernel on every shape. It is what
-# the benchmark compares the tuned table against, and what an empty table falls back to for
-# large M (small M gets a narrow tile; see ``heuristic_tunables``).
-DEFAULT_TUNABLES: Mapping[str, int] = {
-    "block_m": 128, "block_n": 128, "block_k": 32, "warps_m": 2, "warps_n": 2, "warps_k": 1,
-    "stages": 3, "split_k": 1, "group_m": 8,
-}
-SKINNY_TUNABLES: Mapping[str, int] = {
-    "block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4, "warps_k": 1,
-    "stages": 4, "split_k": 1, "group_m": 1,
-}
-SKINNY_MAX_M = 32
-# The same two roles for gemm_wgmma (both in its default grid).
-WGMMA_DEFAULT_TUNABLES: Mapping[str, int] = {
-    "block_m": 128, "block_n": 256, "block_k": 64, "stages": 4, "consumers": 2,
-    "cluster_m": 1, "cluster_n": 1, "raster": 1, "group_m": 8, "split_k": 1,
-}
-WGMMA_SKINNY_TUNABLES: Mapping[str, int] = {
-    "block_m": 64, "block_n": 128, "block_k": 128, "stages": 4, "consumers": 1,
-    "cluster_m": 1, "cluster_n": 1, "raster": 0, "group_m": 1, "split_k": 2,
-}
+# Each family's untuned choices (family.py): the default, valid on every shape (what the benchmark
+# compares the tuned table against, and what an empty table falls back to for large M), and the
+# narrow tile for small M (see ``heuristic_tunables``), as lower-case tunables.
+DEFAULT_TUNABLES: Mapping[str, int] = asdict(FAMILIES["gemm_mma"].default_tunables)
+SKINNY_TUNABLES: Mapping[str, int] = asdict(FAMILIES["gemm_mma"].skinny_tunables)
+WGMMA_DEFAULT_TUNABLES: Mapping[str, int] = asdict(FAMILIES["gemm_wgmma"].default_tunables)
+WGMMA_SKINNY_TUNABLES: Mapping[str, int] = asdict(FAMILIES["gemm_wgmma"].skinny_tunables)
 HEURISTICS: Mapping[str, tuple[Mapping[str, int], Mapping[str, int]]] = {
-    "gemm_mma": (SKINNY_TUNABLES, DEFAULT_TUNABLES),
-    "gemm_wgmma": (WGMMA_SKINNY_TUNABLES, WGMMA_DEFAULT_TUNABLES),
+    name: (asdict(family.skinny_tunables), asdict(family.default_tunables)) for name, family in FAMILIES.items()
 }
 
 
@@ -132,7 +118,8 @@ def entry_type(family: str) -> type:
 
 def tunable_fields(family: str) -> tuple[str, ...]:
     """The tunables of a family's entries, in the generated dataclass's order (= the grid's order)."""
-    return tuple(f.name for f in fields(entry_type(family)) if f.name not in SHAPE_FIELDS)
+    entry_type(family)  # names the known families when ``family`` is not one
+    return FAMILIES[family].tunable_fields()
 
 
 def tunables_of(entry: Entry) -> dict[str, int]:
@@ -166,8 +153,7 @@ def make_entry(*, tunables: Mapping[str, int], n: int, k: int, kernel: str = TAB
 
 def heuristic_tunables(*, m: int, family: str = TABLE) -> Mapping[str, int]:
     """Untuned tile choice by M alone: narrow tiles for memory-bound small M, else the family's default."""
-    skinny, default = HEURISTICS[family]
-    return skinny if m <= SKINNY_MAX_M else default
+    return asdict(FAMILIES[family].heuristic(m=m))
 
 
 class Dispatcher:
@@ -419,12 +405,11 @@ def check_out(out: Operand, *, m: int, n: int) -> None:
         raise ValueError(f"out: expected shape ({m}, {n}) for C = a @ b.T, got ({out.rows}, {out.cols})")
 
 
-# --- configurations: table entry -> KernelConfig (params.yaml's derived values) -----------------
+# --- configurations: table entry -> KernelConfig (the family's derived values) --------------------
 
 @lru_cache(maxsize=4)
-def _table_setup(params_path: str, table: str) -> tuple[Any, Any, tuple[Any, ...]]:
-    """(params, TableSpec, derived expressions) of a table, read once per process."""
-    from tunetable.grid import compile_derived, normalise_groups
+def _table_setup(params_path: str, table: str) -> tuple[Any, Any]:
+    """(params, TableSpec) of a table, read once per process."""
     from tunetable.params import load_params, table_spec
 
     try:
@@ -433,23 +418,16 @@ def _table_setup(params_path: str, table: str) -> tuple[Any, Any, tuple[Any, ...
         import yaml
 
         params = yaml.safe_load(Path(params_path).read_text())
-    spec = table_spec(params, table, path=params_path)
-    groups = normalise_groups(spec.grid, path=params_path, table=table)
-    names = list(dict.fromkeys(name for _, values in groups for name in values))
-    derived = compile_derived(spec.grid, param_names=names, path=params_path, table=table)
-    return params, spec, tuple(derived)
+    return params, table_spec(params, table, path=params_path)
 
 
 def kernel_config(entry: Entry, *, params_path: Path = PARAMS_PATH) -> Any:
-    """The tunetable.config.KernelConfig of a table entry: tunables plus the grid's derived values."""
+    """The tunetable.config.KernelConfig of a table entry: tunables plus the family's derived values."""
     from tunetable.config import KernelConfig
-    from tunetable.grid import derive
 
-    _, spec, derived = _table_setup(str(params_path), entry.kernel)
     tunables = tunables_of(entry)
-    config = KernelConfig(
-        family=spec.family, params=tuple(tunables.items()), derived=tuple(derive(tunables, derived).items())
-    )
+    config = KernelConfig(family=entry.kernel, params=tuple(tunables.items()),
+                          derived=tuple(FAMILIES[entry.kernel].derived(tunables).items()))
     if config.id != entry.config_id:
         raise ValueError(
             f"{entry.kernel}: table entry for N={entry.n}, K={entry.k}, M=[{entry.m}, {entry.m_end}) says "
@@ -460,7 +438,7 @@ def kernel_config(entry: Entry, *, params_path: Path = PARAMS_PATH) -> Any:
 
 def _compile_settings(table: str, *, params_path: Path) -> dict[str, Any]:
     """The compile stage's settings for a table: kernel source, nvcc flags, arch, cache folder."""
-    params, spec, _ = _table_setup(str(params_path), table)
+    params, spec = _table_setup(str(params_path), table)
     compile_settings = params.get("compile") or {}
     return {
         "kernel_path": ROOT / spec.kernel,

@@ -2,7 +2,7 @@
 
 A tensor map describes a global matrix and the box one TMA copy moves; the kernel gets it by
 value as a ``__grid_constant__ CUtensorMap`` parameter (128 opaque bytes). ``TensorMapSpec`` is
-pure data (kernels/families.py builds them without a GPU); ``encode`` needs the driver library
+pure data (kernels/families/gemm_wgmma/family.py builds them without a GPU); ``encode`` needs the driver library
 and is loaded lazily, so importing this module works on a machine without one.
 """
 

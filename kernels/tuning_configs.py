@@ -13,77 +13,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True, kw_only=True)
-class TuningConfig:
-    """One tuned kernel configuration for the M range [m, m_end) of one (N, K) shape."""
-
-    m: int
-    m_end: int
-    n: int
-    k: int
-    kernel: str
-    config_id: str
-    block_m: int
-    block_n: int
-    block_k: int
-    warps_m: int
-    warps_n: int
-    warps_k: int
-    stages: int
-    split_k: int
-    group_m: int
-
-    def matches(self, *, m: int, n: int, k: int) -> bool:
-        """True when this entry covers the problem shape (N and K equal, M in [m, m_end))."""
-        return self.n == n and self.k == k and self.m <= m < self.m_end
+# Each family's entry class: its typed tunables after the shape fields (kernels/families/<name>/family.py).
+from tunetable.kernels.families.common import TableEntry
+from tunetable.kernels.families.gemm_mma.family import TuningConfig
+from tunetable.kernels.families.gemm_wgmma.family import WgmmaTuningConfig
 
 
 @dataclass(frozen=True, kw_only=True)
-class WgmmaTuningConfig:
-    """One tuned gemm_wgmma configuration (TMA + wgmma) for the M range [m, m_end) of one (N, K) shape."""
-
-    m: int
-    m_end: int
-    n: int
-    k: int
-    kernel: str
-    config_id: str
-    block_m: int
-    block_n: int
-    block_k: int
-    stages: int
-    consumers: int
-    cluster_m: int
-    cluster_n: int
-    raster: int
-    group_m: int
-    split_k: int
-
-    def matches(self, *, m: int, n: int, k: int) -> bool:
-        """True when this entry covers the problem shape (N and K equal, M in [m, m_end))."""
-        return self.n == n and self.k == k and self.m <= m < self.m_end
-
-
-@dataclass(frozen=True, kw_only=True)
-class FamilyChoice:
+class FamilyChoice(TableEntry):
     """The table (kernel family) that serves the M range [m, m_end) of one (N, K) shape.
 
     ``config_id`` is that table's entry for the range when the dispatch list was selected; the
     runtime still takes the configuration from the table itself.
     """
 
-    m: int
-    m_end: int
-    n: int
-    k: int
-    kernel: str
     table: str
-    config_id: str
-
-    def matches(self, *, m: int, n: int, k: int) -> bool:
-        """True when this entry covers the problem shape (N and K equal, M in [m, m_end))."""
-        return self.n == n and self.k == k and self.m <= m < self.m_end
 
 
 GEMM_MMA_CONFIGS: list[TuningConfig] = [

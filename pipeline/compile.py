@@ -33,6 +33,8 @@ from tunetable.atomic import atomic_write_bytes, atomic_write_text
 from tunetable.config import KernelConfig, Value
 from tunetable.errors import TuneTableError
 from tunetable.grid import DeviceLimits, Pruned, config_threads, family_smem_bytes, limit_violations
+from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.jit import include_flags
 from tunetable.keys import canonical_json, kernel_source_hash, nvcc_version, sha256_text
 
 # Bump when the nvcc command line built here changes shape: old cache entries then miss.
@@ -137,14 +139,9 @@ def main_function(functions: Mapping[str, FunctionResources], *, entry: str | No
 
 
 def family_entry(family: str) -> str | None:
-    """The kernel entry name of a family (``tunetable.kernels.families``), or None when it is not known."""
-    try:
-        from tunetable.kernels.families import FAMILIES
-    except ImportError:
-        return None
-    entry = FAMILIES.get(family) if isinstance(FAMILIES, Mapping) else None
-    name = getattr(entry, "entry", None)
-    return name if isinstance(name, str) else None
+    """The kernel entry name of a family (``tunetable.kernels.families``), or None for an ad-hoc family."""
+    found = FAMILIES.get(family)
+    return found.entry if found is not None else None
 
 
 def gencode(arch: str) -> str:
@@ -252,8 +249,9 @@ def compile_config(
         )
     with tempfile.TemporaryDirectory(prefix="tunetable-nvcc-") as scratch:
         output = Path(scratch) / "kernel.cubin"
+        # The include path is not part of the key: the kernel hash covers every header it resolves to.
         command = [
-            compiler, "-cubin", gencode(arch), *flags, "-Xptxas", "-v",
+            compiler, "-cubin", gencode(arch), *flags, *include_flags(), "-Xptxas", "-v",
             *define_flags(defines), "-o", str(output), str(source),
         ]
         started = time.perf_counter()

@@ -2,15 +2,17 @@
 
 Groups: the cartesian product inside a group, the union across groups, duplicates removed,
 first-seen order kept. Derived values (``THREADS`` ...) are computed before the rules, so the
-rules may use them. Every validity check lives here once and serves the grid command, the
-compile-stage pruner and the tests: the table's own ``rules`` (``compile_rules``) and the
-device limits (``limit_violations``).
+rules may use them. A table of a family with a folder (kernels/families/<family>/family.py) takes
+its tunables, derived values and rules from the family, and may add rules of its own after them;
+a table of an ad-hoc family declares ``derived`` and ``rules`` in params.yaml (``grid_model``).
+Every validity check lives here once and serves the grid command, the compile-stage pruner and
+the tests: the rules and the device limits (``limit_violations``).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,13 @@ from typing import Any
 from tunetable.config import KernelConfig, Value
 from tunetable.errors import TuneTableError
 from tunetable.expr import Expression, parse_expression
-from tunetable.params import DEFAULT_PARAMS, TableSpec
+from tunetable.kernels.families import FAMILIES, KernelFamily
+from tunetable.kernels.families.common import (
+    MAX_REGISTERS_PER_BLOCK,
+    MAX_SHARED_BYTES_PER_BLOCK,
+    MAX_THREADS_PER_BLOCK,
+)
+from tunetable.params import DEFAULT_PARAMS, TableSpec, load_params, table_spec
 
 # Register allocation on sm_90 is per warp in units of 256 registers (CUDA occupancy calculator).
 REGISTER_ALLOCATION_UNIT = 256
@@ -29,13 +37,13 @@ WARP_SIZE = 32
 class DeviceLimits:
     """Per-block limits a configuration must respect to launch at all (compile.limits)."""
 
-    max_shared_bytes_per_block: int = 232448
-    max_registers_per_block: int = 65536
-    max_threads_per_block: int = 1024
+    max_shared_bytes_per_block: int = MAX_SHARED_BYTES_PER_BLOCK
+    max_registers_per_block: int = MAX_REGISTERS_PER_BLOCK
+    max_threads_per_block: int = MAX_THREADS_PER_BLOCK
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "DeviceLimits":
-        """Limits from ``compile.limits`` in params.yaml (H200 defaults for absent keys)."""
+        """Limits from ``compile.limits`` in params.yaml (the H200's for absent keys)."""
         raw = dict((params.get("compile") or {}).get("limits") or {})
         known = {name: int(raw[name]) for name in cls.__dataclass_fields__ if name in raw}
         return cls(**known)
@@ -196,17 +204,23 @@ def compile_derived(
     return out
 
 
-def compile_rules(grid: Mapping[str, Any], *, names: Iterable[str], path: str | Path, table: str) -> list[Rule]:
-    """Parse ``rules`` (boolean expressions over tunables and derived values)."""
+def compile_rules(grid: Mapping[str, Any], *, names: Iterable[str], path: str | Path, table: str,
+                  family: KernelFamily | None = None) -> list[Rule]:
+    """Parse the rules (boolean expressions over tunables and derived values): the family's, then the table's.
+
+    They are numbered in that order, so ``rules[i]`` in a prune reason is the i-th of them.
+    """
     allowed = frozenset(names)
+    sources: list[tuple[str, str | Path, str]] = []
+    if family is not None:
+        sources += [(rule.text, family.folder / "family.py", f"{family.name}.rules[{index}]")
+                    for index, rule in enumerate(family.rules)]
+    sources += [(str(text), path, f"tables.{table}.grid.rules[{index}]")
+                for index, text in enumerate(grid.get("rules") or [])]
     return [
-        Rule(
-            index=index,
-            expression=parse_expression(
-                str(source), allowed_names=allowed, kind="rule", path=path, where=f"tables.{table}.grid.rules[{index}]"
-            ),
-        )
-        for index, source in enumerate(grid.get("rules") or [])
+        Rule(index=index, expression=parse_expression(text, allowed_names=allowed, kind="rule", path=where_path,
+                                                      where=where))
+        for index, (text, where_path, where) in enumerate(sources)
     ]
 
 
@@ -268,17 +282,12 @@ def registers_per_block(*, registers: int, threads: int) -> int:
 
 
 def family_figure(family: str, name: str, defines: Mapping[str, Value]) -> int | None:
-    """``FAMILIES[family].<name>(defines)`` from the kernel families (e.g. smem_bytes, threads), else None."""
-    try:
-        from tunetable.kernels.families import FAMILIES
-    except ImportError:
-        return None
-    entry = FAMILIES.get(family) if isinstance(FAMILIES, Mapping) else None
-    formula = getattr(entry, name, None)
-    if not callable(formula):
+    """``FAMILIES[family].<name>(defines)`` (e.g. smem_bytes, threads); None for an ad-hoc family."""
+    found = FAMILIES.get(family)
+    if found is None:
         return None
     try:
-        return int(formula(dict(defines)))
+        return int(getattr(found, name)(dict(defines)))
     except (KeyError, ValueError, TypeError, ZeroDivisionError):
         # A formula that cannot size this config leaves the check to ptxas after compile.
         return None
@@ -307,6 +316,54 @@ def _matches(config: KernelConfig, filters: Mapping[str, Sequence[Value]]) -> bo
     return True
 
 
+@dataclass(frozen=True)
+class GridModel:
+    """Where a table's tunables, derived values and rules come from: its family's folder, or params.yaml."""
+
+    param_names: tuple[str, ...]
+    derived_names: tuple[str, ...]
+    derive: Callable[[Mapping[str, Value]], dict[str, Value]]
+    rules: tuple[Rule, ...]
+
+
+def _check_family_groups(groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]], *, family: KernelFamily,
+                         path: str | Path, table: str) -> None:
+    """Every group names exactly the family's tunables, with integer values (the kernel's -D defines)."""
+    expected = family.tunable_names()
+    for index, (_, values) in enumerate(groups):
+        where = f"tables.{table}.grid.groups[{index}]"
+        missing = [name for name in expected if name not in values]
+        unknown = [name for name in values if name not in expected]
+        if missing or unknown:
+            raise TuneTableError(
+                f"family {family.name}'s tunables are {', '.join(expected)} (missing: {', '.join(missing) or '-'}; "
+                f"unknown: {', '.join(unknown) or '-'})", path=path, where=where)
+        for name in expected:
+            bad = [value for value in values[name] if isinstance(value, bool) or not isinstance(value, int)]
+            if bad:
+                raise TuneTableError(f"{name} must be integers, got {bad[0]!r}", path=path, where=f"{where}.{name}")
+
+
+def grid_model(table_spec: TableSpec, *, groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]],
+               path: str | Path) -> GridModel:
+    """The family's tunables, derived values and rules (plus the table's rules), or params.yaml's for an
+    ad-hoc family."""
+    table = table_spec.name
+    family = FAMILIES.get(table_spec.family)
+    if family is not None:
+        _check_family_groups(groups, family=family, path=path, table=table)
+        names = (*family.tunable_names(), *family.derived_names)
+        rules = compile_rules(table_spec.grid, names=names, path=path, table=table, family=family)
+        return GridModel(param_names=family.tunable_names(), derived_names=family.derived_names,
+                         derive=family.derived, rules=tuple(rules))
+    param_names = tuple(_unique(key for _, values in groups for key in values))
+    derived = compile_derived(table_spec.grid, param_names=param_names, path=path, table=table)
+    derived_names = tuple(item.name for item in derived)
+    rules = compile_rules(table_spec.grid, names=[*param_names, *derived_names], path=path, table=table)
+    return GridModel(param_names=param_names, derived_names=derived_names,
+                     derive=lambda params: derive(params, derived), rules=tuple(rules))
+
+
 def expand(
     table_spec: TableSpec,
     *,
@@ -320,10 +377,8 @@ def expand(
     groups = apply_overrides(
         normalise_groups(table_spec.grid, path=path, table=table), overrides=overrides or {}, table=table
     )
-    param_names = _unique(key for _, values in groups for key in values)
-    derived = compile_derived(table_spec.grid, param_names=param_names, path=path, table=table)
-    all_names = [*param_names, *(item.name for item in derived)]
-    rules = compile_rules(table_spec.grid, names=all_names, path=path, table=table)
+    model = grid_model(table_spec, groups=groups, path=path)
+    all_names = [*model.param_names, *model.derived_names]
     wanted = dict(filters or {})
     unknown = sorted(set(wanted) - set(all_names))
     if unknown:
@@ -334,11 +389,11 @@ def expand(
     expanded: list[KernelConfig] = []
     group_of: dict[str, str] = {}
     for group_name, values in groups:
-        names = list(values)
+        names = [name for name in model.param_names if name in values]   # the family's order
         for combination in itertools.product(*(values[name] for name in names)):
             params = dict(zip(names, combination))
             config = KernelConfig(
-                family=table_spec.family, params=tuple(params.items()), derived=tuple(derive(params, derived).items())
+                family=table_spec.family, params=tuple(params.items()), derived=tuple(model.derive(params).items())
             )
             if config.id not in group_of:
                 group_of[config.id] = group_name
@@ -349,7 +404,7 @@ def expand(
     pruned: list[Pruned] = []
     after_rules = 0
     for config in selected:
-        failed = first_failed_rule(config.defines(), rules)
+        failed = first_failed_rule(config.defines(), model.rules)
         if failed is not None:
             pruned.append(Pruned(config=config, reason=failed.reason(), stage="rule"))
             continue
@@ -448,8 +503,6 @@ def load_table_grid(
     *, params_path: str | Path, table: str, param_options: Iterable[str] = (), filter_options: Iterable[str] = ()
 ) -> TableGrid:
     """Load params.yaml, apply --param / --filter and expand the table's grid with the device limits."""
-    from tunetable.params import load_params, table_spec
-
     params = load_params(params_path)
     spec = table_spec(params, table, path=params_path)
     result = expand(

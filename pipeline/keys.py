@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-KEY_LENGTH = 16
-_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+# The include-following source hash is shared with the runtime's compile-on-first-use (re-exported).
+from tunetable.kernels.jit import KEY_LENGTH, kernel_source_hash  # noqa: F401
 
 
 def canonical_json(value: Any) -> str:
@@ -32,27 +31,6 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def kernel_source_hash(path: str | Path) -> str:
-    """Hash of a kernel source and every local header it includes (recursively), by content."""
-    root = Path(path)
-    seen: set[Path] = set()
-    digest = hashlib.sha256()
-
-    def visit(file: Path) -> None:
-        """Add a file and, recursively, the local headers it includes to the digest (each file once)."""
-        resolved = file.resolve()
-        if resolved in seen or not resolved.is_file():
-            return
-        seen.add(resolved)
-        text = resolved.read_bytes()
-        digest.update(file.name.encode() + b"\0" + text + b"\0")
-        for name in _INCLUDE.findall(text.decode("utf-8", errors="replace")):
-            visit(resolved.parent / name)
-
-    visit(root)
-    return digest.hexdigest()[:KEY_LENGTH]
 
 
 @lru_cache(maxsize=1)

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from tunetable.errors import TuneTableError
+from tunetable.kernels.families import FAMILIES
 
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "params.schema.yaml"
 DEFAULT_PARAMS = Path("params.yaml")
@@ -109,26 +110,54 @@ def table_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_
         known = ", ".join(sorted(tables))
         raise TuneTableError(f"unknown table '{name}' (declared: {known})", path=path, where="tables")
     raw = tables[name]
+    family_files = _family_files(raw, table=name, path=path)
     return TableSpec(
         name=name,
         family=raw["family"],
-        kernel=raw["kernel"],
+        kernel=family_files.get("kernel") or raw["kernel"],
         dtype=raw["dtype"],
         arch=raw.get("arch", "sm_90a"),
         nk=tuple((int(n), int(k)) for n, k in raw["shapes"]["NK"]),
         m_values=tuple(int(m) for m in raw["shapes"]["M"]),
         grid=raw["grid"],
-        codegen=codegen_spec(raw["codegen"]),
+        codegen=codegen_spec(raw["codegen"], snippet=family_files.get("snippet")),
         search=dict(raw.get("search") or {"strategy": "exhaustive"}),
         recording=raw.get("recording"),
     )
 
 
-def codegen_spec(raw: dict[str, Any]) -> CodegenSpec:
-    """A ``codegen:`` mapping (of a table or of a dispatch list) as a CodegenSpec."""
+# What a table of a registered family (kernels/families/<name>/) takes from the family's folder and
+# so must not name itself (one fact, one place: docs/families.md): section, key, what it is.
+FAMILY_OWNED = (("", "kernel", "kernel source"), ("grid", "derived", "derived values"),
+                ("codegen", "snippet", "snippet"))
+
+
+def _family_files(raw: dict[str, Any], *, table: str, path: str | Path) -> dict[str, str]:
+    """The kernel source and snippet of a table from its family's folder ({} for an ad-hoc family).
+
+    A table whose family has no folder names its kernel and snippet (and its derived values and
+    rules) itself; one whose family has a folder must not.
+    """
+    family = FAMILIES.get(raw["family"])
+    for section, key, what in FAMILY_OWNED:
+        holder = (raw.get(section) if section else raw) or {}
+        where = f"tables.{table}.{section + '.' if section else ''}{key}"
+        if family is not None and key in holder:
+            raise TuneTableError(f"family {family.name} has its {what} in {family.folder}; drop this key "
+                                 "(a fact is written once)", path=path, where=where)
+        if family is None and key != "derived" and key not in holder:
+            raise TuneTableError(f"family '{raw['family']}' has no folder under kernels/families/ (known: "
+                                 f"{', '.join(sorted(FAMILIES))}): name the table's {what}", path=path, where=where)
+    if family is None:
+        return {}
+    return {"kernel": str(family.source), "snippet": str(family.snippet)}
+
+
+def codegen_spec(raw: dict[str, Any], *, snippet: str | None = None) -> CodegenSpec:
+    """A ``codegen:`` mapping (of a table or of a dispatch list) as a CodegenSpec (``snippet``: the family's)."""
     return CodegenSpec(
         manifest=raw["manifest"],
-        snippet=raw["snippet"],
+        snippet=snippet or raw["snippet"],
         target=raw["target"],
         begin_marker=raw["begin_marker"],
         end_marker=raw["end_marker"],

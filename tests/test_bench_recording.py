@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tunetable.kernels.families import FAMILIES
 from tunetable.bench.record import record_command
 from tunetable.keys import kernel_source_hash
 from tunetable.params import load_params, table_spec
@@ -49,8 +50,8 @@ def test_recording_is_a_complete_cuda_measurement_of_the_default_table(recording
 
 def test_replay_of_the_recording_through_the_cli(recording: tuple, tmp_path: Path) -> None:
     frame, sidecar = recording
-    if kernel_source_hash(REPO / "kernels" / "gemm_mma.cu") not in sidecar["kernel_hashes"]:
-        pytest.skip("kernels/gemm_mma.cu changed since the recording: re-record on the H200")
+    if kernel_source_hash(FAMILIES["gemm_mma"].source) not in sidecar["kernel_hashes"]:
+        pytest.skip("kernels/families/gemm_mma/gemm_mma.cu changed since the recording: re-record on the H200")
     result = subprocess.run([sys.executable, "-m", "tunetable", "bench", "--table", "gemm_mma", "--backend", "replay",
                              "--shape", "1,4096,4096", "--shape", "4096,4096,4096", "--results-root", str(tmp_path)],
                             cwd=REPO, capture_output=True, text=True)

@@ -18,6 +18,7 @@ import pytest
 
 from bench_support import gemm_mma_only_params
 from pipeline_repo import error_line
+from tunetable.kernels.families import FAMILIES
 from tunetable.atomic import atomic_write_all
 from tunetable.errors import TuneTableError
 from tunetable.keys import kernel_source_hash
@@ -65,8 +66,8 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     if not RECORDING.is_file():
         pytest.skip(f"{RECORDING} is absent: these tests replay the committed H200 recording")
     sidecar = json.loads(RECORDING.with_suffix(".json").read_text())
-    if kernel_source_hash(REPO / "kernels" / "gemm_mma.cu") not in sidecar["kernel_hashes"]:
-        pytest.skip("kernels/gemm_mma.cu changed since the recording: re-record on the H200")
+    if kernel_source_hash(FAMILIES["gemm_mma"].source) not in sidecar["kernel_hashes"]:
+        pytest.skip("kernels/families/gemm_mma/gemm_mma.cu changed since the recording: re-record on the H200")
     root = tmp_path_factory.mktemp("shards")
     return {"exhaustive": _bench(gemm_mma_only_params(root / "plain", search=None), root / "plain" / "results"),
             "searched": _bench(gemm_mma_only_params(root / "searched", search=SEARCH), root / "searched" / "results")}

@@ -101,9 +101,12 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 
 def write_params(root: Path, tables: dict[str, dict[str, object]]) -> Path:
-    """A params.yaml whose tables copy the repo's gemm_mma table with the given codegen sections."""
+    """A params.yaml whose tables copy the repo's gemm_mma table with the given codegen sections.
+
+    Their family is an ad-hoc one (no folder under kernels/families/), so they bring their own snippet.
+    """
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    template = params["tables"]["gemm_mma"]
+    template = {**params["tables"]["gemm_mma"], "family": "codegen_fixture", "kernel": "fixture.cu"}
     params["tables"] = {name: {**template, "codegen": section} for name, section in tables.items()}
     params.pop("dispatch", None)  # it names the repo's tables
     path = root / "params.yaml"

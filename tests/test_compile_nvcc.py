@@ -112,9 +112,9 @@ def test_pool_compiles_misses_and_answers_hits_from_the_cache(kernel_dir: Path, 
 
 
 def test_real_gemm_kernel_compiles_with_its_resources(repo_root: Path, tmp_path: Path) -> None:
-    kernel = repo_root / "kernels" / "gemm_mma.cu"
+    kernel = repo_root / "kernels" / "families" / "gemm_mma" / "gemm_mma.cu"
     if not kernel.is_file():
-        pytest.skip("kernels/gemm_mma.cu is not written yet")
+        pytest.skip("kernels/families/gemm_mma/gemm_mma.cu is not written yet")
     grid = load_table_grid(params_path=repo_root / "params.yaml", table="gemm_mma")
     # The smallest tile of the default grid: the fastest tensor-core compile.
     config = min(grid.result.kept, key=lambda c: (c.as_dict()["BLOCK_M"] * c.as_dict()["BLOCK_N"], c.id))

@@ -173,9 +173,9 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """params.yaml, manifests, snippets and the generated file; both tables selected from gemm_mma rows."""
-    for name in ("params.yaml", "kernels/tuning_configs.py", "kernels/snippets/gemm_mma.snippet",
-                 "kernels/snippets/gemm_wgmma.snippet", "kernels/snippets/gemm_dispatch.snippet",
+    """params.yaml, manifests, the dispatch snippet and the generated file (the families bring their snippets);
+    both tables selected from gemm_mma rows."""
+    for name in ("params.yaml", "kernels/tuning_configs.py", "kernels/snippets/gemm_dispatch.snippet",
                  "manifests/gemm_mma.yaml", "manifests/gemm_wgmma.yaml", "manifests/gemm_dispatch.yaml"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, tmp_path / name)

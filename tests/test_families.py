@@ -1,4 +1,4 @@
-"""Launch geometry and shape checks of kernels/families.py (CPU only)."""
+"""Launch geometry and shape checks of kernels/families/ (CPU only)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ SKINNY_SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARP
 
 
 def test_entry_name_matches_the_kernel_source(repo_root):
-    """The extern "C" name that the bench looks up is kernels/gemm_mma.cu's only kernel (split-K reduces inside it)."""
+    """The extern "C" name that the bench looks up is gemm_mma.cu's only kernel (split-K reduces inside it)."""
     source = (repo_root / GEMM.source).read_text()
     assert f"{GEMM.entry}(const __nv_bfloat16*" in source
     assert source.count("__global__") == 1

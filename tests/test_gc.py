@@ -56,8 +56,7 @@ def gc_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GcRepo:
     if not RECORDING.is_file():
         pytest.skip(NO_RECORDING)
     root = tmp_path / "repo"
-    for name in ("params.yaml", "kernels/gemm_mma.cu", "kernels/gemm_wgmma.cu", "data/recordings/h200_gemm_mma.parquet",
-                 "data/recordings/h200_gemm_mma.json"):
+    for name in ("params.yaml", "data/recordings/h200_gemm_mma.parquet", "data/recordings/h200_gemm_mma.json"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, root / name)
     (root / ".gitignore").write_text("/results/raw/\n")

@@ -1,4 +1,5 @@
-"""Real nvcc compiles of kernels/gemm_mma.cu for sm_90a: valid configs build, invalid ones stop at a static_assert."""
+"""Real nvcc compiles of gemm_mma.cu (kernels/families/gemm_mma/) for sm_90a: valid configs build, invalid ones stop
+at a static_assert."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.jit import include_flags
 
 pytestmark = pytest.mark.nvcc
 
 GEMM = FAMILIES["gemm_mma"]
-FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v"]
+FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v", *include_flags()]
 
 VALID = {
     "big_128x256": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=4, SPLIT_K=1,
@@ -39,8 +41,8 @@ def nvcc(*, source: Path, defines: dict[str, int], out: Path) -> subprocess.Comp
 
 
 def with_derived(defines: dict[str, int]) -> dict[str, int]:
-    """Add THREADS and SMEM_BYTES as the grid's derived values would."""
-    return {**defines, "THREADS": GEMM.threads(defines), "SMEM_BYTES": GEMM.smem_bytes(defines)}
+    """Add the family's derived THREADS and SMEM_BYTES, as the grid does."""
+    return {**defines, **GEMM.derived(defines)}
 
 
 @pytest.mark.parametrize("name", sorted(VALID))

@@ -1,4 +1,4 @@
-"""Real nvcc compiles of kernels/gemm_wgmma.cu for sm_90a: the grid's rules mirror the kernel's static_asserts.
+"""Real nvcc compiles of gemm_wgmma.cu for sm_90a: the family's rules mirror the kernel's static_asserts.
 
 Every configuration the default grid keeps compiles with no local-memory spills; configurations the
 rules reject stop at the static_assert that says why; valid ones outside the default grid build too.
@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.jit import include_flags
 from tunetable.compile import compile_configs, main_function, parse_ptxas
 from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rule
 from tunetable.params import table_spec
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.nvcc
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILY = FAMILIES["gemm_wgmma"]
-FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v"]
+FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v", *include_flags()]
 PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
 SPEC = table_spec(PARAMS, "gemm_wgmma")
 
@@ -42,8 +43,8 @@ VALID = {
 
 
 def with_derived(defines: dict[str, int]) -> dict[str, int]:
-    """Add THREADS and SMEM_BYTES as the grid's derived values would."""
-    return {**defines, "THREADS": FAMILY.threads(defines), "SMEM_BYTES": FAMILY.smem_bytes(defines)}
+    """Add the family's derived THREADS and SMEM_BYTES, as the grid does."""
+    return {**defines, **FAMILY.derived(defines)}
 
 
 def nvcc(*, defines: dict[str, int], out: Path) -> subprocess.CompletedProcess:
@@ -55,7 +56,8 @@ def nvcc(*, defines: dict[str, int], out: Path) -> subprocess.CompletedProcess:
 
 def failed_rule(defines: dict[str, int]) -> str | None:
     """The source of the first grid rule the configuration fails (None: the rules accept it)."""
-    rules = compile_rules(SPEC.grid, names=list(with_derived(defines)), path="params.yaml", table=SPEC.name)
+    rules = compile_rules(SPEC.grid, names=list(with_derived(defines)), path="params.yaml", table=SPEC.name,
+                          family=FAMILY)
     rule = first_failed_rule(with_derived(defines), rules)
     return None if rule is None else rule.expression.source
 

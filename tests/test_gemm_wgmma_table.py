@@ -13,6 +13,7 @@ import pytest
 
 from tunetable.kernels.dispatch import HEURISTICS, make_entry, tunable_fields
 from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.families.common import MAX_SHARED_BYTES_PER_BLOCK
 from tunetable.kernels.tuning_configs import WgmmaTuningConfig
 from tunetable.grid import DeviceLimits, expand
 from tunetable.params import load_params, table_spec
@@ -31,11 +32,12 @@ def grid():
 
 
 def test_table_declaration_matches_the_kernel_family() -> None:
-    assert (SPEC.family, SPEC.kernel, SPEC.arch) == ("gemm_wgmma", FAMILY.source, "sm_90a")
+    assert (SPEC.family, SPEC.kernel, SPEC.arch) == ("gemm_wgmma", str(FAMILY.source), "sm_90a")
+    assert FAMILY.source == REPO / "kernels/families/gemm_wgmma/gemm_wgmma.cu"
     assert SPEC.shapes() == table_spec(PARAMS, "gemm_mma").shapes()  # the same shape set as gemm_mma
     assert SPEC.recording == "data/recordings/h200_gemm_wgmma.parquet"
     assert SPEC.codegen.manifest == "manifests/gemm_wgmma.yaml"
-    assert SPEC.codegen.snippet == "kernels/snippets/gemm_wgmma.snippet"
+    assert SPEC.codegen.snippet == str(REPO / "kernels/families/gemm_wgmma/gemm_wgmma.snippet")
 
 
 def declared_configs() -> dict[frozenset, str]:
@@ -52,7 +54,7 @@ def test_grid_expansion_counts_and_groups(grid) -> None:
     declared = declared_configs()
     assert grid.counts.expanded == len(declared) == len(grid.kept) + len(grid.pruned)
     # Every combination that overflows shared memory is pruned by a rule, before any device limit.
-    overflow = {key for key in declared if FAMILY.smem_bytes(dict(key)) > 232448}
+    overflow = {key for key in declared if FAMILY.smem_bytes(dict(key)) > MAX_SHARED_BYTES_PER_BLOCK}
     pruned = {frozenset(p.config.params) for p in grid.pruned}
     assert overflow and overflow <= pruned and {p.stage for p in grid.pruned} == {"rule"}
     assert grid.counts.after_rules == grid.counts.after_pruning == len(grid.kept)
@@ -67,7 +69,7 @@ def test_derived_values_are_the_familys_geometry(grid) -> None:
     for config in grid.kept:
         defines = config.defines()
         assert defines["THREADS"] == FAMILY.threads(defines) == (defines["CONSUMERS"] + 1) * 128
-        assert defines["SMEM_BYTES"] == FAMILY.smem_bytes(defines) <= 232448
+        assert defines["SMEM_BYTES"] == FAMILY.smem_bytes(defines) <= MAX_SHARED_BYTES_PER_BLOCK
         assert defines["BLOCK_M"] // defines["CONSUMERS"] in (64, 128)
         assert (defines["BLOCK_M"] // defines["CONSUMERS"]) * defines["BLOCK_N"] <= 16384
 

@@ -164,13 +164,35 @@ def test_register_allocation_rounds_per_warp_to_256() -> None:
     ]
 
 
-def test_gemm_family_formula_prunes_shared_memory_before_compile() -> None:
-    # kernels/families.py sizes gemm_mma's dynamic smem: 4 x (256 + 256) x 64 x 2 B = 262144 B > 227 KiB.
-    grid = {"groups": [{"BLOCK_M": [128, 256], "BLOCK_N": [256], "BLOCK_K": [64], "STAGES": [4], "WARPS_M": [2],
-                        "WARPS_N": [4]}]}
-    result = expand(spec(grid, family="gemm_mma"), limits=DeviceLimits())
-    assert labels(result.kept) == ["BLOCK_M=128/BLOCK_N=256/BLOCK_K=64/STAGES=4/WARPS_M=2/WARPS_N=4"]
-    assert [item.reason for item in result.pruned] == ["262144 B shared memory > 232448 B per block"]
+def test_gemm_family_rules_and_formula_prune_shared_memory_before_compile() -> None:
+    # kernels/families/gemm_mma/family.py sizes the dynamic smem: 4 x (256 + 256) x 64 x 2 B = 262144 B.
+    tunables = {"BLOCK_M": [128, 256], "BLOCK_N": [256], "BLOCK_K": [64], "WARPS_M": [2], "WARPS_N": [4],
+                "WARPS_K": [1], "STAGES": [4], "SPLIT_K": [1], "GROUP_M": [8]}
+    result = expand(spec({"groups": [tunables]}, family="gemm_mma"), limits=DeviceLimits())
+    assert labels(result.kept) == [
+        "BLOCK_M=128/BLOCK_N=256/BLOCK_K=64/WARPS_M=2/WARPS_N=4/WARPS_K=1/STAGES=4/SPLIT_K=1/GROUP_M=8"]
+    # The family's own rule (it mirrors the kernel's static_assert) goes first ...
+    assert [item.reason for item in result.pruned] == ["rules[2] 'BLOCK_M * BLOCK_N * WARPS_K <= 128 * THREADS and "
+                                                       "BLOCK_M * BLOCK_N * WARPS_K <= 32768' is false"]
+    # ... and a device with less shared memory prunes by the family's formula before any compile.
+    small = expand(spec({"groups": [{**tunables, "BLOCK_M": [128]}]}, family="gemm_mma"),
+                   limits=DeviceLimits(max_shared_bytes_per_block=100_000))
+    assert [item.reason for item in small.pruned] == ["196608 B shared memory > 100000 B per block"]
+    assert small.kept == ()
+
+
+def test_a_family_table_names_exactly_the_family_tunables_as_integers() -> None:
+    tunables = {"BLOCK_M": [128], "BLOCK_N": [256], "BLOCK_K": [64], "WARPS_M": [2], "WARPS_N": [4],
+                "WARPS_K": [1], "STAGES": [4], "SPLIT_K": [1], "GROUP_M": [8]}
+    partial = {name: values for name, values in tunables.items() if name != "WARPS_K"}
+    with pytest.raises(TuneTableError, match=r"groups\[0\]: family gemm_mma's tunables are .* "
+                                             r"\(missing: WARPS_K; unknown: LAYOUT\)"):
+        expand(spec({"groups": [{**partial, "LAYOUT": [1]}]}, family="gemm_mma"))
+    with pytest.raises(TuneTableError, match=r"groups\[0\]\.STAGES: STAGES must be integers, got 'four'"):
+        expand(spec({"groups": [{**tunables, "STAGES": ["four"]}]}, family="gemm_mma"))
+    # A table's own rules come after the family's, numbered on from them.
+    narrowed = expand(spec({"groups": [{**tunables, "STAGES": [3, 4]}], "rules": ["STAGES == 3"]}, family="gemm_mma"))
+    assert [item.reason for item in narrowed.pruned] == ["rules[7] 'STAGES == 3' is false"]
 
 
 def test_parse_assignment_types_values_like_the_command_line() -> None:

@@ -74,7 +74,7 @@ def test_kt_launch_matches_the_family_geometry(kept):
     family = FAMILIES["gemm_mma"]
     for shape in ktv.SHAPES:
         inputs = ktv.KtInputs(arguments=[], answer=[])
-        options = ktv.kt_options(space=space, shape=shape, kernel_path=REPO / "kernels/gemm_mma.cu", flags=[],
+        options = ktv.kt_options(space=space, shape=shape, kernel_path=FAMILIES["gemm_mma"].source, flags=[],
                                  iterations=7, inputs=inputs, rtol=0.02)
         for config in kept:
             params = dict(zip(space.names, _kt_key(config)))
@@ -89,7 +89,7 @@ def test_kt_launch_matches_the_family_geometry(kept):
 
 def _kt_kernel_string(space, config, shape=(512, 4096, 4096)) -> str:
     core = pytest.importorskip("kernel_tuner.core", reason="kernel_tuner (dev extra) is not installed")
-    options = ktv.kt_options(space=space, shape=shape, kernel_path=REPO / "kernels/gemm_mma.cu", flags=[],
+    options = ktv.kt_options(space=space, shape=shape, kernel_path=FAMILIES["gemm_mma"].source, flags=[],
                              iterations=7, inputs=ktv.KtInputs(arguments=[], answer=[]), rtol=0.02)
     source = core.KernelSource(options["kernel_name"], options["kernel_source"], "pycuda", options["defines"])
     params = dict(zip(space.names, _kt_key(config)))
@@ -110,13 +110,13 @@ def test_kt_kernel_string_carries_exactly_the_grid_defines(kept):
 def test_kt_compiler_options_find_the_kernels_local_headers(kept):
     """KT compiles a copy of the source elsewhere: its options name the kernel's folder, where every include is."""
     flags = [str(flag) for flag in load_params(REPO / "params.yaml")["compile"]["nvcc_flags"]]
+    source = FAMILIES["gemm_mma"].source
     options = ktv.kt_options(space=ktv.kt_space(configs=kept), shape=ktv.SHAPES[0],
-                             kernel_path=REPO / "kernels" / "gemm_mma.cu", flags=flags, iterations=7,
+                             kernel_path=source, flags=flags, iterations=7,
                              inputs=ktv.KtInputs(arguments=[], answer=[]), rtol=0.02)
-    folder = REPO / "kernels"
-    assert options["compiler_options"] == [*flags, f"-I{folder}"]
-    local = re.findall(r'^#include "([^"]+)"', (folder / "gemm_mma.cu").read_text(), flags=re.MULTILINE)
-    assert local and all((folder / name).is_file() for name in local)
+    assert options["compiler_options"] == [*flags, f"-I{source.parent}", f"-I{REPO / 'kernels'}"]
+    local = re.findall(r'^#include "([^"]+)"', source.read_text(), flags=re.MULTILINE)
+    assert local and all((REPO / "kernels" / name).is_file() for name in local)
 
 
 @pytest.mark.nvcc
@@ -127,7 +127,7 @@ def test_kt_compile_of_the_prepared_kernel_passes_the_kernel_checks(kept, tmp_pa
     large = next(c for c in kept if dict(c.derived)["SMEM_BYTES"] > 48 * 1024)
     split = next(c for c in kept if c.defines()["SPLIT_K"] > 1)
     flags = [str(flag) for flag in load_params(REPO / "params.yaml")["compile"]["nvcc_flags"]]
-    options = ktv.kt_options(space=space, shape=ktv.SHAPES[0], kernel_path=REPO / "kernels" / "gemm_mma.cu",
+    options = ktv.kt_options(space=space, shape=ktv.SHAPES[0], kernel_path=FAMILIES["gemm_mma"].source,
                              flags=flags, iterations=7, inputs=ktv.KtInputs(arguments=[], answer=[]), rtol=0.02)
     for config in (small, large, split):
         source = tmp_path / f"{config.id}.cu"
@@ -239,10 +239,7 @@ def test_plan_and_our_commands(tmp_path):
 @pytest.mark.slow
 def test_our_grid_and_compile_steps_build_exactly_the_configs_kt_gets(tmp_path):
     """The real CLI steps (grid, compile --no-cache) into a scratch root: the same configs KT is given, all ok."""
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
-    (tmp_path / "kernels").mkdir()
-    shutil.copy(REPO / "kernels" / "gemm_mma.cu", tmp_path / "kernels" / "gemm_mma.cu")
-    shutil.copytree(REPO / "kernels" / "common", tmp_path / "kernels" / "common")  # its local headers
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")  # the kernel is the family folder's
     plan = ktv.make_plan(quick=True, subset=False, filters=[], shapes=[], kt_iterations=7,
                          params_path=tmp_path / "params.yaml")
     root = tmp_path / "results"

@@ -15,6 +15,7 @@ import yaml
 from tunetable import smk_helpers as tt
 from tunetable.bench.plan import recording_path
 from tunetable.errors import TuneTableError
+from tunetable.kernels.families import FAMILIES
 from tunetable.params import dispatch_specs, load_params, table_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,8 +28,8 @@ REPLAY = {"backend": "replay"}
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """params.yaml, both kernels and gemm_mma's recording only (gemm_wgmma's has not landed here)."""
-    for name in ("params.yaml", "kernels/gemm_mma.cu", "kernels/gemm_wgmma.cu", MMA_RECORDING,
+    """params.yaml and gemm_mma's recording only (gemm_wgmma's has not landed here); the kernels are the families'."""
+    for name in ("params.yaml", MMA_RECORDING,
                  MMA_RECORDING.replace(".parquet", ".json")):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, tmp_path / name)
@@ -74,7 +75,7 @@ def test_replay_leaves_out_a_table_whose_recording_is_absent(project: Path) -> N
     # Codegen still renders every declared list: the left-out manifests are plain inputs.
     inputs = tt.codegen_inputs(plan, params_of(project, **REPLAY))
     assert "manifests/gemm_wgmma.yaml" in inputs and "manifests/gemm_dispatch.yaml" in inputs
-    assert "kernels/snippets/gemm_wgmma.snippet" in inputs and "kernels/snippets/gemm_dispatch.snippet" in inputs
+    assert str(FAMILIES["gemm_wgmma"].snippet) in inputs and "kernels/snippets/gemm_dispatch.snippet" in inputs
     with pytest.raises(TuneTableError, match="table 'gemm_wgmma' is not part of this run: its recording"):
         plan.table("gemm_wgmma")
 

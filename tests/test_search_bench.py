@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from bench_support import gemm_mma_only_params
+from tunetable.kernels.families import FAMILIES
 from tunetable.bench.plan import shard_key
 from tunetable.grid import DeviceLimits, expand
 from tunetable.keys import kernel_source_hash
@@ -28,8 +29,8 @@ def recording_matches_the_kernel() -> None:
     if not RECORDING.is_file():
         pytest.skip(f"{RECORDING} not committed yet")
     sidecar = json.loads(RECORDING.with_suffix(".json").read_text())
-    if kernel_source_hash(REPO / "kernels" / "gemm_mma.cu") not in sidecar["kernel_hashes"]:
-        pytest.skip("kernels/gemm_mma.cu changed since the recording: re-record on the H200")
+    if kernel_source_hash(FAMILIES["gemm_mma"].source) not in sidecar["kernel_hashes"]:
+        pytest.skip("kernels/families/gemm_mma/gemm_mma.cu changed since the recording: re-record on the H200")
 
 
 def tunetable(*args: str) -> subprocess.CompletedProcess[str]:

@@ -182,7 +182,7 @@ def test_select_cli_byte_stable_and_codegen_round_trip(tmp_path):
     assert content.decode().endswith(EXPECTED_BODY)
 
     codegen = pytest.importorskip("tunetable.codegen")
-    snippet = (REPO / "kernels" / "snippets" / "gemm_mma.snippet").read_text()
+    snippet = (REPO / "kernels" / "families" / "gemm_mma" / "gemm_mma.snippet").read_text()
     region = codegen.render_region(codegen.load_manifest(out), snippet, source_label="manifests/gemm_mma.yaml")
     first_entry = region.split("# index: [1]")[0]
     for line in ("m=1,", "m_end=256,", "n=4096,", "k=4096,", 'kernel="gemm_mma",', 'config_id="cc",', "block_m=16,",

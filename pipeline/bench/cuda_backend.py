@@ -184,7 +184,7 @@ class CudaBackend:
                 a, b, c = self.pointers[index]
                 self.cublas.gemm_bf16(a=a, b=b, c=c, m=m, n=n, k=k)
             return run_cublas
-        # A family kernels/families.py does not know (a test kernel) takes the pointer ABI of gemm_mma:
+        # A family with no folder under kernels/families/ (a test kernel) takes the pointer ABI of gemm_mma:
         # (A, B, C, workspace, M, N, K).
         family = FAMILIES.get(payload.get("family") or "") or FAMILIES["gemm_mma"]
         defines = dict(payload.get("defines") or {})

@@ -160,7 +160,7 @@ def launch_payload(*, task: ConfigTask, m: int, n: int, k: int, families: Mappin
 
 
 def default_families() -> Mapping[str, Any]:
-    """The project's kernel families (kernels/families.py), imported lazily."""
+    """The project's kernel families (kernels/families/<name>/family.py), imported lazily."""
     from tunetable.kernels.families import FAMILIES
 
     return FAMILIES

@@ -17,7 +17,7 @@ Examples:
   tunetable codegen --all                 regenerate every table declared in params.yaml
   tunetable codegen --all --check         exit 1 with a diff if any checked-in table is stale
   tunetable codegen --manifest manifests/gemm_mma.yaml \\
-      --snippet kernels/snippets/gemm_mma.snippet --target kernels/tuning_configs.py \\
+      --snippet kernels/families/gemm_mma/gemm_mma.snippet --target kernels/tuning_configs.py \\
       --begin-marker BEGIN-TUNING-LIST-GEMM_MMA --end-marker END-TUNING-LIST-GEMM_MMA \\
       --source-label manifests/gemm_mma.yaml
 """

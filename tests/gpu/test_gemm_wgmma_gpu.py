@@ -62,7 +62,7 @@ def test_every_default_config_is_verified_by_the_harness_on_odd_shapes(tasks, tm
     from tunetable.kernels.families import FAMILIES
 
     all_tasks = (*tasks, baseline_task())
-    kernel_hash = kernel_source_hash(REPO / "kernels" / "gemm_wgmma.cu")
+    kernel_hash = kernel_source_hash(FAMILIES["gemm_wgmma"].source)
     jobs = [ShardJob(table=TABLE, m=m, n=n, k=k, tasks=all_tasks,
                      payloads=shard_payloads(tasks=all_tasks, m=m, n=n, k=k, families=FAMILIES),
                      journal_path=tmp_path / f"M{m}_N{n}_K{k}.journal.jsonl",

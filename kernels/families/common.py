@@ -1,0 +1,174 @@
+"""What every kernel family shares: launch records, GEMM shape checks, rules, device limits, table entries.
+
+Pure Python (no pycuda, no build module): the grid, the pruner, the perf model, the runtime and the
+tests all read a family through these types. A family lives in ``kernels/families/<name>/``
+(docs/families.md): its ``.cu``, its snippet and one ``family.py`` whose ``FAMILY`` is a
+``KernelFamily``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+Dim3 = tuple[int, int, int]
+
+INT32_MAX = 2**31 - 1
+FAMILIES_DIR = Path(__file__).resolve().parent
+
+# The H200 (compute capability 9.0): what the grid prunes against before any GPU time and what the
+# persistent grids and the perf model size themselves to. The kernels' static_asserts hold the same
+# shared-memory literal (changing their bytes changes their hash: the recordings would not replay).
+H200_SM_COUNT = 132
+MAX_SHARED_BYTES_PER_BLOCK = 232448        # 227 KiB: the per-block opt-in limit of dynamic shared memory
+MAX_REGISTERS_PER_BLOCK = 65536
+MAX_THREADS_PER_BLOCK = 1024
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to launch one configuration on one shape: one kernel (split-K reduces inside it)."""
+
+    grid: Dim3
+    block: Dim3
+    smem_bytes: int
+    workspace_bytes: int
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A validity rule: an expression over the tunables and derived values (tunetable.expr syntax).
+
+    The grid and the pruner evaluate ``text``; a configuration that breaks it is pruned with
+    ``rules[i] '<text>' is false``. ``why`` says what in the kernel the rule mirrors.
+    """
+
+    text: str
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableEntry:
+    """The shape part of a generated table entry: the M range [m, m_end) of one (N, K), and the config."""
+
+    m: int
+    m_end: int
+    n: int
+    k: int
+    kernel: str
+    config_id: str
+
+    def matches(self, *, m: int, n: int, k: int) -> bool:
+        """True when this entry covers the problem shape (N and K equal, M in [m, m_end))."""
+        return self.n == n and self.k == k and self.m <= m < self.m_end
+
+
+ENTRY_FIELDS = tuple(item.name for item in dataclasses.fields(TableEntry))
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``a / b`` rounded up."""
+    return -(-a // b)
+
+
+def check_gemm_shape(family: str, M: int, N: int, K: int, *, why: str) -> None:
+    """Raise ValueError unless M >= 1, N and K are positive multiples of 8 and all fit int32."""
+    for label, value in (("M", M), ("N", N), ("K", K)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{family}: {label} must be an integer, got {value!r}")
+    if M < 1:
+        raise ValueError(f"{family}: M must be >= 1, got M={M}")
+    if N < 8 or K < 8 or N % 8 or K % 8:
+        raise ValueError(f"{family}: N and K must be multiples of 8 ({why}), got N={N}, K={K}")
+    for label, value in (("M*K", M * K), ("N*K", N * K), ("M*N", M * N)):
+        if value > INT32_MAX:
+            raise ValueError(f"{family}: {label}={value} exceeds the int32 range of the kernel's arguments")
+
+
+def int_define(defines: Mapping[str, object], name: str) -> int:
+    """One integer tunable from a defines mapping (KeyError/ValueError name it)."""
+    if name not in defines:
+        raise KeyError(f"missing define {name}")
+    value = defines[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"define {name} must be an integer, got {value!r}")
+    return value
+
+
+def cluster_blocks(defines: Mapping[str, object]) -> int:
+    """Blocks per thread-block cluster: CLUSTER_M x CLUSTER_N (1 for families without clusters)."""
+    return int(defines.get("CLUSTER_M", 1)) * int(defines.get("CLUSTER_N", 1))
+
+
+class KernelFamily:
+    """One kernel family: its files, typed tunables, derived values, rules, geometry and heuristics.
+
+    Subclasses set the class attributes and define ``tunables`` (a frozen dataclass whose fields are
+    the lower-case tunables in grid order, with the derived values as properties), ``entry_type``
+    (the generated table's entry class: ``TableEntry`` fields, then the tunables), ``rules``,
+    ``threads``/``smem_bytes`` (through the tunables), ``kernel_arguments`` and ``launch``.
+    """
+
+    name: ClassVar[str]
+    entry: ClassVar[str]                   # extern "C" name of the one kernel a GEMM launches
+    folder: ClassVar[Path]
+    arg_format: ClassVar[str]              # kernel arguments: P pointer, i int32, <n>s n-byte struct by value
+    zeroed_workspace: ClassVar[bool]       # the workspace must be zeroed once after allocation
+    tunables: ClassVar[type]
+    entry_type: ClassVar[type]
+    derived_names: ClassVar[tuple[str, ...]] = ("THREADS", "SMEM_BYTES")
+    rules: ClassVar[tuple[Rule, ...]]
+    perf_model: ClassVar[str]              # which model of tunetable.search.perfmodel ranks it
+    default_tunables: ClassVar[Any]        # the untuned default: valid on every shape
+    skinny_tunables: ClassVar[Any]         # the untuned choice for memory-bound small M
+    skinny_max_m: ClassVar[int] = 32
+
+    @property
+    def source(self) -> Path:
+        """The kernel's CUDA C source."""
+        return self.folder / f"{self.name}.cu"
+
+    @property
+    def snippet(self) -> Path:
+        """The codegen snippet that renders one entry of the family's table."""
+        return self.folder / f"{self.name}.snippet"
+
+    def tunable_fields(self) -> tuple[str, ...]:
+        """The tunables' field names (lower case), in grid order."""
+        return tuple(item.name for item in dataclasses.fields(self.tunables))
+
+    def tunable_names(self) -> tuple[str, ...]:
+        """The tunables as the kernel's -D names (UPPER_CASE), in grid order."""
+        return tuple(name.upper() for name in self.tunable_fields())
+
+    def tunables_of(self, defines: Mapping[str, object]) -> Any:
+        """The typed tunables of a defines mapping (KeyError/ValueError name a missing or bad one)."""
+        return self.tunables(**{name.lower(): int_define(defines, name) for name in self.tunable_names()})
+
+    def defines_of(self, tunables: Any) -> dict[str, int]:
+        """Every -D define of typed tunables: the tunables (grid order), then the derived values."""
+        values = {name.upper(): getattr(tunables, name) for name in self.tunable_fields()}
+        return {**values, **self.derived(values)}
+
+    def derived(self, defines: Mapping[str, object]) -> dict[str, int]:
+        """The derived values (THREADS, SMEM_BYTES) of a configuration, in ``derived_names`` order."""
+        tunables = self.tunables_of(defines)
+        return {name: getattr(tunables, name.lower()) for name in self.derived_names}
+
+    def threads(self, defines: Mapping[str, object]) -> int:
+        """Threads per block."""
+        return self.tunables_of(defines).threads
+
+    def smem_bytes(self, defines: Mapping[str, object]) -> int:
+        """Dynamic shared memory per block (the kernel's own formula, which it static_asserts)."""
+        return self.tunables_of(defines).smem_bytes
+
+    def heuristic(self, *, m: int) -> Any:
+        """Untuned tile choice by M alone: narrow tiles for memory-bound small M, else the default."""
+        return self.skinny_tunables if m <= self.skinny_max_m else self.default_tunables
+
+    def __repr__(self) -> str:
+        return f"<kernel family {self.name} ({self.folder})>"
