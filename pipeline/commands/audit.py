@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
+
+from tunetable.console_table import ConsoleTable, print_table
 
 EPILOG = """\b
 Examples:
@@ -48,16 +49,19 @@ def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: 
     result = audit(root=root.resolve(), rev_a=rev_a, rev_b=rev_b, tables=tables, all_shapes=all_shapes)
     console = Console()
     console.print(f"[bold]tunetable audit[/bold]: {result.rev_a} -> {result.rev_b}")
-    params = Table(title="params.yaml changes", title_justify="left")
+    params = ConsoleTable(title="params.yaml changes")
     for column in ("key", result.rev_a, result.rev_b):
-        params.add_column(column, overflow="fold")
+        params.add_column(column)
     for change in result.params:
         params.add_row(change.key, _value(change.before), _value(change.after))
-    console.print(params if result.params else "params.yaml: no changes")
+    if result.params:
+        print_table(console, params)
+    else:
+        console.print("params.yaml: no changes")
     for item in result.tables:
         console.print(f"\n[bold]{item.table}[/bold]: raw results {item.key_before or '?'} -> {item.key_after or '?'}")
         if item.entries:
-            entries = Table(title=f"{item.table}: manifest entries changed", title_justify="left")
+            entries = ConsoleTable(title=f"{item.table}: manifest entries changed")
             for column in ("change", "index", "entry"):
                 entries.add_column(column)
             for change in item.entries:
@@ -65,11 +69,10 @@ def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: 
                 style = "red" if change.change == "removed" else "green"
                 entries.add_row(f"{'-' if change.change == 'removed' else '+'} {change.change}",
                                 f"{change.index} ({side})", _entry_text(change.values), style=style)
-            console.print(entries)
+            print_table(console, entries)
         else:
             console.print(f"{item.table}: manifest entries unchanged")
-        shapes = Table(title=f"{item.table}: {len(item.shapes)} of {item.shapes_total} shapes changed",
-                       title_justify="left")
+        shapes = ConsoleTable(title=f"{item.table}: {len(item.shapes)} of {item.shapes_total} shapes changed")
         for column in ("M", "N", "K", f"config {result.rev_a}", f"config {result.rev_b}",
                        f"µs {result.rev_a}", f"µs {result.rev_b}", "after/before"):
             shapes.add_column(column, justify="right" if column in ("M", "N", "K") or "µs" in column else "left")
@@ -77,4 +80,4 @@ def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: 
             ratio = "-" if shape.ratio is None else f"{shape.ratio:.3f}"
             shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.config_before or "-",
                            shape.config_after or "-", _us(shape.ms_before), _us(shape.ms_after), ratio)
-        console.print(shapes)
+        print_table(console, shapes)

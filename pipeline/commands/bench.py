@@ -9,7 +9,6 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from tunetable import paths
 from tunetable.bench.plan import (
@@ -21,13 +20,14 @@ from tunetable.bench.plan import (
     shard_key,
     visible_gpu_ids,
 )
+from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.params import load_params, table_spec
 
 
-def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> Table:
+def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> ConsoleTable:
     """A rich table per shard: ok/failed counts, the best configuration and its TFLOP/s against cuBLAS."""
-    table = Table(title="bench summary (median of rounds)")
+    table = ConsoleTable(title="bench summary (median of rounds)")
     for column in ("M", "N", "K", "ok", "failed", "best config", "best TFLOP/s", "cuBLAS TFLOP/s", "best/cuBLAS"):
         table.add_column(column, justify="right")
     shard_rows = sorted(rows_by_shard.values(), key=lambda rows: (rows[0]["N"], rows[0]["K"], rows[0]["M"]))
@@ -122,13 +122,13 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
                                       provenance=choice.provenance, results_root=results_root,
                                       allow_missing=allow_missing, settings=search)
         console.print(f"replayed {len(written)} shards into {paths.raw_dir(table.name, key, root=results_root)}")
-        console.print(_summary(written))
+        print_table(console, _summary(written))
         return
     if choice.backend == "replay":
         written = replay_table(params=params, table=table, shapes=shapes, key=key, recording_path=recording,
                                provenance=choice.provenance, results_root=results_root, allow_missing=allow_missing)
         console.print(f"replayed {len(written)} shards into {paths.raw_dir(table.name, key, root=results_root)}")
-        console.print(_summary(written))
+        print_table(console, _summary(written))
         return
     from tunetable.bench.runner import run_shards
 
@@ -158,5 +158,5 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
     with progress.progress:
         rows_by_shard = run_shards(jobs=todo, settings=settings, runner="cuda", gpus=gpu_ids, on_event=progress,
                                    search=table_search)
-    console.print(_summary(rows_by_shard))
+    print_table(console, _summary(rows_by_shard))
     console.print(f"shards in {paths.raw_dir(table.name, key, root=results_root)}")

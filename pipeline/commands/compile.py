@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from tunetable import paths
 from tunetable.atomic import atomic_write_text
@@ -24,6 +23,7 @@ from tunetable.compile import (
     resolve_workers,
 )
 from tunetable.config import KernelConfig
+from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.grid import DeviceLimits, load_table_grid
 from tunetable.keys import kernel_source_hash, nvcc_version
@@ -41,14 +41,14 @@ def _text(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def summary_table(records: list[CompileRecord], *, title: str) -> Table:
+def summary_table(records: list[CompileRecord], *, title: str) -> ConsoleTable:
     """Per-configuration status, resources and compile time."""
-    table = Table(title=title)
-    table.add_column("config id", no_wrap=True)
+    table = ConsoleTable(title=title)
+    table.add_column("config id")
     table.add_column("status")
     for column in ("regs", "smem B", "spill B", "stack B", "sec"):
         table.add_column(column, justify="right")
-    table.add_column("note", overflow="fold")
+    table.add_column("note")
     for record in records:
         note = record.reason or (record.error.splitlines()[0] if record.error else "")
         if record.cached and not note:
@@ -124,7 +124,7 @@ def command(
     target = Path(out) if out else paths.compile_report(table_name)
     atomic_write_text(target, json.dumps(document, indent=1) + "\n")
     counts = Counter(record.status for record in records)
-    console.print(summary_table(records, title=f"compile {table_name} ({pool_size} workers)"))
+    print_table(console, summary_table(records, title=f"compile {table_name} ({pool_size} workers)"))
     console.print(
         f"wrote {target}: " + ", ".join(f"{counts[status]} {status}" for status in ("ok", "build", "pruned"))
     )

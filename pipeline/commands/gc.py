@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
+
+from tunetable.console_table import ConsoleTable, print_table
 
 EPILOG = """\b
 Examples:
@@ -43,17 +44,16 @@ def command(dry_run: bool, yes: bool, root: Path) -> None:
     root = root.resolve()
     plan = plan_gc(root=root, params=load_params(root / "params.yaml"))
     console = Console()
-    table = Table(title=f"results/raw and results/parked: {len(plan.decisions)} folders, refs read: "
-                        f"{', '.join(plan.refs) or '-'}",
-                  title_justify="left")
+    table = ConsoleTable(title=f"results/raw and results/parked: {len(plan.decisions)} folders, refs read: "
+                               f"{', '.join(plan.refs) or '-'}")
     for column, justify in (("table", "left"), ("key", "left"), ("action", "left"), ("reason", "left"),
                             ("size", "right")):
-        table.add_column(column, justify=justify, overflow="fold")
+        table.add_column(column, justify=justify)
     for decision in plan.decisions:
         table.add_row(decision.folder.table, decision.folder.key or "(all)", "keep" if decision.keep else "delete",
                       "; ".join(decision.reasons), _size(decision.folder.size_bytes),
                       style=None if decision.keep else "red")
-    console.print(table)
+    print_table(console, table)
     for note in plan.notes:
         console.print(f"[yellow]note[/yellow]: {note}")
     doomed = plan.to_delete

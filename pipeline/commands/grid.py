@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from tunetable import paths
 from tunetable.atomic import atomic_write_text
+from tunetable.console_table import ConsoleTable, print_table
 from tunetable.grid import GridResult, TableGrid, grid_document, load_table_grid
 from tunetable.keys import kernel_source_hash
 
@@ -21,9 +21,9 @@ Examples:
 """
 
 
-def counts_table(result: GridResult) -> Table:
+def counts_table(result: GridResult) -> ConsoleTable:
     """Counts at each step of the expansion."""
-    table = Table(title=f"grid {result.table}")
+    table = ConsoleTable(title=f"grid {result.table}")
     table.add_column("step")
     table.add_column("configurations", justify="right")
     counts = result.counts
@@ -37,27 +37,27 @@ def counts_table(result: GridResult) -> Table:
     return table
 
 
-def pruned_table(result: GridResult) -> Table:
+def pruned_table(result: GridResult) -> ConsoleTable:
     """Every pruned configuration with its reason."""
-    table = Table(title=f"pruned ({len(result.pruned)})")
-    table.add_column("config id", no_wrap=True)
+    table = ConsoleTable(title=f"pruned ({len(result.pruned)})")
+    table.add_column("config id")
     table.add_column("stage")
-    table.add_column("configuration", overflow="fold")
-    table.add_column("reason", overflow="fold")
+    table.add_column("configuration")
+    table.add_column("reason")
     for item in result.pruned:
         table.add_row(item.config.id, item.stage, item.config.label(), item.reason)
     return table
 
 
-def dry_run_table(grid: TableGrid) -> Table:
+def dry_run_table(grid: TableGrid) -> ConsoleTable:
     """What would be compiled (every kept config) and benchmarked (configs x shapes)."""
     shapes = grid.spec.shapes()
     kept = grid.result.kept
-    table = Table(title=f"dry run: would compile {len(kept)} and benchmark each on {len(shapes)} shapes")
-    table.add_column("config id", no_wrap=True)
+    table = ConsoleTable(title=f"dry run: would compile {len(kept)} and benchmark each on {len(shapes)} shapes")
+    table.add_column("config id")
     table.add_column("group")
-    table.add_column("configuration", overflow="fold")
-    table.add_column("derived", overflow="fold")
+    table.add_column("configuration")
+    table.add_column("derived")
     for config in kept:
         derived = " ".join(f"{name}={value}" for name, value in config.derived)
         table.add_row(config.id, grid.result.group_of.get(config.id, ""), config.label(), derived)
@@ -83,11 +83,11 @@ def command(
     grid = load_table_grid(
         params_path=params_path, table=table_name, param_options=param_options, filter_options=filter_options
     )
-    console.print(counts_table(grid.result))
+    print_table(console, counts_table(grid.result))
     if grid.result.pruned:
-        console.print(pruned_table(grid.result))
+        print_table(console, pruned_table(grid.result))
     if dry_run:
-        console.print(dry_run_table(grid))
+        print_table(console, dry_run_table(grid))
         kept, shapes = len(grid.result.kept), len(grid.spec.shapes())
         console.print(
             f"dry run: {kept} configurations to compile, {kept} x {shapes} shapes = {kept * shapes} benchmark runs",

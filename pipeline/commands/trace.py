@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
+
+from tunetable.console_table import ConsoleTable, print_table
 
 EPILOG = """\b
 Examples:
@@ -39,37 +40,38 @@ def _print_trace(console: Console, result) -> None:
     entry = result.entry
     console.print(f"\n[bold]manifest[/bold] {result.manifest} params[{entry.index}]: "
                   f"M [{entry.m}, {entry.m_end}) N={entry.n} K={entry.k} config {entry.config_id}")
-    values = Table(show_header=False, box=None)
+    values = ConsoleTable(show_header=False, boxed=False)
+    values.add_column("key")
+    values.add_column("value")
     for key, value in entry.values.items():
         values.add_row(str(key), _cell(value))
-    console.print(values)
+    print_table(console, values)
     if result.provenance:
         console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
     console.print(f"\n[bold]ranked[/bold] {result.ranked_path}")
     if not result.ranked:
         console.print("  (no ranked table in the working tree: run `snakemake rank_all`)")
     for at_m in result.ranked:
-        rows = Table(title=f"M={at_m.m} N={entry.n} K={entry.k}: entry's config ranks {at_m.picked_rank or '-'}",
-                     title_justify="left")
+        rows = ConsoleTable(title=f"M={at_m.m} N={entry.n} K={entry.k}: entry's config ranks {at_m.picked_rank or '-'}")
         columns = list(at_m.rows[0]) if at_m.rows else ["config_id"]
         for column in columns:
             rows.add_column(column, justify="left" if column == "config_id" else "right")
         for row in at_m.rows:
             style = "bold" if row.get("config_id") == entry.config_id else None
             rows.add_row(*(_cell(row.get(c)) for c in columns), style=style)
-        console.print(rows)
+        print_table(console, rows)
     folder = Path(result.shards[0].path).parent if result.shards else None
     console.print(f"\n[bold]raw shards[/bold] content key {result.content_key or '(unknown)'}"
                   + (f" in {folder}/" if folder else ""))
-    shards = Table()
-    shards.add_column("file", no_wrap=True)
+    shards = ConsoleTable()
+    shards.add_column("file")
     for column in SHARD_COLUMNS:
         shards.add_column(column)
     for view in result.shards:
         cells = [_cell(view.row.get(c)) for c in SHARD_COLUMNS] if view.found else ["(missing: dvc pull)"] + [""] * (
             len(SHARD_COLUMNS) - 1)
         shards.add_row(Path(view.path).name, *cells)
-    console.print(shards)
+    print_table(console, shards)
 
 
 def _candidate_cells(decision, candidate) -> list[str]:
@@ -123,8 +125,7 @@ def _print_dispatch(console: Console, result) -> None:
     console.print("\n[bold]measurements[/bold]")
     for source in result.sources:
         console.print(f"  {_source_line(result, source)}", markup=False)
-    decisions = Table(title=f"candidates at the measured Ms of [{entry.m}, {entry.m_end}) (* chosen)",
-                      title_justify="left")
+    decisions = ConsoleTable(title=f"candidates at the measured Ms of [{entry.m}, {entry.m_end}) (* chosen)")
     for column in CANDIDATE_COLUMNS:
         decisions.add_column(column, justify="left" if column in ("table", "config_id") else "right")
     for decision in result.decisions:
@@ -134,7 +135,7 @@ def _print_dispatch(console: Console, result) -> None:
             cells[1] = f"{candidate.table} *" if chosen else candidate.table
             decisions.add_row(*cells, style="bold" if chosen else None)
     if result.decisions:
-        console.print(decisions)
+        print_table(console, decisions)
     else:
         console.print("  (no shape of params.yaml falls in this range)")
     for note in _dispatch_notes(result):
