@@ -3,6 +3,12 @@
 For every declared shape the table's lookup (first entry with this N and K whose [M, M_END)
 holds M) names a configuration; its measured median at that shape (from the ranked table) is
 the table's time there. The metrics JSON feeds ``dvc metrics diff``; the CSV feeds ``dvc plots``.
+
+A dispatch list gets the same metrics: per shape its entry names a table and a configuration, and
+that table's ranked rows give the time and the cuBLAS median of the same shard (the list's basis).
+
+"speedup" means one thing in every output: cuBLAS time / the table's time (> 1 beats cuBLAS);
+"slowdown_vs_best" is the table's time / the fastest measured at the shape (>= 1).
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from tunetable.errors import TuneTableError
 
 PLOT_COLUMNS = (
     "shape", "M", "N", "K", "config_id", "tuned_ms", "cublas_ms", "best_ms",
-    "tuned_tflops", "cublas_tflops", "ratio_to_cublas", "ratio_to_best",
+    "tuned_tflops", "cublas_tflops", "speedup_vs_cublas", "slowdown_vs_best",
 )
+# A dispatch list's plot CSV also names the table serving each shape.
+DISPATCH_PLOT_COLUMNS = (*PLOT_COLUMNS[:4], "table", *PLOT_COLUMNS[4:])
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,7 @@ class ShapeResult:
     tuned_ms: float | None
     cublas_ms: float | None
     best_ms: float | None
+    table: str | None = None       # a dispatch list's shape: the table serving it
 
     @property
     def shape(self) -> str:
@@ -146,6 +155,28 @@ def shape_results(
     return results
 
 
+def dispatch_shape_results(
+    *, entries: Sequence[ManifestEntry], ranked: Mapping[str, Any], shapes: Iterable[tuple[int, int, int]]
+) -> list[ShapeResult]:
+    """A dispatch list at every shape: the table its entry names, and that table's measured time there.
+
+    ``ranked``: table name -> its ranked ok rows (polars). Times, cuBLAS and best come from the named
+    table's own rows at the shape (the same shard), as the list was selected.
+    """
+    results = []
+    for m, n, k in shapes:
+        entry = lookup(entries, m=m, n=n, k=k)
+        table = str(entry.values.get("TABLE", "")) if entry is not None else None
+        if entry is None or table not in ranked:
+            results.append(ShapeResult(m=m, n=n, k=k, entry_index=entry.index if entry else None,
+                                       config_id=entry.config_id if entry else None, tuned_ms=None, cublas_ms=None,
+                                       best_ms=None, table=table))
+            continue
+        (measured,) = shape_results(entries=[entry], ranked=ranked[table], shapes=[(m, n, k)])
+        results.append(ShapeResult(**{**measured.__dict__, "table": table}))
+    return results
+
+
 def shards_key(*, shards: Sequence[Path], table: str) -> str:
     """The content key of the raw shards behind a table (their folder: results/raw/<table>/<key>/).
 
@@ -189,17 +220,31 @@ def table_metrics(
         "shapes_covered": len(covered),
         "geomean_tflops": _round(geomean(r.tflops(r.tuned_ms) for r in covered)),
         "geomean_cublas_tflops": _round(geomean(r.tflops(r.cublas_ms) for r in with_cublas)),
-        # TFLOP/s of the table over cuBLAS's (> 1: the table is faster).
-        "geomean_ratio_to_cublas": _round(geomean(r.cublas_ms / r.tuned_ms for r in with_cublas)),
+        # cuBLAS time / the table's time (> 1: the table is faster), as "speedup" means in every output.
+        "geomean_speedup_vs_cublas": _round(geomean(r.cublas_ms / r.tuned_ms for r in with_cublas)),
         "shapes_faster_than_cublas": sum(1 for r in with_cublas if r.tuned_ms < r.cublas_ms),
-        # The table's time over the best measured at each shape (range merging costs a little).
-        "geomean_ratio_to_best": _round(geomean(r.tuned_ms / r.best_ms for r in covered if r.best_ms)),
+        # The table's time over the best measured at each shape (>= 1; range merging costs a little).
+        "geomean_slowdown_vs_best": _round(geomean(r.tuned_ms / r.best_ms for r in covered if r.best_ms)),
         "failures": int(sum(failures.values())),
         "failures_by_status": dict(sorted(failures.items())),
         "content_key": content_key,
         "results_key": str(provenance.get("results_key", "unknown")),
         "device": str(provenance.get("device", "unknown")),
     }
+
+
+def dispatch_metrics(
+    *, name: str, results: Sequence[ShapeResult], entries: int, content_keys: Mapping[str, str],
+    provenance: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The metrics mapping of a dispatch list: a table's, plus the shapes each table serves and their keys."""
+    summary = table_metrics(table=name, results=results, entries=entries, failures={}, content_key="",
+                            provenance=provenance)
+    for per_table in ("failures", "failures_by_status", "content_key", "results_key"):
+        summary.pop(per_table)
+    summary["shapes_by_table"] = {table: sum(1 for r in results if r.table == table) for table in content_keys}
+    summary["content_keys"] = dict(content_keys)
+    return summary
 
 
 def failure_counts(failures: Any) -> dict[str, int]:
@@ -211,29 +256,31 @@ def failure_counts(failures: Any) -> dict[str, int]:
 
 
 def plot_rows(results: Sequence[ShapeResult]) -> list[dict[str, Any]]:
-    """One plot row per shape (CSV for ``dvc plots``)."""
+    """One plot row per shape (CSV for ``dvc plots``); a dispatch list's rows name their table."""
     rows = []
     for r in results:
-        ratio_cublas = r.cublas_ms / r.tuned_ms if r.tuned_ms and r.cublas_ms else None
-        ratio_best = r.tuned_ms / r.best_ms if r.tuned_ms and r.best_ms else None
+        speedup = r.cublas_ms / r.tuned_ms if r.tuned_ms and r.cublas_ms else None
+        slowdown = r.tuned_ms / r.best_ms if r.tuned_ms and r.best_ms else None
         rows.append({
             "shape": r.shape, "M": r.m, "N": r.n, "K": r.k, "config_id": r.config_id or "",
             "tuned_ms": _round(r.tuned_ms), "cublas_ms": _round(r.cublas_ms), "best_ms": _round(r.best_ms),
             "tuned_tflops": _round(r.tflops(r.tuned_ms)), "cublas_tflops": _round(r.tflops(r.cublas_ms)),
-            "ratio_to_cublas": _round(ratio_cublas), "ratio_to_best": _round(ratio_best),
+            "speedup_vs_cublas": _round(speedup), "slowdown_vs_best": _round(slowdown),
         })
+        if r.table is not None:
+            rows[-1]["table"] = r.table
     return rows
 
 
-def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+def csv_text(rows: Sequence[Mapping[str, Any]], *, columns: Sequence[str] = PLOT_COLUMNS) -> str:
     """CSV with a fixed column order; empty cells for missing values."""
     import csv
 
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=PLOT_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if row[k] is None else row[k]) for k in PLOT_COLUMNS})
+        writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
     return buffer.getvalue()
 
 

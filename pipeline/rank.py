@@ -1,7 +1,9 @@
 """Rank a table's measured configurations per shape (polars): the input of select and of humans.
 
 Only ``ok`` kernel rows are ranked, by median time with the config id breaking ties, so the
-order is deterministic. Baseline (cuBLAS) rows give ``ratio_to_cublas``; every other status is
+order is deterministic. Baseline (cuBLAS) rows give ``speedup_vs_cublas`` (cuBLAS median / the
+configuration's median: higher is better, the one meaning of "speedup" in every output) and
+``slowdown_vs_best`` is the time ratio to the shape's fastest (>= 1, lower is better); every other status is
 a failure record listed separately with its failure class. Rows of searched shards keep their
 ``SEARCH_FIELDS`` (search label, strategy, seed, step, budgets) in the ranked parquet and CSV;
 shards measured exhaustively have none, and neither has their ranked table.
@@ -21,7 +23,7 @@ from tunetable.results import BASELINE_ID, SEARCH_FIELDS
 
 SHAPE = ("M", "N", "K")
 HEAD_COLUMNS = ("rank", "M", "N", "K", "config_id")
-MEASURE_COLUMNS = ("median_ms", "iqr_ms", "tflops", "ratio_to_best", "ratio_to_cublas", "cublas_ms", "status")
+MEASURE_COLUMNS = ("median_ms", "iqr_ms", "tflops", "slowdown_vs_best", "speedup_vs_cublas", "cublas_ms", "status")
 # Where the measurement came from: carried so that select can write the manifest's provenance.
 PROVENANCE_COLUMNS = ("measured_key", "kernel_hash", "backend", "device", "driver", "git_rev", "time")
 FAILURE_COLUMNS = ("M", "N", "K", "config_id", "status", "error")
@@ -81,10 +83,10 @@ def rank_rows(*, rows: pl.DataFrame, parameters: tuple[str, ...]) -> RankedTable
         ok.sort([*SHAPE, "median_ms", "config_id"])
         .with_columns(
             (pl.int_range(pl.len()).over(SHAPE) + 1).alias("rank"),
-            (pl.col("median_ms") / pl.col("median_ms").min().over(SHAPE)).alias("ratio_to_best"),
+            (pl.col("median_ms") / pl.col("median_ms").min().over(SHAPE)).alias("slowdown_vs_best"),
         )
         .join(baselines, on=SHAPE, how="left")
-        .with_columns((pl.col("median_ms") / pl.col("cublas_ms")).alias("ratio_to_cublas"))
+        .with_columns((pl.col("cublas_ms") / pl.col("median_ms")).alias("speedup_vs_cublas"))
         .sort([*SHAPE, "rank"])
     )
     ranked = ranked.select([*HEAD_COLUMNS, *parameters, *MEASURE_COLUMNS, *PROVENANCE_COLUMNS,

@@ -27,7 +27,7 @@ from tunetable.params import CodegenSpec, DispatchSpec, TableSpec
 
 GENERATED = "# Automatically generated from ["
 INDEX = re.compile(r"#\s*index:\s*\[(\d+)\]")
-RANKED_COLUMNS = ("rank", "config_id", "median_ms", "iqr_ms", "tflops", "ratio_to_best", "ratio_to_cublas")
+RANKED_COLUMNS = ("rank", "config_id", "median_ms", "iqr_ms", "tflops", "slowdown_vs_best", "speedup_vs_cublas")
 TOP_ROWS = 3
 
 

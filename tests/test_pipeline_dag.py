@@ -61,6 +61,7 @@ def test_live_dag_compiles_once_per_table_and_benches_each_shard_on_one_gpu(copy
     assert counts["rank"] == counts["select"] == counts["metrics"] == len(tables)
     assert counts["codegen"] == 1
     assert counts["select_gemm_dispatch"] == 1  # every table it names is measured
+    assert counts["metrics_gemm_dispatch"] == 1  # and its metrics and plot, like a table's
     for name in tables:
         shard = re.search(rf"output: (results/raw/{name}/([0-9a-f]{{16}})/M\d+_N\d+_K\d+\.pkl)", done.output)
         assert shard is not None, done.output[-2000:]

@@ -104,3 +104,29 @@ def test_entry_changes_align_like_a_diff() -> None:
 def test_manifest_without_params_is_a_clear_error() -> None:
     with pytest.raises(TuneTableError, match="expected a mapping with a 'params' list"):
         metrics.manifest_from_text("defaults: {}\n", path="manifests/x.yaml")
+
+
+def test_dispatch_metrics_take_each_shape_from_the_table_its_entry_names() -> None:
+    import polars as pl
+
+    def ranked(rows: list[tuple[int, str, float, float]]) -> pl.DataFrame:
+        return pl.DataFrame([{"M": m, "N": 8, "K": 8, "config_id": c, "median_ms": ms, "cublas_ms": cublas}
+                             for m, c, ms, cublas in rows])
+
+    # Table a is faster than its own cuBLAS at M=1 (speedup 2), table b at M=64 (speedup 4/3).
+    tables = {"a": ranked([(1, "a1", 1.0, 2.0), (64, "a1", 3.0, 2.0), (64, "a2", 2.5, 2.0)]),
+              "b": ranked([(1, "b1", 4.0, 3.0), (64, "b1", 3.0, 4.0)])}
+    entries = [metrics.ManifestEntry(index=0, m=1, m_end=64, n=8, k=8, config_id="a1", values={"TABLE": "a"}),
+               metrics.ManifestEntry(index=1, m=64, m_end=2**31 - 1, n=8, k=8, config_id="b1", values={"TABLE": "b"})]
+    results = metrics.dispatch_shape_results(entries=entries, ranked=tables, shapes=[(1, 8, 8), (64, 8, 8), (2, 9, 9)])
+    assert [(r.table, r.config_id, r.tuned_ms, r.cublas_ms, r.best_ms) for r in results] == [
+        ("a", "a1", 1.0, 2.0, 1.0), ("b", "b1", 3.0, 4.0, 3.0), (None, None, None, None, None)]
+    summary = metrics.dispatch_metrics(name="d", results=results, entries=2, content_keys={"a": "ka", "b": "kb"},
+                                       provenance={"device": "NVIDIA H200"})
+    assert summary["geomean_speedup_vs_cublas"] == pytest.approx((2.0 * 4.0 / 3.0) ** 0.5, abs=1e-6)
+    assert (summary["shapes"], summary["shapes_covered"], summary["shapes_faster_than_cublas"]) == (3, 2, 2)
+    assert summary["shapes_by_table"] == {"a": 1, "b": 1} and summary["content_keys"] == {"a": "ka", "b": "kb"}
+    rows = metrics.plot_rows(results)
+    csv = metrics.csv_text(rows, columns=metrics.DISPATCH_PLOT_COLUMNS).splitlines()
+    assert csv[0].split(",")[4] == "table" and csv[1].split(",")[4] == "a"
+    assert csv[1].split(",")[-2:] == ["2.0", "1.0"]  # speedup_vs_cublas = cuBLAS / tuned, slowdown_vs_best

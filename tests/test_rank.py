@@ -26,9 +26,9 @@ def test_rank_order_ties_and_ratios(ranked_table):
     table = ranked_table.ranked
     assert table.select("M", "rank", "config_id").rows() == [(1, 1, "cb"), (1, 2, "cc"), (1, 3, "ca"),
                                                               (8, 1, "ca"), (8, 2, "cb")]
-    assert table["ratio_to_best"].to_list() == [1.0, 1.0, 2.0, 1.0, 2.0]
-    assert table["ratio_to_cublas"].to_list()[:3] == [0.25, 0.25, 0.5]
-    assert table["ratio_to_cublas"].to_list()[3:] == [None, None]  # no baseline measured at M=8
+    assert table["slowdown_vs_best"].to_list() == [1.0, 1.0, 2.0, 1.0, 2.0]
+    assert table["speedup_vs_cublas"].to_list()[:3] == [4.0, 4.0, 2.0]  # cuBLAS time / kernel time
+    assert table["speedup_vs_cublas"].to_list()[3:] == [None, None]  # no baseline measured at M=8
     assert table.columns[:5] == ["rank", "M", "N", "K", "config_id"]
     assert table.columns[5:5 + len(GRID)] == list(GRID)
 

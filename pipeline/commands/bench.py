@@ -28,7 +28,8 @@ from tunetable.params import load_params, table_spec
 def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> ConsoleTable:
     """A rich table per shard: ok/failed counts, the best configuration and its TFLOP/s against cuBLAS."""
     table = ConsoleTable(title="bench summary (median of rounds)")
-    for column in ("M", "N", "K", "ok", "failed", "best config", "best TFLOP/s", "cuBLAS TFLOP/s", "best/cuBLAS"):
+    for column in ("M", "N", "K", "ok", "failed", "best config", "best TFLOP/s", "cuBLAS TFLOP/s",
+                   "speedup_vs_cublas"):
         table.add_column(column, justify="right")
     shard_rows = sorted(rows_by_shard.values(), key=lambda rows: (rows[0]["N"], rows[0]["K"], rows[0]["M"]))
     for rows in shard_rows:

@@ -29,7 +29,7 @@ def _table_settings(*, params_path: Path | None, table: str) -> tuple[str, float
     return spec.family, float((params.get("select") or {}).get("tie_tolerance", DEFAULT_TIE_TOLERANCE))
 
 
-def _ranked_paths(values: tuple[str, ...], *, tables: tuple[str, ...]) -> dict[str, Path]:
+def dispatch_ranked_paths(values: tuple[str, ...], *, tables: tuple[str, ...]) -> dict[str, Path]:
     """``--ranked TABLE=PATH`` values for a dispatch list; tables not named read results/ranked/<table>.parquet."""
     from tunetable import paths
 
@@ -71,7 +71,7 @@ def _select_dispatch(*, name: str, ranked_values: tuple[str, ...], out: Path, ti
     params = load_params(params_path)
     spec = dispatch_spec(params, name, path=params_path)
     tolerance = spec.tie_tolerance if tie_tolerance is None else tie_tolerance
-    ranked = _ranked_paths(ranked_values, tables=spec.tables)
+    ranked = dispatch_ranked_paths(ranked_values, tables=spec.tables)
     tables = [_table_results(params=params, params_path=params_path, table=t, ranked_path=ranked[t])
               for t in spec.tables]
     return build_dispatch_manifest(name=name, tables=tables, tolerance=tolerance)

@@ -20,7 +20,8 @@ Examples:
 
 SHARD_COLUMNS = ("status", "median_ms", "sm_clock_mhz", "power_w", "device", "driver", "backend", "time", "git_rev",
                  "measured_key")
-CANDIDATE_COLUMNS = ("M", "table", "entry", "config_id", "median_ms", "cublas_ms", "speedup", "measured_key")
+CANDIDATE_COLUMNS = ("M", "table", "entry", "config_id", "median_ms", "cublas_ms", "speedup_vs_cublas",
+                     "measured_key")
 
 
 def _cell(value: object) -> str:

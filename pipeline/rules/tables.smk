@@ -97,6 +97,28 @@ for _dispatch in PLAN.dispatches:
             " --out manifests/{params.name}.yaml > {log} 2>&1"
             " && sha256sum manifests/{params.name}.yaml > {output}{params.tag}"
 
+    # The dispatch list's metrics and plot, like a table's: per shape, the table its entry names and
+    # that table's time and same-shard cuBLAS (what the runtime gets; the README's headline figure).
+    rule:
+        name:
+            f"metrics_{_dispatch.name}"
+        localrule: True
+        input:
+            stamp=str(tt.select_stamp(_dispatch.name)),
+            ranked=[tt.ranked_outputs(table)["parquet"] for table in _dispatch.tables],
+            shards=[shard for table in _dispatch.tables for shard in tt.shard_paths(PLAN, table=table)],
+        output:
+            **tt.metrics_outputs(_dispatch.name),
+        log:
+            f"results/logs/metrics/{_dispatch.name}.log",
+        params:
+            # Bound now: the shell command is formatted when the job runs, after this loop ended.
+            name=_dispatch.name,
+            ranked=tt.dispatch_ranked_options(_dispatch),
+        shell:
+            "{tt.CLI} metrics --dispatch {params.name} {params.ranked} --json {output.json} --csv {output.csv}"
+            " --png {output.png} {input.shards} > {log} 2>&1"
+
 
 # Writes every table's marker region in place, then re-checks them all; the stamp records the
 # check. The generated files are inputs too, so a hand edit inside a region re-runs codegen.
@@ -121,4 +143,4 @@ rule select_all:
     input:
         [tt.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
         [tt.select_stamp(spec.name) for spec in (*PLAN.tables, *PLAN.dispatches)],
-        [tt.metrics_outputs(spec.name)["json"] for spec in PLAN.tables],
+        [tt.metrics_outputs(spec.name)["json"] for spec in (*PLAN.tables, *PLAN.dispatches)],
