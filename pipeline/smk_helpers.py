@@ -5,8 +5,15 @@ context, no network. The backend is resolved once here, so a replayed run never 
 compile stage and a live run asks for exactly one GPU per bench job.
 
 A raw shard's path carries the content key of everything that produced it, so a shard on disk is
-final: only missing shards get a producing rule. Existing ones are plain inputs, and nothing
-upstream (a re-created compile report after a fresh clone, a forced rule) can re-measure them.
+final: only missing shards get a producing rule. Existing ones are inputs flagged ``before_update``
+(Snakemake then searches no producer for them), so nothing upstream (a re-created compile report
+after a fresh clone, a forced rule) can re-measure them.
+
+Scale (tens of thousands of shards): Snakemake checks a requested file against every output of a
+candidate rule, and formats every wildcard constraint into the output pattern. So no rule lists an
+unbounded number of outputs (replay serves at most REPLAY_CHUNK shards per job) and no constraint
+lists shard names (the live bench rule matches any shard of a current key; only missing shards are
+ever looked up, existing ones being ``before_update`` inputs). Both DAGs grow linearly in the shards.
 
 Without a GPU the tables replay their recordings (``tables.<name>.recording``). A table whose
 recording is absent (a new table not measured on a GPU yet) is left out of the run and the banner
@@ -21,9 +28,10 @@ a stamp under results/stamps/ as their output.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +57,10 @@ GPU_CLAIM = f"{shlex.quote(sys.executable)} -m tunetable.gpu_claim "
 RAWSTORE = f"{shlex.quote(sys.executable)} -m tunetable.rawstore"
 STAMPS = paths.RESULTS / "stamps"
 KEY_PATTERN = "[0-9a-f]{16}"
+SHAPE_PATTERN = "M[0-9]+_N[0-9]+_K[0-9]+"
+# Missing shards one replay job serves: a process start (~0.8 s) is then under 1 % of a job's work
+# on 2 cores, and a requested shard is matched against at most this many outputs of its rule.
+REPLAY_CHUNK = 100
 NO_RECORDING = "no-recording.parquet"  # what a live plan passes when no table names a recording (never read)
 
 
@@ -64,6 +76,9 @@ class Plan:
     skipped: Mapping[str, str] = field(default_factory=dict)        # declared tables left out -> why
     dispatches: tuple[DispatchSpec, ...] = ()                       # dispatch lists selected in this run
     skipped_dispatches: Mapping[str, str] = field(default_factory=dict)
+    shards: Mapping[str, tuple[Shard, ...]] = field(default_factory=dict)  # table -> its shards, shape order
+    absent: frozenset[str] = frozenset()     # paths of the shards not in results/raw (parked or missing)
+    parked: frozenset[str] = frozenset()     # ... of those, the ones with a parked copy (results/parked)
 
     def table(self, name: str) -> TableSpec:
         """The TableSpec of a table this run covers."""
@@ -141,8 +156,28 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
         spec.name: f"table {', '.join(t for t in spec.tables if t not in covered)} is not part of this run"
         for spec in dispatch if spec not in active
     }
+    shards = {spec.name: tuple(Shard(spec.name, keys[spec.name], m, n, k) for (m, n, k) in spec.shapes())
+              for spec in tables}
+    absent = absent_paths(shards, folder_of=lambda shard: Path(shard.path).parent)
+    parked = absent - absent_paths(shards, folder_of=lambda shard: rawstore.parked_path(shard.path).parent)
     return Plan(tables=tables, backend=first.backend, backend_line="\n".join(lines), keys=keys,
-                recordings=recordings, skipped=skipped, dispatches=active, skipped_dispatches=skipped_dispatches)
+                recordings=recordings, skipped=skipped, dispatches=active, skipped_dispatches=skipped_dispatches,
+                shards=shards, absent=absent, parked=parked)
+
+
+def absent_paths(shards: Mapping[str, Sequence[Shard]], *, folder_of: Callable[[Shard], Path]) -> frozenset[str]:
+    """The shards (by results/raw path) whose file is not in ``folder_of(shard)``, from one listing per
+    folder (not one stat per shard: tens of thousands of shards are parsed on every run)."""
+    absent: set[str] = set()
+    listings: dict[Path, set[str]] = {}
+    for table_shards in shards.values():
+        for shard in table_shards:
+            folder = folder_of(shard)
+            if folder not in listings:
+                listings[folder] = {entry.name for entry in os.scandir(folder)} if folder.is_dir() else set()
+            if f"{shard.stem}.pkl" not in listings[folder]:
+                absent.add(shard.path)
+    return frozenset(absent)
 
 
 def banner(plan: Plan) -> str:
@@ -187,8 +222,26 @@ def codegen_stamp() -> Path:
 
 def shard_paths(plan: Plan, *, table: str) -> list[str]:
     """Raw shard files of a table for the current content key, in params.yaml shape order."""
-    key = plan.keys[table]
-    return [str(paths.raw_shard(table, key, m, n, k)) for (m, n, k) in plan.table(table).shapes()]
+    plan.table(table)  # an unknown table is one clear error
+    return [shard.path for shard in plan.shards[table]]
+
+
+def shard_inputs(plan: Plan, *, table: str, existing: Callable[[str], Any]) -> list[Any]:
+    """A table's shards as rule inputs: existing ones wrapped in ``existing`` (the Snakefile passes
+    ``before_update``: no producer is searched for them), missing ones plain (their rule makes them)."""
+    return [path if path in plan.absent else existing(path) for path in shard_paths(plan, table=table)]
+
+
+def measure_inputs(plan: Plan, *, existing: Callable[[str], Any]) -> list[Any]:
+    """What ``measure_all`` asks for: every existing shard (wrapped in ``existing``) and one output of each
+    job that makes the missing ones (a replay job makes all of its shards: asking for each again would
+    cost a producer search per shard; measure_all has no output, so its input list may change)."""
+    present = [existing(shard.path) for spec in plan.tables for shard in plan.shards[spec.name]
+               if shard.path not in plan.absent]
+    made = [job.shards[0].path for job in restore_jobs(plan)]
+    if plan.backend == "replay":
+        return present + made + [job.shards[0].path for job in replay_jobs(plan)]
+    return present + made + [shard.path for shard in missing_shards(plan)]
 
 
 @dataclass(frozen=True)
@@ -206,10 +259,10 @@ class Shard:
         """``M1_N4096_K4096``."""
         return paths.shape_name(self.m, self.n, self.k)
 
-    @property
-    def path(self) -> str:
-        """Where the shard lives."""
-        return str(paths.raw_shard(self.table, self.key, self.m, self.n, self.k))
+    path: str = field(init=False, compare=False, repr=False)   # where the shard lives (set once: it is asked often)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", str(paths.raw_shard(self.table, self.key, self.m, self.n, self.k)))
 
     @property
     def shape_arg(self) -> str:
@@ -219,23 +272,27 @@ class Shard:
 
 def absent_shards(plan: Plan) -> list[Shard]:
     """Shards of the current keys that are not in results/raw (a shard there is final)."""
-    return [shard for spec in plan.tables for (m, n, k) in spec.shapes()
-            for shard in [Shard(spec.name, plan.keys[spec.name], m, n, k)] if not Path(shard.path).is_file()]
+    return [shard for spec in plan.tables for shard in plan.shards[spec.name] if shard.path in plan.absent]
 
 
 def parked_shards(plan: Plan) -> list[Shard]:
     """Absent shards with a parked copy (results/parked): restored by a rename, never re-measured."""
-    return [shard for shard in absent_shards(plan) if rawstore.parked_path(shard.path).is_file()]
+    return [shard for shard in absent_shards(plan) if shard.path in plan.parked]
 
 
 def missing_shards(plan: Plan) -> list[Shard]:
     """Shards to measure or replay: neither in results/raw nor parked."""
-    return [shard for shard in absent_shards(plan) if not rawstore.parked_path(shard.path).is_file()]
+    return [shard for shard in absent_shards(plan) if shard.path not in plan.parked]
 
 
 def stale_raw(plan: Plan) -> list[str]:
     """What results/raw holds besides this plan's key folders: parked before this run's shards are counted."""
     return [str(path) for path in rawstore.stale_entries(current=plan.keys)]
+
+
+def park_inputs(plan: Plan) -> list[str]:
+    """The park stamp, when results/raw holds other keys' shards (measure_all and all ask for it)."""
+    return [park_stamp()] if stale_raw(plan) else []
 
 
 def park_stamp() -> str:
@@ -251,6 +308,41 @@ def missing_by_table(plan: Plan) -> dict[str, list[Shard]]:
     return grouped
 
 
+@dataclass(frozen=True)
+class ReplayJob:
+    """One replay rule: up to REPLAY_CHUNK missing shards of one table, served by one process."""
+
+    name: str                  # replay_<table>, or replay_<table>_part<i> when a table needs several
+    table: str
+    shards: tuple[Shard, ...]
+    log: str
+
+
+def replay_jobs(plan: Plan, *, chunk: int = REPLAY_CHUNK) -> list[ReplayJob]:
+    """The replay rules of a run: each table's missing shards in shape order, REPLAY_CHUNK per rule."""
+    jobs = []
+    for table, shards in missing_by_table(plan).items():
+        parts = chunks(shards, size=chunk)
+        folder = STAMPS.parent / "logs" / "bench" / table / plan.keys[table]
+        for index, part in enumerate(parts, start=1):
+            suffix = f"_part{index}" if len(parts) > 1 else ""
+            jobs.append(ReplayJob(name=f"replay_{table}{suffix}", table=table, shards=part,
+                                  log=str(folder / f"replay{suffix}.log")))
+    return jobs
+
+
+def restore_jobs(plan: Plan, *, chunk: int = REPLAY_CHUNK) -> list[tuple[str, tuple[Shard, ...]]]:
+    """(rule name, shards) of the rules that rename parked shards back, REPLAY_CHUNK per rule."""
+    parts = chunks(parked_shards(plan), size=chunk)
+    return [(f"restore_parked{f'_part{index}' if len(parts) > 1 else ''}", part)
+            for index, part in enumerate(parts, start=1)]
+
+
+def chunks(shards: Sequence[Shard], *, size: int) -> list[tuple[Shard, ...]]:
+    """``shards`` in order, cut into tuples of at most ``size``."""
+    return [tuple(shards[start:start + size]) for start in range(0, len(shards), size)]
+
+
 def shape_options(shards: list[Shard]) -> str:
     """``--shape M,N,K`` for each shard, as one shell fragment."""
     return " ".join(f"--shape {shard.shape_arg}" for shard in shards)
@@ -261,31 +353,12 @@ def compile_stamp(*, table: str, key: str) -> str:
     return str(STAMPS / "compile" / table / f"{key}.ok")
 
 
-def compile_stamp_of(shard: str) -> str:
-    """The compile stamp a live shard (``<table>/<key>/<stem>``) needs."""
-    table, key, _ = shard.split("/")
-    return compile_stamp(table=table, key=key)
-
-
-def missing_shard_pattern(plan: Plan) -> str:
-    """Regex matching exactly the missing shards as ``<table>/<key>/<stem>``."""
-    import re
-
-    names = [f"{s.table}/{s.key}/{s.stem}" for s in missing_shards(plan)]
-    return "(?:" + "|".join(re.escape(name) for name in names) + ")"
-
-
 def replay_inputs(plan: Plan, *, table: str) -> list[str]:
     """A table's recording and its provenance sidecar."""
     from tunetable.bench.plan import sidecar_path
 
     recording = plan.recordings[table]
     return [str(recording), str(sidecar_path(recording))]
-
-
-def all_shards(plan: Plan) -> list[str]:
-    """Raw shard files of every table."""
-    return [p for spec in plan.tables for p in shard_paths(plan, table=spec.name)]
 
 
 def ranked_outputs(table: str) -> dict[str, str]:

@@ -196,3 +196,33 @@ def test_other_keys_are_parked_and_parked_shards_restored_not_replayed(copy: Pat
     assert "--shape 1,4096,4096 " not in replay and "--shape 8,4096,4096 " in replay
     assert f"park results/raw/{TABLE}/0123456789abcdef" in done.output
     assert f"restore results/raw/{TABLE}/{key}/M1_N4096_K4096.pkl" in done.output
+
+
+def test_live_dag_never_remeasures_a_shard_on_disk(copy: Path) -> None:
+    # A shard on disk is final: no rule may produce it, even with the compile stage forced.
+    first = snakemake("measure_all", "-n", *LIVE, cwd=copy)
+    shard = re.search(rf"output: (results/raw/{TABLE}/[0-9a-f]{{16}}/M\d+_N\d+_K\d+\.pkl)", first.output)
+    assert shard is not None, first.output[-2000:]
+    on_disk = copy / shard.group(1)
+    on_disk.parent.mkdir(parents=True)
+    on_disk.write_bytes(b"a shard measured earlier (the DAG only looks at its presence)")
+    done = snakemake("measure_all", "-n", "--forcerun", "compile", *LIVE, cwd=copy)
+    assert job_counts(done.output)["bench"] == job_counts(first.output)["bench"] - 1
+    assert f"output: {shard.group(1)}" not in done.output
+
+
+def test_replay_jobs_cover_each_missing_shard_once_in_bounded_chunks(copy: Path, monkeypatch) -> None:
+    from tunetable import smk_helpers as tt
+    from tunetable.params import load_params
+
+    monkeypatch.chdir(copy)  # the plan reads params.yaml's relative paths, as the Snakefile does
+    plan = tt.make_plan({**load_params("params.yaml"), "bench": {"backend": "replay"}})
+    if not plan.tables:
+        pytest.skip(NO_RECORDING)
+    jobs = tt.replay_jobs(plan, chunk=20)
+    served = [shard.path for job in jobs for shard in job.shards]
+    assert sorted(served) == sorted(shard.path for shard in tt.missing_shards(plan)) and len(served) == len(set(served))
+    assert all(len(job.shards) <= 20 and {s.table for s in job.shards} == {job.table} for job in jobs)
+    names = [job.name for job in jobs]
+    assert len(set(names)) == len(names) and f"{TABLE}_part1" in names[0]
+    assert [job.name for job in tt.replay_jobs(plan)] == [f"replay_{spec.name}" for spec in plan.tables]

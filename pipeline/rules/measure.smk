@@ -8,8 +8,9 @@
 # settings, the grid, the kernel source, the toolchain, the backend and the device, so a changed
 # input gets new paths and an old result is never mistaken for a new one; reverting a change
 # finds the old shards again. A shard on disk is therefore final: only MISSING shards get a
-# producing rule (decided at parse time). Existing shards are plain inputs to rank, so nothing
-# upstream (a re-created compile report on a fresh clone, a forced rule) can ever re-measure them.
+# producing rule (decided at parse time). Existing shards are `before_update` inputs of rank,
+# metrics and measure_all (Snakemake searches no producer for them), so nothing upstream (a
+# re-created compile report on a fresh clone, a forced rule) can ever re-measure them.
 # To re-measure a shard on purpose, delete it.
 #
 # No rule here has a `params:` block: Snakemake's params trigger imports pandas (~1.2 s on every
@@ -33,47 +34,49 @@ if PLAN.backend == "cuda":
             " && touch {output}"
 
     # Live: one job per missing (table, shape) shard, one GPU each; on a multi-GPU host the job
-    # claims a free device itself (Snakemake assigns no device ids). The {shard} wildcard
-    # (<table>/<key>/M.._N.._K..) only matches missing shards; the shell splits it into the table
-    # and the shape (M1_N4096_K4096 -> 1,4096,4096).
-    if tt.missing_shards(PLAN):
+    # claims a free device itself (Snakemake assigns no device ids). The output pattern matches any
+    # shard of a current key (short constraints, whatever the shard count), but only missing shards
+    # are ever requested from it: existing ones are before_update inputs. The shell turns the stem
+    # into the shape (M1_N4096_K4096 -> 1,4096,4096).
+    if PLAN.missing:
 
         rule bench:
             input:
-                lambda wc: tt.compile_stamp_of(wc.shard),
+                "results/stamps/compile/{table}/{key}.ok",
             output:
-                "results/raw/{shard}.pkl",
+                "results/raw/{table}/{key}/{stem}.pkl",
             wildcard_constraints:
-                shard=tt.missing_shard_pattern(PLAN),
+                stem=tt.SHAPE_PATTERN,
             resources:
                 gpu=1,
                 runtime=20,
             log:
-                "results/logs/bench/{shard}.log",
+                "results/logs/bench/{table}/{key}/{stem}.log",
             shell:
-                "shard={wildcards.shard}; stem=${{shard##*/}};"
-                " {tt.GPU_CLAIM}{tt.CLI} bench --table ${{shard%%/*}} --shape $(echo $stem | tr -d MNK | tr _ ,)"
+                "{tt.GPU_CLAIM}{tt.CLI} bench --table {wildcards.table}"
+                " --shape $(echo {wildcards.stem} | tr -d MNK | tr _ ,)"
                 " --backend cuda --results-root results > {log} 2>&1"
 
 else:
 
-    # Replay: serving a shard costs far less than starting a process, so one job per table
-    # serves all of its missing shards. Never compiles, uses no GPU.
-    for _table, _shards in tt.missing_by_table(PLAN).items():
+    # Replay: serving a shard costs far less than starting a process, so one job per table serves
+    # its missing shards, up to tt.REPLAY_CHUNK of them (more get one job per chunk: Snakemake
+    # matches a requested file against every output of its rule). Never compiles, uses no GPU.
+    for _job in tt.replay_jobs(PLAN):
 
         rule:
             name:
-                f"replay_{_table}"
+                _job.name
             input:
-                tt.replay_inputs(PLAN, table=_table),
+                tt.replay_inputs(PLAN, table=_job.table),
             output:
-                [shard.path for shard in _shards],
+                [shard.path for shard in _job.shards],
             log:
-                f"results/logs/bench/{_table}/{PLAN.keys[_table]}/replay.log",
+                _job.log,
             params:
                 # Bound now: the shell command is formatted when the job runs, after this loop ended.
-                table=_table,
-                shapes=tt.shape_options(_shards),
+                table=_job.table,
+                shapes=tt.shape_options(list(_job.shards)),
             shell:
                 "{tt.CLI} bench --table {params.table} {params.shapes} --backend replay"
                 " --results-root results > {log} 2>&1"
@@ -95,20 +98,23 @@ if tt.stale_raw(PLAN):
             "{tt.RAWSTORE} park {params.entries} > {log} 2>&1 && touch {output}"
 
 
-if tt.parked_shards(PLAN):
+# At most tt.REPLAY_CHUNK shards per rule (Snakemake matches a requested file against every output).
+for _name, _parked in tt.restore_jobs(PLAN):
 
-    rule restore_parked:
+    rule:
+        name:
+            _name
         input:
-            [str(tt.rawstore.parked_path(shard.path)) for shard in tt.parked_shards(PLAN)],
+            [str(tt.rawstore.parked_path(shard.path)) for shard in _parked],
         output:
-            [shard.path for shard in tt.parked_shards(PLAN)],
+            [shard.path for shard in _parked],
         log:
-            "results/logs/restore.log",
+            f"results/logs/{_name}.log",
         shell:
             "{tt.RAWSTORE} restore {output} > {log} 2>&1"
 
 
 rule measure_all:
     input:
-        tt.all_shards(PLAN),
-        [tt.park_stamp()] if tt.stale_raw(PLAN) else [],
+        tt.measure_inputs(PLAN, existing=before_update),
+        tt.park_inputs(PLAN),

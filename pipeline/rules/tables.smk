@@ -17,7 +17,7 @@ localrules:
 
 rule rank:
     input:
-        lambda wc: tt.shard_paths(PLAN, table=wc.table),
+        lambda wc: tt.shard_inputs(PLAN, table=wc.table, existing=before_update),
     output:
         parquet="results/ranked/{table}.parquet",
         csv=report(
@@ -55,7 +55,7 @@ rule metrics:
     input:
         stamp="results/stamps/select/{table}.sha256",
         ranked="results/ranked/{table}.parquet",
-        shards=lambda wc: tt.shard_paths(PLAN, table=wc.table),
+        shards=lambda wc: tt.shard_inputs(PLAN, table=wc.table, existing=before_update),
     output:
         json="results/metrics/{table}.json",
         csv="results/plots/{table}.csv",
