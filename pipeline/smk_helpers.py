@@ -58,8 +58,9 @@ RAWSTORE = f"{shlex.quote(sys.executable)} -m tunetable.rawstore"
 STAMPS = paths.RESULTS / "stamps"
 KEY_PATTERN = "[0-9a-f]{16}"
 SHAPE_PATTERN = "M[0-9]+_N[0-9]+_K[0-9]+"
-# Missing shards one replay job serves: a process start (~0.8 s) is then under 1 % of a job's work
-# on 2 cores, and a requested shard is matched against at most this many outputs of its rule.
+# Missing shards one replay job serves at most: Snakemake matches a requested shard against at most
+# this many outputs of its rule (so the DAG grows linearly), and one process start (~0.8 s) serves
+# this many shards (~3 ms each). The README's "How it is wired" names this number.
 REPLAY_CHUNK = 100
 NO_RECORDING = "no-recording.parquet"  # what a live plan passes when no table names a recording (never read)
 
