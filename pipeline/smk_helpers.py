@@ -239,7 +239,7 @@ def measure_inputs(plan: Plan, *, existing: Callable[[str], Any]) -> list[Any]:
     cost a producer search per shard; measure_all has no output, so its input list may change)."""
     present = [existing(shard.path) for spec in plan.tables for shard in plan.shards[spec.name]
                if shard.path not in plan.absent]
-    made = [job.shards[0].path for job in restore_jobs(plan)]
+    made = [shards[0].path for _, shards in restore_jobs(plan)]
     if plan.backend == "replay":
         return present + made + [job.shards[0].path for job in replay_jobs(plan)]
     return present + made + [shard.path for shard in missing_shards(plan)]

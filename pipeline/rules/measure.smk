@@ -38,7 +38,7 @@ if PLAN.backend == "cuda":
     # shard of a current key (short constraints, whatever the shard count), but only missing shards
     # are ever requested from it: existing ones are before_update inputs. The shell turns the stem
     # into the shape (M1_N4096_K4096 -> 1,4096,4096).
-    if PLAN.missing:
+    if tt.missing_shards(PLAN):
 
         rule bench:
             input:
