@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from tunetable.keys import canonical_json, sha256_text
@@ -18,8 +19,8 @@ class KernelConfig:
     params: tuple[tuple[str, Value], ...]
     derived: tuple[tuple[str, Value], ...] = ()
 
-    @property
-    def id(self) -> str:
+    @cached_property
+    def id(self) -> str:   # cached: asked several times per configuration, 100 k configurations in a big grid
         """Stable id: a hash of the family and the tunables only (order-insensitive)."""
         return "c" + sha256_text(canonical_json({"family": self.family, **dict(self.params)}))[:10]
 

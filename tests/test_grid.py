@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -305,3 +307,27 @@ def test_grid_command_unknown_param_override_exit_2(tmp_path: Path) -> None:
     done = run_cli("grid", "--table", "toy", "--param", "STAGES=3", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.startswith("error: --param: no group of table 'toy' has parameter 'STAGES'")
+
+
+def test_grid_output_of_a_large_grid_is_bounded_and_all_prints_every_row(tmp_path: Path) -> None:
+    # 400 configurations, 200 pruned by the rule and 100 by the thread limit: counts per reason, 20 rows.
+    params = json.loads(json.dumps(TOY_PARAMS))
+    params["tables"]["toy"]["grid"]["groups"][0].update(BLOCK=list(range(32, 32 * 5, 32)), ITEMS=list(range(100)))
+    write_params(tmp_path, params)
+    env_columns = {"COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-m", "tunetable", "grid", "--table", "toy"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False, env={**os.environ, **env_columns})
+    assert done.returncode == 0, done.stderr
+    assert "pruned (300) by reason" in done.stdout
+    assert re.search(r"200 │ rule\s+│ rules\[0\] 'BLOCK % 64 == 0' is false", done.stdout), done.stdout
+    assert re.search(r"100 │ limit │ 128 threads > 64 per block", done.stdout), done.stdout
+    assert "pruned configurations (20 of 300)" in done.stdout and "… 280 rows" in done.stdout
+    document = json.loads((tmp_path / "results" / "grid" / "toy.json").read_text())
+    assert len(document["pruned"]) == 300 and len(document["configs"]) == 100
+    every = subprocess.run([sys.executable, "-m", "tunetable", "grid", "--table", "toy", "--all", "--dry-run"],
+                           cwd=tmp_path, capture_output=True, text=True, check=False,
+                           env={**os.environ, **env_columns})
+    assert every.returncode == 0, every.stderr
+    assert "pruned configurations (300 of 300)" in every.stdout and "…" not in every.stdout
+    ids = {entry["id"] for entry in document["configs"]}
+    assert all(config_id in every.stdout for config_id in ids)  # --dry-run --all lists every kept one
