@@ -73,6 +73,10 @@ else:
                 [shard.path for shard in _job.shards],
             log:
                 _job.log,
+            # On a cluster, profiles/slurm submits several replay jobs as one (group-components);
+            # Snakemake ignores groups when it runs jobs itself.
+            group:
+                "replay_shards"
             params:
                 # Bound now: the shell command is formatted when the job runs, after this loop ended.
                 table=_job.table,
