@@ -23,6 +23,15 @@ validate(config, str(tt.SCHEMA_PATH))
 
 try:
     PLAN = tt.make_plan(config)
+    # Shards a replayed run cannot serve (not in the recording, no GPU here): one line before any work,
+    # here (a dry run warns and shows the plan) and again in onstart, which stops a real run; with
+    # TUNETABLE_ALLOW_MISSING=1 the run goes without them. Only the main process checks (jobs re-parse).
+    NEEDS_GPU = tt.unrecorded_shards(PLAN, config) if workflow.is_main_process else []
+    if NEEDS_GPU and tt.allow_missing():
+        PLAN, NEEDS_GPU = tt.leave_out(PLAN, NEEDS_GPU), []
+        print(tt.left_out_line(PLAN), file=sys.stderr)
+    if NEEDS_GPU:
+        print(tt.needs_gpu_line(NEEDS_GPU, PLAN), file=sys.stderr)
 except TuneTableError as exc:
     sys.exit(f"error: {exc}")
 
@@ -50,6 +59,11 @@ rule all:
 
 onstart:
     print(tt.banner(PLAN), file=sys.stderr)
+    # A live run that would measure here without a GPU stops before compiling (a cluster profile's
+    # jobs run elsewhere: workflow.local_exec is known only now, not at parse time).
+    STOP_FOR = NEEDS_GPU or (tt.live_without_gpu(PLAN) if workflow.local_exec else [])
+    if STOP_FOR:
+        sys.exit(tt.needs_gpu_line(STOP_FOR, PLAN))
 
 
 onsuccess:

@@ -63,6 +63,9 @@ SHAPE_PATTERN = "M[0-9]+_N[0-9]+_K[0-9]+"
 # this many shards (~3 ms each). The README's "How it is wired" names this number.
 REPLAY_CHUNK = 100
 NO_RECORDING = "no-recording.parquet"  # what a live plan passes when no table names a recording (never read)
+# Set to 1 to run without the shards that need a GPU (no GPU here, not in the recording): the rest is kept.
+ALLOW_MISSING_ENV = "TUNETABLE_ALLOW_MISSING"
+SHOWN_SHARDS = 3
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class Plan:
     shards: Mapping[str, tuple[Shard, ...]] = field(default_factory=dict)  # table -> its shards, shape order
     absent: frozenset[str] = frozenset()     # paths of the shards not in results/raw (parked or missing)
     parked: frozenset[str] = frozenset()     # ... of those, the ones with a parked copy (results/parked)
+    left_out: tuple[str, ...] = ()                                  # shard paths this run goes without
 
     def table(self, name: str) -> TableSpec:
         """The TableSpec of a table this run covers."""
@@ -192,6 +196,8 @@ def banner(plan: Plan) -> str:
               for name, why in plan.skipped.items()]
     lines += [f"SKIPPING dispatch list {name}: {why}; manifests/{name}.yaml and its generated list stay as committed"
               for name, why in plan.skipped_dispatches.items()]
+    if plan.left_out:
+        lines.append(left_out_line(plan).removeprefix("tunetable: "))
     return "\n".join(f"tunetable: {line}" for line in lines)
 
 
@@ -204,6 +210,12 @@ def dvc_cache_line(report: CacheReport) -> str:
     if report.changed:
         lines.append(f"DVC stage(s) {', '.join(report.changed)} differ from dvc.lock: `dvc repro` records them")
     return "\n".join(f"tunetable: {line}" for line in lines)
+
+
+def left_out_line(plan: Plan) -> str:
+    """The line naming the shards a run goes without (TUNETABLE_ALLOW_MISSING=1)."""
+    return (f"tunetable: LEAVING OUT {shard_list(plan.left_out)} ({ALLOW_MISSING_ENV}=1: they need a GPU); "
+            "their shapes have no measurement in this run")
 
 
 def manifest_path(table: str) -> Path:
@@ -294,6 +306,89 @@ def stale_raw(plan: Plan) -> list[str]:
 def park_inputs(plan: Plan) -> list[str]:
     """The park stamp, when results/raw holds other keys' shards (measure_all and all ask for it)."""
     return [park_stamp()] if stale_raw(plan) else []
+
+
+def unrecorded_shards(plan: Plan, config: Mapping[str, Any]) -> list[Shard]:
+    """Shards a replayed run must produce that its recording cannot serve (a shape or configuration never measured).
+
+    Every configuration of the grid and the cuBLAS baseline must be recorded at the shape, with the
+    table's kernel hash (what ``tunetable bench --backend replay`` requires). Read only when there are
+    missing shards, so a no-op run never opens a recording.
+    """
+    if plan.backend != "replay":
+        return []
+    missing = missing_by_table(plan)
+    if not missing:
+        return []
+    import polars as pl
+
+    from tunetable.bench.plan import grid_config_ids
+    from tunetable.keys import kernel_source_hash
+    from tunetable.results import BASELINE_ID
+
+    unrecorded = []
+    for table, shards in missing.items():
+        spec = plan.table(table)
+        wanted = {*grid_config_ids(params=dict(config), table=spec), BASELINE_ID}
+        rows = (pl.read_parquet(plan.recordings[table], columns=["table", "M", "N", "K", "config_id", "kernel_hash"])
+                .filter((pl.col("table") == table) & (pl.col("kernel_hash") == kernel_source_hash(spec.kernel))))
+        recorded: dict[tuple[int, int, int], set[str]] = {}
+        for m, n, k, config_id in rows.select("M", "N", "K", "config_id").iter_rows():
+            recorded.setdefault((int(m), int(n), int(k)), set()).add(str(config_id))
+        unrecorded += [shard for shard in shards if not wanted <= recorded.get((shard.m, shard.n, shard.k), set())]
+    return unrecorded
+
+
+def live_without_gpu(plan: Plan) -> list[Shard]:
+    """A live plan's shards to measure when no GPU is visible here (run locally, they would fail after compiling)."""
+    from tunetable.bench.plan import gpu_visible
+
+    return missing_shards(plan) if plan.backend == "cuda" and not gpu_visible() else []
+
+
+def shard_list(shards: Sequence[Shard | str], *, bare: bool = False) -> str:
+    """``5 shards (gemm_mma M77_N4096_K4096, M77_N14336_K4096, ... and 2 more)``, per table (bare: no count)."""
+    by_table: dict[str, list[str]] = {}
+    for shard in shards:
+        table, stem = ((shard.table, shard.stem) if isinstance(shard, Shard)
+                       else (Path(shard).parent.parent.name, Path(shard).stem))
+        by_table.setdefault(table, []).append(stem)
+    parts = []
+    for table, stems in by_table.items():
+        more = f" and {len(stems) - SHOWN_SHARDS} more" if len(stems) > SHOWN_SHARDS else ""
+        parts.append(f"{table} {', '.join(stems[:SHOWN_SHARDS])}{more}")
+    count = sum(len(stems) for stems in by_table.values())
+    return "; ".join(parts) if bare else f"{count} shard{'s' if count != 1 else ''} ({'; '.join(parts)})"
+
+
+def needs_gpu_line(shards: Sequence[Shard], plan: Plan) -> str:
+    """The one line said before any work when shards need a GPU and none is visible: which, and what to do."""
+    if plan.backend == "replay":
+        where = ", ".join(sorted({str(plan.recordings[s.table]) for s in shards}))
+        why = f"{shard_list(shards, bare=True)} are not in {where}"
+        keep = f"or keep the rest: {ALLOW_MISSING_ENV}=1 snakemake --cores 2 (or dvc repro)"
+    else:
+        why = f"{shard_list(shards, bare=True)} are to be measured live (backend cuda)"
+        keep = "or submit them with `--workflow-profile profiles/slurm`, or replay: --config 'bench={backend: replay}'"
+    return (f"tunetable: {len(shards)} shard{'s' if len(shards) != 1 else ''} need a GPU and none is visible here: "
+            f"{why}. Measure them on a GPU host (`snakemake --cores N` there, or `bash scripts/device_session.sh "
+            f"bench` to record them for replay), {keep}.")
+
+
+def allow_missing() -> bool:
+    """True when the user asked to run without the shards that need a GPU."""
+    return os.environ.get(ALLOW_MISSING_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def leave_out(plan: Plan, shards: Sequence[Shard]) -> Plan:
+    """The plan without ``shards`` (they are neither produced nor ranked; the banner names them)."""
+    from dataclasses import replace
+
+    gone = {shard.path for shard in shards}
+    kept = {table: tuple(shard for shard in table_shards if shard.path not in gone)
+            for table, table_shards in plan.shards.items()}
+    return replace(plan, shards=kept, absent=plan.absent - gone, parked=plan.parked - gone,
+                   left_out=tuple(dict.fromkeys([*plan.left_out, *(shard.path for shard in shards)])))
 
 
 def park_stamp() -> str:

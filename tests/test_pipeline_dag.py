@@ -226,3 +226,61 @@ def test_replay_jobs_cover_each_missing_shard_once_in_bounded_chunks(copy: Path,
     names = [job.name for job in jobs]
     assert len(set(names)) == len(names) and f"{TABLE}_part1" in names[0]
     assert [job.name for job in tt.replay_jobs(plan)] == [f"replay_{spec.name}" for spec in plan.tables]
+
+
+def _add_unrecorded_shape(copy: Path) -> None:
+    """Params edit: M=77 in gemm_mma (never recorded on the H200: it needs a GPU)."""
+    import yaml
+
+    path = copy / "params.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["tables"][TABLE]["shapes"]["M"].insert(3, 77)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _gpu_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if "need a GPU and none is visible here" in line]
+    assert len(lines) == 1, output[-3000:]
+    assert "Traceback" not in output
+    return lines[0]
+
+
+def test_a_shape_that_needs_a_gpu_is_named_in_one_line_before_any_work(copy: Path, monkeypatch) -> None:
+    if not RECORDING.is_file():
+        pytest.skip(NO_RECORDING)
+    _add_unrecorded_shape(copy)
+    shapes = declared()[TABLE]["shapes"]["NK"]
+    dry = snakemake("all", "-n", "--cores", "2", cwd=copy)
+    line = _gpu_line(dry.output)
+    assert line.startswith(f"tunetable: {len(shapes)} shards need a GPU and none is visible here: {TABLE} "
+                           "M77_N4096_K4096, ")
+    assert "are not in data/recordings/h200_gemm_mma.parquet" in line
+    assert "a GPU host (`snakemake --cores N` there" in line and "scripts/device_session.sh" in line
+    assert "TUNETABLE_ALLOW_MISSING=1 snakemake --cores 2 (or dvc repro)" in line
+    assert job_counts(dry.output)[f"replay_{TABLE}"] == 1  # the dry run warns, then shows the plan
+    run = snakemake("--cores", "2", cwd=copy, check=False)
+    said = [text for text in run.output.splitlines() if "need a GPU" in text]
+    assert run.returncode == 1 and said == [line, line]  # before the plan, and where the run stops
+    assert "localrule" not in run.output and not (copy / "results" / "raw").exists()  # nothing ran
+    monkeypatch.setenv("TUNETABLE_ALLOW_MISSING", "1")
+    kept = snakemake("all", "-n", "-p", "--cores", "2", cwd=copy)
+    assert "need a GPU and none is visible" not in kept.output
+    assert f"tunetable: LEAVING OUT {len(shapes)} shards ({TABLE} M77_N4096_K4096," in kept.output
+    replay = next(line for line in kept.output.splitlines() if f"bench --table {TABLE} " in line)
+    assert "--shape 64,4096,4096 " in replay and "--shape 77," not in replay
+
+
+def test_a_live_run_without_a_gpu_stops_before_compiling(copy: Path) -> None:
+    run = snakemake("all", "--cores", "2", *LIVE, cwd=copy, check=False)
+    line = _gpu_line(run.output)
+    assert run.returncode == 1 and "are to be measured live (backend cuda)" in line
+    assert "--workflow-profile profiles/slurm" in line
+    assert "localrule" not in run.output and not (copy / "results" / "stamps").exists()  # no compile job ran
+
+
+def test_bench_cuda_without_a_gpu_says_so_before_anything_else(copy: Path) -> None:
+    done = tunetable("bench", "--table", TABLE, "--shape", "1,4096,4096", "--backend", "cuda", cwd=copy, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.output
+    assert one_error_line(done.output) == (
+        "error: --backend: the cuda backend needs a GPU and none is visible here (no /dev/nvidia*, or libcuda does "
+        "not load): run on a GPU host, or --backend replay to serve the recording")

@@ -110,6 +110,11 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
     choice = resolve_backend(requested=backend or (params.get("bench") or {}).get("backend", "auto"),
                              recording=recording)
     console.print(f"[bold yellow]>>> {choice.reason}[/bold yellow]")
+    if choice.backend == "cuda" and not (gpus or visible_gpu_ids()):
+        # Before anything else (reading reports, building payloads): the answer is the same, only later.
+        raise TuneTableError("the cuda backend needs a GPU and none is visible here (no /dev/nvidia*, or libcuda does "
+                             "not load): run on a GPU host, or --backend replay to serve the recording",
+                             where="--backend")
     key = shard_key(params, table, choice.backend)
     search = (None if search_key_part(table=table, path=params_path) is None
               else search_settings(table=table, path=params_path))
@@ -137,8 +142,6 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
     jobs = cuda_jobs(table=table, shapes=shapes, key=key, results_root=results_root)
     todo = [job for job in jobs if not job.shard_path.is_file()]
     gpu_ids = [g.strip() for g in gpus.split(",") if g.strip()] if gpus else visible_gpu_ids()
-    if not gpu_ids:
-        raise TuneTableError("no GPU visible for the cuda backend", where="--gpus")
     estimate = estimate_seconds(jobs=todo, settings=settings, gpus=len(gpu_ids))
     console.print(f"{len(jobs)} shards ({len(jobs) - len(todo)} already measured), {len(jobs[0].tasks) if jobs else 0} "
                   f"tasks each, on GPUs {','.join(gpu_ids)}: estimated {estimate / 60:.1f} min"

@@ -106,7 +106,8 @@ for _dispatch in PLAN.dispatches:
         input:
             stamp=str(tt.select_stamp(_dispatch.name)),
             ranked=[tt.ranked_outputs(table)["parquet"] for table in _dispatch.tables],
-            shards=[shard for table in _dispatch.tables for shard in tt.shard_paths(PLAN, table=table)],
+            shards=[shard for table in _dispatch.tables
+                    for shard in tt.shard_inputs(PLAN, table=table, existing=before_update)],
         output:
             **tt.metrics_outputs(_dispatch.name),
         log:
