@@ -182,5 +182,78 @@ class GemmWgmmaFamily:
         )
 
 
-Family = GemmMmaFamily | GemmWgmmaFamily
-FAMILIES: dict[str, Family] = {"gemm_mma": GemmMmaFamily(), "gemm_wgmma": GemmWgmmaFamily()}
+@dataclass(frozen=True)
+class GemmWgmmaSwapFamily:
+    """C = A·Bᵀ computed as Cᵀ = B·Aᵀ (swap-AB) through TMA + wgmma, persistent; see kernels/gemm_wgmma_swap.cu.
+
+    The problem's M is the wgmma n (BLOCK_M: any multiple of 8 up to 256), so skinny and odd M fill
+    their tiles; N feeds the 64-row slices (BLOCK_N = CONSUMERS x 64 or 128 rows).
+    """
+
+    name: str = "gemm_wgmma_swap"
+    entry: str = "gemm_wgmma_swap"
+    source: str = "kernels/gemm_wgmma_swap.cu"
+    arg_format: str = "128s128sPPiii"      # tensor maps of B and A (by value), C, workspace, M, N, K
+    zeroed_workspace: bool = True          # the split-K tile counters must start at zero
+
+    def check_shape(self, M: int, N: int, K: int) -> None:
+        """Raise ValueError unless M >= 1, N and K are positive multiples of 8 and all fit int32."""
+        check_gemm_shape(self.name, M, N, K, why="16-byte global strides for TMA")
+
+    def threads(self, defines: Mapping[str, object]) -> int:
+        """Threads per block: one producer warpgroup plus CONSUMERS consumer warpgroups."""
+        return (_int_define(defines, "CONSUMERS") + 1) * 128
+
+    def smem_bytes(self, defines: Mapping[str, object]) -> int:
+        """Dynamic shared memory: STAGES tiles of B and A, 1024 bytes of alignment slack, 1024 of barriers."""
+        rows = _int_define(defines, "BLOCK_M") + _int_define(defines, "BLOCK_N")
+        return _int_define(defines, "STAGES") * rows * _int_define(defines, "BLOCK_K") * 2 + 2048
+
+    def tensor_maps(
+        self, defines: Mapping[str, object], *, M: int, N: int, K: int
+    ) -> tuple[TensorMapSpec, TensorMapSpec]:
+        """TMA boxes of 64 K-elements (one 128-byte swizzle atom): BLOCK_N rows of B, BLOCK_M rows of A."""
+        return (
+            TensorMapSpec(rows=N, cols=K, box_cols=64, box_rows=_int_define(defines, "BLOCK_N")),
+            TensorMapSpec(rows=M, cols=K, box_cols=64, box_rows=_int_define(defines, "BLOCK_M")),
+        )
+
+    def kernel_arguments(
+        self, defines: Mapping[str, object], *, M: int, N: int, K: int, a: int, b: int, c: int, workspace: int
+    ) -> tuple[object, ...]:
+        """The kernel's arguments, in ``arg_format`` order: B's tensor map first (it is the wgmma A operand)."""
+        from tunetable.kernels.tma import encode
+
+        spec_b, spec_a = self.tensor_maps(defines, M=M, N=N, K=K)
+        return (encode(spec_b, address=b), encode(spec_a, address=a), c, workspace, M, N, K)
+
+    def tiles(self, defines: Mapping[str, object], M: int, N: int) -> int:
+        """Output tiles: BLOCK_N rows of Cᵀ (problem N) by BLOCK_M columns (problem M)."""
+        return _ceil_div(M, _int_define(defines, "BLOCK_M")) * _ceil_div(N, _int_define(defines, "BLOCK_N"))
+
+    def work_items(self, defines: Mapping[str, object], M: int, N: int, K: int) -> int:
+        """Work items of one launch: tiles x SPLIT_K."""
+        return self.tiles(defines, M, N) * _int_define(defines, "SPLIT_K")
+
+    def launch(self, defines: Mapping[str, object], M: int, N: int, K: int, *, sm_count: int = H200_SM_COUNT) -> Launch:
+        """Persistent grid (at most one block per SM), block, shared memory, split-K workspace."""
+        self.check_shape(M, N, K)
+        split_k = _int_define(defines, "SPLIT_K")
+        tiles = self.tiles(defines, M, N)
+        workspace = 0
+        if split_k > 1:
+            # Tile-contiguous fp32 partials [SPLIT_K][tiles][BLOCK_N][BLOCK_M], then a counter per tile and consumer.
+            tile_elements = _int_define(defines, "BLOCK_N") * _int_define(defines, "BLOCK_M")
+            workspace = split_k * tiles * tile_elements * 4 + tiles * _int_define(defines, "CONSUMERS") * 4
+        return Launch(
+            grid=(max(1, min(tiles * split_k, sm_count)), 1, 1),
+            block=(self.threads(defines), 1, 1),
+            smem_bytes=self.smem_bytes(defines),
+            workspace_bytes=workspace,
+        )
+
+
+Family = GemmMmaFamily | GemmWgmmaFamily | GemmWgmmaSwapFamily
+FAMILIES: dict[str, Family] = {
+    "gemm_mma": GemmMmaFamily(), "gemm_wgmma": GemmWgmmaFamily(), "gemm_wgmma_swap": GemmWgmmaSwapFamily(),
+}
