@@ -1,11 +1,15 @@
 """The tuned tables against cuBLAS, from the committed H200 recordings (no GPU needed).
 
-Every ratio is cuBLAS median / our median, both from the same shard of the same measurement
-(the harness's cuBLAS baseline rows), so drift between sessions cancels. Per table: the best
-configuration at the square shapes, and the configuration the manifest selected for every shape
-(not the fastest in hindsight). For a dispatch list (manifests/gemm_dispatch.yaml): the family it
-names per shape, at that family's selected configuration. Reports the geomean, the share of
-shapes at >= 1.0x, the issue's targets, and a per-shape plot.
+Every speedup is cuBLAS median / our median, both from the same shard of the same measurement
+(the harness's cuBLAS baseline rows), so drift between sessions cancels. Per table (params.yaml's
+tables and their recordings): the best configuration at the square shapes, and the configuration
+the manifest selected for every shape (not the fastest in hindsight). For the dispatch list
+(manifests/gemm_dispatch.yaml): the family it names per shape, at that family's selected
+configuration. Then the kernels' reach, shape set by shape set: per shape the best configuration
+of every family (each against its own shard's cuBLAS), on the default shapes and on the
+validation shapes (data/validation_shapes.csv, recorded in data/recordings/h200_validation_<table>,
+never tuned on), with the roofline efficiency floor / time, floor = max(bytes / 4.13 TB/s,
+flops / 800 TFLOP/s). Reports geomeans, shares at >= 1.0x, the targets, and a per-shape plot.
 
     python3 benchmarks/table_vs_cublas.py [--out benchmarks/results]
 Writes table_vs_cublas.json, .md and .png under --out.
@@ -27,12 +31,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from tunetable.params import load_params  # noqa: E402
 
-TABLES = {"gemm_mma": "data/recordings/h200_gemm_mma.parquet",
-          "gemm_wgmma": "data/recordings/h200_gemm_wgmma.parquet"}
+PARAMS = load_params(REPO / "params.yaml")
+TABLES = {name: spec["recording"] for name, spec in PARAMS["tables"].items()}
+VALIDATION = {name: str(Path(path).with_name("h200_validation_" + name + ".parquet")) for name, path in TABLES.items()}
 DISPATCH = "manifests/gemm_dispatch.yaml"
 SQUARE = ((4096, 4096, 4096), (8192, 8192, 8192))
 TARGETS = {"best_at_square": 0.9, "geomean": 0.95, "share_at_or_above_1": 0.30}
+# The kernels' reach (issue 21): best configuration per shape over every family.
+REACH_TARGETS = {"validation": {"geomean": 1.0, "min": 0.9},
+                 "default": {"geomean": 1.03, "share_at_or_above_1": 0.5},
+                 "default_m64_512_roofline": 0.80}
+COPY_BYTES_PER_S = 4.13e12   # device-to-device copy on the H200 (read + write)
+BF16_FLOPS = 800e12          # cuBLAS bf16 ceiling used for the floor
 
 
 def manifest_entries(path: Path) -> list[dict[str, Any]]:
@@ -79,6 +91,45 @@ def summary(ratios: dict[tuple[int, int, int], float]) -> dict[str, Any]:
             "min": min(values), "max": max(values)}
 
 
+def floor_ms(m: int, n: int, k: int) -> float:
+    """The roofline floor of one bf16 GEMM: max(bytes / copy bandwidth, flops / bf16 rate), in ms."""
+    moved = 2 * (m * k + n * k + m * n)
+    return 1e3 * max(moved / COPY_BYTES_PER_S, 2 * m * n * k / BF16_FLOPS)
+
+
+def reach(times: dict[str, dict[tuple[int, int, int], dict[str, float]]]) -> dict[tuple[int, int, int], dict[str, Any]]:
+    """Per shape: every family's best speedup over its own shard's cuBLAS, the best of them, its roofline efficiency."""
+    shapes = sorted({shape for rows in times.values() for shape in rows})
+    out = {}
+    for shape in shapes:
+        families = {}
+        for name, rows in times.items():
+            row = rows.get(shape, {})
+            timed = [(t, c) for c, t in row.items() if c != "cublas"]
+            if timed and "cublas" in row:
+                best_ms, best_id = min(timed)
+                families[name] = {"speedup": row["cublas"] / best_ms, "config_id": best_id, "ms": best_ms}
+        if not families:
+            continue
+        winner = max(families, key=lambda name: families[name]["speedup"])
+        out[shape] = {"families": families, "table": winner, "speedup": families[winner]["speedup"],
+                      "roofline": floor_ms(*shape) / families[winner]["ms"]}
+    return out
+
+
+def reach_summary(per_shape: dict[tuple[int, int, int], dict[str, Any]]) -> dict[str, Any]:
+    """Geomean speedup of the best per shape, its share at >= 1.0x, its minimum, and the roofline geomean."""
+    speedups = [item["speedup"] for item in per_shape.values()]
+    mid = [item["roofline"] for shape, item in per_shape.items() if 64 <= shape[0] <= 512]
+    return {"shapes": len(speedups), "geomean": geomean(speedups),
+            "at_or_above_1": sum(v >= 1.0 for v in speedups), "share_at_or_above_1": sum(v >= 1.0 for v in speedups)
+            / len(speedups), "min": min(speedups), "below_0_9": sum(v < 0.9 for v in speedups),
+            "roofline_geomean": geomean([item["roofline"] for item in per_shape.values()]),
+            "roofline_geomean_m64_512": geomean(mid) if mid else None,
+            "wins": {name: sum(item["table"] == name for item in per_shape.values())
+                     for name in sorted({item["table"] for item in per_shape.values()})}}
+
+
 def plot(*, series: dict[str, dict[tuple[int, int, int], float]], path: Path) -> None:
     """Per-shape ratio to cuBLAS of every table and the dispatch list, as a PNG."""
     import io
@@ -116,7 +167,7 @@ def main() -> None:
               for name in TABLES}
     dispatch_entries = manifest_entries(REPO / DISPATCH)
     dispatch = {}
-    for shape in series["gemm_wgmma"]:
+    for shape in set().union(*series.values()):
         choice = entry_for(dispatch_entries, m=shape[0], n=shape[1], k=shape[2])
         if choice is not None and shape in series[choice["TABLE"]]:
             dispatch[shape] = series[choice["TABLE"]][shape]
@@ -124,15 +175,21 @@ def main() -> None:
 
     best_square = {}
     for name in TABLES:
-        for shape in SQUARE:
+        for shape in (shape for shape in SQUARE if shape in times[name]):  # a table may cover skinny M only
             row = times[name][shape]
             best_id, best_ms = min(((c, t) for c, t in row.items() if c != "cublas"), key=lambda item: item[1])
             best_square[f"{name} {shape[0]}^3"] = {"config_id": best_id, "ms": best_ms, "cublas_ms": row["cublas"],
                                                      "ratio": row["cublas"] / best_ms,
                                                      "tflops": 2 * shape[0] ** 3 / best_ms / 1e9}
     summaries = {name: summary(ratios) for name, ratios in series.items()}
-    result = {"recordings": TABLES, "dispatch": DISPATCH, "targets": TARGETS, "best_at_square": best_square,
-              "tables": summaries,
+    validation_times = {name: shard_times(REPO / path) for name, path in VALIDATION.items() if (REPO / path).is_file()}
+    reaches = {"default": reach(times), "validation": reach(validation_times)}
+    reach_summaries = {label: reach_summary(per_shape) for label, per_shape in reaches.items()}
+    result = {"recordings": TABLES, "validation_recordings": VALIDATION, "dispatch": DISPATCH, "targets": TARGETS,
+              "reach_targets": REACH_TARGETS, "best_at_square": best_square, "tables": summaries,
+              "reach": reach_summaries,
+              "reach_per_shape": {label: {f"{m}x{n}x{k}": item for (m, n, k), item in sorted(per_shape.items())}
+                                  for label, per_shape in reaches.items()},
               "per_shape": {name: {f"{m}x{n}x{k}": r for (m, n, k), r in sorted(ratios.items())}
                             for name, ratios in series.items()}}
 
@@ -161,10 +218,37 @@ def main() -> None:
                f"{'met' if combined['geomean'] >= TARGETS['geomean'] else 'NOT met'}), "
                f"{100 * combined['share_at_or_above_1']:.0f} % of shapes >= 1.0x (target >= 30 %: "
                f"{'met' if combined['share_at_or_above_1'] >= TARGETS['share_at_or_above_1'] else 'NOT met'})")
-    lines += ["", f"- {verdict}", "", "![per shape](table_vs_cublas.png)"]
+    lines += ["", f"- {verdict}"]
+    reach_table = Table(title="The kernels' reach: best configuration per shape over every family (x cuBLAS)")
+    for column in ("shape set", "shapes", "geomean", ">= 1.0x", "min", "< 0.9x", "roofline", "roofline M 64-512",
+                   "shapes won"):
+        reach_table.add_column(column)
+    lines += ["", "## The kernels' reach: best configuration per shape over every family", "",
+              "| shape set | shapes | geomean x cuBLAS | >= 1.0x | min | < 0.9x | roofline eff. | roofline M 64-512 "
+              "| shapes won |", "|---|---|---|---|---|---|---|---|---|"]
+    for label, item in reach_summaries.items():
+        mid = "-" if item["roofline_geomean_m64_512"] is None else f"{item['roofline_geomean_m64_512']:.3f}"
+        wins = ", ".join(f"{name} {count}" for name, count in item["wins"].items())
+        cells = [label, str(item["shapes"]), f"{item['geomean']:.3f}",
+                 f"{item['at_or_above_1']} ({100 * item['share_at_or_above_1']:.0f} %)", f"{item['min']:.3f}",
+                 str(item["below_0_9"]), f"{item['roofline_geomean']:.3f}", mid, wins]
+        reach_table.add_row(*cells)
+        lines.append("| " + " | ".join(cells) + " |")
+    val, dflt = reach_summaries["validation"], reach_summaries["default"]
+    reach_verdict = (
+        f"reach: validation geomean {val['geomean']:.3f} (target >= 1.0: "
+        f"{'met' if val['geomean'] >= 1.0 else 'NOT met'}), min {val['min']:.3f} (target >= 0.9: "
+        f"{'met' if val['min'] >= 0.9 else 'NOT met'}); default geomean {dflt['geomean']:.3f} (target >= 1.03: "
+        f"{'met' if dflt['geomean'] >= 1.03 else 'NOT met'}), {100 * dflt['share_at_or_above_1']:.0f} % >= 1.0x "
+        f"(target >= 50 %: {'met' if dflt['share_at_or_above_1'] >= 0.5 else 'NOT met'}), roofline M 64-512 "
+        f"{dflt['roofline_geomean_m64_512']:.3f} (target >= 0.80: "
+        f"{'met' if dflt['roofline_geomean_m64_512'] >= 0.80 else 'NOT met'})")
+    lines += ["", f"- {reach_verdict}", "", "![per shape](table_vs_cublas.png)"]
     console.print(square)
     console.print(tables)
     console.print(verdict)
+    console.print(reach_table)
+    console.print(reach_verdict)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "table_vs_cublas.json", json.dumps(result, indent=1, sort_keys=True) + "\n")
     atomic_write_text(args.out / "table_vs_cublas.md", "\n".join(lines) + "\n")

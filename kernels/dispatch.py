@@ -36,6 +36,7 @@ from tunetable.kernels.tuning_configs import (
     DISPATCH,
     TABLES,
     FamilyChoice,
+    SwapTuningConfig,
     TuningConfig,
     WgmmaTuningConfig,
 )
@@ -48,8 +49,10 @@ INT32_MAX = 2**31 - 1
 ALIGNMENT = 16  # bytes: cp.async moves 16-byte chunks
 SHAPE_FIELDS = ("m", "m_end", "n", "k", "kernel", "config_id")
 # The generated entry class of each family's table.
-ENTRY_TYPES: Mapping[str, type] = {"gemm_mma": TuningConfig, "gemm_wgmma": WgmmaTuningConfig}
-Entry = TuningConfig | WgmmaTuningConfig
+ENTRY_TYPES: Mapping[str, type] = {
+    "gemm_mma": TuningConfig, "gemm_wgmma": WgmmaTuningConfig, "gemm_wgmma_swap": SwapTuningConfig,
+}
+Entry = TuningConfig | WgmmaTuningConfig | SwapTuningConfig
 # The tunables of a table entry, in the generated dataclass's order (= the grid's order).
 TUNABLE_FIELDS = tuple(f.name for f in fields(TuningConfig) if f.name not in SHAPE_FIELDS)
 # TMA kernels: encoded argument sets kept per plan, one per (A, B, C) address triple seen.
@@ -76,9 +79,17 @@ WGMMA_SKINNY_TUNABLES: Mapping[str, int] = {
     "block_m": 64, "block_n": 128, "block_k": 128, "stages": 4, "consumers": 1,
     "cluster_m": 1, "cluster_n": 1, "raster": 0, "group_m": 1, "split_k": 2,
 }
+# gemm_wgmma_swap: the M tile is the wgmma n; 64 columns with 2 splits for skinny M, 128 without for the rest.
+SWAP_SKINNY_TUNABLES: Mapping[str, int] = {
+    "block_m": 64, "block_n": 128, "block_k": 128, "stages": 4, "consumers": 1, "split_k": 2,
+}
+SWAP_DEFAULT_TUNABLES: Mapping[str, int] = {
+    "block_m": 128, "block_n": 128, "block_k": 64, "stages": 4, "consumers": 2, "split_k": 1,
+}
 HEURISTICS: Mapping[str, tuple[Mapping[str, int], Mapping[str, int]]] = {
     "gemm_mma": (SKINNY_TUNABLES, DEFAULT_TUNABLES),
     "gemm_wgmma": (WGMMA_SKINNY_TUNABLES, WGMMA_DEFAULT_TUNABLES),
+    "gemm_wgmma_swap": (SWAP_SKINNY_TUNABLES, SWAP_DEFAULT_TUNABLES),
 }
 
 

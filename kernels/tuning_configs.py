@@ -2,7 +2,8 @@
 
 Do not edit between the BEGIN/END marker lines: regenerate with ``tunetable codegen --all``
 (tests/test_freshness.py fails when a region is stale). Each table lists its family's entries
-(``TuningConfig`` for gemm_mma, ``WgmmaTuningConfig`` for gemm_wgmma) in lookup order: the first
+(``TuningConfig`` for gemm_mma, ``WgmmaTuningConfig`` for gemm_wgmma, ``SwapTuningConfig`` for
+gemm_wgmma_swap) in lookup order: the first
 entry whose ``n`` and ``k`` match and whose half-open range ``[m, m_end)`` holds M wins. The
 dispatch list (``FamilyChoice`` entries, same lookup) says which table serves a shape; shapes it
 does not cover go to gemm_mma's table. This file is generated output: keep code formatters off
@@ -58,6 +59,28 @@ class WgmmaTuningConfig:
     cluster_n: int
     raster: int
     group_m: int
+    split_k: int
+
+    def matches(self, *, m: int, n: int, k: int) -> bool:
+        """True when this entry covers the problem shape (N and K equal, M in [m, m_end))."""
+        return self.n == n and self.k == k and self.m <= m < self.m_end
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwapTuningConfig:
+    """One tuned gemm_wgmma_swap configuration (swap-AB TMA + wgmma) for the M range [m, m_end) of one (N, K) shape."""
+
+    m: int
+    m_end: int
+    n: int
+    k: int
+    kernel: str
+    config_id: str
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    consumers: int
     split_k: int
 
     def matches(self, *, m: int, n: int, k: int) -> bool:
@@ -1345,9 +1368,447 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
     # END-TUNING-LIST-GEMM_WGMMA
 ]
 
+GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
+    # BEGIN-TUNING-LIST-GEMM_SWAP
+        # Provenance: [manifests/gemm_wgmma_swap.yaml] params sha256:8b9e97854106, device: NVIDIA H200, date: 2026-12-01
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [0]
+        SwapTuningConfig(
+            m=1,
+            m_end=64,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c7310d41e9a",
+            block_m=16,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [1]
+        SwapTuningConfig(
+            m=64,
+            m_end=128,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="ced7f5244bd",
+            block_m=32,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [2]
+        SwapTuningConfig(
+            m=128,
+            m_end=256,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c0e97235540",
+            block_m=64,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [3]
+        SwapTuningConfig(
+            m=256,
+            m_end=512,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="cfb3c855247",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [4]
+        SwapTuningConfig(
+            m=512,
+            m_end=2147483647,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c48c2374c70",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [5]
+        SwapTuningConfig(
+            m=1,
+            m_end=64,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="c7310d41e9a",
+            block_m=16,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [6]
+        SwapTuningConfig(
+            m=64,
+            m_end=128,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="ced7f5244bd",
+            block_m=32,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [7]
+        SwapTuningConfig(
+            m=128,
+            m_end=256,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="c0e97235540",
+            block_m=64,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [8]
+        SwapTuningConfig(
+            m=256,
+            m_end=512,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="ca5d62fc26a",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [9]
+        SwapTuningConfig(
+            m=512,
+            m_end=2147483647,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="c48c2374c70",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [10]
+        SwapTuningConfig(
+            m=1,
+            m_end=32,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c7310d41e9a",
+            block_m=16,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [11]
+        SwapTuningConfig(
+            m=32,
+            m_end=64,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="ced7f5244bd",
+            block_m=32,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [12]
+        SwapTuningConfig(
+            m=64,
+            m_end=128,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c0e97235540",
+            block_m=64,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [13]
+        SwapTuningConfig(
+            m=128,
+            m_end=256,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="cfb3c855247",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [14]
+        SwapTuningConfig(
+            m=256,
+            m_end=512,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c48c2374c70",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [15]
+        SwapTuningConfig(
+            m=512,
+            m_end=2147483647,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c96391b7ace",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [16]
+        SwapTuningConfig(
+            m=1,
+            m_end=32,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            config_id="c7310d41e9a",
+            block_m=16,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [17]
+        SwapTuningConfig(
+            m=32,
+            m_end=64,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            config_id="ced7f5244bd",
+            block_m=32,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [18]
+        SwapTuningConfig(
+            m=64,
+            m_end=128,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            config_id="c0e97235540",
+            block_m=64,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [19]
+        SwapTuningConfig(
+            m=128,
+            m_end=256,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            config_id="ca5d62fc26a",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [20]
+        SwapTuningConfig(
+            m=256,
+            m_end=512,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            config_id="c48c2374c70",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [21]
+        SwapTuningConfig(
+            m=512,
+            m_end=2147483647,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            config_id="cd57ea8e1dc",
+            block_m=256,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [22]
+        SwapTuningConfig(
+            m=1,
+            m_end=32,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c049302cfba",
+            block_m=16,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [23]
+        SwapTuningConfig(
+            m=32,
+            m_end=64,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c5b06206301",
+            block_m=32,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [24]
+        SwapTuningConfig(
+            m=64,
+            m_end=128,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="cfb3c855247",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [25]
+        SwapTuningConfig(
+            m=128,
+            m_end=256,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c48c2374c70",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [26]
+        SwapTuningConfig(
+            m=256,
+            m_end=2147483647,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="cd57ea8e1dc",
+            block_m=256,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+    # END-TUNING-LIST-GEMM_SWAP
+]
+
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:7cfe679b1fa6, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:51bd4a464c4f, device: NVIDIA H200, date: 2026-12-01
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
@@ -1454,9 +1915,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             m_end=128,
             n=4096,
             k=14336,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="ca6f1c4d328",
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="ced7f5244bd",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [10]
@@ -1649,7 +2110,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # index: [27]
         FamilyChoice(
             m=1,
-            m_end=32,
+            m_end=8,
             n=14336,
             k=4096,
             kernel="gemm_mma",
@@ -1659,16 +2120,27 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [28]
         FamilyChoice(
+            m=8,
+            m_end=32,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c049302cfba",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [29]
+        FamilyChoice(
             m=32,
             m_end=64,
             n=14336,
             k=4096,
-            kernel="gemm_mma",
-            table="gemm_mma",
-            config_id="c34d769966c",
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c5b06206301",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [29]
+        # index: [30]
         FamilyChoice(
             m=64,
             m_end=128,
@@ -1679,7 +2151,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cea7763de35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [31]
         FamilyChoice(
             m=128,
             m_end=256,
@@ -1690,7 +2162,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
+        # index: [32]
         FamilyChoice(
             m=256,
             m_end=512,
@@ -1701,7 +2173,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c3da91a4951",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [33]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1712,7 +2184,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8624d69f68",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [34]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -1723,7 +2195,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c535214171c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
+        # index: [35]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
@@ -1736,8 +2208,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
     # END-TUNING-LIST-GEMM_DISPATCH
 ]
 
-TABLES: dict[str, list[TuningConfig] | list[WgmmaTuningConfig]] = {
+TABLES: dict[str, list[TuningConfig] | list[WgmmaTuningConfig] | list[SwapTuningConfig]] = {
     "gemm_mma": GEMM_MMA_CONFIGS,
     "gemm_wgmma": GEMM_WGMMA_CONFIGS,
+    "gemm_wgmma_swap": GEMM_WGMMA_SWAP_CONFIGS,
 }
 DISPATCH: dict[str, list[FamilyChoice]] = {"gemm_dispatch": GEMM_DISPATCH}

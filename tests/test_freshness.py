@@ -47,3 +47,12 @@ def test_whole_generated_file_is_fresh() -> None:
     done = subprocess.run([sys.executable, "-m", "tunetable", "codegen", "--all", "--check"], cwd=REPO,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_generated_wgmma_ops_header_is_fresh() -> None:
+    """kernels/common/wgmma_ops.cuh is what scripts/gen_wgmma_ops.py writes (the kernels' hashes cover it)."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_wgmma_ops.py"), "--check"],
+                          cwd=REPO, check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    header = (REPO / "kernels" / "common" / "wgmma_ops.cuh").read_text()
+    assert header.count("struct WgmmaN<") == 32 and "m64n200k16" in header

@@ -1,5 +1,6 @@
-"""gemm_wgmma on the H200 (`pytest -m gpu`): every default-grid configuration verified through the bench
-harness on odd shapes, and tunetable.kernels.gemm / gemm_with / autotune running wgmma entries.
+"""The TMA + wgmma families on the H200 (`pytest -m gpu`): every default-grid configuration of gemm_wgmma
+and of gemm_wgmma_swap (swap-AB) verified through the bench harness on odd shapes, and
+tunetable.kernels.gemm / gemm_with / autotune running their entries.
 
 Self-contained: it compiles the default grid with the machine's nvcc into a temporary cache (all
 cores, a few seconds) and measures with a one-round harness setting, so it adds well under a
@@ -27,6 +28,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = "gemm_wgmma"
+TMA_TABLES = ("gemm_wgmma", "gemm_wgmma_swap")  # tables whose whole grid is verified below
 REL_TOL = 1e-2  # bf16 output, fp32 accumulation
 # M in {1, 7, 77, 333, 4096}, non-square N and K (LLM projections), and two small shapes whose N and K
 # are multiples of no tile (TMA fills the edges with zeros; empty K splits must still add up).
@@ -42,28 +44,31 @@ def params() -> dict:
     return yaml.safe_load((REPO / "params.yaml").read_text())
 
 
-@pytest.fixture(scope="module")
-def tasks(tmp_path_factory: pytest.TempPathFactory) -> list[ConfigTask]:
-    """Every kept configuration of the default grid, compiled (fresh cache) into tasks for the harness."""
+@pytest.fixture(scope="module", params=TMA_TABLES)
+def table_tasks(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[ConfigTask]]:
+    """A table and every kept configuration of its default grid, compiled (fresh cache) into harness tasks."""
     settings = params()
-    spec = table_spec(settings, TABLE)
+    spec = table_spec(settings, request.param)
     kept = expand(spec, limits=DeviceLimits.from_params(settings)).kept
     results = compile_configs(kept, kernel_path=REPO / spec.kernel, flags=settings["compile"]["nvcc_flags"],
                               arch=spec.arch, cache_dir=tmp_path_factory.mktemp("cubins"), workers=os.cpu_count() or 4)
     failed = {cid: r.error for cid, r in results.items() if r.status != "ok"}
     assert not failed, failed
-    return [ConfigTask(config_id=config.id, kind="kernel", mesh_idx=index, family=spec.family,
-                       params=tuple(config.params), defines=tuple(config.defines().items()),
-                       cubin=results[config.id].cubin)
-            for index, config in enumerate(kept)]
+    return request.param, [ConfigTask(config_id=config.id, kind="kernel", mesh_idx=index, family=spec.family,
+                                      params=tuple(config.params), defines=tuple(config.defines().items()),
+                                      cubin=results[config.id].cubin)
+                           for index, config in enumerate(kept)]
 
 
-def test_every_default_config_is_verified_by_the_harness_on_odd_shapes(tasks, tmp_path: Path) -> None:
+def test_every_default_config_is_verified_by_the_harness_on_odd_shapes(table_tasks, tmp_path: Path) -> None:
     from tunetable.kernels.families import FAMILIES
 
+    table, tasks = table_tasks
+    spec = table_spec(params(), table)
     all_tasks = (*tasks, baseline_task())
-    kernel_hash = kernel_source_hash(REPO / "kernels" / "gemm_wgmma.cu")
-    jobs = [ShardJob(table=TABLE, m=m, n=n, k=k, tasks=all_tasks,
+    kernel_hash = kernel_source_hash(REPO / spec.kernel)
+    jobs = [ShardJob(table=spec.name, m=m, n=n, k=k, tasks=all_tasks,
                      payloads=shard_payloads(tasks=all_tasks, m=m, n=n, k=k, families=FAMILIES),
                      journal_path=tmp_path / f"M{m}_N{n}_K{k}.journal.jsonl",
                      shard_path=tmp_path / f"M{m}_N{n}_K{k}.pkl",
@@ -131,28 +136,33 @@ def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
         dispatch.set_dispatcher(None)
 
 
+@pytest.mark.parametrize("family", TMA_TABLES)
 @pytest.mark.parametrize("split_k", [1, 4, 8])
-def test_gemm_with_wgmma_is_right_on_every_repeat(torch, split_k: int) -> None:
-    """Split-K tile counters start zeroed and are reset by each launch's last split: repeats stay right."""
+def test_gemm_with_wgmma_is_right_on_every_repeat(torch, split_k: int, family: str) -> None:
+    """Split-K counters start zeroed and each launch's last split resets them: repeats stay right, bit-equal."""
     import tunetable.kernels
-    from tunetable.kernels.dispatch import WGMMA_SKINNY_TUNABLES
+    from tunetable.kernels.dispatch import HEURISTICS
 
-    tunables = {**WGMMA_SKINNY_TUNABLES, "split_k": split_k}
+    tunables = {**HEURISTICS[family][0], "split_k": split_k}
     a, b = operands(torch, 7, 4096, 14336)
     out = torch.empty((7, 4096), device="cuda", dtype=torch.bfloat16)
+    first = None
     for _ in range(3):
         out.fill_(float("nan"))
-        tunetable.kernels.gemm_with(tunables, a, b, out=out, family=TABLE)
+        tunetable.kernels.gemm_with(tunables, a, b, out=out, family=family)
         torch.cuda.synchronize()
         assert rel_err(out, a, b) < REL_TOL
+        first = out.clone() if first is None else first
+        assert torch.equal(out, first)  # split order fixed: the same bits every launch
 
 
-def test_generated_wgmma_choices_run_through_kernels_gemm(torch) -> None:
-    """Whatever the checked-in dispatch list sends to gemm_wgmma is right (none until its recording lands)."""
+@pytest.mark.parametrize("table", TMA_TABLES)
+def test_generated_wgmma_choices_run_through_kernels_gemm(torch, table: str) -> None:
+    """Whatever the checked-in dispatch list sends to a TMA table is right."""
     import tunetable.kernels
     from tunetable.kernels.tuning_configs import DISPATCH
 
-    choices = [c for c in DISPATCH["gemm_dispatch"] if c.table == TABLE]
+    choices = [c for c in DISPATCH["gemm_dispatch"] if c.table == table]
     for choice in choices:
         m = min(max(choice.m, 1), 4096)
         a, b = operands(torch, m, choice.n, choice.k)

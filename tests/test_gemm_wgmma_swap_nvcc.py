@@ -1,0 +1,110 @@
+"""Real nvcc compiles of kernels/gemm_wgmma_swap.cu for sm_90a: the grid's rules mirror the kernel's static_asserts.
+
+Every configuration the default grid keeps compiles with no local-memory spills (the split-K rule is
+what ptxas measured: more than 120 accumulators plus the split-K epilogue spill); configurations the
+rules reject stop at the static_assert that says why; the derived defines must agree with the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tunetable.compile import compile_configs, main_function, parse_ptxas
+from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rule
+from tunetable.kernels.families import FAMILIES
+from tunetable.params import table_spec
+
+pytestmark = pytest.mark.nvcc
+
+REPO = Path(__file__).resolve().parents[1]
+FAMILY = FAMILIES["gemm_wgmma_swap"]
+FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v"]
+PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
+SPEC = table_spec(PARAMS, "gemm_wgmma_swap")
+BASE = {"BLOCK_M": 208, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "SPLIT_K": 2}
+
+
+def with_derived(defines: dict[str, int]) -> dict[str, int]:
+    """Add THREADS and SMEM_BYTES as the grid's derived values would."""
+    return {**defines, "THREADS": FAMILY.threads(defines), "SMEM_BYTES": FAMILY.smem_bytes(defines)}
+
+
+def nvcc(*, defines: dict[str, int], out: Path) -> subprocess.CompletedProcess:
+    """Compile one configuration to a cubin; return the finished process."""
+    args = [f"-D{k}={v}" for k, v in defines.items()]
+    return subprocess.run(["nvcc", *FLAGS, *args, "-o", str(out), str(REPO / FAMILY.source)],
+                          capture_output=True, text=True, check=False)
+
+
+def failed_rule(defines: dict[str, int]) -> str | None:
+    """The source of the first grid rule the configuration fails (None: the rules accept it)."""
+    rules = compile_rules(SPEC.grid, names=list(with_derived(defines)), path="params.yaml", table=SPEC.name)
+    rule = first_failed_rule(with_derived(defines), rules)
+    return None if rule is None else rule.expression.source
+
+
+@pytest.mark.parametrize(
+    "change,rule,message",
+    [
+        ({"CONSUMERS": 3, "BLOCK_N": 192}, "CONSUMERS in (1, 2)", "CONSUMERS must be 1 or 2"),
+        ({"BLOCK_N": 96}, "BLOCK_N % (CONSUMERS * 64) == 0", "BLOCK_N / CONSUMERS must be 64 or 128"),
+        ({"BLOCK_M": 200 + 4}, "BLOCK_M % 8 == 0", "BLOCK_M is the wgmma n"),
+        ({"BLOCK_M": 264, "SPLIT_K": 1}, "BLOCK_M % 8 == 0", "BLOCK_M is the wgmma n"),
+        ({"BLOCK_K": 32}, "BLOCK_K in (64, 128)", "BLOCK_K must be 64 or 128"),
+        ({"BLOCK_N": 256, "BLOCK_M": 160, "SPLIT_K": 1, "STAGES": 2}, "(BLOCK_N // CONSUMERS) * BLOCK_M <= 16384",
+         "consumer tile too large"),
+        ({"STAGES": 1}, "2 <= STAGES <= 8", "STAGES must be between 2 and 8"),
+        ({"STAGES": 8}, "SMEM_BYTES <= 232448", "exceeds the 227 KB per-block limit"),
+        ({"SPLIT_K": 17}, "1 <= SPLIT_K <= 16", "SPLIT_K must be between 1 and 16"),
+    ],
+)
+def test_rule_rejected_config_stops_at_the_kernels_static_assert(change: dict[str, int], rule: str, message: str,
+                                                                 tmp_path: Path) -> None:
+    defines = {**BASE, **change}
+    source = failed_rule(defines)
+    assert source is not None and source.startswith(rule), source
+    proc = nvcc(defines=defines, out=tmp_path / "bad.cubin")  # no THREADS/SMEM_BYTES: the kernel's own checks
+    assert proc.returncode != 0
+    assert re.search(r"static assertion failed with \"[^\"]*" + re.escape(message), proc.stderr), proc.stderr[-800:]
+
+
+def test_derived_defines_must_agree_with_the_kernel(tmp_path: Path) -> None:
+    for name, wrong in (("SMEM_BYTES", 1024), ("THREADS", 256)):
+        proc = nvcc(defines={**with_derived(BASE), name: wrong}, out=tmp_path / "bad.cubin")
+        assert proc.returncode != 0 and f"{name} define disagrees" in proc.stderr, proc.stderr[-800:]
+
+
+def test_the_split_k_rule_is_where_ptxas_starts_to_spill(tmp_path: Path) -> None:
+    """240 columns with split-K compile clean, 256 spill: the rule admits the one and rejects the other."""
+    spills = {}
+    for block_m in (240, 256):
+        defines = with_derived({**BASE, "BLOCK_M": block_m})
+        proc = nvcc(defines=defines, out=tmp_path / f"m{block_m}.cubin")
+        assert proc.returncode == 0, proc.stderr[-1500:]
+        main = main_function(parse_ptxas(proc.stdout + proc.stderr), entry=FAMILY.entry)
+        spills[block_m] = main.spill_stores + main.spill_loads
+        assert (failed_rule({**BASE, "BLOCK_M": block_m}) is None) == (spills[block_m] == 0), (block_m, spills)
+    assert spills[240] == 0 < spills[256]
+
+
+@pytest.mark.slow
+def test_every_kept_config_of_the_default_grid_compiles_without_spills(tmp_path: Path) -> None:
+    """The whole default grid through the compile stage (a fresh cache: every config really compiles)."""
+    kept = expand(SPEC, limits=DeviceLimits.from_params(PARAMS)).kept
+    assert len(kept) >= 30
+    results = compile_configs(kept, kernel_path=REPO / SPEC.kernel, flags=PARAMS["compile"]["nvcc_flags"],
+                              arch=SPEC.arch, cache_dir=tmp_path / "cubins", workers=os.cpu_count() or 2)
+    failed = {cid: r.error for cid, r in results.items() if r.status != "ok"}
+    assert not failed, failed
+    spilled = {}
+    for config_id, result in results.items():
+        main = main_function(parse_ptxas(result.ptxas_log), entry=FAMILY.entry)
+        if main is None or main.spill_stores or main.spill_loads or main.stack_bytes:
+            spilled[config_id] = main
+    assert not spilled, spilled
