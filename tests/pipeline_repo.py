@@ -138,8 +138,23 @@ def rewritten(before: dict[str, int], after: dict[str, int]) -> list[str]:
     return sorted(path for path, mtime in after.items() if before.get(path) != mtime)
 
 
+SMALL_M = (1, 64, 4096)
+
+
 def small_table(data: dict) -> None:
-    """Params edit: one (N, K) pair and three M values in every table (the recordings cover them)."""
+    """Params edit: one (N, K) pair and up to three M values in every table (those its recording covers)."""
     for spec in data["tables"].values():
         spec["shapes"]["NK"] = [[4096, 4096]]
-        spec["shapes"]["M"] = [1, 64, 4096]
+        spec["shapes"]["M"] = [m for m in SMALL_M if m in spec["shapes"]["M"]]
+
+
+def only_tables(data: dict, *names: str) -> None:
+    """Params edit: keep only the named tables, in every dispatch list too (a project of fewer families)."""
+    data["tables"] = {name: spec for name, spec in data["tables"].items() if name in names}
+    for spec in (data.get("dispatch") or {}).values():
+        spec["tables"] = [name for name in spec["tables"] if name in names]
+
+
+def two_families(data: dict) -> None:
+    """Params edit: the gemm_mma + gemm_wgmma project these tests were written for (no gemm_wgmma_swap)."""
+    only_tables(data, "gemm_mma", "gemm_wgmma")

@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
+from pipeline_repo import edit_params, two_families
 
 from tunetable import rank, select
 from tunetable.codegen import validate_manifest
@@ -173,12 +174,13 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """params.yaml, manifests, snippets and the generated file; both tables selected from gemm_mma rows."""
+    """params.yaml of two families, manifests, snippets and the generated file; both selected from gemm_mma rows."""
     for name in ("params.yaml", "kernels/tuning_configs.py", "kernels/snippets/gemm_mma.snippet",
                  "kernels/snippets/gemm_wgmma.snippet", "kernels/snippets/gemm_dispatch.snippet",
                  "manifests/gemm_mma.yaml", "manifests/gemm_wgmma.yaml", "manifests/gemm_dispatch.yaml"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, tmp_path / name)
+    edit_params(tmp_path, two_families)
     (tmp_path / "results" / "ranked").mkdir(parents=True)
     for table, path, keep in (("gemm_mma", SESSION_A, SKINNY), ("gemm_wgmma", SESSION_B, ~SKINNY)):
         ranked = ranked_rows(path, keep)

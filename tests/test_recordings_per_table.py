@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pipeline_repo import edit_params, two_families
 
 from tunetable import smk_helpers as tt
 from tunetable.bench.plan import recording_path
@@ -27,11 +28,12 @@ REPLAY = {"backend": "replay"}
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """params.yaml, both kernels and gemm_mma's recording only (gemm_wgmma's has not landed here)."""
+    """params.yaml of two families, both kernels and gemm_mma's recording only (gemm_wgmma's has not landed here)."""
     for name in ("params.yaml", "kernels/gemm_mma.cu", "kernels/gemm_wgmma.cu", MMA_RECORDING,
                  MMA_RECORDING.replace(".parquet", ".json")):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, tmp_path / name)
+    edit_params(tmp_path, two_families)
     monkeypatch.chdir(tmp_path)  # the plan reads params.yaml's relative paths, as the Snakefile does
     return tmp_path
 
@@ -158,12 +160,12 @@ def test_schema_wants_the_recording_in_the_table(tmp_path: Path) -> None:
 def test_dispatch_lists_name_declared_tables_only(tmp_path: Path) -> None:
     data = yaml.safe_load((REPO / "params.yaml").read_text())
     assert [(s.name, s.tables, s.tie_tolerance) for s in dispatch_specs(data)] == [
-        ("gemm_dispatch", ("gemm_mma", "gemm_wgmma"), 0.0)]
+        ("gemm_dispatch", tuple(data["tables"]), 0.0)]  # every declared table is a candidate
     data["dispatch"]["gemm_dispatch"]["tables"][1] = "gemm_nope"
     with pytest.raises(TuneTableError) as info:
         load_params(_write(tmp_path, data))
     assert str(info.value).endswith("dispatch.gemm_dispatch.tables[1]: unknown table 'gemm_nope' "
-                                    "(declared: gemm_mma, gemm_wgmma)")
+                                    f"(declared: {', '.join(data['tables'])})")
     data = yaml.safe_load((REPO / "params.yaml").read_text())
     data["dispatch"]["gemm_mma"] = data["dispatch"].pop("gemm_dispatch")
     with pytest.raises(TuneTableError, match="dispatch.gemm_mma: a dispatch list cannot share its name with a table"):
