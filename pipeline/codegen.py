@@ -289,6 +289,11 @@ def load_manifest_document(path: str | Path) -> Manifest:
     return validate_manifest(_parse_yaml(_read_text(source), path=path), path=path)
 
 
+def load_yaml_document(path: str | Path) -> Any:
+    """Any YAML file parsed safely (a manifest's top-level ``name``/``file`` for profile); errors name the line."""
+    return _parse_yaml(_read_text(Path(path)), path=Path(path))
+
+
 def load_manifest(path: str | Path) -> list[dict[str, Any]]:
     """The manifest's ``params`` entries in file order (Modular's ``load_manifest``)."""
     return load_manifest_document(path).params

@@ -29,6 +29,8 @@ from rich.text import Text
 Justify = Literal["left", "right", "center"]
 # Zero-width fold points: after ", " / "," / a space, and between the NAME=value pairs of "A=1/B=2".
 FOLD_POINT = re.compile(r"(?<=,)|(?<= )|(?<=/)(?=\$?[A-Za-z_][A-Za-z0-9_]*=)")
+# A header is a name, not a value: it may also fold after an underscore (BLOCK_ / M).
+HEADER_FOLD_POINT = re.compile(FOLD_POINT.pattern + r"|(?<=_)(?=[A-Za-z0-9])")
 GAP_MARK = "…"
 
 
@@ -83,17 +85,17 @@ def overhead(*, columns: int, boxed: bool) -> int:
     return 3 * columns + 1 if boxed else 2 * columns
 
 
-def tokens(text: str) -> list[str]:
+def tokens(text: str, *, points: re.Pattern[str] = FOLD_POINT) -> list[str]:
     """A cell's unbreakable pieces: split only at fold points, so no value is ever cut."""
-    return [piece for line in text.split("\n") for piece in FOLD_POINT.split(line) if piece]
+    return [piece for line in text.split("\n") for piece in points.split(line) if piece]
 
 
-def fold(text: str, *, width: int) -> str:
+def fold(text: str, *, width: int, points: re.Pattern[str] = FOLD_POINT) -> str:
     """Pack a cell's pieces into lines of at most ``width`` (a piece longer than that keeps its own line)."""
     lines: list[str] = []
     for paragraph in text.split("\n"):
         current = ""
-        for piece in FOLD_POINT.split(paragraph):
+        for piece in points.split(paragraph):
             if not piece:
                 continue
             if current and len((current + piece).rstrip()) > width:
@@ -119,8 +121,9 @@ def plan_layout(*, headers: Sequence[str], cells: Sequence[Sequence[str]], width
     if width is None or sum(natural) + extra <= width:
         return Layout(mode="table", widths=tuple(natural), headers=tuple(headers),
                       cells=tuple(tuple(row) for row in cells))
-    least = [max(len(piece.strip()) for piece in [*tokens(headers[i]), *(p for row in cells for p in tokens(row[i])),
-                                                  ""]) for i in range(count)]
+    least = [max(len(piece.strip()) for piece in [*tokens(headers[i], points=HEADER_FOLD_POINT),
+                                                  *(p for row in cells for p in tokens(row[i])), ""])
+             for i in range(count)]
     if sum(least) + extra > width:
         return Layout(mode="records")
     widths = list(natural)
@@ -130,7 +133,7 @@ def plan_layout(*, headers: Sequence[str], cells: Sequence[Sequence[str]], width
         widths[widest] -= 1
         excess -= 1
     return Layout(mode="table", widths=tuple(widths),
-                  headers=tuple(fold(h, width=w) for h, w in zip(headers, widths)),
+                  headers=tuple(fold(h, width=w, points=HEADER_FOLD_POINT) for h, w in zip(headers, widths)),
                   cells=tuple(tuple(fold(c, width=w) for c, w in zip(row, widths)) for row in cells))
 
 

@@ -260,3 +260,120 @@ def _compare(node: ast.Compare, *, allowed: frozenset[str], used: set[str]) -> E
         return True
 
     return chain
+
+
+# -- pandas query syntax (``tunetable profile --query``) --------------------------------------------------
+# DataFrame.query's default parser reads ``&`` / ``|`` as ``and`` / ``or`` (boolean precedence, not bitwise)
+# and ``~`` as negation; it allows ``==`` / ``!=`` against a list (membership), the Series methods
+# ``.between(lo, hi, inclusive=...)`` and ``.isin([...])``, and backtick-quoted column names. Each form
+# is rewritten into the whitelisted grammar above before anything is built: no new evaluation path.
+QUERY_METHODS = ("between", "isin")
+_BETWEEN_OPS: dict[str, tuple[ast.cmpop, ast.cmpop]] = {
+    "both": (ast.LtE(), ast.LtE()), "neither": (ast.Lt(), ast.Lt()),
+    "left": (ast.LtE(), ast.Lt()), "right": (ast.Lt(), ast.LtE()),
+}
+_BACKTICK_PREFIX = "_tunetable_quoted_"
+
+
+def parse_query(
+    source: str,
+    *,
+    allowed_names: Iterable[str],
+    path: str | Path | None = None,
+    where: str | None = None,
+) -> Expression:
+    """Parse a pandas ``DataFrame.query`` string (``M > 64 & (K < 1024 | ~FLAG)``, ``N.between(1, 8)``)."""
+    allowed = frozenset(allowed_names)
+    path_text = str(path) if path is not None else None
+    if not isinstance(source, str) or not source.strip():
+        raise TuneTableError("empty query", path=path_text, where=where)
+    try:
+        text, quoted = _pandas_text(source.strip())
+        tree = ast.parse(text, mode="eval")
+    except _Reject as exc:
+        raise TuneTableError(f"{exc} in query '{source}'", path=path_text, where=where) from None
+    except SyntaxError as exc:
+        hint = " (local variables, @name, are not supported)" if "@" in source else ""
+        raise TuneTableError(f"syntax error in query '{source}': {exc.msg}{hint}", path=path_text,
+                             where=where) from None
+    used: set[str] = set()
+    try:
+        body = _QueryRewriter(quoted).visit(tree.body)
+        evaluator = _build(body, allowed=allowed, used=used)
+    except _Reject as exc:
+        raise TuneTableError(f"{exc} in query '{source}'", path=path_text, where=where) from None
+    return Expression(source=source, names=frozenset(used), kind="query", path=path_text, where=where,
+                      _evaluate=evaluator)
+
+
+def _pandas_text(source: str) -> tuple[str, dict[str, str]]:
+    """``&``/``|`` outside string literals as ``and``/``or``; each `quoted name` as a placeholder name."""
+    out: list[str] = []
+    quoted: dict[str, str] = {}
+    index = 0
+    while index < len(source):
+        char = source[index]
+        if char in "'\"":
+            end = index + 1
+            while end < len(source) and source[end] != char:
+                end += 2 if source[end] == "\\" else 1
+            out.append(source[index:end + 1])
+            index = end + 1
+            continue
+        if char == "`":
+            end = source.find("`", index + 1)
+            if end < 0:
+                raise _Reject("unclosed backtick")
+            placeholder = f"{_BACKTICK_PREFIX}{len(quoted)}"
+            quoted[placeholder] = source[index + 1:end]
+            out.append(placeholder)
+            index = end + 1
+            continue
+        out.append({"&": " and ", "|": " or "}.get(char, char))
+        index += 1
+    return "".join(out), quoted
+
+
+class _QueryRewriter(ast.NodeTransformer):
+    """pandas-only forms as the base grammar's nodes: ``~`` -> not, ``== [..]`` -> in, methods -> comparisons."""
+
+    def __init__(self, quoted: Mapping[str, str]):
+        self.quoted = quoted
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        """A backtick-quoted name back to its real text (any characters)."""
+        return ast.Name(id=self.quoted.get(node.id, node.id), ctx=node.ctx)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        """``~condition`` is ``not condition``."""
+        operand = self.visit(node.operand)
+        return ast.UnaryOp(op=ast.Not() if isinstance(node.op, ast.Invert) else node.op, operand=operand)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        """``x == [a, b]`` / ``x != [a, b]`` are membership tests, as in pandas."""
+        self.generic_visit(node)
+        ops = [ast.In() if isinstance(op, ast.Eq) and isinstance(right, (ast.List, ast.Tuple))
+               else ast.NotIn() if isinstance(op, ast.NotEq) and isinstance(right, (ast.List, ast.Tuple))
+               else op for op, right in zip(node.ops, node.comparators)]
+        return ast.Compare(left=node.left, ops=ops, comparators=node.comparators)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        """``x.between(lo, hi[, inclusive=...])`` and ``x.isin([...])``; any other call is refused."""
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        if method not in QUERY_METHODS:
+            shown = ast.unparse(node.func)
+            raise _Reject(f"call {shown}() not allowed (queries allow .between() and .isin())")
+        subject = self.visit(node.func.value)
+        args = [self.visit(arg) for arg in node.args]
+        keywords = {k.arg: k.value for k in node.keywords}
+        if method == "isin":
+            if len(args) != 1 or keywords or not isinstance(args[0], (ast.List, ast.Tuple)):
+                raise _Reject(".isin() takes one literal list")
+            return ast.Compare(left=subject, ops=[ast.In()], comparators=[args[0]])
+        if len(args) != 2 or set(keywords) - {"inclusive"}:
+            raise _Reject(".between() takes two bounds and optionally inclusive=")
+        inclusive = keywords.get("inclusive", ast.Constant("both"))
+        if not (isinstance(inclusive, ast.Constant) and inclusive.value in _BETWEEN_OPS):
+            raise _Reject(f"inclusive= must be one of {', '.join(repr(k) for k in _BETWEEN_OPS)}")
+        low_op, high_op = _BETWEEN_OPS[inclusive.value]
+        return ast.Compare(left=args[0], ops=[low_op, high_op], comparators=[subject, args[1]])

@@ -47,8 +47,14 @@ def metric_choices(*, frame: pl.DataFrame) -> list[str]:
     return [c for c, t in frame.schema.items() if t.is_numeric() and metric_direction(name=c) is not None]
 
 
-def resolve_metric(*, frame: pl.DataFrame, requested: str) -> Metric:
-    """An exact metric name or a unique case-insensitive prefix of one; otherwise an error listing choices."""
+def default_metric(*, frame: pl.DataFrame) -> str:
+    """kprofile's ``met (ms)`` where the file has it (kbench pickles, shards, recordings), else ``median_ms``."""
+    return DEFAULT_METRIC if DEFAULT_METRIC in frame.columns or "median_ms" not in frame.columns else "median_ms"
+
+
+def resolve_metric(*, frame: pl.DataFrame, requested: str | None) -> Metric:
+    """An exact metric name or a unique case-insensitive prefix of one (None: the default); else an error."""
+    requested = default_metric(frame=frame) if requested is None else requested
     choices = metric_choices(frame=frame)
     if requested in choices:
         matches = [requested]
@@ -60,6 +66,20 @@ def resolve_metric(*, frame: pl.DataFrame, requested: str) -> Metric:
         raise TuneTableError(f"{why} metric '{requested}' (choices: {', '.join(listed)})", where="--metric")
     direction = metric_direction(name=matches[0])
     return Metric(name=matches[0], higher_is_better=bool(direction))
+
+
+def left_out(*, frame: pl.DataFrame, metric: Metric) -> dict[str, int]:
+    """Rows the views leave out, counted per reason: each failure status, baseline rows, no metric value."""
+    counts: dict[str, int] = {}
+    baseline = is_baseline(frame) if "config_id" in frame.columns else pl.lit(False)
+    status = pl.col("status") if "status" in frame.columns else pl.lit("ok")
+    missing = pl.col(metric.name).is_null() | pl.col(metric.name).is_nan()
+    reason = (pl.when(baseline).then(pl.lit("baseline")).when(status != "ok").then(status.cast(pl.Utf8))
+              .when(missing).then(pl.lit(f"no {metric.name}")).otherwise(pl.lit(None, dtype=pl.Utf8)))
+    for name, count in (frame.select(reason.alias("reason")).drop_nulls().group_by("reason").len()
+                        .sort("reason").iter_rows()):
+        counts[name] = count
+    return counts
 
 
 def kernel_rows(*, frame: pl.DataFrame, metric: Metric) -> pl.DataFrame:
@@ -87,9 +107,13 @@ def shape_string(*, row: dict[str, Any], shape: tuple[str, ...]) -> str:
     return "/".join(f"{p}={row[p]}" for p in shape)
 
 
-def summary(*, result: LoadedResult, metric: Metric, shape: tuple[str, ...]) -> pl.DataFrame:
-    """Default view: per shape the entries, best index, worst, best, worst/best ratio and the best spec."""
-    view = sorted_view(frame=result.frame, metric=metric, shape=shape)
+def summary(*, result: LoadedResult, metric: Metric, shape: tuple[str, ...],
+            view: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Default view: per shape the entries, best index, worst, best, worst/best ratio and the best spec.
+
+    ``view``: the result's ``sorted_view`` when the caller has it already (one sort for every view).
+    """
+    view = sorted_view(frame=result.frame, metric=metric, shape=shape) if view is None else view
     index = "mesh_idx" if "mesh_idx" in view.columns else "config_id"
     keys = list(shape) or [pl.lit(0).alias("_all")]
     table = view.group_by(keys, maintain_order=True).agg(
@@ -110,10 +134,25 @@ def summary(*, result: LoadedResult, metric: Metric, shape: tuple[str, ...]) -> 
                         shape_expr.alias("shape"), spec_expr.alias("best_spec"), *result.parameters)
 
 
+def within_top(*, frame: pl.DataFrame, metric: Metric, threshold: float, shape: tuple[str, ...]) -> pl.DataFrame:
+    """kprofile's ``--top T``: per shape the entries below ``min + T * max`` (lower is better).
+
+    kprofile keeps ``x < (T + min/max) * max``; mirrored for a higher-is-better metric: ``x > max - T * max``.
+    """
+    if not (threshold > 0 and math.isfinite(threshold)):
+        raise TuneTableError(f"expected a threshold > 0, got {threshold:g}", where="--top")
+    view = sorted_view(frame=frame, metric=metric, shape=shape)
+    value = pl.col(metric.name)
+    high = value.max().over(shape) if shape else value.max()
+    low = value.min().over(shape) if shape else value.min()
+    keep = value > high - threshold * high if metric.higher_is_better else value < low + threshold * high
+    return view.filter(keep)
+
+
 def top_fraction(*, frame: pl.DataFrame, metric: Metric, fraction: float, shape: tuple[str, ...]) -> pl.DataFrame:
     """The best ``fraction`` of each shape's entries (at least one), by the metric's own direction."""
     if not 0 < fraction <= 1:
-        raise TuneTableError(f"--top must be in (0, 1], got {fraction}", where="--top")
+        raise TuneTableError(f"expected a fraction in (0, 1], got {fraction}", where="--top-fraction")
     view = sorted_view(frame=frame, metric=metric, shape=shape)
     position = pl.int_range(pl.len()).over(shape) if shape else pl.int_range(pl.len())
     count = pl.len().over(shape) if shape else pl.len()
@@ -160,35 +199,126 @@ def diff_view(*, baseline: LoadedResult, current: LoadedResult, metric: Metric,
     )
 
 
-def kendall_tau(*, x: np.ndarray, y: np.ndarray) -> float:
-    """Kendall's tau-b (ties handled); NaN when either side is constant.
+# Contingency tables up to this many cells; grouped counting when one side has at most this many values.
+CONTINGENCY_CELLS = 4_000_000
+GROUPED_VALUES = 256
 
-    Sums sign(dx)*sign(dy) over pairs group by group of distinct x values, so the cost is
-    O(distinct(x) * n log n): cheap for tuning parameters, which take few values.
-    """
+
+@dataclass(frozen=True)
+class Ranks:
+    """A column as dense codes 0..distinct-1 (equal values share a code) and its tied pairs."""
+
+    codes: np.ndarray
+    distinct: int
+    tied_pairs: int
+
+
+def ranks_of(values: np.ndarray) -> Ranks:
+    """Dense codes of ``values`` (float, no NaN) and the number of pairs of equal values."""
+    uniques, codes, counts = np.unique(values, return_inverse=True, return_counts=True)
+    counts = counts.astype(np.int64)
+    tied = int((counts * (counts - 1) // 2).sum())
+    return Ranks(codes=codes.astype(np.int64), distinct=len(uniques), tied_pairs=tied)
+
+
+def kendall_tau(*, x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau-b (ties handled, pairs with a NaN on either side dropped); NaN when either side is constant."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    keep = ~(np.isnan(x) | np.isnan(y))
+    if not keep.all():
+        x, y = x[keep], y[keep]
     if len(x) < 2:
         return math.nan
-    if len(np.unique(x)) > len(np.unique(y)):
-        x, y = y, x  # tau is symmetric: group by the side with fewer distinct values
-    x_values, x_codes = np.unique(x, return_inverse=True)
-    score = 0
-    seen = np.empty(0, dtype=float)
-    for code in range(len(x_values)):
-        group = np.sort(y[x_codes == code].astype(float))
-        if seen.size:
-            below = np.searchsorted(seen, group, side="left")
-            above = seen.size - np.searchsorted(seen, group, side="right")
-            score += int(below.sum()) - int(above.sum())
-        seen = np.sort(np.concatenate([seen, group]))
-    n0 = len(x) * (len(x) - 1) // 2
+    return tau_of_ranks(x=ranks_of(x), y=ranks_of(y))
 
-    def tied_pairs(values: np.ndarray) -> int:
-        """The number of pairs of equal values."""
-        counts = np.unique(values, return_counts=True)[1]
-        return int((counts * (counts - 1) // 2).sum())
 
-    denominator = math.sqrt((n0 - tied_pairs(x)) * (n0 - tied_pairs(y)))
-    return score / denominator if denominator else math.nan
+def tau_of_ranks(*, x: Ranks, y: Ranks) -> float:
+    """tau-b of two coded columns of equal length: concordant minus discordant pairs over the tie-corrected count.
+
+    The pair count is never enumerated: a contingency table when both sides take few values,
+    per-value prefix counts when one side does (O(values * n)), else Knight's method with a
+    vectorised merge count of inversions (O(n log^2 n)).
+    """
+    n = len(x.codes)
+    if n < 2 or x.distinct < 2 or y.distinct < 2:
+        return math.nan
+    if x.distinct * y.distinct <= CONTINGENCY_CELLS:
+        score = _contingency_score(x=x, y=y)
+    elif min(x.distinct, y.distinct) <= GROUPED_VALUES:
+        small, large = (x, y) if x.distinct <= y.distinct else (y, x)
+        score = _grouped_score(small=small, large=large)
+    else:
+        score = _knight_score(x=x, y=y)
+    pairs = n * (n - 1) // 2
+    return score / math.sqrt((pairs - x.tied_pairs) * (pairs - y.tied_pairs))
+
+
+def _contingency_score(*, x: Ranks, y: Ranks) -> int:
+    """Concordant minus discordant pairs from the joint counts (2-D suffix and prefix sums)."""
+    table = np.bincount(x.codes * y.distinct + y.codes, minlength=x.distinct * y.distinct).reshape(
+        x.distinct, y.distinct).astype(np.int64)
+    later = np.zeros_like(table)                 # rows with a strictly larger x
+    later[:-1] = np.cumsum(table[::-1], axis=0)[::-1][1:]
+    above = np.zeros_like(table)                 # ... and a strictly larger y
+    above[:, :-1] = np.cumsum(later[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    below = np.zeros_like(table)                 # ... and a strictly smaller y
+    below[:, 1:] = np.cumsum(later, axis=1)[:, :-1]
+    return int((table * (above - below)).sum())
+
+
+def _grouped_score(*, small: Ranks, large: Ranks) -> int:
+    """Knight's method when one side takes few values: its inversions counted one value at a time (O(values * n))."""
+    n = len(small.codes)
+    keys = large.codes * small.distinct + small.codes
+    order = np.argsort(keys)                          # equal keys are equal pairs: their order is irrelevant
+    sequence = small.codes[order]
+    inversions = 0
+    for value in range(1, small.distinct):
+        seen = np.cumsum(sequence == value)          # how many of `value` up to each position
+        inversions += int(seen[sequence < value].sum())
+    pairs = n * (n - 1) // 2
+    return pairs - small.tied_pairs - large.tied_pairs + _tied_runs(keys[order]) - 2 * inversions
+
+
+def _tied_runs(ordered: np.ndarray) -> int:
+    """Pairs of equal values in a sorted array."""
+    edges = np.flatnonzero(np.diff(ordered)) + 1
+    runs = np.diff(np.concatenate([[0], edges, [len(ordered)]])).astype(np.int64)
+    return int((runs * (runs - 1) // 2).sum())
+
+
+def _knight_score(*, x: Ranks, y: Ranks) -> int:
+    """Knight's method: sort by (x, y); discordant pairs are the inversions left in y."""
+    n = len(x.codes)
+    keys = x.codes * y.distinct + y.codes
+    order = np.argsort(keys)
+    pairs = n * (n - 1) // 2
+    return pairs - x.tied_pairs - y.tied_pairs + _tied_runs(keys[order]) - 2 * count_inversions(y.codes[order])
+
+
+def count_inversions(values: np.ndarray) -> int:
+    """Pairs i < j with values[i] > values[j] of non-negative ints: bottom-up merge levels, each one vectorised."""
+    n = len(values)
+    if n < 2:
+        return 0
+    runs = values.astype(np.int64)
+    span = int(runs.max()) + 1
+    position = np.arange(n, dtype=np.int64)
+    total = 0
+    width = 1
+    while width < n:
+        pair = position // (2 * width)
+        right = (position // width) % 2 == 1
+        keys = pair * span + runs
+        left_keys = keys[~right]                  # sorted: each run is sorted and pairs ascend
+        right_pairs = pair[right]
+        upto = np.searchsorted(left_keys, keys[right], side="right")
+        pair_end = np.searchsorted(left_keys, right_pairs * span + (span - 1), side="right")
+        total += int((pair_end - upto).sum())
+        runs = np.sort(keys, kind="stable") - pair * span
+        width *= 2
+    return total
 
 
 def numeric_columns(*, frame: pl.DataFrame, names: tuple[str, ...]) -> list[str]:
@@ -203,7 +333,19 @@ def correlation(
     rows = kernel_rows(frame=frame, metric=metric)
     names = [*numeric_columns(frame=rows, names=parameters), metric.name]
     arrays = {n: rows[n].cast(pl.Float64).to_numpy() for n in names}
-    matrix = {a: [kendall_tau(x=arrays[a], y=arrays[b]) for b in names] for a in names}
+    complete = {n: not np.isnan(arrays[n]).any() for n in names}
+    ranks = {n: ranks_of(arrays[n]) for n in names if complete[n]}
+    matrix: dict[str, list[float]] = {a: [math.nan] * len(names) for a in names}
+    for i, a in enumerate(names):
+        for j in range(i, len(names)):
+            b = names[j]
+            if a == b:
+                tau = 1.0 if len(arrays[a]) >= 2 and np.unique(arrays[a][~np.isnan(arrays[a])]).size > 1 else math.nan
+            elif complete[a] and complete[b]:
+                tau = tau_of_ranks(x=ranks[a], y=ranks[b])
+            else:
+                tau = kendall_tau(x=arrays[a], y=arrays[b])
+            matrix[a][j] = matrix[b][i] = tau
     with_metric = [(p, matrix[p][-1]) for p in names[:-1]]
     sorted_rows = sorted(with_metric, key=lambda item: (-(0.0 if math.isnan(item[1]) else abs(item[1])), item[0]))
     table = pl.DataFrame({"parameter": [p for p, _ in sorted_rows],
@@ -254,14 +396,15 @@ def parse_pivots(*, values: tuple[str, ...]) -> list[str]:
 
 
 def apply_query(*, frame: pl.DataFrame, query: str) -> pl.DataFrame:
-    """Rows of ``frame`` matching a pandas-style query (``M > 64 and K < 1024``); no match is an error.
+    """Rows of ``frame`` matching a pandas ``DataFrame.query`` string; no match is an error.
 
-    The query goes through tunetable.expr (ast whitelist, never eval); a row lacking a name the
-    query uses (a key absent from its manifest) does not match.
+    ``M > 64 and K < 1024``, ``M > 64 & (K < 1024 | ~SWAP_AB)``, ``N.between(1024, 4096)``,
+    ``M in [1, 8]``: through tunetable.expr.parse_query (ast whitelist, never eval). A row lacking
+    a name the query uses (a key absent from its manifest) does not match.
     """
-    from tunetable.expr import parse_expression
+    from tunetable.expr import parse_query
 
-    expression = parse_expression(query, allowed_names=frame.columns, kind="query", where="--query")
+    expression = parse_query(query, allowed_names=frame.columns, where="--query")
     keep = [all(row[name] is not None for name in expression.names) and bool(expression(row))
             for row in frame.iter_rows(named=True)]
     result = frame.filter(pl.Series(keep, dtype=pl.Boolean))

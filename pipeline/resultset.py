@@ -9,18 +9,27 @@ by ``eval``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import polars as pl
 
 from tunetable.errors import TuneTableError
-from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, read_shard
 
 SPEC_KEY = re.compile(r"/(\$?[A-Za-z_][A-Za-z0-9_]*)=")
 # Columns that are never parameters of a configuration.
 NON_PARAMETER_COLUMNS = frozenset({*KBENCH_FIELDS, *ROW_FIELDS, "name", "kbench_filter", "file", "AUTOTUNING_MODE"})
+# Columns of a recording (data/recordings/*.parquet) that are not parameters: its rows are shard rows plus `table`.
+RECORDING_FIELDS = frozenset({*KBENCH_FIELDS, *ROW_FIELDS, *SEARCH_FIELDS, "table"})
+SHAPE_COLUMNS = ("M", "N", "K")
+# What `tunetable profile` reads, by suffix (its "unsupported input" line lists these).
+READABLE = {
+    ".pkl": "raw shards (results/raw/) and kbench pickles",
+    ".parquet": "ranked tables (results/ranked/) and recordings (data/recordings/)",
+    ".csv": "ranked tables (results/ranked/*.csv)",
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,7 @@ class LoadedResult:
     parameters: tuple[str, ...]
     shape: tuple[str, ...]
     provenance: dict[str, Any] = field(default_factory=dict)
+    source_file: str | None = None   # a kbench pickle's `file:` (the benchmark it ran), kept for `profile -o`
 
 
 @dataclass(frozen=True)
@@ -137,8 +147,13 @@ def from_payload(*, payload: dict[str, Any], path: str) -> LoadedResult:
     if merged is None or not hasattr(merged, "columns"):
         raise TuneTableError(f"Invalid pkl [{path}]: merged_df is not a DataFrame", path=path)
     frame = pandas_to_polars(frame=merged)
-    return from_frame(frame=frame, path=path, name=str(payload.get("name") or Path(path).stem),
-                      provenance=dict(payload.get("provenance") or {}))
+    loaded = from_frame(frame=frame, path=path, name=str(payload.get("name") or Path(path).stem),
+                        provenance=dict(payload.get("provenance") or {}))
+    source = payload.get("file")
+    # kbench names the benchmark source it ran; our shards name themselves (nothing kbench can run).
+    if isinstance(source, str) and source and Path(source).suffix != ".pkl":
+        loaded = replace(loaded, source_file=source)
+    return loaded
 
 
 def from_frame(*, frame: pl.DataFrame, path: str, name: str, provenance: dict[str, Any] | None = None) -> LoadedResult:
@@ -189,3 +204,65 @@ def combine(*, results: tuple[LoadedResult, ...] | list[LoadedResult]) -> pl.Dat
 def union_names(*, groups: list[tuple[str, ...]]) -> tuple[str, ...]:
     """Names from several ordered tuples, first occurrence first."""
     return tuple(dict.fromkeys(name for group in groups for name in group))
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """A ranked table or a recording on disk: its columns (schema), parameters and shape, before any row is read."""
+
+    path: str
+    name: str
+    schema: dict[str, pl.DataType]
+    parameters: tuple[str, ...]
+    shape: tuple[str, ...]
+
+
+def readable_inputs() -> str:
+    """The one line saying what profile reads, for its "unsupported input" message."""
+    return "; ".join(f"{suffix}: {what}" for suffix, what in READABLE.items())
+
+
+def describe_table_file(*, path: str | Path) -> TableFile:
+    """Columns, parameters and shape of a ranked table (.parquet/.csv) or a recording (.parquet), rows unread.
+
+    A ranked table (a ``rank`` column) has the parameters ``tunetable.rank`` gives it; a recording's
+    parameters are every column that is not a shard field.
+    """
+    from tunetable.rank import ranked_parameters
+
+    source = Path(path)
+    if not source.is_file():
+        raise TuneTableError("no such file", path=source)
+    try:
+        if source.suffix == ".parquet":
+            schema = dict(pl.read_parquet_schema(source))
+        else:
+            schema = dict(pl.scan_csv(source, infer_schema_length=10_000).collect_schema())
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise TuneTableError(f"unreadable {source.suffix[1:]} file ({exc.__class__.__name__})", path=source) from None
+    missing = [c for c in (*SHAPE_COLUMNS, "config_id") if c not in schema]
+    if missing:
+        raise TuneTableError(f"neither a ranked table nor a recording: no column {missing[0]} "
+                             f"(expected {', '.join(SHAPE_COLUMNS)}, config_id and a metric)", path=source)
+    if "rank" in schema:
+        parameters = ranked_parameters(frame=pl.DataFrame(schema=schema))
+    else:
+        parameters = tuple(c for c in schema if c not in RECORDING_FIELDS)
+    return TableFile(path=str(source), name=source.stem, schema=schema, parameters=parameters, shape=SHAPE_COLUMNS)
+
+
+def read_table_file(*, table: TableFile, columns: list[str]) -> LoadedResult:
+    """The rows of ``table`` with only ``columns`` read (a 10 M-row recording's samples never load)."""
+    wanted = [c for c in dict.fromkeys(columns) if c in table.schema]
+    try:
+        if table.path.endswith(".parquet"):
+            frame = pl.read_parquet(table.path, columns=wanted)
+        else:
+            frame = pl.scan_csv(table.path, infer_schema_length=10_000).select(wanted).collect()
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise TuneTableError(f"unreadable ({exc.__class__.__name__}: {str(exc).splitlines()[0][:120]})",
+                             path=table.path) from None
+    name = table.name
+    if "table" in frame.columns and frame.height and frame["table"].n_unique() == 1:
+        name = str(frame["table"][0])
+    return LoadedResult(path=table.path, name=name, frame=frame, parameters=table.parameters, shape=table.shape)
