@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -199,86 +200,129 @@ def diff_view(*, baseline: LoadedResult, current: LoadedResult, metric: Metric,
     )
 
 
-# Contingency tables up to this many cells; grouped counting when one side has at most this many values.
+# Contingency tables up to this many cells; per-value counting when one side has at most this many values.
 CONTINGENCY_CELLS = 4_000_000
 GROUPED_VALUES = 256
 
 
 @dataclass(frozen=True)
 class Ranks:
-    """A column as dense codes 0..distinct-1 (equal values share a code) and its tied pairs."""
+    """A column as dense codes 0..distinct-1 (equal values share a code, NaN is -1)."""
 
     codes: np.ndarray
     distinct: int
-    tied_pairs: int
+    has_nan: bool
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """Every non-NaN position, by code (stable); sorted once per column, when a pair first needs it."""
+        return np.argsort(self.codes, kind="stable")[int((self.codes < 0).sum()):]
 
 
 def ranks_of(values: np.ndarray) -> Ranks:
-    """Dense codes of ``values`` (float, no NaN) and the number of pairs of equal values."""
-    uniques, codes, counts = np.unique(values, return_inverse=True, return_counts=True)
-    counts = counts.astype(np.int64)
-    tied = int((counts * (counts - 1) // 2).sum())
-    return Ranks(codes=codes.astype(np.int64), distinct=len(uniques), tied_pairs=tied)
+    """Dense codes of ``values`` (floats; NaN allowed)."""
+    values = np.asarray(values, dtype=float)
+    nan = np.isnan(values)
+    if nan.any():
+        uniques, inverse = np.unique(values[~nan], return_inverse=True)
+        codes = np.full(len(values), -1, dtype=np.int64)
+        codes[~nan] = inverse
+    else:
+        uniques, codes = np.unique(values, return_inverse=True)
+    return Ranks(codes=codes.astype(np.int64, copy=False), distinct=len(uniques), has_nan=bool(nan.any()))
 
 
 def kendall_tau(*, x: np.ndarray, y: np.ndarray) -> float:
     """Kendall's tau-b (ties handled, pairs with a NaN on either side dropped); NaN when either side is constant."""
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
-    keep = ~(np.isnan(x) | np.isnan(y))
-    if not keep.all():
-        x, y = x[keep], y[keep]
-    if len(x) < 2:
-        return math.nan
-    return tau_of_ranks(x=ranks_of(x), y=ranks_of(y))
+    return tau_of_ranks(x=ranks_of(np.asarray(x, dtype=float)), y=ranks_of(np.asarray(y, dtype=float)))
 
 
 def tau_of_ranks(*, x: Ranks, y: Ranks) -> float:
     """tau-b of two coded columns of equal length: concordant minus discordant pairs over the tie-corrected count.
 
-    The pair count is never enumerated: a contingency table when both sides take few values,
-    per-value prefix counts when one side does (O(values * n)), else Knight's method with a
-    vectorised merge count of inversions (O(n log^2 n)).
+    Pairs are never enumerated: a contingency table when both sides take few values, Knight's
+    method with the inversions counted one value at a time when one side does (O(values * n)),
+    else Knight's method with a vectorised merge count of inversions (O(n log^2 n)).
     """
-    n = len(x.codes)
-    if n < 2 or x.distinct < 2 or y.distinct < 2:
+    if (x.distinct + 1) * (y.distinct + 1) <= CONTINGENCY_CELLS:
+        return _tau_from_table(_joint_counts(x=x, y=y))
+    valid = (x.codes >= 0) & (y.codes >= 0) if (x.has_nan or y.has_nan) else None
+    xs, ys = (x.codes, y.codes) if valid is None else (x.codes[valid], y.codes[valid])
+    n = len(xs)
+    x_ties, x_seen = _tied_pairs(xs, x.distinct)
+    y_ties, y_seen = _tied_pairs(ys, y.distinct)
+    if n < 2 or x_seen < 2 or y_seen < 2:
         return math.nan
-    if x.distinct * y.distinct <= CONTINGENCY_CELLS:
-        score = _contingency_score(x=x, y=y)
-    elif min(x.distinct, y.distinct) <= GROUPED_VALUES:
-        small, large = (x, y) if x.distinct <= y.distinct else (y, x)
-        score = _grouped_score(small=small, large=large)
-    else:
-        score = _knight_score(x=x, y=y)
     pairs = n * (n - 1) // 2
-    return score / math.sqrt((pairs - x.tied_pairs) * (pairs - y.tied_pairs))
+    if min(x.distinct, y.distinct) <= GROUPED_VALUES:
+        small, large = (x, y) if x.distinct <= y.distinct else (y, x)
+        order = large.order if valid is None else large.order[valid[large.order]]
+        inversions, both_tied = _inversions_by_value(small=small, large=large, order=order)
+    else:
+        keys = xs * y.distinct + ys
+        order = np.argsort(keys)
+        inversions, both_tied = count_inversions(ys[order]), _tied_runs(keys[order])
+    score = pairs - x_ties - y_ties + both_tied - 2 * inversions
+    return score / math.sqrt((pairs - x_ties) * (pairs - y_ties))
 
 
-def _contingency_score(*, x: Ranks, y: Ranks) -> int:
-    """Concordant minus discordant pairs from the joint counts (2-D suffix and prefix sums)."""
-    table = np.bincount(x.codes * y.distinct + y.codes, minlength=x.distinct * y.distinct).reshape(
-        x.distinct, y.distinct).astype(np.int64)
+def _tied_pairs(codes: np.ndarray, distinct: int) -> tuple[int, int]:
+    """Pairs of equal codes, and how many codes occur."""
+    counts = np.bincount(codes, minlength=distinct).astype(np.int64)
+    return int((counts * (counts - 1) // 2).sum()), int((counts > 0).sum())
+
+
+def _joint_counts(*, x: Ranks, y: Ranks) -> np.ndarray:
+    """Rows with both values present, counted per (x code, y code): one pass, NaN rows dropped by their slot."""
+    width = y.distinct + 1
+    table = np.bincount((x.codes + 1) * width + (y.codes + 1), minlength=(x.distinct + 1) * width)
+    return table.reshape(x.distinct + 1, width)[1:, 1:].astype(np.int64)
+
+
+def _tau_from_table(table: np.ndarray) -> float:
+    """tau-b from joint counts: concordant minus discordant pairs by 2-D suffix and prefix sums."""
+    n = int(table.sum())
+    rows, columns = table.sum(axis=1), table.sum(axis=0)
+    if n < 2 or (rows > 0).sum() < 2 or (columns > 0).sum() < 2:
+        return math.nan
     later = np.zeros_like(table)                 # rows with a strictly larger x
     later[:-1] = np.cumsum(table[::-1], axis=0)[::-1][1:]
     above = np.zeros_like(table)                 # ... and a strictly larger y
     above[:, :-1] = np.cumsum(later[:, ::-1], axis=1)[:, ::-1][:, 1:]
     below = np.zeros_like(table)                 # ... and a strictly smaller y
     below[:, 1:] = np.cumsum(later, axis=1)[:, :-1]
-    return int((table * (above - below)).sum())
+    score = int((table * (above - below)).sum())
+    pairs = n * (n - 1) // 2
+    x_ties = int((rows * (rows - 1) // 2).sum())
+    y_ties = int((columns * (columns - 1) // 2).sum())
+    return score / math.sqrt((pairs - x_ties) * (pairs - y_ties))
 
 
-def _grouped_score(*, small: Ranks, large: Ranks) -> int:
-    """Knight's method when one side takes few values: its inversions counted one value at a time (O(values * n))."""
-    n = len(small.codes)
-    keys = large.codes * small.distinct + small.codes
-    order = np.argsort(keys)                          # equal keys are equal pairs: their order is irrelevant
+def _inversions_by_value(*, small: Ranks, large: Ranks, order: np.ndarray) -> tuple[int, int]:
+    """Knight's inversions of ``small`` in (large, small) order, and the pairs tied on both sides.
+
+    ``order`` sorts by ``large`` only (ties by position): its inversions inside runs of equal
+    ``large`` are the ones a (large, small) sort would remove, so they are counted apart and taken off.
+    """
     sequence = small.codes[order]
     inversions = 0
     for value in range(1, small.distinct):
         seen = np.cumsum(sequence == value)          # how many of `value` up to each position
         inversions += int(seen[sequence < value].sum())
-    pairs = n * (n - 1) // 2
-    return pairs - small.tied_pairs - large.tied_pairs + _tied_runs(keys[order]) - 2 * inversions
+    sorted_large = large.codes[order]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_large[1:] != sorted_large[:-1]]))
+    lengths = np.diff(np.concatenate([starts, [len(order)]]))
+    if (lengths == 1).all():
+        return inversions, 0
+    run = np.repeat(np.arange(len(starts)), lengths)
+    tied = np.repeat(lengths > 1, lengths)
+    run, sequence = run[tied], sequence[tied]
+    for value in range(1, small.distinct):
+        seen = np.cumsum(sequence == value)
+        before_run = np.concatenate([[0], seen])[np.searchsorted(run, run, side="left")]
+        inversions -= int((seen - before_run)[sequence < value].sum())
+    joint = np.unique(run * small.distinct + sequence, return_counts=True)[1].astype(np.int64)
+    return inversions, int((joint * (joint - 1) // 2).sum())
 
 
 def _tied_runs(ordered: np.ndarray) -> int:
@@ -286,15 +330,6 @@ def _tied_runs(ordered: np.ndarray) -> int:
     edges = np.flatnonzero(np.diff(ordered)) + 1
     runs = np.diff(np.concatenate([[0], edges, [len(ordered)]])).astype(np.int64)
     return int((runs * (runs - 1) // 2).sum())
-
-
-def _knight_score(*, x: Ranks, y: Ranks) -> int:
-    """Knight's method: sort by (x, y); discordant pairs are the inversions left in y."""
-    n = len(x.codes)
-    keys = x.codes * y.distinct + y.codes
-    order = np.argsort(keys)
-    pairs = n * (n - 1) // 2
-    return pairs - x.tied_pairs - y.tied_pairs + _tied_runs(keys[order]) - 2 * count_inversions(y.codes[order])
 
 
 def count_inversions(values: np.ndarray) -> int:
@@ -332,20 +367,15 @@ def correlation(
     """Kendall tau of every numeric parameter with the metric (sorted by |tau|) and the full matrix."""
     rows = kernel_rows(frame=frame, metric=metric)
     names = [*numeric_columns(frame=rows, names=parameters), metric.name]
-    arrays = {n: rows[n].cast(pl.Float64).to_numpy() for n in names}
-    complete = {n: not np.isnan(arrays[n]).any() for n in names}
-    ranks = {n: ranks_of(arrays[n]) for n in names if complete[n]}
+    ranks = {n: ranks_of(rows[n].cast(pl.Float64).fill_null(float("nan")).to_numpy()) for n in names}
     matrix: dict[str, list[float]] = {a: [math.nan] * len(names) for a in names}
     for i, a in enumerate(names):
         for j in range(i, len(names)):
-            b = names[j]
-            if a == b:
-                tau = 1.0 if len(arrays[a]) >= 2 and np.unique(arrays[a][~np.isnan(arrays[a])]).size > 1 else math.nan
-            elif complete[a] and complete[b]:
-                tau = tau_of_ranks(x=ranks[a], y=ranks[b])
+            if i == j:   # tau-b of a column with itself: 1 unless it is constant
+                tau = 1.0 if ranks[a].distinct > 1 else math.nan
             else:
-                tau = kendall_tau(x=arrays[a], y=arrays[b])
-            matrix[a][j] = matrix[b][i] = tau
+                tau = tau_of_ranks(x=ranks[a], y=ranks[names[j]])
+            matrix[a][j] = matrix[names[j]][i] = tau
     with_metric = [(p, matrix[p][-1]) for p in names[:-1]]
     sorted_rows = sorted(with_metric, key=lambda item: (-(0.0 if math.isnan(item[1]) else abs(item[1])), item[0]))
     table = pl.DataFrame({"parameter": [p for p, _ in sorted_rows],

@@ -99,26 +99,48 @@ def spec_keys(*, specs: pl.Series) -> SpecColumns:
     return _keys_of(spec_templates(specs=specs))
 
 
+# Above this many key layouts in one file, values are found by one regex per key instead of by position.
+POSITIONAL_LAYOUTS = 32
+
+
 def parse_specs(*, specs: pl.Series) -> tuple[pl.DataFrame, SpecColumns]:
-    """Spec strings as typed columns: ``name`` (the stem) plus one column per key (``$`` stripped)."""
+    """Spec strings as typed columns: ``name`` (the stem) plus one column per key (``$`` stripped).
+
+    Rows are split by position, one pass per key layout (a file mixing kernels or a baseline row has
+    several); only a file with very many layouts falls back to one regex scan per key.
+    """
     frame = pl.DataFrame({"spec": specs.cast(pl.Utf8)})
-    templates = spec_templates(specs=frame["spec"])
+    layouts = frame["spec"].str.replace_all(r"=[^/]*", "=")
+    templates = layouts.drop_nulls().unique(maintain_order=True).to_list()
     keys = _keys_of(templates)
-    if len(templates) == 1 and frame["spec"].null_count() == 0:
-        # One layout (the usual case): split by position instead of one regex scan per key.
-        tokens = templates[0].split("/")
-        parts = frame.select(pl.col("spec").str.split_exact("/", len(tokens) - 1)).unnest("spec")
-        fields = parts.columns
-        columns = [parts[fields[0]].str.replace(r"=.*$", "").alias("name")]
-        columns += [parts[field].str.slice(len(token)).alias(token[:-1].lstrip("$"))
-                    for field, token in zip(fields[1:], tokens[1:]) if token.endswith("=")]
-        parsed = pl.DataFrame(columns)
+    if len(templates) <= POSITIONAL_LAYOUTS:
+        parts = []
+        tagged = frame.with_columns(layouts.alias("_layout"), pl.int_range(pl.len()).alias("_row"))
+        for template in templates:
+            rows = tagged.filter(pl.col("_layout") == template)
+            parts.append(_split_by_position(rows=rows, template=template))
+        nulls = tagged.filter(pl.col("_layout").is_null()).select("_row")
+        parsed = pl.concat([*parts, nulls], how="diagonal").sort("_row").drop("_row") if parts else \
+            pl.DataFrame({"name": pl.Series([None] * frame.height, dtype=pl.Utf8)})
+        order = ["name", *keys.parameters, *keys.runtime]
+        parsed = parsed.select([c for c in order if c in parsed.columns])
     else:
         exprs = [pl.col("spec").str.extract(r"^([^/]*)", 1).alias("name")]
         exprs += [pl.col("spec").str.extract(rf"/{re.escape(key)}=([^/]*)", 1).alias(key) for key in keys.parameters]
         exprs += [pl.col("spec").str.extract(rf"/\${re.escape(key)}=([^/]*)", 1).alias(key) for key in keys.runtime]
         parsed = frame.select(exprs)
     return parsed.with_columns([_typed(parsed[c]) for c in parsed.columns if c != "name"]), keys
+
+
+def _split_by_position(*, rows: pl.DataFrame, template: str) -> pl.DataFrame:
+    """The values of rows sharing one key layout, cut at the template's ``/`` positions (strings, ``_row`` kept)."""
+    tokens = template.split("/")
+    parts = rows.select(pl.col("spec").str.split_exact("/", len(tokens) - 1), "_row").unnest("spec")
+    fields = [c for c in parts.columns if c != "_row"]
+    columns = [parts[fields[0]].str.replace(r"=.*$", "").alias("name")]
+    columns += [parts[field].str.slice(len(token)).alias(token[:-1].lstrip("$"))
+                for field, token in zip(fields[1:], tokens[1:]) if token.endswith("=")]
+    return pl.DataFrame([*columns, parts["_row"]])
 
 
 def pandas_to_polars(*, frame: Any) -> pl.DataFrame:

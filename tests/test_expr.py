@@ -124,3 +124,48 @@ def test_missing_value_at_evaluation_is_an_error() -> None:
     expression = parse_expression("BLOCK_M > 1", allowed_names=NAMES)
     with pytest.raises(TuneTableError, match="'BLOCK_M' has no value"):
         expression({})
+
+
+# -- pandas query syntax (profile --query) -------------------------------------------------------------
+
+QUERY_ENV = {"M": 128, "K": 512, "SWAP": False, "met (ms)": 0.25, "label": "a&b|c"}
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("M > 64 & K < 1024", True),                  # pandas precedence: (M > 64) and (K < 1024)
+        ("M > 64 & K > 1024 | ~SWAP", True),
+        ("~(M > 64)", False),
+        ("M == [1, 128]", True), ("M != [1, 128]", False), ("M in (1, 8)", False),
+        ("K.between(512, 1024)", True), ("K.between(512, 1024, inclusive='right')", False),
+        ("K.between(1, 512, inclusive='neither')", False), ("M.isin([128, 256])", True),
+        ("`met (ms)` < 0.5", True), ("label == 'a&b|c'", True),   # & and | inside a string stay text
+        ("M > 64 and not SWAP", True),
+    ],
+)
+def test_query_accepts_pandas_syntax(source: str, expected: bool) -> None:
+    from tunetable.expr import parse_query
+
+    assert parse_query(source, allowed_names=QUERY_ENV).evaluate(QUERY_ENV) is expected
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("M.sum() > 1", r"call M\.sum\(\) not allowed \(queries allow \.between\(\) and \.isin\(\)\)"),
+        ("__import__('os').system('x')", "not allowed"),
+        ("M > @limit", r"local variables, @name, are not supported"),
+        ("K.between(1)", "takes two bounds"),
+        ("K.between(1, 2, inclusive='all')", "inclusive= must be one of"),
+        ("M.isin(K)", "one literal list"),
+        ("`unclosed", "unclosed backtick"),
+        ("Q > 1", "unknown name 'Q'"),
+        ("M[0] > 1", "subscript not allowed"),
+    ],
+)
+def test_query_refuses_everything_else(source: str, message: str) -> None:
+    from tunetable.expr import parse_query
+
+    with pytest.raises(TuneTableError, match=message):
+        parse_query(source, allowed_names=QUERY_ENV, where="--query")
