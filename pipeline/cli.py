@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "audit": "audit",
     "trace": "trace",
     "gc": "gc",
+    "kt": "kt",
 }
 
 

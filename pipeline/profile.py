@@ -83,24 +83,69 @@ def left_out(*, frame: pl.DataFrame, metric: Metric) -> dict[str, int]:
     return counts
 
 
-def kernel_rows(*, frame: pl.DataFrame, metric: Metric) -> pl.DataFrame:
+def comparable(*, frame: pl.DataFrame, metric: Metric) -> pl.Expr:
     """Rows that can be compared: kernel configurations with status ok and a metric value."""
     keep = pl.col(metric.name).is_not_null() & pl.col(metric.name).is_not_nan()
     if "status" in frame.columns:
         keep = keep & (pl.col("status") == "ok")
     if "config_id" in frame.columns:
         keep = keep & ~is_baseline(frame)
-    return frame.filter(keep)
+    return keep
 
 
-def sorted_view(*, frame: pl.DataFrame, metric: Metric, shape: tuple[str, ...]) -> pl.DataFrame:
+def kernel_rows(*, frame: pl.DataFrame, metric: Metric, columns: list[str] | None = None) -> pl.DataFrame:
+    """The comparable rows (only ``columns`` when given, so a 10 M-row frame is never copied whole)."""
+    lazy = frame.lazy().filter(comparable(frame=frame, metric=metric))
+    return (lazy.select(columns) if columns is not None else lazy).collect()
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """The comparable rows, best first within each shape, as row numbers into the frame (no column copied).
+
+    ``rows`` holds ``_row`` (position in the frame), the shape, the metric, ``_position`` (0-based within
+    its shape), ``_count`` (rows of its shape) and ``_best`` (its shape's best metric value).
+    """
+
+    rows: pl.DataFrame
+    metric: Metric
+    shape: tuple[str, ...]
+
+
+def order_rows(*, frame: pl.DataFrame, metric: Metric, shape: tuple[str, ...]) -> Ordering:
+    """Sort only the row numbers, shape and metric (ties: mesh_idx), never the whole frame."""
+    tie = ["mesh_idx"] if "mesh_idx" in frame.columns else []
+    lazy = (frame.lazy().with_row_index("_row").filter(comparable(frame=frame, metric=metric))
+            .select("_row", *shape, metric.name, *tie)
+            .sort([*shape, metric.name, *tie],
+                  descending=[False] * len(shape) + [metric.higher_is_better] + [False] * len(tie)))
+    over = (lambda e: e.over(shape)) if shape else (lambda e: e)
+    rows = lazy.with_columns(over(pl.int_range(pl.len(), dtype=pl.UInt32)).alias("_position"),
+                             over(pl.len()).cast(pl.UInt32).alias("_count"),
+                             over(pl.col(metric.name).first()).alias("_best")).drop(tie).collect()
+    return Ordering(rows=rows, metric=metric, shape=shape)
+
+
+def rows_of(*, frame: pl.DataFrame, ordering: Ordering, picked: pl.DataFrame,
+            columns: list[str] | tuple[str, ...] | None = None) -> pl.DataFrame:
+    """The frame's rows named by ``picked`` (a slice of ``ordering.rows``), in its order, with ``ratio`` to the best."""
+    names = [c for c in dict.fromkeys(columns or frame.columns) if c in frame.columns and c != "ratio"]
+    gathered = frame.select(pl.col(names).gather(picked["_row"])) if picked.height else frame.select(names).clear()
+    ratio = picked[ordering.metric.name] / picked["_best"]
+    return gathered.with_columns(ratio.alias("ratio"))
+
+
+def sorted_view(*, frame: pl.DataFrame, metric: Metric, shape: tuple[str, ...],
+                columns: list[str] | tuple[str, ...] | None = None) -> pl.DataFrame:
     """Rows sorted best first within each shape, with ``ratio`` = metric / best metric of the shape."""
-    rows = kernel_rows(frame=frame, metric=metric)
-    tie = ["mesh_idx"] if "mesh_idx" in rows.columns else []
-    ordered = rows.sort([*shape, metric.name, *tie], descending=[False] * len(shape) + [metric.higher_is_better]
-                        + [False] * len(tie))
-    best = pl.col(metric.name).first().over(shape) if shape else pl.col(metric.name).first()
-    return ordered.with_columns((pl.col(metric.name) / best).alias("ratio"))
+    ordering = order_rows(frame=frame, metric=metric, shape=shape)
+    return rows_of(frame=frame, ordering=ordering, picked=ordering.rows, columns=columns)
+
+
+def first_last(*, ordering: Ordering, head: int, tail: int) -> pl.DataFrame:
+    """Per shape the ``head`` best and the ``tail`` worst rows of an ordering (each may be 0)."""
+    keep = (pl.col("_position") < head) | (pl.col("_position") >= pl.col("_count").cast(pl.Int64) - tail)
+    return ordering.rows.filter(keep)
 
 
 def shape_string(*, row: dict[str, Any], shape: tuple[str, ...]) -> str:
@@ -109,24 +154,28 @@ def shape_string(*, row: dict[str, Any], shape: tuple[str, ...]) -> str:
 
 
 def summary(*, result: LoadedResult, metric: Metric, shape: tuple[str, ...],
-            view: pl.DataFrame | None = None) -> pl.DataFrame:
+            ordering: Ordering | None = None) -> pl.DataFrame:
     """Default view: per shape the entries, best index, worst, best, worst/best ratio and the best spec.
 
-    ``view``: the result's ``sorted_view`` when the caller has it already (one sort for every view).
+    ``ordering``: the result's ``order_rows`` when the caller has it already (one sort for every view).
     """
-    view = sorted_view(frame=result.frame, metric=metric, shape=shape) if view is None else view
-    index = "mesh_idx" if "mesh_idx" in view.columns else "config_id"
-    keys = list(shape) or [pl.lit(0).alias("_all")]
-    table = view.group_by(keys, maintain_order=True).agg(
-        pl.len().alias("entries"),
-        pl.col(index).first().cast(pl.Utf8).alias("best_idx"),
-        pl.col(metric.name).last().alias("worst"),
-        pl.col(metric.name).first().alias("best"),
-        pl.col("ratio").last().alias("worst/best"),
-        *[pl.col(p).first().alias(p) for p in result.parameters],
-    )
-    if not shape:
-        table = table.drop("_all")
+    ordering = order_rows(frame=result.frame, metric=metric, shape=shape) if ordering is None else ordering
+    frame = result.frame
+    index = "mesh_idx" if "mesh_idx" in frame.columns else "config_id"
+    firsts = ordering.rows.filter(pl.col("_position") == 0)
+    lasts = ordering.rows.filter(pl.col("_position") == pl.col("_count") - 1)
+    best = frame.select(pl.col([index, *result.parameters]).gather(firsts["_row"]))
+    table = pl.DataFrame([*(firsts[p] for p in shape),
+                          firsts["_count"].cast(pl.Int64).alias("entries"),
+                          best[index].cast(pl.Utf8).alias("best_idx"),
+                          lasts[metric.name].alias("worst"),
+                          firsts[metric.name].alias("best"),
+                          (lasts[metric.name] / lasts["_best"]).alias("worst/best"),
+                          *(best[p] for p in result.parameters)])
+    if table.is_empty():
+        table = pl.DataFrame(schema={**{p: frame.schema[p] for p in shape}, "entries": pl.Int64,
+                                     "best_idx": pl.Utf8, "worst": pl.Float64, "best": pl.Float64,
+                                     "worst/best": pl.Float64, **{p: frame.schema[p] for p in result.parameters}})
     shape_expr = (pl.concat_str([pl.format(f"{p}={{}}", pl.col(p)) for p in shape], separator="/")
                   if shape else pl.lit(""))
     spec_expr = (pl.concat_str([pl.format(f"{p}={{}}", pl.col(p)) for p in result.parameters], separator="/")
@@ -135,29 +184,32 @@ def summary(*, result: LoadedResult, metric: Metric, shape: tuple[str, ...],
                         shape_expr.alias("shape"), spec_expr.alias("best_spec"), *result.parameters)
 
 
-def within_top(*, frame: pl.DataFrame, metric: Metric, threshold: float, shape: tuple[str, ...]) -> pl.DataFrame:
-    """kprofile's ``--top T``: per shape the entries below ``min + T * max`` (lower is better).
+def within_top(*, frame: pl.DataFrame, metric: Metric, threshold: float, shape: tuple[str, ...],
+               columns: list[str] | tuple[str, ...] | None = None,
+               ordering: Ordering | None = None) -> pl.DataFrame:
+    """kprofile's ``--top T``: per shape the entries below ``min + T * max`` (lower is better), best first.
 
     kprofile keeps ``x < (T + min/max) * max``; mirrored for a higher-is-better metric: ``x > max - T * max``.
     """
     if not (threshold > 0 and math.isfinite(threshold)):
         raise TuneTableError(f"expected a threshold > 0, got {threshold:g}", where="--top")
-    view = sorted_view(frame=frame, metric=metric, shape=shape)
+    ordering = order_rows(frame=frame, metric=metric, shape=shape) if ordering is None else ordering
     value = pl.col(metric.name)
-    high = value.max().over(shape) if shape else value.max()
-    low = value.min().over(shape) if shape else value.min()
+    over = (lambda e: e.over(shape)) if shape else (lambda e: e)
+    high, low = over(value.max()), over(value.min())
     keep = value > high - threshold * high if metric.higher_is_better else value < low + threshold * high
-    return view.filter(keep)
+    return rows_of(frame=frame, ordering=ordering, picked=ordering.rows.filter(keep), columns=columns)
 
 
-def top_fraction(*, frame: pl.DataFrame, metric: Metric, fraction: float, shape: tuple[str, ...]) -> pl.DataFrame:
+def top_fraction(*, frame: pl.DataFrame, metric: Metric, fraction: float, shape: tuple[str, ...],
+                 columns: list[str] | tuple[str, ...] | None = None,
+                 ordering: Ordering | None = None) -> pl.DataFrame:
     """The best ``fraction`` of each shape's entries (at least one), by the metric's own direction."""
     if not 0 < fraction <= 1:
         raise TuneTableError(f"expected a fraction in (0, 1], got {fraction}", where="--top-fraction")
-    view = sorted_view(frame=frame, metric=metric, shape=shape)
-    position = pl.int_range(pl.len()).over(shape) if shape else pl.int_range(pl.len())
-    count = pl.len().over(shape) if shape else pl.len()
-    return view.filter(position < (count.cast(pl.Float64) * fraction).ceil().clip(lower_bound=1))
+    ordering = order_rows(frame=frame, metric=metric, shape=shape) if ordering is None else ordering
+    keep = pl.col("_position") < (pl.col("_count").cast(pl.Float64) * fraction).ceil().clip(lower_bound=1)
+    return rows_of(frame=frame, ordering=ordering, picked=ordering.rows.filter(keep), columns=columns)
 
 
 def common_spec(*, subset: pl.DataFrame, parameters: tuple[str, ...], shape: tuple[str, ...]) -> pl.DataFrame:
@@ -180,9 +232,10 @@ def diff_view(*, baseline: LoadedResult, current: LoadedResult, metric: Metric,
 
     def best(result: LoadedResult) -> pl.DataFrame:
         """Per shape, a result's best metric value and that configuration's parameters."""
-        view = sorted_view(frame=result.frame, metric=metric, shape=shape)
-        return view.group_by(list(shape), maintain_order=True).agg(
-            pl.col(metric.name).first(), *[pl.col(p).first() for p in parameters])
+        ordering = order_rows(frame=result.frame, metric=metric, shape=shape)
+        firsts = ordering.rows.filter(pl.col("_position") == 0)
+        return rows_of(frame=result.frame, ordering=ordering, picked=firsts,
+                       columns=[*shape, metric.name, *parameters]).drop("ratio")
 
     joined = best(current).join(best(baseline), on=list(shape), how="inner", suffix="_baseline")
     if joined.is_empty():
@@ -229,7 +282,8 @@ def ranks_of(values: np.ndarray) -> Ranks:
         codes[~nan] = inverse
     else:
         uniques, codes = np.unique(values, return_inverse=True)
-    return Ranks(codes=codes.astype(np.int64, copy=False), distinct=len(uniques), has_nan=bool(nan.any()))
+    # int32 codes halve the memory of a 10 M-row correlation; arithmetic on them is done in int64.
+    return Ranks(codes=codes.astype(np.int32, copy=False), distinct=len(uniques), has_nan=bool(nan.any()))
 
 
 def kendall_tau(*, x: np.ndarray, y: np.ndarray) -> float:
@@ -259,7 +313,7 @@ def tau_of_ranks(*, x: Ranks, y: Ranks) -> float:
         order = large.order if valid is None else large.order[valid[large.order]]
         inversions, both_tied = _inversions_by_value(small=small, large=large, order=order)
     else:
-        keys = xs * y.distinct + ys
+        keys = xs.astype(np.int64) * y.distinct + ys
         order = np.argsort(keys)
         inversions, both_tied = count_inversions(ys[order]), _tied_runs(keys[order])
     score = pairs - x_ties - y_ties + both_tied - 2 * inversions
@@ -275,7 +329,7 @@ def _tied_pairs(codes: np.ndarray, distinct: int) -> tuple[int, int]:
 def _joint_counts(*, x: Ranks, y: Ranks) -> np.ndarray:
     """Rows with both values present, counted per (x code, y code): one pass, NaN rows dropped by their slot."""
     width = y.distinct + 1
-    table = np.bincount((x.codes + 1) * width + (y.codes + 1), minlength=(x.distinct + 1) * width)
+    table = np.bincount((x.codes.astype(np.int64) + 1) * width + (y.codes + 1), minlength=(x.distinct + 1) * width)
     return table.reshape(x.distinct + 1, width)[1:, 1:].astype(np.int64)
 
 
@@ -365,9 +419,12 @@ def correlation(
     *, frame: pl.DataFrame, metric: Metric, parameters: tuple[str, ...]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Kendall tau of every numeric parameter with the metric (sorted by |tau|) and the full matrix."""
-    rows = kernel_rows(frame=frame, metric=metric)
-    names = [*numeric_columns(frame=rows, names=parameters), metric.name]
-    ranks = {n: ranks_of(rows[n].cast(pl.Float64).fill_null(float("nan")).to_numpy()) for n in names}
+    names = [*numeric_columns(frame=frame, names=parameters), metric.name]
+    rows = kernel_rows(frame=frame, metric=metric, columns=names)
+    ranks = {}
+    for name in names:   # one column at a time as floats: only its codes stay
+        ranks[name] = ranks_of(rows[name].cast(pl.Float64).fill_null(float("nan")).to_numpy())
+    del rows
     matrix: dict[str, list[float]] = {a: [math.nan] * len(names) for a in names}
     for i, a in enumerate(names):
         for j in range(i, len(names)):

@@ -99,37 +99,83 @@ def spec_keys(*, specs: pl.Series) -> SpecColumns:
     return _keys_of(spec_templates(specs=specs))
 
 
-# Above this many key layouts in one file, values are found by one regex per key instead of by position.
+# Above this many key layouts among the distinct spec pieces, values are found by one regex per key.
 POSITIONAL_LAYOUTS = 32
+# Specs are joined to their parsed pieces this many rows at a time (bounds the strings held at once).
+PARSE_CHUNK = 1_000_000
 
 
 def parse_specs(*, specs: pl.Series) -> tuple[pl.DataFrame, SpecColumns]:
     """Spec strings as typed columns: ``name`` (the stem) plus one column per key (``$`` stripped).
 
-    Rows are split by position, one pass per key layout (a file mixing kernels or a baseline row has
-    several); only a file with very many layouts falls back to one regex scan per key.
+    A spec is cut at its first runtime key (``/$``) into the configuration part, shared by every
+    shape of a configuration, and the runtime part, shared by every configuration of a shape:
+    only the distinct pieces are parsed and typed (the same types as over every row, since the
+    values are the same), and the rows take their values by a join, a chunk at a time.
     """
-    frame = pl.DataFrame({"spec": specs.cast(pl.Utf8)})
+    specs = specs.cast(pl.Utf8)
+    heads: set[str] = set()
+    tails: set[str] = set()
+    for offset in range(0, len(specs), PARSE_CHUNK):
+        head, tail = _pieces(specs.slice(offset, PARSE_CHUNK))
+        heads.update(head.drop_nulls().unique().to_list())
+        tails.update(tail.drop_nulls().unique().to_list())
+    head_values, head_keys = _parse_distinct(sorted(heads), prefix="")
+    tail_values, tail_keys = _parse_distinct(sorted(tails), prefix="_/")
+    tail_values = tail_values.drop("name")
+    duplicated = [c for c in tail_values.columns if c in head_values.columns and c != "_piece"]
+    tail_values = tail_values.drop(duplicated)
+    keys = _keys_of([*head_keys, *tail_keys])
+    chunks = []
+    for offset in range(0, max(len(specs), 1), PARSE_CHUNK):
+        head, tail = _pieces(specs.slice(offset, PARSE_CHUNK))
+        rows = pl.DataFrame({"_head": head, "_tail": tail})
+        rows = rows.join(head_values, left_on="_head", right_on="_piece", how="left", maintain_order="left")
+        rows = rows.join(tail_values, left_on="_tail", right_on="_piece", how="left", maintain_order="left")
+        chunks.append(rows.drop("_head", "_tail"))
+    parsed = pl.concat(chunks, rechunk=True) if len(chunks) > 1 else chunks[0]
+    order = ["name", *keys.parameters, *keys.runtime]
+    return parsed.select([c for c in order if c in parsed.columns]), keys
+
+
+def _pieces(specs: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Each spec's configuration part (up to its first ``/$``) and runtime part (from the ``$``; null when none)."""
+    cut = specs.str.find("/$", literal=True)
+    frame = pl.DataFrame({"spec": specs, "cut": cut})
+    head = frame.select(pl.when(pl.col("cut").is_null()).then(pl.col("spec"))
+                        .otherwise(pl.col("spec").str.slice(0, pl.col("cut")))).to_series()
+    tail = frame.select(pl.col("spec").str.slice(pl.col("cut") + 1)).to_series()
+    return head, tail
+
+
+def _parse_distinct(pieces: list[str], *, prefix: str) -> tuple[pl.DataFrame, list[str]]:
+    """Distinct spec pieces parsed and typed (``_piece`` keeps the text); their key layouts in order."""
+    series = pl.Series("spec", [prefix + piece for piece in pieces], dtype=pl.Utf8)
+    raw, templates = _parse_chunk(series)
+    typed = raw.with_columns([_typed(raw[c]) for c in raw.columns if c != "name"])
+    return typed.with_columns(pl.Series("_piece", pieces, dtype=pl.Utf8)), templates
+
+
+def _parse_chunk(specs: pl.Series) -> tuple[pl.DataFrame, list[str]]:
+    """One chunk's specs as string columns (``name`` and every key) and its key layouts in order of first use."""
+    frame = pl.DataFrame({"spec": specs})
     layouts = frame["spec"].str.replace_all(r"=[^/]*", "=")
     templates = layouts.drop_nulls().unique(maintain_order=True).to_list()
-    keys = _keys_of(templates)
+    if len(templates) == 1 and layouts.null_count() == 0:
+        return _split_by_position(rows=frame.with_row_index("_row"), template=templates[0]).drop("_row"), templates
     if len(templates) <= POSITIONAL_LAYOUTS:
-        parts = []
-        tagged = frame.with_columns(layouts.alias("_layout"), pl.int_range(pl.len()).alias("_row"))
-        for template in templates:
-            rows = tagged.filter(pl.col("_layout") == template)
-            parts.append(_split_by_position(rows=rows, template=template))
-        nulls = tagged.filter(pl.col("_layout").is_null()).select("_row")
-        parsed = pl.concat([*parts, nulls], how="diagonal").sort("_row").drop("_row") if parts else \
-            pl.DataFrame({"name": pl.Series([None] * frame.height, dtype=pl.Utf8)})
-        order = ["name", *keys.parameters, *keys.runtime]
-        parsed = parsed.select([c for c in order if c in parsed.columns])
-    else:
-        exprs = [pl.col("spec").str.extract(r"^([^/]*)", 1).alias("name")]
-        exprs += [pl.col("spec").str.extract(rf"/{re.escape(key)}=([^/]*)", 1).alias(key) for key in keys.parameters]
-        exprs += [pl.col("spec").str.extract(rf"/\${re.escape(key)}=([^/]*)", 1).alias(key) for key in keys.runtime]
-        parsed = frame.select(exprs)
-    return parsed.with_columns([_typed(parsed[c]) for c in parsed.columns if c != "name"]), keys
+        tagged = frame.with_columns(layouts.alias("_layout")).with_row_index("_row")
+        parts = [_split_by_position(rows=tagged.filter(pl.col("_layout") == t), template=t) for t in templates]
+        nulls = tagged.filter(pl.col("_layout").is_null()).select(pl.col("_row"))
+        parsed = pl.concat([*parts, nulls], how="diagonal").sort("_row").drop("_row")
+        if "name" not in parsed.columns:
+            parsed = parsed.with_columns(pl.lit(None, dtype=pl.Utf8).alias("name"))
+        return parsed, templates
+    keys = _keys_of(templates)
+    exprs = [pl.col("spec").str.extract(r"^([^/]*)", 1).alias("name")]
+    exprs += [pl.col("spec").str.extract(rf"/{re.escape(key)}=([^/]*)", 1).alias(key) for key in keys.parameters]
+    exprs += [pl.col("spec").str.extract(rf"/\${re.escape(key)}=([^/]*)", 1).alias(key) for key in keys.runtime]
+    return frame.select(exprs), templates
 
 
 def _split_by_position(*, rows: pl.DataFrame, template: str) -> pl.DataFrame:
@@ -143,19 +189,30 @@ def _split_by_position(*, rows: pl.DataFrame, template: str) -> pl.DataFrame:
     return pl.DataFrame([*columns, parts["_row"]])
 
 
-def pandas_to_polars(*, frame: Any) -> pl.DataFrame:
-    """A pandas DataFrame as polars; object columns that polars cannot type become strings."""
+def pandas_to_polars(*, frame: Any, consume: bool = False) -> pl.DataFrame:
+    """A pandas DataFrame as polars, a column at a time; object columns polars cannot type become strings.
+
+    ``consume``: drop each pandas column once it is converted (the frame is the caller's to lose), so
+    a 10 M-row pickle's Python strings and their polars copy are never all held at once.
+    """
+    columns = []
+    for name in list(frame.columns):
+        columns.append(_polars_column(frame[name], name=str(name)))
+        if consume:
+            del frame[name]
+    return pl.DataFrame(columns)
+
+
+def _polars_column(values: Any, *, name: str) -> pl.Series:
+    """One pandas column as a polars Series (strings where its objects have no single type)."""
     try:
-        return pl.from_pandas(frame)
+        return pl.from_pandas(values).alias(name)
     except (TypeError, ValueError, pl.exceptions.PolarsError):
-        columns = {}
-        for name in frame.columns:
-            values = frame[name].tolist()
-            try:
-                columns[str(name)] = pl.Series(str(name), values, strict=False)
-            except (TypeError, ValueError, pl.exceptions.PolarsError):
-                columns[str(name)] = pl.Series(str(name), [None if v is None else str(v) for v in values])
-        return pl.DataFrame(columns)
+        items = values.tolist()
+        try:
+            return pl.Series(name, items, strict=False)
+        except (TypeError, ValueError, pl.exceptions.PolarsError):
+            return pl.Series(name, [None if v is None else str(v) for v in items])
 
 
 def constant_columns(*, frame: pl.DataFrame, candidates: tuple[str, ...]) -> tuple[str, ...]:
@@ -168,7 +225,7 @@ def from_payload(*, payload: dict[str, Any], path: str) -> LoadedResult:
     merged = payload.get("merged_df")
     if merged is None or not hasattr(merged, "columns"):
         raise TuneTableError(f"Invalid pkl [{path}]: merged_df is not a DataFrame", path=path)
-    frame = pandas_to_polars(frame=merged)
+    frame = pandas_to_polars(frame=merged, consume=True)   # the payload was read for this result only
     loaded = from_frame(frame=frame, path=path, name=str(payload.get("name") or Path(path).stem),
                         provenance=dict(payload.get("provenance") or {}))
     source = payload.get("file")
@@ -284,6 +341,8 @@ def read_table_file(*, table: TableFile, columns: list[str]) -> LoadedResult:
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise TuneTableError(f"unreadable ({exc.__class__.__name__}: {str(exc).splitlines()[0][:120]})",
                              path=table.path) from None
+    # Repeated strings (status, kind, config ids, names) as categories: 4 bytes a row instead of 16 and more.
+    frame = frame.with_columns(pl.col(pl.Utf8).cast(pl.Categorical))
     name = table.name
     if "table" in frame.columns and frame.height and frame["table"].n_unique() == 1:
         name = str(frame["table"][0])

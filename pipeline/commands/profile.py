@@ -9,7 +9,7 @@ no value is ever split across lines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,12 @@ def cell(value: Any) -> str:
 
 
 def show(display: Display, frame: pl.DataFrame, *, title: str, bold: str | None = None,
-         csv_name: str | None = None) -> None:
-    """Print a view (first and last rows beyond ``max_rows``) and, with --csv, write it whole."""
-    total = frame.height
+         csv_name: str | None = None, total: int | None = None) -> None:
+    """Print a view (first and last rows beyond ``max_rows``) and, with --csv, write it whole.
+
+    ``total``: the view's row count when ``frame`` already holds only its first and last rows (show_picked).
+    """
+    total = frame.height if total is None else total
     bounded = not display.all_rows and total > display.max_rows
     head = frame.head(display.max_rows - display.max_rows // 2) if bounded else frame
     tail = frame.tail(display.max_rows // 2) if bounded else frame.clear()
@@ -77,6 +80,19 @@ def show(display: Display, frame: pl.DataFrame, *, title: str, bold: str | None 
                               markup=False, highlight=False, soft_wrap=True)
     elif written:
         display.console.print(f"wrote [{written}]", markup=False, highlight=False)
+
+
+def show_picked(display: Display, frame: pl.DataFrame, ordering: views.Ordering, picked: pl.DataFrame, *,
+                columns: tuple[str, ...], title: str, bold: str | None = None, csv_name: str | None = None) -> None:
+    """Show the rows ``picked`` from an ordering; when the view is bounded only its first and last rows are read."""
+    whole = display.all_rows or display.csv_dir is not None or picked.height <= display.max_rows
+    if whole:
+        show(display, views.rows_of(frame=frame, ordering=ordering, picked=picked, columns=columns), title=title,
+             bold=bold, csv_name=csv_name)
+        return
+    ends = pl.concat([picked.head(display.max_rows - display.max_rows // 2), picked.tail(display.max_rows // 2)])
+    show(display, views.rows_of(frame=frame, ordering=ordering, picked=ends, columns=columns), title=title,
+         bold=bold, csv_name=csv_name, total=picked.height)
 
 
 def _csv_ready(frame: pl.DataFrame) -> pl.DataFrame:
@@ -192,13 +208,19 @@ def _load_inputs(console: Console, files: tuple[Path, ...],
     for path in files:
         if path.suffix == ".pkl":
             if str(path) in by_path:
-                results.append(by_path[str(path)])
+                results.append(_lean(by_path.pop(str(path))))
         elif path.suffix in (".parquet", ".csv"):
             results.append(_load_table(path=path, metric=metric))
     if not results:
         raise TuneTableError(f"no readable result file ({len(unsupported)} unsupported, {len(invalid)} invalid); "
                              f"profile reads {resultset.readable_inputs()}", path=files[0])
     return results, invalid, unsupported
+
+
+def _lean(result: resultset.LoadedResult) -> resultset.LoadedResult:
+    """A pickle as the views need it: spec strings dropped (parsed already), repeated strings as categories."""
+    frame = result.frame.drop([c for c in ("spec",) if c in result.frame.columns])
+    return replace(result, frame=frame.with_columns(pl.col(pl.Utf8).cast(pl.Categorical)))
 
 
 def _load_table(*, path: Path, metric: str | None) -> resultset.LoadedResult:
@@ -315,41 +337,41 @@ def _default_view(display: Display, result: resultset.LoadedResult, metric_name:
     missing = [p for p in shape if p not in result.frame.columns]
     if missing:
         raise TuneTableError(f"pivot {missing[0]} is not a column", path=result.path, where="--pivots")
-    view = views.sorted_view(frame=result.frame, metric=metric, shape=shape)
-    summary = views.summary(result=result, metric=metric, shape=shape, view=view)
+    ordering = views.order_rows(frame=result.frame, metric=metric, shape=shape)
+    summary = views.summary(result=result, metric=metric, shape=shape, ordering=ordering)
     direction = "higher" if metric.higher_is_better else "lower"
     console.print(f"[{result.path}] metric [{metric.name}] ({direction} is better)", markup=False)
     left_out = views.left_out(frame=result.frame, metric=metric)
     reasons = ", ".join(f"{count:,} {reason}" for reason, count in left_out.items())
-    console.print(f"- num entries: {result.frame.height:,} ({view.height:,} compared"
+    console.print(f"- num entries: {result.frame.height:,} ({ordering.rows.height:,} compared"
                   + (f"; left out: {reasons})" if reasons else ")"), markup=False)
     compact = ("mesh_idx", "config_id", *shape, *result.parameters, metric.name, "ratio")
     chosen = summary
     if top > 0 or top_fraction > 0:
         if top > 0:
-            subset = views.within_top(frame=result.frame, metric=metric, threshold=top, shape=shape)
+            subset = views.within_top(frame=result.frame, metric=metric, threshold=top, shape=shape,
+                                      columns=compact, ordering=ordering)
             rule = (f"above max - {top:g}*max" if metric.higher_is_better else f"below min + {top:g}*max")
         else:
-            subset = views.top_fraction(frame=result.frame, metric=metric, fraction=top_fraction, shape=shape)
+            subset = views.top_fraction(frame=result.frame, metric=metric, fraction=top_fraction, shape=shape,
+                                        columns=compact, ordering=ordering)
             rule = f"the best {top_fraction:g} of each shape"
         chosen = views.common_spec(subset=subset, parameters=result.parameters, shape=shape)
         if verbose:
-            show(display, _display(subset, compact), title=f"common subset: {rule}",
-                 csv_name=_csv_name(result, "subset"))
+            show(display, subset, title=f"common subset: {rule}", csv_name=_csv_name(result, "subset"))
         show(display, chosen, title=f"most common values among entries {rule}", csv_name=_csv_name(result, "common"))
     else:
         show(display, summary.drop([*result.parameters, *shape]), title=f"{result.name}: per shape",
              csv_name=_csv_name(result, "per_shape"))
     if ratio:
-        show(display, _display(view, compact), title="sorted", bold="ratio", csv_name=_csv_name(result, "sorted"))
-    position = pl.int_range(pl.len()).over(shape) if shape else pl.int_range(pl.len())
+        show_picked(display, result.frame, ordering, ordering.rows, columns=compact, title="sorted", bold="ratio",
+                    csv_name=_csv_name(result, "sorted"))
     if head > 0:
-        show(display, _display(view.filter(position < head), compact), title=f"best {head}", bold="ratio",
-             csv_name=_csv_name(result, f"head{head}"))
+        show_picked(display, result.frame, ordering, views.first_last(ordering=ordering, head=head, tail=0),
+                    columns=compact, title=f"best {head}", bold="ratio", csv_name=_csv_name(result, f"head{head}"))
     if tail > 0:
-        count = pl.len().over(shape) if shape else pl.len()
-        show(display, _display(view.filter(position >= count - tail), compact), title=f"worst {tail}", bold="ratio",
-             csv_name=_csv_name(result, f"tail{tail}"))
+        show_picked(display, result.frame, ordering, views.first_last(ordering=ordering, head=0, tail=tail),
+                    columns=compact, title=f"worst {tail}", bold="ratio", csv_name=_csv_name(result, f"tail{tail}"))
     if verbose:
         console.print(RULE)
         show(display, _display(result.frame), title="unsorted", csv_name=_csv_name(result, "unsorted"))

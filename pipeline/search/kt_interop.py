@@ -11,6 +11,17 @@ ms; failed configurations carry ``"__error__": "CompilationFailedConfig"`` or
 objects). We export one cache per shape with ``time`` = our median (Kernel Tuner's own is a
 mean), every sample in ``times``, and our ids and statuses under ``tunetable_*`` keys so a
 round trip loses nothing. ``compile_time`` + ``benchmark_time`` let KT charge a ``time_limit``.
+
+Our grids are unions of groups pruned by the family's rules, so the product of ``tune_params``
+is far larger than what was measured (gemm_mma: 38,880 combinations, 104 configurations). Each
+exported cache therefore carries a ``restrictions`` list (one Kernel Tuner restriction string:
+the tuple of parameters is one of the measured ones) that a Kernel Tuner user passes as
+``restrictions=`` with the exported ``tune_params``: every strategy then searches exactly the
+measured configurations, and ``brute_force`` returns our measured best. Kernel Tuner ignores keys
+it does not know, so the cache reads as any other.
+
+Importing ranks by the median of an entry's ``times`` (Kernel Tuner's ``time`` is their mean, which
+one slow sample drags: [0.82, 0.79, 13.40] is 5.0 ms by mean, 0.82 ms by median).
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import numpy as np
 from tunetable.atomic import atomic_write_text
 from tunetable.config import KernelConfig
 from tunetable.errors import TuneTableError
-from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, spec_string
 from tunetable.search.base import value_list
 
 COMPILE_FAILED = "CompilationFailedConfig"
@@ -130,9 +141,18 @@ def kt_cache_documents(
             "tune_params_keys": list(names),
             "tune_params": tune_params,
             "objective": "time",
-            "cache": cache,
+            "restrictions": [membership_restriction(configs=shapes[shape], names=names)],
+            "cache": cache,     # last: Kernel Tuner's reader expects the file to end with the cache's "}\n}"
         }
     return documents
+
+
+def membership_restriction(*, configs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+    """A Kernel Tuner restriction string true exactly for these configurations' parameter tuples."""
+    tuples = sorted({tuple(parameter_value(c[name]) for name in names) for c in configs}, key=repr)
+    if len(names) == 1:
+        return f"{names[0]} in {[t[0] for t in tuples]!r}"
+    return f"({', '.join(names)}) in {tuples!r}"
 
 
 def cache_file_name(*, table: str, shape: tuple[int, int, int]) -> str:
@@ -223,10 +243,26 @@ def rows_from_kt_cache(path: str | Path, *, family: str) -> list[dict[str, Any]]
         error = _entry_error(entry)
         if error == INVALID:
             continue
+        if error is None:
+            _check_timing(entry, path=path, key=key)
         params = {name: entry[name] for name in names}
         rows.append(_row_from_entry(entry, params=params, family=family, shape=(m, n, k), error=error,
-                                    device=str(document.get("device_name", "unknown"))))
+                                    device=str(document.get("device_name", "unknown")), mesh_idx=len(rows)))
     return rows
+
+
+def _check_timing(entry: Mapping[str, Any], *, path: str | Path, key: str) -> None:
+    """A measured entry's ``time`` and ``times`` are finite non-negative numbers (ms); else one error naming it."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+    times = entry.get("times")
+    if times is not None and not (isinstance(times, list) and times and all(number(t) for t in times)):
+        raise TuneTableError(f"times must be a list of finite times in ms, got {times!r:.80}", path=path,
+                             where=f"cache[{key}]")
+    if not times and not number(entry.get("time")):
+        raise TuneTableError(f"time must be a finite time in ms, got {entry.get('time')!r:.80}", path=path,
+                             where=f"cache[{key}]")
 
 
 def _entry_error(entry: Mapping[str, Any]) -> str | None:
@@ -239,17 +275,20 @@ def _entry_error(entry: Mapping[str, Any]) -> str | None:
 
 def _row_from_entry(
     entry: Mapping[str, Any], *, params: dict[str, Any], family: str, shape: tuple[int, int, int], error: str | None,
-    device: str
+    device: str, mesh_idx: int = 0
 ) -> dict[str, Any]:
     """Our row (ROW_FIELDS + parameters) of one Kernel Tuner cache entry, measured or failed."""
     m, n, k = shape
     samples = [float(t) for t in entry.get("times") or []] if error is None else []
-    median = float(entry["time"]) if error is None else None
+    # Kernel Tuner's `time` is the mean of `times`: the median ranks (one slow sample cannot pick a loser).
+    median = (statistics.median(samples) if samples else float(entry["time"])) if error is None else None
     if error is None and not samples:
         samples = [median]
     status = ("ok" if error is None
               else entry.get("tunetable_status") or ("build" if error == COMPILE_FAILED else "launch"))
-    row: dict[str, Any] = {name: None for name in ROW_FIELDS}
+    row: dict[str, Any] = {name: None for name in (*KBENCH_FIELDS, *ROW_FIELDS)}
+    row.update({"mesh_idx": mesh_idx, "name": family, "met (ms)": median, "iters": len(samples),
+                "spec": spec_string(family, params, m, n, k)})
     row.update(
         M=m, N=n, K=k,
         config_id=KernelConfig.from_dict(family, params).id,
