@@ -272,18 +272,32 @@ class Ranks:
         return np.argsort(self.codes, kind="stable")[int((self.codes < 0).sum()):]
 
 
+# Integer columns spanning at most this many values are coded by a lookup table (O(n)) instead of a sort.
+DIRECT_CODE_SPAN = 1 << 20
+
+
 def ranks_of(values: np.ndarray) -> Ranks:
     """Dense codes of ``values`` (floats; NaN allowed)."""
     values = np.asarray(values, dtype=float)
     nan = np.isnan(values)
+    present = values[~nan] if nan.any() else values
+    low = present.min() if present.size else 0.0
+    span = present.max() - low if present.size else 0.0
+    if span < DIRECT_CODE_SPAN and np.array_equal(present, np.round(present)):
+        offsets = (present - low).astype(np.int64)           # small integers (tile sizes, stages): no sort
+        seen = np.bincount(offsets, minlength=int(span) + 1) > 0
+        lookup = np.cumsum(seen) - 1
+        distinct, inverse = int(seen.sum()), lookup[offsets]
+    else:
+        uniques, inverse = np.unique(present, return_inverse=True)
+        distinct = len(uniques)
     if nan.any():
-        uniques, inverse = np.unique(values[~nan], return_inverse=True)
-        codes = np.full(len(values), -1, dtype=np.int64)
+        codes = np.full(len(values), -1, dtype=np.int32)
         codes[~nan] = inverse
     else:
-        uniques, codes = np.unique(values, return_inverse=True)
+        codes = inverse
     # int32 codes halve the memory of a 10 M-row correlation; arithmetic on them is done in int64.
-    return Ranks(codes=codes.astype(np.int32, copy=False), distinct=len(uniques), has_nan=bool(nan.any()))
+    return Ranks(codes=codes.astype(np.int32, copy=False), distinct=distinct, has_nan=bool(nan.any()))
 
 
 def kendall_tau(*, x: np.ndarray, y: np.ndarray) -> float:
