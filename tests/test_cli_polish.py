@@ -80,29 +80,37 @@ def _rank(out: Path, shard_paths: list[Path]) -> pl.DataFrame:
     return read_ranked(path=out)
 
 
-# profile -t/--top --------------------------------------------------------------------------------
+# profile -t/--top (kprofile's threshold) and --top-fraction ------------------------------------------
 
-@pytest.mark.parametrize("value", ["-0.5", "-1", "1.5", "2", "nan", "inf"])
-def test_profile_top_outside_zero_to_one_is_one_line(tmp_path: Path, shards: dict[str, list[Path]],
-                                                      value: str) -> None:
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("-t", "-0.5", "--top: expected a threshold >= 0 (0 for off, the default)"),
+    ("-t", "nan", "--top: expected a threshold >= 0 (0 for off, the default)"),
+    ("-t", "inf", "--top: expected a threshold >= 0 (0 for off, the default)"),
+    ("--top-fraction", "-1", "--top-fraction: expected a fraction in (0, 1], or 0 for off (the default)"),
+    ("--top-fraction", "1.5", "--top-fraction: expected a fraction in (0, 1], or 0 for off (the default)"),
+    ("--top-fraction", "nan", "--top-fraction: expected a fraction in (0, 1], or 0 for off (the default)"),
+])
+def test_profile_top_out_of_range_is_one_line(tmp_path: Path, shards: dict[str, list[Path]], flag: str, value: str,
+                                              message: str) -> None:
     before = _files(tmp_path)
-    result = _run("profile", str(shards["exhaustive"][0]), "-t", value, "-c", "-o", str(tmp_path / "sel.yaml"),
+    result = _run("profile", str(shards["exhaustive"][0]), flag, value, "-c", "-o", str(tmp_path / "sel.yaml"),
                   "--out-dir", str(tmp_path / "out"), cwd=tmp_path)
-    assert error_line(result) == (
-        f"error: --top: expected a fraction in (0, 1], or 0 for off (the default), got {float(value):g}")
+    assert error_line(result) == f"error: {message}, got {float(value):g}"
     assert result.stdout == ""
     assert _files(tmp_path) == before
 
 
-def test_profile_top_zero_is_off_and_one_keeps_every_entry(tmp_path: Path, shards: dict[str, list[Path]]) -> None:
+def test_profile_top_zero_is_off_and_each_rule_names_itself(tmp_path: Path, shards: dict[str, list[Path]]) -> None:
     shard = str(shards["exhaustive"][0])
     off = _run("profile", shard, "--top", "0", cwd=tmp_path)
     assert off.returncode == 0, off.stderr
     assert "most common values" not in off.stdout and "gemm_mma: per shape" in off.stdout
-    for value in ("1", "0.25"):
-        shown = _run("profile", shard, "--top", value, cwd=tmp_path)
+    for flag, value, rule in (("--top", "2", "below min + 2*max"), ("--top", "0.05", "below min + 0.05*max"),
+                              ("--top-fraction", "1", "the best 1 of each shape"),
+                              ("--top-fraction", "0.25", "the best 0.25 of each shape")):
+        shown = _run("profile", shard, flag, value, cwd=tmp_path)
         assert shown.returncode == 0, shown.stderr
-        assert f"most common values among the best {value}" in shown.stdout
+        assert f"most common values among entries {rule}" in shown.stdout
 
 
 # metrics: JSON, CSV and PNG together --------------------------------------------------------------
