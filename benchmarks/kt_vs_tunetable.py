@@ -72,7 +72,7 @@ from tunetable.kernels.families import FAMILIES, Launch  # noqa: E402
 from tunetable.kernels.jit import include_flags  # noqa: E402
 from tunetable import paths  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
-from tunetable.compile import render_define  # noqa: E402
+from tunetable.kernels.jit import render_define  # noqa: E402
 from tunetable.config import KernelConfig, Value  # noqa: E402
 from tunetable.errors import TuneTableError  # noqa: E402
 

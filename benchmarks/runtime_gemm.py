@@ -37,8 +37,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import tunetable.kernels  # noqa: E402
-from tunetable.kernels import dispatch  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.kernels.runtime import decide  # noqa: E402
+from tunetable.kernels.runtime.launch import runtime  # noqa: E402
 from tunetable.keys import git_revision  # noqa: E402
 
 L2_FACTOR = 3
@@ -83,8 +84,8 @@ def time_shape(torch: Any, *, m: int, n: int, k: int, rounds: int, l2_bytes: int
     sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen),
              torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen),
              torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(n_sets)]
-    decision = dispatch.dispatcher().decide(m=m, n=n, k=k)
-    untuned = dict(dispatch.heuristic_tunables(m=m))
+    decision = decide.dispatcher().decide(m=m, n=n, k=k)
+    untuned = dict(decide.heuristic_tunables(m=m))
 
     a0, b0, c0 = sets[0]
     c0.fill_(float("nan"))
@@ -124,7 +125,7 @@ def time_shape(torch: Any, *, m: int, n: int, k: int, rounds: int, l2_bytes: int
         "source": "fallback" if decision.fallback else f"table[{decision.index}]",
         "kernel": decision.entry.kernel,
         "config_id": decision.entry.config_id,
-        "untuned_config_id": dispatch.make_entry(tunables=untuned, n=n, k=k).config_id,
+        "untuned_config_id": decide.make_entry(tunables=untuned, n=n, k=k).config_id,
         "rel_err": rel_err, "verified": rel_err < VERIFY_RTOL,
         **{f"{name}_ms": medians[name] for name in contenders},
         **{f"{name}_tflops": tflops(m=m, n=n, k=k, ms=medians[name]) for name in contenders},
@@ -139,12 +140,12 @@ def host_overhead(torch: Any, *, m: int, n: int, k: int) -> dict[str, float]:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    plan = dispatch.runtime().plan(dispatch.dispatcher().decide(m=m, n=n, k=k).entry, m=m, n=n, k=k)
+    plan = runtime().plan(decide.dispatcher().decide(m=m, n=n, k=k).entry, m=m, n=n, k=k)
     a_ptr, b_ptr, c_ptr = a.data_ptr(), b.data_ptr(), c.data_ptr()
     calls: dict[str, Callable[[], Any]] = {
         "gemm_out": lambda: tunetable.kernels.gemm(a, b, out=c),
         "gemm_alloc": lambda: tunetable.kernels.gemm(a, b),
-        "raw_launch": lambda: plan.launch(a_ptr, b_ptr, c_ptr, m, n, k),
+        "raw_launch": lambda: plan.launch(a_ptr, b_ptr, c_ptr),
         "torch_mm_out": lambda: torch.mm(a, b.t(), out=c),
     }
     first_started = time.perf_counter()
@@ -230,9 +231,9 @@ def main() -> None:
 
     import torch
 
-    warnings.simplefilter("ignore", dispatch.FallbackWarning)  # the 'source' column says it instead
+    warnings.simplefilter("ignore", decide.FallbackWarning)  # the 'source' column says it instead
     props = torch.cuda.get_device_properties(0)
-    dispatch.runtime()
+    runtime()
     shape_sets = {"default": default_shapes(), "other": OTHER_SHAPES}
     if args.limit:
         shape_sets = {name: shapes[: args.limit] for name, shapes in shape_sets.items()}
@@ -242,7 +243,7 @@ def main() -> None:
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "rounds": args.rounds,
         "method": "random bf16; rotating (A,B,C) sets > 3x L2; sleep kernel then CUDA events around a batch; "
                   "contenders interleaved per round (order rotated); median of rounds. untuned = "
-                  "tunetable.kernels.dispatch.heuristic_tunables(M).",
+                  "tunetable.kernels.decide.heuristic_tunables(M).",
         "sets": {}, "summary": {},
     }
     started = time.perf_counter()

@@ -10,10 +10,10 @@ the build can import the families (``tunetable.kernels.families``) without it.
 """
 
 _RUNTIME_API = {
-    "FallbackWarning": "tunetable.kernels.dispatch",
-    "NoGpuError": "tunetable.kernels.dispatch",
-    "gemm": "tunetable.kernels.dispatch",
-    "gemm_with": "tunetable.kernels.dispatch",
+    "FallbackWarning": "tunetable.kernels.runtime.decide",
+    "NoGpuError": "tunetable.kernels.runtime.launch",
+    "gemm": "tunetable.kernels.runtime.launch",
+    "gemm_with": "tunetable.kernels.runtime.launch",
     "autotune": "tunetable.kernels.autotune",
 }
 __all__ = sorted(_RUNTIME_API)
@@ -24,6 +24,6 @@ def __getattr__(name: str):
     module = _RUNTIME_API.get(name)
     if module is None:
         raise AttributeError(f"module 'tunetable.kernels' has no attribute {name!r}")
-    import importlib
+    import importlib  # the runtime is imported on first use (module docstring)
 
     return getattr(importlib.import_module(module), name)

@@ -5,7 +5,7 @@
 
 For the project's GEMMs the function is typically ``tunetable.kernels.gemm_with(config, a, b, out=out,
 family=...)``: configurations are lower-case tunables of gemm_mma (the default) or of gemm_wgmma
-(``family="gemm_wgmma"``; ``tunetable.kernels.dispatch.WGMMA_DEFAULT_TUNABLES`` shows the keys).
+(``family="gemm_wgmma"``; the family's ``tunables`` dataclass in kernels/families/<name>/family.py names the keys).
 
 On the first call for a new key value every configuration (after ``prune``) runs once, is
 checked by ``verify`` (when given), and is timed by ``timer``; the fastest by median wins and
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.atomic import atomic_write_text
-from tunetable.keys import canonical_json, kernel_source_hash, sha256_text
+from tunetable.kernels.jit import canonical_json, kernel_source_hash, sha256_text
 
 SCHEMA = 1
 PRINT_ENV = "TUNETABLE_PRINT_AUTOTUNING"
@@ -277,7 +277,7 @@ def cuda_cold_l2_timer(
     A write of l2_factor x L2 bytes precedes each timed launch on the same stream, so the launch
     starts with a cold L2 and the GPU is busy while the host enqueues it (no launch gap timed).
     ``reset`` (restoring written arguments) is enqueued before the flush, outside the timed region.
-    Needs a current pycuda context (tunetable.kernels.dispatch.runtime() makes one).
+    Needs a current pycuda context (tunetable.kernels.runtime.launch.runtime() makes one).
     """
     import pycuda.driver as cuda
 

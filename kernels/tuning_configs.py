@@ -6,8 +6,8 @@ Do not edit between the BEGIN/END marker lines: regenerate with ``tunetable code
 gemm_wgmma_swap) in lookup order: the first
 entry whose ``n`` and ``k`` match and whose half-open range ``[m, m_end)`` holds M wins. The
 dispatch list (``FamilyChoice`` entries, same lookup) says which table serves a shape; shapes it
-does not cover go to gemm_mma's table. This file is generated output: keep code formatters off
-it, or the freshness check fails.
+does not cover go to gemm_mma's table. ``BUILDS`` says how the runtime compiles each table. This
+file is generated output: keep code formatters off it, or the freshness check fails.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Each family's entry class: its typed tunables after the shape fields (kernels/families/<name>/family.py).
-from tunetable.kernels.families.common import TableEntry
+from tunetable.kernels.families.common import TableBuild, TableEntry
 from tunetable.kernels.families.gemm_mma.family import TuningConfig
 from tunetable.kernels.families.gemm_wgmma.family import WgmmaTuningConfig
 from tunetable.kernels.families.gemm_wgmma_swap.family import SwapTuningConfig
@@ -2137,3 +2137,13 @@ TABLES: dict[str, list[TuningConfig] | list[WgmmaTuningConfig] | list[SwapTuning
     "gemm_wgmma_swap": GEMM_WGMMA_SWAP_CONFIGS,
 }
 DISPATCH: dict[str, list[FamilyChoice]] = {"gemm_dispatch": GEMM_DISPATCH}
+
+# How the runtime compiles each table's kernels (params.yaml: the table's family and arch, and
+# compile.nvcc_flags), so that it builds what the bench measured without reading params.yaml.
+BUILDS: dict[str, TableBuild] = {
+    # BEGIN-TUNING-BUILDS
+    # Automatically generated from [params.yaml]: each table's family and arch, compile.nvcc_flags
+    "gemm_mma": TableBuild(family="gemm_mma", arch="sm_90a", nvcc_flags=("-O3", "-std=c++17", "-lineinfo")),
+    "gemm_wgmma": TableBuild(family="gemm_wgmma", arch="sm_90a", nvcc_flags=("-O3", "-std=c++17", "-lineinfo")),
+    # END-TUNING-BUILDS
+}

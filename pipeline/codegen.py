@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ import yaml
 
 from tunetable.errors import TuneTableError
 from tunetable.keys import canonical_json, sha256_text
-from tunetable.params import dispatch_spec, table_spec
+from tunetable.params import builds_spec, dispatch_spec, table_spec
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -103,11 +104,33 @@ class TargetResult:
     current: str
     generated: str
     tables: tuple[TableResult, ...]
+    builds: tuple["BuildsJob", ...] = ()
 
     @property
     def stale(self) -> bool:
         """True when the file on disk differs from what codegen would write."""
         return self.current != self.generated
+
+
+@dataclass(frozen=True)
+class TableBuildLine:
+    """One table's build settings as the runtime reads them: family, arch, nvcc flags."""
+
+    table: str
+    family: str
+    arch: str
+    nvcc_flags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BuildsJob:
+    """The ``BUILDS`` region of a generated file: how the runtime compiles each table (params.yaml ``builds:``)."""
+
+    target_path: Path
+    begin_marker: str
+    end_marker: str
+    source_label: str
+    lines: tuple[TableBuildLine, ...]
 
 
 def format_value(value: Any) -> str:
@@ -193,6 +216,23 @@ def render_region(
             f"{indent}# Automatically generated from [{source_label}]\n{indent}# index: [{index}]\n{body},"
         )
     return "\n".join(pieces)
+
+
+def _string_literal(text: str) -> str:
+    """A str as a double-quoted Python literal (JSON's escaping is Python's): data never becomes code."""
+    return json.dumps(str(text))
+
+
+def render_builds_region(job: BuildsJob, *, indent: str = "    ") -> str:
+    """One ``"<table>": TableBuild(...)`` line per table, literals only, after a provenance comment."""
+    lines = [f"{indent}# Automatically generated from [{job.source_label}]: each table's family and arch, "
+             "compile.nvcc_flags"]
+    for item in job.lines:
+        flags = ", ".join(_string_literal(flag) for flag in item.nvcc_flags)
+        flags = f"({flags},)" if len(item.nvcc_flags) == 1 else f"({flags})"
+        lines.append(f"{indent}{_string_literal(item.table)}: TableBuild(family={_string_literal(item.family)}, "
+                     f"arch={_string_literal(item.arch)}, nvcc_flags={flags}),")
+    return "\n".join(lines)
 
 
 def marker_line(lines: Sequence[str], marker: str, *, kind: str, path: str | Path | None) -> int:
@@ -437,14 +477,16 @@ def _check_distinct_markers(tables: Sequence[TableResult], *, target_path: Path)
             owner[marker] = name
 
 
-def generate_targets(*, jobs: Sequence[TableJob]) -> list[TargetResult]:
-    """Render every job; regions of jobs sharing a target apply to that target's text in job order."""
-    by_target: dict[Path, list[TableResult]] = {}
+def generate_targets(*, jobs: Sequence[TableJob], builds: Sequence[BuildsJob] = ()) -> list[TargetResult]:
+    """Render every job; regions of jobs sharing a target apply to that target's text in job order,
+    then its ``BUILDS`` region (``builds``)."""
+    by_target: dict[Path, tuple[Path, list[TableResult], list[BuildsJob]]] = {}
     for job in jobs:
-        by_target.setdefault(job.target_path.resolve(), []).append(render_table(job))
+        by_target.setdefault(job.target_path.resolve(), (job.target_path, [], []))[1].append(render_table(job))
+    for build in builds:
+        by_target.setdefault(build.target_path.resolve(), (build.target_path, [], []))[2].append(build)
     results = []
-    for tables in by_target.values():
-        target_path = tables[0].job.target_path
+    for target_path, tables, build_jobs in by_target.values():
         _check_distinct_markers(tables, target_path=target_path)
         current = _read_text(target_path, keep_newlines=True)
         text = current
@@ -456,9 +498,13 @@ def generate_targets(*, jobs: Sequence[TableJob]) -> list[TargetResult]:
                 generated=table.region,
                 path=target_path,
             )
+        for build in build_jobs:
+            text = replace_generated_region(text, begin_marker=build.begin_marker, end_marker=build.end_marker,
+                                            generated=render_builds_region(build), path=target_path)
         results.append(
             TargetResult(
-                target_path=target_path, label=str(target_path), current=current, generated=text, tables=tuple(tables)
+                target_path=target_path, label=str(target_path), current=current, generated=text,
+                tables=tuple(tables), builds=tuple(build_jobs),
             )
         )
     return results
@@ -503,3 +549,19 @@ def jobs_from_params(
             )
         )
     return jobs
+
+
+def builds_job_from_params(*, params: Mapping[str, Any], params_path: str | Path) -> BuildsJob | None:
+    """The ``BUILDS`` region params.yaml's ``builds:`` declares (every table's family, arch and the nvcc
+    flags), or None when it declares none. Paths resolve from params.yaml's folder."""
+    spec = builds_spec(dict(params), path=params_path)
+    if spec is None:
+        return None
+    flags = tuple(str(flag) for flag in (params.get("compile") or {}).get("nvcc_flags") or ())
+    lines = tuple(
+        TableBuildLine(table=name, family=table.family, arch=table.arch, nvcc_flags=flags)
+        for name in params.get("tables") or {}
+        for table in (table_spec(dict(params), name, path=params_path),)
+    )
+    return BuildsJob(target_path=Path(params_path).parent / spec.target, begin_marker=spec.begin_marker,
+                     end_marker=spec.end_marker, source_label=spec.source_label, lines=lines)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from tunetable.keys import canonical_json, sha256_text
+from tunetable.kernels.families.common import config_id
 
 Value = int | bool | str
 
@@ -22,7 +22,7 @@ class KernelConfig:
     @cached_property
     def id(self) -> str:   # cached: asked several times per configuration, 100 k configurations in a big grid
         """Stable id: a hash of the family and the tunables only (order-insensitive)."""
-        return "c" + sha256_text(canonical_json({"family": self.family, **dict(self.params)}))[:10]
+        return config_id(family=self.family, params=dict(self.params))
 
     def as_dict(self) -> dict[str, Value]:
         """Tunables as a dict, in grid order."""

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 import subprocess
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-# The include-following source hash is shared with the runtime's compile-on-first-use (re-exported).
-from tunetable.kernels.jit import KEY_LENGTH, kernel_source_hash  # noqa: F401
-
-
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no whitespace: the one serialisation that gets hashed."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def sha256_text(text: str) -> str:
-    """Hex sha256 of UTF-8 text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+# The hashing primitives, the include-following source hash and the nvcc build id are shared with
+# the runtime's compile on first use (tunetable.kernels.jit); re-exported for the build.
+from tunetable.kernels.jit import (  # noqa: F401
+    KEY_LENGTH,
+    canonical_json,
+    kernel_source_hash,
+    nvcc_version,
+    sha256_text,
+)
 
 
 def sha256_file(path: str | Path) -> str:
@@ -31,17 +25,6 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-@lru_cache(maxsize=1)
-def nvcc_version() -> str:
-    """The last line of ``nvcc --version`` (the build id), or 'nvcc-absent'."""
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        return "nvcc-absent"
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
-    return lines[-1] if lines else "nvcc-unknown"
 
 
 def git_revision(cwd: str | Path = ".") -> str:

@@ -199,6 +199,25 @@ def dispatch_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAU
                         codegen=codegen_spec(raw["codegen"]))
 
 
+@dataclass(frozen=True)
+class BuildsSpec:
+    """Where codegen writes the runtime's build settings of every table (params.yaml ``builds:``)."""
+
+    target: str
+    begin_marker: str
+    end_marker: str
+    source_label: str
+
+
+def builds_spec(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) -> BuildsSpec | None:
+    """The ``builds:`` section (None when absent: then the runtime has no build settings to read)."""
+    raw = params.get("builds")
+    if raw is None:
+        return None
+    return BuildsSpec(target=raw["target"], begin_marker=raw["begin_marker"], end_marker=raw["end_marker"],
+                      source_label=raw.get("source_label", Path(path).name))
+
+
 def dispatch_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) -> list[DispatchSpec]:
     """Every declared dispatch list, in params.yaml order (none when the section is absent)."""
     return [dispatch_spec(params, name, path=path) for name in (params.get("dispatch") or {})]

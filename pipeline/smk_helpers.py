@@ -517,9 +517,12 @@ def select_settings(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def codegen_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Every table's and dispatch list's codegen settings."""
+    """Every table's and dispatch list's codegen settings, and what the builds region renders."""
     settings = {name: spec["codegen"] for name, spec in config["tables"].items()}
     settings.update({name: spec["codegen"] for name, spec in (config.get("dispatch") or {}).items()})
+    tables = {name: [spec["family"], spec.get("arch")] for name, spec in config["tables"].items()}
+    settings["builds"] = {"region": config.get("builds"), "flags": (config.get("compile") or {}).get("nvcc_flags"),
+                          "tables": tables}
     return settings
 
 

@@ -7,3 +7,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . \
   || echo "device_env: tunetable install failed"
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+# tunetable.gemm compiles into the project's cubin cache, where `tunetable compile` put the same keys.
+export TUNETABLE_CUBIN_CACHE=$PWD/.cache/cubins

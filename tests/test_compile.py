@@ -1,4 +1,5 @@
-"""tunetable.compile without nvcc: ptxas parsing (real captured text), cache keys, invalidation, records."""
+"""tunetable.compile and tunetable.kernels.jit without nvcc: ptxas parsing (real captured text), cache keys,
+invalidation, records."""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ from pathlib import Path
 import pytest
 
 from tunetable.compile import (
-    CompileResult,
     FunctionResources,
     build_records,
+    compile_document,
+    main_function,
+    parse_ptxas,
+    resolve_workers,
+)
+from tunetable.kernels.jit import (
+    CompileResult,
     cache_key,
     cache_paths,
-    compile_document,
     define_flags,
     first_error_lines,
     gencode,
     lookup,
-    main_function,
-    parse_ptxas,
-    resolve_workers,
 )
 from tunetable.config import KernelConfig
 from tunetable.errors import TuneTableError

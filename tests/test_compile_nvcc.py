@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tunetable.compile import CompileResult, compile_config, compile_configs, lookup, parse_ptxas
+from tunetable.compile import compile_configs, parse_ptxas
+from tunetable.kernels.jit import CompileResult, compile_config, lookup
 from tunetable.config import KernelConfig
 from tunetable.grid import load_table_grid
 

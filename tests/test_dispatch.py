@@ -1,9 +1,10 @@
-"""Runtime dispatch on the CPU: table lookup, fallback, memoisation, input checks, no-GPU error."""
+"""The runtime on the CPU: table lookup, fallback, memoisation, input checks, no-GPU error (kernels/runtime/)."""
 
 from __future__ import annotations
 
 import importlib.util
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -11,25 +12,26 @@ import numpy as np
 import pytest
 
 import tunetable.kernels
-from tunetable.kernels.dispatch import (
-    DEFAULT_TUNABLES,
+from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.families.common import INT32_MAX
+from tunetable.kernels.families.common import covering_index as lookup
+from tunetable.kernels.runtime.decide import (
     DISPATCH_LIST,
-    INT32_MAX,
-    SKINNY_TUNABLES,
-    WGMMA_DEFAULT_TUNABLES,
-    WGMMA_SKINNY_TUNABLES,
     Dispatcher,
     FallbackWarning,
     FamilyDispatcher,
-    NoGpuError,
-    cubin_for,
-    kernel_config,
-    lookup,
+    Untuned,
     make_entry,
     most_common_entry,
-    operand,
 )
+from tunetable.kernels.runtime.launch import NoGpuError, cubin_for, entry_defines
+from tunetable.kernels.runtime.operands import check_out, operand
 from tunetable.kernels.tuning_configs import TABLES, FamilyChoice, TuningConfig, WgmmaTuningConfig
+
+DEFAULT_TUNABLES = asdict(FAMILIES["gemm_mma"].default_tunables)
+SKINNY_TUNABLES = asdict(FAMILIES["gemm_mma"].skinny_tunables)
+WGMMA_DEFAULT_TUNABLES = asdict(FAMILIES["gemm_wgmma"].default_tunables)
+WGMMA_SKINNY_TUNABLES = asdict(FAMILIES["gemm_wgmma"].skinny_tunables)
 
 SMALL = {"block_m": 16, "block_n": 64, "block_k": 64, "warps_m": 1, "warps_n": 4, "warps_k": 1, "stages": 4,
          "split_k": 4, "group_m": 1}
@@ -153,16 +155,16 @@ def test_covered_shapes_do_not_warn_and_are_memoised() -> None:
 
 # --- the generated table and configurations ---------------------------------------------------
 
-def test_every_generated_entry_matches_its_config_id_and_grid_defines() -> None:
-    from tunetable.kernels.families import FAMILIES
+def test_every_generated_entry_compiles_with_the_grids_defines() -> None:
+    """The runtime's defines of each table entry are exactly what the grid gave the bench for its config id."""
+    from tunetable.grid import expand
+    from tunetable.params import load_params, table_spec
 
+    params = load_params(Path(tunetable.kernels.__file__).parents[1] / "params.yaml")
     for table, entries in TABLES.items():
+        grid = {config.id: config for config in expand(table_spec(params, table)).kept}
         for item in entries:
-            config = kernel_config(item)
-            defines = config.defines()
-            assert config.id == item.config_id, (table, item)
-            assert defines["THREADS"] == FAMILIES[item.kernel].threads(defines)
-            assert defines["BLOCK_M"] == item.block_m and defines["SPLIT_K"] == item.split_k
+            assert entry_defines(item) == grid[item.config_id].defines(), (table, item)
 
 
 def test_every_generated_dispatch_entry_names_its_tables_entry() -> None:
@@ -181,7 +183,7 @@ def test_entry_with_a_stale_config_id_is_a_clear_error() -> None:
     good = entry(MEDIUM, m=1, m_end=INT32_MAX)
     stale = TuningConfig(**{**good.__dict__, "config_id": "c0000000000"})
     with pytest.raises(ValueError, match="config_id c0000000000 but its tunables hash to"):
-        kernel_config(stale)
+        entry_defines(stale)
 
 
 def test_default_configuration_is_in_the_grid() -> None:
@@ -244,8 +246,6 @@ def test_mismatched_k_and_bad_n_k_are_rejected_before_any_gpu_work() -> None:
 
 
 def test_wrong_out_shape_is_rejected() -> None:
-    from tunetable.kernels.dispatch import check_out
-
     with pytest.raises(ValueError, match=r"out: expected shape \(7, 4096\)"):
         check_out(operand("out", DeviceMatrix((4096, 7))), m=7, n=4096)
 
@@ -337,7 +337,7 @@ def test_a_dispatch_list_naming_an_unknown_table_is_refused() -> None:
 
 
 def test_the_process_wide_dispatcher_is_the_generated_one_and_can_be_replaced() -> None:
-    from tunetable.kernels import dispatch as module
+    from tunetable.kernels.runtime import decide as module
     from tunetable.kernels.tuning_configs import DISPATCH
 
     generated = module.dispatcher()
@@ -370,28 +370,59 @@ def test_wgmma_entries_hash_like_the_grid() -> None:
     by_id = {config.id: config for config in expand(spec).kept}
     for tunables in (WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES):
         item = make_entry(tunables=tunables, n=4096, k=4096, kernel="gemm_wgmma")
-        assert kernel_config(item).defines() == by_id[item.config_id].defines()
+        assert entry_defines(item) == by_id[item.config_id].defines()
 
 
 def test_struct_plan_keeps_one_argument_set_per_address_triple() -> None:
-    """The TMA plan's argument cache (exercised with gemm_mma's pointer family: no libcuda needed here)."""
-    from tunetable.kernels.dispatch import ARGUMENT_CACHE_SIZE, StructPlan
-    from tunetable.kernels.families import FAMILIES
+    """The TMA plan's argument cache (exercised with gemm_mma's pointers: no libcuda needed here)."""
+    from tunetable.kernels.runtime.launch import ARGUMENT_CACHE_SIZE, LaunchPlan, ShapePlan
 
-    plan = StructPlan(kernel=None, family=FAMILIES["gemm_mma"], defines={}, grid=(1, 1, 1), block=(128, 1, 1),
-                      smem_bytes=0, workspace=None, workspace_ptr=0x5000)
-    first = plan.arguments_for(0x1000, 0x2000, 0x3000, 7, 4096, 4096)
-    assert plan.arguments_for(0x1000, 0x2000, 0x3000, 7, 4096, 4096) is first and plan.encodes == 1
+    driver_kernel = object()  # a plan with a driver kernel builds kernelParams (ctypes), never packed bytes
+    plan = ShapePlan(plan=LaunchPlan(family=FAMILIES["gemm_mma"], defines={}, m=7, n=4096, k=4096, grid=(1, 1, 1),
+                                     block=(128, 1, 1), smem_bytes=0, workspace_ptr=0x5000, kernel=driver_kernel))
+    first = plan.arguments_for(0x1000, 0x2000, 0x3000)
+    assert plan.arguments_for(0x1000, 0x2000, 0x3000) is first and plan.encodes == 1
     assert [item.value for item in first.storage] == [0x1000, 0x2000, 0x3000, 0x5000, 7, 4096, 4096]
     for index in range(ARGUMENT_CACHE_SIZE):
-        plan.arguments_for(0x10000 * (index + 2), 0x2000, 0x3000, 7, 4096, 4096)
+        plan.arguments_for(0x10000 * (index + 2), 0x2000, 0x3000)
     assert len(plan.arguments) == ARGUMENT_CACHE_SIZE and (0x1000, 0x2000, 0x3000) not in plan.arguments
     assert plan.encodes == 1 + ARGUMENT_CACHE_SIZE
 
 
+def test_pointer_plans_pack_the_familys_arguments_per_call() -> None:
+    from tunetable.kernels.runtime.launch import LaunchPlan
+
+    plan = LaunchPlan(family=FAMILIES["gemm_mma"], defines={}, m=7, n=4096, k=4096, grid=(1, 1, 1),
+                      block=(128, 1, 1), smem_bytes=0, workspace_ptr=0x5000)
+    import struct
+
+    assert plan.arguments(0x1000, 0x2000, 0x3000) == struct.pack("PPPPiii", 0x1000, 0x2000, 0x3000, 0x5000,
+                                                                 7, 4096, 4096)
+
+
+def test_an_untuned_chooser_answers_before_the_fallback() -> None:
+    """The seam a shape selector plugs into: asked only for shapes no entry covers; None falls back."""
+    entries = [entry(SMALL, m=1, m_end=64), entry(LARGE, m=64, m_end=INT32_MAX)]
+    picked = entry(MEDIUM, m=1, m_end=INT32_MAX, n=2048, k=1024)
+    asked = []
+
+    def chooser(*, table: str, family: str, m: int, n: int, k: int) -> Untuned | None:
+        asked.append((table, family, m, n, k))
+        return Untuned(entry=picked, why="the selector's pick") if n == 2048 else None
+
+    table = Dispatcher(table="gemm_mma", entries=entries, untuned=chooser)
+    assert table.decide(m=7, n=4096, k=4096).index == 0 and asked == []
+    with pytest.warns(FallbackWarning, match="running the selector's pick"):
+        chosen = table.decide(m=77, n=2048, k=1024)
+    assert chosen.entry is picked and chosen.fallback
+    with pytest.warns(FallbackWarning, match="most common winner"):
+        table.decide(m=77, n=8192, k=1024)
+    assert asked == [("gemm_mma", "gemm_mma", 77, 2048, 1024), ("gemm_mma", "gemm_mma", 77, 8192, 1024)]
+
+
 @pytest.mark.nvcc
 def test_warm_cache_compiles_the_wgmma_tables_configurations() -> None:
-    from tunetable.kernels.dispatch import warm_cache
+    from tunetable.kernels.runtime.launch import warm_cache
 
     statuses = warm_cache(table="gemm_wgmma")
     expected = {item.config_id for item in TABLES["gemm_wgmma"]} | {
@@ -403,7 +434,7 @@ def test_warm_cache_compiles_the_wgmma_tables_configurations() -> None:
 
 @pytest.mark.nvcc
 def test_warm_cache_compiles_every_configuration_the_runtime_may_run() -> None:
-    from tunetable.kernels.dispatch import warm_cache
+    from tunetable.kernels.runtime.launch import warm_cache
 
     statuses = warm_cache()
     expected = {item.config_id for item in TABLES["gemm_mma"]} | {
@@ -411,3 +442,53 @@ def test_warm_cache_compiles_every_configuration_the_runtime_may_run() -> None:
     }
     assert set(statuses) == expected
     assert set(statuses.values()) == {"ok"}
+
+
+class FakeLoader:
+    """The two kernel handles build_plan asks a loader for, recording what was asked (no GPU here)."""
+
+    def __init__(self, *, fits: int):
+        self.fits = fits
+        self.asked: list[tuple[str, str, str, int]] = []
+
+    def function(self, cubin: str, entry: str, smem_bytes: int) -> str:
+        self.asked.append(("function", cubin, entry, smem_bytes))
+        return "pycuda-function"
+
+    def driver_kernel(self, cubin: str, entry: str, smem_bytes: int) -> Any:
+        self.asked.append(("driver", cubin, entry, smem_bytes))
+        fits = self.fits
+
+        class Kernel:
+            def resident_grid(self, *, grid, block, smem_bytes, cluster):
+                from tunetable.kernels.driver import cut_to_resident
+
+                return cut_to_resident(grid, cluster=cluster, fits=fits), fits
+        return Kernel()
+
+
+def test_the_launch_plan_builder_of_bench_and_runtime() -> None:
+    """Pointer kernels load through pycuda with the family's geometry; struct kernels through libcuda, the
+    persistent grid cut to the clusters resident at once; the workspace is asked for once, sized by the family."""
+    from tunetable.kernels.runtime.launch import build_plan
+
+    mma, wgmma = FAMILIES["gemm_mma"], FAMILIES["gemm_wgmma"]
+    split = {name.upper(): value for name, value in {**SKINNY_TUNABLES, "split_k": 4}.items()}
+    defines = mma.defines_of(mma.tunables(**{**SKINNY_TUNABLES, "split_k": 4}))
+    assert defines == {**split, **mma.derived(split)}
+    asked: list[int] = []
+    loader = FakeLoader(fits=0)
+    plan = build_plan(loader=loader, family=mma, defines=defines, cubin="a.cubin",
+                      geometry=mma.launch(defines, 7, 4096, 4096), m=7, n=4096, k=4096,
+                      workspace=lambda nbytes: asked.append(nbytes) or 0x9000)
+    assert loader.asked == [("function", "a.cubin", "gemm_mma", mma.smem_bytes(defines))]
+    assert (plan.function, plan.kernel, plan.workspace_ptr) == ("pycuda-function", None, 0x9000)
+    assert asked == [mma.launch(defines, 7, 4096, 4096).workspace_bytes] and plan.grid == (64, 1, 4)
+
+    pair = wgmma.defines_of(wgmma.tunables(**{**WGMMA_DEFAULT_TUNABLES, "cluster_m": 2}))
+    geometry = wgmma.launch(pair, 4096, 4096, 4096)
+    assert geometry.grid == (132, 1, 1)
+    cut = build_plan(loader=FakeLoader(fits=60), family=wgmma, defines=pair, cubin="b.cubin", geometry=geometry,
+                     m=4096, n=4096, k=4096, workspace=lambda nbytes: 0)
+    assert cut.kernel is not None and cut.function is None
+    assert (cut.grid, cut.max_active_clusters, cut.workspace_ptr) == ((120, 1, 1), 60, 0)

@@ -33,12 +33,15 @@ def test_declared_table_is_fresh(table: str) -> None:
 
 
 def test_generated_tables_import_and_list_every_declared_table() -> None:
-    from tunetable.kernels.dispatch import ENTRY_TYPES
-    from tunetable.kernels.tuning_configs import DISPATCH, TABLES, FamilyChoice
+    from tunetable.kernels.families import FAMILIES
+    from tunetable.kernels.tuning_configs import BUILDS, DISPATCH, TABLES, FamilyChoice
 
-    assert sorted(TABLES) == sorted(DECLARED)
+    assert sorted(TABLES) == sorted(DECLARED) == sorted(BUILDS)
     for name, entries in TABLES.items():
-        assert all(type(entry) is ENTRY_TYPES[PARAMS["tables"][name]["family"]] for entry in entries)
+        family = PARAMS["tables"][name]["family"]
+        assert all(type(entry) is FAMILIES[family].entry_type for entry in entries)
+        assert (BUILDS[name].family, BUILDS[name].arch) == (family, PARAMS["tables"][name]["arch"])
+        assert list(BUILDS[name].nvcc_flags) == PARAMS["compile"]["nvcc_flags"]
     assert sorted(DISPATCH) == sorted(DISPATCH_LISTS)
     assert all(isinstance(entry, FamilyChoice) for entries in DISPATCH.values() for entry in entries)
 

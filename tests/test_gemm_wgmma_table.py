@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tunetable.kernels.dispatch import HEURISTICS, make_entry, tunable_fields
+from tunetable.kernels.runtime.decide import make_entry, tunable_fields
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import MAX_SHARED_BYTES_PER_BLOCK
 from tunetable.kernels.tuning_configs import WgmmaTuningConfig
@@ -91,7 +91,7 @@ def test_every_kept_config_launches_on_the_tables_shapes(grid) -> None:
 
 def test_split_k_workspace_of_the_skinny_heuristic() -> None:
     """64x128 tiles, one consumer, SPLIT_K=2 at 7x4096x4096: partials [2, 7, 4096], then 1 x 32 tile counters."""
-    defines = {name.upper(): value for name, value in HEURISTICS["gemm_wgmma"][0].items()}
+    defines = FAMILY.defines_of(FAMILY.skinny_tunables)
     assert (defines["BLOCK_M"], defines["BLOCK_N"], defines["CONSUMERS"], defines["SPLIT_K"]) == (64, 128, 1, 2)
     assert FAMILY.launch(defines, 7, 4096, 4096).workspace_bytes == 2 * 7 * 4096 * 4 + 32 * 4 == 229_376 + 128
 
@@ -107,5 +107,5 @@ def test_snippet_fields_are_the_generated_class_and_the_manifest_keys() -> None:
 
 def test_runtime_heuristics_are_kept_configurations(grid) -> None:
     kept = {config.id for config in grid.kept}
-    for tunables in HEURISTICS["gemm_wgmma"]:
-        assert make_entry(tunables=tunables, n=4096, k=4096, kernel="gemm_wgmma").config_id in kept
+    for tunables in (FAMILY.skinny_tunables, FAMILY.default_tunables):
+        assert make_entry(tunables=dataclasses.asdict(tunables), n=4096, k=4096, kernel="gemm_wgmma").config_id in kept

@@ -16,7 +16,7 @@ import pytest
 
 from tunetable.kernels.families import FAMILIES
 from tunetable import paths
-from tunetable.compile import render_define
+from tunetable.kernels.jit import render_define
 from tunetable.errors import TuneTableError
 from tunetable.grid import load_table_grid
 from tunetable.params import load_params

@@ -9,10 +9,12 @@ tests all read a family through these types. A family lives in ``kernels/familie
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+
+from tunetable.kernels.jit import canonical_json, sha256_text
 
 Dim3 = tuple[int, int, int]
 
@@ -63,10 +65,34 @@ class TableEntry:
 
     def matches(self, *, m: int, n: int, k: int) -> bool:
         """True when this entry covers the problem shape (N and K equal, M in [m, m_end))."""
-        return self.n == n and self.k == k and self.m <= m < self.m_end
+        return covering_index((self,), m=m, n=n, k=k) == 0
 
 
 ENTRY_FIELDS = tuple(item.name for item in dataclasses.fields(TableEntry))
+
+
+@dataclass(frozen=True)
+class TableBuild:
+    """How a table's kernels are compiled (its family, arch and nvcc flags): codegen writes one per table
+    into the generated file (``BUILDS``), so the runtime builds what the bench measured without params.yaml."""
+
+    family: str
+    arch: str
+    nvcc_flags: tuple[str, ...]
+
+
+def config_id(*, family: str, params: Mapping[str, object]) -> str:
+    """The stable id of a configuration: a hash of the family and the tunables only (order-insensitive)."""
+    return "c" + sha256_text(canonical_json({"family": family, **dict(params)}))[:10]
+
+
+def covering_index(entries: Sequence[Any], *, m: int, n: int, k: int) -> int | None:
+    """The lookup contract of every table: the index of the first entry with this N and K whose half-open
+    range [m, m_end) holds M, or None (entries have ``m``, ``m_end``, ``n``, ``k``)."""
+    for index, entry in enumerate(entries):
+        if entry.n == n and entry.k == k and entry.m <= m < entry.m_end:
+            return index
+    return None
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import math
 import os
-import struct
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from tunetable.kernels.driver import DriverError, DriverKernel, has_struct_arguments, kernel_arguments
 from tunetable.bench.cublas import Cublas
 from tunetable.bench.failures import LaunchFailure
 from tunetable.bench.nvml import NvmlSampler
+from tunetable.kernels.driver import DriverError
+from tunetable.kernels.families import FAMILIES, Launch
+from tunetable.kernels.runtime.launch import Loader, build_plan
 
 HARNESS_SOURCE = Path(__file__).with_name("harness.cu")
 BF16_NAN = 0x7FC0
@@ -37,6 +38,7 @@ class CudaBackend:
     """Worker runner on a real GPU (pycuda; cuBLAS via ctypes; NVML for clock and power)."""
 
     def __init__(self) -> None:
+        # Lazy: the worker process is the only place the bench needs pycuda (the parent never does).
         import pycuda.driver as cuda
         from pycuda.compiler import SourceModule
 
@@ -60,8 +62,7 @@ class CudaBackend:
         self.nvml = NvmlSampler(pci_bus_id=self.device.pci_bus_id())
         self.l2_bytes = int(self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
         self.sm_count = int(self.device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT))
-        self.modules: dict[str, Any] = {}
-        self.functions: dict[tuple[str, str], Any] = {}
+        self.loader = Loader(cuda)
         self.sets: list[tuple[Any, Any, Any]] = []          # allocations, kept alive here
         self.pointers: list[tuple[int, int, int]] = []      # their device addresses
         self.ref = None
@@ -135,26 +136,6 @@ class CudaBackend:
         return {"sets": count, "set_bytes": set_bytes, "rotation_bytes": count * set_bytes}
 
     # -- one configuration ---------------------------------------------------------------------------
-    def _function(self, cubin: str, name: str, smem_bytes: int) -> Any:
-        """The cached pycuda function ``name`` of ``cubin``, allowed ``smem_bytes`` of dynamic shared memory."""
-        key = (cubin, name)
-        if key not in self.functions:
-            if cubin not in self.modules:
-                self.modules[cubin] = self.cuda.module_from_file(cubin)
-            function = self.modules[cubin].get_function(name)
-            self.functions[key] = function
-        function = self.functions[key]
-        if smem_bytes > 0:
-            function.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes)
-        return function
-
-    def _driver_kernel(self, cubin: str, entry: str, smem_bytes: int) -> DriverKernel:
-        """The cached driver-API kernel ``entry`` of ``cubin`` (for by-value struct arguments)."""
-        key = ("driver", cubin, entry)
-        if key not in self.functions:
-            self.functions[key] = DriverKernel(cubin, entry, smem_bytes=smem_bytes)
-        return self.functions[key]
-
     def _workspace(self, config_id: str, nbytes: int, *, zeroed: bool) -> int:
         """This configuration's own split-K workspace on this shape (zeroed when its kernel keeps counters there).
 
@@ -175,8 +156,6 @@ class CudaBackend:
 
     def _launcher(self, config_id: str, payload: dict[str, Any]) -> Callable[[int], None]:
         """A function that queues one complete GEMM on input set i (one kernel: split-K reduces inside it)."""
-        from tunetable.kernels.families import FAMILIES, cluster_blocks
-
         m, n, k = self.shape
         if payload["kind"] == "baseline":
             def run_cublas(index: int) -> None:
@@ -187,34 +166,22 @@ class CudaBackend:
         # A family with no folder under kernels/families/ (a test kernel) takes the pointer ABI of gemm_mma:
         # (A, B, C, workspace, M, N, K).
         family = FAMILIES.get(payload.get("family") or "") or FAMILIES["gemm_mma"]
-        defines = dict(payload.get("defines") or {})
-        smem = int(payload["smem_bytes"])
-        main = self._function(payload["cubin"], payload["entry"], smem)
-        workspace = self._workspace(config_id, int(payload.get("workspace_bytes") or 0),
-                                    zeroed=bool(getattr(family, "zeroed_workspace", False)))
-        grid, block = tuple(payload["grid"]), tuple(payload["block"])
-        fits = None  # clusters resident at once, where the kernel has clusters
+        geometry = Launch(grid=tuple(payload["grid"]), block=tuple(payload["block"]),
+                          smem_bytes=int(payload["smem_bytes"]),
+                          workspace_bytes=int(payload.get("workspace_bytes") or 0))
+        # The runtime's plan builder (tunetable.kernels.runtime.launch), on this worker's stream.
+        plan = build_plan(loader=self.loader, family=family, defines=dict(payload.get("defines") or {}),
+                          cubin=payload["cubin"], geometry=geometry, m=m, n=n, k=k, stream=self.stream,
+                          entry=payload["entry"],
+                          workspace=lambda nbytes: self._workspace(config_id, nbytes, zeroed=family.zeroed_workspace))
         # Arguments built once per input set (the Hopper family's tensor maps embed the addresses).
-        values = [family.kernel_arguments(defines, M=m, N=n, K=k, a=a, b=b, c=c, workspace=workspace)
-                  for a, b, c in self.pointers]
-        if has_struct_arguments(family.arg_format):
-            # By-value structs go through kernelParams (kernels/driver.py says why).
-            kernel = self._driver_kernel(payload["cubin"], payload["entry"], smem)
-            grid, fits = kernel.resident_grid(grid=grid, block=block, smem_bytes=smem, cluster=cluster_blocks(defines))
-            driver_args = [kernel_arguments(family.arg_format, v) for v in values]
-            stream = self.stream.handle
+        arguments = [plan.arguments(a, b, c) for a, b, c in self.pointers]
 
-            def run_kernel(index: int) -> None:
-                """Queue the kernel on input set ``index`` (libcuda, by-value struct arguments)."""
-                kernel.launch(grid, block, smem, stream, driver_args[index])
-        else:
-            packed = [struct.pack(family.arg_format, *v) for v in values]
-
-            def run_kernel(index: int) -> None:
-                """Queue the kernel on input set ``index`` (pycuda, packed pointer arguments)."""
-                main._launch_kernel(grid, block, packed[index], smem, self.stream)
-        run_kernel.grid = list(grid)  # type: ignore[attr-defined]  # as launched (clusters may be cut)
-        run_kernel.max_active_clusters = fits  # type: ignore[attr-defined]  # the driver's count, or None
+        def run_kernel(index: int) -> None:
+            """Queue the kernel on input set ``index``."""
+            plan.launch(arguments[index])
+        run_kernel.grid = list(plan.grid)  # type: ignore[attr-defined]  # as launched (clusters may be cut)
+        run_kernel.max_active_clusters = plan.max_active_clusters  # type: ignore[attr-defined]  # or None
         return run_kernel
 
     def _rel_err(self, launch: Callable[[int], None]) -> float:
@@ -274,7 +241,7 @@ class CudaBackend:
         self.configs[config_id] = {"launch": launch, "batch": batch}
         extra = {}
         if payload["kind"] == "kernel":
-            main = self.functions[(payload["cubin"], payload["entry"])]
+            main = self.loader.function(payload["cubin"], payload["entry"], int(payload["smem_bytes"]))
             extra = {"num_regs": int(main.num_regs), "launch_grid": getattr(launch, "grid", None),
                      "max_active_clusters": getattr(launch, "max_active_clusters", None)}
         return {"status": "ok", "rel_err": rel_err, "batch": batch, "warmup_launches": launches,

@@ -9,6 +9,7 @@ import click
 from tunetable import codegen
 from tunetable.atomic import atomic_write_text
 from tunetable.errors import StaleError, TuneTableError
+from tunetable.params import load_params
 
 SINGLE_FLAGS = ("manifest", "snippet", "target", "begin_marker", "end_marker", "source_label")
 
@@ -41,11 +42,18 @@ def _single_job(options: dict[str, object], variant_values: tuple[str, ...]) -> 
     )
 
 
-def _declared_jobs(*, params_path: str, names: tuple[str, ...]) -> list[codegen.TableJob]:
-    """Jobs for the tables declared in params.yaml (all, or those named by --table)."""
-    from tunetable.params import load_params
+def _declared_jobs(*, params_path: str, names: tuple[str, ...]) -> tuple[list[codegen.TableJob],
+                                                                           list[codegen.BuildsJob]]:
+    """Jobs for the tables declared in params.yaml (all, or those named by --table); with all, the builds region."""
+    params = load_params(params_path)
+    jobs = codegen.jobs_from_params(params=params, params_path=params_path, names=names or None)
+    builds = None if names else codegen.builds_job_from_params(params=params, params_path=params_path)
+    return jobs, [builds] if builds is not None else []
 
-    return codegen.jobs_from_params(params=load_params(params_path), params_path=params_path, names=names or None)
+
+def _region_names(result: codegen.TargetResult) -> list[str]:
+    """The regions of a target: its tables and dispatch lists, then ``builds`` when it holds that region."""
+    return [*(str(table.job.name) for table in result.tables), *("builds" for _ in result.builds)]
 
 
 def _report_overlaps(results: list[codegen.TargetResult], *, strict: bool) -> None:
@@ -122,11 +130,12 @@ def command(
         raise click.UsageError("--all/--table read params.yaml; do not combine them with single-table flags")
     if all_tables and tables:
         raise click.UsageError("give --all or --table, not both")
+    builds: list[codegen.BuildsJob] = []
     if declared:
-        jobs = _declared_jobs(params_path=params_path, names=tables)
+        jobs, builds = _declared_jobs(params_path=params_path, names=tables)
     else:
         jobs = [_single_job(options, snippet_variants)]
-    results = codegen.generate_targets(jobs=jobs)
+    results = codegen.generate_targets(jobs=jobs, builds=builds)
     _report_overlaps(results, strict=strict)
     if check:
         stale = [result for result in results if result.stale]
@@ -136,9 +145,7 @@ def command(
         if stale:
             # StaleError (exit 1): click's Exit would be swallowed by standalone_mode=False in cli.main.
             if declared:
-                listing = "; ".join(
-                    f"{result.label} (tables: {', '.join(str(t.job.name) for t in result.tables)})" for result in stale
-                )
+                listing = "; ".join(f"{result.label} (tables: {', '.join(_region_names(result))})" for result in stale)
                 raise StaleError(f"out of date: {listing}; run `tunetable codegen --all`")
             raise StaleError("out of date; run the same command without --check", path=stale[0].label)
         return

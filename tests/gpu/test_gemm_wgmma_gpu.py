@@ -9,6 +9,7 @@ minute to the GPU suite.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from pathlib import Path
@@ -21,6 +22,7 @@ from tunetable.bench.runner import ShardJob, run_shards
 from tunetable.bench.session import shard_payloads
 from tunetable.compile import compile_configs
 from tunetable.grid import DeviceLimits, expand
+from tunetable.kernels.families import FAMILIES
 from tunetable.keys import kernel_source_hash
 from tunetable.params import table_spec
 
@@ -62,8 +64,6 @@ def table_tasks(request: pytest.FixtureRequest,
 
 
 def test_every_default_config_is_verified_by_the_harness_on_odd_shapes(table_tasks, tmp_path: Path) -> None:
-    from tunetable.kernels.families import FAMILIES
-
     table, tasks = table_tasks
     spec = table_spec(params(), table)
     all_tasks = (*tasks, baseline_task())
@@ -107,33 +107,35 @@ def rel_err(c, a, b) -> float:
 
 
 def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
-    from tunetable.kernels import dispatch
+    from tunetable.kernels.families.common import INT32_MAX
+    from tunetable.kernels.runtime import decide, launch
     from tunetable.kernels.tuning_configs import TABLES, FamilyChoice
 
-    entry = dispatch.make_entry(tunables=dispatch.WGMMA_DEFAULT_TUNABLES, n=6144, k=4096, kernel=TABLE)
-    choice = FamilyChoice(m=1, m_end=dispatch.INT32_MAX, n=6144, k=4096, kernel=TABLE, table=TABLE,
+    entry = decide.make_entry(tunables=dataclasses.asdict(FAMILIES[TABLE].default_tunables), n=6144, k=4096,
+                              kernel=TABLE)
+    choice = FamilyChoice(m=1, m_end=INT32_MAX, n=6144, k=4096, kernel=TABLE, table=TABLE,
                           config_id=entry.config_id)
-    dispatch.set_dispatcher(dispatch.FamilyDispatcher(choices=[choice],
+    decide.set_dispatcher(decide.FamilyDispatcher(choices=[choice],
                                                       tables={"gemm_mma": TABLES["gemm_mma"], TABLE: [entry]}))
     try:
         a, b = operands(torch, 333, 6144, 4096)
-        c = dispatch.gemm(a, b)
+        c = launch.gemm(a, b)
         torch.cuda.synchronize()
         assert rel_err(c, a, b) < REL_TOL
-        decision = dispatch.dispatcher().decide(m=333, n=6144, k=4096)
+        decision = decide.dispatcher().decide(m=333, n=6144, k=4096)
         assert decision.entry == entry and decision.choice == choice and not decision.fallback
-        plan = dispatch.runtime().plan(entry, m=333, n=6144, k=4096)
-        assert isinstance(plan, dispatch.StructPlan) and plan.encodes == 1
+        plan = launch.runtime().plan(entry, m=333, n=6144, k=4096)
+        assert plan.plan.kernel is not None and plan.encodes == 1   # a driver kernel (by-value tensor maps)
         out = torch.full((333, 6144), float("nan"), device="cuda", dtype=torch.bfloat16)
         for _ in range(2):  # a new C address encodes once, then is reused
-            dispatch.gemm(a, b, out=out)
+            launch.gemm(a, b, out=out)
         torch.cuda.synchronize()
         assert rel_err(out, a, b) < REL_TOL and plan.encodes == 2
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", dispatch.FallbackWarning)
-            assert dispatch.dispatcher().decide(m=77, n=4096, k=4096).entry.kernel == "gemm_mma"  # not listed
+            warnings.simplefilter("ignore", decide.FallbackWarning)
+            assert decide.dispatcher().decide(m=77, n=4096, k=4096).entry.kernel == "gemm_mma"  # not listed
     finally:
-        dispatch.set_dispatcher(None)
+        decide.set_dispatcher(None)
 
 
 @pytest.mark.parametrize("family", TMA_TABLES)
@@ -141,9 +143,8 @@ def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
 def test_gemm_with_wgmma_is_right_on_every_repeat(torch, split_k: int, family: str) -> None:
     """Split-K counters start zeroed and each launch's last split resets them: repeats stay right, bit-equal."""
     import tunetable.kernels
-    from tunetable.kernels.dispatch import HEURISTICS
 
-    tunables = {**HEURISTICS[family][0], "split_k": split_k}
+    tunables = {**dataclasses.asdict(FAMILIES[family].skinny_tunables), "split_k": split_k}
     a, b = operands(torch, 7, 4096, 14336)
     out = torch.empty((7, 4096), device="cuda", dtype=torch.bfloat16)
     first = None
@@ -174,9 +175,10 @@ def test_generated_wgmma_choices_run_through_kernels_gemm(torch, table: str) -> 
 def test_autotune_over_wgmma_configurations(torch, tmp_path: Path) -> None:
     import tunetable.kernels
     from tunetable.kernels.autotune import autotune, close_to
-    from tunetable.kernels.dispatch import WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES
 
-    configs = [WGMMA_DEFAULT_TUNABLES, WGMMA_SKINNY_TUNABLES, {**WGMMA_SKINNY_TUNABLES, "split_k": 4}]
+    default, skinny = (dataclasses.asdict(FAMILIES[TABLE].default_tunables),
+                       dataclasses.asdict(FAMILIES[TABLE].skinny_tunables))
+    configs = [default, skinny, {**skinny, "split_k": 4}]
     correct = close_to(lambda args: {"out": args["a"].float() @ args["b"].float().T}, rtol=REL_TOL)
 
     @autotune(configs=configs, key=["m", "n", "k"], restore_value=["out"], verify=correct, cache_dir=tmp_path,

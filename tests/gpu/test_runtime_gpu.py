@@ -8,6 +8,7 @@ autotuned GEMM that restores its output between trials.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 
@@ -20,9 +21,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("pycuda")
 
 import tunetable.kernels  # noqa: E402
-import tunetable.kernels.dispatch  # noqa: E402
 from tunetable.kernels.autotune import autotune, close_to  # noqa: E402
-from tunetable.kernels.dispatch import DEFAULT_TUNABLES, SKINNY_TUNABLES, FallbackWarning  # noqa: E402
+from tunetable.kernels.families import FAMILIES  # noqa: E402
+from tunetable.kernels.runtime.decide import FallbackWarning  # noqa: E402
+from tunetable.kernels.runtime.launch import runtime  # noqa: E402
+
+DEFAULT_TUNABLES = dataclasses.asdict(FAMILIES["gemm_mma"].default_tunables)
+SKINNY_TUNABLES = dataclasses.asdict(FAMILIES["gemm_mma"].skinny_tunables)
 
 REPO = Path(__file__).resolve().parents[2]
 REL_TOL = 1e-2  # bf16 output, fp32 accumulation
@@ -116,7 +121,7 @@ def test_pycuda_inputs() -> None:
     import numpy as np
     from pycuda import gpuarray
 
-    tunetable.kernels.dispatch.runtime()  # pushes the primary context that pycuda's allocations below need
+    runtime()  # pushes the primary context that pycuda's allocations below need
     a, b = operands(7, 4096, 4096)
     a_host = a.float().cpu().numpy().astype(ml_dtypes.bfloat16)
     b_host = b.float().cpu().numpy().astype(ml_dtypes.bfloat16)

@@ -1,0 +1,263 @@
+"""The runtime's decide step: which family and which configuration run a shape (pure Python, no GPU).
+
+Two lookups in the generated tables (kernels/tuning_configs.py), each taking the first entry with
+the same N and K whose half-open range [m, m_end) holds M (``covering_index``, the one lookup of
+every table):
+
+1. the dispatch list (``DISPATCH["gemm_dispatch"]``, ``FamilyChoice`` entries) names the table,
+   i.e. the kernel family, that serves the shape; a shape it does not cover goes to gemm_mma;
+2. that table gives the configuration. A shape the table does not cover is *untuned*: it runs the
+   table's most common winner among the entries whose M range holds M (else the most common
+   winner overall, or, for an empty table, the family's size heuristic) and warns once.
+
+Step 2's untuned choice is the seam for choosers that know more (a shape selector built from
+every measurement): ``Dispatcher(untuned=...)`` takes a callable that answers an ``Untuned``
+choice or None (then the fallback above runs). docs/architecture.md says where it plugs in.
+
+Decisions are memoised per shape. This module imports only the families and the generated tables.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.families.common import INT32_MAX, TableEntry, config_id, covering_index
+from tunetable.kernels.tuning_configs import DISPATCH, TABLES, FamilyChoice
+
+DEFAULT_TABLE = "gemm_mma"       # the table that serves shapes the dispatch list does not cover
+DISPATCH_LIST = "gemm_dispatch"
+
+
+class FallbackWarning(UserWarning):
+    """A shape is not covered by the tuning table: an untuned configuration runs instead."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The configuration chosen for one shape, and whether the table supplied it."""
+
+    entry: TableEntry
+    index: int | None  # position in the table; None for a fallback
+    fallback: bool
+    choice: FamilyChoice | None = None  # the dispatch-list entry that picked the table, if any
+
+
+@dataclass(frozen=True)
+class Untuned:
+    """What an ``untuned`` chooser answers for a shape no table entry covers: the entry and why."""
+
+    entry: TableEntry
+    why: str
+
+
+UntunedChooser = Callable[..., "Untuned | None"]   # (table=, family=, m=, n=, k=) -> Untuned | None
+
+
+# --- entries of a family -------------------------------------------------------------------------
+
+def entry_type(family: str) -> type:
+    """The generated entry class of a family's table (ValueError names the known families)."""
+    found = FAMILIES.get(family)
+    if found is None:
+        raise ValueError(f"unknown kernel family '{family}' (known: {', '.join(sorted(FAMILIES))})")
+    return found.entry_type
+
+
+def tunable_fields(family: str) -> tuple[str, ...]:
+    """The tunables of a family's entries (lower case), in the generated dataclass's order (= the grid's)."""
+    entry_type(family)  # names the known families when ``family`` is not one
+    return FAMILIES[family].tunable_fields()
+
+
+def tunables_of(entry: TableEntry) -> dict[str, int]:
+    """An entry's tunables as the kernel's -D names (UPPER_CASE), in grid order."""
+    return {name.upper(): getattr(entry, name) for name in tunable_fields(entry.kernel)}
+
+
+def make_entry(*, tunables: Mapping[str, int], n: int, k: int, kernel: str = DEFAULT_TABLE) -> TableEntry:
+    """A table entry of family ``kernel`` covering every M of (N, K) for lower-case ``tunables``."""
+    cls = entry_type(kernel)
+    expected = tunable_fields(kernel)
+    if sorted(tunables) != sorted(expected):
+        missing = sorted(set(expected) - set(tunables))
+        extra = sorted(set(tunables) - set(expected))
+        raise ValueError(f"{kernel}: tunables must be {', '.join(expected)} (missing: {', '.join(missing) or '-'}; "
+                         f"unknown: {', '.join(extra) or '-'})")
+    ordered = {name: tunables[name] for name in expected}
+    upper = {name.upper(): value for name, value in ordered.items()}
+    return cls(m=1, m_end=INT32_MAX, n=n, k=k, kernel=kernel, config_id=config_id(family=kernel, params=upper),
+               **ordered)
+
+
+@lru_cache(maxsize=256)
+def explicit_entry(family: str, tunables: tuple[tuple[str, int], ...], n: int, k: int) -> TableEntry:
+    """The table entry of explicit tunables on (N, K), cached per arguments (gemm_with)."""
+    return make_entry(tunables=dict(tunables), n=n, k=k, kernel=family)
+
+
+def heuristic_tunables(*, m: int, family: str = DEFAULT_TABLE) -> dict[str, int]:
+    """Untuned tile choice by M alone: narrow tiles for memory-bound small M, else the family's default."""
+    return asdict(FAMILIES[family].heuristic(m=m))
+
+
+def most_common_entry(entries: Sequence[TableEntry]) -> TableEntry | None:
+    """The configuration that wins most entries; ties go to the one listed first."""
+    if not entries:
+        return None
+    counts = Counter(entry.config_id for entry in entries)
+    first: dict[str, TableEntry] = {}
+    for entry in entries:
+        first.setdefault(entry.config_id, entry)
+    best_id = max(first, key=lambda cid: counts[cid])  # max keeps the first of equals
+    return first[best_id]
+
+
+# --- one table -----------------------------------------------------------------------------------
+
+class Dispatcher:
+    """Per-shape decisions over one table, memoised; warns once for each uncovered shape.
+
+    ``family`` (default: the table's name, as in params.yaml where each table is named after its
+    family) picks the size heuristic of an empty table; ``untuned`` is asked first for a shape no
+    entry covers (module docstring).
+    """
+
+    def __init__(self, *, table: str, entries: Sequence[TableEntry], family: str | None = None,
+                 untuned: UntunedChooser | None = None):
+        self.table = table
+        self.family = family or table
+        self.entries = tuple(entries)
+        self.untuned = untuned
+        self.fallback_entry = most_common_entry(self.entries)
+        self.decisions: dict[tuple[int, int, int], Decision] = {}
+        self.lookups = 0  # table scans done (a memoised shape does none)
+
+    def decide(self, *, m: int, n: int, k: int, stacklevel: int = 4) -> Decision:
+        """The decision for (M, N, K), computed on first use.
+
+        A fallback warns at ``stacklevel`` (counted from the warning inside ``_decide``): the default
+        4 names the caller of a function that called ``decide``, i.e. the caller of ``gemm()``.
+        """
+        decision = self.decisions.get((m, n, k))
+        if decision is None:
+            decision = self._decide(m=m, n=n, k=k, stacklevel=stacklevel)
+            self.decisions[(m, n, k)] = decision
+        return decision
+
+    def untuned_choice(self, *, m: int, n: int, k: int) -> Untuned:
+        """The entry for a shape no entry covers: the ``untuned`` chooser's, else the same-M, most common or
+        heuristic entry."""
+        if self.untuned is not None:
+            found = self.untuned(table=self.table, family=self.family, m=m, n=n, k=k)
+            if found is not None:
+                return found
+        # Winners depend on M far more than on N and K (skinny split-K tiles at small M, big tiles
+        # at large M), so the most common winner among entries whose range holds M comes first.
+        same_m = most_common_entry([item for item in self.entries if item.m <= m < item.m_end])
+        if same_m is not None:
+            return Untuned(entry=same_m, why=f"the table's most common winner at this M, {same_m.config_id}")
+        if self.fallback_entry is not None:
+            return Untuned(entry=self.fallback_entry,
+                           why=f"the table's most common winner {self.fallback_entry.config_id}")
+        entry = make_entry(tunables=heuristic_tunables(m=m, family=self.family), n=n, k=k, kernel=self.family)
+        return Untuned(entry=entry, why=f"the table is empty; heuristic configuration {entry.config_id}")
+
+    def _decide(self, *, m: int, n: int, k: int, stacklevel: int = 4) -> Decision:
+        """The entry covering (M, N, K), else a FallbackWarning and the untuned choice."""
+        self.lookups += 1
+        index = covering_index(self.entries, m=m, n=n, k=k)
+        if index is not None:
+            return Decision(entry=self.entries[index], index=index, fallback=False)
+        chosen = self.untuned_choice(m=m, n=n, k=k)
+        warnings.warn(
+            f"{self.table}: no tuned entry for M={m}, N={n}, K={k}; running {chosen.why} "
+            f"(add the shape to params.yaml and re-run the pipeline to tune it)",
+            FallbackWarning,
+            stacklevel=stacklevel,
+        )
+        return Decision(entry=chosen.entry, index=None, fallback=True)
+
+
+# --- across families -----------------------------------------------------------------------------
+
+class FamilyDispatcher:
+    """Cross-family decisions: the dispatch list picks the table, that table's Dispatcher the entry.
+
+    Shapes the list does not cover (or a list naming an unknown table) go to ``default_table``,
+    which is how tunetable.gemm chose before there was more than one family.
+    """
+
+    def __init__(self, *, choices: Sequence[FamilyChoice], tables: Mapping[str, Sequence[TableEntry]],
+                 default_table: str = DEFAULT_TABLE, untuned: UntunedChooser | None = None):
+        self.choices = tuple(choices)
+        self.tables = {name: Dispatcher(table=name, entries=entries, untuned=untuned)
+                       for name, entries in tables.items()}
+        self.default_table = default_table
+        unknown = sorted({choice.table for choice in self.choices} - set(self.tables))
+        if unknown:
+            raise ValueError(f"dispatch list names unknown tables {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(self.tables))}): regenerate kernels/tuning_configs.py")
+        self.decisions: dict[tuple[int, int, int], Decision] = {}
+
+    def table_for(self, *, m: int, n: int, k: int) -> tuple[str, FamilyChoice | None]:
+        """The table serving (M, N, K) and the dispatch entry that says so (None: the default table)."""
+        index = covering_index(self.choices, m=m, n=n, k=k)
+        if index is None:
+            return self.default_table, None
+        choice = self.choices[index]
+        return choice.table, choice
+
+    def decide(self, *, m: int, n: int, k: int) -> Decision:
+        """The decision for (M, N, K), computed on first use (fallback warnings name gemm()'s caller)."""
+        decision = self.decisions.get((m, n, k))
+        if decision is None:
+            table, choice = self.table_for(m=m, n=n, k=k)
+            found = self.tables[table].decide(m=m, n=n, k=k, stacklevel=5)
+            decision = Decision(entry=found.entry, index=found.index, fallback=found.fallback, choice=choice)
+            self.decisions[(m, n, k)] = decision
+        return decision
+
+
+# --- the process-wide dispatcher -------------------------------------------------------------------
+
+_state: dict[str, Any] = {}
+_lock = threading.Lock()
+_listeners: list[Callable[[], None]] = []   # told when the dispatcher changes (the launch step's plan memo)
+
+
+def dispatcher(table: str | None = None) -> FamilyDispatcher | Dispatcher:
+    """The process-wide dispatcher tunetable.gemm uses (over the generated DISPATCH and TABLES).
+
+    With ``table``: that table's own Dispatcher (the same instance the cross-family one consults).
+    """
+    found = _state.get("dispatcher")
+    if found is None:
+        with _lock:
+            found = _state.get("dispatcher")
+            if found is None:
+                found = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES)
+                _state["dispatcher"] = found
+    return found if table is None else found.tables[table]
+
+
+def set_dispatcher(found: FamilyDispatcher | None) -> None:
+    """Make ``found`` the dispatcher of gemm() (None: back to the generated tables); forgets plans per shape."""
+    with _lock:
+        if found is None:
+            _state.pop("dispatcher", None)
+        else:
+            _state["dispatcher"] = found
+        for listener in _listeners:
+            listener()
+
+
+def on_dispatcher_change(listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever ``set_dispatcher`` replaces the dispatcher."""
+    _listeners.append(listener)

@@ -1,0 +1,395 @@
+"""The runtime's launch step: cubins, launch plans and ``gemm()`` / ``gemm_with()``.
+
+``build_plan`` is the one launch-plan builder: given a family, its defines, a cubin and the launch
+geometry of one shape, it loads the kernel (pycuda for pointer arguments, libcuda's kernelParams
+for by-value structs: kernels/driver.py says why), cuts a persistent grid to the clusters resident
+at once, and packs arguments in the family's ``arg_format``. The bench's worker
+(tunetable.bench.cuda_backend) and ``gemm()`` launch through it, so the runtime launches what was
+measured.
+
+A configuration's cubin comes from ``tunetable.kernels.jit`` (compiled on first use, cached by
+content key) with the build settings codegen wrote into the generated file (``BUILDS``): no
+params.yaml, no build module. Plans are memoised per (configuration, shape), and ``gemm()`` keeps
+the plan of each shape's decision, so a call after the first costs a dictionary lookup, the operand
+checks and the launch. pycuda is imported on the first GEMM, so importing this module needs no GPU.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import struct
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tunetable.kernels.driver import DriverKernel, KernelArguments, has_struct_arguments, kernel_arguments
+from tunetable.kernels.families import FAMILIES, KernelFamily, Launch, cluster_blocks
+from tunetable.kernels.families.common import TableEntry, config_id
+from tunetable.kernels.jit import CompileResult, compile_config, compile_many, default_cache_dir
+from tunetable.kernels.runtime.decide import (
+    DEFAULT_TABLE,
+    dispatcher,
+    explicit_entry,
+    make_entry,
+    on_dispatcher_change,
+    tunables_of,
+)
+from tunetable.kernels.runtime.operands import Operand, cai_numpy_dtype, check_out, check_problem, operand
+from tunetable.kernels.tuning_configs import BUILDS, TABLES
+
+# Struct-argument kernels: encoded argument sets kept per plan, one per (A, B, C) address triple seen
+# (TMA tensor maps embed the A and B addresses).
+ARGUMENT_CACHE_SIZE = 16
+
+
+class NoGpuError(RuntimeError):
+    """pycuda or a CUDA device is missing: GEMMs cannot run on this machine."""
+
+
+# --- cubins: the generated build settings + the JIT leaf ---------------------------------------------
+
+def table_of_family(family: str) -> str:
+    """The table whose build settings a family's configurations compile with (its own name, else the first)."""
+    if family in BUILDS:
+        return family
+    for table, build in BUILDS.items():
+        if build.family == family:
+            return table
+    raise ValueError(f"{family}: no build settings in kernels/tuning_configs.py BUILDS (tables: "
+                     f"{', '.join(sorted(BUILDS)) or 'none'}): declare `builds:` in params.yaml and run "
+                     "`tunetable codegen --all`")
+
+
+def entry_defines(entry: TableEntry) -> dict[str, int]:
+    """Every -D define of a table entry (its tunables, then the family's derived values), its id checked."""
+    defines = FAMILIES[entry.kernel].defines_of(entry)
+    found = config_id(family=entry.kernel, params=tunables_of(entry))
+    if found != entry.config_id:
+        raise ValueError(
+            f"{entry.kernel}: table entry for N={entry.n}, K={entry.k}, M=[{entry.m}, {entry.m_end}) says "
+            f"config_id {entry.config_id} but its tunables hash to {found} (regenerate the table)")
+    return defines
+
+
+def cubin_for(entry: TableEntry, *, cache_dir: str | os.PathLike[str] | None = None) -> str:
+    """The entry's cubin from the content-addressed cache, compiled now when missing."""
+    family = FAMILIES[entry.kernel]
+    build = BUILDS[table_of_family(entry.kernel)]
+    result = compile_config(kernel_path=family.source, defines=entry_defines(entry), flags=build.nvcc_flags,
+                            arch=build.arch, cache_dir=cache_dir or default_cache_dir())
+    if result.status != "ok" or result.cubin is None:
+        raise RuntimeError(f"{entry.kernel}: configuration {entry.config_id} failed to compile: {result.error}")
+    return result.cubin
+
+
+def warm_cache(*, table: str = DEFAULT_TABLE, workers: int = 0,
+               cache_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Compile every configuration the runtime may run (table entries, heuristics) in parallel; id -> status."""
+    family = FAMILIES[BUILDS[table].family]
+    build = BUILDS[table]
+    entries = list(TABLES[table]) + [
+        make_entry(tunables=asdict(tunables), n=8, k=8, kernel=family.name)
+        for tunables in (family.skinny_tunables, family.default_tunables)
+    ]
+    unique = {item.config_id: entry_defines(item) for item in entries}
+    results: dict[str, CompileResult] = compile_many(
+        unique.items(), kernel_path=family.source, flags=build.nvcc_flags, arch=build.arch,
+        cache_dir=cache_dir or default_cache_dir(), workers=workers or os.cpu_count() or 1)
+    return {config_id: result.status for config_id, result in results.items()}
+
+
+# --- the one launch-plan builder ------------------------------------------------------------------------
+
+class Loader:
+    """Kernels of cubins loaded into the current context: pycuda functions and libcuda driver kernels."""
+
+    def __init__(self, cuda: Any):
+        self.cuda = cuda
+        self.modules: dict[str, Any] = {}
+        self.functions: dict[tuple[str, str], Any] = {}
+        self.driver_kernels: dict[tuple[str, str], DriverKernel] = {}
+
+    def function(self, cubin: str, entry: str, smem_bytes: int) -> Any:
+        """The pycuda function ``entry`` of ``cubin``, allowed ``smem_bytes`` of dynamic shared memory."""
+        key = (cubin, entry)
+        found = self.functions.get(key)
+        if found is None:
+            module = self.modules.get(cubin)
+            if module is None:
+                module = self.modules[cubin] = self.cuda.module_from_file(cubin)
+            found = self.functions[key] = module.get_function(entry)
+        if smem_bytes > 0:
+            found.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes)
+        return found
+
+    def driver_kernel(self, cubin: str, entry: str, smem_bytes: int) -> DriverKernel:
+        """The driver-API kernel ``entry`` of ``cubin`` (for by-value struct arguments)."""
+        key = (cubin, entry)
+        found = self.driver_kernels.get(key)
+        if found is None:
+            found = self.driver_kernels[key] = DriverKernel(cubin, entry, smem_bytes=smem_bytes)
+        return found
+
+
+@dataclass
+class LaunchPlan:
+    """One configuration on one shape, resolved once: the kernel, its geometry as launched, its arguments.
+
+    ``function`` is the pycuda function of a pointer-argument kernel, ``kernel`` the driver kernel of
+    one with by-value structs (then ``grid`` is the persistent grid cut to the resident clusters,
+    ``max_active_clusters`` the driver's count).
+    """
+
+    family: Any
+    defines: Mapping[str, Any]
+    m: int
+    n: int
+    k: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int
+    workspace_ptr: int
+    stream: Any = None                 # a pycuda Stream, or None: the legacy default stream
+    function: Any = None
+    kernel: DriverKernel | None = None
+    max_active_clusters: int | None = None
+
+    @property
+    def num_regs(self) -> int | None:
+        """Registers per thread of a pycuda-loaded kernel (None for driver kernels)."""
+        return int(self.function.num_regs) if self.function is not None else None
+
+    def arguments(self, a: int, b: int, c: int) -> bytes | KernelArguments:
+        """The launch arguments of one (A, B, C) address triple, in the family's ``arg_format``."""
+        values = self.family.kernel_arguments(self.defines, M=self.m, N=self.n, K=self.k, a=a, b=b, c=c,
+                                              workspace=self.workspace_ptr)
+        if self.kernel is None:
+            return struct.pack(self.family.arg_format, *values)
+        return kernel_arguments(self.family.arg_format, values)
+
+    def launch(self, arguments: bytes | KernelArguments) -> None:
+        """Enqueue one launch with prepared ``arguments`` on the plan's stream (split-K reduces inside it)."""
+        if self.kernel is None:
+            # What pycuda's prepared_async_call does, minus its per-call import, kwargs and legacy
+            # block-shape bookkeeping: pack the arguments and launch (about half the host cost).
+            self.function._launch_kernel(self.grid, self.block, arguments, self.smem_bytes, self.stream)
+        else:
+            handle = self.stream.handle if self.stream is not None else 0
+            self.kernel.launch(self.grid, self.block, self.smem_bytes, handle, arguments)
+
+
+def build_plan(*, loader: Loader, family: Any, defines: Mapping[str, Any], cubin: str, geometry: Launch,
+               m: int, n: int, k: int, workspace: Callable[[int], int], stream: Any = None,
+               entry: str | None = None) -> LaunchPlan:
+    """Load the kernel and resolve one (configuration, shape) launch; ``workspace(nbytes)`` allocates the
+    split-K workspace (zeroed as the family needs) and answers its address (0 for none). ``entry``
+    overrides the family's kernel name (a test kernel with the family's argument layout)."""
+    entry = entry or family.entry
+    smem = int(geometry.smem_bytes)
+    grid = (int(geometry.grid[0]), int(geometry.grid[1]), int(geometry.grid[2]))
+    block = (int(geometry.block[0]), int(geometry.block[1]), int(geometry.block[2]))
+    workspace_ptr = workspace(int(geometry.workspace_bytes)) if geometry.workspace_bytes else 0
+    common = dict(family=family, defines=dict(defines), m=m, n=n, k=k, block=block, smem_bytes=smem,
+                  workspace_ptr=workspace_ptr, stream=stream)
+    if has_struct_arguments(family.arg_format):
+        kernel = loader.driver_kernel(cubin, entry, smem)
+        # Every launch of a persistent grid is cut the same way (bench and runtime alike).
+        cut, fits = kernel.resident_grid(grid=grid, block=block, smem_bytes=smem, cluster=cluster_blocks(defines))
+        return LaunchPlan(**common, grid=cut, kernel=kernel, max_active_clusters=fits)
+    return LaunchPlan(**common, grid=grid, function=loader.function(cubin, entry, smem))
+
+
+@dataclass
+class ShapePlan:
+    """gemm()'s plan of one (configuration, shape): the launch plan, its workspace, its argument sets.
+
+    Pointer-argument kernels pack their arguments per call; struct-argument kernels (TMA tensor maps
+    embed the A and B addresses) keep the ``ARGUMENT_CACHE_SIZE`` most recent address triples'
+    arguments, so a repeated call encodes nothing.
+    """
+
+    plan: LaunchPlan
+    workspace: Any = None  # DeviceAllocation or None, kept alive with the plan
+    arguments: OrderedDict = field(default_factory=OrderedDict)
+    encodes: int = 0  # argument sets built for a struct kernel (a cached address triple builds none)
+
+    def arguments_for(self, a_ptr: int, b_ptr: int, c_ptr: int) -> Any:
+        """The arguments of one address triple, built on first use, least recently used dropped."""
+        key = (a_ptr, b_ptr, c_ptr)
+        found = self.arguments.get(key)
+        if found is not None:
+            self.arguments.move_to_end(key)
+            return found
+        found = self.plan.arguments(a_ptr, b_ptr, c_ptr)
+        self.encodes += 1
+        self.arguments[key] = found
+        if len(self.arguments) > ARGUMENT_CACHE_SIZE:
+            self.arguments.popitem(last=False)
+        return found
+
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
+        """Enqueue the GEMM on the default stream."""
+        if self.plan.kernel is None:
+            self.plan.launch(self.plan.arguments(a_ptr, b_ptr, c_ptr))
+        else:
+            self.plan.launch(self.arguments_for(a_ptr, b_ptr, c_ptr))
+
+
+# --- the process's GPU state ------------------------------------------------------------------------
+
+class Runtime:
+    """The pycuda context, loaded cubins and per-(configuration, shape) plans of one process."""
+
+    def __init__(self) -> None:
+        try:
+            import pycuda.driver as cuda  # lazy: importing the runtime needs no GPU and no pycuda
+        except ImportError as exc:
+            raise NoGpuError(
+                f"tunetable.gemm needs pycuda and a CUDA GPU, and pycuda cannot be imported here ({exc}); "
+                "install the 'cuda' extra on a machine with an NVIDIA GPU"
+            ) from None
+        try:
+            cuda.init()
+            count = cuda.Device.count()
+        except cuda.Error as exc:
+            raise NoGpuError(f"tunetable.gemm: no usable CUDA driver or device ({exc})") from None
+        if count == 0:
+            raise NoGpuError("tunetable.gemm: no CUDA device is visible")
+        self.cuda = cuda
+        self.device = cuda.Device(0)
+        # The primary context is the one torch and CuPy use, so pointers are shared with them.
+        self.context = self.device.retain_primary_context()
+        self.context.push()
+        _thread.has_context = True
+        atexit.register(self._close)
+        self.loader = Loader(cuda)
+        self.plans: dict[tuple[str, int, int, int], ShapePlan] = {}
+
+    def enter_thread(self) -> None:
+        """Make the context current in a thread other than the creator (pycuda's stack is per thread)."""
+        self.context.push()
+        _thread.has_context = True
+
+    def _close(self) -> None:
+        """Pop the context at interpreter exit (nothing when it is already gone)."""
+        try:
+            self.context.pop()
+        except self.cuda.Error:
+            pass  # already gone at interpreter exit
+
+    def plan(self, entry: TableEntry, *, m: int, n: int, k: int) -> ShapePlan:
+        """The plan of ``entry`` on (M, N, K), built on first use."""
+        key = (entry.config_id, m, n, k)
+        found = self.plans.get(key)
+        if found is None:
+            found = self.plans[key] = self._build(entry, m=m, n=n, k=k)
+        return found
+
+    def _build(self, entry: TableEntry, *, m: int, n: int, k: int) -> ShapePlan:
+        """A new plan: the cubin (compiled on first use), the family's geometry, a zeroed workspace."""
+        family = FAMILIES[entry.kernel]
+        defines = entry_defines(entry)
+        allocations: list[Any] = []
+
+        def workspace(nbytes: int) -> int:
+            """A new split-K workspace, zeroed when the family says so."""
+            buffer = self.cuda.mem_alloc(nbytes)
+            if family.zeroed_workspace:
+                self.cuda.memset_d8(buffer, 0, nbytes)  # split-K tile counters start at zero
+            allocations.append(buffer)
+            return int(buffer)
+
+        plan = build_plan(loader=self.loader, family=family, defines=defines, cubin=cubin_for(entry),
+                          geometry=family.launch(defines, m, n, k), m=m, n=n, k=k, workspace=workspace)
+        return ShapePlan(plan=plan, workspace=allocations[0] if allocations else None)
+
+    def empty_like(self, like: Any, library: str, *, m: int, n: int) -> tuple[Any, int]:
+        """A new M x N bf16 output from the same library as the input ``like``, and its address."""
+        if library == "torch":
+            out = like.new_empty((m, n))  # same dtype and device, cheaper than torch.empty
+            return out, out.data_ptr()
+        if library == "cupy":
+            out = sys.modules["cupy"].empty((m, n), dtype=like.dtype)
+            return out, int(out.data.ptr)
+        import numpy as np  # lazy, with pycuda: only pycuda and CUDA-array-interface inputs need them
+        from pycuda import gpuarray
+
+        dtype = like.dtype if library == "pycuda" else cai_numpy_dtype(like)
+        out = gpuarray.empty((m, n), dtype=np.dtype(dtype))
+        return out, int(out.gpudata)
+
+
+_state: dict[str, Any] = {}
+_lock = threading.Lock()
+_thread = threading.local()  # has_context: this thread has the runtime's context pushed
+# (M, N, K) -> plan of the dispatch's choice: after the first call of a shape, gemm() goes straight
+# from the operands to the launch (the shape was validated when the plan was made).
+_shape_plans: dict[tuple[int, int, int], ShapePlan] = {}
+on_dispatcher_change(_shape_plans.clear)
+
+
+def runtime() -> Runtime:
+    """The process-wide GPU runtime, created on the first GEMM."""
+    found = _state.get("runtime")
+    if found is None:
+        with _lock:
+            found = _state.get("runtime")
+            if found is None:
+                found = _state["runtime"] = Runtime()
+    if not getattr(_thread, "has_context", False):
+        found.enter_thread()
+    return found
+
+
+# --- the public entry points -------------------------------------------------------------------
+
+def _launch(plan: ShapePlan, a: Any, a_op: Operand, b_op: Operand, out: Any, m: int, n: int) -> Any:
+    """Check or allocate the output, then launch."""
+    if not getattr(_thread, "has_context", False):
+        runtime()  # a new thread: push the context first
+    if out is None:
+        out, c_ptr = _state["runtime"].empty_like(a, a_op.library, m=m, n=n)
+    else:
+        out_op = operand("out", out)
+        check_out(out_op, m=m, n=n)
+        c_ptr = out_op.ptr
+    plan.launch(a_op.ptr, b_op.ptr, c_ptr)
+    return out
+
+
+def gemm(a: Any, b: Any, out: Any = None) -> Any:
+    """C = a · bᵀ in bf16 (a: M x K, b: N x K, row-major on the GPU) with the tuned family and configuration.
+
+    The dispatch list picks the kernel family for the shape, that family's table the configuration
+    (tunetable.kernels.runtime.decide). Accepts pycuda GPUArrays, torch tensors, CuPy arrays or any
+    object with ``__cuda_array_interface__``; returns ``out`` (allocated like ``a`` when None). The
+    kernel is enqueued on the legacy default stream (torch's and CuPy's default too) of device 0, the
+    first visible GPU (choose it with CUDA_VISIBLE_DEVICES), and the call returns without waiting.
+    """
+    a_op = operand("a", a)
+    b_op = operand("b", b)
+    if a_op.cols != b_op.cols:
+        check_problem(a_op, b_op, family=FAMILIES[DEFAULT_TABLE])  # raises the mismatched-K error
+    m, n, k = a_op.rows, b_op.rows, a_op.cols
+    plan = _shape_plans.get((m, n, k))
+    if plan is None:
+        check_problem(a_op, b_op, family=FAMILIES[DEFAULT_TABLE])
+        entry = dispatcher().decide(m=m, n=n, k=k).entry
+        plan = _shape_plans[(m, n, k)] = runtime().plan(entry, m=m, n=n, k=k)
+    return _launch(plan, a, a_op, b_op, out, m, n)
+
+
+def gemm_with(tunables: Mapping[str, int], a: Any, b: Any, out: Any = None, *, family: str = DEFAULT_TABLE) -> Any:
+    """C = a · bᵀ with an explicit configuration of ``family`` (lower-case tunables), bypassing the tables."""
+    a_op = operand("a", a)
+    b_op = operand("b", b)
+    found: KernelFamily | None = FAMILIES.get(family)
+    if found is None:
+        raise ValueError(f"unknown kernel family '{family}' (known: {', '.join(sorted(FAMILIES))})")
+    m, n, k = check_problem(a_op, b_op, family=found)
+    entry = explicit_entry(family, tuple(tunables.items()), n, k)
+    return _launch(runtime().plan(entry, m=m, n=n, k=k), a, a_op, b_op, out, m, n)
