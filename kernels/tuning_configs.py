@@ -2143,7 +2143,11 @@ DISPATCH: dict[str, list[FamilyChoice]] = {"gemm_dispatch": GEMM_DISPATCH}
 BUILDS: dict[str, TableBuild] = {
     # BEGIN-TUNING-BUILDS
     # Automatically generated from [params.yaml]: each table's family and arch, compile.nvcc_flags
-    "gemm_mma": TableBuild(family="gemm_mma", arch="sm_90a", nvcc_flags=("-O3", "-std=c++17", "-lineinfo")),
-    "gemm_wgmma": TableBuild(family="gemm_wgmma", arch="sm_90a", nvcc_flags=("-O3", "-std=c++17", "-lineinfo")),
+    "gemm_mma": TableBuild(
+        family="gemm_mma", arch="sm_90a", nvcc_flags=("-O3", "-std=c++17", "-lineinfo")),
+    "gemm_wgmma": TableBuild(
+        family="gemm_wgmma", arch="sm_90a", nvcc_flags=("-O3", "-std=c++17", "-lineinfo")),
+    "gemm_wgmma_swap": TableBuild(
+        family="gemm_wgmma_swap", arch="sm_90a", nvcc_flags=("-O3", "-std=c++17", "-lineinfo")),
     # END-TUNING-BUILDS
 }

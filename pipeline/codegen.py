@@ -224,14 +224,15 @@ def _string_literal(text: str) -> str:
 
 
 def render_builds_region(job: BuildsJob, *, indent: str = "    ") -> str:
-    """One ``"<table>": TableBuild(...)`` line per table, literals only, after a provenance comment."""
+    """One ``"<table>": TableBuild(...)`` item per table (two lines), literals only, after a provenance comment."""
     lines = [f"{indent}# Automatically generated from [{job.source_label}]: each table's family and arch, "
              "compile.nvcc_flags"]
     for item in job.lines:
         flags = ", ".join(_string_literal(flag) for flag in item.nvcc_flags)
         flags = f"({flags},)" if len(item.nvcc_flags) == 1 else f"({flags})"
-        lines.append(f"{indent}{_string_literal(item.table)}: TableBuild(family={_string_literal(item.family)}, "
-                     f"arch={_string_literal(item.arch)}, nvcc_flags={flags}),")
+        lines.append(f"{indent}{_string_literal(item.table)}: TableBuild(")
+        lines.append(f"{indent * 2}family={_string_literal(item.family)}, arch={_string_literal(item.arch)}, "
+                     f"nvcc_flags={flags}),")
     return "\n".join(lines)
 
 
