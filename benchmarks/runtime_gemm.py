@@ -6,10 +6,12 @@ buffers and are timed the same way:
   * ``gemm``    tunetable.gemm(a, b, out=c): the dispatch list's family and that table's choice (or the fallback),
   * ``untuned`` tunetable.kernels.gemm_with(heuristic_tunables(M), ...): gemm_mma's untuned default (no table),
   * ``cublas``  torch.mm(a, b.t(), out=c).
-Timing (the bench harness's method): random bf16 inputs; (A, B, C) sets rotated so that the bytes
-touched between two uses of a set exceed 3x L2 (cold L2); a sleep kernel holds the stream while
-the host queues a batch, CUDA events bracket the batch (GPU time, no launch gaps); contenders
-interleaved round by round; median of the rounds. gemm's output is verified (float32 reference).
+Timing: the bench's own cold-L2 method (tunetable.kernels.runtime.timing, also autotune's): random
+bf16 inputs; (A, B, C) sets rotated so that the bytes touched between two uses of a set exceed 3x
+L2 (cold L2); a spin kernel holds the stream while the host queues a batch of at least 0.3 ms
+(sized per contender by a time-based warm-up), CUDA events bracket the batch (GPU time, no launch
+gaps); contenders interleaved round by round; median of the rounds. gemm's output is verified
+(float32 reference).
 Host overhead per call is measured apart: wall time of queuing 200 calls behind a sleeping GPU.
 
 Run on the GPU machine (torch, pycuda, nvcc):
@@ -40,13 +42,12 @@ import tunetable.kernels  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.kernels.runtime import decide  # noqa: E402
 from tunetable.kernels.runtime.launch import runtime  # noqa: E402
+from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets  # noqa: E402
 from tunetable.keys import git_revision  # noqa: E402
 
 L2_FACTOR = 3
-MIN_BATCH = 16
-SLEEP_FLOOR_NS = 300_000          # the sleep outlasts queueing the batch: a floor ...
-SLEEP_PER_LAUNCH_NS = 60_000      # ... plus a generous host cost per queued launch
-SLEEP_CAP_NS = 30_000_000
+WARMUP_MS = 25.0                  # the bench's defaults (params.yaml bench:)
+MIN_BATCH_MS = 0.3
 CYCLES_PER_NS = 2.0               # torch.cuda._sleep counts SM cycles (<= 1.98 GHz on the H200)
 VERIFY_RTOL = 1e-2
 HOST_CALLS = 200
@@ -75,11 +76,11 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def time_shape(torch: Any, *, m: int, n: int, k: int, rounds: int, l2_bytes: int) -> dict[str, Any]:
+def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int,
+               l2_bytes: int) -> dict[str, Any]:
     """Verify gemm() on one shape, then time the three contenders interleaved; one result row."""
     set_bytes = (m * k + n * k + m * n) * 2
-    n_sets = max(2, -(-L2_FACTOR * l2_bytes // set_bytes) + 1)
-    batch = n_sets * max(1, -(-MIN_BATCH // n_sets))
+    n_sets = input_sets(set_bytes=set_bytes, l2_bytes=l2_bytes, l2_factor=L2_FACTOR)
     gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
     sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen),
              torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen),
@@ -99,25 +100,16 @@ def time_shape(torch: Any, *, m: int, n: int, k: int, rounds: int, l2_bytes: int
         "untuned": lambda i: tunetable.kernels.gemm_with(untuned, sets[i][0], sets[i][1], out=sets[i][2]),
         "cublas": lambda i: torch.mm(sets[i][0], sets[i][1].t(), out=sets[i][2]),
     }
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for launch in contenders.values():  # warm-up: plans, module loads, clocks
-        for i in range(batch):
-            launch(i % n_sets)
-    torch.cuda.synchronize()
-    sleep_cycles = int(CYCLES_PER_NS * min(SLEEP_CAP_NS, SLEEP_FLOOR_NS + SLEEP_PER_LAUNCH_NS * batch))
+    batch = {}  # warm-up (plans, module loads, clocks) sizes each contender's batch, as the bench does
+    for name, contender in contenders.items():
+        _, per_launch = timer.warm_up(contender, sets=n_sets, warmup_ms=WARMUP_MS)
+        batch[name] = timer.batch_size(per_launch, min_batch_ms=MIN_BATCH_MS)
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for round_index in range(rounds):
         names = list(contenders)
         names = names[round_index % len(names):] + names[:round_index % len(names)]  # rotate the order
         for name in names:
-            launch = contenders[name]
-            torch.cuda._sleep(sleep_cycles)
-            start.record()
-            for i in range(batch):
-                launch(i % n_sets)
-            end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end) / batch)
+            samples[name].append(timer.sample(contenders[name], sets=n_sets, batch=batch[name]))
     medians = {name: statistics.median(values) for name, values in samples.items()}
     sets.clear()  # release the buffers before the next shape allocates its own
     return {
@@ -233,7 +225,10 @@ def main() -> None:
 
     warnings.simplefilter("ignore", decide.FallbackWarning)  # the 'source' column says it instead
     props = torch.cuda.get_device_properties(0)
-    runtime()
+    runtime()  # the primary context (torch's too), current in this thread
+    import pycuda.driver as cuda  # with the runtime: the timer records pycuda events on the default stream
+
+    timer = ColdL2Timer(cuda=cuda, stream=None)   # gemm() and torch.mm launch on the legacy default stream
     shape_sets = {"default": default_shapes(), "other": OTHER_SHAPES}
     if args.limit:
         shape_sets = {name: shapes[: args.limit] for name, shapes in shape_sets.items()}
@@ -250,7 +245,8 @@ def main() -> None:
     for set_name, shapes in shape_sets.items():
         rows = []
         for m, n, k in shapes:
-            rows.append(time_shape(torch, m=m, n=n, k=k, rounds=args.rounds, l2_bytes=props.L2_cache_size))
+            rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=args.rounds,
+                                   l2_bytes=props.L2_cache_size))
             torch.cuda.empty_cache()
             print(f"{set_name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s, cuBLAS "
                   f"{rows[-1]['cublas_tflops']:.1f}, untuned {rows[-1]['untuned_tflops']:.1f} "

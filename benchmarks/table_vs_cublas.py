@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from tunetable.manifest import ManifestEntry, load_ranges, lookup  # noqa: E402
 from tunetable.params import load_params  # noqa: E402
 
 PARAMS = load_params(REPO / "params.yaml")
@@ -47,14 +47,9 @@ COPY_BYTES_PER_S = 4.13e12   # device-to-device copy on the H200 (read + write)
 BF16_FLOPS = 800e12          # cuBLAS bf16 ceiling used for the floor
 
 
-def manifest_entries(path: Path) -> list[dict[str, Any]]:
-    """The ``params`` entries of a manifest (YAML through safe_load; merge keys resolved)."""
-    return list(yaml.safe_load(path.read_text())["params"])
-
-
-def entry_for(entries: list[dict[str, Any]], *, m: int, n: int, k: int) -> dict[str, Any] | None:
-    """The first entry whose N, K match and whose [M, M_END) holds m (the lookup contract)."""
-    return next((e for e in entries if e["N"] == n and e["K"] == k and e["M"] <= m < e["M_END"]), None)
+def manifest_entries(path: Path) -> list[ManifestEntry]:
+    """A manifest's entries typed for the lookup (tunetable.manifest: the one loader)."""
+    return load_ranges(path)[1]
 
 
 def shard_times(path: Path) -> dict[tuple[int, int, int], dict[str, float]]:
@@ -72,13 +67,13 @@ def geomean(values: list[float]) -> float:
 
 
 def table_ratios(*, times: dict[tuple[int, int, int], dict[str, float]],
-                 entries: list[dict[str, Any]]) -> dict[tuple[int, int, int], float]:
+                 entries: list[ManifestEntry]) -> dict[tuple[int, int, int], float]:
     """Per shape: cuBLAS / the selected configuration, both from that shape's shard."""
     ratios = {}
     for shape, row in times.items():
-        entry = entry_for(entries, m=shape[0], n=shape[1], k=shape[2])
-        if entry is not None and entry["CONFIG_ID"] in row and "cublas" in row:
-            ratios[shape] = row["cublas"] / row[entry["CONFIG_ID"]]
+        entry = lookup(entries, m=shape[0], n=shape[1], k=shape[2])
+        if entry is not None and entry.config_id in row and "cublas" in row:
+            ratios[shape] = row["cublas"] / row[entry.config_id]
     return ratios
 
 
@@ -169,9 +164,9 @@ def main() -> None:
     dispatch_entries = manifest_entries(REPO / DISPATCH)
     dispatch = {}
     for shape in set().union(*series.values()):
-        choice = entry_for(dispatch_entries, m=shape[0], n=shape[1], k=shape[2])
-        if choice is not None and shape in series[choice["TABLE"]]:
-            dispatch[shape] = series[choice["TABLE"]][shape]
+        choice = lookup(dispatch_entries, m=shape[0], n=shape[1], k=shape[2])
+        if choice is not None and shape in series[choice.values["TABLE"]]:
+            dispatch[shape] = series[choice.values["TABLE"]][shape]
     series["gemm_dispatch"] = dispatch
 
     best_square = {}

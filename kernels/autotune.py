@@ -8,7 +8,8 @@ family=...)``: configurations are lower-case tunables of gemm_mma (the default) 
 (``family="gemm_wgmma"``; the family's ``tunables`` dataclass in kernels/families/<name>/family.py names the keys).
 
 On the first call for a new key value every configuration (after ``prune``) runs once, is
-checked by ``verify`` (when given), and is timed by ``timer``; the fastest by median wins and
+checked by ``verify`` (when given), and is timed (by ``timer``, else the bench's own cold-L2 method,
+tunetable.kernels.runtime.timing, over copies of the call's device arrays); the fastest by median wins and
 is remembered in memory and in a JSON file under the cache folder. The file name is a hash of
 the function's name, the device, the source hash (the function's own source plus every file
 in ``sources``), the key values and the configuration list, so a change to any of them tunes
@@ -35,6 +36,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import math
 import os
 import statistics
 import sys
@@ -47,6 +49,7 @@ from typing import Any
 
 from tunetable.atomic import atomic_write_text
 from tunetable.kernels.jit import canonical_json, kernel_source_hash, sha256_text
+from tunetable.kernels.runtime.timing import input_sets
 
 SCHEMA = 1
 PRINT_ENV = "TUNETABLE_PRINT_AUTOTUNING"
@@ -254,54 +257,32 @@ def _nothing() -> None:
     return None
 
 
-@functools.lru_cache(maxsize=2)
-def _flush_buffer(l2_factor: float) -> tuple[Any, int]:
-    """A device buffer of l2_factor x the L2 size; writing it evicts the inputs of the last launch."""
-    import pycuda.driver as cuda
-
-    l2_bytes = cuda.Context.get_device().get_attribute(cuda.device_attribute.L2_CACHE_SIZE)
-    words = int(l2_factor * max(l2_bytes, 1 << 20)) // 4
-    return cuda.mem_alloc(words * 4), words
+def cai_nbytes(value: Any) -> int:
+    """Bytes of a device array from its CUDA array interface (shape x the typestr's item size)."""
+    interface = value.__cuda_array_interface__
+    size = int(str(interface["typestr"])[2:] or 1)
+    return math.prod(int(dim) for dim in interface["shape"]) * size
 
 
-def cuda_cold_l2_timer(
-    launch: Callable[[], Any],
-    *,
-    warmup_ms: float = 25.0,
-    rounds: int = 20,
-    l2_factor: float = 3.0,
-    reset: Callable[[], Any] | None = None,
+def device_l2_bytes() -> int:
+    """The current device's L2 size (pycuda; the runtime's context is current)."""
+    import pycuda.driver as cuda  # lazy: only a GPU trial gets here
+
+    return int(cuda.Context.get_device().get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
+
+
+def cold_l2_samples(
+    launch_on: Callable[[int], Any], *, sets: int, warmup_ms: float, rounds: int, min_batch_ms: float,
+    before: Callable[[], Any] | None = None,
 ) -> list[float]:
-    """Time GPU work with CUDA events, L2 evicted before every sample (the bench's cold-L2 rule).
+    """The bench's cold-L2 timing (tunetable.kernels.runtime.timing) of ``launch_on(i)`` over ``sets`` input sets."""
+    import pycuda.driver as cuda  # lazy: only a GPU trial gets here
 
-    A write of l2_factor x L2 bytes precedes each timed launch on the same stream, so the launch
-    starts with a cold L2 and the GPU is busy while the host enqueues it (no launch gap timed).
-    ``reset`` (restoring written arguments) is enqueued before the flush, outside the timed region.
-    Needs a current pycuda context (tunetable.kernels.runtime.launch.runtime() makes one).
-    """
-    import pycuda.driver as cuda
+    from tunetable.kernels.runtime.timing import ColdL2Timer
 
-    reset = reset or _nothing
-    flush, words = _flush_buffer(l2_factor)
-    start, end = cuda.Event(), cuda.Event()
-    reset()
-    launch()
-    cuda.Context.synchronize()
-    deadline = time.perf_counter() + warmup_ms / 1e3
-    while time.perf_counter() < deadline:
-        reset()
-        launch()
-        cuda.Context.synchronize()
-    samples = []
-    for _ in range(rounds):
-        reset()
-        cuda.memset_d32_async(flush, 0, words)
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        samples.append(start.time_till(end))
-    return samples
+    timer = ColdL2Timer(cuda=cuda, stream=None)   # the legacy default stream, where gemm() and torch launch
+    return timer.samples(launch_on, sets=sets, warmup_ms=warmup_ms, min_batch_ms=min_batch_ms, rounds=rounds,
+                         before=before)
 
 
 def default_device() -> str:
@@ -340,6 +321,8 @@ class Autotuner:
         device: str | Callable[[], str] | None = None,
         cache_dir: str | Path | None = None,
         config_arg: str = "config",
+        l2_factor: float = 3.0,
+        min_batch_ms: float = 0.3,
     ):
         if not configs:
             raise ValueError("autotune: configs must not be empty")
@@ -353,6 +336,8 @@ class Autotuner:
         self.timer = timer
         self.warmup_ms = warmup_ms
         self.rounds = rounds
+        self.l2_factor = l2_factor
+        self.min_batch_ms = min_batch_ms
         self.sources = [Path(source) for source in sources]
         self.device = device
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
@@ -474,7 +459,9 @@ class Autotuner:
                 raise AutotuneError(f"autotune({self.name}): prune left no configuration for key {list(key)}")
         saved = {name: snapshot(named[name]) for name in self.restore_value}
         started = time.perf_counter()
-        trials = [self._trial(index, args, kwargs, named, saved) for index in candidates] if len(candidates) > 1 else [
+        sets = self._input_sets(args, kwargs) if self.timer is None and len(candidates) > 1 else []
+        trials = [self._trial(index, args, kwargs, named, saved, sets)
+                  for index in candidates] if len(candidates) > 1 else [
             Trial(index=candidates[0], config=self.config_texts[candidates[0]], status="ok", median_ms=None)
         ]
         for name, value in saved.items():
@@ -505,7 +492,7 @@ class Autotuner:
 
     def _trial(
         self, index: int, args: tuple[Any, ...], kwargs: dict[str, Any], named: Mapping[str, Any],
-        saved: Mapping[str, Any]
+        saved: Mapping[str, Any], sets: Sequence[tuple[tuple[Any, ...], dict]] = ()
     ) -> Trial:
         """Run one configuration once (restored inputs), verify it, then time it."""
         config = self.configs[index]
@@ -527,11 +514,18 @@ class Autotuner:
                 return Trial(
                     index=index, config=text, status="verify", median_ms=None, error="output failed verification"
                 )
-            timer = self.timer or cuda_cold_l2_timer
             reset = restore_all if saved else None
-            samples = [
-                float(value) for value in timer(launch, warmup_ms=self.warmup_ms, rounds=self.rounds, reset=reset)
-            ]
+            if self.timer is not None:
+                timed = self.timer(launch, warmup_ms=self.warmup_ms, rounds=self.rounds, reset=reset)
+            else:
+                def launch_on(i: int) -> None:
+                    """One launch on input set ``i`` (the call's arrays, or the i-th copy of them)."""
+                    set_args, set_kwargs = sets[i]
+                    self.fn(*set_args, **{**set_kwargs, self.config_arg: config})
+
+                timed = cold_l2_samples(launch_on, sets=len(sets), warmup_ms=self.warmup_ms, rounds=self.rounds,
+                                        min_batch_ms=self.min_batch_ms, before=reset)
+            samples = [float(value) for value in timed]
         except Exception as exc:  # a configuration that cannot run is a failed trial, not a crash
             return Trial(
                 index=index, config=text, status="failed", median_ms=None, error=f"{type(exc).__name__}: {exc}"
@@ -539,6 +533,25 @@ class Autotuner:
         return Trial(
             index=index, config=text, status="ok", median_ms=statistics.median(samples), samples_ms=tuple(samples)
         )
+
+    def _input_sets(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], dict]]:
+        """The call's arguments, then copies of its device arrays, until the sets exceed l2_factor x L2.
+
+        The bench's cold-L2 rule: each timed launch reads a set the L2 no longer holds. Made once per
+        tuning (``_tune`` keeps them for its trials); restore_value arguments are restored in the call's
+        own set, before each timed batch.
+        """
+        bound = self.signature.bind_partial(*args, **kwargs)
+        arrays = [name for name, value in bound.arguments.items() if hasattr(value, "__cuda_array_interface__")]
+        set_bytes = sum(cai_nbytes(bound.arguments[name]) for name in arrays)
+        count = input_sets(set_bytes=set_bytes, l2_bytes=device_l2_bytes(), l2_factor=self.l2_factor) if arrays else 1
+        sets = [(tuple(args), dict(kwargs))]
+        for _ in range(count - 1):
+            copy = self.signature.bind_partial(*args, **kwargs)
+            for name in arrays:
+                copy.arguments[name] = snapshot(bound.arguments[name])
+            sets.append((copy.args, copy.kwargs))
+        return sets
 
     def _print(self, key: tuple[Any, ...], trials: Sequence[Trial], winner: Trial, elapsed: float) -> None:
         """Print each trial's median time (the winner starred) to stderr."""
@@ -564,14 +577,19 @@ def autotune(
     device: str | Callable[[], str] | None = None,
     cache_dir: str | Path | None = None,
     config_arg: str = "config",
+    l2_factor: float = 3.0,
+    min_batch_ms: float = 0.3,
 ) -> Callable[[Callable[..., Any]], Autotuner]:
     """Decorate ``fn(..., config=...)`` so each new key value tunes once and is cached on disk.
 
     ``prune(configs, named_args)`` keeps the configurations worth trying; ``restore_value`` names
     arguments the function writes; ``verify(named_args)`` returns False for a wrong result;
-    ``timer(launch, warmup_ms=, rounds=, reset=)`` returns samples in ms (default: CUDA events with a
-    cold L2; ``wall_clock_timer`` for host functions); ``sources`` are kernel files whose edits
-    must invalidate the cache; ``device`` overrides the detected device name.
+    ``timer(launch, warmup_ms=, rounds=, reset=)`` returns samples in ms (``wall_clock_timer`` for
+    host functions). Without one, GPU functions are timed the bench's way
+    (tunetable.kernels.runtime.timing): copies of the call's device arrays, ``l2_factor`` x L2 in
+    all, rotated launch by launch, batches of at least ``min_batch_ms`` held by a spin kernel,
+    CUDA events around each batch. ``sources`` are kernel files whose edits must invalidate the
+    cache; ``device`` overrides the detected device name.
     """
 
     def decorate(fn: Callable[..., Any]) -> Autotuner:
@@ -579,7 +597,7 @@ def autotune(
         return Autotuner(
             fn, configs=configs, key=key, prune=prune, restore_value=restore_value, verify=verify,
             timer=timer, warmup_ms=warmup_ms, rounds=rounds, sources=sources, device=device,
-            cache_dir=cache_dir, config_arg=config_arg,
+            cache_dir=cache_dir, config_arg=config_arg, l2_factor=l2_factor, min_batch_ms=min_batch_ms,
         )
 
     return decorate

@@ -16,7 +16,7 @@ import yaml
 
 from tunetable import lineage
 from tunetable.errors import TuneTableError
-from tunetable.metrics import ManifestEntry, lookup, manifest_from_text
+from tunetable.manifest import ManifestEntry, lookup, ranges_from_text
 
 MISSING = object()
 
@@ -146,7 +146,7 @@ class _Side:
 def _side(*, root: Path, rev: str | None, table: str, manifest: str) -> _Side:
     """One side of an audit: the manifest's entries at a revision, its data reader and content key."""
     text = lineage.git_text(root=root, rev=rev, path=manifest)
-    provenance, entries = ({}, []) if text is None else manifest_from_text(
+    provenance, entries = ({}, []) if text is None else ranges_from_text(
         text, path=f"{manifest}@{lineage.rev_label(rev)}")
     reader = lineage.DataReader(root=root, rev=rev)
     metrics = lineage.metrics_at(root=root, rev=rev, table=table)

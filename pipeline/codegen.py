@@ -19,10 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tunetable.errors import TuneTableError
 from tunetable.keys import canonical_json, sha256_text
+# The one manifest loader; Modular's load_manifest / validate_manifest are part of codegen's API (re-exported).
+from tunetable.manifest import (  # noqa: F401
+    Manifest,
+    load_manifest,
+    load_manifest_document,
+    validate_manifest,
+)
+from tunetable.manifest import read_text as _read_text
 from tunetable.params import builds_spec, dispatch_spec, table_spec
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
@@ -31,14 +37,6 @@ DEFAULT_INDENT = " " * 8
 PARAMS_HASH_LENGTH = 12
 # Longest M / M_END expression the overlap check will evaluate (bounds the work on odd input).
 MAX_EXPRESSION_CHARS = 200
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """A loaded manifest: the ordered, merged ``params`` entries and the optional provenance."""
-
-    params: list[dict[str, Any]]
-    provenance: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -267,77 +265,6 @@ def line_ending(line: str) -> str:
         if line.endswith(ending):
             return ending
     return "\n"
-
-
-def _read_text(path: Path, *, keep_newlines: bool = False) -> str:
-    """Read UTF-8 text; ``keep_newlines`` skips newline translation (a CRLF target stays CRLF)."""
-    try:
-        with open(path, encoding="utf-8", newline="" if keep_newlines else None) as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise TuneTableError("no such file", path=path) from None
-    except IsADirectoryError:
-        raise TuneTableError("is a directory, expected a file", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise TuneTableError(f"not UTF-8 text (byte {exc.start})", path=path) from None
-
-
-def _parse_yaml(text: str, *, path: Path) -> Any:
-    """Parsed YAML text; malformed YAML is a TuneTableError naming the file and line."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TuneTableError(f"malformed YAML: {problem}", path=path, where=where) from None
-
-
-def _entry_identity(entry: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """An entry's keys and values as a hashable key that spots duplicate entries."""
-    return tuple(sorted((key, repr(value)) for key, value in entry.items()))
-
-
-def validate_manifest(data: Any, *, path: str | Path) -> Manifest:
-    """Check a parsed manifest (mapping, params sequence of mappings, no duplicates) and return it."""
-    if not isinstance(data, Mapping):
-        raise TuneTableError("expected a YAML mapping", path=path)
-    raw = data.get("params")
-    if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
-        raise TuneTableError("expected 'params' to be a sequence", path=path)
-    entries: list[dict[str, Any]] = []
-    seen: set[tuple[tuple[str, str], ...]] = set()
-    for index, entry in enumerate(raw):
-        if not isinstance(entry, Mapping):
-            raise TuneTableError(f"params[{index}] must be a mapping", path=path)
-        merged = {str(key): value for key, value in entry.items()}
-        identity = _entry_identity(merged)
-        if identity in seen:
-            raise TuneTableError(f"duplicate params entry at index {index}", path=path)
-        seen.add(identity)
-        entries.append(merged)
-    provenance = data.get("provenance")
-    if provenance is not None and not isinstance(provenance, Mapping):
-        raise TuneTableError("expected 'provenance' to be a mapping", path=path)
-    return Manifest(
-        params=entries, provenance=None if provenance is None else {str(k): v for k, v in provenance.items()}
-    )
-
-
-def load_manifest_document(path: str | Path) -> Manifest:
-    """Load a manifest with yaml.safe_load (anchors and ``<<`` merges work) and validate it."""
-    source = Path(path)
-    return validate_manifest(_parse_yaml(_read_text(source), path=path), path=path)
-
-
-def load_yaml_document(path: str | Path) -> Any:
-    """Any YAML file parsed safely (a manifest's top-level ``name``/``file`` for profile); errors name the line."""
-    return _parse_yaml(_read_text(Path(path)), path=Path(path))
-
-
-def load_manifest(path: str | Path) -> list[dict[str, Any]]:
-    """The manifest's ``params`` entries in file order (Modular's ``load_manifest``)."""
-    return load_manifest_document(path).params
 
 
 def parse_snippet_variants(values: Sequence[str]) -> dict[str, str]:

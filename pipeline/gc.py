@@ -123,7 +123,7 @@ def referenced_keys(*, root: Path, refs: Sequence[GitRef], tables: Sequence[str]
 
 def current_keys(*, root: Path, params: Mapping[str, Any], tables: Sequence[str]) -> dict[str, dict[str, str]]:
     """table -> backend -> the content key params.yaml resolves to (cuda and replay)."""
-    from tunetable.bench.plan import shard_key
+    from tunetable.shardkey import shard_key
     from tunetable.params import table_spec
 
     keys: dict[str, dict[str, str]] = {}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.errors import TuneTableError
+from tunetable.manifest import ManifestEntry, lookup
 
 PLOT_COLUMNS = (
     "shape", "M", "N", "K", "config_id", "tuned_ms", "cublas_ms", "best_ms",
@@ -29,19 +30,6 @@ PLOT_COLUMNS = (
 )
 # A dispatch list's plot CSV also names the table serving each shape.
 DISPATCH_PLOT_COLUMNS = (*PLOT_COLUMNS[:4], "table", *PLOT_COLUMNS[4:])
-
-
-@dataclass(frozen=True)
-class ManifestEntry:
-    """One manifest entry as lookup sees it (merged with its defaults)."""
-
-    index: int
-    m: int
-    m_end: int
-    n: int
-    k: int
-    config_id: str
-    values: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -66,64 +54,6 @@ class ShapeResult:
     def tflops(self, ms: float | None) -> float | None:
         """TFLOP/s of a time at this shape."""
         return None if ms is None or ms <= 0 else 2.0 * self.m * self.n * self.k / (ms * 1e-3) / 1e12
-
-
-def parse_manifest(data: Any, *, path: str | Path) -> list[ManifestEntry]:
-    """Manifest entries (already yaml.safe_load-ed, merge keys resolved) in lookup order."""
-    if not isinstance(data, dict) or not isinstance(data.get("params"), list):
-        raise TuneTableError("expected a mapping with a 'params' list", path=path)
-    entries = []
-    for index, raw in enumerate(data["params"]):
-        if not isinstance(raw, dict):
-            raise TuneTableError("entry is not a mapping", path=path, where=f"params[{index}]")
-        missing = [key for key in ("M", "M_END", "N", "K", "CONFIG_ID") if key not in raw]
-        if missing:
-            raise TuneTableError(f"entry lacks {', '.join(missing)}", path=path, where=f"params[{index}]")
-        m, m_end, n, k = (_int_field(raw=raw, key=key, path=path, index=index) for key in ("M", "M_END", "N", "K"))
-        entries.append(ManifestEntry(
-            index=index, m=m, m_end=m_end, n=n, k=k, config_id=str(raw["CONFIG_ID"]), values=dict(raw),
-        ))
-    return entries
-
-
-def _int_field(*, raw: Mapping[str, Any], key: str, path: str | Path, index: int) -> int:
-    """An entry's integer field, or a TuneTableError naming the entry and the key."""
-    try:
-        return int(raw[key])
-    except (TypeError, ValueError):
-        raise TuneTableError(f"{key} must be an integer, got {raw[key]!r}", path=path,
-                             where=f"params[{index}]") from None
-
-
-def load_manifest(path: str | Path) -> tuple[dict[str, Any], list[ManifestEntry]]:
-    """(provenance mapping, entries) of a manifest file."""
-    source = Path(path)
-    if not source.is_file():
-        raise TuneTableError("no such manifest", path=source)
-    return manifest_from_text(source.read_text(), path=source)
-
-
-def manifest_from_text(text: str, *, path: str | Path) -> tuple[dict[str, Any], list[ManifestEntry]]:
-    """(provenance mapping, entries) of manifest text (yaml.safe_load only)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise TuneTableError(f"malformed YAML: {getattr(exc, 'problem', exc)}", path=path,
-                             where=f"line {mark.line + 1}" if mark is not None else None) from None
-    entries = parse_manifest(data, path=path)
-    provenance = data.get("provenance") if isinstance(data.get("provenance"), dict) else {}
-    return dict(provenance), entries
-
-
-def lookup(entries: Sequence[ManifestEntry], *, m: int, n: int, k: int) -> ManifestEntry | None:
-    """The entry the runtime picks: first with equal N and K whose [M, M_END) holds m."""
-    for entry in entries:
-        if entry.n == n and entry.k == k and entry.m <= m < entry.m_end:
-            return entry
-    return None
 
 
 def shape_results(

@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from tunetable.manifest import Manifest, lookup, manifest_ranges
 from tunetable.rank import ranked_parameters
 from tunetable.results import BASELINE_ID
 
@@ -289,14 +290,6 @@ class Candidate:
         return self.cublas_ms / self.median_ms
 
 
-def manifest_entry_at(entries: tuple[dict[str, Any], ...], *, m: int, n: int, k: int) -> dict[str, Any] | None:
-    """The first manifest entry with this N and K whose [M, M_END) holds M (the runtime's lookup)."""
-    for entry in entries:
-        if entry["N"] == n and entry["K"] == k and entry["M"] <= m < entry["M_END"]:
-            return entry
-    return None
-
-
 def table_candidates(*, results: TableResults) -> dict[tuple[int, int, int], Candidate]:
     """(M, N, K) -> the table's selected winner there, for every shape with a verified winner and cuBLAS row."""
     rows = eligible_rows(ranked=results.ranked).filter(pl.col("cublas_ms").is_not_null())
@@ -304,14 +297,14 @@ def table_candidates(*, results: TableResults) -> dict[tuple[int, int, int], Can
               (float(r["median_ms"]), float(r["cublas_ms"]))
               for r in rows.select("M", "N", "K", "config_id", "median_ms", "cublas_ms").iter_rows(named=True)}
     shapes = sorted({(m, n, k) for (m, n, k, _) in timing})
+    ranges = manifest_ranges(Manifest(params=list(results.entries)), path=f"manifests/{results.name}.yaml")
     candidates = {}
     for m, n, k in shapes:
-        entry = manifest_entry_at(results.entries, m=m, n=n, k=k)
-        measured = timing.get((m, n, k, str(entry["CONFIG_ID"]))) if entry is not None else None
+        entry = lookup(ranges, m=m, n=n, k=k)
+        measured = timing.get((m, n, k, entry.config_id)) if entry is not None else None
         if entry is not None and measured is not None:
-            candidates[(m, n, k)] = Candidate(table=results.name, kernel=str(entry["KERNEL"]),
-                                              config_id=str(entry["CONFIG_ID"]), median_ms=measured[0],
-                                              cublas_ms=measured[1])
+            candidates[(m, n, k)] = Candidate(table=results.name, kernel=str(entry.values["KERNEL"]),
+                                              config_id=entry.config_id, median_ms=measured[0], cublas_ms=measured[1])
     return candidates
 
 

@@ -131,7 +131,8 @@ def skip_reason(spec: TableSpec) -> str | None:
 
 def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> Plan:
     """Resolve backend, covered tables and content keys (the Snakefile calls this once per parse)."""
-    from tunetable.bench.plan import gpu_visible, resolve_backend, shard_key
+    from tunetable.bench.plan import gpu_visible, resolve_backend
+    from tunetable.shardkey import shard_key
 
     params = dict(config)
     declared = tuple(table_specs(params, path=params_path))
@@ -322,7 +323,7 @@ def unrecorded_shards(plan: Plan, config: Mapping[str, Any]) -> list[Shard]:
         return []
     import polars as pl
 
-    from tunetable.bench.plan import grid_config_ids
+    from tunetable.shardkey import grid_config_ids
     from tunetable.keys import kernel_source_hash
     from tunetable.results import BASELINE_ID
 

@@ -22,7 +22,7 @@ from typing import Any
 from tunetable import lineage, paths
 from tunetable.codegen import marker_line
 from tunetable.errors import TuneTableError
-from tunetable.metrics import ManifestEntry, load_manifest, lookup
+from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, TableSpec
 
 GENERATED = "# Automatically generated from ["
@@ -147,7 +147,7 @@ def _located(*, root: Path, codegen: CodegenSpec, label: str,
     if not found:
         raise TuneTableError(f"{label} has no entry {index} (it has {len(generated)})",
                              path=codegen.target, where=f"index {index}")
-    provenance, entries = load_manifest(root / codegen.manifest)
+    provenance, entries = load_ranges(root / codegen.manifest)
     if index >= len(entries):
         raise TuneTableError(f"manifest has no entry {index}: regenerate the table (tunetable codegen --all)",
                              path=codegen.manifest, where=f"params[{index}]")
@@ -277,7 +277,7 @@ def _raw_source(*, root: Path, spec: TableSpec) -> TableSource | None:
     from tunetable import resultset
 
     reader = lineage.DataReader(root=root, rev=None)
-    provenance, _entries = load_manifest(root / spec.codegen.manifest)
+    provenance, _entries = load_ranges(root / spec.codegen.manifest)
     metrics = lineage.metrics_at(root=root, rev=None, table=spec.name)
     key = lineage.content_key_at(reader=reader, table=spec.name, metrics=metrics, provenance=provenance)
     shards = [root / paths.raw_shard(spec.name, key, m, n, k) for m, n, k in spec.shapes()] if key else []
@@ -367,7 +367,7 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
         raise TuneTableError(f"entry names table '{chosen}', not one of this list's tables ({', '.join(spec.tables)})",
                              path=spec.codegen.manifest, where=f"params[{index}]")
     sources = {name: table_source(root=root, spec=tables[name]) for name in spec.tables}
-    selected = {name: load_manifest(root / tables[name].codegen.manifest)[1] for name in spec.tables}
+    selected = {name: load_ranges(root / tables[name].codegen.manifest)[1] for name in spec.tables}
     m_values = sorted({m for name in spec.tables for m in tables[name].m_values
                        if (entry.n, entry.k) in tables[name].nk and entry.m <= m < entry.m_end})
     decisions = []

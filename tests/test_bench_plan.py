@@ -16,12 +16,12 @@ from tunetable.bench.plan import (
     baseline_task,
     launch_payload,
     settings_from_params,
-    shard_key,
     tasks_from_reports,
 )
 from tunetable.bench.session import parse_shapes, shard_payloads
 from tunetable.errors import TuneTableError
 from tunetable.params import load_params, table_spec
+from tunetable.shardkey import shard_key
 
 REPO = Path(__file__).resolve().parents[1]
 SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 1, "STAGES": 4,

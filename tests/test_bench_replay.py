@@ -11,7 +11,7 @@ import pytest
 
 from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task, gpu_visible, resolve_backend
 from tunetable.bench.record import recording_frame, recording_provenance, shard_provenance, write_recording
-from tunetable.bench.replay import load_recording, replay_shapes
+from tunetable.bench.replay import ReplayRunner, load_recording
 from tunetable.bench.runner import ShardJob, run_shards
 from tunetable.errors import TuneTableError
 from tunetable.results import ROW_FIELDS, read_shard
@@ -75,12 +75,31 @@ def test_recording_round_trip_keeps_every_field_and_provenance(measured: dict, t
     assert set(ROW_FIELDS) <= set(row) and len(row["samples_ms"]) == 3
 
 
-def test_replay_serves_recorded_samples_with_the_measurement_provenance(measured: dict, tmp_path: Path) -> None:
-    parquet, _ = recorded(measured, tmp_path)
+def replay_jobs(tasks, shapes, root: Path, *, kernel_hash: str = "kh1", key: str = "replaykey") -> list[ShardJob]:
+    """Replay jobs of the measured table's shapes (replay needs no payloads)."""
+    return [ShardJob(table="t", m=m, n=n, k=k, tasks=tuple(tasks), payloads={},
+                     journal_path=root / f"r{m}.journal.jsonl", shard_path=root / f"r{m}_{n}_{k}.pkl",
+                     content_key=key, kernel_hash=kernel_hash) for (m, n, k) in shapes]
+
+
+def replayer(parquet: Path, provenance: dict, *, allow_missing: bool = False) -> ReplayRunner:
+    return ReplayRunner(recording=load_recording(parquet), recording_path=parquet, provenance=provenance,
+                        allow_missing=allow_missing)
+
+
+def test_replay_is_a_backend_of_the_runner_serving_recorded_samples(measured: dict, tmp_path: Path) -> None:
+    parquet, provenance = recorded(measured, tmp_path)
     original = read_shard(measured["shards"][0])["merged_df"].set_index("config_id")
-    rows = replay_shapes(recording=load_recording(parquet), recording_path=parquet, table="t", shapes=[SHAPES[0]],
-                         tasks=measured["tasks"], kernel_hash="kh1", content_key="replaykey", allow_missing=False)
-    served = {r["config_id"]: r for r in rows[SHAPES[0]]}
+    jobs = replay_jobs(measured["tasks"], [SHAPES[0]], tmp_path)
+    events: list[str] = []
+    rows = run_shards(jobs=jobs, settings=SETTINGS, runner="replay", replay=replayer(parquet, provenance),
+                      on_event=lambda kind, job, record: events.append(kind))
+    assert events == ["config", "config", "shard"]
+    served = {r["config_id"]: r for r in rows[jobs[0].shard_path]}
+    shard = read_shard(jobs[0].shard_path)
+    assert list(shard["merged_df"]["config_id"]) == ["cA", "cB"]
+    assert shard["provenance"] == {"backend": "replay", "recording": str(parquet), "content_key": "replaykey",
+                                   "kernel_hash": "kh1", **{f"recording_{k}": v for k, v in provenance.items()}}
     assert served["cA"]["samples_ms"] == list(original.loc["cA", "samples_ms"])
     assert served["cA"]["median_ms"] == original.loc["cA", "median_ms"]
     assert served["cA"]["backend"] == "replay" and served["cA"]["content_key"] == "replaykey"
@@ -93,10 +112,10 @@ def test_replay_serves_recorded_samples_with_the_measurement_provenance(measured
 def test_replay_of_unrecorded_entries_lists_the_first_missing(measured: dict, tmp_path: Path) -> None:
     parquet, _ = recorded(measured, tmp_path)
     tasks = [*measured["tasks"], ConfigTask(config_id="cNEW", mesh_idx=2, family="cpu"), baseline_task()]
+    jobs = replay_jobs(tasks, [*SHAPES, (64, 32, 24)], tmp_path, key="k")
     with pytest.raises(TuneTableError) as error:
-        replay_shapes(recording=load_recording(parquet), recording_path=parquet, table="t",
-                      shapes=[*SHAPES, (64, 32, 24)], tasks=tasks, kernel_hash="kh1", content_key="k",
-                      allow_missing=False)
+        run_shards(jobs=jobs, settings=SETTINGS, runner="replay", replay=replayer(parquet, {}))
+    assert not any(job.shard_path.exists() for job in jobs)  # checked before anything is written
     message = str(error.value)
     assert message.startswith(f"{parquet}: 8 entries of table t (kernel kh1) are not recorded: ")
     assert "M=16 N=32 K=24 cNEW; M=16 N=32 K=24 cublas; M=8 N=32 K=24 cNEW" in message and "and 3 more" in message
@@ -105,15 +124,16 @@ def test_replay_of_unrecorded_entries_lists_the_first_missing(measured: dict, tm
 def test_a_changed_kernel_hash_matches_nothing(measured: dict, tmp_path: Path) -> None:
     parquet, _ = recorded(measured, tmp_path)
     with pytest.raises(TuneTableError, match="4 entries of table t \\(kernel kh2\\)"):
-        replay_shapes(recording=load_recording(parquet), recording_path=parquet, table="t", shapes=SHAPES,
-                      tasks=measured["tasks"], kernel_hash="kh2", content_key="k", allow_missing=False)
+        run_shards(jobs=replay_jobs(measured["tasks"], SHAPES, tmp_path, kernel_hash="kh2"), settings=SETTINGS,
+                   runner="replay", replay=replayer(parquet, {}))
 
 
 def test_allow_missing_gives_missing_rows(measured: dict, tmp_path: Path) -> None:
     parquet, _ = recorded(measured, tmp_path)
     tasks = [*measured["tasks"], ConfigTask(config_id="cNEW", mesh_idx=2, family="cpu")]
-    rows = replay_shapes(recording=load_recording(parquet), recording_path=parquet, table="t", shapes=[SHAPES[1]],
-                         tasks=tasks, kernel_hash="kh1", content_key="k", allow_missing=True)[SHAPES[1]]
+    jobs = replay_jobs(tasks, [SHAPES[1]], tmp_path, key="k")
+    rows = run_shards(jobs=jobs, settings=SETTINGS, runner="replay",
+                      replay=replayer(parquet, {}, allow_missing=True))[jobs[0].shard_path]
     assert [(r["config_id"], r["status"]) for r in rows] == [("cA", "ok"), ("cB", "verify"), ("cNEW", "missing")]
     assert rows[2]["median_ms"] is None and rows[2]["samples_ms"] == []
 

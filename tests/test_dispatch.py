@@ -375,7 +375,8 @@ def test_wgmma_entries_hash_like_the_grid() -> None:
 
 def test_struct_plan_keeps_one_argument_set_per_address_triple() -> None:
     """The TMA plan's argument cache (exercised with gemm_mma's pointers: no libcuda needed here)."""
-    from tunetable.kernels.runtime.launch import ARGUMENT_CACHE_SIZE, LaunchPlan, ShapePlan
+    from tunetable.kernels.runtime.launch import ARGUMENT_CACHE_SIZE, ShapePlan
+    from tunetable.kernels.runtime.plan import LaunchPlan
 
     driver_kernel = object()  # a plan with a driver kernel builds kernelParams (ctypes), never packed bytes
     plan = ShapePlan(plan=LaunchPlan(family=FAMILIES["gemm_mma"], defines={}, m=7, n=4096, k=4096, grid=(1, 1, 1),
@@ -390,7 +391,7 @@ def test_struct_plan_keeps_one_argument_set_per_address_triple() -> None:
 
 
 def test_pointer_plans_pack_the_familys_arguments_per_call() -> None:
-    from tunetable.kernels.runtime.launch import LaunchPlan
+    from tunetable.kernels.runtime.plan import LaunchPlan
 
     plan = LaunchPlan(family=FAMILIES["gemm_mma"], defines={}, m=7, n=4096, k=4096, grid=(1, 1, 1),
                       block=(128, 1, 1), smem_bytes=0, workspace_ptr=0x5000)
@@ -470,7 +471,7 @@ class FakeLoader:
 def test_the_launch_plan_builder_of_bench_and_runtime() -> None:
     """Pointer kernels load through pycuda with the family's geometry; struct kernels through libcuda, the
     persistent grid cut to the clusters resident at once; the workspace is asked for once, sized by the family."""
-    from tunetable.kernels.runtime.launch import build_plan
+    from tunetable.kernels.runtime.plan import build_plan
 
     mma, wgmma = FAMILIES["gemm_mma"], FAMILIES["gemm_wgmma"]
     split = {name.upper(): value for name, value in {**SKINNY_TUNABLES, "split_k": 4}.items()}

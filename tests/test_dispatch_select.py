@@ -21,6 +21,7 @@ from pipeline_repo import edit_params, two_families
 
 from tunetable import rank, select
 from tunetable.codegen import validate_manifest
+from tunetable.manifest import Manifest, lookup, manifest_ranges
 from tunetable.errors import TuneTableError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +70,12 @@ def entries_of(text: str) -> list[dict]:
     return validate_manifest(yaml.safe_load(text), path="dispatch.yaml").params
 
 
+def entry_at(entries, *, m: int, n: int, k: int) -> dict | None:
+    """The manifest entry the lookup gives (tunetable.manifest), as its mapping."""
+    found = lookup(manifest_ranges(Manifest(params=list(entries)), path="manifest"), m=m, n=n, k=k)
+    return None if found is None else dict(found.values)
+
+
 def test_each_shape_goes_to_the_table_beating_its_own_cublas_by_more(two_sessions) -> None:
     narrow, wide = two_sessions
     text = select.build_dispatch_manifest(name="gemm_dispatch", tables=[narrow, wide])
@@ -77,16 +84,16 @@ def test_each_shape_goes_to_the_table_beating_its_own_cublas_by_more(two_session
     shapes = sorted(set(speedups["narrow"]) | set(speedups["wide"]))
     assert len(shapes) == 55 and set(speedups["narrow"]) == set(speedups["wide"])
     for m, n, k in shapes:
-        entry = select.manifest_entry_at(tuple(entries), m=m, n=n, k=k)
+        entry = entry_at(tuple(entries), m=m, n=n, k=k)
         assert entry is not None
         best = max(("narrow", "wide"), key=lambda name: (speedups[name][(m, n, k)], name == "narrow"))
         assert entry["TABLE"] == best, (m, n, k, speedups["narrow"][(m, n, k)], speedups["wide"][(m, n, k)])
         member = narrow if best == "narrow" else wide
-        assert entry["CONFIG_ID"] == select.manifest_entry_at(member.entries, m=m, n=n, k=k)["CONFIG_ID"]
+        assert entry["CONFIG_ID"] == entry_at(member.entries, m=m, n=n, k=k)["CONFIG_ID"]
         assert entry["KERNEL"] == "gemm_mma"
     # What the H200 measured: narrow split-K tiles serve M=1, the big tiles serve M=8192.
-    assert {select.manifest_entry_at(tuple(entries), m=1, n=n, k=k)["TABLE"] for _, n, k in shapes} == {"narrow"}
-    assert {select.manifest_entry_at(tuple(entries), m=8192, n=n, k=k)["TABLE"] for _, n, k in shapes} == {"wide"}
+    assert {entry_at(tuple(entries), m=1, n=n, k=k)["TABLE"] for _, n, k in shapes} == {"narrow"}
+    assert {entry_at(tuple(entries), m=8192, n=n, k=k)["TABLE"] for _, n, k in shapes} == {"wide"}
 
 
 def test_ranges_cover_every_m_of_each_shape_once(two_sessions) -> None:

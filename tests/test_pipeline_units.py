@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tunetable import audit, gpu_claim, metrics, trace
+from tunetable import audit, gpu_claim, manifest, metrics, trace
 from tunetable.errors import TuneTableError
 from tunetable.params import load_params, table_spec
 
@@ -65,17 +65,17 @@ def test_parse_location(text: str, expected: tuple[str, int] | None) -> None:
     assert trace.parse_location(text) == expected
 
 
-def _entry(index: int, m: int, m_end: int, config: str, n: int = 4096, k: int = 4096) -> metrics.ManifestEntry:
+def _entry(index: int, m: int, m_end: int, config: str, n: int = 4096, k: int = 4096) -> manifest.ManifestEntry:
     values = {"M": m, "M_END": m_end, "N": n, "K": k, "CONFIG_ID": config}
-    return metrics.ManifestEntry(index=index, m=m, m_end=m_end, n=n, k=k, config_id=config, values=values)
+    return manifest.ManifestEntry(index=index, m=m, m_end=m_end, n=n, k=k, config_id=config, values=values)
 
 
 def test_lookup_is_first_match_on_half_open_ranges() -> None:
     entries = [_entry(0, 1, 64, "a"), _entry(1, 64, 2**31 - 1, "b"), _entry(2, 1, 2**31 - 1, "c", n=8192)]
-    assert metrics.lookup(entries, m=63, n=4096, k=4096).config_id == "a"
-    assert metrics.lookup(entries, m=64, n=4096, k=4096).config_id == "b"
-    assert metrics.lookup(entries, m=5, n=8192, k=4096).config_id == "c"
-    assert metrics.lookup(entries, m=5, n=1024, k=4096) is None
+    assert manifest.lookup(entries, m=63, n=4096, k=4096).config_id == "a"
+    assert manifest.lookup(entries, m=64, n=4096, k=4096).config_id == "b"
+    assert manifest.lookup(entries, m=5, n=8192, k=4096).config_id == "c"
+    assert manifest.lookup(entries, m=5, n=1024, k=4096) is None
 
 
 def test_geomean() -> None:
@@ -102,8 +102,10 @@ def test_entry_changes_align_like_a_diff() -> None:
 
 
 def test_manifest_without_params_is_a_clear_error() -> None:
-    with pytest.raises(TuneTableError, match="expected a mapping with a 'params' list"):
-        metrics.manifest_from_text("defaults: {}\n", path="manifests/x.yaml")
+    with pytest.raises(TuneTableError, match="manifests/x.yaml: expected 'params' to be a sequence"):
+        manifest.ranges_from_text("defaults: {}\n", path="manifests/x.yaml")
+    with pytest.raises(TuneTableError, match=r"manifests/x.yaml: params\[0\]: entry lacks M_END, CONFIG_ID"):
+        manifest.ranges_from_text("params:\n  - {M: 1, N: 8, K: 8}\n", path="manifests/x.yaml")
 
 
 def test_dispatch_metrics_take_each_shape_from_the_table_its_entry_names() -> None:
@@ -116,8 +118,8 @@ def test_dispatch_metrics_take_each_shape_from_the_table_its_entry_names() -> No
     # Table a is faster than its own cuBLAS at M=1 (speedup 2), table b at M=64 (speedup 4/3).
     tables = {"a": ranked([(1, "a1", 1.0, 2.0), (64, "a1", 3.0, 2.0), (64, "a2", 2.5, 2.0)]),
               "b": ranked([(1, "b1", 4.0, 3.0), (64, "b1", 3.0, 4.0)])}
-    entries = [metrics.ManifestEntry(index=0, m=1, m_end=64, n=8, k=8, config_id="a1", values={"TABLE": "a"}),
-               metrics.ManifestEntry(index=1, m=64, m_end=2**31 - 1, n=8, k=8, config_id="b1", values={"TABLE": "b"})]
+    entries = [manifest.ManifestEntry(index=0, m=1, m_end=64, n=8, k=8, config_id="a1", values={"TABLE": "a"}),
+               manifest.ManifestEntry(index=1, m=64, m_end=2**31 - 1, n=8, k=8, config_id="b1", values={"TABLE": "b"})]
     results = metrics.dispatch_shape_results(entries=entries, ranked=tables, shapes=[(1, 8, 8), (64, 8, 8), (2, 9, 9)])
     assert [(r.table, r.config_id, r.tuned_ms, r.cublas_ms, r.best_ms) for r in results] == [
         ("a", "a1", 1.0, 2.0, 1.0), ("b", "b1", 3.0, 4.0, 3.0), (None, None, None, None, None)]

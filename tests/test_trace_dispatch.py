@@ -26,7 +26,7 @@ from pipeline_repo import (
 from tunetable import trace
 from tunetable.codegen import marker_line
 from tunetable.errors import TuneTableError
-from tunetable.metrics import load_manifest, lookup
+from tunetable.manifest import load_ranges, lookup
 from tunetable.params import dispatch_spec, load_params, table_specs
 
 DISPATCH = "gemm_dispatch"
@@ -82,7 +82,7 @@ def trace_all(root: Path, *, recordings: dict[str, str] | None = None,
     tables = {s.name: dataclasses.replace(s, recording=(recordings or {}).get(s.name, s.recording))
               for s in table_specs(params)}
     spec = dispatch_spec(params, DISPATCH)
-    count = len(load_manifest(root / spec.codegen.manifest)[1])
+    count = len(load_ranges(root / spec.codegen.manifest)[1])
     return [trace.trace_dispatch(root=root, spec=spec, tables=tables, index=i) for i in range(count)[:first]]
 
 
@@ -90,7 +90,7 @@ def check_against_recordings(root: Path, results: list[trace.DispatchTrace], *, 
     """Each entry's decision: the shapes, each candidate's speedup from the recording rows, the pick, the entry."""
     params = load_params(root / "params.yaml")
     specs = {s.name: s for s in table_specs(params)}
-    selected = {name: load_manifest(root / s.codegen.manifest)[1] for name, s in specs.items()}
+    selected = {name: load_ranges(root / s.codegen.manifest)[1] for name, s in specs.items()}
     listed = yaml.safe_load((root / "manifests" / f"{DISPATCH}.yaml").read_text())
     assert [r.entry.index for r in results] == list(range(len(listed["params"])))
     for result, raw in zip(results, listed["params"]):
@@ -126,7 +126,7 @@ def test_every_dispatch_entry_traces_to_the_recordings(copy: Path) -> None:
     assert results
     check_against_recordings(copy, results, kind="recording")
     by_table = {name: sum(len(r.decisions) for r in results if r.table == name) for name in RECORDINGS}
-    provenance = load_manifest(copy / "manifests" / f"{DISPATCH}.yaml")[0]
+    provenance = load_ranges(copy / "manifests" / f"{DISPATCH}.yaml")[0]
     assert by_table == {name: provenance[f"{name}_shapes_won"] for name in RECORDINGS}
     # Every shape the tables measure is decided once, by one entry.
     shapes = {shape for spec in table_specs(load_params(copy / "params.yaml")) for shape in spec.shapes()}
@@ -149,12 +149,12 @@ def test_trace_by_line_in_the_dispatch_region(copy: Path) -> None:
     assert ms
     for m in ms:  # every measured M of the range, both candidates, speedups from the recording rows
         for name, recording in RECORDINGS.items():
-            entry = lookup(load_manifest(copy / "manifests" / f"{name}.yaml")[1], m=m, n=n, k=k)
+            entry = lookup(load_ranges(copy / "manifests" / f"{name}.yaml")[1], m=m, n=n, k=k)
             assert f"{recording_speedup(path=recording, m=m, n=n, k=k, config_id=entry.config_id):.3f}x" in out
     assert out.count("(recording, ranked here), data hash") == len(LISTED)
     assert out.count("the rows the list was selected from") == len(LISTED)
     assert "note:" not in out and "OTHER rows" not in out
-    own = lookup(load_manifest(copy / "manifests" / f"{chosen}.yaml")[1], m=raw["M"], n=n, k=k)
+    own = lookup(load_ranges(copy / "manifests" / f"{chosen}.yaml")[1], m=raw["M"], n=n, k=k)
     assert own.config_id == raw["CONFIG_ID"] and f"chosen table {chosen}: entry {own.index}" in out
     table_trace = tunetable("trace", chosen, str(own.index), cwd=copy).output
     assert table_trace.splitlines()[0] in out.splitlines()  # then the chosen table's entry, as `trace TABLE INDEX`
@@ -168,7 +168,7 @@ def one_error_line(output: str) -> str:
 
 
 def test_dispatch_errors_are_one_line(copy: Path) -> None:
-    count = len(load_manifest(copy / "manifests" / f"{DISPATCH}.yaml")[1])
+    count = len(load_ranges(copy / "manifests" / f"{DISPATCH}.yaml")[1])
     done = tunetable("trace", DISPATCH, str(count), cwd=copy, check=False)
     assert done.returncode == 2
     assert one_error_line(done.output) == (
@@ -205,7 +205,7 @@ def test_another_measurement_is_named_as_such(tmp_path: Path) -> None:
     Its figures are that recording's rows; a candidate it never measured shows none, not the list's own."""
     root = copy_project(tmp_path)
     results = trace_all(root, recordings={"gemm_mma": RERUN})
-    provenance = load_manifest(root / "manifests" / f"{DISPATCH}.yaml")[0]
+    provenance = load_ranges(root / "manifests" / f"{DISPATCH}.yaml")[0]
     mma = results[0].sources[0]
     assert (mma.table, mma.kind, mma.path) == ("gemm_mma", "recording", RERUN)
     assert mma.data_hash != provenance["gemm_mma_data_hash"]

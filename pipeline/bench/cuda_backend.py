@@ -22,16 +22,12 @@ from tunetable.bench.failures import LaunchFailure
 from tunetable.bench.nvml import NvmlSampler
 from tunetable.kernels.driver import DriverError
 from tunetable.kernels.families import FAMILIES, Launch
-from tunetable.kernels.runtime.launch import Loader, build_plan
+from tunetable.kernels.runtime.plan import Loader, build_plan
+from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets
 
 HARNESS_SOURCE = Path(__file__).with_name("harness.cu")
 BF16_NAN = 0x7FC0
 PTR = np.uintp                   # kernel pointer arguments, as pycuda's prepare() spells them
-MAX_SETS = 2048
-MAX_BATCH = 512
-SPIN_FLOOR_NS = 200_000          # the spin outlasts queueing the batch: a floor ...
-SPIN_PER_LAUNCH_NS = 20_000      # ... plus a generous host cost per queued launch
-SPIN_CAP_NS = 20_000_000
 
 
 class CudaBackend:
@@ -48,16 +44,15 @@ class CudaBackend:
         self.context = self.device.retain_primary_context()
         self.context.push()
         self.stream = cuda.Stream()
-        self.start_event, self.end_event = cuda.Event(), cuda.Event()
+        # The one cold-L2 timing method (shared with the runtime benchmarks and autotune), on this stream.
+        self.timer = ColdL2Timer(cuda=cuda, stream=self.stream)
         major, minor = self.device.compute_capability()
         harness = SourceModule(HARNESS_SOURCE.read_text(), no_extern_c=True, arch=f"sm_{major}{minor}",
                                options=["-O3"])
         self.fill = harness.get_function("fill_random_bf16")
         self.err_sums = harness.get_function("rel_err_sums")
-        self.spin = harness.get_function("spin_ns")
         self.fill.prepare([PTR, np.uint64, np.uint64])
         self.err_sums.prepare([PTR, PTR, np.uint64, PTR])
-        self.spin.prepare([np.uint64])
         self.cublas = Cublas(stream_handle=self.stream.handle)
         self.nvml = NvmlSampler(pci_bus_id=self.device.pci_bus_id())
         self.l2_bytes = int(self.device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
@@ -71,7 +66,6 @@ class CudaBackend:
         self.configs: dict[str, dict[str, Any]] = {}
         self.shape = (0, 0, 0)
         self.settings: dict[str, Any] = {}
-        self.rotation = 0
 
     # -- errors ------------------------------------------------------------------------------------
     def _guard(self, action: Callable[[], Any], what: str) -> Any:
@@ -115,9 +109,9 @@ class CudaBackend:
         cuda = self.cuda
         self._free_shape()
         self.configs = {}
-        self.shape, self.settings, self.rotation = (m, n, k), settings, 0
+        self.shape, self.settings, self.timer.rotation = (m, n, k), settings, 0
         set_bytes = 2 * (m * k + n * k + m * n)
-        count = max(2, min(MAX_SETS, math.ceil(float(settings["l2_factor"]) * self.l2_bytes / set_bytes)))
+        count = input_sets(set_bytes=set_bytes, l2_bytes=self.l2_bytes, l2_factor=float(settings["l2_factor"]))
         seed = int(settings.get("seed", 0))
 
         def allocate() -> None:
@@ -169,7 +163,7 @@ class CudaBackend:
         geometry = Launch(grid=tuple(payload["grid"]), block=tuple(payload["block"]),
                           smem_bytes=int(payload["smem_bytes"]),
                           workspace_bytes=int(payload.get("workspace_bytes") or 0))
-        # The runtime's plan builder (tunetable.kernels.runtime.launch), on this worker's stream.
+        # The runtime's plan builder (tunetable.kernels.runtime.plan), on this worker's stream.
         plan = build_plan(loader=self.loader, family=family, defines=dict(payload.get("defines") or {}),
                           cubin=payload["cubin"], geometry=geometry, m=m, n=n, k=k, stream=self.stream,
                           entry=payload["entry"],
@@ -201,19 +195,6 @@ class CudaBackend:
         err, norm = float(sums[0]), float(sums[1])
         return math.sqrt(err / norm) if norm > 0 else float("nan")
 
-    def _timed(self, launch: Callable[[int], None], count: int, *, spin: bool) -> float:
-        """Elapsed ms of ``count`` launches over rotating input sets, bracketed by events."""
-        if spin:
-            self.spin.prepared_async_call((1, 1, 1), (1, 1, 1), self.stream,
-                                          min(SPIN_CAP_NS, SPIN_FLOOR_NS + SPIN_PER_LAUNCH_NS * count))
-        self.start_event.record(self.stream)
-        for _ in range(count):
-            launch(self.rotation % len(self.sets))
-            self.rotation += 1
-        self.end_event.record(self.stream)
-        self.end_event.synchronize()
-        return float(self.end_event.time_since(self.start_event))
-
     def prepare(self, *, config_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Load, verify (a wrong result never gets timed), warm up for warmup_ms, size the batch."""
         launch = self._guard(lambda: self._launcher(config_id, payload), f"loading {config_id}")
@@ -223,21 +204,9 @@ class CudaBackend:
             return {"status": "verify", "rel_err": rel_err if math.isfinite(rel_err) else None,
                     "error": f"rel_err {rel_err:.3g} > {rtol:g} against cuBLAS"}
         warmup_ms = float(self.settings["warmup_ms"])
-
-        def warm_up() -> tuple[int, float]:
-            """Warm up for warmup_ms; the launches made and the last measured ms per launch."""
-            group, total_ms, launches, per_launch = 1, 0.0, 0, 0.0
-            while True:
-                elapsed = self._timed(launch, group, spin=False)
-                total_ms += elapsed
-                launches += group
-                per_launch = elapsed / group
-                if total_ms >= warmup_ms:
-                    return launches, per_launch
-                group = min(MAX_BATCH, group * 2)
-
-        launches, per_launch = self._guard(warm_up, f"warming up {config_id}")
-        batch = max(1, min(MAX_BATCH, math.ceil(float(self.settings["min_batch_ms"]) / max(per_launch, 1e-6))))
+        launches, per_launch = self._guard(
+            lambda: self.timer.warm_up(launch, sets=len(self.sets), warmup_ms=warmup_ms), f"warming up {config_id}")
+        batch = self.timer.batch_size(per_launch, min_batch_ms=float(self.settings["min_batch_ms"]))
         self.configs[config_id] = {"launch": launch, "batch": batch}
         extra = {}
         if payload["kind"] == "kernel":
@@ -250,8 +219,9 @@ class CudaBackend:
     def sample(self, *, config_id: str) -> dict[str, Any]:
         """One timed batch: per-launch ms, with the SM clock and power read right after it."""
         state = self.configs[config_id]
-        elapsed = self._guard(lambda: self._timed(state["launch"], state["batch"], spin=True), f"timing {config_id}")
-        return {"sample_ms": elapsed / state["batch"], "batch": state["batch"], **self.nvml.read()}
+        per_launch = self._guard(lambda: self.timer.sample(state["launch"], sets=len(self.sets), batch=state["batch"]),
+                                 f"timing {config_id}")
+        return {"sample_ms": per_launch, "batch": state["batch"], **self.nvml.read()}
 
     def close(self) -> None:
         """Release buffers, the cuBLAS handle and the context."""

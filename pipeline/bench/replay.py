@@ -1,19 +1,27 @@
-"""The replay backend: serve a recording's rows for matching (table, M, N, K, config_id, kernel_hash).
+"""The replay backend of the runner: a recording's rows for matching (table, M, N, K, config_id, kernel_hash).
 
-A replayed row keeps everything of the measurement (samples, device, driver, time, git_rev,
-measured_key) and says ``backend="replay"`` with the content key of the shard it now belongs to.
-Anything not recorded is an error listing the first missing entries, or with ``allow_missing``
+``ReplayRunner`` has the runner's interface (``run`` a shard, ``measure_tasks``, ``task_rows``; see
+``tunetable.bench.runner.ShardRunner``), so ``run_shards`` and a table's search drive it exactly
+like the cuda backend and the CPU test runner; it runs in process (nothing to isolate) and measures
+nothing: ``measure_tasks`` answers from the recording. A replayed row keeps everything of the
+measurement (samples, device, driver, time, git_rev, measured_key) and says ``backend="replay"``
+with the content key of the shard it now belongs to. ``check`` runs before any shard is written:
+anything not recorded is an error listing the first missing entries, or with ``allow_missing``
 a ``missing`` row, which can never be ranked or selected.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from tunetable.bench.plan import ConfigTask
 from tunetable.errors import TuneTableError
-from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
+
+if TYPE_CHECKING:
+    from tunetable.bench.runner import ShardJob, ShardSearch
 
 MATCH_KEYS = ("table", "M", "N", "K", "config_id", "kernel_hash")
 SHOW_MISSING = 5
@@ -72,26 +80,66 @@ def replay_row(*, table: str, m: int, n: int, k: int, task: ConfigTask, recorded
     return ordered
 
 
-def replay_shapes(*, recording: dict[tuple[Any, ...], dict[str, Any]], recording_path: Path, table: str,
-                  shapes: Sequence[tuple[int, int, int]], tasks: Sequence[ConfigTask], kernel_hash: str,
-                  content_key: str, allow_missing: bool) -> dict[tuple[int, int, int], list[dict[str, Any]]]:
-    """Rows of every shape; checks everything first, so a missing entry writes nothing."""
-    missing = [(m, n, k, task.config_id) for (m, n, k) in shapes for task in tasks
-               if (table, m, n, k, task.config_id, kernel_hash) not in recording]
-    if missing and not allow_missing:
-        shown = "; ".join(f"M={m} N={n} K={k} {cid}" for m, n, k, cid in missing[:SHOW_MISSING])
-        more = f" and {len(missing) - SHOW_MISSING} more" if len(missing) > SHOW_MISSING else ""
-        raise TuneTableError(
-            f"{len(missing)} entries of table {table} (kernel {kernel_hash}) are not recorded: {shown}{more} "
-            "(measure them with --backend cuda, or pass --allow-missing)",
-            path=recording_path,
-        )
-    return {
-        (m, n, k): [
-            replay_row(table=table, m=m, n=n, k=k, task=task,
-                       recorded=recording.get((table, m, n, k, task.config_id, kernel_hash)),
-                       kernel_hash=kernel_hash, content_key=content_key)
-            for task in tasks
-        ]
-        for (m, n, k) in shapes
-    }
+def missing_entries(*, recording: Mapping[tuple[Any, ...], Any], jobs: Sequence[ShardJob]) -> list[tuple[Any, ...]]:
+    """(M, N, K, config_id) of every task of ``jobs`` the recording does not hold, in job and task order."""
+    return [(job.m, job.n, job.k, task.config_id) for job in jobs for task in job.tasks
+            if (job.table, job.m, job.n, job.k, task.config_id, job.kernel_hash) not in recording]
+
+
+@dataclass
+class ReplayRunner:
+    """The runner's replay backend: serves each shard's tasks from a loaded recording (``load_recording``)."""
+
+    recording: Mapping[tuple[Any, ...], dict[str, Any]]
+    recording_path: Path
+    provenance: Mapping[str, Any] = field(default_factory=dict)   # the recording's sidecar
+    allow_missing: bool = False
+    on_event: Callable[[str, Any, dict[str, Any]], None] | None = None
+    backend: str = "replay"
+
+    def check(self, jobs: Sequence[ShardJob]) -> None:
+        """Every task of every job is recorded (else one error naming the first missing), before anything is written."""
+        missing = missing_entries(recording=self.recording, jobs=jobs)
+        if missing and not self.allow_missing:
+            first = jobs[0]
+            shown = "; ".join(f"M={m} N={n} K={k} {cid}" for m, n, k, cid in missing[:SHOW_MISSING])
+            more = f" and {len(missing) - SHOW_MISSING} more" if len(missing) > SHOW_MISSING else ""
+            raise TuneTableError(
+                f"{len(missing)} entries of table {first.table} (kernel {first.kernel_hash}) are not recorded: "
+                f"{shown}{more} (measure them with --backend cuda, or pass --allow-missing)",
+                path=self.recording_path,
+            )
+
+    def measure_tasks(self, job: ShardJob, tasks: Sequence[ConfigTask]) -> None:
+        """Nothing to measure: the recording holds every sample (``check`` made sure of it)."""
+        for task in tasks:
+            self._event("config", job, {"config_id": task.config_id, "kind": task.kind, "status": "ok",
+                                        "median_ms": None, "resumed": True, "tflops": 0.0})
+
+    def task_rows(self, job: ShardJob, tasks: Sequence[ConfigTask]) -> list[dict[str, Any]]:
+        """The shard rows of ``tasks`` as recorded (a task never recorded is a ``missing`` row)."""
+        return [replay_row(table=job.table, m=job.m, n=job.n, k=job.k, task=task,
+                           recorded=self.recording.get((job.table, job.m, job.n, job.k, task.config_id,
+                                                        job.kernel_hash)),
+                           kernel_hash=job.kernel_hash, content_key=job.content_key)
+                for task in tasks]
+
+    def run(self, job: ShardJob, *, search: ShardSearch | None = None) -> list[dict[str, Any]]:
+        """Serve every task (or what ``search`` asks for), then write the shard pickle atomically; its rows."""
+        extra: dict[str, Any] = {}
+        if search is None:
+            self.measure_tasks(job, job.tasks)
+            rows = self.task_rows(job, job.tasks)
+        else:
+            rows, extra = search.run_shard(runner=self, job=job)
+        write_shard(job.shard_path, table=job.table, rows=rows, build_rows=[],
+                    provenance={"backend": "replay", "recording": str(self.recording_path),
+                                "content_key": job.content_key, "kernel_hash": job.kernel_hash,
+                                **{f"recording_{key}": value for key, value in self.provenance.items()}, **extra})
+        self._event("shard", job, {"rows": len(rows)})
+        return rows
+
+    def _event(self, kind: str, job: ShardJob, record: dict[str, Any]) -> None:
+        """Tell the caller's progress what happened (the events ShardRunner emits)."""
+        if self.on_event is not None:
+            self.on_event(kind, job, record)

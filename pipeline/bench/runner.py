@@ -22,6 +22,7 @@ import numpy as np
 from tunetable.bench.journal import ConfigProgress, Journal, progress_by_config, read_journal
 from tunetable.bench.plan import BenchSettings, ConfigTask
 from tunetable.bench.failures import WorkerFailure
+from tunetable.bench.replay import ReplayRunner
 from tunetable.bench.worker import WorkerProcess
 from tunetable.errors import TuneTableError
 from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
@@ -304,10 +305,20 @@ class ShardRunner:
         return rows
 
 
-class ShardSearch(Protocol):
-    """A budgeted search over one shard (tunetable.search.driver.TableSearch)."""
+class MeasuringRunner(Protocol):
+    """What a search measures through: ShardRunner (cuda, cpu-test) or ReplayRunner (replay)."""
 
-    def run_shard(self, *, runner: ShardRunner, job: ShardJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def measure_tasks(self, job: ShardJob, tasks: Sequence[ConfigTask]) -> None:
+        """Measure what the shard still lacks of ``tasks``."""
+
+    def task_rows(self, job: ShardJob, tasks: Sequence[ConfigTask]) -> list[dict[str, Any]]:
+        """The shard rows of ``tasks``."""
+
+
+class ShardSearch(Protocol):
+    """A budgeted search over one shard (tunetable.search.driver.TableSearch); it drives any runner."""
+
+    def run_shard(self, *, runner: MeasuringRunner, job: ShardJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Measure the configurations the search picks through ``runner``; the rows and provenance to add."""
 
 
@@ -327,13 +338,21 @@ def longest_first(*, jobs: Sequence[ShardJob], settings: BenchSettings) -> list[
     return sorted(jobs, key=lambda job: -estimate_shard_s(job=job, settings=settings))
 
 
-def run_shards(*, jobs: Sequence[ShardJob], settings: BenchSettings, runner: str, gpus: Sequence[str | None],
-               on_event: Event | None = None, search: ShardSearch | None = None) -> dict[Path, list[dict[str, Any]]]:
-    """Spread shards over one worker per GPU (a thread each); returns rows by shard path.
+def run_shards(*, jobs: Sequence[ShardJob], settings: BenchSettings, runner: str, gpus: Sequence[str | None] = (None,),
+               on_event: Event | None = None, search: ShardSearch | None = None,
+               replay: ReplayRunner | None = None) -> dict[Path, list[dict[str, Any]]]:
+    """Run shards on a backend: ``cuda`` / ``cpu-test`` spread over one worker per GPU (a thread each),
+    ``replay`` served in process by ``replay`` (every job checked first); returns rows by shard path.
 
     Without a search, several GPUs take the largest shards first; a search keeps the given order
     (its tuning order: a shape starts from the winners of neighbours measured before it).
     """
+    if runner == "replay":
+        if replay is None:
+            raise TuneTableError("the replay backend needs a recording to serve", where="--backend")
+        replay.on_event = replay.on_event or on_event
+        replay.check(jobs)
+        return {job.shard_path: replay.run(job, search=search) for job in jobs}
     pending: queue.Queue[ShardJob] = queue.Queue()
     for job in longest_first(jobs=jobs, settings=settings) if len(gpus) > 1 and search is None else jobs:
         pending.put(job)

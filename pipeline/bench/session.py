@@ -1,4 +1,4 @@
-"""A table's bench session: shard jobs for the cuda backend, replay of a recording, time estimate."""
+"""A table's bench session on the cuda backend: shard jobs from the compile report, launch payloads, estimate."""
 
 from __future__ import annotations
 
@@ -16,12 +16,10 @@ from tunetable.bench.plan import (
     measured_git_revision,
     tasks_from_reports,
 )
-from tunetable.bench.replay import load_recording, replay_shapes
 from tunetable.bench.runner import ShardJob, estimate_shard_s
 from tunetable.errors import TuneTableError
 from tunetable.keys import kernel_source_hash, nvcc_version
 from tunetable.params import TableSpec
-from tunetable.results import write_shard
 
 def parse_shapes(texts: Sequence[str]) -> list[tuple[int, int, int]]:
     """``M,N,K`` options as shapes; a malformed one names the option and its index."""
@@ -74,35 +72,6 @@ def cuda_jobs(*, table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: 
                  content_key=key, kernel_hash=kernel_hash, provenance=provenance)
         for (m, n, k) in shapes
     ]
-
-
-def grid_tasks(*, params: Mapping[str, Any], table: TableSpec) -> list[ConfigTask]:
-    """Tasks straight from the grid (replay needs no compile report), plus the baseline."""
-    from tunetable.grid import DeviceLimits, expand
-
-    result = expand(table, limits=DeviceLimits.from_params(params))
-    tasks = [ConfigTask(config_id=config.id, kind="kernel", mesh_idx=index, family=table.family,
-                        params=tuple(config.params), defines=tuple(config.defines().items()))
-             for index, config in enumerate(result.kept)]
-    return [*tasks, baseline_task()]
-
-
-def replay_table(*, params: Mapping[str, Any], table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: str,
-                 recording_path: Path, provenance: Mapping[str, Any], results_root: Path,
-                 allow_missing: bool) -> dict[Path, list[dict[str, Any]]]:
-    """Write every shard from the recording (all checked before any is written)."""
-    kernel_hash = kernel_source_hash(table.kernel)
-    rows_by_shape = replay_shapes(recording=load_recording(recording_path), recording_path=recording_path,
-                                  table=table.name, shapes=shapes, tasks=grid_tasks(params=params, table=table),
-                                  kernel_hash=kernel_hash, content_key=key, allow_missing=allow_missing)
-    written = {}
-    for (m, n, k), rows in rows_by_shape.items():
-        path = paths.raw_shard(table.name, key, m, n, k, root=results_root)
-        write_shard(path, table=table.name, rows=rows, build_rows=[],
-                    provenance={"backend": "replay", "recording": str(recording_path), "content_key": key,
-                                "kernel_hash": kernel_hash, **{f"recording_{k2}": v for k2, v in provenance.items()}})
-        written[path] = rows
-    return written
 
 
 def estimate_seconds(*, jobs: Sequence[ShardJob], settings: BenchSettings, gpus: int) -> float:

@@ -11,17 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tunetable import paths
-from tunetable.bench.plan import (
-    recording_path,
-    resolve_backend,
-    search_key_part,
-    search_settings,
-    settings_from_params,
-    shard_key,
-    visible_gpu_ids,
-)
+from tunetable.bench.plan import recording_path, resolve_backend, visible_gpu_ids
+from tunetable.bench.session import estimate_seconds, parse_shapes
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
+from tunetable.measure import plan_measurement, run_measurement
 from tunetable.params import load_params, table_spec
 
 
@@ -98,69 +92,35 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
     unbudgeted exhaustive run), each shape's search picks the configurations to measure and the
     shard holds only those (see docs/pipeline.md, Search).
     """
-    from tunetable.bench.session import cuda_jobs, estimate_seconds, parse_shapes, replay_table
-
     console = Console(stderr=True)
     params = load_params(params_path)
     table = table_spec(params, table_name, path=params_path)
     if all_shapes == bool(shape_texts):
         raise TuneTableError("give --shape M,N,K (repeatable) or --all-shapes, not both or neither", where="bench")
     shapes = table.shapes() if all_shapes else parse_shapes(shape_texts)
-    recording = recording_path(table=table)
     choice = resolve_backend(requested=backend or (params.get("bench") or {}).get("backend", "auto"),
-                             recording=recording)
+                             recording=recording_path(table=table))
     console.print(f"[bold yellow]>>> {choice.reason}[/bold yellow]")
-    if choice.backend == "cuda" and not (gpus or visible_gpu_ids()):
+    gpu_ids = [g.strip() for g in gpus.split(",") if g.strip()] if gpus else visible_gpu_ids()
+    if choice.backend == "cuda" and not gpu_ids:
         # Before anything else (reading reports, building payloads): the answer is the same, only later.
         raise TuneTableError("the cuda backend needs a GPU and none is visible here (no /dev/nvidia*, or libcuda does "
                              "not load): run on a GPU host, or --backend replay to serve the recording",
                              where="--backend")
-    key = shard_key(params, table, choice.backend)
-    search = (None if search_key_part(table=table, path=params_path) is None
-              else search_settings(table=table, path=params_path))
-    if search is not None:
-        console.print(f"[bold]search[/bold] {search.label} per shape (params.yaml tables.{table.name}.search); "
+    plan = plan_measurement(params=params, table=table, shapes=shapes, choice=choice, results_root=results_root,
+                            allow_missing=allow_missing, params_path=params_path)
+    if plan.search is not None:
+        console.print(f"[bold]search[/bold] {plan.search.label} per shape (params.yaml tables.{table.name}.search); "
                       "each shard holds the configurations it measured")
-    if choice.backend == "replay" and search is not None:
-        from tunetable.search.driver import replay_search_table
-
-        written = replay_search_table(params=params, table=table, shapes=shapes, key=key, recording_path=recording,
-                                      provenance=choice.provenance, results_root=results_root,
-                                      allow_missing=allow_missing, settings=search)
-        console.print(f"replayed {len(written)} shards into {paths.raw_dir(table.name, key, root=results_root)}")
-        print_table(console, _summary(written))
-        return
-    if choice.backend == "replay":
-        written = replay_table(params=params, table=table, shapes=shapes, key=key, recording_path=recording,
-                               provenance=choice.provenance, results_root=results_root, allow_missing=allow_missing)
-        console.print(f"replayed {len(written)} shards into {paths.raw_dir(table.name, key, root=results_root)}")
-        print_table(console, _summary(written))
-        return
-    from tunetable.bench.runner import run_shards
-
-    settings = settings_from_params(params=params)
-    jobs = cuda_jobs(table=table, shapes=shapes, key=key, results_root=results_root)
-    todo = [job for job in jobs if not job.shard_path.is_file()]
-    gpu_ids = [g.strip() for g in gpus.split(",") if g.strip()] if gpus else visible_gpu_ids()
-    estimate = estimate_seconds(jobs=todo, settings=settings, gpus=len(gpu_ids))
-    console.print(f"{len(jobs)} shards ({len(jobs) - len(todo)} already measured), {len(jobs[0].tasks) if jobs else 0} "
-                  f"tasks each, on GPUs {','.join(gpu_ids)}: estimated {estimate / 60:.1f} min"
-                  f"{' without the search budget' if search is not None else ''}")
-    table_search = None
-    total = sum(len(job.tasks) for job in todo)
-    if search is not None:
-        from tunetable.search.driver import expected_measurements
-        from tunetable.search.driver import table_search as make_table_search
-        from tunetable.search.transfer import tuning_order
-
-        table_search = make_table_search(settings=search, table=table.name,
-                                         shard_dir=paths.raw_dir(table.name, key, root=results_root))
-        order = {shape: index for index, shape in enumerate(tuning_order([job.shape for job in todo]))}
-        todo = sorted(todo, key=lambda job: order[job.shape])
-        total = sum(expected_measurements(settings=search, tasks=job.tasks) for job in todo)
-    progress = BenchProgress(console, total=total)
+    if choice.backend == "cuda":
+        estimate = estimate_seconds(jobs=plan.jobs, settings=plan.settings, gpus=len(gpu_ids))
+        total_shards = len(plan.jobs) + plan.done
+        console.print(f"{total_shards} shards ({plan.done} already measured), "
+                      f"{len(plan.jobs[0].tasks) if plan.jobs else 0} tasks each, on GPUs {','.join(gpu_ids)}: "
+                      f"estimated {estimate / 60:.1f} min{' without the search budget' if plan.search else ''}")
+    progress = BenchProgress(console, total=plan.expected)
     with progress.progress:
-        rows_by_shard = run_shards(jobs=todo, settings=settings, runner="cuda", gpus=gpu_ids, on_event=progress,
-                                   search=table_search)
+        rows_by_shard = run_measurement(plan, gpus=gpu_ids or [None], on_event=progress)
+    verb = "replayed" if choice.backend == "replay" else "measured"
+    console.print(f"{verb} {len(rows_by_shard)} shards into {paths.raw_dir(table.name, plan.key, root=results_root)}")
     print_table(console, _summary(rows_by_shard))
-    console.print(f"shards in {paths.raw_dir(table.name, key, root=results_root)}")

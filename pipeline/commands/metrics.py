@@ -9,6 +9,7 @@ from rich.console import Console
 
 from tunetable.atomic import atomic_write_all
 from tunetable.errors import TuneTableError
+from tunetable.manifest import load_ranges
 
 OUT = click.Path(dir_okay=False, path_type=Path)
 
@@ -36,7 +37,7 @@ def _table_outputs(*, table: str, params_path: Path, manifest_path: Path | None,
         raise TuneTableError(f"give one ranked parquet with --table, got {len(ranked_values)}", where="--ranked")
     ranked_path = Path(ranked_values[0]) if ranked_values else paths.ranked(table)
     content_key = metrics.shards_key(shards=shards, table=table)
-    provenance, entries = metrics.load_manifest(manifest_path or Path(spec.codegen.manifest))
+    provenance, entries = load_ranges(manifest_path or Path(spec.codegen.manifest))
     ranked, failures = _read_frames(ranked_path)
     results = metrics.shape_results(entries=entries, ranked=ranked, shapes=spec.shapes())
     summary = metrics.table_metrics(
@@ -59,7 +60,7 @@ def _dispatch_outputs(*, name: str, params_path: Path, manifest_path: Path | Non
     ranked_paths = dispatch_ranked_paths(ranked_values, tables=spec.tables)
     keys = {table: metrics.shards_key(shards=[s for s in shards if s.parent.parent.name == table], table=table)
             for table in spec.tables}
-    provenance, entries = metrics.load_manifest(manifest_path or Path(spec.codegen.manifest))
+    provenance, entries = load_ranges(manifest_path or Path(spec.codegen.manifest))
     ranked = {table: read_ranked(path=ranked_paths[table]) for table in spec.tables}
     shapes = list(dict.fromkeys(shape for table in spec.tables
                                 for shape in table_spec(params, table, path=params_path).shapes()))

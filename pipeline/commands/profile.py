@@ -153,7 +153,7 @@ def check_threshold(*, value: float, flag: str) -> None:
 
 def _source_of_yaml(path: Path) -> tuple[str | None, str | None]:
     """A kprofile/kbench YAML's top-level ``name`` and ``file`` (None where absent)."""
-    from tunetable.codegen import load_yaml_document
+    from tunetable.manifest import load_yaml_document
 
     document = load_yaml_document(path)
     if not isinstance(document, dict):
@@ -165,7 +165,7 @@ def _source_of_yaml(path: Path) -> tuple[str | None, str | None]:
 def _merge(display: Display, files: tuple[Path, ...], pivots: list[str], sort_pivots: list[str],
            query: str | None, verbose: bool) -> tuple[pl.DataFrame, str, str | None]:
     """The YAML manifests merged on the pivots (filtered by ``query``), the first file's name and ``file``."""
-    from tunetable.codegen import load_manifest
+    from tunetable.manifest import load_manifest
 
     bad = [f for f in files if f.suffix not in (".yaml", ".yml")]
     if bad:

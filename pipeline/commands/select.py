@@ -47,7 +47,7 @@ def dispatch_ranked_paths(values: tuple[str, ...], *, tables: tuple[str, ...]) -
 
 def _table_results(*, params: dict, params_path: Path, table: str, ranked_path: Path):
     """A table's manifest (from params.yaml's codegen.manifest) and its ranked rows."""
-    from tunetable.codegen import load_manifest_document
+    from tunetable.manifest import load_manifest_document
     from tunetable.params import table_spec
     from tunetable.rank import read_ranked
     from tunetable.select import TableResults

@@ -8,8 +8,10 @@ the median time (or the failure):
 - cuda and cpu-test: ``ShardRunner.measure_tasks`` in the worker process (verified, warmed up,
   interleaved rounds, journalled: a killed search resumes and re-measures nothing, since the
   strategy asks again for the same configurations and the journal answers);
-- replay: the recording's rows, checked up front for every configuration and served one batch
-  at a time, exactly as the cuda backend would measure them.
+- replay: ``ReplayRunner.measure_tasks``, the recording's rows (checked up front for every
+  configuration) served one batch at a time, exactly as the cuda backend would measure them.
+The search drives a runner (``tunetable.bench.runner.MeasuringRunner``); the bench never imports
+the search (``tunetable.measure`` composes the two).
 
 The cuBLAS baseline is measured with the first batch and never counts against the budget.
 A shape's search also reads:
@@ -43,10 +45,10 @@ from tunetable.search import SearchPlan, SearchSettings, make_strategy
 from tunetable.search.base import Failure, Outcome
 from tunetable.search.learned import Profile
 from tunetable.search.perfmodel import predict_space
-from tunetable.search.transfer import interleave, seed_shapes, tuning_order
+from tunetable.search.transfer import interleave, seed_shapes
 
 if TYPE_CHECKING:
-    from tunetable.bench.runner import ShardJob, ShardRunner
+    from tunetable.bench.runner import MeasuringRunner, ShardJob
 
 Shape = tuple[int, int, int]
 Row = dict[str, Any]
@@ -173,8 +175,8 @@ class TableSearch:
         """The table's search settings."""
         return self.plan.settings
 
-    def run_shard(self, *, runner: ShardRunner, job: ShardJob) -> tuple[list[Row], dict[str, Any]]:
-        """Search one shard on a worker (cuda, cpu-test): each batch through ``runner.measure_tasks``."""
+    def run_shard(self, *, runner: MeasuringRunner, job: ShardJob) -> tuple[list[Row], dict[str, Any]]:
+        """Search one shard on a runner (cuda, cpu-test, replay): each batch through ``runner.measure_tasks``."""
         def measure_rows(tasks: Sequence[ConfigTask]) -> list[Row]:
             """Measure ``tasks`` on the worker; their shard rows."""
             runner.measure_tasks(job, tasks)
@@ -257,35 +259,3 @@ def recorded_compile_records(
         records.setdefault(str(key[4]), {"status": "build" if row.get("status") == "build" else "ok",
                                          "registers": row.get("registers"), "smem_bytes": row.get("smem_bytes")})
     return records
-
-
-def replay_search_table(*, params: Mapping[str, Any], table: Any, shapes: Sequence[Shape], key: str,
-                        recording_path: Path, provenance: Mapping[str, Any], results_root: Path, allow_missing: bool,
-                        settings: SearchSettings) -> dict[Path, list[Row]]:
-    """Replay backend: search every shape in tuning order over the recording's rows (all checked first)."""
-    from tunetable import paths
-    from tunetable.bench.replay import load_recording, replay_shapes
-    from tunetable.bench.session import grid_tasks
-    from tunetable.keys import kernel_source_hash
-    from tunetable.results import write_shard
-
-    kernel_hash = kernel_source_hash(table.kernel)
-    recording = load_recording(recording_path)
-    tasks = grid_tasks(params=params, table=table)
-    served = replay_shapes(recording=recording, recording_path=recording_path, table=table.name, shapes=shapes,
-                           tasks=tasks, kernel_hash=kernel_hash, content_key=key, allow_missing=allow_missing)
-    search = table_search(settings=settings, table=table.name,
-                          shard_dir=paths.raw_dir(table.name, key, root=results_root),
-                          compile_overrides=recorded_compile_records(recording, table=table.name))
-    written: dict[Path, list[Row]] = {}
-    for shape in tuning_order(shapes):
-        by_id = {str(row["config_id"]): row for row in served[shape]}
-        rows, search_provenance = search.search_shape(
-            shape=shape, tasks=tasks, measure_rows=lambda asked, by_id=by_id: [by_id[t.config_id] for t in asked])
-        path = paths.raw_shard(table.name, key, *shape, root=results_root)
-        write_shard(path, table=table.name, rows=rows, build_rows=[],
-                    provenance={"backend": "replay", "recording": str(recording_path), "content_key": key,
-                                "kernel_hash": kernel_hash, **{f"recording_{k}": v for k, v in provenance.items()},
-                                **search_provenance})
-        written[path] = rows
-    return written

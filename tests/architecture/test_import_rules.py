@@ -92,7 +92,6 @@ def test_the_runtime_never_imports_the_build() -> None:
     assert "tunetable.kernels.runtime.launch" in seen and "tunetable.kernels.jit" in seen
 
 
-@pytest.mark.xfail(strict=True, reason="bench/plan.py keys a budgeted search: moved out in the measurement-path step")
 def test_the_bench_never_imports_the_search() -> None:
     bench = [name for name in MODULES if name.startswith("tunetable.bench")]
     found = [f"{name}: line {line}: {target}" for name in bench for line, target in imports_of(MODULES[name])
