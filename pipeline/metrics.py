@@ -24,6 +24,8 @@ from typing import Any
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup
 
+# Shapes drawn as bar pairs; more are drawn as one point each in a fixed-size figure.
+PLOT_BARS = 120
 PLOT_COLUMNS = (
     "shape", "M", "N", "K", "config_id", "tuned_ms", "cublas_ms", "best_ms",
     "tuned_tflops", "cublas_tflops", "speedup_vs_cublas", "slowdown_vs_best",
@@ -219,13 +221,17 @@ def metrics_json(metrics: Mapping[str, Any]) -> str:
     return json.dumps(metrics, indent=2, sort_keys=False) + "\n"
 
 
-def plot_png(*, table: str, results: Sequence[ShapeResult]) -> bytes:
-    """A bar chart per shape: the table's TFLOP/s next to cuBLAS's (PNG bytes, no timestamp)."""
+def plot_png(*, table: str, results: Sequence[ShapeResult], bars: int = PLOT_BARS) -> bytes:
+    """The table against cuBLAS per shape (PNG bytes, no timestamp): a bar pair per shape up to ``bars``
+    shapes; beyond, one point per shape (speedup over cuBLAS against the shape's GFLOP) in a figure of
+    fixed size, so thousands of shapes never make an image 150,000 px wide (the CSV has every value)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
+    if len(results) > bars:
+        return _scatter_png(table=table, results=results, plt=plt)
     labels = [r.shape for r in results]
     tuned = [r.tflops(r.tuned_ms) or 0.0 for r in results]
     cublas = [r.tflops(r.cublas_ms) or 0.0 for r in results]
@@ -236,6 +242,27 @@ def plot_png(*, table: str, results: Sequence[ShapeResult]) -> bytes:
     ax.set_xticks(positions, labels, rotation=90, fontsize=6)
     ax.set_ylabel("TFLOP/s")
     ax.set_title(f"{table}: tuned table vs cuBLAS per shape")
+    ax.legend()
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _scatter_png(*, table: str, results: Sequence[ShapeResult], plt: Any) -> bytes:
+    """One point per measured shape: speedup over cuBLAS against GFLOP (log), a line at 1.0."""
+    points = [(2.0 * r.m * r.n * r.k / 1e9, r.cublas_ms / r.tuned_ms) for r in results
+              if r.tuned_ms and r.cublas_ms and r.tuned_ms > 0]
+    fig, ax = plt.subplots(figsize=(10.0, 5.0), dpi=100)
+    if points:
+        ax.scatter([x for x, _ in points], [y for _, y in points], s=6, alpha=0.5, label=f"{table} (tuned table)")
+    ax.axhline(1.0, color="black", linewidth=0.8, label="cuBLAS (same harness)")
+    ax.set_xscale("log")
+    ax.set_xlabel("GFLOP per GEMM (2 M N K)")
+    ax.set_ylabel("speedup vs cuBLAS (cuBLAS time / table time)")
+    ax.set_title(f"{table}: tuned table vs cuBLAS, {len(points)} of {len(results)} shapes measured "
+                 "(per shape: the plot CSV)")
     ax.legend()
     fig.tight_layout()
     buffer = io.BytesIO()

@@ -33,6 +33,9 @@ SEARCH_TYPES: dict[str, pl.DataType] = {
     "search": pl.Utf8(), "search_strategy": pl.Utf8(), "search_seed": pl.Int64(), "search_step": pl.Int64(),
     "search_max_fevals": pl.Int64(), "search_time_limit": pl.Float64(), "search_top_k": pl.Int64(),
 }
+# Bounds of the Markdown people read (the CSVs and the parquet hold every row).
+MARKDOWN_SHAPES = 100
+MARKDOWN_FAILURES = 200
 RANKED_FIXED = frozenset({*HEAD_COLUMNS, *MEASURE_COLUMNS, *PROVENANCE_COLUMNS, *SEARCH_FIELDS})
 
 
@@ -127,6 +130,43 @@ def markdown(*, frame: pl.DataFrame, title: str) -> str:
     return "\n".join([f"# {title}", "", header, rule, *body, ""])
 
 
+def ranked_markdown(*, frame: pl.DataFrame, name: str, csv_name: str, shapes: int = MARKDOWN_SHAPES) -> str:
+    """The ranked Markdown: every row up to ``shapes`` shapes; beyond, bounded (the CSV holds every row).
+
+    A table of thousands of shapes gets the winner of each of its first ``shapes`` shapes and, over
+    all shapes, each configuration's wins and geomean slowdown to the best: a few hundred lines
+    whatever the shape count, instead of one line per shape x configuration (80 MB at 5,500 shapes).
+    """
+    title = f"{name}: ranked configurations"
+    count = frame.select(SHAPE).unique().height
+    if count <= shapes:
+        return markdown(frame=frame, title=title)
+    winners = frame.filter(pl.col("rank") == 1)
+    summary = (
+        frame.group_by("config_id")
+        .agg((pl.col("rank") == 1).sum().alias("shapes_won"), pl.len().alias("shapes_ranked"),
+             pl.col("slowdown_vs_best").log().mean().exp().alias("geomean_slowdown_vs_best"))
+        .sort(["shapes_won", "geomean_slowdown_vs_best", "config_id"], descending=[True, False, False])
+    )
+    note = (f"{count} shapes, {frame.height} ranked rows: every row is in {csv_name} (and the parquet). "
+            f"Here the winner of each of the first {shapes} shapes, then every configuration over all {count}.")
+    first = markdown(frame=winners.head(shapes), title=f"{title} (winners of the first {shapes} of {count} shapes)")
+    return "\n".join([f"# {title}", "", note, "", first,
+                      markdown(frame=summary, title=f"{name}: configurations over all {count} shapes")])
+
+
+def failures_markdown(*, frame: pl.DataFrame, name: str, csv_name: str, rows: int = MARKDOWN_FAILURES) -> str:
+    """The failures as Markdown: counts per status, then the first ``rows`` (the CSV holds every one)."""
+    title = f"{name}: failed configurations"
+    if frame.height <= rows:
+        return markdown(frame=frame, title=title)
+    counts = frame.group_by("status").agg(pl.len().alias("configurations")).sort("status")
+    return "\n".join([
+        markdown(frame=counts, title=f"{title}: {frame.height} (every one is in {csv_name})"),
+        markdown(frame=frame.head(rows), title=f"{title}: the first {rows}"),
+    ])
+
+
 def failures_path(*, out: Path) -> Path:
     """``T.failures.csv`` beside the ranked parquet ``T.parquet``."""
     return out.with_name(f"{out.stem}.failures.csv")
@@ -137,12 +177,13 @@ def write_ranked(*, table: RankedTable, out: Path, name: str) -> list[Path]:
     buffer = io.BytesIO()
     table.ranked.write_parquet(buffer, statistics=False)
     human = table.ranked.select([c for c in table.ranked.columns if c not in (*PROVENANCE_COLUMNS, *SEARCH_FIELDS)])
-    failures_md = markdown(frame=table.failures.drop("error"), title=f"{name}: failed configurations")
+    failures_md = failures_markdown(frame=table.failures.drop("error"), name=name,
+                                    csv_name=failures_path(out=out).name)
     outputs = {
         out: buffer.getvalue(),
         out.with_suffix(".csv"): _csv(table.ranked),
-        out.with_suffix(".md"): (markdown(frame=human, title=f"{name}: ranked configurations") + "\n"
-                                 + failures_md).encode("utf-8"),
+        out.with_suffix(".md"): (ranked_markdown(frame=human, name=name, csv_name=out.with_suffix(".csv").name)
+                                 + "\n" + failures_md).encode("utf-8"),
         failures_path(out=out): _csv(table.failures),
     }
     for path, data in outputs.items():

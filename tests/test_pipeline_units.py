@@ -132,3 +132,20 @@ def test_dispatch_metrics_take_each_shape_from_the_table_its_entry_names() -> No
     csv = metrics.csv_text(rows, columns=metrics.DISPATCH_PLOT_COLUMNS).splitlines()
     assert csv[0].split(",")[4] == "table" and csv[1].split(",")[4] == "a"
     assert csv[1].split(",")[-2:] == ["2.0", "1.0"]  # speedup_vs_cublas = cuBLAS / tuned, slowdown_vs_best
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of a PNG, from its IHDR chunk."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_plot_of_thousands_of_shapes_keeps_a_fixed_size() -> None:
+    def result(index: int) -> metrics.ShapeResult:
+        return metrics.ShapeResult(m=1 + index % 64, n=4096 + 64 * (index // 64), k=4096, entry_index=0,
+                                   config_id="c0", tuned_ms=1.0, cublas_ms=1.0 + (index % 7) / 10, best_ms=1.0)
+
+    few = png_size(metrics.plot_png(table="t", results=[result(i) for i in range(55)]))
+    many = png_size(metrics.plot_png(table="t", results=[result(i) for i in range(5500)]))
+    assert few[0] > 1000  # a bar pair per shape: 55 shapes fit side by side
+    assert many == (1000, 500)  # 5,500 shapes: one point each in a 10 x 5 in figure at 100 dpi

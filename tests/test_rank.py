@@ -84,3 +84,21 @@ def test_rank_cli_many_shards(tmp_path):
     assert done.returncode == 0, done.stderr
     winners = pl.read_parquet(out).filter(pl.col("rank") == 1)
     assert winners["config_id"].to_list() == ["ca"] * 8 + ["ca"] + ["cb"] * 8  # M=9: 9.0 vs 9.0, tie -> ca
+
+
+def test_markdown_of_many_shapes_is_bounded_and_the_csv_keeps_every_row(tmp_path):
+    # 150 shapes x 3 configurations: the Markdown lists 100 winners and the 3 configurations' totals.
+    rows = [row(m=m, config=config, median=median) for m in range(1, 151)
+            for config, median in (("ca", 1.0 + (m % 2)), ("cb", 1.5), ("cc", 3.0))]
+    frame = resultset.combine(results=resultset.load_files(paths=[shard(tmp_path / "s.pkl", rows)]).results)
+    table = rank.rank_rows(rows=frame, parameters=GRID)
+    out = tmp_path / "ranked" / "gemm_mma.parquet"
+    rank.write_ranked(table=table, out=out, name="gemm_mma")
+    text = (tmp_path / "ranked" / "gemm_mma.md").read_text()
+    assert "150 shapes, 450 ranked rows: every row is in gemm_mma.csv" in text
+    assert "winners of the first 100 of 150 shapes" in text
+    summary = text.split("configurations over all 150 shapes")[1]
+    assert [line.split(" | ")[:3] for line in summary.splitlines() if line.startswith("| c")][1:] == [
+        ["| ca", "75", "150"], ["| cb", "75", "150"], ["| cc", "0", "150"]]  # a tie in wins: lower geomean slowdown
+    assert len(text.splitlines()) < 130
+    assert len(pl.read_csv(tmp_path / "ranked" / "gemm_mma.csv")) == 450
