@@ -47,8 +47,6 @@ from tunetable.atomic import atomic_write_text
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results")
 BIN = Path(sys.executable).parent
-M_VALUES = 11                     # M values per (N, K) pair in params.yaml: shards = tables x pairs x 11
-TABLES = 2
 TIMEOUT_S = 900
 TARGETS = {"dag_replay": 10.0, "dag_live": 10.0, "noop": 5.0, "grid": 10.0, "codegen": 2.0, "profile": 10.0}
 # --param overrides of gemm_mma (one group after the override, duplicates dropped): ~1 k, 10 k, 100 k.
@@ -160,14 +158,29 @@ def set_pairs(project: Path, pairs: list[list[int]]) -> None:
     params = project / "params.yaml"
     line = "      NK: [" + ", ".join(f"[{n}, {k}]" for n, k in pairs) + "]"
     text, count = re.subn(r"(?m)^      NK: .*$", line, params.read_text())
-    if count != TABLES:
-        raise SystemExit(f"error: params.yaml: expected {TABLES} 'NK:' lines, found {count}")
+    if count != len(m_counts(project)):
+        raise SystemExit(f"error: params.yaml: {count} 'NK:' lines for {len(m_counts(project))} tables")
     params.write_text(text)
 
 
-def pairs_for(shards: int) -> int:
-    """(N, K) pairs giving about ``shards`` shards over both tables."""
-    return max(1, round(shards / (TABLES * M_VALUES)))
+def m_counts(project: Path, *, backend: str = "replay") -> dict[str, int]:
+    """M values per table of the plan (replay: the tables whose recording is present)."""
+    from tunetable import smk_helpers as tt
+    from tunetable.params import load_params
+
+    here = Path.cwd()
+    os.chdir(project)  # the plan reads params.yaml's relative paths, as the Snakefile does
+    try:
+        params = load_params("params.yaml")
+        plan = tt.make_plan({**params, "bench": {**params["bench"], "backend": backend}})
+        return {spec.name: len(spec.m_values) for spec in plan.tables}
+    finally:
+        os.chdir(here)
+
+
+def pairs_for(project: Path, shards: int) -> int:
+    """(N, K) pairs giving about ``shards`` shards over the replayed tables."""
+    return max(1, round(shards / sum(m_counts(project).values())))
 
 
 def fill_shards(project: Path, *, progress: Progress, tables: tuple[str, ...] | None = None) -> int:
@@ -187,7 +200,7 @@ def fill_shards(project: Path, *, progress: Progress, tables: tuple[str, ...] | 
         specs = [spec for spec in plan.tables if tables is None or spec.name in tables]
         real: dict[tuple[str, int], Path] = {}
         for spec in specs:
-            committed = spec.shapes()[: 5 * M_VALUES]
+            committed = spec.shapes()[: 5 * len(spec.m_values)]
             shape_flags = [flag for m, n, k in committed for flag in ("--shape", f"{m},{n},{k}")]
             must(timed([sys.executable, "-m", "tunetable", "bench", "--table", spec.name, "--backend", "replay",
                         "--results-root", "results", *shape_flags], cwd=project), f"replaying {spec.name}")
@@ -222,13 +235,15 @@ def measure_dag(sizes: list[int], *, console: Console) -> dict[str, Any]:
         floor = Path(tmp) / "floor"
         floor.mkdir()
         for size in sizes:
-            pairs = pairs_for(size)
+            pairs = pairs_for(project, size)
             set_pairs(project, nk_pairs(pairs))
-            shards = pairs * M_VALUES * TABLES
-            for name, extra in (("dag_replay", []), ("dag_live", ["--config", "bench={backend: cuda}"])):
-                with console.status(f"{name}: snakemake -n at {shards} shards"):
-                    result = run_cpu([str(BIN / "snakemake"), "-n", "--quiet", *extra], cwd=project)
-                rows[name].append({"size": shards, "cpu_s": result.cpu_s, "wall_s": result.wall_s,
+            shards = pairs * sum(m_counts(project).values())
+            for name, backend in (("dag_replay", "replay"), ("dag_live", "cuda")):
+                count = pairs * sum(m_counts(project, backend=backend).values())
+                with console.status(f"{name}: snakemake -n at {count} shards"):
+                    result = run_cpu([str(BIN / "snakemake"), "-n", "--quiet", "--config",
+                                      f"bench={{backend: {backend}}}"], cwd=project)
+                rows[name].append({"size": count, "cpu_s": result.cpu_s, "wall_s": result.wall_s,
                                    "ok": result.returncode == 0})
             (floor / "Snakefile").write_text(
                 f'rule all:\n    input: [f"out/{{i}}.txt" for i in range({shards})]\n'
@@ -246,9 +261,9 @@ def measure_noop(sizes: list[int], *, console: Console, rounds: int) -> dict[str
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="tunetable-scale-") as tmp:
             project = copy_project(Path(tmp) / "repo")
-            pairs = pairs_for(size)
+            pairs = pairs_for(project, size)
             set_pairs(project, nk_pairs(pairs))
-            shards = pairs * M_VALUES * TABLES
+            shards = pairs * sum(m_counts(project).values())
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console) as progress:
                 fill_shards(project, progress=progress)
@@ -321,7 +336,7 @@ def measure_tables(sizes: list[int], *, console: Console) -> dict[str, Any]:
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="tunetable-scale-") as tmp:
             project = copy_project(Path(tmp) / "repo")
-            pairs = max(1, size // M_VALUES)
+            pairs = max(1, size // m_counts(project)["gemm_mma"])
             set_pairs(project, nk_pairs(pairs))
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console) as progress:
