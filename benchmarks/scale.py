@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results")
 BIN = Path(sys.executable).parent
 TIMEOUT_S = 900
+SETUP_TIMEOUT_S = 3 * 3600   # the first main job over 20 k fixture shards (rank of ~7 k shards per table, ...)
 TARGETS = {"dag_replay": 10.0, "dag_live": 10.0, "noop": 5.0, "grid": 10.0, "codegen": 2.0, "profile": 10.0}
 # --param overrides of gemm_mma (one group after the override, duplicates dropped): ~1 k, 10 k, 100 k.
 GRIDS = {
@@ -268,7 +269,8 @@ def measure_noop(sizes: list[int], *, console: Console, rounds: int) -> dict[str
                           console=console) as progress:
                 fill_shards(project, progress=progress)
             with console.status(f"no-op: the first main job over {shards} shards (rank, select, metrics, codegen)"):
-                first = must(run_cpu([str(BIN / "snakemake"), "--cores", "2"], cwd=project), "the first main job")
+                first = must(run_cpu([str(BIN / "snakemake"), "--cores", "2"], cwd=project, timeout=SETUP_TIMEOUT_S),
+                             "the first main job")
             samples = []
             for _ in range(rounds):
                 with console.status(f"no-op: snakemake --cores 2 at {shards} shards"):
