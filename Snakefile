@@ -11,13 +11,13 @@ from tunetable import smk_helpers as tt
 from tunetable.errors import TuneTableError
 
 try:
-    tt.check_params_file("params.yaml")  # one clear line for a malformed or invalid params.yaml
+    PARAMS = tt.check_params_file("params.yaml")  # one clear line for a malformed or invalid params.yaml
 except TuneTableError as exc:
     sys.exit(f"error: {exc}")
 
-
-configfile: "params.yaml"
-
+# Not `configfile:` (Snakemake would parse params.yaml again, with YTE on yaml.FullLoader): the
+# project's YAML loader read it above; --config values still win, as they do over a configfile.
+tt.merge_config(config, PARAMS, overrides=workflow.config_settings.overwrite_config)
 
 validate(config, str(tt.SCHEMA_PATH))
 

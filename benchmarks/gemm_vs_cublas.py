@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -43,6 +42,7 @@ from tunetable.compile import compile_configs, main_function, parse_ptxas  # noq
 from tunetable.config import KernelConfig  # noqa: E402
 from tunetable.grid import expand  # noqa: E402
 from tunetable.params import table_spec  # noqa: E402
+from tunetable.yamlio import load_yaml_file  # noqa: E402
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-lineinfo"]
 SETTINGS = {"l2_factor": 3, "warmup_ms": 25, "min_batch_ms": 0.5, "verify_rtol": 0.02, "seed": 0}
@@ -74,8 +74,8 @@ def explicit_config(*, family: str, text: str) -> KernelConfig:
 
 def table_configs(*, table: str, filters: list[str]) -> list[KernelConfig]:
     """Kept configurations of a params.yaml table, narrowed by NAME=VALUE filters."""
-    # yaml.safe_load without the schema check: the GPU image has no jsonschema (CI validates params.yaml).
-    kept = expand(table_spec(yaml.safe_load((REPO / "params.yaml").read_text()), table)).kept
+    # The YAML loader without the schema check: the GPU image has no jsonschema (CI validates params.yaml).
+    kept = expand(table_spec(load_yaml_file(REPO / "params.yaml"), table)).kept
     wanted = [f.split("=", 1) for f in filters]
     return [c for c in kept if all(str(c.as_dict().get(name)) == value for name, value in wanted)]
 

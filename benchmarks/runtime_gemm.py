@@ -33,7 +33,6 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -44,6 +43,7 @@ from tunetable.kernels.runtime import decide  # noqa: E402
 from tunetable.kernels.runtime.launch import runtime  # noqa: E402
 from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets  # noqa: E402
 from tunetable.keys import git_revision  # noqa: E402
+from tunetable.yamlio import load_yaml_file  # noqa: E402
 
 L2_FACTOR = 3
 WARMUP_MS = 25.0                  # the bench's defaults (params.yaml bench:)
@@ -62,7 +62,7 @@ OTHER_SHAPES = [
 
 def default_shapes() -> list[tuple[int, int, int]]:
     """params.yaml tables.gemm_mma.shapes (NK pairs outer, M inner)."""
-    shapes = yaml.safe_load((REPO / "params.yaml").read_text())["tables"]["gemm_mma"]["shapes"]
+    shapes = load_yaml_file(REPO / "params.yaml")["tables"]["gemm_mma"]["shapes"]
     return [(m, n, k) for n, k in shapes["NK"] for m in shapes["M"]]
 
 

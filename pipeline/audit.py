@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
 from tunetable import lineage
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup, ranges_from_text
+from tunetable.yamlio import load_yaml
 
 MISSING = object()
 
@@ -122,10 +121,7 @@ def _load_params_text(text: str | None, *, label: str) -> dict[str, Any]:
     """Parsed params.yaml text at a revision ({} when absent or not a mapping); malformed YAML is an error."""
     if text is None:
         return {}
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TuneTableError(f"malformed YAML at {label}: {getattr(exc, 'problem', exc)}", path="params.yaml") from None
+    data = load_yaml(text, path=f"params.yaml (at {label})")
     return data if isinstance(data, dict) else {}
 
 

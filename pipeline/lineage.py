@@ -35,12 +35,16 @@ def resolve_rev(*, root: Path, rev: str) -> str:
 
 def git_text(*, root: Path, rev: str | None, path: str | Path) -> str | None:
     """A git-tracked file's text at a revision (None when it did not exist there)."""
+    from tunetable.yamlio import decode_utf8, read_text
+
     if rev is None:
         file = root / path
-        return file.read_text() if file.is_file() else None
+        return read_text(file) if file.is_file() else None
     done = subprocess.run(["git", "show", f"{rev}:{Path(path).as_posix()}"], cwd=root,
-                          capture_output=True, text=True, check=False)
-    return done.stdout if done.returncode == 0 else None
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        return None
+    return decode_utf8(done.stdout, path=f"{path} (at {rev})").replace("\r\n", "\n")
 
 
 @dataclass

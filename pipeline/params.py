@@ -7,10 +7,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
+from tunetable.yamlio import load_yaml_file
 
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "params.schema.yaml"
 DEFAULT_PARAMS = Path("params.yaml")
@@ -64,7 +63,7 @@ def validate_params(data: Any, *, path: str | Path) -> None:
 
     if not isinstance(data, dict):
         raise TuneTableError("expected a YAML mapping at the top level", path=path)
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    schema = load_yaml_file(SCHEMA_PATH)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
@@ -73,17 +72,11 @@ def validate_params(data: Any, *, path: str | Path) -> None:
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
-    """Read and validate params.yaml (yaml.safe_load only)."""
+    """Read and validate params.yaml (tunetable.yamlio: safe, duplicate keys and alias bombs refused)."""
     source = Path(path)
     if not source.is_file():
         raise TuneTableError("no such file", path=source)
-    try:
-        data = yaml.safe_load(source.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TuneTableError(f"malformed YAML: {problem}", path=source, where=where) from None
+    data = load_yaml_file(source)
     validate_params(data, path=source)
     dispatch_specs(data, path=source)  # its tables must be declared ones
     return data

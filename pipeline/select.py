@@ -17,11 +17,11 @@ from functools import lru_cache
 from typing import Any
 
 import polars as pl
-import yaml
 
 from tunetable.manifest import Manifest, lookup, manifest_ranges
 from tunetable.rank import ranked_parameters
 from tunetable.results import BASELINE_ID
+from tunetable.yamlio import load_yaml
 
 INT32_MAX = 2147483647
 FIRST_M = 1
@@ -189,7 +189,7 @@ def split_defaults(*, entries: list[dict[str, Any]]) -> tuple[dict[str, Any], li
 
 
 def yaml_scalar(value: Any) -> str:
-    """One YAML scalar that yaml.safe_load reads back as exactly ``value``."""
+    """One YAML scalar that the YAML loader (tunetable.yamlio) reads back as exactly ``value``."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -204,7 +204,7 @@ def yaml_scalar(value: Any) -> str:
 @lru_cache(maxsize=4096)
 def _string_scalar(text: str) -> str:
     """A string plain when YAML reads it back as the same string (not a number, date, bool), else quoted."""
-    if PLAIN_STRING.match(text) and yaml.safe_load(text) == text:
+    if PLAIN_STRING.match(text) and load_yaml(text) == text:
         return text
     return json.dumps(text)
 

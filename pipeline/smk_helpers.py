@@ -28,6 +28,7 @@ a stamp under results/stamps/ as their output.
 
 from __future__ import annotations
 
+import copy
 import os
 import shlex
 import sys
@@ -94,9 +95,18 @@ class Plan:
         raise TuneTableError(f"table '{name}' is not part of this run{why}", path="params.yaml", where="tables")
 
 
-def check_params_file(path: str | Path) -> None:
-    """Load and validate params.yaml before Snakemake does, so a bad file fails with one clear line."""
-    load_params(path)
+def check_params_file(path: str | Path) -> dict[str, Any]:
+    """Load and validate params.yaml (tunetable.yamlio), so that a bad file fails with one clear line."""
+    return load_params(path)
+
+
+def merge_config(config: dict[str, Any], params: Mapping[str, Any], *, overrides: Mapping[str, Any] | None) -> None:
+    """Fill Snakemake's ``config`` from params.yaml, then re-apply ``--config`` values (as ``configfile:`` does)."""
+    from snakemake.utils import update_config
+
+    update_config(config, copy.deepcopy(dict(params)))
+    if overrides:
+        update_config(config, copy.deepcopy(dict(overrides)))
 
 
 def check_manifest_paths(specs: Sequence[TableSpec | DispatchSpec], *, path: str | Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "bench"
@@ -77,7 +78,7 @@ def kill9_when(process: subprocess.Popen[bytes], journal: Path, *, samples: int,
 
 def gemm_mma_only_params(folder: Path, *, search: dict[str, Any] | None) -> Path:
     """The project's gemm_mma table alone (same grid, kernel and recording) with ``search:``, as folder/params.yaml."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = load_yaml_file(REPO / "params.yaml")
     table = dict(params["tables"]["gemm_mma"])
     table.pop("search", None)
     if search is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDING = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
@@ -110,7 +111,7 @@ def make_project(dest: Path, *, remote: Path, params_edit=None) -> Path:
 def edit_params(root: Path, edit) -> None:
     """Apply ``edit(params_dict)`` to root/params.yaml (rewritten with yaml.safe_dump)."""
     path = root / "params.yaml"
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml_file(path)
     edit(data)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 
 from tunetable.kernels.families import FAMILIES
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ def test_table_vs_cublas_matches_the_recordings(tmp_path: Path) -> None:
     best = square.filter(pl.col("config_id") != "cublas")["median_ms"].min()
     assert result["best_at_square"]["gemm_wgmma 4096^3"]["ratio"] == pytest.approx(cublas / best)
     # The dispatch list's ratio per shape is the ratio of the table it names, at that table's selection.
-    dispatch = yaml.safe_load((REPO / "manifests" / "gemm_dispatch.yaml").read_text())["params"]
+    dispatch = load_yaml_file(REPO / "manifests" / "gemm_dispatch.yaml")["params"]
     per_shape = result["per_shape"]
     for label, ratio in per_shape["gemm_dispatch"].items():
         m, n, k = map(int, label.split("x"))

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from pipeline_repo import error_line
 from result_rows import row, shard
 
 from tunetable.params import load_params
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 DECLARED = ", ".join(sorted(load_params(REPO / "params.yaml")["tables"]))
@@ -101,7 +101,7 @@ def test_select_without_params_flag_or_file_keeps_builtin_defaults(tmp_path: Pat
     out = work / "manifest.yaml"
     result = _run("select", "--table", "gemm_mma", "--ranked", str(ranked), "--out", str(out), cwd=work)
     assert result.returncode == 0, result.stderr
-    entries = yaml.safe_load(out.read_text())["params"]
+    entries = load_yaml_file(out)["params"]
     assert [(e["M"], e["KERNEL"], e["CONFIG_ID"]) for e in entries] == [(1, "gemm_mma", "cb")]
 
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tunetable.cli import main
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "codegen"
@@ -105,7 +106,7 @@ def write_params(root: Path, tables: dict[str, dict[str, object]]) -> Path:
 
     Their family is an ad-hoc one (no folder under kernels/families/), so they bring their own snippet.
     """
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = load_yaml_file(REPO / "params.yaml")
     template = {**params["tables"]["gemm_mma"], "family": "codegen_fixture", "kernel": "fixture.cu"}
     params["tables"] = {name: {**template, "codegen": section} for name, section in tables.items()}
     params.pop("dispatch", None)  # it names the repo's tables

@@ -23,6 +23,7 @@ from tunetable import rank, select
 from tunetable.codegen import validate_manifest
 from tunetable.manifest import Manifest, lookup, manifest_ranges
 from tunetable.errors import TuneTableError
+from tunetable.yamlio import load_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SESSION_A = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
@@ -44,7 +45,7 @@ def ranked_rows(path: Path, keep: pl.Expr) -> pl.DataFrame:
 
 def table_results(name: str, ranked: pl.DataFrame) -> select.TableResults:
     """A table as `tunetable select` would leave it: its manifest (selected from ``ranked``) and the rows."""
-    manifest = validate_manifest(yaml.safe_load(select.build_manifest(table=name, kernel="gemm_mma", ranked=ranked)),
+    manifest = validate_manifest(load_yaml(select.build_manifest(table=name, kernel="gemm_mma", ranked=ranked)),
                                  path=f"{name}.yaml")
     return select.TableResults(name=name, entries=tuple(manifest.params), provenance=dict(manifest.provenance or {}),
                                ranked=ranked)
@@ -67,7 +68,7 @@ def speedups_by_join(results: select.TableResults) -> dict[tuple[int, int, int],
 
 
 def entries_of(text: str) -> list[dict]:
-    return validate_manifest(yaml.safe_load(text), path="dispatch.yaml").params
+    return validate_manifest(load_yaml(text), path="dispatch.yaml").params
 
 
 def entry_at(entries, *, m: int, n: int, k: int) -> dict | None:
@@ -151,7 +152,7 @@ def test_manifest_is_byte_stable_and_independent_of_row_order(two_sessions) -> N
 
 def test_provenance_names_both_measurements(two_sessions) -> None:
     narrow, wide = two_sessions
-    data = yaml.safe_load(select.build_dispatch_manifest(name="gemm_dispatch", tables=[narrow, wide]))
+    data = load_yaml(select.build_dispatch_manifest(name="gemm_dispatch", tables=[narrow, wide]))
     provenance = data["provenance"]
     assert provenance["table"] == "gemm_dispatch" and provenance["tables"] == "narrow,wide"
     assert (provenance["device"], provenance["date"]) == ("NVIDIA H200", "2026-11-30")

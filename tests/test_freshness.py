@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
-PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
+PARAMS = load_yaml_file(REPO / "params.yaml")
 DECLARED = list(PARAMS["tables"])
 DISPATCH_LISTS = list(PARAMS.get("dispatch") or {})
 

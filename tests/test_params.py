@@ -9,6 +9,7 @@ import yaml
 
 from tunetable.errors import TuneTableError
 from tunetable.params import load_params, table_spec, table_specs
+from tunetable.yamlio import load_yaml_file
 
 
 def _write(tmp_path: Path, data: object) -> Path:
@@ -34,7 +35,7 @@ def test_unknown_table_lists_declared(repo_root: Path) -> None:
 
 
 def test_bad_value_names_the_key(repo_root: Path, tmp_path: Path) -> None:
-    data = yaml.safe_load((repo_root / "params.yaml").read_text())
+    data = load_yaml_file(repo_root / "params.yaml")
     data["tables"]["gemm_mma"]["shapes"]["M"][2] = -5
     path = _write(tmp_path, data)
     with pytest.raises(TuneTableError) as info:
@@ -45,7 +46,7 @@ def test_bad_value_names_the_key(repo_root: Path, tmp_path: Path) -> None:
 
 
 def test_unknown_top_level_key(repo_root: Path, tmp_path: Path) -> None:
-    data = yaml.safe_load((repo_root / "params.yaml").read_text())
+    data = load_yaml_file(repo_root / "params.yaml")
     data["benchh"] = {}
     with pytest.raises(TuneTableError, match="benchh"):
         load_params(_write(tmp_path, data))

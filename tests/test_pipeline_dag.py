@@ -18,6 +18,7 @@ from pipeline_repo import (
     snakemake,
     tunetable,
 )
+from tunetable.yamlio import load_yaml_file
 
 TABLE = "gemm_mma"
 LIVE = ("--config", "bench={backend: cuda}")  # a live plan needs no recording and no GPU to dry-run
@@ -42,9 +43,8 @@ def one_error_line(output: str) -> str:
 
 
 def declared() -> dict:
-    import yaml
 
-    return yaml.safe_load((REPO / "params.yaml").read_text())["tables"]
+    return load_yaml_file(REPO / "params.yaml")["tables"]
 
 
 def shapes_count(table: str = TABLE) -> int:
@@ -161,9 +161,8 @@ def test_unknown_table_fails_with_one_line(copy: Path, args: tuple[str, ...]) ->
     assert done.returncode == 2
     known = ", ".join(sorted(declared()))
     if args[0] == "trace":  # trace also takes dispatch lists, so its line names them too
-        import yaml
 
-        lists = ", ".join(sorted(yaml.safe_load((REPO / "params.yaml").read_text()).get("dispatch") or {})) or "none"
+        lists = ", ".join(sorted(load_yaml_file(REPO / "params.yaml").get("dispatch") or {})) or "none"
         assert one_error_line(done.output) == (f"error: params.yaml: unknown table or dispatch list 'nosuch' "
                                                f"(declared tables: {known}; dispatch lists: {lists})")
     else:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tunetable import audit, gpu_claim, manifest, metrics, trace
 from tunetable.errors import TuneTableError
 from tunetable.params import load_params, table_spec
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ def test_generated_entries_match_the_manifest() -> None:
     text = (REPO / spec.codegen.target).read_text()
     entries = trace.generated_entries(text, begin_marker=spec.codegen.begin_marker,
                                       end_marker=spec.codegen.end_marker, path=spec.codegen.target)
-    manifest = yaml.safe_load((REPO / spec.codegen.manifest).read_text())["params"]
+    manifest = load_yaml_file(REPO / spec.codegen.manifest)["params"]
     assert [e.index for e in entries] == list(range(len(manifest)))
     lines = text.splitlines()
     for entry, values in zip(entries, manifest):

@@ -13,12 +13,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from pipeline_repo import (
     NO_RECORDING, RECORDING, REPO, dvc, edit_params, git, job_counts, make_project, rewritten, shard_times, small_table,
     snakemake, tunetable,
 )
+from tunetable.yamlio import load_yaml, load_yaml_file
 
 pytestmark = [
     pytest.mark.slow,
@@ -30,7 +30,7 @@ TABLE = "gemm_mma"
 
 def manifest_entries(root: Path) -> list[dict]:
     """The manifest's entries, merged with their defaults."""
-    return yaml.safe_load((root / "manifests" / f"{TABLE}.yaml").read_text())["params"]
+    return load_yaml_file(root / "manifests" / f"{TABLE}.yaml")["params"]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_repro_writes_every_artefact(project: Path) -> None:
-    metrics = yaml.safe_load((project / "results" / "metrics" / f"{TABLE}.json").read_text())
+    metrics = load_yaml_file(project / "results" / "metrics" / f"{TABLE}.json")
     assert metrics["shapes"] == 3
     assert metrics["entries"] == len(manifest_entries(project))
     assert metrics["content_key"] in {p.name for p in (project / "results" / "raw" / TABLE).iterdir()}
@@ -108,7 +108,7 @@ def test_params_change_changes_table_and_audit_explains_it(project: Path) -> Non
     params_diff = dvc("params", "diff", cwd=project).output
     assert "grid.rules" in params_diff
     # The old shards must come from DVC (cache, then remote), not the workspace.
-    old_key = yaml.safe_load(git("show", f"HEAD:results/metrics/{TABLE}.json", cwd=project).output)["content_key"]
+    old_key = load_yaml(git("show", f"HEAD:results/metrics/{TABLE}.json", cwd=project).output)["content_key"]
     assert not (project / "results" / "raw" / TABLE / old_key).exists()  # the old key was parked, outside DVC's out
     shutil.rmtree(project / "results" / "parked" / TABLE / old_key)
     shutil.rmtree(project / ".dvc" / "cache")
@@ -125,7 +125,7 @@ def test_trace_follows_an_entry_to_its_shards(project: Path) -> None:
     entries = manifest_entries(project)
     out = tunetable("trace", TABLE, "0", cwd=project).output
     assert entries[0]["CONFIG_ID"] in out
-    metrics = yaml.safe_load((project / "results" / "metrics" / f"{TABLE}.json").read_text())
+    metrics = load_yaml_file(project / "results" / "metrics" / f"{TABLE}.json")
     assert metrics["content_key"] in out
     device = json.loads(RECORDING.with_suffix(".json").read_text())["device"]
     assert device in out
@@ -143,7 +143,7 @@ def test_fresh_clone_main_job_reproduces_checked_in_table(tmp_path: Path) -> Non
     assert "REPLAYING the committed recording" in run.output
     counts = job_counts(run.output)
     assert "compile" not in counts and "grid" not in counts  # replay never compiles
-    shapes = yaml.safe_load((clone / "params.yaml").read_text())["tables"][TABLE]["shapes"]
+    shapes = load_yaml_file(clone / "params.yaml")["tables"][TABLE]["shapes"]
     assert (len([path for path in shard_times(clone) if f"/raw/{TABLE}/" in path])
             == len(shapes["M"]) * len(shapes["NK"]))
     diff = git("status", "--porcelain", "--", "manifests", "kernels", "results/metrics", cwd=clone).output

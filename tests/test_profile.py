@@ -8,12 +8,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 from result_rows import kbench_pickle, row, shard
 
 from tunetable import profile as views
 from tunetable import resultset
 from tunetable.errors import TuneTableError
+from tunetable.yamlio import load_yaml_file
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_cli_default_head_tail_invalid_and_output(tmp_path, result):
     assert f"Invalid pkl [{bad}]" in done.stdout
     assert "num invalid pkls: 1 out of num-files: 2" in done.stdout
     assert "M=1/N=4096/K=4096" in done.stdout and "best 1" in done.stdout and "worst 1" in done.stdout
-    written = yaml.safe_load((out_dir / "sel.yaml").read_text())
+    written = load_yaml_file(out_dir / "sel.yaml")
     assert [(e["M"], e["BLOCK_M"]) for e in written["params"]] == [(1, 64), (8, 128)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pkl", "out", "r.pkl"]
 
@@ -168,7 +168,7 @@ def test_cli_merge_and_query(tmp_path):
     out = tmp_path / "o" / "merged.yaml"
     done = profile(tmp_path, str(a), str(b), "--merge", "--query", "M > 32", "-o", str(out))
     assert done.returncode == 0, done.stderr
-    assert [(e["M"], e["X"]) for e in yaml.safe_load(out.read_text())["params"]] == [(64, 3), (512, 2)]
+    assert [(e["M"], e["X"]) for e in load_yaml_file(out)["params"]] == [(64, 3), (512, 2)]
     empty = profile(tmp_path, str(a), str(b), "--merge", "--query", "M > 100000")
     assert empty.returncode == 2 and "matched no entry" in empty.stderr
 
@@ -180,7 +180,7 @@ def test_cli_on_kbench_pickle_top_and_output(tmp_path):
     done = profile(tmp_path, str(path), "-m", "met", "-t", "0.5", "-o", str(tmp_path / "o" / "top"))
     assert done.returncode == 0, done.stderr
     # the best half: 1.0 (BM=128, BN=32) and 2.0 (BM=128, BN=64): BM 128; BN tie 32/64 -> smallest, 32
-    written = yaml.safe_load((tmp_path / "o" / "top.yaml").read_text())
+    written = load_yaml_file(tmp_path / "o" / "top.yaml")
     assert written["params"] == [{"name": "bench", "BM": 128, "BN": 32, "M": 8, "N": 16}]
     assert "(lower is better)" in done.stdout
 

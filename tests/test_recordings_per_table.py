@@ -18,6 +18,7 @@ from tunetable.bench.plan import recording_path
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.params import dispatch_specs, load_params, table_spec
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 MMA_RECORDING = "data/recordings/h200_gemm_mma.parquet"
@@ -148,18 +149,18 @@ def _write(tmp_path: Path, data: dict) -> Path:
 
 
 def test_schema_wants_the_recording_in_the_table(tmp_path: Path) -> None:
-    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data = load_yaml_file(REPO / "params.yaml")
     data["bench"]["recording"] = MMA_RECORDING  # the old place
     with pytest.raises(TuneTableError, match=r"bench: Additional properties are not allowed \('recording'"):
         load_params(_write(tmp_path, data))
-    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data = load_yaml_file(REPO / "params.yaml")
     data["tables"]["gemm_mma"]["recording"] = "data/recordings/h200_gemm_mma.json"
     with pytest.raises(TuneTableError, match=r"tables.gemm_mma.recording: .*does not match"):
         load_params(_write(tmp_path, data))
 
 
 def test_dispatch_lists_name_declared_tables_only(tmp_path: Path) -> None:
-    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data = load_yaml_file(REPO / "params.yaml")
     assert [(s.name, s.tables, s.tie_tolerance) for s in dispatch_specs(data)] == [
         ("gemm_dispatch", tuple(data["tables"]), 0.0)]  # every declared table is a candidate
     data["dispatch"]["gemm_dispatch"]["tables"][1] = "gemm_nope"
@@ -167,7 +168,7 @@ def test_dispatch_lists_name_declared_tables_only(tmp_path: Path) -> None:
         load_params(_write(tmp_path, data))
     assert str(info.value).endswith("dispatch.gemm_dispatch.tables[1]: unknown table 'gemm_nope' "
                                     f"(declared: {', '.join(data['tables'])})")
-    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data = load_yaml_file(REPO / "params.yaml")
     data["dispatch"]["gemm_mma"] = data["dispatch"].pop("gemm_dispatch")
     with pytest.raises(TuneTableError, match="dispatch.gemm_mma: a dispatch list cannot share its name with a table"):
         load_params(_write(tmp_path, data))

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from bench_support import gemm_mma_only_params
 from tunetable.kernels.families import FAMILIES
@@ -18,6 +17,7 @@ from tunetable.grid import DeviceLimits, expand
 from tunetable.keys import kernel_source_hash
 from tunetable.params import load_params, table_spec
 from tunetable.results import ROW_FIELDS, SEARCH_FIELDS, read_shard
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDING = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
@@ -85,7 +85,7 @@ def test_bench_runs_the_tables_search_per_shape_and_records_it(tmp_path: Path) -
     done = tunetable("select", "--table", "gemm_mma", "--ranked", str(ranked), "--out", str(manifest),
                      "--params", str(params))
     assert done.returncode == 0, done.stderr
-    entries = yaml.safe_load(manifest.read_text())["params"]
+    entries = load_yaml_file(manifest)["params"]
     assert {e["N"] for e in entries} == {4096} and entries[0]["M"] == 1
 
     # The same settings again give the same shards (a deterministic search over the same recording).

@@ -14,6 +14,7 @@ from tunetable.search.evolutionary import GeneticAlgorithm
 from tunetable.search.exhaustive import Exhaustive
 from tunetable.search.model import BayesianOptimisation
 from tunetable.search.random_sample import RandomSample
+from tunetable.yamlio import load_yaml_file
 
 STRATEGIES = [Exhaustive(), RandomSample(), BayesianOptimisation(), GeneticAlgorithm()]
 
@@ -177,9 +178,8 @@ def test_settings_label_and_validation() -> None:
 
 
 def test_every_schema_strategy_has_an_implementation(repo_root) -> None:
-    import yaml
 
-    schema = yaml.safe_load((repo_root / "pipeline/schemas/params.schema.yaml").read_text())
+    schema = load_yaml_file(repo_root / "pipeline/schemas/params.schema.yaml")
     search = schema["properties"]["tables"]["additionalProperties"]["properties"]["search"]["properties"]
     for name in search["strategy"]["enum"]:
         assert make_strategy({"strategy": name}).strategy.name == name

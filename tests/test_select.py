@@ -8,10 +8,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 from result_rows import GRID, row, shard
 
 from tunetable import rank, resultset, select
+from tunetable.yamlio import load_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 MAX = 2147483647
@@ -118,7 +118,7 @@ def test_equal_medians_break_by_config_id():
 def test_manifest_text(tmp_path):
     text = select.build_manifest(table="gemm_mma", kernel="gemm_mma", ranked=ranked_from(tmp_path))
     assert text.endswith(EXPECTED_BODY)
-    provenance = yaml.safe_load(text)["provenance"]
+    provenance = load_yaml(text)["provenance"]
     assert {k: v for k, v in provenance.items() if k != "data_hash"} == {
         "table": "gemm_mma", "results_key": "live0001", "kernel_hash": "kh00112233445566", "device": "NVIDIA H200",
         "driver": "580.95.05", "backend": "cuda", "date": "2026-11-29", "git_rev": "0123abcd4567"}
@@ -140,7 +140,7 @@ def test_only_ok_rows_are_eligible(tmp_path):
 
 
 def test_manifest_round_trips_through_safe_load(tmp_path):
-    data = yaml.safe_load(select.build_manifest(table="gemm_mma", kernel="gemm_mma", ranked=ranked_from(tmp_path)))
+    data = load_yaml(select.build_manifest(table="gemm_mma", kernel="gemm_mma", ranked=ranked_from(tmp_path)))
     assert data["params"][2] == {"BLOCK_K": 64, "WARPS_N": 4, "WARPS_K": 1, "KERNEL": "gemm_mma", "M": 1, "M_END": MAX,
                                  "N": 14336, "K": 4096, "BLOCK_M": 64, "BLOCK_N": 128, "WARPS_M": 2, "STAGES": 3,
                                  "SPLIT_K": 1, "GROUP_M": 8, "CONFIG_ID": "cb"}
@@ -161,7 +161,7 @@ def test_data_hash_follows_the_measurements(tmp_path):
 
 def test_yaml_scalars_round_trip():
     for value in ["plain", "NVIDIA H200", "2026-11-29", "0123", "true", "null", "a: b", "1e5", 7, 2.5, True, None]:
-        assert yaml.safe_load(f"k: {select.yaml_scalar(value)}")["k"] == value
+        assert load_yaml(f"k: {select.yaml_scalar(value)}")["k"] == value
 
 
 def run_select(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

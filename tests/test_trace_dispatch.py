@@ -13,7 +13,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 from pipeline_repo import (
     REPO,
     edit_params,
@@ -28,6 +27,7 @@ from tunetable.codegen import marker_line
 from tunetable.errors import TuneTableError
 from tunetable.manifest import load_ranges, lookup
 from tunetable.params import dispatch_spec, load_params, table_specs
+from tunetable.yamlio import load_yaml_file
 
 DISPATCH = "gemm_dispatch"
 TARGET = "kernels/tuning_configs.py"
@@ -91,7 +91,7 @@ def check_against_recordings(root: Path, results: list[trace.DispatchTrace], *, 
     params = load_params(root / "params.yaml")
     specs = {s.name: s for s in table_specs(params)}
     selected = {name: load_ranges(root / s.codegen.manifest)[1] for name, s in specs.items()}
-    listed = yaml.safe_load((root / "manifests" / f"{DISPATCH}.yaml").read_text())
+    listed = load_yaml_file(root / "manifests" / f"{DISPATCH}.yaml")
     assert [r.entry.index for r in results] == list(range(len(listed["params"])))
     for result, raw in zip(results, listed["params"]):
         assert (result.table, result.config_id) == (raw["TABLE"], raw["CONFIG_ID"])
@@ -142,7 +142,7 @@ def test_trace_by_line_in_the_dispatch_region(copy: Path) -> None:
     assert trace.entry_at_line(root=copy, specs=specs, file=TARGET, line=line) == (DISPATCH, 2)
     out = tunetable("trace", f"{TARGET}:{line}", cwd=copy).output
     assert out.splitlines()[0].startswith(f"{DISPATCH}[2] {TARGET}:")
-    raw = yaml.safe_load((copy / "manifests" / f"{DISPATCH}.yaml").read_text())["params"][2]
+    raw = load_yaml_file(copy / "manifests" / f"{DISPATCH}.yaml")["params"][2]
     n, k, chosen = raw["N"], raw["K"], raw["TABLE"]
     assert f"M [{raw['M']}, {raw['M_END']}) N={n} K={k} -> table {chosen}, config {raw['CONFIG_ID']}" in out
     ms = sorted({m for spec in specs[:-1] for m in spec.m_values if raw["M"] <= m < raw["M_END"]})
@@ -209,7 +209,7 @@ def test_another_measurement_is_named_as_such(tmp_path: Path) -> None:
     mma = results[0].sources[0]
     assert (mma.table, mma.kind, mma.path) == ("gemm_mma", "recording", RERUN)
     assert mma.data_hash != provenance["gemm_mma_data_hash"]
-    listed = yaml.safe_load((root / "manifests" / f"{DISPATCH}.yaml").read_text())["params"]
+    listed = load_yaml_file(root / "manifests" / f"{DISPATCH}.yaml")["params"]
     unmeasured = 0
     for result, raw in zip(results, listed):
         for decision in result.decisions:
@@ -239,7 +239,7 @@ def test_replayed_project_reads_ranked_tables_then_raw_shards(replayed: Path) ->
     assert [[c.measured for d in r.decisions for c in d.candidates] for r in raw] == [
         [c.measured for d in r.decisions for c in d.candidates] for r in ranked]
     for source in raw[0].sources:
-        key = yaml.safe_load((replayed / "results" / "metrics" / f"{source.table}.json").read_text())["content_key"]
+        key = load_yaml_file(replayed / "results" / "metrics" / f"{source.table}.json")["content_key"]
         assert source.path == f"results/raw/{source.table}/{key}/"
 
 

@@ -8,13 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import yaml
 import pytest
 
 from tunetable.kernels.families import FAMILIES
 from tunetable.config import KernelConfig
 from tunetable.grid import expand
 from tunetable.params import table_spec
+from tunetable.yamlio import load_yaml_file
 
 pytestmark = pytest.mark.gpu
 
@@ -41,8 +41,8 @@ SHAPES = [
 
 def default_configs() -> list[KernelConfig]:
     """The kept configurations of the default gemm_mma grid in params.yaml."""
-    # yaml.safe_load without the schema check: the GPU image has no jsonschema, and CI validates params.yaml.
-    spec = table_spec(yaml.safe_load((REPO / "params.yaml").read_text()), "gemm_mma")
+    # The YAML loader without the schema check: the GPU image has no jsonschema, and CI validates params.yaml.
+    spec = table_spec(load_yaml_file(REPO / "params.yaml"), "gemm_mma")
     return list(expand(spec).kept)
 
 

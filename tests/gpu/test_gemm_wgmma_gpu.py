@@ -15,7 +15,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task
 from tunetable.bench.runner import ShardJob, run_shards
@@ -25,6 +24,7 @@ from tunetable.grid import DeviceLimits, expand
 from tunetable.kernels.families import FAMILIES
 from tunetable.keys import kernel_source_hash
 from tunetable.params import table_spec
+from tunetable.yamlio import load_yaml_file
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -42,8 +42,8 @@ SETTINGS = BenchSettings(warmup_ms=0.0, rounds=1, min_batch_ms=0.05, l2_factor=1
 
 
 def params() -> dict:
-    # yaml.safe_load without the schema check: the GPU image may lack jsonschema (CI validates params.yaml).
-    return yaml.safe_load((REPO / "params.yaml").read_text())
+    # The YAML loader without the schema check: the GPU image may lack jsonschema (CI validates params.yaml).
+    return load_yaml_file(REPO / "params.yaml")
 
 
 @pytest.fixture(scope="module", params=TMA_TABLES)

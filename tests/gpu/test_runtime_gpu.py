@@ -13,7 +13,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytestmark = pytest.mark.gpu
 
@@ -25,6 +24,7 @@ from tunetable.kernels.autotune import autotune, close_to  # noqa: E402
 from tunetable.kernels.families import FAMILIES  # noqa: E402
 from tunetable.kernels.runtime.decide import FallbackWarning  # noqa: E402
 from tunetable.kernels.runtime.launch import runtime  # noqa: E402
+from tunetable.yamlio import load_yaml_file  # noqa: E402
 
 DEFAULT_TUNABLES = dataclasses.asdict(FAMILIES["gemm_mma"].default_tunables)
 SKINNY_TUNABLES = dataclasses.asdict(FAMILIES["gemm_mma"].skinny_tunables)
@@ -35,7 +35,7 @@ REL_TOL = 1e-2  # bf16 output, fp32 accumulation
 
 def default_shapes() -> list[tuple[int, int, int]]:
     """params.yaml tables.gemm_mma.shapes: every (N, K) pair crossed with every M."""
-    shapes = yaml.safe_load((REPO / "params.yaml").read_text())["tables"]["gemm_mma"]["shapes"]
+    shapes = load_yaml_file(REPO / "params.yaml")["tables"]["gemm_mma"]["shapes"]
     return [(m, n, k) for n, k in shapes["NK"] for m in shapes["M"]]
 
 
