@@ -35,6 +35,13 @@ try:
 except TuneTableError as exc:
     sys.exit(f"error: {exc}")
 
+# After a killed run (SIGKILL included): its stale Snakemake locks go (when no other run holds this
+# copy), incomplete outputs re-run (profiles/default: rerun-incomplete), and a metrics stamp whose
+# checked-in files are missing or changed is dropped so that they are made again.
+for _lock in tt.release_stale_locks():
+    print(f"tunetable: removed {_lock}, left by a run that was killed (no other run holds this copy)", file=sys.stderr)
+tt.drop_stale_stamps(PLAN)
+
 wildcard_constraints:
     **tt.wildcard_constraints(PLAN),
 

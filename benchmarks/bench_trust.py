@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 import pandas as pd  # noqa: E402
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
-from tunetable.results import read_shard  # noqa: E402
+from tunetable.results import read_result_file  # noqa: E402
 
 RESULT = REPO / "benchmarks" / "results" / "bench_trust.json"
 TIE = 0.01
@@ -32,7 +32,7 @@ GFLOP = 1e9
 
 def load_rows(path: Path) -> pd.DataFrame:
     """Rows of a recording (.parquet) or of a shard (.pkl)."""
-    frame = pd.read_parquet(path) if path.suffix == ".parquet" else read_shard(path)["merged_df"]
+    frame = pd.read_parquet(path) if path.suffix == ".parquet" else read_result_file(path)["merged_df"]
     return frame[(frame["kind"] == "kernel") & (frame["status"] == "ok")]
 
 

@@ -139,11 +139,14 @@ def current_keys(*, root: Path, params: Mapping[str, Any], tables: Sequence[str]
 
 
 def holds_live_measurements(path: Path) -> bool:
-    """True unless the folder provably holds replayed shards only (journals exist only for live runs)."""
-    from tunetable.results import read_shard
+    """True unless the folder provably holds replayed shards only (only live runs journal measurements;
+    a replayed shard's journal holds its checksum record alone)."""
+    from tunetable.results import CHECKSUM_RECORD, read_shard
 
-    if any(journal.stat().st_size for journal in path.glob("*.journal.jsonl")):
-        return True
+    for journal in path.glob("*.journal.jsonl"):
+        lines = journal.read_bytes().splitlines()
+        if any(f'"type": "{CHECKSUM_RECORD}"'.encode() not in line for line in lines if line.strip()):
+            return True
     for shard in sorted(path.glob("*.pkl")):
         try:
             frame = read_shard(shard)["merged_df"]

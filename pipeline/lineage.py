@@ -7,7 +7,6 @@ when the cache lacks them (DVCFileSystem fetches on demand).
 
 from __future__ import annotations
 
-import pickle
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,15 +87,13 @@ class DataReader:
             return []
 
 
-def shard_payload(data: bytes, *, path: str | Path) -> dict[str, Any]:
-    """A raw shard read from bytes (same checks as tunetable.results.read_shard)."""
-    try:
-        payload = pickle.loads(data)  # noqa: S301 - our own result files only
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError) as exc:
-        raise TuneTableError(f"Invalid pkl [{path}]: {exc.__class__.__name__}", path=path) from None
-    if not isinstance(payload, dict) or "merged_df" not in payload:
-        raise TuneTableError(f"Invalid pkl [{path}]: no merged_df", path=path)
-    return payload
+def shard_payload(data: bytes, *, path: str | Path, journal: bytes | None) -> dict[str, Any]:
+    """A raw shard read from bytes at a revision: checksum verified against its journal, restricted unpickler."""
+    from tunetable.results import payload_from_bytes, verify_shard
+
+    text = None if journal is None else journal.decode("utf-8", errors="replace")
+    verify_shard(data, path=path, journal_text=text)
+    return payload_from_bytes(data, path=path)
 
 
 def metrics_at(*, root: Path, rev: str | None, table: str) -> dict[str, Any]:
@@ -165,7 +162,9 @@ def shard_view(*, reader: DataReader, table: str, key: str, m: int, n: int, k: i
     data = reader.read_bytes(path)
     if data is None:
         return ShardView(path=str(path), content_key=key, found=False)
-    payload = shard_payload(data, path=path)
+    from tunetable.results import journal_of
+
+    payload = shard_payload(data, path=path, journal=reader.read_bytes(journal_of(path)))
     frame = payload["merged_df"]
     ok = frame[frame["status"] == "ok"] if "status" in frame.columns else frame
     kind = ok["kind"] if "kind" in ok.columns else None

@@ -16,7 +16,8 @@ from typing import Any, Callable
 import polars as pl
 
 from tunetable.errors import TuneTableError
-from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, read_shard
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, read_result_file
+from tunetable.safe_pickle import RefusedFile
 
 SPEC_KEY = re.compile(r"/(\$?[A-Za-z_][A-Za-z0-9_]*)=")
 # Columns that are never parameters of a configuration.
@@ -251,13 +252,19 @@ def from_frame(*, frame: pl.DataFrame, path: str, name: str, provenance: dict[st
 
 
 def load_file(*, path: str | Path) -> LoadedResult:
-    """Read one shard or kbench pickle; any problem raises TuneTableError naming the file."""
-    payload = read_shard(path)
+    """Read one shard (checksum verified) or kbench pickle (restricted unpickler); any problem raises
+    TuneTableError naming the file."""
+    payload = read_result_file(path)
     return from_payload(payload=payload, path=str(path))
 
 
-def load_files(*, paths: list[str | Path], on_file: Callable[[str], None] | None = None) -> LoadReport:
-    """Read every file (``on_file`` called after each); unreadable ones are collected; all invalid is an error."""
+def load_files(*, paths: list[str | Path], on_file: Callable[[str], None] | None = None,
+               strict: bool = False) -> LoadReport:
+    """Read every file (``on_file`` called after each); unreadable ones are collected; all invalid is an error.
+
+    A refused file (code in a pickle, inconsistent data, a checksum mismatch) always raises; with
+    ``strict`` (rank, metrics: the files behind a table) so does every unreadable one.
+    """
     results: list[LoadedResult] = []
     invalid: list[InvalidFile] = []
     for path in paths:
@@ -265,8 +272,13 @@ def load_files(*, paths: list[str | Path], on_file: Callable[[str], None] | None
             on_file(str(path))
         try:
             results.append(load_file(path=path))
+        except RefusedFile:
+            raise
         except TuneTableError as exc:
-            invalid.append(InvalidFile(path=str(path), reason=str(exc)))
+            if strict:
+                raise
+            detail = str(exc).removeprefix(f"{path}: ")
+            invalid.append(InvalidFile(path=str(path), reason=f"Invalid pkl [{path}]: {detail}"))
     if paths and not results:
         listed = " ".join(f"Invalid pkl [{item.path}]" for item in invalid)
         raise TuneTableError(f"no readable result file: {listed}", path=str(paths[0]),

@@ -57,6 +57,11 @@ GPU_CLAIM = f"{shlex.quote(sys.executable)} -m tunetable.gpu_claim "
 # Parks other keys' shards outside results/raw and restores parked ones (pipeline/rawstore.py).
 RAWSTORE = f"{shlex.quote(sys.executable)} -m tunetable.rawstore"
 STAMPS = paths.RESULTS / "stamps"
+# Appended to a rule's shell command whose output goes to {log}: when the command fails, its error
+# lines (the CLI's `error: ...`), else the log's last lines, reach the terminal too, and the status stays.
+SHOW_ERRORS = " || {{ status=$?; grep -h '^error: ' {log} >&2 || tail -n 5 {log} >&2; exit $status; }}"
+RUN_LOCK = Path(".snakemake") / "tunetable-run.lock"
+_RUN_LOCK_HANDLE: Any = None  # held (fcntl) for the life of the snakemake process that parsed the Snakefile
 KEY_PATTERN = "[0-9a-f]{16}"
 SHAPE_PATTERN = "M[0-9]+_N[0-9]+_K[0-9]+"
 # Missing shards one replay job serves at most: Snakemake matches a requested shard against at most
@@ -174,16 +179,21 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
     }
     shards = {spec.name: tuple(Shard(spec.name, keys[spec.name], m, n, k) for (m, n, k) in spec.shapes())
               for spec in tables}
-    absent = absent_paths(shards, folder_of=lambda shard: Path(shard.path).parent)
-    parked = absent - absent_paths(shards, folder_of=lambda shard: rawstore.parked_path(shard.path).parent)
+    # Replaying, a shard without its journal counts as absent too: its checksum cannot be verified (a
+    # shard written before checksums were recorded), and serving it again costs nothing.
+    journals = first.backend == "replay"
+    absent = absent_paths(shards, folder_of=lambda shard: Path(shard.path).parent, journals=journals)
+    parked = absent - absent_paths(shards, folder_of=lambda shard: rawstore.parked_path(shard.path).parent,
+                                   journals=journals)
     return Plan(tables=tables, backend=first.backend, backend_line="\n".join(lines), keys=keys,
                 recordings=recordings, skipped=skipped, dispatches=active, skipped_dispatches=skipped_dispatches,
                 shards=shards, absent=absent, parked=parked)
 
 
-def absent_paths(shards: Mapping[str, Sequence[Shard]], *, folder_of: Callable[[Shard], Path]) -> frozenset[str]:
-    """The shards (by results/raw path) whose file is not in ``folder_of(shard)``, from one listing per
-    folder (not one stat per shard: tens of thousands of shards are parsed on every run)."""
+def absent_paths(shards: Mapping[str, Sequence[Shard]], *, folder_of: Callable[[Shard], Path],
+                 journals: bool = False) -> frozenset[str]:
+    """The shards (by results/raw path) whose file (with ``journals``: or journal) is not in ``folder_of(shard)``,
+    from one listing per folder (not one stat per shard: tens of thousands of shards are parsed on every run)."""
     absent: set[str] = set()
     listings: dict[Path, set[str]] = {}
     for table_shards in shards.values():
@@ -191,7 +201,8 @@ def absent_paths(shards: Mapping[str, Sequence[Shard]], *, folder_of: Callable[[
             folder = folder_of(shard)
             if folder not in listings:
                 listings[folder] = {entry.name for entry in os.scandir(folder)} if folder.is_dir() else set()
-            if f"{shard.stem}.pkl" not in listings[folder]:
+            names = listings[folder]
+            if f"{shard.stem}.pkl" not in names or (journals and f"{shard.stem}.journal.jsonl" not in names):
                 absent.add(shard.path)
     return frozenset(absent)
 
@@ -237,6 +248,77 @@ def manifest_path(table: str) -> Path:
 def select_stamp(table: str) -> Path:
     """Stamp written after select rewrote manifests/<table>.yaml (holds its sha256)."""
     return STAMPS / "select" / f"{table}.sha256"
+
+
+def metrics_stamp(table: str) -> Path:
+    """Stamp written after metrics rewrote a table's metrics JSON, plot CSV and PNG (holds their sha256)."""
+    return STAMPS / "metrics" / f"{table}.sha256"
+
+
+def report_plot(table: str) -> Path:
+    """A copy of the table's plot for `snakemake --report` (an output Snakemake may delete; not checked in)."""
+    return paths.RESULTS / "report" / f"{table}.png"
+
+
+def stamp_matches(stamp: str | Path) -> bool:
+    """True when every file a ``sha256sum`` stamp lists is present with the recorded hash."""
+    from tunetable.keys import sha256_file
+
+    try:
+        lines = Path(stamp).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    listed = [line.split(None, 1) for line in lines if line.strip() and not line.startswith("#")]
+    if not listed:
+        return False
+    for entry in listed:
+        if len(entry) != 2 or not Path(entry[1].lstrip("*")).is_file():
+            return False
+        if sha256_file(entry[1].lstrip("*")) != entry[0]:
+            return False
+    return True
+
+
+def drop_stale_stamps(plan: Plan) -> list[str]:
+    """Remove each metrics stamp whose checked-in files are missing or changed, so that the rule runs again.
+
+    Checked-in files are never Snakemake outputs (Snakemake deletes outputs before a job and after a
+    failure); the stamp stands for them, so it is only as good as the files it lists.
+    """
+    dropped = []
+    for spec in (*plan.tables, *plan.dispatches):
+        stamp = metrics_stamp(spec.name)
+        if stamp.is_file() and not stamp_matches(stamp):
+            stamp.unlink()
+            dropped.append(str(stamp))
+    return dropped
+
+
+def release_stale_locks(*, workdir: str | Path = ".") -> list[str]:
+    """Remove Snakemake's locks when no other run holds this working copy: a killed run's locks, left behind.
+
+    Every snakemake run of this Snakefile holds an fcntl lock on .snakemake/tunetable-run.lock for its
+    whole life (the kernel drops it when the process dies, SIGKILL included). Taking it proves that no
+    other run is active here, so any Snakemake lock file is stale; failing to take it leaves everything
+    to Snakemake's own locking.
+    """
+    import fcntl
+
+    global _RUN_LOCK_HANDLE
+    root = Path(workdir)
+    if _RUN_LOCK_HANDLE is None:
+        (root / RUN_LOCK).parent.mkdir(parents=True, exist_ok=True)
+        handle = open(root / RUN_LOCK, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return []
+        _RUN_LOCK_HANDLE = handle
+    locks = sorted((root / ".snakemake" / "locks").glob("*.lock"))
+    for lock in locks:
+        lock.unlink(missing_ok=True)
+    return [str(lock) for lock in locks]
 
 
 def codegen_stamp() -> Path:
@@ -287,6 +369,11 @@ class Shard:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", str(paths.raw_shard(self.table, self.key, self.m, self.n, self.k)))
+
+    @property
+    def journal(self) -> str:
+        """The journal beside the shard (its checksum record; a live shard's measurements too)."""
+        return str(paths.journal(self.table, self.key, self.m, self.n, self.k))
 
     @property
     def shape_arg(self) -> str:

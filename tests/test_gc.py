@@ -40,15 +40,22 @@ def _write_metrics(root: Path, key: str) -> None:
 
 
 def _shard_files(folder: Path, size: int) -> None:
-    """A replayed shard (no journal: only live runs keep one), padded to ``size`` bytes.
+    """A replayed shard and its journal (its checksum record only), padded to ``size`` bytes together.
 
-    pickle.load stops at the STOP opcode, so the padding leaves the shard readable.
+    The unpickler stops at the STOP opcode, so the padding leaves the shard readable; the journal
+    records the checksum of the padded bytes.
     """
-    from tunetable.results import write_shard
+    from tunetable.results import journal_of, record_checksum, write_shard
 
     shard = folder / "M1_N4096_K4096.pkl"
     write_shard(shard, table=TABLE, rows=[{"config_id": "c1", "backend": "replay"}], build_rows=[], provenance={})
-    shard.write_bytes(shard.read_bytes().ljust(size, b"\0"))
+    journal = journal_of(shard)
+    record_line = len(journal.read_bytes())  # one record; its length does not depend on the size's value
+    journal.unlink()
+    padded = shard.read_bytes().ljust(size - record_line, b"\0")
+    record_checksum(shard, padded)
+    shard.write_bytes(padded)
+    assert shard.stat().st_size + journal.stat().st_size == size
 
 
 @pytest.fixture
@@ -108,7 +115,7 @@ def test_without_yes_nothing_is_deleted(gc_repo: GcRepo, flags: list[str]) -> No
     assert f"results/raw/{TABLE}/{KEY_B}" in done.output
     assert "not a declared table" in done.output
     assert _existing(gc_repo) == {KEY_A, KEY_B, KEY_D, gc_repo.key_c}
-    assert (gc_repo.folder(KEY_B) / "M1_N4096_K4096.pkl").stat().st_size == 6144
+    assert sum(f.stat().st_size for f in gc_repo.folder(KEY_B).iterdir()) == 6144
 
 
 def test_yes_deletes_only_unreferenced_folders(gc_repo: GcRepo) -> None:

@@ -133,7 +133,7 @@ def test_cli_default_head_tail_invalid_and_output(tmp_path, result):
     assert "M=1/N=4096/K=4096" in done.stdout and "best 1" in done.stdout and "worst 1" in done.stdout
     written = load_yaml_file(out_dir / "sel.yaml")
     assert [(e["M"], e["BLOCK_M"]) for e in written["params"]] == [(1, 64), (8, 128)]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pkl", "out", "r.pkl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pkl", "out", "r.journal.jsonl", "r.pkl"]
 
 
 def test_cli_unknown_metric_and_all_invalid(tmp_path, result):

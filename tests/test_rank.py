@@ -51,16 +51,18 @@ def test_write_ranked_files(tmp_path, ranked_table):
     assert out.read_bytes() == first
 
 
-def test_rank_cli_counts_invalid_and_writes(tmp_path):
+def test_rank_cli_stops_at_an_unreadable_file_and_writes_nothing(tmp_path):
+    """A table is never ranked without one of its files: one error line naming it, exit 2, no output."""
     good = shard(tmp_path / "M1.pkl", [row(m=1, config="ca", median=1.0), row(m=1, config="cb", median=0.5)])
     bad = tmp_path / "bad.pkl"
     bad.write_text("nope")
     out = tmp_path / "r" / "t.parquet"
     done = subprocess.run([sys.executable, "-m", "tunetable", "rank", "--table", "gemm_mma", "--out", str(out),
                            str(good), str(bad)], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert f"Invalid pkl [{bad}]" in done.stderr
-    assert pl.read_parquet(out)["config_id"].to_list() == ["cb", "ca"]
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [f"error: {bad}: not a readable pickle: UnpicklingError: invalid "
+                                                "load key, 'n'."]
+    assert not out.parent.exists()
 
 
 def test_rank_cli_all_invalid_exits_2(tmp_path):
@@ -69,7 +71,7 @@ def test_rank_cli_all_invalid_exits_2(tmp_path):
     done = subprocess.run([sys.executable, "-m", "tunetable", "rank", "--table", "t", "--out",
                            str(tmp_path / "o.parquet"), str(bad)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2
-    assert f"Invalid pkl [{bad}]" in done.stderr
+    assert done.stderr.startswith(f"error: {bad}: not a readable pickle")
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "o.parquet").exists()
 

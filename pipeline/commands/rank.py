@@ -25,15 +25,15 @@ def check_table(*, table: str, params_path: Path | None) -> None:
     table_spec(load_params(params_path), table, path=params_path)
 
 
-def load_with_progress(*, paths: list[Path], console: Console) -> resultset.LoadReport:
-    """load_files with a transient rich progress bar when there are many files."""
+def load_with_progress(*, paths: list[Path], console: Console, strict: bool = False) -> resultset.LoadReport:
+    """load_files (``strict``: any unreadable file is an error) with a transient progress bar for many files."""
     from rich.progress import Progress
 
     if len(paths) < PROGRESS_MIN_FILES:
-        return resultset.load_files(paths=paths)
+        return resultset.load_files(paths=paths, strict=strict)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("loading results", total=len(paths))
-        return resultset.load_files(paths=paths, on_file=lambda _: progress.advance(task))
+        return resultset.load_files(paths=paths, on_file=lambda _: progress.advance(task), strict=strict)
 
 
 @click.command("rank")
@@ -50,14 +50,12 @@ def command(table: str, out: Path | None, params_path: Path | None, shards: tupl
 
     check_table(table=table, params_path=params_path)
     console = Console(stderr=True, soft_wrap=True)
-    report = load_with_progress(paths=list(shards), console=console)
-    for item in report.invalid:
-        console.print(f"Invalid pkl [{item.path}]", markup=False)
+    # Every file must read (checksum verified for shards): a table is never ranked without one of its shards.
+    report = load_with_progress(paths=list(shards), console=console, strict=True)
     frame = resultset.combine(results=report.results)
     parameters = resultset.union_names(groups=[r.parameters for r in report.results])
     table_data = ranking.rank_rows(rows=frame, parameters=parameters)
     target = out or ranked_path(table)
     written = ranking.write_ranked(table=table_data, out=target, name=table)
-    console.print(f"ranked {table_data.ranked.height} ok rows, {table_data.failures.height} failed; "
-                  f"invalid files: {len(report.invalid)} of {len(shards)}; wrote {', '.join(map(str, written))}",
-                  markup=False)
+    console.print(f"ranked {table_data.ranked.height} ok rows, {table_data.failures.height} failed, "
+                  f"from {len(shards)} files; wrote {', '.join(map(str, written))}", markup=False)

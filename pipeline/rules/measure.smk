@@ -30,8 +30,8 @@ if PLAN.backend == "cuda":
             "results/logs/compile/{table}/{key}.log",
         shell:
             "( {tt.CLI} grid --table {wildcards.table}"
-            " && {tt.CLI} compile --table {wildcards.table} --workers {threads} ) > {log} 2>&1"
-            " && touch {output}"
+            " && {tt.CLI} compile --table {wildcards.table} --workers {threads} && touch {output} ) > {log} 2>&1"
+            + tt.SHOW_ERRORS
 
     # Live: one job per missing (table, shape) shard, one GPU each; on a multi-GPU host the job
     # claims a free device itself (Snakemake assigns no device ids). The output pattern matches any
@@ -55,7 +55,7 @@ if PLAN.backend == "cuda":
             shell:
                 "{tt.GPU_CLAIM}{tt.CLI} bench --table {wildcards.table}"
                 " --shape $(echo {wildcards.stem} | tr -d MNK | tr _ ,)"
-                " --backend cuda --results-root results > {log} 2>&1"
+                " --backend cuda --results-root results > {log} 2>&1" + tt.SHOW_ERRORS
 
 else:
 
@@ -70,7 +70,8 @@ else:
             input:
                 tt.replay_inputs(PLAN, table=_job.table),
             output:
-                [shard.path for shard in _job.shards],
+                # the journals too: each holds its shard's checksum, and a shard without one is served again
+                [path for shard in _job.shards for path in (shard.path, shard.journal)],
             log:
                 _job.log,
             # On a cluster, profiles/slurm submits several replay jobs as one (group-components);
@@ -83,7 +84,7 @@ else:
                 shapes=tt.shape_options(list(_job.shards)),
             shell:
                 "{tt.CLI} bench --table {params.table} {params.shapes} --backend replay"
-                " --results-root results > {log} 2>&1"
+                " --results-root results > {log} 2>&1" + tt.SHOW_ERRORS
 
 
 # results/raw is a DVC out: it must hold this plan's shards only, so that dvc.lock records what the
@@ -99,7 +100,7 @@ if tt.stale_raw(PLAN):
         params:
             entries=" ".join(tt.stale_raw(PLAN)),
         shell:
-            "{tt.RAWSTORE} park {params.entries} > {log} 2>&1 && touch {output}"
+            "( {tt.RAWSTORE} park {params.entries} && touch {output} ) > {log} 2>&1" + tt.SHOW_ERRORS
 
 
 # At most tt.REPLAY_CHUNK shards per rule (Snakemake matches a requested file against every output).
@@ -115,7 +116,7 @@ for _name, _parked in tt.restore_jobs(PLAN):
         log:
             f"results/logs/{_name}.log",
         shell:
-            "{tt.RAWSTORE} restore {output} > {log} 2>&1"
+            "{tt.RAWSTORE} restore {output} > {log} 2>&1" + tt.SHOW_ERRORS
 
 
 rule measure_all:

@@ -36,7 +36,7 @@ rule rank:
     log:
         "results/logs/rank/{table}.log",
     shell:
-        "{tt.CLI} rank --table {wildcards.table} --out {output.parquet} {input} > {log} 2>&1"
+        "{tt.CLI} rank --table {wildcards.table} --out {output.parquet} {input} > {log} 2>&1" + tt.SHOW_ERRORS
 
 
 rule select:
@@ -47,20 +47,23 @@ rule select:
     log:
         "results/logs/select/{table}.log",
     shell:
-        "{tt.CLI} select --table {wildcards.table} --ranked {input} --out manifests/{wildcards.table}.yaml > {log} 2>&1"
-        " && sha256sum manifests/{wildcards.table}.yaml > {output}" + tt.settings_tag(tt.select_settings(config))
+        "( {tt.CLI} select --table {wildcards.table} --ranked {input} --out manifests/{wildcards.table}.yaml"
+        " && sha256sum manifests/{wildcards.table}.yaml > {output} ) > {log} 2>&1" + tt.SHOW_ERRORS
+        + tt.settings_tag(tt.select_settings(config))
 
 
+# The metrics JSON, plot CSV and PNG are checked in, so they are written in place (atomically, by
+# the CLI) and the stamp records their sha256; a stamp whose files are missing or changed is dropped
+# when the Snakefile is parsed (tt.drop_stale_stamps), so the rule runs again. The report shows a copy.
 rule metrics:
     input:
         stamp="results/stamps/select/{table}.sha256",
         ranked="results/ranked/{table}.parquet",
         shards=lambda wc: tt.shard_inputs(PLAN, table=wc.table, existing=before_update),
     output:
-        json="results/metrics/{table}.json",
-        csv="results/plots/{table}.csv",
-        png=report(
-            "results/plots/{table}.png",
+        stamp=str(tt.metrics_stamp("{table}")),
+        plot=report(
+            str(tt.report_plot("{table}")),
             caption="../report/plot.rst",
             category="Tuned table vs cuBLAS",
             labels={"table": "{table}"},
@@ -68,9 +71,12 @@ rule metrics:
     log:
         "results/logs/metrics/{table}.log",
     shell:
-        "{tt.CLI} metrics --table {wildcards.table} --manifest manifests/{wildcards.table}.yaml"
-        " --ranked {input.ranked} --json {output.json} --csv {output.csv} --png {output.png}"
-        " {input.shards} > {log} 2>&1"
+        "( {tt.CLI} metrics --table {wildcards.table} --manifest manifests/{wildcards.table}.yaml"
+        " --ranked {input.ranked} --json results/metrics/{wildcards.table}.json"
+        " --csv results/plots/{wildcards.table}.csv --png results/plots/{wildcards.table}.png {input.shards}"
+        " && sha256sum results/metrics/{wildcards.table}.json results/plots/{wildcards.table}.csv"
+        " results/plots/{wildcards.table}.png > {output.stamp}"
+        " && cp results/plots/{wildcards.table}.png {output.plot} ) > {log} 2>&1" + tt.SHOW_ERRORS
 
 
 # A dispatch list: per shape, the table whose selected winner beats its own shard's cuBLAS by the
@@ -93,9 +99,8 @@ for _dispatch in PLAN.dispatches:
             ranked=tt.dispatch_ranked_options(_dispatch),
             tag=tt.settings_tag(tt.dispatch_settings(config, name=_dispatch.name)),
         shell:
-            "{tt.CLI} select --dispatch {params.name} {params.ranked}"
-            " --out manifests/{params.name}.yaml > {log} 2>&1"
-            " && sha256sum manifests/{params.name}.yaml > {output}{params.tag}"
+            "( {tt.CLI} select --dispatch {params.name} {params.ranked} --out manifests/{params.name}.yaml"
+            " && sha256sum manifests/{params.name}.yaml > {output} ) > {log} 2>&1" + tt.SHOW_ERRORS + "{params.tag}"
 
     # The dispatch list's metrics and plot, like a table's: per shape, the table its entry names and
     # that table's time and same-shard cuBLAS (what the runtime gets; the README's headline figure).
@@ -109,16 +114,22 @@ for _dispatch in PLAN.dispatches:
             shards=[shard for table in _dispatch.tables
                     for shard in tt.shard_inputs(PLAN, table=table, existing=before_update)],
         output:
-            **tt.metrics_outputs(_dispatch.name),
+            # checked-in files written in place; the stamp stands for them (as for a table's metrics)
+            stamp=str(tt.metrics_stamp(_dispatch.name)),
         log:
             f"results/logs/metrics/{_dispatch.name}.log",
         params:
             # Bound now: the shell command is formatted when the job runs, after this loop ended.
             name=_dispatch.name,
             ranked=tt.dispatch_ranked_options(_dispatch),
+            files=" ".join(tt.metrics_outputs(_dispatch.name).values()),
+            json=tt.metrics_outputs(_dispatch.name)["json"],
+            csv=tt.metrics_outputs(_dispatch.name)["csv"],
+            png=tt.metrics_outputs(_dispatch.name)["png"],
         shell:
-            "{tt.CLI} metrics --dispatch {params.name} {params.ranked} --json {output.json} --csv {output.csv}"
-            " --png {output.png} {input.shards} > {log} 2>&1"
+            "( {tt.CLI} metrics --dispatch {params.name} {params.ranked} --json {params.json} --csv {params.csv}"
+            " --png {params.png} {input.shards} && sha256sum {params.files} > {output.stamp} ) > {log} 2>&1"
+            + tt.SHOW_ERRORS
 
 
 # Writes every table's marker region in place, then re-checks them all; the stamp records the
@@ -131,8 +142,9 @@ rule codegen:
     log:
         "results/logs/codegen.log",
     shell:
-        "( {tt.CLI} codegen --all && {tt.CLI} codegen --all --check ) > {log} 2>&1"
-        " && echo 'generated tables match their manifests' > {output}" + tt.settings_tag(tt.codegen_settings(config))
+        "( {tt.CLI} codegen --all && {tt.CLI} codegen --all --check"
+        " && echo 'generated tables match their manifests' > {output} ) > {log} 2>&1" + tt.SHOW_ERRORS
+        + tt.settings_tag(tt.codegen_settings(config))
 
 
 rule rank_all:
@@ -144,4 +156,4 @@ rule select_all:
     input:
         [tt.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
         [tt.select_stamp(spec.name) for spec in (*PLAN.tables, *PLAN.dispatches)],
-        [tt.metrics_outputs(spec.name)["json"] for spec in (*PLAN.tables, *PLAN.dispatches)],
+        [str(tt.metrics_stamp(spec.name)) for spec in (*PLAN.tables, *PLAN.dispatches)],

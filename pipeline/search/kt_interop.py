@@ -199,9 +199,9 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 
         frame = pd.read_parquet(source)
     else:
-        from tunetable.results import read_shard
+        from tunetable.results import read_result_file
 
-        frame = read_shard(source)["merged_df"]
+        frame = read_result_file(source)["merged_df"]
     return [{k: _plain(v) for k, v in record.items()} for record in frame.to_dict(orient="records")]
 
 
