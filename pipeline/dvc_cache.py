@@ -59,11 +59,10 @@ def stages_to_cache(status: Mapping[str, Any]) -> tuple[list[str], list[str]]:
 
 
 def _load_lock(path: Path) -> Mapping[str, Any]:
-    """dvc.lock as data (safe loader; libyaml's when present)."""
-    import yaml
+    """dvc.lock as data (tunetable.yamlio: safe, strict, libyaml's parser when present)."""
+    from tunetable.yamlio import load_yaml_file
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(path.read_text(), Loader=loader) or {}  # a safe loader
+    return load_yaml_file(path) or {}
 
 
 def cache_reproduced_outs(*, root: Path = Path(".")) -> CacheReport:

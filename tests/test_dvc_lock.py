@@ -21,9 +21,9 @@ REFRESH = ("refresh it: `snakemake --cores 2 && dvc repro` (only code changed: n
 
 def stage_outs() -> set[str]:
     """Paths that are some stage's out: as another stage's dep they reflect the workspace, not the commit."""
-    import yaml
+    from tunetable.yamlio import load_yaml_file
 
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    stages = load_yaml_file(REPO / "dvc.yaml")["stages"]
     return {next(iter(out)) if isinstance(out, dict) else out
             for stage in stages.values() for kind in ("outs", "metrics", "plots") for out in stage.get(kind, [])}
 
