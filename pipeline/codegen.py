@@ -6,6 +6,14 @@ to Modular's ``tuning_codegen`` for the same manifest, snippet and flags; tuneta
 provenance line (only when the manifest carries a ``provenance:`` mapping) and an overlap check.
 Errors are ``TuneTableError`` with Modular's message text, prefixed by the file they concern.
 Nothing here writes a file: ``generate_target`` returns the new text.
+
+A table declared in params.yaml (``--all``, ``--table``, or the six flags naming a declared table's
+target and markers) is *typed*: every manifest value is checked against the table's declared
+fields before anything is rendered (``EntryFields``: integers in their ranges with ``M < M_END``,
+booleans, strings from a known set, ``CONFIG_ID`` the id of the entry's tunables) and every string
+field sits between quotes in the snippet, so the generated code holds literals only and no
+manifest text ever becomes code. Manifests of tables tunetable does not declare keep Modular's
+semantics (values inserted verbatim), byte for byte.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from tunetable.manifest import (  # noqa: F401
     validate_manifest,
 )
 from tunetable.manifest import read_text as _read_text
-from tunetable.params import builds_spec, dispatch_spec, table_spec
+from tunetable.params import DispatchSpec, TableSpec, builds_spec, dispatch_spec, table_spec
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -70,6 +78,173 @@ class OverlapReport:
     notes: tuple[str, ...] = ()
 
 
+INT32_MAX = 2**31 - 1
+CONFIG_ID = re.compile(r"^c[0-9a-f]{10}$")  # tunetable.config.KernelConfig.id
+EXTRA_KEYS = ("_template",)                 # a key codegen reads that is no field of the entry
+
+
+@dataclass(frozen=True)
+class Field:
+    """One declared field of a table entry: its manifest key, type and allowed values."""
+
+    name: str                       # as in the manifest and the snippet (UPPER_CASE)
+    kind: type                      # int, bool or str
+    low: int = 0
+    high: int = INT32_MAX
+    choices: tuple[str, ...] = ()   # a str field's known strings (CONFIG_ID: its pattern instead)
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not a value of this field, or None."""
+        if self.kind is bool:
+            return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+        if self.kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                return f"expected an integer, got {value!r}"
+            if not self.low <= value <= self.high:
+                return f"{value} is outside [{self.low}, {self.high}]"
+            return None
+        if not isinstance(value, str):
+            return f"expected a string, got {value!r}"
+        if self.name == "CONFIG_ID" and not self.choices:
+            return None if CONFIG_ID.match(value) else f"{value!r} is not a configuration id (c + 10 hex digits)"
+        if value not in self.choices:
+            return f"{value!r} is not one of {', '.join(self.choices)}"
+        return None
+
+
+@dataclass(frozen=True)
+class EntryFields:
+    """The declared fields of a table's (or dispatch list's) entries, which every manifest entry must hold."""
+
+    label: str                                  # "table gemm_mma", "dispatch list gemm_dispatch"
+    fields: tuple[Field, ...]
+    family: str | None = None                   # a table: CONFIG_ID is the id of its tunables in this family
+    tunables: tuple[str, ...] = ()
+    table_families: Mapping[str, str] = field(default_factory=dict)  # a dispatch list: TABLE -> its family
+
+    def by_name(self) -> dict[str, Field]:
+        """The fields by manifest key."""
+        return {item.name: item for item in self.fields}
+
+
+def _shape_fields() -> list[Field]:
+    """M, M_END, N, K: int32, M >= 1, and M < M_END (checked per entry)."""
+    return [Field("M", int, low=1, high=INT32_MAX - 1), Field("M_END", int, low=2), Field("N", int, low=1),
+            Field("K", int, low=1)]
+
+
+def _python_type(annotation: Any) -> type:
+    """int, bool or str from a dataclass field's type (annotations may be strings)."""
+    names = {"int": int, "bool": bool, "str": str}
+    resolved = names.get(annotation, annotation) if isinstance(annotation, str) else annotation
+    if resolved not in (int, bool, str):
+        raise TypeError(f"a table entry field of type {annotation!r} (codegen renders int, bool and str)")
+    return resolved
+
+
+def table_fields(spec: TableSpec) -> EntryFields:
+    """A table's entry fields: the family's entry class when it has a folder, else its grid's parameters."""
+    from tunetable.grid import normalise_groups
+    from tunetable.kernels.families import FAMILIES
+    from tunetable.kernels.families.common import ENTRY_FIELDS
+
+    fields = [*_shape_fields(), Field("KERNEL", str, choices=(spec.family,)), Field("CONFIG_ID", str)]
+    family = FAMILIES.get(spec.family)
+    if family is not None:
+        import dataclasses
+
+        tunables = [(item.name.upper(), _python_type(item.type)) for item in dataclasses.fields(family.entry_type)
+                    if item.name not in ENTRY_FIELDS]
+    else:
+        values: dict[str, list[Any]] = {}
+        for _, group in normalise_groups(spec.grid, path="params.yaml", table=spec.name):
+            for name, items in group.items():
+                values.setdefault(name.upper(), []).extend(items)
+        tunables = [(name, _grid_type(items)) for name, items in values.items()]
+    fields += [Field(name, kind, choices=_string_values(spec, name) if kind is str else ()) for name, kind in tunables]
+    return EntryFields(label=f"table {spec.name}", fields=tuple(fields), family=spec.family,
+                       tunables=tuple(name for name, _ in tunables))
+
+
+def _grid_type(values: Sequence[Any]) -> type:
+    """The one type of a grid parameter's values (bool, int or str)."""
+    kinds = {bool if isinstance(v, bool) else int if isinstance(v, int) else str for v in values}
+    return kinds.pop() if len(kinds) == 1 else str
+
+
+def _string_values(spec: TableSpec, name: str) -> tuple[str, ...]:
+    """The strings a string tunable takes in the table's grid."""
+    from tunetable.grid import normalise_groups
+
+    found = [str(v) for _, group in normalise_groups(spec.grid, path="params.yaml", table=spec.name)
+             for key, items in group.items() if key.upper() == name for v in items]
+    return tuple(dict.fromkeys(found))
+
+
+def dispatch_fields(spec: DispatchSpec, *, families: Mapping[str, str]) -> EntryFields:
+    """A dispatch list's entry fields: the shape, TABLE (one of its tables), KERNEL (that table's family)."""
+    tables = tuple(spec.tables)
+    kernels = tuple(dict.fromkeys(families[table] for table in tables))
+    fields = [*_shape_fields(), Field("KERNEL", str, choices=kernels), Field("TABLE", str, choices=tables),
+              Field("CONFIG_ID", str)]
+    return EntryFields(label=f"dispatch list {spec.name}", fields=tuple(fields),
+                       table_families={table: families[table] for table in tables})
+
+
+def check_entries(entries: Sequence[Mapping[str, Any]], *, fields: EntryFields, path: str | Path) -> None:
+    """Every entry holds exactly the declared fields, each a value of its type and range; else one error line."""
+    from tunetable.config import KernelConfig
+
+    declared = fields.by_name()
+    names = ", ".join(declared)
+    for index, entry in enumerate(entries):
+        where = f"params[{index}]"
+        unknown = [key for key in entry if key not in declared and key not in EXTRA_KEYS]
+        if unknown:
+            raise TuneTableError(f"{unknown[0]}: not a field of {fields.label} (fields: {names})", path=path,
+                                 where=where)
+        missing = [name for name in declared if name not in entry]
+        if missing:
+            raise TuneTableError(f"lacks {', '.join(missing)} (fields of {fields.label}: {names})", path=path,
+                                 where=where)
+        for name, item in declared.items():
+            problem = item.problem(entry[name])
+            if problem:
+                raise TuneTableError(f"{name}: {problem}", path=path, where=where)
+        if entry["M"] >= entry["M_END"]:
+            raise TuneTableError(f"[M, M_END) = [{entry['M']}, {entry['M_END']}) is empty: M must be below M_END",
+                                 path=path, where=where)
+        if fields.family is not None:
+            expected = KernelConfig(family=fields.family, params=tuple((n, entry[n]) for n in fields.tunables)).id
+            if entry["CONFIG_ID"] != expected:
+                raise TuneTableError(f"CONFIG_ID {entry['CONFIG_ID']} is not the id of the entry's tunables "
+                                     f"({expected})", path=path, where=where)
+        if fields.table_families and entry["KERNEL"] != fields.table_families[entry["TABLE"]]:
+            raise TuneTableError(f"KERNEL {entry['KERNEL']} is not the family of table {entry['TABLE']} "
+                                 f"({fields.table_families[entry['TABLE']]})", path=path, where=where)
+
+
+def check_snippet(snippet: str, *, fields: EntryFields, path: str | Path) -> None:
+    """A typed table's snippet names declared fields only, and each string field between quotes."""
+    declared = fields.by_name()
+    for match in PLACEHOLDER.finditer(snippet):
+        name = match.group(1)
+        if name not in declared:
+            raise TuneTableError(f"[@{name}] is not a field of {fields.label} (fields: {', '.join(declared)})",
+                                 path=path)
+        before, after = snippet[match.start() - 1: match.start()], snippet[match.end(): match.end() + 1]
+        if declared[name].kind is str and not (before == after and before in ("'", '"')):
+            raise TuneTableError(f"[@{name}] is a string field: write it between quotes, so that it renders as a "
+                                 "string literal", path=path)
+
+
+def check_comment_text(value: Any, *, what: str, path: str | Path | None) -> None:
+    """Text written into a generated comment line must be printable on one line (no NUL, no line break)."""
+    if not str(value).isprintable():
+        raise TuneTableError(f"{what} {str(value)!r} holds characters that cannot go into a comment line "
+                             "(control characters or line breaks)", path=path)
+
+
 @dataclass(frozen=True)
 class TableJob:
     """Everything needed to render one table into its target (flags or a params.yaml table)."""
@@ -82,6 +257,7 @@ class TableJob:
     source_label: str
     snippet_variant_paths: dict[str, Path] = field(default_factory=dict)
     name: str | None = None
+    fields: EntryFields | None = None      # a declared table's fields: its values are typed before rendering
 
 
 @dataclass(frozen=True)
@@ -197,8 +373,11 @@ def render_region(
 ) -> str:
     """Render every entry (header comments, snippet, trailing comma), joined by newlines."""
     variants = snippet_variants or {}
+    check_comment_text(source_label, what="source label", path=manifest_path)
     pieces = []
     if provenance is not None:
+        for key in ("device", "date"):
+            check_comment_text(_one_line(provenance.get(key, "unknown")), what=f"provenance.{key}", path=manifest_path)
         pieces.append(
             provenance_comment(provenance=provenance, parameters=parameters, source_label=source_label, indent=indent)
         )
@@ -358,6 +537,11 @@ def render_table(job: TableJob) -> TableResult:
     manifest = load_manifest_document(job.manifest_path)
     snippet = _read_text(job.snippet_path)
     variants = {name: _read_text(path) for name, path in job.snippet_variant_paths.items()}
+    if job.fields is not None:
+        check_snippet(snippet, fields=job.fields, path=job.snippet_path)
+        for name, path in job.snippet_variant_paths.items():
+            check_snippet(variants[name], fields=job.fields, path=path)
+        check_entries(manifest.params, fields=job.fields, path=job.manifest_path)
     region = render_region(
         manifest.params,
         snippet,
@@ -458,12 +642,16 @@ def jobs_from_params(
     tables = params.get("tables") or {}
     dispatches = params.get("dispatch") or {}
     selected = list(names) if names else [*tables, *dispatches]
+    families = {table: str(raw["family"]) for table, raw in tables.items()}
     jobs = []
     for name in selected:
         if name in dispatches and name not in tables:
-            spec = dispatch_spec(dict(params), name, path=params_path).codegen
+            declared = dispatch_spec(dict(params), name, path=params_path)
+            fields = dispatch_fields(declared, families=families)
         else:
-            spec = table_spec(dict(params), name, path=params_path).codegen
+            declared = table_spec(dict(params), name, path=params_path)
+            fields = table_fields(declared)
+        spec = declared.codegen
         jobs.append(
             TableJob(
                 manifest_path=root / spec.manifest,
@@ -474,6 +662,7 @@ def jobs_from_params(
                 source_label=spec.source_label,
                 snippet_variant_paths={variant: root / path for variant, path in spec.variants.items()},
                 name=name,
+                fields=fields,
             )
         )
     return jobs
@@ -493,3 +682,15 @@ def builds_job_from_params(*, params: Mapping[str, Any], params_path: str | Path
     )
     return BuildsJob(target_path=Path(params_path).parent / spec.target, begin_marker=spec.begin_marker,
                      end_marker=spec.end_marker, source_label=spec.source_label, lines=lines)
+
+
+def declared_job(job: TableJob, *, params: Mapping[str, Any], params_path: str | Path) -> TableJob:
+    """``job`` (from the six flags) typed like the declared table whose target and markers it names, if any."""
+    import dataclasses
+
+    target = job.target_path.resolve()
+    for declared in jobs_from_params(params=params, params_path=params_path):
+        if (declared.target_path.resolve() == target and declared.begin_marker == job.begin_marker
+                and declared.end_marker == job.end_marker):
+            return dataclasses.replace(job, name=declared.name, fields=declared.fields)
+    return job

@@ -58,9 +58,13 @@ LARGE = [
 
 SNIPPET = "dict(m=[@M], m_end=[@M_END], tile=[@TILE])\n"
 RANGED_SNIPPET = "dict(m=[@M], m_end=[@M_END], tile=[@TILE], ranged=True)\n"
-SMALL_MANIFEST = ("defaults: &d\n  N: 8\n  K: 8\nparams:\n  - {<<: *d, M: 1, M_END: 64, TILE: 16}\n"
-                  "  - {<<: *d, M: 64, M_END: 128, TILE: 32}\n")
-LARGE_MANIFEST = "params:\n  - {M: 128, M_END: 2147483647, N: 8, K: 8, TILE: 128, _template: ranged}\n"
+# Entries hold every field a declared table of the fixture family types (KERNEL, and CONFIG_ID: the id of
+# their tunables); the snippets render three of them.
+SMALL_MANIFEST = ("defaults: &d\n  N: 8\n  K: 8\n  KERNEL: codegen_fixture\nparams:\n"
+                  "  - {<<: *d, M: 1, M_END: 64, TILE: 16, CONFIG_ID: c8bcb7dbc9e}\n"
+                  "  - {<<: *d, M: 64, M_END: 128, TILE: 32, CONFIG_ID: cc44d7caab1}\n")
+LARGE_MANIFEST = ("params:\n  - {M: 128, M_END: 2147483647, N: 8, K: 8, TILE: 128, _template: ranged,"
+                  " KERNEL: codegen_fixture, CONFIG_ID: c27fda14e1d}\n")
 
 
 @pytest.fixture
@@ -104,10 +108,12 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def write_params(root: Path, tables: dict[str, dict[str, object]]) -> Path:
     """A params.yaml whose tables copy the repo's gemm_mma table with the given codegen sections.
 
-    Their family is an ad-hoc one (no folder under kernels/families/), so they bring their own snippet.
+    Their family is an ad-hoc one (no folder under kernels/families/), so they bring their own snippet;
+    its one tunable, TILE, is what the fixture manifests set.
     """
     params = load_yaml_file(REPO / "params.yaml")
-    template = {**params["tables"]["gemm_mma"], "family": "codegen_fixture", "kernel": "fixture.cu"}
+    template = {**params["tables"]["gemm_mma"], "family": "codegen_fixture", "kernel": "fixture.cu",
+                "grid": {"groups": [{"TILE": [16, 32, 128]}]}}
     params["tables"] = {name: {**template, "codegen": section} for name, section in tables.items()}
     params.pop("dispatch", None)  # it names the repo's tables
     params.pop("builds", None)    # it renders into the repo's generated file

@@ -56,6 +56,24 @@ def _region_names(result: codegen.TargetResult) -> list[str]:
     return [*(str(table.job.name) for table in result.tables), *("builds" for _ in result.builds)]
 
 
+def _typed_if_declared(job: codegen.TableJob, *, params_path: str) -> codegen.TableJob:
+    """A flag-named job typed like the params.yaml table with its target and markers (Modular's when none).
+
+    A params.yaml that is absent or not tunetable's leaves the job untyped: Modular's manifests and
+    snippets render verbatim, as Modular's tuning_codegen renders them.
+    """
+    from tunetable.params import load_params
+
+    if not Path(params_path).is_file():
+        return job
+    try:
+        params = load_params(params_path)
+    except TuneTableError as exc:
+        click.echo(f"note: {exc}; rendering without a declared table's field types", err=True)
+        return job
+    return codegen.declared_job(job, params=params, params_path=params_path)
+
+
 def _report_overlaps(results: list[codegen.TargetResult], *, strict: bool) -> None:
     """Print overlap warnings and notes; with --strict the first overlap is an error."""
     for target in results:
@@ -134,7 +152,7 @@ def command(
     if declared:
         jobs, builds = _declared_jobs(params_path=params_path, names=tables)
     else:
-        jobs = [_single_job(options, snippet_variants)]
+        jobs = [_typed_if_declared(_single_job(options, snippet_variants), params_path=params_path)]
     results = codegen.generate_targets(jobs=jobs, builds=builds)
     _report_overlaps(results, strict=strict)
     if check:
