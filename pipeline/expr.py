@@ -11,6 +11,7 @@ names the file, the place and the expression.
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,8 +23,14 @@ from tunetable.errors import TuneTableError
 Env = Mapping[str, Any]
 Evaluator = Callable[[Env], Any]
 
-# A bound on ``**`` so that a typo such as ``2 ** 2 ** 64`` cannot hang the grid expansion.
+# Bounds on the work an expression can ask for, whatever its text: a typo such as ``2 ** 2 ** 64``,
+# a tower of powers or ``"x" * 10**15`` is an error naming the expression, never a hang or a MemoryError.
+# Every intermediate value is checked, and an operation whose result would break a bound is refused
+# before it is computed.
 MAX_EXPONENT = 64
+MAX_INT_BITS = 128          # integers: tunables and derived values are int64 defines; room for products
+MAX_STR_CHARS = 4096        # strings
+MAX_SOURCE_CHARS = 4096     # the expression's own text
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -110,15 +117,22 @@ def parse_expression(
     path_text = str(path) if path is not None else None
     if not isinstance(source, str) or not source.strip():
         raise TuneTableError(f"empty {kind}", path=path_text, where=where)
+    if len(source) > MAX_SOURCE_CHARS:
+        raise TuneTableError(f"{kind} of {len(source)} characters (at most {MAX_SOURCE_CHARS})", path=path_text,
+                             where=where)
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:
         raise TuneTableError(
             f"syntax error in {kind} '{source}': {exc.msg}", path=path_text, where=where
         ) from None
+    except (RecursionError, MemoryError):
+        raise TuneTableError(f"{kind} nested too deeply", path=path_text, where=where) from None
     used: set[str] = set()
     try:
         evaluator = _build(tree.body, allowed=allowed, used=used)
+    except RecursionError:
+        raise TuneTableError(f"{kind} nested too deeply", path=path_text, where=where) from None
     except _Reject as exc:
         raise TuneTableError(f"{exc} in {kind} '{source}'", path=path_text, where=where) from None
     return Expression(
@@ -151,9 +165,13 @@ def _build(node: ast.AST, *, allowed: frozenset[str], used: set[str]) -> Evaluat
 
 
 def _constant(value: Any) -> Evaluator:
-    """A literal: int, float, bool or str only (no bytes, None, Ellipsis, complex)."""
+    """A literal: int, float, bool or str only (no bytes, None, Ellipsis, complex), within the size bounds."""
     if not isinstance(value, (int, float, str)):
         raise _Reject(f"literal {value!r} not allowed")
+    try:
+        bounded(value)
+    except ValueError as exc:
+        raise _Reject(f"literal: {exc}") from None
     return lambda env: value
 
 
@@ -167,18 +185,58 @@ def _name(name: str, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
     def lookup(env: Env) -> Any:
         """The name's value in the environment; ValueError when it has none."""
         try:
-            return env[name]
+            return bounded(env[name])
         except KeyError:
             raise ValueError(f"'{name}' has no value here") from None
 
     return lookup
 
 
+def _bits(value: Any) -> int:
+    """Bits of an integer (0 for anything else)."""
+    return value.bit_length() if isinstance(value, int) else 0
+
+
+def bounded(value: Any) -> Any:
+    """``value`` when it is within the size bounds (MAX_INT_BITS, MAX_STR_CHARS); ValueError otherwise."""
+    if _bits(value) > MAX_INT_BITS:
+        raise ValueError(f"an intermediate integer of {_bits(value)} bits (at most {MAX_INT_BITS})")
+    if isinstance(value, str) and len(value) > MAX_STR_CHARS:
+        raise ValueError(f"an intermediate string of {len(value)} characters (at most {MAX_STR_CHARS})")
+    return value
+
+
+def _guard(op: Callable[[Any, Any], Any], left: Any, right: Any) -> None:
+    """Refuse, before computing it, an operation whose result would break the size bounds."""
+    if op is operator.mul:
+        if isinstance(left, str) or isinstance(right, str):
+            text, count = (left, right) if isinstance(left, str) else (right, left)
+            if isinstance(count, int) and len(text) * max(count, 0) > MAX_STR_CHARS:
+                raise ValueError(f"a string of {len(text)} x {count} characters (at most {MAX_STR_CHARS})")
+        elif _bits(left) + _bits(right) > MAX_INT_BITS + 1:
+            raise ValueError(f"a product of {_bits(left)}-bit and {_bits(right)}-bit integers "
+                             f"(at most {MAX_INT_BITS} bits)")
+    elif op is operator.add and isinstance(left, str) and isinstance(right, str):
+        if len(left) + len(right) > MAX_STR_CHARS:
+            raise ValueError(f"a string of {len(left) + len(right)} characters (at most {MAX_STR_CHARS})")
+    elif op is operator.mod and isinstance(left, str):
+        raise ValueError("'%' on a string (string formatting) is not allowed")
+
+
+def _apply(op: Callable[[Any, Any], Any], left: Any, right: Any) -> Any:
+    """``op(left, right)`` within the size bounds (checked before and after)."""
+    _guard(op, left, right)
+    return bounded(op(left, right))
+
+
 def _power(base: Any, exponent: Any) -> Any:
-    """``base ** exponent`` with a bounded exponent."""
-    if abs(exponent) > MAX_EXPONENT:
+    """``base ** exponent`` with a bounded exponent and a bounded result (refused before it is computed)."""
+    if isinstance(exponent, (int, float)) and abs(exponent) > MAX_EXPONENT:
         raise ValueError(f"exponent {exponent} exceeds {MAX_EXPONENT}")
-    return base**exponent
+    growing = isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1
+    if growing and exponent * math.log2(abs(base)) > MAX_INT_BITS:
+        raise ValueError(f"{_bits(base)}-bit integer to the power {exponent} (at most {MAX_INT_BITS} bits)")
+    return bounded(base**exponent)
 
 
 def _binary(node: ast.BinOp, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
@@ -191,14 +249,16 @@ def _binary(node: ast.BinOp, *, allowed: frozenset[str], used: set[str]) -> Eval
         raise _Reject(f"operator {type(node.op).__name__} not allowed")
     left = _build(node.left, allowed=allowed, used=used)
     right = _build(node.right, allowed=allowed, used=used)
-    return lambda env: op(left(env), right(env))
+    if op is _power:
+        return lambda env: _power(left(env), right(env))
+    return lambda env: _apply(op, left(env), right(env))
 
 
 def _unary(node: ast.UnaryOp, *, allowed: frozenset[str], used: set[str]) -> Evaluator:
     """Unary minus, plus and ``not`` (no bitwise invert)."""
     operand = _build(node.operand, allowed=allowed, used=used)
     if isinstance(node.op, ast.USub):
-        return lambda env: -operand(env)
+        return lambda env: bounded(-operand(env))
     if isinstance(node.op, ast.UAdd):
         return lambda env: +operand(env)
     if isinstance(node.op, ast.Not):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -365,6 +366,23 @@ def grid_model(table_spec: TableSpec, *, groups: Sequence[tuple[str, Mapping[str
                      derive=lambda params: derive(params, derived), rules=tuple(rules))
 
 
+DEFAULT_MAX_CONFIGS = 1_000_000   # tables.<name>.grid.max_configs overrides it
+
+
+def check_grid_size(groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]], *, grid: Mapping[str, Any],
+                    path: str | Path, table: str) -> int:
+    """The configurations the groups expand to (before rules), refused past ``grid.max_configs`` before expanding."""
+    cap = int(grid.get("max_configs", DEFAULT_MAX_CONFIGS))
+    sizes = [(name, math.prod(len(items) for items in values.values())) for name, values in groups]
+    total = sum(size for _, size in sizes)
+    if total > cap:
+        largest = ", ".join(f"{name}: {size}" for name, size in sorted(sizes, key=lambda item: -item[1])[:3])
+        raise TuneTableError(f"the groups expand to {total} configurations before any rule ({largest}), more than "
+                             f"max_configs = {cap}: narrow the groups, or raise tables.{table}.grid.max_configs",
+                             path=path, where=f"tables.{table}.grid")
+    return total
+
+
 def expand(
     table_spec: TableSpec,
     *,
@@ -378,6 +396,7 @@ def expand(
     groups = apply_overrides(
         normalise_groups(table_spec.grid, path=path, table=table), overrides=overrides or {}, table=table
     )
+    check_grid_size(groups, grid=table_spec.grid, path=path, table=table)
     model = grid_model(table_spec, groups=groups, path=path)
     all_names = [*model.param_names, *model.derived_names]
     wanted = dict(filters or {})

@@ -66,22 +66,33 @@ def search_columns(*, frame: pl.DataFrame) -> list[pl.Expr]:
     return [pl.col(name).cast(SEARCH_TYPES[name]) if name in SEARCH_TYPES else pl.col(name) for name in present]
 
 
+INVALID = "invalid"   # failure status of an ok row whose median is not a finite positive time
+
+
+def valid_time(name: str) -> pl.Expr:
+    """A time column holding a finite positive number."""
+    return pl.col(name).is_not_null() & pl.col(name).is_finite() & (pl.col(name) > 0)
+
+
 def rank_rows(*, rows: pl.DataFrame, parameters: tuple[str, ...]) -> RankedTable:
     """Rank ok kernel rows within each (M, N, K) by median (ties: config_id); split off failures.
 
-    The ranked rows keep the SEARCH_FIELDS columns of searched shards (null on rows of exhaustive
-    shards ranked with them); without any searched shard the ranked table has no such column.
+    Only a finite positive median ranks: an ``ok`` row whose median is NaN, infinite or not positive
+    (never written by the bench: a corrupt or foreign file) is a failure of status ``invalid``, and
+    such a cuBLAS row is no baseline. The ranked rows keep the SEARCH_FIELDS columns of searched
+    shards (null on rows of exhaustive shards ranked with them); without any searched shard the
+    ranked table has no such column.
     """
     frame = _ensure(rows, ("status", "error", "iqr_ms", "tflops", *PROVENANCE_COLUMNS), pl.Utf8)
     frame = frame.with_columns(pl.col("config_id").cast(pl.Utf8), pl.col("median_ms").cast(pl.Float64))
     frame = frame.with_columns([pl.col(c).cast(pl.Float64) for c in ("iqr_ms", "tflops")])
     baseline_mask = is_baseline(frame)
     baselines = (
-        frame.filter(baseline_mask & (pl.col("status") == "ok"))
+        frame.filter(baseline_mask & (pl.col("status") == "ok") & valid_time("median_ms"))
         .group_by(SHAPE).agg(pl.col("median_ms").min().alias("cublas_ms"))
     )
     kernels = frame.filter(~baseline_mask)
-    ok = kernels.filter((pl.col("status") == "ok") & pl.col("median_ms").is_not_null())
+    ok = kernels.filter((pl.col("status") == "ok") & valid_time("median_ms"))
     ranked = (
         ok.sort([*SHAPE, "median_ms", "config_id"])
         .with_columns(
@@ -94,9 +105,14 @@ def rank_rows(*, rows: pl.DataFrame, parameters: tuple[str, ...]) -> RankedTable
     )
     ranked = ranked.select([*HEAD_COLUMNS, *parameters, *MEASURE_COLUMNS, *PROVENANCE_COLUMNS,
                             *search_columns(frame=ranked)])
-    failed = kernels.filter((pl.col("status") != "ok") | pl.col("median_ms").is_null())
+    failed = kernels.filter((pl.col("status") != "ok") | ~valid_time("median_ms").fill_null(False))
+    ok_status = pl.col("status") == "ok"
     failures = failed.with_columns(
-        pl.when(pl.col("status") == "ok").then(pl.lit("missing")).otherwise(pl.col("status")).alias("status")
+        pl.when(ok_status & pl.col("median_ms").is_null()).then(pl.lit("missing"))
+        .when(ok_status).then(pl.lit(INVALID)).otherwise(pl.col("status")).alias("status"),
+        pl.when(ok_status & pl.col("median_ms").is_not_null())
+        .then(pl.lit("median_ms ") + pl.col("median_ms").cast(pl.Utf8) + pl.lit(" is not a finite positive time"))
+        .otherwise(pl.col("error")).alias("error"),
     ).sort([*SHAPE, "config_id"]).select([*SHAPE, "config_id", *parameters, "status", "error"])
     return RankedTable(ranked=ranked, failures=failures, parameters=parameters)
 
@@ -195,12 +211,52 @@ def read_ranked(*, path: Path, required: tuple[str, ...] = ("M", "N", "K", "conf
     """Read a ranked parquet written by write_ranked; a missing or foreign file is one clear error."""
     if not path.is_file():
         raise TuneTableError("no such file", path=path)
-    try:
-        ranked = pl.read_parquet(path)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise TuneTableError(f"not a ranked parquet ({exc.__class__.__name__})", path=path) from None
+    ranked = read_parquet_file(path=path, what="a ranked parquet")
     missing = [c for c in required if c not in ranked.columns]
     if missing:
         raise TuneTableError(f"missing column {missing[0]}", path=path)
+    check_ranked(ranked=ranked, path=path)
     return ranked
+
+
+def read_parquet_file(*, path: Path, what: str) -> pl.DataFrame:
+    """A parquet file as a polars frame; unreadable, corrupt or foreign is one error line (polars panics too)."""
+    try:
+        return pl.read_parquet(path)
+    except (OSError, ValueError, pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
+        detail = str(exc).splitlines()[0][:120] if str(exc) else ""
+        raise TuneTableError(f"not {what} ({exc.__class__.__name__}{': ' + detail if detail else ''})",
+                             path=path) from None
+
+
+def check_ranked(*, ranked: pl.DataFrame, path: Path) -> None:
+    """What rank writes, and what select and metrics rely on: integer shapes, config ids, finite positive times.
+
+    A ranked file breaking it was not written by rank (edited, corrupt or foreign): an error naming the
+    row, never a row quietly selected or dropped.
+    """
+    checks: list[tuple[str, pl.Expr]] = []
+    for name in SHAPE:
+        if name in ranked.columns:
+            if not ranked.schema[name].is_integer():
+                raise TuneTableError(f"column {name} is {ranked.schema[name]}, not integers", path=path)
+            checks.append((f"{name} is not a positive integer", pl.col(name).is_null() | (pl.col(name) <= 0)))
+    if "config_id" in ranked.columns:
+        checks.append(("config_id is missing", pl.col("config_id").is_null()))
+    for name in ("median_ms", "cublas_ms"):
+        if name in ranked.columns:
+            if not ranked.schema[name].is_numeric():
+                raise TuneTableError(f"column {name} is {ranked.schema[name]}, not numbers", path=path)
+            bad = ~valid_time(name).fill_null(False)
+            checks.append((f"{name} is not a finite positive time", bad if name == "median_ms"
+                           else pl.col(name).is_not_null() & bad))
+    for problem, expression in checks:
+        rows = ranked.with_row_index("row").filter(expression)
+        if rows.height:
+            first = rows.row(0, named=True)
+            shape = ", ".join(f"{name}={first.get(name)}" for name in (*SHAPE, "config_id") if name in first)
+            value = {"median_ms": first.get("median_ms"), "cublas_ms": first.get("cublas_ms")}
+            shown = next((f" ({key} {val})" for key, val in value.items() if key in problem), "")
+            raise TuneTableError(f"{problem}{shown} ({shape}); rank wrote no such row: rank the shards again",
+                                 path=path, where=f"row {first['row']}")
 

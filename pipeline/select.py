@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from tunetable.manifest import Manifest, lookup, manifest_ranges
-from tunetable.rank import ranked_parameters
+from tunetable.rank import ranked_parameters, valid_time
 from tunetable.results import BASELINE_ID
 from tunetable.yamlio import load_yaml
 
@@ -101,7 +101,7 @@ def merge_ranges(*, choices: list[Choice]) -> list[tuple[int, int, str]]:
 def eligible_rows(*, ranked: pl.DataFrame) -> pl.DataFrame:
     """Only verified (``ok``) kernel rows may be selected."""
     return ranked.filter((pl.col("status") == "ok") & (pl.col("config_id") != BASELINE_ID)
-                         & pl.col("median_ms").is_not_null())
+                         & valid_time("median_ms"))
 
 
 def select_entries(*, ranked: pl.DataFrame, tolerance: float = DEFAULT_TIE_TOLERANCE) -> list[Selection]:

@@ -156,12 +156,13 @@ def _located(*, root: Path, codegen: CodegenSpec, label: str,
 
 def trace(*, root: Path, spec: TableSpec, index: int) -> Trace:
     """Follow entry ``index`` of a table from the generated file down to the raw shards."""
-    import polars as pl
 
     generated, provenance, entries = _located(root=root, codegen=spec.codegen, label=f"table {spec.name}", index=index)
     entry = entries[index]
     ranked_path = root / paths.ranked(spec.name)
-    ranked = pl.read_parquet(ranked_path) if ranked_path.is_file() else None
+    from tunetable.rank import read_ranked
+
+    ranked = read_ranked(path=ranked_path) if ranked_path.is_file() else None
     m_values = [m for m in spec.m_values if entry.m <= m < entry.m_end]
     ranked_rows = _ranked_at(ranked=ranked, entry=entry, m_values=m_values) if ranked is not None else []
     reader = lineage.DataReader(root=root, rev=None)
@@ -290,13 +291,15 @@ def _raw_source(*, root: Path, spec: TableSpec) -> TableSource | None:
 
 def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
     """The table's recording, restricted to the shapes of params.yaml and ranked; None when it is absent."""
-    import polars as pl
 
     from tunetable import resultset
 
     if not spec.recording or not (root / spec.recording).is_file():
         return None
-    loaded = resultset.from_frame(frame=pl.read_parquet(root / spec.recording), path=spec.recording, name=spec.name)
+    from tunetable.rank import read_parquet_file
+
+    frame = read_parquet_file(path=root / spec.recording, what="a recording")
+    loaded = resultset.from_frame(frame=frame, path=spec.recording, name=spec.name)
     return TableSource(table=spec.name, kind="recording", path=spec.recording, data_hash=None,
                        ranked=_ranked_results(results=[loaded], shapes=spec.shapes()))
 

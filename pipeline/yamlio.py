@@ -115,6 +115,14 @@ def strict_loader(base: type) -> type:
                                f"{ALIAS_FACTOR} x its {distinct} nodes + {ALIAS_SLACK}); an alias bomb?")
             return self.construct_document(node)
 
+        def construct_object(self, node: Node, deep: bool = False) -> Any:
+            """PyYAML's construction, with a value error (a 5000-digit int, a bad date) naming the node's line."""
+            try:
+                return super().construct_object(node, deep=deep)
+            except (ValueError, OverflowError) as exc:
+                detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+                raise _Refused(f"malformed YAML: {detail}", line=node.start_mark.line + 1) from None
+
         def flatten_mapping(self, node: MappingNode) -> None:
             """Refuse a key written twice in one mapping (before merge keys are folded in), then flatten."""
             if id(node) not in self._checked:
@@ -169,6 +177,9 @@ def load_yaml(text: str, *, path: str | Path | None = None, loader: type | None 
         raise TuneTableError(f"malformed YAML: {problem}", path=path, where=f"line {line}" if line else None) from None
     except RecursionError:
         raise TuneTableError("malformed YAML: nested too deeply", path=path) from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a scalar PyYAML cannot build (a 5000-digit int, 2024-13-45)
+        detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise TuneTableError(f"malformed YAML: {detail}", path=path) from None
 
 
 def decode_utf8(data: bytes, *, path: str | Path | None) -> str:

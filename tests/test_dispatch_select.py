@@ -183,7 +183,8 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """params.yaml of two families, manifests, the dispatch snippet and the generated file (the families bring
-    their snippets); both tables selected from gemm_mma rows."""
+    their snippets); both tables selected from gemm_mma rows (each manifest names its own table's family as
+    KERNEL, as the dispatch list's typed fields require)."""
     for name in ("params.yaml", "kernels/tuning_configs.py", "kernels/snippets/gemm_dispatch.snippet",
                  "manifests/gemm_mma.yaml", "manifests/gemm_wgmma.yaml", "manifests/gemm_dispatch.yaml"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -194,7 +195,7 @@ def project(tmp_path: Path) -> Path:
         ranked = ranked_rows(path, keep)
         ranked.write_parquet(tmp_path / "results" / "ranked" / f"{table}.parquet")
         (tmp_path / "manifests" / f"{table}.yaml").write_text(
-            select.build_manifest(table=table, kernel="gemm_mma", ranked=ranked))
+            select.build_manifest(table=table, kernel=table, ranked=ranked))
     return tmp_path
 
 

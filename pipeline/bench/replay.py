@@ -35,17 +35,53 @@ def load_recording(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
         raise TuneTableError("no such recording", path=path)
     try:
         frame = pd.read_parquet(path)
-    except (OSError, ValueError) as exc:
-        raise TuneTableError(f"unreadable recording: {exc}", path=path) from None
+    except Exception as exc:  # pyarrow raises many types on a corrupt file; each becomes this one line
+        detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise TuneTableError(f"unreadable recording: {detail}", path=path) from None
     absent = [name for name in MATCH_KEYS if name not in frame.columns]
     if absent:
         raise TuneTableError(f"recording lacks columns {', '.join(absent)}", path=path)
+    check_recording(frame, path=path)
     index: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in frame.to_dict(orient="records"):
         key = (record["table"], int(record["M"]), int(record["N"]), int(record["K"]), record["config_id"],
                record["kernel_hash"])
         index[key] = record
     return index
+
+
+def check_recording(frame: Any, *, path: Path) -> None:
+    """Rows the cuda backend writes: known statuses, finite positive medians on ok rows, integer shapes."""
+    import numpy as np
+
+    from tunetable.results import STATUSES
+
+    status = frame["status"] if "status" in frame.columns else None
+    if status is not None:
+        unknown = ~status.isin(STATUSES)
+        if unknown.any():
+            row = int(np.flatnonzero(unknown.to_numpy())[0])
+            raise TuneTableError(f"status {status.iloc[row]!r} is not one of {', '.join(STATUSES)}", path=path,
+                                 where=f"row {row}")
+    for name in ("M", "N", "K"):
+        values = frame[name]
+        if not np.issubdtype(values.dtype, np.integer) or (values <= 0).any():
+            raise TuneTableError(f"column {name} must hold positive integers", path=path)
+    if status is not None and "median_ms" in frame.columns:
+        median = pd_numeric(frame["median_ms"])
+        bad = (status == "ok").to_numpy() & ~(np.isfinite(median) & (median > 0))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise TuneTableError(f"status ok but median_ms {median[row]} is not a finite positive time "
+                                 f"(M={frame['M'].iloc[row]}, config {frame['config_id'].iloc[row]})", path=path,
+                                 where=f"row {row}")
+
+
+def pd_numeric(values: Any) -> Any:
+    """A column as float64 numbers (NaN where it holds none)."""
+    import pandas as pd
+
+    return pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=float("nan"))
 
 
 def _plain(value: Any) -> Any:
