@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        # One line, like every other user error: the problem, then where to read the command's options.
+        command = exc.ctx.command_path if exc.ctx is not None else "tunetable"
+        click.echo(f"error: {exc.format_message()} (see `{command} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -57,18 +57,48 @@ def _format_location(error: Any) -> str:
     return "".join(parts).lstrip(".") or "(top level)"
 
 
+MAX_SHOWN = 60          # characters of a value an error line quotes
+MAX_INT_BITS = 64       # no setting is an integer beyond int64 (the schema bounds most far lower)
+
+
+def _oversized(data: Any, *, where: str = "") -> tuple[str, str] | None:
+    """(place, why) of the first integer beyond int64 in parsed params (the schema could not even print it)."""
+    stack: list[tuple[str, Any]] = [(where, data)]
+    while stack:
+        place, value = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
+            return place or "(top level)", f"an integer of {value.bit_length()} bits (at most {MAX_INT_BITS})"
+        if isinstance(value, dict):
+            stack.extend((f"{place}.{key}".lstrip("."), item) for key, item in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((f"{place}[{index}]", item) for index, item in reversed(list(enumerate(value))))
+    return None
+
+
+def _short_message(error: Any) -> str:
+    """A schema error's message with the offending value shortened (a 100 kB string stays one short line)."""
+    message = str(error.message)
+    shown = repr(error.instance)
+    if len(shown) > MAX_SHOWN:
+        message = message.replace(shown, f"{shown[:MAX_SHOWN]}... ({len(shown)} characters)")
+    return message if len(message) <= 4 * MAX_SHOWN + 200 else f"{message[:4 * MAX_SHOWN]}..."
+
+
 def validate_params(data: Any, *, path: str | Path) -> None:
     """Validate parsed params against the schema; raise one line naming the failing key."""
     import jsonschema
 
     if not isinstance(data, dict):
         raise TuneTableError("expected a YAML mapping at the top level", path=path)
+    oversized = _oversized(data)
+    if oversized:
+        raise TuneTableError(oversized[1], path=path, where=oversized[0])
     schema = load_yaml_file(SCHEMA_PATH)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         first = errors[0]
-        raise TuneTableError(first.message, path=path, where=_format_location(first))
+        raise TuneTableError(_short_message(first), path=path, where=_format_location(first))
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tunetable.atomic import atomic_write_bytes
+from tunetable.atomic import atomic_write_all
 from tunetable.errors import TuneTableError
 from tunetable.results import BASELINE_ID, SEARCH_FIELDS
 
@@ -202,8 +202,7 @@ def write_ranked(*, table: RankedTable, out: Path, name: str) -> list[Path]:
                                  + "\n" + failures_md).encode("utf-8"),
         failures_path(out=out): _csv(table.failures),
     }
-    for path, data in outputs.items():
-        atomic_write_bytes(path, data)
+    atomic_write_all(outputs=outputs)  # the four land together: a kill never leaves a new parquet with an old CSV
     return list(outputs)
 
 

@@ -16,9 +16,12 @@ process), and a pickle written by another pandas version reads the same.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import pickle
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,8 +156,8 @@ class RestrictedUnpickler(pickle.Unpickler):
         """The recipe standing for an allowed global; any other is refused."""
         try:
             return ALLOWED[(module, name)]
-        except KeyError:
-            raise Refused(f"refused global '{module}.{name}'") from None
+        except (KeyError, TypeError):
+            raise Refused(f"refused global {f'{module}.{name}'!r}") from None
 
     def persistent_load(self, pid: Any) -> Any:
         """Persistent ids reach outside the file: never."""
@@ -212,6 +215,8 @@ class Materializer:
         if isinstance(obj, Recipe):
             if obj.kind == "pandas.DataFrame":
                 return self.memo(obj, self.frame)
+            if obj.kind in ("numpy._reconstruct", "numpy._frombuffer"):
+                return self.array(obj)
             if obj.kind == "numpy.scalar":
                 return self.memo(obj, self.scalar)
         raise Refused(f"a {_kind(obj)} where a plain value belongs")
@@ -488,10 +493,28 @@ class Materializer:
         return positions
 
 
+@contextlib.contextmanager
+def _unraisable_quiet() -> Iterator[None]:
+    """While a damaged pickle is torn down, CPython may print a buffer it could not free to stderr (through
+    sys.excepthook or sys.unraisablehook): the error line about the file is what the user needs."""
+    previous = sys.unraisablehook, sys.excepthook
+    sys.unraisablehook = lambda unraisable: None
+    sys.excepthook = lambda *exc: None
+    try:
+        yield
+    finally:
+        sys.unraisablehook, sys.excepthook = previous
+
+
 def load_pickle(data: bytes, *, path: str | Path) -> Any:
     """The checked content of a kbench-style pickle; anything refused is one TuneTableError naming the file."""
     try:
-        raw = RestrictedUnpickler(io.BytesIO(data)).load()
+        with _unraisable_quiet():
+            unpickler = RestrictedUnpickler(io.BytesIO(data))
+            try:
+                raw = unpickler.load()
+            finally:
+                del unpickler  # its stack goes now, inside the quiet block
         return Materializer().value(raw)
     except Refused as exc:
         if str(exc).startswith("refused "):

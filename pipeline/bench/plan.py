@@ -241,8 +241,10 @@ def recording_provenance(recording: Path) -> dict[str, Any]:
         raise TuneTableError("no such recording (make one with `tunetable record` on a GPU)", path=recording)
     if not sidecar.is_file():
         raise TuneTableError("recording has no provenance sidecar", path=sidecar)
+    from tunetable.yamlio import read_text
+
     try:
-        return json.loads(sidecar.read_text())
+        return json.loads(read_text(sidecar))
     except json.JSONDecodeError as exc:
         raise TuneTableError(f"malformed JSON: {exc.msg}", path=sidecar, where=f"line {exc.lineno}") from None
 
