@@ -16,7 +16,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 from pipeline_repo import edit_params, two_families
 
 from tunetable import rank, select

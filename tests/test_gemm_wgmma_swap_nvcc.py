@@ -13,20 +13,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tunetable.compile import compile_configs, main_function, parse_ptxas
 from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rule
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.jit import include_flags
 from tunetable.params import table_spec
+from tunetable.yamlio import load_yaml_file
 
 pytestmark = pytest.mark.nvcc
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILY = FAMILIES["gemm_wgmma_swap"]
 FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v", *include_flags()]
-PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
+PARAMS = load_yaml_file(REPO / "params.yaml")
 SPEC = table_spec(PARAMS, "gemm_wgmma_swap")
 BASE = {"BLOCK_M": 208, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "SPLIT_K": 2}
 

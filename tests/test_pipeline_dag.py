@@ -232,7 +232,7 @@ def _add_unrecorded_shape(copy: Path) -> None:
     import yaml
 
     path = copy / "params.yaml"
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml_file(path)
     data["tables"][TABLE]["shapes"]["M"].insert(3, 77)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 

@@ -6,6 +6,7 @@ with protocols 4 and 5, as a tunetable shard and as a Modular kbench result (mak
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 from pathlib import Path
 
@@ -18,6 +19,15 @@ from tunetable.safe_pickle import ALLOWED, RefusedFile, load_pickle
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pickles"
 PICKLES = sorted(FIXTURES.glob("*.pkl"))
+def _load_generator():
+    """tests/fixtures/pickles/make_pickles.py, the script that wrote the fixtures (imported by path)."""
+    spec = importlib.util.spec_from_file_location("make_pickles", FIXTURES / "make_pickles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+make_pickles = _load_generator()
 
 
 @pytest.mark.parametrize("path", PICKLES, ids=[p.stem for p in PICKLES])
@@ -39,14 +49,14 @@ def test_real_pickles_of_three_pandas_versions_read(path):
         assert payload["name"] == "bench_matmul" and len(payload["build_df"]) == 3
 
 
-def test_same_frames_as_the_stock_unpickler_for_this_pandas(tmp_path):
-    """Pickles this pandas writes read back equal to what pickle.loads makes of them (trusted here: the bytes
-    are the committed fixtures). String columns get the installed pandas's default string type, whichever
-    string type the writer used (kbench's explicit "string" dtype included); every other dtype is kept."""
-    for path in [p for p in PICKLES if p.name.startswith(f"pandas{''.join(pd.__version__.split('.')[:2])}_")]:
-        data = path.read_bytes()
-        expected = pickle.loads(data)  # noqa: S301 - bytes this test trusts, for comparison only
-        got = load_pickle(data, path=path)
+def test_same_frames_as_were_pickled(tmp_path):
+    """Every fixture reads back as the frames make_pickles.py built before pickling them (with whichever pandas
+    wrote it). String columns get the installed pandas's default string type, whichever string type the
+    writer used (kbench's explicit "string" dtype included); every other dtype is kept."""
+    for path in PICKLES:
+        kind = "shard" if "_shard_" in path.name else "kbench"
+        expected = make_pickles.shard_payload() if kind == "shard" else make_pickles.kbench_payload()
+        got = load_pickle(path.read_bytes(), path=path)
         for key in ("merged_df", "build_df"):
             pd.testing.assert_frame_equal(got[key], expected[key], check_dtype=False)
             strings = [c for c in expected[key].columns if pd.api.types.is_string_dtype(expected[key][c])]

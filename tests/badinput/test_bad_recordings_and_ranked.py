@@ -125,7 +125,8 @@ RANKED_CASES = [
          rf"{E_RANKED}: column median_ms is String, not numbers"),
     Case("lacks-median", ranked(lambda f: f.drop("median_ms")), rf"{E_RANKED}: missing column median_ms"),
     Case("garbage", lambda p: p.write(RANKED, b"not parquet"), rf"{E_RANKED}: not a ranked parquet \(.*\)"),
-    Case("truncated", lambda p: p.write(RANKED, p.path(RANKED).read_bytes()[:300]), rf"{E_RANKED}: not a ranked parquet .*"),
+    Case("truncated", lambda p: p.write(RANKED, p.path(RANKED).read_bytes()[:300]),
+         rf"{E_RANKED}: not a ranked parquet .*"),
     Case("empty-file", lambda p: p.write(RANKED, b""), rf"{E_RANKED}: not a ranked parquet .*"),
 ]
 

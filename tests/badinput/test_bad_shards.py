@@ -194,7 +194,8 @@ REMEDY = r"delete it \(and its journal, if any\) to measure or replay it again"
 E_SHARD = rf"error: {SHARD}"
 INTEGRITY = [
     Case("truncated", lambda p: p.write(SHARD, p.path(SHARD).read_bytes()[:-100]),
-         rf"{E_SHARD}: truncated \(\d+ of \d+ bytes\): sha256 [0-9a-f]{{16}} does not match the [0-9a-f]{{16}} recorded "
+         rf"{E_SHARD}: truncated \(\d+ of \d+ bytes\): sha256 [0-9a-f]{{16}} does not match the [0-9"
+         rf"a-f]{{16}} recorded "
          rf"in M1_N4096_K4096\.journal\.jsonl; {REMEDY}"),
     Case("empty", lambda p: p.write(SHARD, b""), rf"{E_SHARD}: truncated \(0 of \d+ bytes\): .*"),
     Case("one-bit-flipped", lambda p: p.write(SHARD, _flip(p.path(SHARD).read_bytes(), 700)),
@@ -298,7 +299,8 @@ def test_random_corruption_never_crashes_two_thousand_times(capfd):
 
 
 @pytest.mark.parametrize(("median", "status"), [(float("nan"), "missing"), (float("inf"), "invalid"),
-                                               (-1.0, "invalid"), (0.0, "invalid")], ids=["nan", "inf", "negative", "zero"])
+                                               (-1.0, "invalid"), (0.0, "invalid")], ids=["nan", "inf", "negative",
+                                                   "zero"])
 def test_an_ok_row_without_a_finite_positive_median_never_ranks(tmp_path, median, status):
     """Such a row is a failure (NaN reads as a missing value; the others are `invalid`, with why), never ranked."""
     import polars as pl

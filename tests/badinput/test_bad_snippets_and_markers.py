@@ -41,7 +41,8 @@ def end_before_begin(p: Project) -> None:
 CASES = [
     Case("begin-marker-missing", edit(TARGET, "# BEGIN-TUNING-LIST-GEMM_MMA", "# BEGIN-TUNING-LIST-GEMM_MMX"),
          rf"{E_TARGET}: Expected exactly one begin marker: BEGIN-TUNING-LIST-GEMM_MMA"),
-    Case("begin-marker-twice", marker_twice, rf"{E_TARGET}: Expected exactly one begin marker: BEGIN-TUNING-LIST-GEMM_MMA"),
+    Case("begin-marker-twice", marker_twice,
+         rf"{E_TARGET}: Expected exactly one begin marker: BEGIN-TUNING-LIST-GEMM_MMA"),
     Case("end-marker-missing", edit(TARGET, "# END-TUNING-LIST-GEMM_WGMMA", "# END-OF-IT"),
          rf"{E_TARGET}: Expected exactly one end marker: END-TUNING-LIST-GEMM_WGMMA"),
     Case("end-before-begin", end_before_begin, rf"{E_TARGET}: The begin marker must precede the end marker"),
@@ -52,8 +53,10 @@ CASES = [
     Case("snippet-not-utf8", lambda p: p.write(SNIPPET, p.path(SNIPPET).read_bytes() + b"\xfe\n"),
          rf"{E_SNIPPET}: line \d+: not UTF-8 text \(byte \d+\)"),
     Case("snippet-missing", lambda p: p.path(SNIPPET).unlink(), rf"{E_SNIPPET}: no such file"),
-    Case("snippet-string-field-unquoted", edit(SNIPPET, 'table="[@TABLE]"', "table=[@TABLE]"),
-         rf"{E_SNIPPET}: \[@TABLE\] is a string field: write it between quotes, so that it renders as a string literal"),
+    Case("snippet-string-field-unquoted", edit(SNIPPET, 'table="[@TABLE]"',
+         "table=[@TABLE]"),
+         rf"{E_SNIPPET}: \[@TABLE\] is a string field: write it between quotes, so that it renders a"
+         rf"s a string literal"),
     Case("snippet-string-field-half-quoted", edit(SNIPPET, 'kernel="[@KERNEL]"', 'kernel="[@KERNEL]'),
          rf"{E_SNIPPET}: \[@KERNEL\] is a string field: .*"),
     Case("snippet-unknown-placeholder", edit(SNIPPET, "    m=[@M],", "    m=[@M],\n    evil=[@EVIL],"),
