@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# Files a project copy needs for params, manifests, snippets and codegen cases.
-PROJECT_FILES = ("params.yaml", "kernels/tuning_configs.py", "kernels/snippets/gemm_dispatch.snippet",
-                 "manifests/gemm_mma.yaml", "manifests/gemm_wgmma.yaml", "manifests/gemm_dispatch.yaml")
-RECORDINGS = ("data/recordings/h200_gemm_mma.parquet", "data/recordings/h200_gemm_mma.json",
-              "data/recordings/h200_gemm_wgmma.parquet", "data/recordings/h200_gemm_wgmma.json")
+# Files a project copy needs for params, manifests, snippets and codegen cases: every declared table's.
+PROJECT_FILES = ("params.yaml", "kernels/tuning_configs.py",
+                 *(str(p.relative_to(REPO)) for p in sorted((REPO / "kernels" / "snippets").glob("*.snippet"))),
+                 *(str(p.relative_to(REPO)) for p in sorted((REPO / "manifests").glob("*.yaml"))))
+RECORDINGS = tuple(str(p.relative_to(REPO)) for p in sorted((REPO / "data" / "recordings").glob("h200_gemm_*"))
+                   if p.suffix in (".parquet", ".json"))
 
 
 def sha256(path: Path) -> str:
