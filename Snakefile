@@ -37,10 +37,13 @@ except TuneTableError as exc:
 
 # After a killed run (SIGKILL included): its stale Snakemake locks go (when no other run holds this
 # copy), incomplete outputs re-run (profiles/default: rerun-incomplete), and a metrics stamp whose
-# checked-in files are missing or changed is dropped so that they are made again.
-for _lock in tt.release_stale_locks():
-    print(f"tunetable: removed {_lock}, left by a run that was killed (no other run holds this copy)", file=sys.stderr)
-tt.drop_stale_stamps(PLAN)
+# checked-in files are missing or changed is dropped so that they are made again. Only the main
+# snakemake process does this (a cluster job re-parses this file on its node).
+if workflow.is_main_process:
+    for _lock in tt.release_stale_locks():
+        print(f"tunetable: removed {_lock}, left by a run that was killed (no other run holds this copy)",
+              file=sys.stderr)
+    tt.drop_stale_stamps(PLAN)
 
 wildcard_constraints:
     **tt.wildcard_constraints(PLAN),

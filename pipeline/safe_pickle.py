@@ -192,8 +192,13 @@ class Materializer:
     # plain values
     def value(self, obj: Any, *, depth: int = 0) -> Any:
         """A plain value: None, bool, int64, float, str, bytes, NA, lists/tuples/dicts of them, or a frame."""
+        kind = type(obj)
+        if kind is float or kind is str or obj is None or kind is bool:  # the common leaves first (speed)
+            return obj
         _expect(depth <= MAX_DEPTH, "values nested too deeply")
-        if obj is None or isinstance(obj, (bool, float, str)):
+        if kind is list and all(type(item) is float for item in obj):  # per-row samples
+            return list(obj)
+        if isinstance(obj, (bool, float, str)):
             return obj
         if type(obj) is int:
             _expect(obj.bit_length() < INT_BITS, "an integer beyond 64 bits")
@@ -469,11 +474,11 @@ class Materializer:
         _expect(len(placed) == len(columns), "a column without data")
         # Object columns (strings, per-row lists, missing values) are typed as the installed pandas types
         # such values by default, the way write_shard's DataFrame(rows) types them.
-        data = {columns[p]: pd.Series(list(placed[p])) if _is_object(placed[p])
-                else pd.Series(placed[p], copy=True) for p in range(len(columns))}
+        data = {columns[p]: list(placed[p]) if _is_object(placed[p]) else placed[p] for p in range(len(columns))}
         labels = pd.RangeIndex(rows) if isinstance(index, range) and index == range(rows) else pd.Index(list(index))
-        frame = pd.DataFrame(data, index=labels)
-        return frame if data else pd.DataFrame(index=labels, columns=pd.Index(columns))
+        if not data:
+            return pd.DataFrame(index=labels, columns=pd.Index(columns))
+        return pd.DataFrame(data, index=labels, copy=True)
 
     @staticmethod
     def _positions(placement: Any, *, columns: int) -> list[int]:
