@@ -402,6 +402,7 @@ def _string_literal(text: str) -> str:
 
 def render_builds_region(job: BuildsJob, *, indent: str = "    ") -> str:
     """One ``"<table>": TableBuild(...)`` item per table (two lines), literals only, after a provenance comment."""
+    check_comment_text(job.source_label, what="source label", path=job.target_path)
     lines = [f"{indent}# Automatically generated from [{job.source_label}]: each table's family and arch, "
              "compile.nvcc_flags"]
     for item in job.lines:

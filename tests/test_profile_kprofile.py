@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-import yaml
 from result_rows import kbench_pickle, row, shard
 
 from tunetable import profile as views
 from tunetable import resultset
 from tunetable.errors import TuneTableError
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDING = REPO / "data" / "recordings" / "h200_gemm_mma.parquet"
@@ -82,13 +82,13 @@ def test_cli_top_and_top_fraction_write_different_picks_and_keep_kbenchs_file(tm
     path = kbench(tmp_path / "k.pkl")
     done = profile(tmp_path, str(path), "-t", "0.05", "-o", str(tmp_path / "o" / "top"))
     assert done.returncode == 0, done.stderr
-    written = yaml.safe_load((tmp_path / "o" / "top.yaml").read_text())
+    written = load_yaml_file(tmp_path / "o" / "top.yaml")
     assert written["name"] == "mm" and written["file"] == "$KERNEL_BENCHMARKS_ROOT/gpu/bench_matmul.mojo"
     assert written["params"] == [{"name": "mm", "BM": 128, "BN": 32, "M": 8, "N": 16}]
     assert "below min + 0.05*max" in done.stdout
     done = profile(tmp_path, str(path), "--top-fraction", "0.05", "-o", str(tmp_path / "o" / "frac"))
     assert done.returncode == 0, done.stderr
-    assert yaml.safe_load((tmp_path / "o" / "frac.yaml").read_text())["params"][0]["BM"] == 64
+    assert load_yaml_file(tmp_path / "o" / "frac.yaml")["params"][0]["BM"] == 64
     both = profile(tmp_path, str(path), "-t", "0.05", "--top-fraction", "0.1")
     assert both.returncode == 2 and "not both" in both.stderr
     negative = profile(tmp_path, str(path), "-t", "-1")
@@ -99,7 +99,7 @@ def test_output_yaml_file_key_rules(tmp_path: Path) -> None:
     ours = shard(tmp_path / "s.pkl", [row(m=1, config="ca", median=1.0), row(m=1, config="cb", median=2.0)])
     done = profile(tmp_path, str(ours), "-o", str(tmp_path / "o" / "ours"))
     assert done.returncode == 0, done.stderr
-    assert "file" not in yaml.safe_load((tmp_path / "o" / "ours.yaml").read_text())   # a shard names itself only
+    assert "file" not in load_yaml_file(tmp_path / "o" / "ours.yaml")   # a shard names itself only
     other = kbench(tmp_path / "k2.pkl", source="$KERNEL_BENCHMARKS_ROOT/gpu/other.mojo")
     clash = profile(tmp_path, str(kbench(tmp_path / "k1.pkl")), str(other), "-o", str(tmp_path / "o" / "x"))
     assert clash.returncode == 2 and "different kbench files" in clash.stderr and "-o" in clash.stderr
@@ -121,7 +121,7 @@ def test_merge_keeps_name_and_file_and_takes_pandas_queries(tmp_path: Path) -> N
             assert done.returncode == 2 and "matched no entry" in done.stderr
             continue
         assert done.returncode == 0, (query, done.stderr)
-        written = yaml.safe_load(out.read_text())
+        written = load_yaml_file(out)
         assert [e["M"] for e in written["params"]] == expected, query
         assert written["name"] == "bench_matmul" and written["file"].endswith("bench_matmul.mojo")
     refused = profile(tmp_path, str(a), "--merge", "--query", "M.__class__ or __import__('os')")

@@ -17,7 +17,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tunetable.yamlio import load_yaml_file
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +84,7 @@ def test_the_wheel_has_one_top_level_name_every_module_and_every_family_folder(w
 def expected_decisions(shapes: list[tuple[int, int, int]]) -> list[list[object]]:
     """What the manifests say each shape runs: the dispatch list's table, that table's entry (first match)."""
     def entries(name: str) -> list[dict]:
-        return yaml.safe_load((REPO / "manifests" / f"{name}.yaml").read_text())["params"]
+        return load_yaml_file(REPO / "manifests" / f"{name}.yaml")["params"]
 
     def first(rows: list[dict], m: int, n: int, k: int) -> dict:
         return next(e for e in rows if e["N"] == n and e["K"] == k and e["M"] <= m < e["M_END"])
@@ -96,7 +97,7 @@ def expected_decisions(shapes: list[tuple[int, int, int]]) -> list[list[object]]
 
 
 def test_import_is_light_and_decisions_work_outside_the_repo(fresh_python: Path, tmp_path: Path) -> None:
-    params = yaml.safe_load((REPO / "params.yaml").read_text())["tables"]["gemm_mma"]["shapes"]
+    params = load_yaml_file(REPO / "params.yaml")["tables"]["gemm_mma"]["shapes"]
     shapes = [(m, n, k) for n, k in params["NK"] for m in params["M"]]
     outside = tmp_path / "elsewhere"
     outside.mkdir()
