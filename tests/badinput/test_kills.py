@@ -111,7 +111,7 @@ COMMANDS = {
                 ("out/m.json", "out/m.csv", "out/m.png")),
 }
 SEEDS = [pytest.param(name, seed, marks=[pytest.mark.slow] if seed else [], id=f"{name}-{seed}")
-         for name in COMMANDS for seed in range(4)]
+         for name in COMMANDS for seed in range(3)]
 
 
 @pytest.mark.parametrize(("command", "seed"), SEEDS)
