@@ -32,7 +32,6 @@ sys.path.insert(0, str(REPO))
 from tunetable.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
 from tunetable.manifest import ManifestEntry, load_ranges, lookup  # noqa: E402
 from tunetable.params import load_params  # noqa: E402
-from tunetable.yamlio import load_yaml_file  # noqa: E402
 
 PARAMS = load_params(REPO / "params.yaml")
 TABLES = {name: spec["recording"] for name, spec in PARAMS["tables"].items()}

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families.common import covering_index
+from tunetable.yamlio import decode_utf8, load_yaml, read_bytes
 
 
 @dataclass(frozen=True)
@@ -42,28 +41,18 @@ class ManifestEntry:
 
 
 def read_text(path: Path, *, keep_newlines: bool = False) -> str:
-    """Read UTF-8 text; ``keep_newlines`` skips newline translation (a CRLF target stays CRLF)."""
-    try:
-        with open(path, encoding="utf-8", newline="" if keep_newlines else None) as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise TuneTableError("no such file", path=path) from None
-    except IsADirectoryError:
-        raise TuneTableError("is a directory, expected a file", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise TuneTableError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+    """Read UTF-8 text; ``keep_newlines`` skips newline translation (a CRLF target stays CRLF).
+
+    Missing, unreadable, a folder or not UTF-8 (naming the line) is one error line (tunetable.yamlio).
+    """
+    text = decode_utf8(read_bytes(path), path=path)
+    return text if keep_newlines else text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def parse_yaml(text: str, *, path: Path) -> Any:
-    """Parsed YAML text (a safe loader: libyaml's when present, ~6x faster on a 10 k-entry manifest);
-    malformed YAML is a TuneTableError naming the file and line."""
-    try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # a safe loader
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TuneTableError(f"malformed YAML: {problem}", path=path, where=where) from None
+    """Parsed YAML text through the project's one YAML loader (tunetable.yamlio: libyaml's safe parser when
+    present, duplicate keys and alias bombs refused); malformed YAML is a TuneTableError naming the line."""
+    return load_yaml(text, path=path)
 
 
 def _entry_identity(entry: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -98,7 +87,7 @@ def validate_manifest(data: Any, *, path: str | Path) -> Manifest:
 
 
 def load_manifest_document(path: str | Path) -> Manifest:
-    """Load a manifest with yaml.safe_load (anchors and ``<<`` merges work) and validate it."""
+    """Load a manifest through tunetable.yamlio (anchors and ``<<`` merges work) and validate it."""
     source = Path(path)
     return validate_manifest(parse_yaml(read_text(source), path=path), path=path)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from pipeline_repo import BIN, NO_RECORDING, RECORDING, REPO, project_files, run, tool_env
+from tunetable.yamlio import load_yaml_file
 
 SCRIPT = REPO / "scripts" / "slurm_local.sh"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue")
@@ -72,9 +73,8 @@ def project_copy(dest: Path) -> Path:
 
 def replayed_tables(root: Path) -> list[str]:
     """The tables a replayed run covers there (those whose recording is present)."""
-    import yaml
 
-    tables = yaml.safe_load((root / "params.yaml").read_text())["tables"]
+    tables = load_yaml_file(root / "params.yaml")["tables"]
     return [name for name, spec in tables.items() if spec.get("recording") and (root / spec["recording"]).is_file()]
 
 

@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 import pytest
-import yaml
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[2]
 STAGE_ENTRIES = {
@@ -85,7 +85,7 @@ def closure(entries: tuple[str, ...]) -> set[Path]:
 
 def stage_deps(stage: str) -> list[Path]:
     """The deps dvc.yaml lists for a stage, as paths."""
-    return [REPO / dep for dep in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]["deps"]]
+    return [REPO / dep for dep in load_yaml_file(REPO / "dvc.yaml")["stages"][stage]["deps"]]
 
 
 def covered(path: Path, deps: list[Path]) -> bool:
@@ -131,7 +131,7 @@ def exact_deps(stage: str) -> list[str]:
 
 @pytest.mark.parametrize("stage", sorted(STAGE_ENTRIES))
 def test_no_stage_lists_a_dep_its_commands_do_not_read(stage: str) -> None:
-    listed = [dep for dep in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]["deps"]]
+    listed = [dep for dep in load_yaml_file(REPO / "dvc.yaml")["stages"][stage]["deps"]]
     code = [dep for dep in listed if dep.startswith(("pipeline", "kernels", "Snakefile"))]
     assert sorted(code) == [dep for dep in exact_deps(stage)
                             if dep.startswith(("pipeline", "kernels", "Snakefile"))], (
