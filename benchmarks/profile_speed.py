@@ -165,10 +165,11 @@ def engine_polars(raw: pl.DataFrame) -> dict[str, float]:
     timings["parse_specs"] = time.perf_counter() - start
     metric = views.Metric("met (ms)", False)
     t = time.perf_counter()
-    view = views.sorted_view(frame=loaded.frame, metric=metric, shape=loaded.shape)
-    views.summary(result=loaded, metric=metric, shape=loaded.shape, view=view)
-    views.common_spec(subset=views.top_fraction(frame=loaded.frame, metric=metric, fraction=0.1, shape=loaded.shape),
-                      parameters=loaded.parameters, shape=loaded.shape)
+    ordering = views.order_rows(frame=loaded.frame, metric=metric, shape=loaded.shape)
+    views.summary(result=loaded, metric=metric, shape=loaded.shape, ordering=ordering)
+    subset = views.top_fraction(frame=loaded.frame, metric=metric, fraction=0.1, shape=loaded.shape,
+                                columns=[*loaded.shape, *loaded.parameters], ordering=ordering)
+    views.common_spec(subset=subset, parameters=loaded.parameters, shape=loaded.shape)
     timings["profile_views"] = time.perf_counter() - t
     t = time.perf_counter()
     ranked = rank.rank_rows(rows=loaded.frame, parameters=loaded.parameters).ranked

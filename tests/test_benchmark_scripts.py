@@ -153,3 +153,23 @@ def test_compare_probes_writes_its_report_and_names_a_bad_file(tmp_path: Path, c
     not_a_report.write_text("[1, 2]")
     assert compare_probes.main([str(not_a_report)]) == 2
     assert f"{not_a_report}: no 'timed' list" in capsys.readouterr().err
+
+
+def test_profile_speed_runs_its_views_on_grown_recordings(tmp_path: Path) -> None:
+    """The benchmark's pieces at a small size: inputs grown from the recordings, the engine, one view per format."""
+    profile_speed = _load_script("profile_speed")
+    rows = profile_speed.recording_rows()
+    grown = profile_speed.grown(rows=rows, size=20_000, start=5_000)
+    assert grown.height == 15_000 and grown["M"].max() > 16384          # copies get their own shapes
+    assert set(grown.columns) == set(rows.columns)
+    timings = profile_speed.engine_polars(grown)
+    assert set(timings) == {"parse_specs", "profile_views", "rank_select", "total"}
+    inputs = profile_speed.write_inputs(rows=rows, size=15_000, folder=tmp_path, batch=10_000)
+    launcher = profile_speed.Launcher()
+    try:
+        for path in inputs.values():
+            figure = profile_speed.run_view(launcher=launcher, path=path, args=profile_speed.VIEWS["-t 0.05"],
+                                            folder=tmp_path)
+            assert figure["wall_s"] > 0 and 0 < figure["peak_gb"] < 4 and figure["printed_bytes"] < 20_000
+    finally:
+        launcher.close()

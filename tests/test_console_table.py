@@ -97,3 +97,13 @@ def test_add_row_checks_the_cell_count() -> None:
     table.add_column("a")
     with pytest.raises(ValueError, match="row has 2 cells for 1 columns"):
         table.add_row(1, 2)
+
+
+def test_every_cli_table_goes_through_the_one_renderer() -> None:
+    """No module of the package builds a rich Table itself: tables print only through tunetable.console_table."""
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "pipeline"
+    offenders = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
+                 if path.name != "console_table.py" and "rich.table" in path.read_text()]
+    assert offenders == []
