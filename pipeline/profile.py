@@ -7,6 +7,7 @@ Metric direction comes from the metric itself: times are lower-is-better, throug
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -512,6 +513,41 @@ def apply_query(*, frame: pl.DataFrame, query: str) -> pl.DataFrame:
     if result.is_empty():
         raise TuneTableError(f"query '{query}' matched no entry", where="--query")
     return result
+
+
+# A kbench grid YAML read by profile expands to at most this many entries (one line naming the file beyond).
+MAX_EXPANDED_ENTRIES = 1_000_000
+
+
+def expand_entries(*, entries: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
+    """kbench's grid semantics for YAML inputs: in each entry, list values form a cartesian product.
+
+    Nested lists are flattened and repeats dropped (first seen kept), as kbench does; values are
+    never evaluated (kbench calls eval on them). A manifest of scalar entries comes back unchanged.
+    """
+    expanded: list[dict[str, Any]] = []
+    for index, entry in enumerate(entries):
+        lists = {key: _flat_unique(value) for key, value in entry.items() if isinstance(value, list)}
+        count = math.prod(len(values) for values in lists.values())
+        if len(expanded) + count > MAX_EXPANDED_ENTRIES:
+            raise TuneTableError(f"the grid expands past {MAX_EXPANDED_ENTRIES:,} entries", path=path,
+                                 where=f"params[{index}]")
+        for combination in itertools.product(*lists.values()):
+            expanded.append({**entry, **dict(zip(lists, combination))})
+    return expanded
+
+
+def _flat_unique(values: list[Any]) -> list[Any]:
+    """A value list flattened and without repeats, first seen first."""
+    flat: list[Any] = []
+    stack = list(reversed(values))
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            stack.extend(reversed(value))
+        elif not any(value == seen and type(value) is type(seen) for seen in flat):
+            flat.append(value)
+    return flat
 
 
 def merge_manifests(*, manifests: list[tuple[str, list[dict[str, Any]]]], pivots: list[str],

@@ -30,6 +30,7 @@ READABLE = {
     ".pkl": "raw shards (results/raw/) and kbench pickles",
     ".parquet": "ranked tables (results/ranked/) and recordings (data/recordings/)",
     ".csv": "ranked tables (results/ranked/*.csv)",
+    ".yaml": "kbench / kprofile YAML (entries printed and written to -o; --merge merges them)",
 }
 
 

@@ -225,3 +225,31 @@ def test_left_out_counts_per_reason(tmp_path: Path) -> None:
 def test_kbench_pickle_helper_still_reads(tmp_path: Path) -> None:
     path = kbench_pickle(tmp_path / "k.pkl", ["mm/BM=64/$M=8", "mm/BM=128/$M=8"], [2.0, 1.0])
     assert resultset.load_file(path=path).source_file == "x.yaml"
+
+
+def test_yaml_inputs_are_printed_expanded_and_written_to_output(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("name: mm\nfile: $KERNEL_BENCHMARKS_ROOT/gpu/mm.mojo\n"
+                    "params:\n  - {BM: [64, [128, 64]], BN: 32, M: 8}\n  - {BM: 256, BN: [32, 64], M: 8}\n")
+    done = profile(tmp_path, str(grid), "-o", str(tmp_path / "o" / "again"))
+    assert done.returncode == 0, done.stderr
+    written = yaml.safe_load((tmp_path / "o" / "again.yaml").read_text())
+    assert written["name"] == "mm" and written["file"] == "$KERNEL_BENCHMARKS_ROOT/gpu/mm.mojo"
+    assert [(e["BM"], e["BN"]) for e in written["params"]] == [(64, 32), (128, 32), (256, 32), (256, 64)]
+    assert f"[{grid}]" in done.stdout
+
+
+def test_kprofile_output_reads_back_unchanged(tmp_path: Path) -> None:
+    first = profile(tmp_path, str(kbench(tmp_path / "k.pkl")), "-t", "0.05", "-o", str(tmp_path / "a"))
+    assert first.returncode == 0, first.stderr
+    again = profile(tmp_path, str(tmp_path / "a.yaml"), "-o", str(tmp_path / "b"))
+    assert again.returncode == 0, again.stderr
+    a, b = (yaml.safe_load((tmp_path / f"{n}.yaml").read_text()) for n in "ab")
+    assert (a["name"], a["file"], a["params"]) == (b["name"], b["file"], b["params"])
+
+
+def test_expand_entries_is_kbenchs_grid_without_eval() -> None:
+    entries = [{"A": [1, [2, 1]], "B": ["x", "2*64"], "C": 3}]
+    assert views.expand_entries(entries=entries, path="g.yaml") == [
+        {"A": 1, "B": "x", "C": 3}, {"A": 1, "B": "2*64", "C": 3}, {"A": 2, "B": "x", "C": 3},
+        {"A": 2, "B": "2*64", "C": 3}]

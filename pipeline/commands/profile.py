@@ -25,6 +25,7 @@ from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 
 RULE = "-" * 80
+YAML_SUFFIXES = (".yaml", ".yml")
 DEFAULT_MAX_ROWS = 20
 # Columns every view needs besides the metric, the shape and the parameters (read from tables when present).
 ROW_KEYS = ("mesh_idx", "config_id", "kind", "status", "name", "table")
@@ -170,8 +171,8 @@ def _merge(display: Display, files: tuple[Path, ...], pivots: list[str], sort_pi
     bad = [f for f in files if f.suffix not in (".yaml", ".yml")]
     if bad:
         raise TuneTableError("--merge takes YAML manifests only", path=bad[0])
-    merged = views.merge_manifests(manifests=[(str(f), load_manifest(f)) for f in files], pivots=pivots,
-                                   sort_pivots=sort_pivots)
+    manifests = [(str(f), views.expand_entries(entries=load_manifest(f), path=str(f))) for f in files]
+    merged = views.merge_manifests(manifests=manifests, pivots=pivots, sort_pivots=sort_pivots)
     if query:
         display.console.print(f"Applying query: [{query}]", markup=False)
         merged = views.apply_query(frame=merged, query=query)
@@ -297,16 +298,25 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, top_fracti
         return
     if query:
         raise TuneTableError("--query applies to --merge only", where="--query")
-    results, invalid, unsupported = _load_inputs(console, files, metric)
+    manifests = [f for f in files if f.suffix in YAML_SUFFIXES]
+    others = tuple(f for f in files if f.suffix not in YAML_SUFFIXES)
+    results, invalid, unsupported = _load_inputs(console, others, metric) if others else ([], [], [])
     if diff:
         _diff(display, results, metric, pivot_names, verbose)
     else:
-        configs = []
+        configs, sources = [], [(r.source_file, r.path) for r in results]
+        for path in manifests:   # kprofile prints a YAML's entries and writes them to -o with the rest
+            entries, name, source = _yaml_entries(path)
+            show(display, _entries_frame(entries), title=f"[{path}]", csv_name=f"{path.stem}.entries")
+            configs += [{"name": name, **entry} if "name" not in entry else entry for entry in entries]
+            sources.append((source, str(path)))
+            console.print(RULE)
         for result in results:
             configs.extend(_default_view(display, result, metric, pivot_names, top, top_fraction, ratio, head, tail,
                                          verbose))
         if output is not None:
-            _write_yaml(console, output, configs, results[0].name, _one_source(results))
+            name = results[0].name if results else _yaml_entries(manifests[0])[1]
+            _write_yaml(console, output, configs, name, _one_source(sources))
     if correlate:
         _correlation(display, results, metric)
     console.print(f"num invalid pkls: {len(invalid) + len(unsupported)} out of num-files: {len(files)}",
@@ -317,9 +327,31 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, top_fracti
     console.print(RULE)
 
 
-def _one_source(results: list[resultset.LoadedResult]) -> str | None:
+def _entries_frame(entries: list[dict[str, Any]]) -> pl.DataFrame:
+    """Manifest entries as a frame; a key whose values have no single type is shown as text."""
+    keys = list(dict.fromkeys(k for entry in entries for k in entry))
+    columns = []
+    for key in keys:
+        values = [entry.get(key) for entry in entries]
+        try:
+            columns.append(pl.Series(key, values, strict=False))
+        except (TypeError, ValueError, pl.exceptions.PolarsError):
+            columns.append(pl.Series(key, [None if v is None else str(v) for v in values], dtype=pl.Utf8))
+    return pl.DataFrame(columns)
+
+
+def _yaml_entries(path: Path) -> tuple[list[dict[str, Any]], str, str | None]:
+    """A kbench/kprofile YAML's entries (list values expanded as kbench's grid), its ``name`` and ``file``."""
+    from tunetable.codegen import load_manifest
+
+    name, source = _source_of_yaml(path)
+    entries = views.expand_entries(entries=load_manifest(path), path=str(path))
+    return entries, name or path.stem, source
+
+
+def _one_source(pairs: list[tuple[str | None, str]]) -> str | None:
     """The kbench ``file`` the inputs share (None when none has one); two different ones are an error."""
-    sources = {r.source_file: r.path for r in results if r.source_file is not None}
+    sources = {source: path for source, path in pairs if source is not None}
     if len(sources) > 1:
         (first, a), (second, b) = list(sources.items())[:2]
         raise TuneTableError(f"the inputs ran different kbench files ({first} in {a}, {second} in {b}); "
