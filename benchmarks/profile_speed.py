@@ -185,6 +185,8 @@ def _parse_spec_kprofile(spec: str) -> dict:
 
     out = {"name": spec.split("/")[0]}
     for token in spec.split("/")[1:]:
+        if "=" not in token:   # the cuBLAS rows' "cublas" marker
+            continue
         key, value = token.split("=", 1)
         try:
             out[key.replace("$", "")] = ast.literal_eval(value)

@@ -164,6 +164,7 @@ def test_profile_speed_runs_its_views_on_grown_recordings(tmp_path: Path) -> Non
     assert set(grown.columns) == set(rows.columns)
     timings = profile_speed.engine_polars(grown)
     assert set(timings) == {"parse_specs", "profile_views", "rank_select", "total"}
+    assert set(profile_speed.engine_pandas(grown)) == set(timings)
     inputs = profile_speed.write_inputs(rows=rows, size=15_000, folder=tmp_path, batch=10_000)
     launcher = profile_speed.Launcher()
     try:
