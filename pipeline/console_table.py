@@ -29,6 +29,8 @@ from rich.text import Text
 Justify = Literal["left", "right", "center"]
 # Zero-width fold points: after ", " / "," / a space, and between the NAME=value pairs of "A=1/B=2".
 FOLD_POINT = re.compile(r"(?<=,)|(?<= )|(?<=/)(?=\$?[A-Za-z_][A-Za-z0-9_]*=)")
+# Where a fold is preferred: between list items and NAME=value pairs; spaces inside an item only when it must.
+ITEM_POINT = re.compile(r"(?<=,)|(?<=/)(?=\$?[A-Za-z_][A-Za-z0-9_]*=)")
 # A header is a name, not a value: it may also fold after an underscore (BLOCK_ / M).
 HEADER_FOLD_POINT = re.compile(FOLD_POINT.pattern + r"|(?<=_)(?=[A-Za-z0-9])")
 GAP_MARK = "…"
@@ -91,13 +93,15 @@ def tokens(text: str, *, points: re.Pattern[str] = FOLD_POINT) -> list[str]:
 
 
 def fold(text: str, *, width: int, points: re.Pattern[str] = FOLD_POINT) -> str:
-    """Pack a cell's pieces into lines of at most ``width`` (a piece longer than that keeps its own line)."""
+    """Pack a cell into lines of at most ``width``: whole items first (``a: 1 -> 2, b: 3``), an item's words
+    only when the item alone is wider (a piece longer than ``width`` keeps its own line)."""
     lines: list[str] = []
     for paragraph in text.split("\n"):
+        items = [p for p in ITEM_POINT.split(paragraph) if p] if points is FOLD_POINT else [paragraph]
+        pieces = [piece for item in items
+                  for piece in ([item] if len(item.strip()) <= width else [p for p in points.split(item) if p])]
         current = ""
-        for piece in points.split(paragraph):
-            if not piece:
-                continue
+        for piece in pieces:
             if current and len((current + piece).rstrip()) > width:
                 lines.append(current.rstrip())
                 current = piece.lstrip()

@@ -87,6 +87,8 @@ def test_fold_and_layout_are_pure() -> None:
     assert fold("A=1/B=22/C=333", width=6) == "A=1/\nB=22/\nC=333"
     assert fold("one two, three", width=4) == "one\ntwo,\nthree"
     assert fold("1/2 is not a spec", width=3) == "1/2\nis\nnot\na\nspec"   # `/` splits only NAME=value pairs
+    # whole items before words: a change `STAGES: 6 -> 7` stays on one line when it fits
+    assert fold("BLOCK_M: 16 -> 64, STAGES: 6 -> 7", width=20) == "BLOCK_M: 16 -> 64,\nSTAGES: 6 -> 7"
     layout = plan_layout(headers=["a", "b"], cells=[["x" * 10, "y y y"]], width=None)
     assert layout.mode == "table" and layout.widths == (10, 5)
     assert plan_layout(headers=["a"], cells=[["x" * 10]], width=8).mode == "records"
