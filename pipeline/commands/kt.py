@@ -31,6 +31,18 @@ Kernel Tuner (simulation mode, any strategy):
         strategy="brute_force")"""
 
 
+# Summaries print at most this many shapes (the first and the last half); index.json / the shards hold all.
+SHOWN_SHAPES = 20
+
+
+def bounded_positions(*, count: int) -> set[int]:
+    """The positions of a summary's rows that are printed: all of them, or the first and last SHOWN_SHAPES / 2."""
+    if count <= SHOWN_SHAPES:
+        return set(range(count))
+    half = SHOWN_SHAPES // 2
+    return set(range(half)) | set(range(count - half, count))
+
+
 @click.group("kt", epilog=EPILOG)
 def command() -> None:
     """Exchange measurements with Kernel Tuner (JSON cache files, simulation mode)."""
@@ -75,12 +87,14 @@ def export_command(table: str, out_dir: Path, sources: tuple[Path, ...], params_
     rows, family, names = _table_rows(table=table, params_path=params_path, sources=sources)
     documents = kt_cache_documents(rows, names=names, kernel_name=family)
     console = Console(soft_wrap=True)
-    summary = ConsoleTable(title=f"{table}: {len(documents)} Kernel Tuner caches in {out_dir}/")
+    summary = ConsoleTable(title=f"{table}: {len(documents)} Kernel Tuner caches in {out_dir}/ "
+                                 f"(index.json lists every shape and its best)")
     for column in ("M", "N", "K", "configurations", "failed", "best config", "best median ms", "file"):
         summary.add_column(column, justify="right" if column in ("M", "N", "K", "configurations", "failed",
                                                                     "best median ms") else "left")
     index = []
-    for shape, document in documents.items():
+    shown = bounded_positions(count=len(documents))
+    for position, (shape, document) in enumerate(documents.items()):
         name = cache_file_name(table=table, shape=shape)
         # indent="" is Kernel Tuner's own layout; "cache" stays last (its reader looks for the closing "}\n}").
         atomic_write_text(out_dir / name, json.dumps(document, indent="") + "\n")
@@ -90,8 +104,11 @@ def export_command(table: str, out_dir: Path, sources: tuple[Path, ...], params_
                       "best": None if best is None else {"config_id": best["tunetable_config_id"],
                                                          "params": {n: best[n] for n in names},
                                                          "median_ms": best["time"]}})
-        summary.add_row(*shape, len(document["cache"]), len(document["cache"]) - len(measured),
-                        best["tunetable_config_id"] if best else "-", f"{best['time']:.4g}" if best else "-", name)
+        if position in shown:
+            summary.add_row(*shape, len(document["cache"]), len(document["cache"]) - len(measured),
+                            best["tunetable_config_id"] if best else "-", f"{best['time']:.4g}" if best else "-", name)
+        elif position == SHOWN_SHAPES // 2:
+            summary.add_gap(len(documents) - len(shown))
     atomic_write_text(out_dir / "index.json", json.dumps(
         {"table": table, "kernel_name": family, "tune_params_keys": names,
          "tune_params": next(iter(documents.values()))["tune_params"], "shapes": index}, indent=1) + "\n")
@@ -145,7 +162,8 @@ def import_command(files: tuple[Path, ...], table: str | None, family: str | Non
                                  f"into {target}/ (ranked by the median of `times`)")
     for column in ("M", "N", "K", "entries", "failed", "best config", "median ms", "KT mean ms", "samples"):
         summary.add_column(column, justify="left" if column == "best config" else "right")
-    for shape in sorted(by_shape):
+    shown = bounded_positions(count=len(by_shape))
+    for position, shape in enumerate(sorted(by_shape)):
         rows = by_shape[shape]
         source, names, means = sources[shape]
         write_shard(target / f"{shape_name(*shape)}.pkl", table=name, rows=rows, build_rows=[],
@@ -154,8 +172,11 @@ def import_command(files: tuple[Path, ...], table: str | None, family: str | Non
         best = min(ok, key=lambda r: (r["median_ms"], r["config_id"])) if ok else None
         label = "/".join(f"{n}={best[n]}" for n in names) if best else "-"
         mean = means.get(tuple(best[n] for n in names)) if best else None
-        summary.add_row(*shape, len(rows), len(rows) - len(ok), label, _ms(best and best["median_ms"]), _ms(mean),
-                        len(best["samples_ms"]) if best else 0)
+        if position in shown:
+            summary.add_row(*shape, len(rows), len(rows) - len(ok), label, _ms(best and best["median_ms"]),
+                            _ms(mean), len(best["samples_ms"]) if best else 0)
+        elif position == SHOWN_SHAPES // 2:
+            summary.add_gap(len(by_shape) - len(shown))
     print_table(console, summary)
     if without_times:
         console.print(f"note: {without_times} entries have no `times`: their single `time` (Kernel Tuner's mean) "
