@@ -254,7 +254,8 @@ def main() -> None:
                     result = run_view(launcher=launcher, path=path, args=extra, folder=folder)
                     figures.append({"rows": size, "input": fmt, "view": view, **result})
                     console.print(f"{size:>10,} {fmt:<18} {view:<22} {result['wall_s']:7.2f} s "
-                                  f"{result['peak_gb']:6.2f} GB {result['printed_bytes']:>8,} B", markup=False)
+                                  f"{result['peak_gb']:6.2f} GB {result['printed_bytes']:>8,} B", markup=False,
+                                  soft_wrap=True)
     launcher.close()
     met = all(f["wall_s"] <= TARGET_S.get(f["rows"], float("inf")) for f in figures) and all(
         f["peak_gb"] <= TARGET_PEAK_GB for f in figures if f["rows"] >= 10_000_000)

@@ -253,3 +253,10 @@ def test_expand_entries_is_kbenchs_grid_without_eval() -> None:
     assert views.expand_entries(entries=entries, path="g.yaml") == [
         {"A": 1, "B": "x", "C": 3}, {"A": 1, "B": "2*64", "C": 3}, {"A": 2, "B": "x", "C": 3},
         {"A": 2, "B": "2*64", "C": 3}]
+
+
+def test_diff_of_a_file_against_itself_reads_it_once_and_shows_ratio_one(tmp_path: Path) -> None:
+    path = kbench(tmp_path / "k.pkl")
+    done = profile(tmp_path, str(path), str(path), "-d", "--out-dir", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    assert pl.read_csv(tmp_path / "o" / "diff_1_k.csv")["ratio"].to_list() == [1.0]

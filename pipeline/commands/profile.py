@@ -188,7 +188,7 @@ def _load_inputs(console: Console, files: tuple[Path, ...],
     unsupported = [f for f in files if f.suffix not in resultset.READABLE]
     for path in unsupported:
         console.print(f"unsupported input: [{path}] (profile reads {resultset.readable_inputs()})", markup=False)
-    pickles = [f for f in files if f.suffix == ".pkl"]
+    pickles = list(dict.fromkeys(f for f in files if f.suffix == ".pkl"))   # each file read once
     results: list[resultset.LoadedResult] = []
     invalid: list[str] = []
     if pickles:
@@ -206,10 +206,11 @@ def _load_inputs(console: Console, files: tuple[Path, ...],
             console.print(RULE)
     else:
         by_path = {}
+    lean: dict[str, resultset.LoadedResult] = {}
     for path in files:
         if path.suffix == ".pkl":
-            if str(path) in by_path:
-                results.append(_lean(by_path.pop(str(path))))
+            if str(path) in by_path:   # a file given twice (-d against itself) is one result shown twice
+                results.append(lean.setdefault(str(path), _lean(by_path[str(path)])))
         elif path.suffix in (".parquet", ".csv"):
             results.append(_load_table(path=path, metric=metric))
     if not results:
