@@ -260,3 +260,12 @@ def test_diff_of_a_file_against_itself_reads_it_once_and_shows_ratio_one(tmp_pat
     done = profile(tmp_path, str(path), str(path), "-d", "--out-dir", str(tmp_path / "o"))
     assert done.returncode == 0, done.stderr
     assert pl.read_csv(tmp_path / "o" / "diff_1_k.csv")["ratio"].to_list() == [1.0]
+
+
+def test_an_unreadable_pickle_beside_a_table_is_listed_and_the_table_profiled(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pkl"
+    bad.write_bytes(b"not a pickle")
+    done = profile(tmp_path, str(bad), str(RECORDING), "--max-rows", "4")
+    assert done.returncode == 0, done.stderr
+    assert f"Invalid pkl [{bad}]" in done.stdout and "num invalid pkls: 1 out of num-files: 2" in done.stdout
+    assert "5,720 compared" in done.stdout

@@ -194,8 +194,10 @@ def _load_inputs(console: Console, files: tuple[Path, ...],
     if pickles:
         try:
             report = load_with_progress(paths=pickles, console=console)
-        except TuneTableError:
-            if len(pickles) == len(files):
+        except TuneTableError as exc:
+            # Every pickle unreadable while tables were given too: list them and go on with the tables.
+            # Any other error (a pickle refused for safety or integrity) stops the command.
+            if len(pickles) == len(files) or not (exc.where or "").endswith("invalid"):
                 raise
             report = resultset.LoadReport(results=(), invalid=tuple(resultset.InvalidFile(path=str(p), reason="")
                                                                      for p in pickles))
