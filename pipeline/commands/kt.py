@@ -15,7 +15,7 @@ from tunetable.errors import TuneTableError
 
 EPILOG = """\b
 Examples:
-  tunetable kt export --table gemm_mma --out kt/gemm_mma
+  tunetable kt export --table gemm_mma --out results/kt/gemm_mma
       one Kernel Tuner cache per shape from the table's recording (or --from FILE...), each with
       the tune_params and the restriction that make simulation mode search exactly what we measured
   tunetable kt import kt_runs/*.json --table gemm_mma
@@ -55,7 +55,7 @@ def _table_rows(*, table: str, params_path: Path, sources: tuple[Path, ...]) -> 
     from tunetable.search.replay import grid_parameter_names
 
     spec = table_spec(load_params(params_path), table, path=params_path)
-    files = list(sources) or [Path(spec.recording)]
+    files = list(sources) or [Path(params_path).parent / spec.recording]   # params.yaml's paths are its folder's
     rows: list[dict] = []
     for path in files:
         found = load_rows(path)
