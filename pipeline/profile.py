@@ -54,10 +54,13 @@ def default_metric(*, frame: pl.DataFrame) -> str:
     return DEFAULT_METRIC if DEFAULT_METRIC in frame.columns or "median_ms" not in frame.columns else "median_ms"
 
 
-def resolve_metric(*, frame: pl.DataFrame, requested: str | None) -> Metric:
+def resolve_metric(*, frame: pl.DataFrame, requested: str | None, path: str | None = None) -> Metric:
     """An exact metric name or a unique case-insensitive prefix of one (None: the default); else an error."""
     requested = default_metric(frame=frame) if requested is None else requested
     choices = metric_choices(frame=frame)
+    if not choices:
+        raise TuneTableError("no metric column (a time such as 'met (ms)' or median_ms, or a throughput such as "
+                             "tflops)", path=path, where="--metric")
     if requested in choices:
         matches = [requested]
     else:
@@ -65,7 +68,8 @@ def resolve_metric(*, frame: pl.DataFrame, requested: str | None) -> Metric:
     if len(matches) != 1:
         why = "ambiguous" if matches else "unknown"
         listed = matches or choices
-        raise TuneTableError(f"{why} metric '{requested}' (choices: {', '.join(listed)})", where="--metric")
+        raise TuneTableError(f"{why} metric '{requested}' (choices: {', '.join(listed)})", path=path,
+                             where="--metric")
     direction = metric_direction(name=matches[0])
     return Metric(name=matches[0], higher_is_better=bool(direction))
 

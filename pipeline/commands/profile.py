@@ -230,7 +230,7 @@ def _lean(result: resultset.LoadedResult) -> resultset.LoadedResult:
 def _load_table(*, path: Path, metric: str | None) -> resultset.LoadedResult:
     """A ranked table or recording with only the metric, shape, parameters and row keys read."""
     table = resultset.describe_table_file(path=path)
-    resolved = views.resolve_metric(frame=pl.DataFrame(schema=table.schema), requested=metric)
+    resolved = views.resolve_metric(frame=pl.DataFrame(schema=table.schema), requested=metric, path=table.path)
     return resultset.read_table_file(table=table, columns=[*table.shape, *table.parameters, resolved.name, *ROW_KEYS])
 
 
@@ -367,7 +367,7 @@ def _default_view(display: Display, result: resultset.LoadedResult, metric_name:
                   verbose: bool) -> list[dict[str, Any]]:
     """Print one result's views (per shape or --top, sorted, head, tail); its selected configs."""
     console = display.console
-    metric = views.resolve_metric(frame=result.frame, requested=metric_name)
+    metric = views.resolve_metric(frame=result.frame, requested=metric_name, path=result.path)
     shape = tuple(pivots) or result.shape
     missing = [p for p in shape if p not in result.frame.columns]
     if missing:
@@ -420,7 +420,7 @@ def _diff(display: Display, results: list[resultset.LoadedResult], metric_name: 
     if len(results) < 2:
         raise TuneTableError("Provide at least two pkl's for --diff option.", where="--diff")
     baseline = results[0]
-    metric = views.resolve_metric(frame=baseline.frame, requested=metric_name)
+    metric = views.resolve_metric(frame=baseline.frame, requested=metric_name, path=baseline.path)
     for index, current in enumerate(results[1:], start=1):
         shape = tuple(pivots) or tuple(p for p in baseline.shape if p in current.shape)
         table = views.diff_view(baseline=baseline, current=current, metric=metric, shape=shape)
