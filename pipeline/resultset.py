@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any, Callable
 
 import polars as pl
@@ -107,13 +108,14 @@ POSITIONAL_LAYOUTS = 32
 PARSE_CHUNK = 1_000_000
 
 
-def parse_specs(*, specs: pl.Series) -> tuple[pl.DataFrame, SpecColumns]:
+def parse_specs(*, specs: pl.Series, present: Collection[str] = ()) -> tuple[pl.DataFrame, SpecColumns]:
     """Spec strings as typed columns: ``name`` (the stem) plus one column per key (``$`` stripped).
 
     A spec is cut at its first runtime key (``/$``) into the configuration part, shared by every
     shape of a configuration, and the runtime part, shared by every configuration of a shape:
     only the distinct pieces are parsed and typed (the same types as over every row, since the
-    values are the same), and the rows take their values by a join, a chunk at a time.
+    values are the same), and the rows take their values by a join, a chunk at a time. Keys in
+    ``present`` (columns the frame has already) are named in the keys but not joined.
     """
     specs = specs.cast(pl.Utf8)
     heads: set[str] = set()
@@ -127,6 +129,9 @@ def parse_specs(*, specs: pl.Series) -> tuple[pl.DataFrame, SpecColumns]:
     tail_values = tail_values.drop("name")
     duplicated = [c for c in tail_values.columns if c in head_values.columns and c != "_piece"]
     tail_values = tail_values.drop(duplicated)
+    skip = set(present) - {"_piece"}
+    head_values = head_values.drop([c for c in head_values.columns if c in skip])
+    tail_values = tail_values.drop([c for c in tail_values.columns if c in skip])
     keys = _keys_of([*head_keys, *tail_keys])
     chunks = []
     for offset in range(0, max(len(specs), 1), PARSE_CHUNK):
@@ -135,7 +140,7 @@ def parse_specs(*, specs: pl.Series) -> tuple[pl.DataFrame, SpecColumns]:
         rows = rows.join(head_values, left_on="_head", right_on="_piece", how="left", maintain_order="left")
         rows = rows.join(tail_values, left_on="_tail", right_on="_piece", how="left", maintain_order="left")
         chunks.append(rows.drop("_head", "_tail"))
-    parsed = pl.concat(chunks, rechunk=True) if len(chunks) > 1 else chunks[0]
+    parsed = pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0]   # no second copy of every column
     order = ["name", *keys.parameters, *keys.runtime]
     return parsed.select([c for c in order if c in parsed.columns]), keys
 
@@ -222,14 +227,14 @@ def constant_columns(*, frame: pl.DataFrame, candidates: tuple[str, ...]) -> tup
     return tuple(c for c in candidates if c in frame.columns and frame[c].n_unique() == 1)
 
 
-def from_payload(*, payload: dict[str, Any], path: str) -> LoadedResult:
+def from_payload(*, payload: dict[str, Any], path: str, keep_spec: bool = True) -> LoadedResult:
     """A loaded shard or kbench pickle payload as a LoadedResult (raises TuneTableError when malformed)."""
     merged = payload.get("merged_df")
     if merged is None or not hasattr(merged, "columns"):
         raise TuneTableError(f"Invalid pkl [{path}]: merged_df is not a DataFrame", path=path)
     frame = pandas_to_polars(frame=merged, consume=True)   # the payload was read for this result only
     loaded = from_frame(frame=frame, path=path, name=str(payload.get("name") or Path(path).stem),
-                        provenance=dict(payload.get("provenance") or {}))
+                        provenance=dict(payload.get("provenance") or {}), keep_spec=keep_spec)
     source = payload.get("file")
     # kbench names the benchmark source it ran; our shards name themselves (nothing kbench can run).
     if isinstance(source, str) and source and Path(source).suffix != ".pkl":
@@ -237,11 +242,17 @@ def from_payload(*, payload: dict[str, Any], path: str) -> LoadedResult:
     return loaded
 
 
-def from_frame(*, frame: pl.DataFrame, path: str, name: str, provenance: dict[str, Any] | None = None) -> LoadedResult:
-    """Attach parsed spec columns to a result frame and work out its parameters and shape columns."""
+def from_frame(*, frame: pl.DataFrame, path: str, name: str, provenance: dict[str, Any] | None = None,
+               keep_spec: bool = True) -> LoadedResult:
+    """Attach parsed spec columns to a result frame and work out its parameters and shape columns.
+
+    ``keep_spec=False`` drops the spec strings once parsed (profile: a 10 M-row pickle's largest column).
+    """
     if "spec" not in frame.columns:
         raise TuneTableError(f"Invalid pkl [{path}]: merged_df has no spec column", path=path)
-    parsed, keys = parse_specs(specs=frame["spec"])
+    parsed, keys = parse_specs(specs=frame["spec"], present=frame.columns)
+    if not keep_spec:
+        frame = frame.drop("spec")
     missing = [c for c in parsed.columns if c not in frame.columns]
     if missing:
         frame = frame.with_columns(parsed.select(missing))
@@ -252,15 +263,15 @@ def from_frame(*, frame: pl.DataFrame, path: str, name: str, provenance: dict[st
                         provenance=provenance or {})
 
 
-def load_file(*, path: str | Path) -> LoadedResult:
+def load_file(*, path: str | Path, keep_spec: bool = True) -> LoadedResult:
     """Read one shard (checksum verified) or kbench pickle (restricted unpickler); any problem raises
     TuneTableError naming the file."""
     payload = read_result_file(path)
-    return from_payload(payload=payload, path=str(path))
+    return from_payload(payload=payload, path=str(path), keep_spec=keep_spec)
 
 
 def load_files(*, paths: list[str | Path], on_file: Callable[[str], None] | None = None,
-               strict: bool = False) -> LoadReport:
+               strict: bool = False, keep_spec: bool = True) -> LoadReport:
     """Read every file (``on_file`` called after each); unreadable ones are collected; all invalid is an error.
 
     A refused file (code in a pickle, inconsistent data, a checksum mismatch) always raises; with
@@ -272,7 +283,7 @@ def load_files(*, paths: list[str | Path], on_file: Callable[[str], None] | None
         if on_file is not None:
             on_file(str(path))
         try:
-            results.append(load_file(path=path))
+            results.append(load_file(path=path, keep_spec=keep_spec))
         except RefusedFile:
             raise
         except TuneTableError as exc:

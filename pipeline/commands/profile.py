@@ -193,7 +193,7 @@ def _load_inputs(console: Console, files: tuple[Path, ...],
     invalid: list[str] = []
     if pickles:
         try:
-            report = load_with_progress(paths=pickles, console=console)
+            report = load_with_progress(paths=pickles, console=console, keep_spec=False)
         except TuneTableError as exc:
             # Every pickle unreadable while tables were given too: list them and go on with the tables.
             # Any other error (a pickle refused for safety or integrity) stops the command.
@@ -214,7 +214,9 @@ def _load_inputs(console: Console, files: tuple[Path, ...],
             if str(path) in by_path:   # a file given twice (-d against itself) is one result shown twice
                 results.append(lean.setdefault(str(path), _lean(by_path[str(path)])))
         elif path.suffix in (".parquet", ".csv"):
-            results.append(_load_table(path=path, metric=metric))
+            if str(path) not in lean:
+                lean[str(path)] = _load_table(path=path, metric=metric)
+            results.append(lean[str(path)])
     if not results:
         raise TuneTableError(f"no readable result file ({len(unsupported)} unsupported, {len(invalid)} invalid); "
                              f"profile reads {resultset.readable_inputs()}", path=files[0])
@@ -222,9 +224,8 @@ def _load_inputs(console: Console, files: tuple[Path, ...],
 
 
 def _lean(result: resultset.LoadedResult) -> resultset.LoadedResult:
-    """A pickle as the views need it: spec strings dropped (parsed already), repeated strings as categories."""
-    frame = result.frame.drop([c for c in ("spec",) if c in result.frame.columns])
-    return replace(result, frame=frame.with_columns(pl.col(pl.Utf8).cast(pl.Categorical)))
+    """A pickle as the views need it: repeated strings as categories (its spec strings are dropped on load)."""
+    return replace(result, frame=result.frame.with_columns(pl.col(pl.Utf8).cast(pl.Categorical)))
 
 
 def _load_table(*, path: Path, metric: str | None) -> resultset.LoadedResult:

@@ -25,15 +25,17 @@ def check_table(*, table: str, params_path: Path | None) -> None:
     table_spec(load_params(params_path), table, path=params_path)
 
 
-def load_with_progress(*, paths: list[Path], console: Console, strict: bool = False) -> resultset.LoadReport:
+def load_with_progress(*, paths: list[Path], console: Console, strict: bool = False,
+                       keep_spec: bool = True) -> resultset.LoadReport:
     """load_files (``strict``: any unreadable file is an error) with a transient progress bar for many files."""
     from rich.progress import Progress
 
     if len(paths) < PROGRESS_MIN_FILES:
-        return resultset.load_files(paths=paths, strict=strict)
+        return resultset.load_files(paths=paths, strict=strict, keep_spec=keep_spec)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("loading results", total=len(paths))
-        return resultset.load_files(paths=paths, on_file=lambda _: progress.advance(task), strict=strict)
+        return resultset.load_files(paths=paths, on_file=lambda _: progress.advance(task), strict=strict,
+                                    keep_spec=keep_spec)
 
 
 @click.command("rank")
