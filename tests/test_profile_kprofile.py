@@ -233,7 +233,7 @@ def test_yaml_inputs_are_printed_expanded_and_written_to_output(tmp_path: Path) 
                     "params:\n  - {BM: [64, [128, 64]], BN: 32, M: 8}\n  - {BM: 256, BN: [32, 64], M: 8}\n")
     done = profile(tmp_path, str(grid), "-o", str(tmp_path / "o" / "again"))
     assert done.returncode == 0, done.stderr
-    written = yaml.safe_load((tmp_path / "o" / "again.yaml").read_text())
+    written = load_yaml_file(tmp_path / "o" / "again.yaml")
     assert written["name"] == "mm" and written["file"] == "$KERNEL_BENCHMARKS_ROOT/gpu/mm.mojo"
     assert [(e["BM"], e["BN"]) for e in written["params"]] == [(64, 32), (128, 32), (256, 32), (256, 64)]
     assert f"[{grid}]" in done.stdout
@@ -244,7 +244,7 @@ def test_kprofile_output_reads_back_unchanged(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr
     again = profile(tmp_path, str(tmp_path / "a.yaml"), "-o", str(tmp_path / "b"))
     assert again.returncode == 0, again.stderr
-    a, b = (yaml.safe_load((tmp_path / f"{n}.yaml").read_text()) for n in "ab")
+    a, b = (load_yaml_file(tmp_path / f"{n}.yaml") for n in "ab")
     assert (a["name"], a["file"], a["params"]) == (b["name"], b["file"], b["params"])
 
 
