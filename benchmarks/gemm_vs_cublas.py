@@ -256,7 +256,8 @@ def main() -> None:
     parser.add_argument("--table", help="take the kept configurations of this params.yaml table")
     parser.add_argument("--filter", action="append", default=[], help="NAME=VALUE, with --table")
     parser.add_argument("--config", action="append", default=[], help="explicit NAME=V,NAME=V,... (repeatable)")
-    parser.add_argument("--source", type=Path, help="kernel source (default: the family's; e.g. benchmarks/versions/)")
+    parser.add_argument("--source", type=Path,
+                        help="kernel source (default: the family's; an older one: git show REV:PATH > out/x.cu)")
     parser.add_argument("--shapes", type=parse_shape, nargs="*", default=[(4096,) * 3, (8192,) * 3])
     parser.add_argument("--verify-shapes", type=parse_shape, nargs="*", default=[])
     parser.add_argument("--rounds", type=int, default=15)
