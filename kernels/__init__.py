@@ -9,6 +9,8 @@ imported on the first GEMM; the runtime itself is imported on first use of these
 the build can import the families (``tunetable.kernels.families``) without it.
 """
 
+import importlib
+
 _RUNTIME_API = {
     "FallbackWarning": "tunetable.kernels.runtime.decide",
     "NoGpuError": "tunetable.kernels.runtime.launch",
@@ -24,6 +26,5 @@ def __getattr__(name: str):
     module = _RUNTIME_API.get(name)
     if module is None:
         raise AttributeError(f"module 'tunetable.kernels' has no attribute {name!r}")
-    import importlib  # the runtime is imported on first use (module docstring)
 
     return getattr(importlib.import_module(module), name)

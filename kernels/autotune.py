@@ -49,7 +49,7 @@ from typing import Any
 
 from tunetable.atomic import atomic_write_text
 from tunetable.kernels.jit import canonical_json, kernel_source_hash, sha256_text
-from tunetable.kernels.runtime.timing import input_sets
+from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets
 
 SCHEMA = 1
 PRINT_ENV = "TUNETABLE_PRINT_AUTOTUNING"
@@ -182,7 +182,7 @@ def restore(target: Any, saved: Any) -> None:
     if hasattr(target, "copy_"):
         target.copy_(saved)
     elif hasattr(target, "gpudata"):  # pycuda GPUArray: device-to-device copy
-        import pycuda.driver as cuda
+        import pycuda.driver as cuda  # lazy: a pycuda array is being restored, so pycuda is there
 
         cuda.memcpy_dtod(target.gpudata, saved.gpudata, target.nbytes)
     else:
@@ -193,7 +193,7 @@ def restore(target: Any, saved: Any) -> None:
 
 def to_numpy(value: Any) -> Any:
     """A host float64 copy of an array from torch, CuPy, pycuda or numpy."""
-    import numpy as np
+    import numpy as np  # lazy: verification only; importing the runtime loads no numpy
 
     if hasattr(value, "detach"):  # torch (bf16 has no numpy dtype: widen on the device first)
         value = value.detach().float().cpu().numpy()
@@ -204,7 +204,7 @@ def to_numpy(value: Any) -> Any:
 
 def relative_error(actual: Any, expected: Any) -> float:
     """||actual - expected|| / ||expected|| (Frobenius), inf when shapes differ or values are not finite."""
-    import numpy as np
+    import numpy as np  # lazy: verification only
 
     got, want = to_numpy(actual), to_numpy(expected)
     if got.shape != want.shape or not np.isfinite(got).all():
@@ -278,8 +278,6 @@ def cold_l2_samples(
     """The bench's cold-L2 timing (tunetable.kernels.runtime.timing) of ``launch_on(i)`` over ``sets`` input sets."""
     import pycuda.driver as cuda  # lazy: only a GPU trial gets here
 
-    from tunetable.kernels.runtime.timing import ColdL2Timer
-
     timer = ColdL2Timer(cuda=cuda, stream=None)   # the legacy default stream, where gemm() and torch launch
     return timer.samples(launch_on, sets=sets, warmup_ms=warmup_ms, min_batch_ms=min_batch_ms, rounds=rounds,
                          before=before)
@@ -288,7 +286,7 @@ def cold_l2_samples(
 def default_device() -> str:
     """The current CUDA device's name and compute capability, or 'cpu' where pycuda is absent."""
     try:
-        import pycuda.driver as cuda
+        import pycuda.driver as cuda  # lazy and optional: 'cpu' where pycuda is absent
     except ImportError:
         return "cpu"
     try:
@@ -418,7 +416,7 @@ class Autotuner:
 
     def _choose(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The configuration of ``key``: from its cache file, else tuned now under a file lock and written."""
-        from filelock import FileLock
+        from filelock import FileLock  # lazy: only a tuning needs it, never an import or a cached choice
 
         path = self.cache_path(key)
         identity = self._identity(key)

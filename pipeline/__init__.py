@@ -16,7 +16,7 @@ _RUNTIME_API = ("gemm", "gemm_with", "autotune", "FallbackWarning", "NoGpuError"
 def __getattr__(name: str):
     """``tunetable.gemm`` and the rest of the runtime API, from ``tunetable.kernels``."""
     if name in _RUNTIME_API:
-        from tunetable import kernels
+        from tunetable import kernels  # lazy: `import tunetable` (the CLI, the build) loads no runtime
 
         return getattr(kernels, name)
     raise AttributeError(f"module 'tunetable' has no attribute {name!r}")

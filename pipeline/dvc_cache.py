@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunetable.yamlio import load_yaml_file
+
 NOT_IN_CACHE = "not in cache"
 
 
@@ -60,7 +62,6 @@ def stages_to_cache(status: Mapping[str, Any]) -> tuple[list[str], list[str]]:
 
 def _load_lock(path: Path) -> Mapping[str, Any]:
     """dvc.lock as data (tunetable.yamlio: safe, strict, libyaml's parser when present)."""
-    from tunetable.yamlio import load_yaml_file
 
     return load_yaml_file(path) or {}
 
@@ -79,7 +80,7 @@ def cache_reproduced_outs(*, root: Path = Path(".")) -> CacheReport:
     if all(cache_object(root=root, md5=md5).is_file() for values in hashes.values() for md5 in values):
         return CacheReport()  # the usual case: nothing to look at, no DVC import (~1 s)
     try:
-        from dvc.repo import Repo
+        from dvc.repo import Repo  # lazy: dvc takes ~1 s to import; only the main job's cache step needs it
 
         with Repo(str(root)) as repo:
             cacheable, changed = stages_to_cache(repo.status())

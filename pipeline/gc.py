@@ -21,6 +21,10 @@ from typing import Any
 
 from tunetable import lineage, paths, rawstore
 from tunetable.errors import TuneTableError
+from tunetable.bench.plan import device_name
+from tunetable.params import table_spec
+from tunetable.results import CHECKSUM_RECORD, read_shard
+from tunetable.shardkey import shard_key
 
 BACKENDS = ("cuda", "replay")
 STORES = (rawstore.RAW, rawstore.PARKED)   # where key folders live: the DVC out, and the other keys beside it
@@ -123,8 +127,6 @@ def referenced_keys(*, root: Path, refs: Sequence[GitRef], tables: Sequence[str]
 
 def current_keys(*, root: Path, params: Mapping[str, Any], tables: Sequence[str]) -> dict[str, dict[str, str]]:
     """table -> backend -> the content key params.yaml resolves to (cuda and replay)."""
-    from tunetable.shardkey import shard_key
-    from tunetable.params import table_spec
 
     keys: dict[str, dict[str, str]] = {}
     # shard_key reads the kernel source and the recording by params.yaml's relative paths.
@@ -141,7 +143,6 @@ def current_keys(*, root: Path, params: Mapping[str, Any], tables: Sequence[str]
 def holds_live_measurements(path: Path) -> bool:
     """True unless the folder provably holds replayed shards only (only live runs journal measurements;
     a replayed shard's journal holds its checksum record alone)."""
-    from tunetable.results import CHECKSUM_RECORD, read_shard
 
     for journal in path.glob("*.journal.jsonl"):
         lines = journal.read_bytes().splitlines()
@@ -183,7 +184,6 @@ def decide(*, folders: Sequence[KeyFolder], declared: Sequence[str], current: Ma
 
 def plan_gc(*, root: Path, params: Mapping[str, Any]) -> GcPlan:
     """The plan for the repository at ``root`` (params: its loaded params.yaml)."""
-    from tunetable.bench.plan import device_name
 
     declared = list(params.get("tables") or {})
     folders = [folder for store in STORES

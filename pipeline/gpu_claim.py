@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Sequence
 
 from tunetable.errors import TuneTableError
+from tunetable.bench.plan import visible_gpu_ids
 
 POLL_S = 0.5
 
@@ -54,7 +55,6 @@ def claim(*, gpu_ids: Sequence[str], folder: Path) -> tuple[str, IO[bytes]]:
 
 def main(argv: Sequence[str]) -> int:
     """Claim a device, run the command with ``--gpus ID`` appended, return its exit status."""
-    from tunetable.bench.plan import visible_gpu_ids
 
     if not argv:
         print("usage: python -m tunetable.gpu_claim CMD [ARGS...]", file=sys.stderr)

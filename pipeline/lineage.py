@@ -14,6 +14,7 @@ from typing import Any
 
 from tunetable import paths
 from tunetable.errors import TuneTableError
+import json
 
 WORKTREE = "working tree"
 
@@ -57,7 +58,7 @@ class DataReader:
     def _filesystem(self) -> Any:
         """The DVC filesystem of this revision, opened on first use."""
         if self._fs is None:
-            from dvc.api import DVCFileSystem
+            from dvc.api import DVCFileSystem  # lazy: dvc takes ~1 s to import; only other revisions' shards need it
 
             self._fs = DVCFileSystem(url=str(self.root), rev=self.rev)
         return self._fs
@@ -67,7 +68,7 @@ class DataReader:
         if self.rev is None:
             file = self.root / path
             return file.read_bytes() if file.is_file() else None
-        from dvc.exceptions import DvcException
+        from dvc.exceptions import DvcException  # (lazy, with dvc)
 
         try:
             return self._filesystem().read_bytes(Path(path).as_posix())
@@ -79,7 +80,7 @@ class DataReader:
         if self.rev is None:
             folder = self.root / path
             return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-        from dvc.exceptions import DvcException
+        from dvc.exceptions import DvcException  # (lazy, with dvc)
 
         try:
             return sorted(Path(p).name for p in self._filesystem().ls(Path(path).as_posix(), detail=False))
@@ -98,7 +99,6 @@ def shard_payload(data: bytes, *, path: str | Path, journal: bytes | None) -> di
 
 def metrics_at(*, root: Path, rev: str | None, table: str) -> dict[str, Any]:
     """The table's metrics JSON at a revision ({} when absent)."""
-    import json
 
     text = git_text(root=root, rev=rev, path=paths.metrics(table))
     if not text:

@@ -13,6 +13,7 @@ that table's ranked rows give the time and the cuBLAS median of the same shard (
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
@@ -20,6 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup
@@ -62,7 +65,6 @@ def shape_results(
     *, entries: Sequence[ManifestEntry], ranked: Any, shapes: Iterable[tuple[int, int, int]]
 ) -> list[ShapeResult]:
     """The table's pick and its measured time at every shape (ranked: polars DataFrame of ok rows)."""
-    import polars as pl
 
     by_shape: dict[tuple[int, int, int], pl.DataFrame] = {
         (int(key[0]), int(key[1]), int(key[2])): frame
@@ -206,7 +208,6 @@ def plot_rows(results: Sequence[ShapeResult]) -> list[dict[str, Any]]:
 
 def csv_text(rows: Sequence[Mapping[str, Any]], *, columns: Sequence[str] = PLOT_COLUMNS) -> str:
     """CSV with a fixed column order; empty cells for missing values."""
-    import csv
 
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
@@ -225,10 +226,10 @@ def plot_png(*, table: str, results: Sequence[ShapeResult], bars: int = PLOT_BAR
     """The table against cuBLAS per shape (PNG bytes, no timestamp): a bar pair per shape up to ``bars``
     shapes; beyond, one point per shape (speedup over cuBLAS against the shape's GFLOP) in a figure of
     fixed size, so thousands of shapes never make an image 150,000 px wide (the CSV has every value)."""
-    import matplotlib
+    import matplotlib  # lazy: heavy, and only the plot needs it
 
     matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    from matplotlib import pyplot as plt  # (lazy, with matplotlib)
 
     if len(results) > bars:
         return _scatter_png(table=table, results=results, plt=plt)

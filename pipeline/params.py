@@ -86,7 +86,7 @@ def _short_message(error: Any) -> str:
 
 def validate_params(data: Any, *, path: str | Path) -> None:
     """Validate parsed params against the schema; raise one line naming the failing key."""
-    import jsonschema
+    import jsonschema  # lazy: the GPU image may lack it (CI validates params.yaml), and the runtime never loads it
 
     if not isinstance(data, dict):
         raise TuneTableError("expected a YAML mapping at the top level", path=path)

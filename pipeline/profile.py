@@ -19,6 +19,8 @@ import polars as pl
 from tunetable.errors import TuneTableError
 from tunetable.rank import is_baseline
 from tunetable.resultset import LoadedResult
+import io
+from tunetable.expr import parse_query
 
 LOWER_IS_BETTER = ("(ms)", "(s)", "(us)", "(ns)", "_ms", "_s", "_us")
 HIGHER_IS_BETTER = ("tflops", "gflops", "gb/s", "tb/s", "throughput", "gelems", "arithmetic", "datemovement",
@@ -464,12 +466,11 @@ def correlation(
 
 def heatmap_png(*, matrix: pl.DataFrame, title: str) -> bytes:
     """A correlation matrix as a PNG heatmap (matplotlib, Agg backend) with 2-decimal annotations."""
-    import io
 
-    import matplotlib
+    import matplotlib  # lazy: heavy, and only --plot needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (lazy, with matplotlib)
 
     names = matrix["name"].to_list()
     values = matrix.drop("name").to_numpy().astype(float)
@@ -508,7 +509,6 @@ def apply_query(*, frame: pl.DataFrame, query: str) -> pl.DataFrame:
     ``M in [1, 8]``: through tunetable.expr.parse_query (ast whitelist, never eval). A row lacking
     a name the query uses (a key absent from its manifest) does not match.
     """
-    from tunetable.expr import parse_query
 
     expression = parse_query(query, allowed_names=frame.columns, where="--query")
     keep = [all(row[name] is not None for name in expression.names) and bool(expression(row))

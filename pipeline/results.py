@@ -163,7 +163,7 @@ def write_shard(
     The checksum lands in the journal first: a kill between the two leaves a recorded checksum and
     no shard (the shard is missing, so it is made again), never a shard nobody can verify.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: the Snakefile's parse imports this module (BASELINE_ID) and must not pay for pandas
 
     merged = pd.DataFrame(rows)
     for name in _gapped_int_columns(rows):  # pandas would make them float (128.0 in manifests)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import polars as pl
 
 from tunetable.errors import TuneTableError
+from tunetable.rank import ranked_parameters
 from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, read_result_file
 from tunetable.safe_pickle import RefusedFile
 
@@ -331,7 +332,6 @@ def describe_table_file(*, path: str | Path) -> TableFile:
     A ranked table (a ``rank`` column) has the parameters ``tunetable.rank`` gives it; a recording's
     parameters are every column that is not a shard field.
     """
-    from tunetable.rank import ranked_parameters
 
     source = Path(path)
     if not source.is_file():

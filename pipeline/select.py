@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from tunetable.errors import TuneTableError
 from tunetable.manifest import Manifest, lookup, manifest_ranges
 from tunetable.rank import ranked_parameters, valid_time
 from tunetable.results import BASELINE_ID
@@ -344,7 +345,6 @@ def dispatch_entries(*, chosen: dict[tuple[int, int, int], Candidate]) -> list[d
 
 def check_manifest_matches(*, results: TableResults) -> None:
     """The manifest must come from these ranked rows (same data hash), or the comparison is meaningless."""
-    from tunetable.errors import TuneTableError
 
     recorded = results.provenance.get("data_hash")
     current = data_hash(ranked=results.ranked)

@@ -33,14 +33,14 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tunetable import paths, rawstore
 from tunetable.dvc_cache import CacheReport, cache_reproduced_outs  # noqa: F401 - the Snakefile's onsuccess
 from tunetable.errors import TuneTableError
-from tunetable.keys import canonical_json, sha256_text
+from tunetable.keys import canonical_json, kernel_source_hash, sha256_text
 from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
     SCHEMA_PATH,
     DispatchSpec,
@@ -49,6 +49,9 @@ from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHE
     load_params,
     table_specs,
 )
+from tunetable.bench.plan import gpu_visible, resolve_backend, sidecar_path
+from tunetable.results import BASELINE_ID
+from tunetable.shardkey import grid_config_ids, shard_key
 
 # The CLI as the interpreter running Snakemake sees it: works without an activated venv.
 CLI = f"{shlex.quote(sys.executable)} -m tunetable"
@@ -146,8 +149,6 @@ def skip_reason(spec: TableSpec) -> str | None:
 
 def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> Plan:
     """Resolve backend, covered tables and content keys (the Snakefile calls this once per parse)."""
-    from tunetable.bench.plan import gpu_visible, resolve_backend
-    from tunetable.shardkey import shard_key
 
     params = dict(config)
     declared = tuple(table_specs(params, path=params_path))
@@ -418,11 +419,8 @@ def unrecorded_shards(plan: Plan, config: Mapping[str, Any]) -> list[Shard]:
     missing = missing_by_table(plan)
     if not missing:
         return []
-    import polars as pl
+    import polars as pl  # lazy: the Snakefile's parse imports this module; only this check reads parquet
 
-    from tunetable.shardkey import grid_config_ids
-    from tunetable.keys import kernel_source_hash
-    from tunetable.results import BASELINE_ID
 
     unrecorded = []
     for table, shards in missing.items():
@@ -439,7 +437,6 @@ def unrecorded_shards(plan: Plan, config: Mapping[str, Any]) -> list[Shard]:
 
 def live_without_gpu(plan: Plan) -> list[Shard]:
     """A live plan's shards to measure when no GPU is visible here (run locally, they would fail after compiling)."""
-    from tunetable.bench.plan import gpu_visible
 
     return missing_shards(plan) if plan.backend == "cuda" and not gpu_visible() else []
 
@@ -480,7 +477,6 @@ def allow_missing() -> bool:
 
 def leave_out(plan: Plan, shards: Sequence[Shard]) -> Plan:
     """The plan without ``shards`` (they are neither produced nor ranked; the banner names them)."""
-    from dataclasses import replace
 
     gone = {shard.path for shard in shards}
     kept = {table: tuple(shard for shard in table_shards if shard.path not in gone)
@@ -549,7 +545,6 @@ def compile_stamp(*, table: str, key: str) -> str:
 
 def replay_inputs(plan: Plan, *, table: str) -> list[str]:
     """A table's recording and its provenance sidecar."""
-    from tunetable.bench.plan import sidecar_path
 
     recording = plan.recordings[table]
     return [str(recording), str(sidecar_path(recording))]

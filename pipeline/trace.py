@@ -19,11 +19,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tunetable import lineage, paths
+from tunetable import lineage, paths, rank, resultset
 from tunetable.codegen import marker_line
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, TableSpec
+import polars as pl
+from tunetable.rank import read_ranked
+from tunetable.select import Candidate, choose_tables, data_hash
 
 GENERATED = "# Automatically generated from ["
 INDEX = re.compile(r"#\s*index:\s*\[(\d+)\]")
@@ -118,7 +121,6 @@ def entry_at_line(*, root: Path, specs: Sequence[TableSpec | DispatchSpec], file
 
 def _ranked_at(*, ranked: Any, entry: ManifestEntry, m_values: Sequence[int]) -> list[RankedAtM]:
     """For each M of the entry's range: the top ranked rows at its shape, the picked configuration's row and rank."""
-    import polars as pl
 
     result = []
     for m in m_values:
@@ -262,9 +264,7 @@ class DispatchTrace:
 
 def _ranked_results(*, results: Sequence[Any], shapes: Sequence[tuple[int, int, int]]) -> Any:
     """Loaded result frames restricted to ``shapes`` and ranked as `tunetable rank` does."""
-    import polars as pl
 
-    from tunetable import rank, resultset
 
     frame = resultset.combine(results=results)
     wanted = pl.DataFrame(list(shapes), schema=["M", "N", "K"], orient="row")
@@ -275,7 +275,6 @@ def _ranked_results(*, results: Sequence[Any], shapes: Sequence[tuple[int, int, 
 
 def _raw_source(*, root: Path, spec: TableSpec) -> TableSource | None:
     """The raw shards of the table's content key, ranked; None unless every shape's shard is there."""
-    from tunetable import resultset
 
     reader = lineage.DataReader(root=root, rev=None)
     provenance, _entries = load_ranges(root / spec.codegen.manifest)
@@ -292,7 +291,6 @@ def _raw_source(*, root: Path, spec: TableSpec) -> TableSource | None:
 def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
     """The table's recording, restricted to the shapes of params.yaml and ranked; None when it is absent."""
 
-    from tunetable import resultset
 
     if not spec.recording or not (root / spec.recording).is_file():
         return None
@@ -306,8 +304,6 @@ def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
 
 def table_source(*, root: Path, spec: TableSpec) -> TableSource:
     """A candidate table's ranked rows: ranked table, else raw shards, else recording (kind "none": nothing)."""
-    from tunetable.rank import read_ranked
-    from tunetable.select import data_hash
 
     ranked_path = root / paths.ranked(spec.name)
     if ranked_path.is_file():
@@ -323,7 +319,6 @@ def table_source(*, root: Path, spec: TableSpec) -> TableSource:
 
 def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str) -> Measured | None:
     """A configuration's verified median at one shape and the same shard's cuBLAS median (None: not measured)."""
-    import polars as pl
 
     if source.ranked is None:
         return None
@@ -349,7 +344,6 @@ def _candidate(*, source: TableSource, entries: Sequence[ManifestEntry], m: int,
 
 def rule_pick(*, candidates: Sequence[CandidateAtM], order: Sequence[str], tolerance: float) -> str | None:
     """The table that `select --dispatch`'s rule picks from these candidates (None when none was measured)."""
-    from tunetable.select import Candidate, choose_tables
 
     shape = (0, 0, 0)
     per_table = {c.table: {shape: Candidate(table=c.table, kernel=c.table, config_id=str(c.config_id),

@@ -210,7 +210,7 @@ class Runtime:
             out = sys.modules["cupy"].empty((m, n), dtype=like.dtype)
             return out, int(out.data.ptr)
         import numpy as np  # lazy, with pycuda: only pycuda and CUDA-array-interface inputs need them
-        from pycuda import gpuarray
+        from pycuda import gpuarray  # (with numpy, above)
 
         dtype = like.dtype if library == "pycuda" else cai_numpy_dtype(like)
         out = gpuarray.empty((m, n), dtype=np.dtype(dtype))

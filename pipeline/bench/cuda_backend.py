@@ -36,7 +36,7 @@ class CudaBackend:
     def __init__(self) -> None:
         # Lazy: the worker process is the only place the bench needs pycuda (the parent never does).
         import pycuda.driver as cuda
-        from pycuda.compiler import SourceModule
+        from pycuda.compiler import SourceModule  # (with pycuda: the worker process only)
 
         self.cuda = cuda
         cuda.init()

@@ -13,7 +13,7 @@ class NvmlSampler:
         self.handle: Any = None
         self.driver: str | None = None
         try:
-            import pynvml
+            import pynvml  # lazy and optional (the cuda extra): clock and power are logged where NVML exists
         except ImportError:
             return
         self.nvml = pynvml

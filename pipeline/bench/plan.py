@@ -17,6 +17,7 @@ from tunetable.errors import TuneTableError
 from tunetable.keys import git_revision, nvcc_version
 from tunetable.params import TableSpec
 from tunetable.results import BASELINE_ID
+from tunetable.kernels.families import FAMILIES
 
 BACKENDS = ("cuda", "replay", "auto")
 GIT_REV_ENV = "TUNETABLE_GIT_REV"   # the device machine gets a copy of the tree without .git
@@ -161,7 +162,6 @@ def launch_payload(*, task: ConfigTask, m: int, n: int, k: int, families: Mappin
 
 def default_families() -> Mapping[str, Any]:
     """The project's kernel families (kernels/families/<name>/family.py), imported lazily."""
-    from tunetable.kernels.families import FAMILIES
 
     return FAMILIES
 
@@ -205,7 +205,7 @@ def device_name() -> str:
     if not gpu_visible():
         return "none"
     try:
-        import pynvml
+        import pynvml  # lazy and optional (the cuda extra): the device's name where NVML exists
     except ImportError:
         pynvml = None
     if pynvml is not None:

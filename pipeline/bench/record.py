@@ -10,11 +10,11 @@ from typing import Any, Sequence
 from tunetable.atomic import atomic_write_bytes, atomic_write_text
 from tunetable.errors import TuneTableError
 from tunetable.results import ROW_FIELDS, read_shard
+import pandas as pd
 
 
 def recording_frame(*, table: str, shard_paths: Sequence[Path]) -> Any:
     """All rows of the shards (cuda backend only) with a ``table`` column, in shard then row order."""
-    import pandas as pd
 
     frames = []
     for path in shard_paths:

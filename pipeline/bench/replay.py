@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from tunetable.bench.plan import ConfigTask
 from tunetable.errors import TuneTableError
 from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
+import pandas as pd
 
 if TYPE_CHECKING:
     from tunetable.bench.runner import ShardJob, ShardSearch
@@ -29,7 +30,6 @@ SHOW_MISSING = 5
 
 def load_recording(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The recording's rows keyed by MATCH_KEYS (pandas + pyarrow; no polars)."""
-    import pandas as pd
 
     if not path.is_file():
         raise TuneTableError("no such recording", path=path)

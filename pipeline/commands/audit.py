@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from tunetable.console_table import ConsoleTable, print_table
+from tunetable.audit import audit
 
 EPILOG = """\b
 Examples:
@@ -44,7 +45,6 @@ def _entry_text(values: object) -> str:
               help="Repository root.")
 def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: bool, root: Path) -> None:
     """Params changes (the cause), then per table the entries and per-shape times that changed (the effect)."""
-    from tunetable.audit import audit
 
     result = audit(root=root.resolve(), rev_a=rev_a, rev_b=rev_b, tables=tables, all_shapes=all_shapes)
     console = Console()

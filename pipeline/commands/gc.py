@@ -8,6 +8,8 @@ import click
 from rich.console import Console
 
 from tunetable.console_table import ConsoleTable, print_table
+from tunetable.gc import delete_folders, plan_gc
+from tunetable.params import load_params
 
 EPILOG = """\b
 Examples:
@@ -38,8 +40,6 @@ def _size(size: int) -> str:
               help="Repository root.")
 def command(dry_run: bool, yes: bool, root: Path) -> None:
     """Keep results/raw/<table>/<key> when params.yaml resolves to KEY now or a metrics file names it at a git ref."""
-    from tunetable.gc import delete_folders, plan_gc
-    from tunetable.params import load_params
 
     root = root.resolve()
     plan = plan_gc(root=root, params=load_params(root / "params.yaml"))

@@ -12,6 +12,20 @@ from rich.console import Console
 
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
+from tunetable.atomic import atomic_write_text
+from tunetable.params import load_params, table_spec
+from tunetable.paths import shape_name
+from tunetable.results import write_shard
+from tunetable.search.kt_interop import (
+    IMPORTED_BACKEND,
+    cache_file_name,
+    kt_cache_documents,
+    load_rows,
+    parameter_names,
+    read_kt_cache,
+    rows_from_kt_cache,
+)
+from tunetable.search.replay import grid_parameter_names
 
 EPILOG = """\b
 Examples:
@@ -50,9 +64,6 @@ def command() -> None:
 
 def _table_rows(*, table: str, params_path: Path, sources: tuple[Path, ...]) -> tuple[list[dict], str, list[str]]:
     """The table's rows (its recording, or ``sources``), its family and its tunables in grid order."""
-    from tunetable.params import load_params, table_spec
-    from tunetable.search.kt_interop import load_rows, parameter_names
-    from tunetable.search.replay import grid_parameter_names
 
     spec = table_spec(load_params(params_path), table, path=params_path)
     files = list(sources) or [Path(params_path).parent / spec.recording]   # params.yaml's paths are its folder's
@@ -81,8 +92,6 @@ def _table_rows(*, table: str, params_path: Path, sources: tuple[Path, ...]) -> 
               type=click.Path(dir_okay=False, path_type=Path))
 def export_command(table: str, out_dir: Path, sources: tuple[Path, ...], params_path: Path) -> None:
     """Write one Kernel Tuner cache per shape: tune_params, a restriction to what was measured, every sample."""
-    from tunetable.atomic import atomic_write_text
-    from tunetable.search.kt_interop import cache_file_name, kt_cache_documents
 
     rows, family, names = _table_rows(table=table, params_path=params_path, sources=sources)
     documents = kt_cache_documents(rows, names=names, kernel_name=family)
@@ -127,14 +136,10 @@ def export_command(table: str, out_dir: Path, sources: tuple[Path, ...], params_
 def import_command(files: tuple[Path, ...], table: str | None, family: str | None, out_dir: Path | None,
                    params_path: Path) -> None:
     """Read Kernel Tuner caches into shards (one per shape) ranked by the median of each entry's `times`."""
-    from tunetable.paths import shape_name
-    from tunetable.results import write_shard
-    from tunetable.search.kt_interop import IMPORTED_BACKEND, read_kt_cache, rows_from_kt_cache
 
     if (table is None) == (family is None):
         raise TuneTableError("give --table (declared in params.yaml) or --family, one of them", where="kt import")
     if table is not None:
-        from tunetable.params import load_params, table_spec
 
         family = table_spec(load_params(params_path), table, path=params_path).family
     name = table or str(family)

@@ -10,15 +10,18 @@ from rich.console import Console
 from tunetable.atomic import atomic_write_all
 from tunetable.errors import TuneTableError
 from tunetable.manifest import load_ranges
+import polars as pl
+from tunetable import metrics, paths
+from tunetable.commands.select import dispatch_ranked_paths
+from tunetable.params import dispatch_spec, load_params, table_spec
+from tunetable.rank import failures_path, read_ranked
 
 OUT = click.Path(dir_okay=False, path_type=Path)
 
 
 def _read_frames(ranked_path: Path):
     """(ranked ok rows, failures) as polars frames; failures may be absent (no failures written)."""
-    import polars as pl
 
-    from tunetable.rank import failures_path, read_ranked
 
     ranked = read_ranked(path=ranked_path)
     failures_file = failures_path(out=ranked_path)
@@ -29,8 +32,6 @@ def _read_frames(ranked_path: Path):
 def _table_outputs(*, table: str, params_path: Path, manifest_path: Path | None, ranked_values: tuple[str, ...],
                    shards: tuple[Path, ...]) -> tuple[dict, list, tuple[str, ...]]:
     """A table's metrics mapping, per-shape results and plot columns."""
-    from tunetable import metrics, paths
-    from tunetable.params import load_params, table_spec
 
     spec = table_spec(load_params(params_path), table, path=params_path)
     if len(ranked_values) > 1:
@@ -50,10 +51,6 @@ def _table_outputs(*, table: str, params_path: Path, manifest_path: Path | None,
 def _dispatch_outputs(*, name: str, params_path: Path, manifest_path: Path | None, ranked_values: tuple[str, ...],
                       shards: tuple[Path, ...]) -> tuple[dict, list, tuple[str, ...]]:
     """A dispatch list's metrics mapping, per-shape results and plot columns."""
-    from tunetable import metrics
-    from tunetable.commands.select import dispatch_ranked_paths
-    from tunetable.params import dispatch_spec, load_params, table_spec
-    from tunetable.rank import read_ranked
 
     params = load_params(params_path)
     spec = dispatch_spec(params, name, path=params_path)
@@ -96,7 +93,6 @@ def command(table: str | None, dispatch: str | None, manifest_path: Path | None,
     With --dispatch the list's entry names the table serving each shape, whose own rows give its time
     and the cuBLAS median of the same shard. The JSON, CSV and PNG land together or not at all.
     """
-    from tunetable import metrics, paths
 
     if (table is None) == (dispatch is None):
         raise TuneTableError("give --table or --dispatch (exactly one)", where="metrics")

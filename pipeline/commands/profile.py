@@ -23,6 +23,8 @@ from tunetable.atomic import atomic_write_bytes, atomic_write_text
 from tunetable.commands.rank import load_with_progress
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
+from tunetable.manifest import load_manifest, load_yaml_document
+from tunetable.select import manifest_text
 
 RULE = "-" * 80
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -112,7 +114,6 @@ def _display(frame: pl.DataFrame, columns: tuple[str, ...] = ()) -> pl.DataFrame
 def _kprofile_yaml(*, configs: list[dict[str, Any]], name: str,
                    source_file: str | None) -> tuple[str, list[str], list[str]]:
     """kprofile's output: ``name``, kbench's ``file``, ``common: &common`` (a list of one mapping), ``params``."""
-    from tunetable.select import manifest_text
 
     keys = list(dict.fromkeys(k for c in configs for k in c))
     filled = [{k: c.get(k) for k in keys} for c in configs]
@@ -154,7 +155,6 @@ def check_threshold(*, value: float, flag: str) -> None:
 
 def _source_of_yaml(path: Path) -> tuple[str | None, str | None]:
     """A kprofile/kbench YAML's top-level ``name`` and ``file`` (None where absent)."""
-    from tunetable.manifest import load_yaml_document
 
     document = load_yaml_document(path)
     if not isinstance(document, dict):
@@ -166,7 +166,6 @@ def _source_of_yaml(path: Path) -> tuple[str | None, str | None]:
 def _merge(display: Display, files: tuple[Path, ...], pivots: list[str], sort_pivots: list[str],
            query: str | None, verbose: bool) -> tuple[pl.DataFrame, str, str | None]:
     """The YAML manifests merged on the pivots (filtered by ``query``), the first file's name and ``file``."""
-    from tunetable.manifest import load_manifest
 
     bad = [f for f in files if f.suffix not in (".yaml", ".yml")]
     if bad:

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.progress import Progress
 
 from tunetable import rank as ranking
 from tunetable import resultset
+from tunetable.params import load_params, table_spec
+from tunetable.paths import ranked as ranked_path
 
 PROGRESS_MIN_FILES = 16
 DEFAULT_PARAMS = Path("params.yaml")
@@ -16,7 +19,6 @@ DEFAULT_PARAMS = Path("params.yaml")
 
 def check_table(*, table: str, params_path: Path | None) -> None:
     """``table`` must be declared in params.yaml (unchecked only without --params and ./params.yaml)."""
-    from tunetable.params import load_params, table_spec
 
     if params_path is None:
         if not DEFAULT_PARAMS.is_file():
@@ -28,7 +30,6 @@ def check_table(*, table: str, params_path: Path | None) -> None:
 def load_with_progress(*, paths: list[Path], console: Console, strict: bool = False,
                        keep_spec: bool = True) -> resultset.LoadReport:
     """load_files (``strict``: any unreadable file is an error) with a transient progress bar for many files."""
-    from rich.progress import Progress
 
     if len(paths) < PROGRESS_MIN_FILES:
         return resultset.load_files(paths=paths, strict=strict, keep_spec=keep_spec)
@@ -48,7 +49,6 @@ def load_with_progress(*, paths: list[Path], console: Console, strict: bool = Fa
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path))
 def command(table: str, out: Path | None, params_path: Path | None, shards: tuple[Path, ...]) -> None:
     """Rank every ok configuration per shape by median time (ties: config id), keeping any search columns."""
-    from tunetable.paths import ranked as ranked_path
 
     check_table(table=table, params_path=params_path)
     console = Console(stderr=True, soft_wrap=True)

@@ -10,6 +10,11 @@ from rich.console import Console
 
 from tunetable.atomic import atomic_write_text
 from tunetable.errors import TuneTableError
+from tunetable import paths
+from tunetable.manifest import load_manifest_document
+from tunetable.params import dispatch_spec, load_params, table_spec
+from tunetable.rank import read_ranked
+from tunetable.select import DEFAULT_TIE_TOLERANCE, TableResults, build_dispatch_manifest, build_manifest
 
 RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "status")
 DEFAULT_PARAMS = Path("params.yaml")
@@ -17,8 +22,6 @@ DEFAULT_PARAMS = Path("params.yaml")
 
 def _table_settings(*, params_path: Path | None, table: str) -> tuple[str, float]:
     """The table's family and select.tie_tolerance; built-in defaults only without --params and ./params.yaml."""
-    from tunetable.params import load_params, table_spec
-    from tunetable.select import DEFAULT_TIE_TOLERANCE
 
     if params_path is None:
         if not DEFAULT_PARAMS.is_file():
@@ -31,7 +34,6 @@ def _table_settings(*, params_path: Path | None, table: str) -> tuple[str, float
 
 def dispatch_ranked_paths(values: tuple[str, ...], *, tables: tuple[str, ...]) -> dict[str, Path]:
     """``--ranked TABLE=PATH`` values for a dispatch list; tables not named read results/ranked/<table>.parquet."""
-    from tunetable import paths
 
     given: dict[str, Path] = {}
     for index, value in enumerate(values):
@@ -47,10 +49,6 @@ def dispatch_ranked_paths(values: tuple[str, ...], *, tables: tuple[str, ...]) -
 
 def _table_results(*, params: dict, params_path: Path, table: str, ranked_path: Path):
     """A table's manifest (from params.yaml's codegen.manifest) and its ranked rows."""
-    from tunetable.manifest import load_manifest_document
-    from tunetable.params import table_spec
-    from tunetable.rank import read_ranked
-    from tunetable.select import TableResults
 
     spec = table_spec(params, table, path=params_path)
     manifest = load_manifest_document(params_path.parent / spec.codegen.manifest)
@@ -65,8 +63,6 @@ def _table_results(*, params: dict, params_path: Path, table: str, ranked_path: 
 def _select_dispatch(*, name: str, ranked_values: tuple[str, ...], out: Path, tie_tolerance: float | None,
                      params_path: Path) -> str:
     """The dispatch manifest text of dispatch list ``name``."""
-    from tunetable.params import dispatch_spec, load_params
-    from tunetable.select import build_dispatch_manifest
 
     params = load_params(params_path)
     spec = dispatch_spec(params, name, path=params_path)
@@ -98,8 +94,6 @@ def command(table: str | None, dispatch: str | None, ranked_values: tuple[str, .
     With --dispatch: per shape, the table whose selected winner has the highest speedup over the
     cuBLAS baseline of its own shard (cuBLAS median / winner median); ties go to the table listed first.
     """
-    from tunetable.rank import read_ranked
-    from tunetable.select import build_manifest
 
     if (table is None) == (dispatch is None):
         raise TuneTableError("give --table or --dispatch (exactly one)", where="select")

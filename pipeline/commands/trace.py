@@ -8,6 +8,9 @@ import click
 from rich.console import Console
 
 from tunetable.console_table import ConsoleTable, print_table
+from tunetable import trace as tracing
+from tunetable.errors import TuneTableError
+from tunetable.params import dispatch_specs, load_params, table_spec, table_specs
 
 EPILOG = """\b
 Examples:
@@ -153,9 +156,6 @@ def _print_dispatch(console: Console, result) -> None:
               show_default=True)
 def command(what: str, index: int | None, params_path: Path) -> None:
     """WHAT is a TABLE or dispatch list (then INDEX), or FILE:LINE inside a generated region."""
-    from tunetable import trace as tracing
-    from tunetable.errors import TuneTableError
-    from tunetable.params import dispatch_specs, load_params, table_spec, table_specs
 
     params = load_params(params_path)
     root = params_path.resolve().parent

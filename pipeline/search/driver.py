@@ -46,6 +46,8 @@ from tunetable.search.base import Failure, Outcome
 from tunetable.search.learned import Profile
 from tunetable.search.perfmodel import predict_space
 from tunetable.search.transfer import interleave, seed_shapes
+from tunetable.results import read_shard
+from tunetable.search.kt_interop import load_rows
 
 if TYPE_CHECKING:
     from tunetable.bench.runner import MeasuringRunner, ShardJob
@@ -130,7 +132,6 @@ def solved_shapes(shard_dir: Path) -> list[Shape]:
 
 def shard_winners(path: Path, *, count: int = SEED_WINNERS) -> list[str]:
     """The fastest ``ok`` kernel configurations of a shard (ties by config id)."""
-    from tunetable.results import read_shard
 
     frame = read_shard(path)["merged_df"]
     rows = [r for r in frame.to_dict(orient="records")
@@ -147,7 +148,6 @@ def neighbour_winners(*, shard_dir: Path, shape: Shape) -> list[str]:
 
 def load_profiles(path: str | Path, *, table: str) -> tuple[Profile, ...]:
     """Complete profiles per shape of a recording's kernel rows of ``table`` (failures as inf)."""
-    from tunetable.search.kt_interop import load_rows
 
     times: dict[Shape, dict[str, float]] = {}
     for row in load_rows(path):

@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from tunetable.atomic import atomic_write_text
 from tunetable.config import KernelConfig
 from tunetable.errors import TuneTableError
-from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, spec_string
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, read_result_file, spec_string
 from tunetable.search.base import value_list
 
 COMPILE_FAILED = "CompilationFailedConfig"
@@ -195,12 +196,8 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
     if not source.is_file():
         raise TuneTableError("no such file", path=source)
     if source.suffix == ".parquet":
-        import pandas as pd
-
         frame = pd.read_parquet(source)
     else:
-        from tunetable.results import read_result_file
-
         frame = read_result_file(source)["merged_df"]
     return [{k: _plain(v) for k, v in record.items()} for record in frame.to_dict(orient="records")]
 
@@ -344,6 +341,7 @@ def replay_with_kernel_tuner(
     simulation, so ``max_fevals`` never ends it): Kernel Tuner's ``time_limit`` is set to the
     simulated time of the whole cache plus this many seconds, which no ordinary run reaches.
     """
+    # Lazy and optional: Kernel Tuner is a dev dependency, needed only to run it.
     from constraint import FunctionConstraint
     from kernel_tuner import tune_kernel
 

@@ -97,3 +97,20 @@ def test_the_bench_never_imports_the_search() -> None:
     found = [f"{name}: line {line}: {target}" for name in bench for line, target in imports_of(MODULES[name])
              if target.startswith("tunetable.search")]
     assert not found, "; ".join(found)
+
+
+def test_imports_inside_functions_are_the_lazy_ones_and_say_why() -> None:
+    """Imports live at module top; the few kept inside functions (pycuda, dvc, matplotlib, ...) carry a comment."""
+    silent = []
+    for name, path in sorted(MODULES.items()):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.Import, ast.ImportFrom)) and inner is not node:
+                    line, above = lines[inner.lineno - 1], lines[inner.lineno - 2].strip()
+                    if "#" not in line and not above.startswith("#") and not above.startswith(("import ", "from ")):
+                        silent.append(f"{path.relative_to(REPO)}:{inner.lineno}: {line.strip()}")
+    assert not silent, "imports inside functions without a reason (move them to the top, or say why): " + "; ".join(
+        silent)
