@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from bench_support import journal_records, kill9_when, sample_counts, start_driver, write_spec
+
 from tunetable.bench.journal import Journal, progress_by_config, read_journal
 from tunetable.results import read_shard
 
@@ -38,6 +40,7 @@ def test_torn_last_line_is_ignored_and_cut_before_the_next_append(tmp_path: Path
     assert progress["b"].final["status"] == "verify" and len(progress["a"].samples) == 1
 
 
+@pytest.mark.slow
 def test_kill9_mid_run_then_rerun_measures_only_what_is_missing(tmp_path: Path) -> None:
     rounds = 12
     journal = tmp_path / "M8_N8_K8.journal.jsonl"

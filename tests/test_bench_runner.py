@@ -40,6 +40,7 @@ def test_sample_stats_median_and_iqr() -> None:
     assert sample_stats([])["median_ms"] is None
 
 
+@pytest.mark.slow
 def test_every_failure_kind_is_classified_and_the_run_goes_on(tmp_path: Path) -> None:
     entries = {
         "ok1": {"entry": "gemm"},

@@ -69,6 +69,7 @@ def test_split_k_payload_launches_one_kernel_with_partials_and_tile_counters() -
     assert not {"reduce_entry", "reduce_grid", "reduce_block", "splits"} & set(payload)
 
 
+@pytest.mark.slow
 def test_table_vs_cublas_matches_the_recordings(tmp_path: Path) -> None:
     """The script's figures, recomputed here from the recordings and manifests directly."""
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "table_vs_cublas.py"), "--out", str(tmp_path)],

@@ -100,6 +100,7 @@ def test_profile_top_out_of_range_is_one_line(tmp_path: Path, shards: dict[str, 
     assert _files(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_profile_top_zero_is_off_and_each_rule_names_itself(tmp_path: Path, shards: dict[str, list[Path]]) -> None:
     shard = str(shards["exhaustive"][0])
     off = _run("profile", shard, "--top", "0", cwd=tmp_path)
@@ -144,6 +145,7 @@ def test_atomic_write_all_refuses_a_folder_or_a_repeated_target(tmp_path: Path) 
     assert _files(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_metrics_png_failure_leaves_old_json_and_csv(tmp_path: Path, shards: dict[str, list[Path]]) -> None:
     plain = [str(p) for p in shards["exhaustive"]]
     ranked = tmp_path / "ranked" / "gemm_mma.parquet"

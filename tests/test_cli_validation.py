@@ -56,6 +56,7 @@ def test_profile_negative_row_count_other_than_minus_one(tmp_path: Path, shard_f
     assert _files(tmp_path) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["-1", "0"])
 def test_profile_minus_one_and_zero_print_no_row_view(tmp_path: Path, shard_file: Path, value: str) -> None:
     result = _run("profile", str(shard_file), "--head", value, "--tail", value, cwd=tmp_path)
@@ -76,6 +77,7 @@ def _ranked(tmp_path: Path, shard_file: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_select_table_with_missing_params_file(tmp_path: Path, shard_file: Path) -> None:
     ranked = _ranked(tmp_path, shard_file)
     missing = tmp_path / "no_such_params.yaml"
@@ -94,6 +96,7 @@ def test_select_dispatch_with_missing_params_file(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_select_without_params_flag_or_file_keeps_builtin_defaults(tmp_path: Path, shard_file: Path) -> None:
     ranked = _ranked(tmp_path, shard_file)
     work = tmp_path / "work"
@@ -161,6 +164,7 @@ def test_metrics_missing_shard(tmp_path: Path, shard_file: Path) -> None:
     assert not any((tmp_path / name).exists() for name in ("m.json", "m.csv", "m.png"))
 
 
+@pytest.mark.slow
 def test_metrics_records_the_shards_content_key(tmp_path: Path, shard_file: Path) -> None:
     ranked = _ranked(tmp_path, shard_file)
     manifest = tmp_path / "manifest.yaml"

@@ -198,6 +198,7 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_select_dispatch_cli_then_codegen_is_fresh(project: Path) -> None:
     done = run_cli("select", "--dispatch", "gemm_dispatch", "--out", "manifests/gemm_dispatch.yaml", cwd=project)
     assert done.returncode == 0, done.stderr
@@ -218,6 +219,7 @@ def test_select_dispatch_cli_then_codegen_is_fresh(project: Path) -> None:
     assert check.returncode == 0 and check.stderr == ""
 
 
+@pytest.mark.slow
 def test_select_dispatch_cli_errors_are_one_line(project: Path) -> None:
     cases = [
         (("--table", "gemm_mma", "--dispatch", "gemm_dispatch"),

@@ -139,6 +139,7 @@ def test_import_ranks_by_the_median_of_times_not_kt_mean(tmp_path: Path) -> None
     assert "0.82" in best and "5.003" not in ranked.stdout
 
 
+@pytest.mark.slow
 def test_import_round_trips_an_export(export: Path, tmp_path: Path) -> None:
     files = [str(export / "gemm_mma_M128_N4096_K4096.json"), str(export / "gemm_mma_M1_N4096_K4096.json")]
     done = tunetable("kt", "import", *files, "--table", "gemm_mma", "--out", str(tmp_path / "back"))

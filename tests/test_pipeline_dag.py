@@ -78,6 +78,7 @@ def test_replay_dag_never_compiles(copy: Path) -> None:
     assert len(re.findall(r"--shape \d+,\d+,\d+", done.output)) >= shapes_count()
 
 
+@pytest.mark.slow
 def test_replay_leaves_out_a_table_without_its_recording_loudly(copy: Path) -> None:
     if not RECORDING.is_file():
         pytest.skip(NO_RECORDING)
@@ -245,6 +246,7 @@ def _gpu_line(output: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_shape_that_needs_a_gpu_is_named_in_one_line_before_any_work(copy: Path, monkeypatch) -> None:
     if not RECORDING.is_file():
         pytest.skip(NO_RECORDING)

@@ -106,6 +106,7 @@ def test_output_yaml_file_key_rules(tmp_path: Path) -> None:
     assert not (tmp_path / "o" / "x.yaml").exists()
 
 
+@pytest.mark.slow
 def test_merge_keeps_name_and_file_and_takes_pandas_queries(tmp_path: Path) -> None:
     a = tmp_path / "a.yaml"
     a.write_text("name: bench_matmul\nfile: $KERNEL_BENCHMARKS_ROOT/gpu/bench_matmul.mojo\nparams:\n"
@@ -159,6 +160,7 @@ def test_unsupported_input_says_what_profile_reads(tmp_path: Path) -> None:
     assert done.returncode == 2 and "neither a ranked table nor a recording: no column M" in done.stderr
 
 
+@pytest.mark.slow
 def test_views_are_bounded_unless_all_and_csv_writes_them_whole(tmp_path: Path) -> None:
     done = profile(tmp_path, str(RECORDING), "-r", "--max-rows", "6", "--out-dir", str(tmp_path / "o"), "--csv")
     assert done.returncode == 0, done.stderr

@@ -48,6 +48,7 @@ def bench(params: Path, root: Path) -> subprocess.CompletedProcess[str]:
 SEARCH = {"strategy": "model", "max_fevals": 5, "seed": 3, "learn_from": str(RECORDING)}
 
 
+@pytest.mark.slow
 def test_bench_runs_the_tables_search_per_shape_and_records_it(tmp_path: Path) -> None:
     params = gemm_mma_only_params(tmp_path, search=SEARCH)
     done = bench(params, tmp_path / "results")

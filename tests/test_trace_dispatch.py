@@ -199,6 +199,7 @@ def recorded(*, path: Path, m: int, n: int, k: int, config_id: str) -> bool:
     return rows.height > 0
 
 
+@pytest.mark.slow
 def test_another_measurement_is_named_as_such(tmp_path: Path) -> None:
     """gemm_mma read from another measurement (the rerun, of an earlier kernel and grid): other rows, said so.
 
