@@ -19,6 +19,7 @@ semantics (values inserted verbatim), byte for byte.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import json
 import re
@@ -27,8 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunetable.config import KernelConfig
 from tunetable.errors import TuneTableError
+from tunetable.grid import normalise_groups
+from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.families.common import ENTRY_FIELDS
 from tunetable.keys import canonical_json, sha256_text
+
 # The one manifest loader; Modular's load_manifest / validate_manifest are part of codegen's API (re-exported).
 from tunetable.manifest import (  # noqa: F401
     Manifest,
@@ -144,15 +150,9 @@ def _python_type(annotation: Any) -> type:
 
 def table_fields(spec: TableSpec) -> EntryFields:
     """A table's entry fields: the family's entry class when it has a folder, else its grid's parameters."""
-    from tunetable.grid import normalise_groups
-    from tunetable.kernels.families import FAMILIES
-    from tunetable.kernels.families.common import ENTRY_FIELDS
-
     fields = [*_shape_fields(), Field("KERNEL", str, choices=(spec.family,)), Field("CONFIG_ID", str)]
     family = FAMILIES.get(spec.family)
     if family is not None:
-        import dataclasses
-
         tunables = [(item.name.upper(), _python_type(item.type)) for item in dataclasses.fields(family.entry_type)
                     if item.name not in ENTRY_FIELDS]
     else:
@@ -174,7 +174,6 @@ def _grid_type(values: Sequence[Any]) -> type:
 
 def _string_values(spec: TableSpec, name: str) -> tuple[str, ...]:
     """The strings a string tunable takes in the table's grid."""
-    from tunetable.grid import normalise_groups
 
     found = [str(v) for _, group in normalise_groups(spec.grid, path="params.yaml", table=spec.name)
              for key, items in group.items() if key.upper() == name for v in items]
@@ -193,7 +192,6 @@ def dispatch_fields(spec: DispatchSpec, *, families: Mapping[str, str]) -> Entry
 
 def check_entries(entries: Sequence[Mapping[str, Any]], *, fields: EntryFields, path: str | Path) -> None:
     """Every entry holds exactly the declared fields, each a value of its type and range; else one error line."""
-    from tunetable.config import KernelConfig
 
     declared = fields.by_name()
     names = ", ".join(declared)
@@ -687,7 +685,6 @@ def builds_job_from_params(*, params: Mapping[str, Any], params_path: str | Path
 
 def declared_job(job: TableJob, *, params: Mapping[str, Any], params_path: str | Path) -> TableJob:
     """``job`` (from the six flags) typed like the declared table whose target and markers it names, if any."""
-    import dataclasses
 
     target = job.target_path.resolve()
     for declared in jobs_from_params(params=params, params_path=params_path):

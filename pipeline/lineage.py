@@ -7,6 +7,7 @@ when the cache lacks them (DVCFileSystem fetches on demand).
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 
 from tunetable import paths
 from tunetable.errors import TuneTableError
-import json
+from tunetable.results import journal_of, payload_from_bytes, verify_shard
+from tunetable.yamlio import decode_utf8, read_text
 
 WORKTREE = "working tree"
 
@@ -35,7 +37,6 @@ def resolve_rev(*, root: Path, rev: str) -> str:
 
 def git_text(*, root: Path, rev: str | None, path: str | Path) -> str | None:
     """A git-tracked file's text at a revision (None when it did not exist there)."""
-    from tunetable.yamlio import decode_utf8, read_text
 
     if rev is None:
         file = root / path
@@ -90,7 +91,6 @@ class DataReader:
 
 def shard_payload(data: bytes, *, path: str | Path, journal: bytes | None) -> dict[str, Any]:
     """A raw shard read from bytes at a revision: checksum verified against its journal, restricted unpickler."""
-    from tunetable.results import payload_from_bytes, verify_shard
 
     text = None if journal is None else journal.decode("utf-8", errors="replace")
     verify_shard(data, path=path, journal_text=text)
@@ -162,7 +162,6 @@ def shard_view(*, reader: DataReader, table: str, key: str, m: int, n: int, k: i
     data = reader.read_bytes(path)
     if data is None:
         return ShardView(path=str(path), content_key=key, found=False)
-    from tunetable.results import journal_of
 
     payload = shard_payload(data, path=path, journal=reader.read_bytes(journal_of(path)))
     frame = payload["merged_df"]

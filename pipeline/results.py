@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.atomic import atomic_write_bytes
+from tunetable.bench.journal import Journal
 from tunetable.errors import TuneTableError
+from tunetable.safe_pickle import RefusedFile, load_pickle
+from tunetable.yamlio import read_bytes
 
 PICKLE_PROTOCOL = 4
 STATUSES = ("ok", "build", "verify", "launch", "timeout", "missing")
@@ -116,7 +119,6 @@ def recorded_checksums(journal_text: str, *, name: str) -> list[tuple[str, int]]
 
 def verify_shard(data: bytes, *, path: str | Path, journal_text: str | None) -> None:
     """The shard's bytes must match a checksum its journal recorded when it was written; else one error line."""
-    from tunetable.safe_pickle import RefusedFile
 
     remedy = "delete it (and its journal, if any) to measure or replay it again"
     if journal_text is None:
@@ -140,7 +142,6 @@ def record_checksum(path: Path, data: bytes) -> None:
 
     A journal that already records these bytes is left as it is (rewriting an unchanged shard adds nothing).
     """
-    from tunetable.bench.journal import Journal
 
     digest = sha256_bytes(data)
     existing = _journal_text(path)
@@ -183,7 +184,6 @@ def write_shard(
 
 def _read_bytes(path: str | Path) -> bytes:
     """A result file's bytes; missing or unreadable is one error line."""
-    from tunetable.yamlio import read_bytes
 
     return read_bytes(path)
 
@@ -201,9 +201,7 @@ def _journal_text(path: str | Path) -> str | None:
 
 def payload_from_bytes(data: bytes, *, path: str | Path) -> dict[str, Any]:
     """A result pickle's checked content (restricted unpickler); it must be a mapping with a ``merged_df`` frame."""
-    import pandas as pd
-
-    from tunetable.safe_pickle import load_pickle
+    import pandas as pd  # lazy: pandas only where frames are built (this module is on the Snakefile's parse path)
 
     payload = load_pickle(data, path=path)
     if not isinstance(payload, dict) or "merged_df" not in payload:

@@ -236,7 +236,7 @@ class Materializer:
     # numpy
     def dtype(self, recipe: Any) -> Any:
         """A numpy dtype from NUMPY_TYPES, in either byte order."""
-        import numpy as np
+        import numpy as np  # lazy: numpy only where arrays are built
 
         _expect(_kind(recipe) == "numpy.dtype", f"a {_kind(recipe)} where a numpy dtype belongs")
         args = recipe.args
@@ -258,7 +258,7 @@ class Materializer:
 
     def _array(self, recipe: Recipe) -> Any:
         """array() without the memo."""
-        import numpy as np
+        import numpy as np  # lazy: numpy only where arrays are built
 
         if recipe.kind == "numpy._frombuffer":
             _expect(len(recipe.args) == 4, "numpy _frombuffer with unexpected arguments")
@@ -290,7 +290,7 @@ class Materializer:
 
     def _numeric_array(self, data: bytes, dtype: Any, shape: Any, fortran: bool) -> Any:
         """A copy of ``data`` as an array of ``dtype`` and ``shape``; the buffer must be exactly that size."""
-        import numpy as np
+        import numpy as np  # lazy: numpy only where arrays are built
 
         count = self._count(shape)
         _expect(dtype.kind != "O", "an object array from raw bytes")
@@ -299,7 +299,7 @@ class Materializer:
 
     def scalar(self, recipe: Recipe) -> Any:
         """``numpy.scalar(dtype, bytes)`` as a plain Python number."""
-        import numpy as np
+        import numpy as np  # lazy: numpy only where arrays are built
 
         _expect(len(recipe.args) == 2 and isinstance(recipe.args[1], bytes), "numpy scalar with unexpected arguments")
         dtype = self.dtype(recipe.args[0])
@@ -309,7 +309,7 @@ class Materializer:
     # pandas columns
     def column(self, recipe: Any, *, rows: int) -> Any:
         """One column's values: a 1-D numpy array, or a pandas nullable / string array built from checked parts."""
-        import pandas as pd
+        import pandas as pd  # lazy: pandas only where frames are built (this module is on the Snakefile's parse path)
 
         kind = _kind(recipe)
         if kind in ("numpy._reconstruct", "numpy._frombuffer"):
@@ -343,7 +343,7 @@ class Materializer:
     @staticmethod
     def _strings(values: list[Any], *, rows: int) -> Any:
         """A string column (str or missing values only), as the installed pandas types strings by default."""
-        import numpy as np
+        import numpy as np  # lazy: numpy only where arrays are built
 
         _expect(len(values) == rows, "a column whose length is not the frame's")
         _expect(all(v is None or isinstance(v, str) or (isinstance(v, float) and v != v) for v in values),
@@ -354,7 +354,7 @@ class Materializer:
 
     def arrow_strings(self, recipe: Any) -> list[str | None]:
         """A pyarrow string array's values, decoded here from its buffers (offsets and UTF-8 checked)."""
-        import numpy as np
+        import numpy as np  # lazy: numpy only where arrays are built
 
         _expect(_kind(recipe) == "pyarrow._restore_array" and len(recipe.args) == 1
                 and isinstance(recipe.args[0], tuple) and len(recipe.args[0]) == 7, "pyarrow array with an "
@@ -438,7 +438,7 @@ class Materializer:
 
     def frame(self, recipe: Recipe) -> Any:
         """A DataFrame from its BlockManager recipe: each column placed exactly once and as long as the index."""
-        import pandas as pd
+        import pandas as pd  # lazy: pandas only where frames are built (this module is on the Snakefile's parse path)
 
         state = recipe.state
         _expect(isinstance(state, dict) and "_mgr" in state, "DataFrame without its data")
@@ -483,7 +483,7 @@ class Materializer:
     @staticmethod
     def _positions(placement: Any, *, columns: int) -> list[int]:
         """A block's column positions (a slice, or an int array), each inside the frame."""
-        import numpy as np
+        import numpy as np  # lazy: numpy only where arrays are built
 
         if isinstance(placement, slice):
             positions = list(range(*placement.indices(columns)))

@@ -29,6 +29,7 @@ a stamp under results/stamps/ as their output.
 from __future__ import annotations
 
 import copy
+import fcntl
 import os
 import shlex
 import sys
@@ -38,9 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from tunetable import paths, rawstore
+from tunetable.bench.plan import gpu_visible, resolve_backend, sidecar_path
 from tunetable.dvc_cache import CacheReport, cache_reproduced_outs  # noqa: F401 - the Snakefile's onsuccess
 from tunetable.errors import TuneTableError
-from tunetable.keys import canonical_json, kernel_source_hash, sha256_text
+from tunetable.keys import canonical_json, kernel_source_hash, sha256_file, sha256_text
 from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
     SCHEMA_PATH,
     DispatchSpec,
@@ -49,7 +51,6 @@ from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHE
     load_params,
     table_specs,
 )
-from tunetable.bench.plan import gpu_visible, resolve_backend, sidecar_path
 from tunetable.results import BASELINE_ID
 from tunetable.shardkey import grid_config_ids, shard_key
 
@@ -110,7 +111,7 @@ def check_params_file(path: str | Path) -> dict[str, Any]:
 
 def merge_config(config: dict[str, Any], params: Mapping[str, Any], *, overrides: Mapping[str, Any] | None) -> None:
     """Fill Snakemake's ``config`` from params.yaml, then re-apply ``--config`` values (as ``configfile:`` does)."""
-    from snakemake.utils import update_config
+    from snakemake.utils import update_config  # lazy: only the main job's process has Snakemake loaded
 
     update_config(config, copy.deepcopy(dict(params)))
     if overrides:
@@ -263,7 +264,6 @@ def report_plot(table: str) -> Path:
 
 def stamp_matches(stamp: str | Path) -> bool:
     """True when every file a ``sha256sum`` stamp lists is present with the recorded hash."""
-    from tunetable.keys import sha256_file
 
     try:
         lines = Path(stamp).read_text(encoding="utf-8", errors="replace").splitlines()
@@ -303,7 +303,6 @@ def release_stale_locks(*, workdir: str | Path = ".") -> list[str]:
     other run is active here, so any Snakemake lock file is stale; failing to take it leaves everything
     to Snakemake's own locking.
     """
-    import fcntl
 
     global _RUN_LOCK_HANDLE
     root = Path(workdir)
@@ -420,7 +419,6 @@ def unrecorded_shards(plan: Plan, config: Mapping[str, Any]) -> list[Shard]:
     if not missing:
         return []
     import polars as pl  # lazy: the Snakefile's parse imports this module; only this check reads parquet
-
 
     unrecorded = []
     for table, shards in missing.items():

@@ -19,13 +19,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tunetable import lineage, paths, rank, resultset
 from tunetable.codegen import marker_line
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, TableSpec
-import polars as pl
-from tunetable.rank import read_ranked
+from tunetable.rank import read_parquet_file, read_ranked
 from tunetable.select import Candidate, choose_tables, data_hash
 
 GENERATED = "# Automatically generated from ["
@@ -162,7 +163,6 @@ def trace(*, root: Path, spec: TableSpec, index: int) -> Trace:
     generated, provenance, entries = _located(root=root, codegen=spec.codegen, label=f"table {spec.name}", index=index)
     entry = entries[index]
     ranked_path = root / paths.ranked(spec.name)
-    from tunetable.rank import read_ranked
 
     ranked = read_ranked(path=ranked_path) if ranked_path.is_file() else None
     m_values = [m for m in spec.m_values if entry.m <= m < entry.m_end]
@@ -265,7 +265,6 @@ class DispatchTrace:
 def _ranked_results(*, results: Sequence[Any], shapes: Sequence[tuple[int, int, int]]) -> Any:
     """Loaded result frames restricted to ``shapes`` and ranked as `tunetable rank` does."""
 
-
     frame = resultset.combine(results=results)
     wanted = pl.DataFrame(list(shapes), schema=["M", "N", "K"], orient="row")
     frame = frame.join(wanted, on=["M", "N", "K"], how="semi")
@@ -291,10 +290,8 @@ def _raw_source(*, root: Path, spec: TableSpec) -> TableSource | None:
 def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
     """The table's recording, restricted to the shapes of params.yaml and ranked; None when it is absent."""
 
-
     if not spec.recording or not (root / spec.recording).is_file():
         return None
-    from tunetable.rank import read_parquet_file
 
     frame = read_parquet_file(path=root / spec.recording, what="a recording")
     loaded = resultset.from_frame(frame=frame, path=spec.recording, name=spec.name)

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tunetable.errors import TuneTableError
+from tunetable.kernels.families import FAMILIES
 from tunetable.keys import git_revision, nvcc_version
 from tunetable.params import TableSpec
 from tunetable.results import BASELINE_ID
-from tunetable.kernels.families import FAMILIES
+from tunetable.yamlio import read_text
 
 BACKENDS = ("cuda", "replay", "auto")
 GIT_REV_ENV = "TUNETABLE_GIT_REV"   # the device machine gets a copy of the tree without .git
@@ -241,7 +242,6 @@ def recording_provenance(recording: Path) -> dict[str, Any]:
         raise TuneTableError("no such recording (make one with `tunetable record` on a GPU)", path=recording)
     if not sidecar.is_file():
         raise TuneTableError("recording has no provenance sidecar", path=sidecar)
-    from tunetable.yamlio import read_text
 
     try:
         return json.loads(read_text(sidecar))

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+import pandas as pd
+
 from tunetable.bench.plan import ConfigTask
 from tunetable.errors import TuneTableError
-from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
-import pandas as pd
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, STATUSES, spec_string, write_shard
 
 if TYPE_CHECKING:
     from tunetable.bench.runner import ShardJob, ShardSearch
@@ -52,9 +53,7 @@ def load_recording(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
 
 def check_recording(frame: Any, *, path: Path) -> None:
     """Rows the cuda backend writes: known statuses, finite positive medians on ok rows, integer shapes."""
-    import numpy as np
-
-    from tunetable.results import STATUSES
+    import numpy as np  # lazy: numpy only where arrays are built
 
     status = frame["status"] if "status" in frame.columns else None
     if status is not None:
@@ -79,7 +78,7 @@ def check_recording(frame: Any, *, path: Path) -> None:
 
 def pd_numeric(values: Any) -> Any:
     """A column as float64 numbers (NaN where it holds none)."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas only where frames are built (this module is on the Snakefile's parse path)
 
     return pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=float("nan"))
 

@@ -62,7 +62,6 @@ def _typed_if_declared(job: codegen.TableJob, *, params_path: str) -> codegen.Ta
     A params.yaml that is absent or not tunetable's leaves the job untyped: Modular's manifests and
     snippets render verbatim, as Modular's tuning_codegen renders them.
     """
-    from tunetable.params import load_params
 
     if not Path(params_path).is_file():
         return job

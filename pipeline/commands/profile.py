@@ -345,7 +345,6 @@ def _entries_frame(entries: list[dict[str, Any]]) -> pl.DataFrame:
 
 def _yaml_entries(path: Path) -> tuple[list[dict[str, Any]], str, str | None]:
     """A kbench/kprofile YAML's entries (list values expanded as kbench's grid), its ``name`` and ``file``."""
-    from tunetable.codegen import load_manifest
 
     name, source = _source_of_yaml(path)
     entries = views.expand_entries(entries=load_manifest(path), path=str(path))
