@@ -3,7 +3,8 @@
 Two shape sets: the default table shapes (params.yaml tables.gemm_mma.shapes) and a second set
 the table does not hold (odd M, non-square N and K). Per shape, three contenders run on the same
 buffers and are timed the same way:
-  * ``gemm``    tunetable.gemm(a, b, out=c): the dispatch list's family and that table's choice (or the fallback),
+  * ``gemm``    tunetable.gemm(a, b, out=c): the dispatch list's family and that table's choice (or, for a
+                shape no table holds, the shape selector's choice),
   * ``untuned`` tunetable.kernels.gemm_with(heuristic_tunables(M), ...): gemm_mma's untuned default (no table),
   * ``cublas``  torch.mm(a, b.t(), out=c).
 Timing: the bench's own cold-L2 method (tunetable.kernels.runtime.timing, also autotune's): random
@@ -14,9 +15,20 @@ gaps); contenders interleaved round by round; median of the rounds. gemm's outpu
 (float32 reference).
 Host overhead per call is measured apart: wall time of queuing 200 calls behind a sleeping GPU.
 
+A third set, the validation shapes (data/validation_shapes.csv: (N, K) of other model sizes, M
+between the buckets; never tuned on), compares four contenders the same way:
+  * ``gemm``    tunetable.gemm() untuned: the shape selector's choice (or a table's range entry),
+  * ``best``    the exhaustive best of every family on that shape, from the validation recordings
+                (data/recordings/h200_validation_<table>.parquet), run through gemm_with,
+  * ``online``  the configuration online tuning chooses (TUNETABLE_AUTOTUNE: the selector's top 8,
+                measured here on the GPU, from an empty cache), run through gemm_with,
+  * ``cublas``  torch.mm.
+Targets: gemm >= 0.95x the exhaustive best and >= 0.9x cuBLAS (geomean); online >= 0.98x the best.
+
 Run on the GPU machine (torch, pycuda, nvcc):
-    python benchmarks/runtime_gemm.py [--rounds 5] [--out benchmarks/results]
-Writes runtime_gemm.json and runtime_gemm.md there.
+    python benchmarks/runtime_gemm.py [--rounds 5] [--sets default,other,validation] [--out benchmarks/results]
+Writes runtime_gemm.json and runtime_gemm.md there (with --sets other than all three:
+runtime_gemm_<sets>.json and .md, so that a partial run never overwrites the whole figure).
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ import tunetable.kernels  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.kernels.runtime import decide  # noqa: E402
 from tunetable.kernels.runtime.launch import runtime  # noqa: E402
+from tunetable.kernels.runtime.decide import shape_selector  # noqa: E402
 from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets  # noqa: E402
 from tunetable.keys import git_revision  # noqa: E402
 from tunetable.yamlio import load_yaml_file  # noqa: E402
@@ -53,6 +66,9 @@ VERIFY_RTOL = 1e-2
 HOST_CALLS = 200
 HOST_REPEATS = 15
 HOST_TARGET_US = 20.0
+VALIDATION = {table: REPO / f"data/recordings/h200_validation_{table}.parquet"
+              for table in ("gemm_mma", "gemm_wgmma", "gemm_wgmma_swap")}
+VALIDATION_TARGETS = {"gemm_of_best": 0.95, "gemm_vs_cublas": 0.9, "online_of_best": 0.98}
 OTHER_SHAPES = [
     (1, 11008, 4096), (7, 4096, 11008), (77, 2048, 5120), (333, 5120, 2048),
     (1000, 11008, 4096), (77, 4096, 4096), (333, 14336, 4096), (7, 8192, 8192),
@@ -74,6 +90,23 @@ def tflops(*, m: int, n: int, k: int, ms: float) -> float:
 def geomean(values: list[float]) -> float:
     """Geometric mean of positive values."""
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def timed(timer: ColdL2Timer, *, contenders: dict[str, Callable[[int], Any]], rounds: int,
+          n_sets: int) -> tuple[dict[str, float], dict[str, list[float]], dict[str, int]]:
+    """Warm every contender up (its batch sized as the bench does), then time it round by round, the order
+    rotated: medians and samples in ms, and the batch sizes."""
+    batch = {}  # warm-up (plans, module loads, clocks) sizes each contender's batch, as the bench does
+    for name, contender in contenders.items():
+        _, per_launch = timer.warm_up(contender, sets=n_sets, warmup_ms=WARMUP_MS)
+        batch[name] = timer.batch_size(per_launch, min_batch_ms=MIN_BATCH_MS)
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for round_index in range(rounds):
+        names = list(contenders)
+        names = names[round_index % len(names):] + names[:round_index % len(names)]  # rotate the order
+        for name in names:
+            samples[name].append(timer.sample(contenders[name], sets=n_sets, batch=batch[name]))
+    return {name: statistics.median(values) for name, values in samples.items()}, samples, batch
 
 
 def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int,
@@ -100,21 +133,12 @@ def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds
         "untuned": lambda i: tunetable.kernels.gemm_with(untuned, sets[i][0], sets[i][1], out=sets[i][2]),
         "cublas": lambda i: torch.mm(sets[i][0], sets[i][1].t(), out=sets[i][2]),
     }
-    batch = {}  # warm-up (plans, module loads, clocks) sizes each contender's batch, as the bench does
-    for name, contender in contenders.items():
-        _, per_launch = timer.warm_up(contender, sets=n_sets, warmup_ms=WARMUP_MS)
-        batch[name] = timer.batch_size(per_launch, min_batch_ms=MIN_BATCH_MS)
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for round_index in range(rounds):
-        names = list(contenders)
-        names = names[round_index % len(names):] + names[:round_index % len(names)]  # rotate the order
-        for name in names:
-            samples[name].append(timer.sample(contenders[name], sets=n_sets, batch=batch[name]))
-    medians = {name: statistics.median(values) for name, values in samples.items()}
+    medians, samples, batch = timed(timer, contenders=contenders, rounds=rounds, n_sets=n_sets)
     sets.clear()  # release the buffers before the next shape allocates its own
     return {
         "M": m, "N": n, "K": k, "n_sets": n_sets, "batch": batch,
-        "source": "fallback" if decision.fallback else f"table[{decision.index}]",
+        "source": ("selector" if decision.prediction is not None else "fallback" if decision.fallback
+                   else f"table[{decision.index}]"),
         "kernel": decision.entry.kernel,
         "config_id": decision.entry.config_id,
         "untuned_config_id": decide.make_entry(tunables=untuned, n=n, k=k).config_id,
@@ -125,6 +149,112 @@ def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds
         "gemm_vs_untuned": medians["untuned"] / medians["gemm"],
         "samples_ms": samples,
     }
+
+
+def validation_shapes() -> list[tuple[int, int, int]]:
+    """data/validation_shapes.csv (comment lines skipped), in file order."""
+    import csv
+
+    lines = [line for line in (REPO / "data" / "validation_shapes.csv").read_text().splitlines()
+             if line and not line.startswith("#")]
+    return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(lines)]
+
+
+def exhaustive_best() -> dict[tuple[int, int, int], dict[str, Any]]:
+    """Per validation shape, the recordings' fastest configuration of either family (median / own cuBLAS)."""
+    import polars as pl
+
+    from tunetable.kernels.families import FAMILIES
+
+    best: dict[tuple[int, int, int], dict[str, Any]] = {}
+    for table, path in VALIDATION.items():
+        frame = pl.read_parquet(path).filter(pl.col("status") == "ok")
+        cublas = {(r["M"], r["N"], r["K"]): r["median_ms"]
+                  for r in frame.filter(pl.col("kind") == "baseline").iter_rows(named=True)}
+        names = FAMILIES[table].tunable_names()
+        for row in frame.filter(pl.col("kind") == "kernel").iter_rows(named=True):
+            shape = (row["M"], row["N"], row["K"])
+            ratio = row["median_ms"] / cublas[shape]
+            if shape not in best or ratio < best[shape]["recorded_time_vs_cublas"]:
+                best[shape] = {"family": table, "config_id": row["config_id"], "recorded_time_vs_cublas": ratio,
+                               "tunables": {name.lower(): int(row[name]) for name in names}}
+    return best
+
+
+def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int, l2_bytes: int,
+                          best: dict[str, Any], tuner: Any) -> dict[str, Any]:
+    """gemm() untuned, the exhaustive best, the online-tuned choice and cuBLAS on one validation shape."""
+    from tunetable.kernels.runtime import online
+
+    set_bytes = (m * k + n * k + m * n) * 2
+    n_sets = input_sets(set_bytes=set_bytes, l2_bytes=l2_bytes, l2_factor=L2_FACTOR)
+    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+    sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen),
+             torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen),
+             torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(n_sets)]
+    decision = decide.dispatcher().decide(m=m, n=n, k=k)
+    a0, b0, c0 = sets[0]
+    tuning_s = 0.0
+    if decision.prediction is not None:
+        started = time.perf_counter()
+        chosen = tuner.choose(m=m, n=n, k=k, a=a0, b=b0, out=c0,
+                              ranking=shape_selector().rank(m=m, n=n, k=k))
+        torch.cuda.synchronize()
+        tuning_s = time.perf_counter() - started
+        tuned = {"family": chosen["family"], "config_id": chosen["config_id"], "tunables": chosen["tunables"]}
+    else:   # a table holds the shape's (N, K): online tuning leaves it alone
+        tuned = {"family": decision.entry.kernel, "config_id": decision.entry.config_id,
+                 "tunables": {name: getattr(decision.entry, name) for name in decide.tunable_fields(
+                     decision.entry.kernel)}}
+    c0.fill_(float("nan"))
+    tunetable.kernels.gemm(a0, b0, out=c0)
+    reference = a0.float() @ b0.float().t()
+    rel_err = float((c0.float() - reference).norm() / reference.norm())
+    del reference
+    contenders: dict[str, Callable[[int], Any]] = {
+        "gemm": lambda i: tunetable.kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2]),
+        "best": lambda i: tunetable.kernels.gemm_with(best["tunables"], sets[i][0], sets[i][1], out=sets[i][2],
+                                                      family=best["family"]),
+        "online": lambda i: tunetable.kernels.gemm_with(tuned["tunables"], sets[i][0], sets[i][1], out=sets[i][2],
+                                                        family=tuned["family"]),
+        "cublas": lambda i: torch.mm(sets[i][0], sets[i][1].t(), out=sets[i][2]),
+    }
+    medians, samples, batch = timed(timer, contenders=contenders, rounds=rounds, n_sets=n_sets)
+    sets.clear()
+    return {
+        "M": m, "N": n, "K": k, "n_sets": n_sets, "batch": batch,
+        "source": "selector" if decision.prediction is not None else f"table[{decision.index}]",
+        "kernel": decision.entry.kernel, "config_id": decision.entry.config_id,
+        "best_family": best["family"], "best_config_id": best["config_id"],
+        "best_recorded_time_vs_cublas": best["recorded_time_vs_cublas"],
+        "online_family": tuned["family"], "online_config_id": tuned["config_id"], "online_tuning_s": tuning_s,
+        "online_top_k": online.top_k() if decision.prediction is not None else 0,
+        "rel_err": rel_err, "verified": rel_err < VERIFY_RTOL,
+        **{f"{name}_ms": medians[name] for name in contenders},
+        **{f"{name}_tflops": tflops(m=m, n=n, k=k, ms=medians[name]) for name in contenders},
+        "gemm_of_best": medians["best"] / medians["gemm"],
+        "gemm_vs_cublas": medians["cublas"] / medians["gemm"],
+        "online_of_best": medians["best"] / medians["online"],
+        "online_vs_cublas": medians["cublas"] / medians["online"],
+        "best_vs_cublas": medians["cublas"] / medians["best"],
+        "samples_ms": samples,
+    }
+
+
+def validation_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Geomeans of the validation set against the targets."""
+    summary = {name: geomean([r[name] for r in rows])
+               for name in ("gemm_of_best", "gemm_vs_cublas", "online_of_best", "online_vs_cublas", "best_vs_cublas")}
+    summary["met"] = {name: summary[name] >= target for name, target in VALIDATION_TARGETS.items()}
+    summary["verified"] = sum(r["verified"] for r in rows)
+    summary["from_selector"] = sum(r["source"] == "selector" for r in rows)
+    summary["online_tuning_s"] = sum(r["online_tuning_s"] for r in rows)
+    # Where the loss is: shapes no table holds (selector, online-tuned) and M between a table's buckets.
+    for part, chosen in (("selector_shapes", [r for r in rows if r["source"] == "selector"]),
+                         ("table_range_shapes", [r for r in rows if r["source"] != "selector"])):
+        summary[part] = {name: geomean([r[name] for r in chosen]) for name in ("gemm_of_best", "online_of_best")}
+        summary[part]["shapes"] = len(chosen)
+    return summary
 
 
 def host_overhead(torch: Any, *, m: int, n: int, k: int) -> dict[str, float]:
@@ -165,6 +295,9 @@ def render_markdown(results: dict[str, Any]) -> str:
              f"{results['date']}. {results['method']}", ""]
     for set_name, rows in results["sets"].items():
         summary = results["summary"][set_name]
+        if set_name == "validation":
+            lines += validation_markdown(rows, summary)
+            continue
         lines += [f"## {set_name} shapes ({len(rows)})", "",
                   f"Geomean gemm/cuBLAS speed: {summary['geomean_vs_cublas']:.3f}; gemm/untuned: "
                   f"{summary['geomean_vs_untuned']:.3f}; verified: {summary['verified']}/{len(rows)}.", "",
@@ -191,6 +324,30 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def validation_markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+    """The validation set's section: per shape the four contenders; the geomeans against the targets."""
+    met = summary["met"]
+    lines = [f"## validation shapes ({len(rows)}, data/validation_shapes.csv: never tuned on)", "",
+             f"gemm() untuned: {summary['gemm_of_best']:.3f}x the exhaustive best (target >= "
+             f"{VALIDATION_TARGETS['gemm_of_best']}: {'met' if met['gemm_of_best'] else 'NOT met'}), "
+             f"{summary['gemm_vs_cublas']:.3f}x cuBLAS (target >= {VALIDATION_TARGETS['gemm_vs_cublas']}: "
+             f"{'met' if met['gemm_vs_cublas'] else 'NOT met'}; the exhaustive best itself: "
+             f"{summary['best_vs_cublas']:.3f}x). After online tuning: {summary['online_of_best']:.3f}x the best "
+             f"(target >= {VALIDATION_TARGETS['online_of_best']}: {'met' if met['online_of_best'] else 'NOT met'}), "
+             f"{summary['online_vs_cublas']:.3f}x cuBLAS, {summary['online_tuning_s']:.1f} s of tuning in all. "
+             f"Verified: {summary['verified']}/{len(rows)}; {summary['from_selector']} shapes from the selector.", "",
+             "| M | N | K | source | gemm config | best config | online config | gemm TFLOP/s | best | online | "
+             "cuBLAS | gemm/best | online/best | gemm/cuBLAS |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {r['source']} | {r['kernel']} {r['config_id']} | "
+                     f"{r['best_family']} {r['best_config_id']} | {r['online_family']} {r['online_config_id']} | "
+                     f"{r['gemm_tflops']:.1f} | {r['best_tflops']:.1f} | {r['online_tflops']:.1f} | "
+                     f"{r['cublas_tflops']:.1f} | {r['gemm_of_best']:.3f} | {r['online_of_best']:.3f} | "
+                     f"{r['gemm_vs_cublas']:.3f} |")
+    return [*lines, ""]
+
+
 def print_summary(results: dict[str, Any]) -> None:
     """A rich table per set (plain text where rich is absent)."""
     try:
@@ -201,6 +358,17 @@ def print_summary(results: dict[str, Any]) -> None:
         return
     console = Console()
     for set_name, rows in results["sets"].items():
+        if set_name == "validation":
+            table = Table(title="validation shapes: gemm() untuned, exhaustive best, online-tuned, cuBLAS")
+            for column in ("shape", "source", "gemm/best", "online/best", "gemm/cuBLAS", "online/cuBLAS"):
+                table.add_column(column, justify="right")
+            for row in rows:
+                table.add_row(f"{row['M']}x{row['N']}x{row['K']}", row["source"], f"{row['gemm_of_best']:.3f}",
+                              f"{row['online_of_best']:.3f}", f"{row['gemm_vs_cublas']:.3f}",
+                              f"{row['online_vs_cublas']:.3f}")
+            console.print(table)
+            console.print(results["summary"][set_name])
+            continue
         table = Table(title=f"tunetable.kernels.gemm, {set_name} shapes")
         for column in ("shape", "source", "gemm TFLOP/s", "cuBLAS", "untuned", "vs cuBLAS", "vs untuned"):
             table.add_column(column, justify="right")
@@ -219,7 +387,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--limit", type=int, default=0, help="only the first N shapes of each set (smoke runs)")
+    parser.add_argument("--sets", default="default,other,validation",
+                        help="comma-separated shape sets: default, other, validation")
     args = parser.parse_args()
+    wanted = [name.strip() for name in args.sets.split(",") if name.strip()]
+    unknown = sorted(set(wanted) - {"default", "other", "validation"})
+    if unknown:
+        parser.error(f"unknown shape set(s) {', '.join(unknown)} (known: default, other, validation)")
+    stem = "runtime_gemm" if set(wanted) == {"default", "other", "validation"} else "runtime_gemm_" + "_".join(wanted)
 
     import torch
 
@@ -229,7 +404,8 @@ def main() -> None:
     import pycuda.driver as cuda  # with the runtime: the timer records pycuda events on the default stream
 
     timer = ColdL2Timer(cuda=cuda, stream=None)   # gemm() and torch.mm launch on the legacy default stream
-    shape_sets = {"default": default_shapes(), "other": OTHER_SHAPES}
+    shape_sets = {name: shapes for name, shapes in (("default", default_shapes()), ("other", OTHER_SHAPES),
+                                                    ("validation", validation_shapes())) if name in wanted}
     if args.limit:
         shape_sets = {name: shapes[: args.limit] for name, shapes in shape_sets.items()}
     results: dict[str, Any] = {
@@ -243,6 +419,12 @@ def main() -> None:
     }
     started = time.perf_counter()
     for set_name, shapes in shape_sets.items():
+        if set_name == "validation":
+            results["sets"][set_name], results["summary"][set_name] = run_validation(
+                torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size,
+                started=started)
+            write_json(results, out=args.out, stem=stem)
+            continue
         rows = []
         for m, n, k in shapes:
             rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=args.rounds,
@@ -258,22 +440,47 @@ def main() -> None:
             "geomean_gemm_tflops": geomean([r["gemm_tflops"] for r in rows]),
             "geomean_cublas_tflops": geomean([r["cublas_tflops"] for r in rows]),
             "verified": sum(r["verified"] for r in rows),
-            "from_table": sum(r["source"] != "fallback" for r in rows),
+            "from_table": sum(r["source"].startswith("table") for r in rows),
+            "from_selector": sum(r["source"] == "selector" for r in rows),
         }
-        write_json(results, out=args.out)  # partial figures survive a run cut short
+        write_json(results, out=args.out, stem=stem)  # partial figures survive a run cut short
     results["host_overhead"] = {
         f"{m}x{n}x{k}": host_overhead(torch, m=m, n=n, k=k) for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096))
     }
     results["host_target_met"] = all(item["gemm_out_us"] < HOST_TARGET_US for item in results["host_overhead"].values())
-    write_json(results, out=args.out)
-    atomic_write_text(args.out / "runtime_gemm.md", render_markdown(results))
+    write_json(results, out=args.out, stem=stem)
+    atomic_write_text(args.out / f"{stem}.md", render_markdown(results))
     print_summary(results)
 
 
-def write_json(results: dict[str, Any], *, out: Path) -> None:
-    """runtime_gemm.json (atomic)."""
+def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, int, int]], rounds: int,
+                   l2_bytes: int, started: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The validation set: gemm untuned, exhaustive best, online-tuned, cuBLAS (online tuning from an empty cache)."""
+    import tempfile
+
+    from tunetable.kernels.runtime import online
+
+    best = exhaustive_best()
+    os.environ["TUNETABLE_CACHE_DIR"] = tempfile.mkdtemp(prefix="runtime_gemm_autotune.")
+    tuner = online.OnlineTuner()
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the source column says which shapes are untuned
+        for m, n, k in shapes:
+            rows.append(time_validation_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes,
+                                              best=best[(m, n, k)], tuner=tuner))
+            torch.cuda.empty_cache()
+            row = rows[-1]
+            print(f"validation {m}x{n}x{k} ({row['source']}): gemm {row['gemm_of_best']:.3f}x best, "
+                  f"{row['gemm_vs_cublas']:.3f}x cuBLAS; online {row['online_of_best']:.3f}x best "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+    return rows, validation_summary(rows)
+
+
+def write_json(results: dict[str, Any], *, out: Path, stem: str = "runtime_gemm") -> None:
+    """<stem>.json (atomic)."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "runtime_gemm.json", json.dumps(results, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(out / f"{stem}.json", json.dumps(results, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

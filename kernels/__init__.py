@@ -4,7 +4,9 @@
 (kernels/tuning_configs.py) picks the kernel family for the shape (gemm_mma: mma.sync;
 gemm_wgmma: TMA + wgmma), that family's table the configuration. ``gemm_with(tunables, a, b,
 family=...)`` runs an explicit configuration; ``autotune`` tunes a function's configuration on
-first call and caches the choice on disk. Importing this package needs no GPU: pycuda is
+first call and caches the choice on disk. A shape no table holds runs the shape selector's choice
+with an ``UntunedShapeWarning`` (``TUNETABLE_AUTOTUNE=1``: tuned on first call among the
+selector's top candidates instead). Importing this package needs no GPU: pycuda is
 imported on the first GEMM; the runtime itself is imported on first use of these names, so that
 the build can import the families (``tunetable.kernels.families``) without it.
 """
@@ -13,6 +15,7 @@ import importlib
 
 _RUNTIME_API = {
     "FallbackWarning": "tunetable.kernels.runtime.decide",
+    "UntunedShapeWarning": "tunetable.kernels.runtime.decide",
     "NoGpuError": "tunetable.kernels.runtime.launch",
     "gemm": "tunetable.kernels.runtime.launch",
     "gemm_with": "tunetable.kernels.runtime.launch",

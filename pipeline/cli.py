@@ -29,6 +29,8 @@ SUBCOMMANDS: dict[str, str] = {
     "trace": "trace",
     "gc": "gc",
     "kt": "kt",
+    "shapes": "shapes",
+    "suggest": "suggest",
 }
 
 

@@ -43,7 +43,7 @@ from tunetable.manifest import (  # noqa: F401
     validate_manifest,
 )
 from tunetable.manifest import read_text as _read_text
-from tunetable.params import DispatchSpec, TableSpec, builds_spec, dispatch_spec, table_spec
+from tunetable.params import DispatchSpec, TableSpec, builds_spec, dispatch_spec, selector_spec, table_spec
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -633,20 +633,24 @@ def unified_diff(*, current: str, generated: str, label: str) -> str:
 def jobs_from_params(
     *, params: Mapping[str, Any], params_path: str | Path, names: Sequence[str] | None = None
 ) -> list[TableJob]:
-    """A TableJob per table and dispatch list declared in params.yaml (or only ``names``), tables first.
+    """A TableJob per table, dispatch list and selector declared in params.yaml (or only ``names``), tables first.
 
     Paths resolve from params.yaml's folder.
     """
     root = Path(params_path).parent
     tables = params.get("tables") or {}
     dispatches = params.get("dispatch") or {}
-    selected = list(names) if names else [*tables, *dispatches]
+    selectors = params.get("selector") or {}
+    selected = list(names) if names else [*tables, *dispatches, *selectors]
     families = {table: str(raw["family"]) for table, raw in tables.items()}
     jobs = []
     for name in selected:
         if name in dispatches and name not in tables:
             declared = dispatch_spec(dict(params), name, path=params_path)
             fields = dispatch_fields(declared, families=families)
+        elif name in selectors and name not in tables:
+            declared = selector_spec(dict(params), name, path=params_path)
+            fields = None  # per-family entries (each its _template); the selector step checks them
         else:
             declared = table_spec(dict(params), name, path=params_path)
             fields = table_fields(declared)

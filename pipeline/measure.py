@@ -91,9 +91,14 @@ def plan_measurement(*, params: Mapping[str, Any], table: TableSpec, shapes: Seq
     if search is not None:
         # Replay: what the compiler fixed (registers, shared memory) comes from the recording.
         overrides = recorded_compile_records(replay.recording, table=table.name) if replay is not None else None
+        seed_model = None
+        if search.seed_from_selector:   # the shape selector's model, from the recordings of its tables
+            from tunetable.selector import seed_model as selector_seed_model
+
+            seed_model = selector_seed_model(params=params, path=params_path)
         searching = table_search(settings=search, table=table.name,
                                  shard_dir=paths.raw_dir(table.name, key, root=results_root),
-                                 compile_overrides=overrides)
+                                 compile_overrides=overrides, seed_model=seed_model)
         order = {shape: index for index, shape in enumerate(tuning_order([job.shape for job in todo]))}
         todo.sort(key=lambda job: order[job.shape])
         expected = sum(expected_measurements(settings=search, tasks=job.tasks) for job in todo)

@@ -1,4 +1,4 @@
-"""Load and validate params.yaml: the single source of settings (tables, dispatch, compile, bench, select)."""
+"""Load and validate params.yaml: the single source of settings (tables, dispatch, selector, compile, bench, select)."""
 
 from __future__ import annotations
 
@@ -43,10 +43,16 @@ class TableSpec:
     codegen: CodegenSpec
     search: dict[str, Any]
     recording: str | None = None      # what the replay backend serves for this table
+    shape_list: tuple[tuple[int, int, int], ...] = ()   # shapes.list: a workload's (M, N, K), beside the product
 
     def shapes(self) -> list[tuple[int, int, int]]:
-        """All (M, N, K) shapes of the table, in declaration order (NK pairs outer, M inner)."""
-        return [(m, n, k) for (n, k) in self.nk for m in self.m_values]
+        """All (M, N, K) shapes of the table: the NK x M product (NK pairs outer, M inner), then the list's others."""
+        product = [(m, n, k) for (n, k) in self.nk for m in self.m_values]
+        return list(dict.fromkeys([*product, *self.shape_list]))
+
+    def m_values_of(self, n: int, k: int) -> list[int]:
+        """The Ms the table holds for one (N, K), ascending."""
+        return sorted({m for m, n_, k_ in self.shapes() if (n_, k_) == (n, k)})
 
 
 def _format_location(error: Any) -> str:
@@ -108,7 +114,10 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
         raise TuneTableError("no such file", path=source)
     data = load_yaml_file(source)
     validate_params(data, path=source)
+    for spec in table_specs(data, path=source):
+        check_table_shapes(spec, path=source)
     dispatch_specs(data, path=source)  # its tables must be declared ones
+    selector_specs(data, path=source)
     return data
 
 
@@ -140,13 +149,43 @@ def table_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_
         kernel=family_files.get("kernel") or raw["kernel"],
         dtype=raw["dtype"],
         arch=raw.get("arch", "sm_90a"),
-        nk=tuple((int(n), int(k)) for n, k in raw["shapes"]["NK"]),
-        m_values=tuple(int(m) for m in raw["shapes"]["M"]),
+        nk=tuple((int(n), int(k)) for n, k in raw["shapes"].get("NK", ())),
+        m_values=tuple(int(m) for m in raw["shapes"].get("M", ())),
+        shape_list=shape_list(raw["shapes"], table=name, path=path),
         grid=raw["grid"],
         codegen=codegen_spec(raw["codegen"], snippet=family_files.get("snippet")),
         search=dict(raw.get("search") or {"strategy": "exhaustive"}),
         recording=raw.get("recording"),
     )
+
+
+def shape_list(shapes: dict[str, Any], *, table: str, path: str | Path) -> tuple[tuple[int, int, int], ...]:
+    """A table's ``shapes.list``: inline [[M, N, K], ...], or an M,N,K[,count] CSV beside params.yaml."""
+    listed = shapes.get("list")
+    if listed is None:
+        return ()
+    if isinstance(listed, str):
+        from tunetable.shapes import read_workload
+
+        source = Path(path).parent / listed
+        try:
+            return tuple(item.shape for item in read_workload(source))
+        except TuneTableError as exc:
+            raise TuneTableError(f"tables.{table}.shapes.list: {exc}", path=path) from None
+    return tuple((int(m), int(n), int(k)) for m, n, k in listed)
+
+
+def check_table_shapes(spec: TableSpec, *, path: str | Path) -> None:
+    """Every shape of a table must be one its family's kernels run (alignment, int32 extents)."""
+    family = FAMILIES.get(spec.family)
+    if family is None:
+        return
+    for index, shape in enumerate(spec.shapes()):
+        try:
+            family.check_shape(*shape)
+        except ValueError as exc:
+            raise TuneTableError(f"shape {index} (M={shape[0]}, N={shape[1]}, K={shape[2]}): {exc}", path=path,
+                                 where=f"tables.{spec.name}.shapes") from None
 
 
 # What a table of a registered family (kernels/families/<name>/) takes from the family's folder and
@@ -244,3 +283,66 @@ def builds_spec(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) ->
 def dispatch_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) -> list[DispatchSpec]:
     """Every declared dispatch list, in params.yaml order (none when the section is absent)."""
     return [dispatch_spec(params, name, path=path) for name in (params.get("dispatch") or {})]
+
+
+@dataclass(frozen=True)
+class SelectorSpec:
+    """A shape selector declared in params.yaml: the choice for shapes no table holds (pipeline/selector.py)."""
+
+    name: str
+    tables: tuple[str, ...]
+    candidates: int
+    codegen: CodegenSpec
+
+
+DEFAULT_SELECTOR_CANDIDATES = 8
+
+
+def selector_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_PARAMS) -> SelectorSpec:
+    """The SelectorSpec ``name``; its tables must be declared and its name must be no table's or dispatch list's."""
+    declared = params.get("selector") or {}
+    if name not in declared:
+        known = ", ".join(sorted(declared)) or "none"
+        raise TuneTableError(f"unknown selector '{name}' (declared: {known})", path=path, where="selector")
+    raw = declared[name]
+    tables = params["tables"]
+    if name in tables or name in (params.get("dispatch") or {}):
+        raise TuneTableError("a selector cannot share its name with a table or a dispatch list", path=path,
+                             where=f"selector.{name}")
+    for index, table in enumerate(raw["tables"]):
+        if table not in tables:
+            raise TuneTableError(f"unknown table '{table}' (declared: {', '.join(sorted(tables))})", path=path,
+                                 where=f"selector.{name}.tables[{index}]")
+    return SelectorSpec(name=name, tables=tuple(raw["tables"]),
+                        candidates=int(raw.get("candidates", DEFAULT_SELECTOR_CANDIDATES)),
+                        codegen=_selector_codegen(raw, tables=tables, name=name, path=path))
+
+
+def _selector_codegen(raw: dict[str, Any], *, tables: dict[str, Any], name: str, path: str | Path) -> CodegenSpec:
+    """A selector's codegen: one snippet variant per family of its tables (a family's folder holds its own).
+
+    Each candidate renders with its family's variant (``_template``); a family without a folder
+    under kernels/families/ must name its variant in ``codegen.variants``.
+    """
+    section = dict(raw["codegen"])
+    variants = dict(section.get("variants") or {})
+    for table in raw["tables"]:
+        family_name = tables[table]["family"]
+        family = FAMILIES.get(family_name)
+        if family is not None:
+            if family_name in variants:
+                raise TuneTableError(f"family {family_name} has its selector snippet in {family.folder}; drop this "
+                                     "key (a fact is written once)", path=path,
+                                     where=f"selector.{name}.codegen.variants.{family_name}")
+            variants[family_name] = str(family.selector_snippet)
+        elif family_name not in variants:
+            raise TuneTableError(f"family '{family_name}' has no folder under kernels/families/: name its selector "
+                                 "snippet", path=path, where=f"selector.{name}.codegen.variants")
+    section["variants"] = variants
+    first = tables[raw["tables"][0]]["family"]
+    return codegen_spec(section, snippet=section.get("snippet") or variants[first])
+
+
+def selector_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) -> list[SelectorSpec]:
+    """Every declared selector, in params.yaml order (none when the section is absent)."""
+    return [selector_spec(params, name, path=path) for name in (params.get("selector") or {})]

@@ -21,7 +21,7 @@ from tunetable.bench.plan import (
 )
 from tunetable.errors import TuneTableError
 from tunetable.grid import DeviceLimits, expand
-from tunetable.keys import kernel_source_hash, results_key, sha256_file
+from tunetable.keys import kernel_source_hash, results_key, sha256_file, sha256_text
 from tunetable.params import TableSpec
 
 
@@ -53,7 +53,12 @@ def search_key_part(*, table: TableSpec, path: str | Path = "params.yaml") -> di
             raise TuneTableError("no such recording to learn from", path=settings.learn_from,
                                  where=f"tables.{table.name}.search.learn_from")
         learn_hash = sha256_file(settings.learn_from)[:16]
-    return settings.fingerprint(learn_from_hash=learn_hash)
+    selector_hash = None
+    if settings.seed_from_selector:   # the seeds come from the selector's tables' recordings
+        from tunetable.selector import seed_recordings
+
+        selector_hash = sha256_text("".join(sha256_file(p) for p in seed_recordings(path=path)))[:16]
+    return settings.fingerprint(learn_from_hash=learn_hash, selector_hash=selector_hash)
 
 
 def grid_config_ids(*, params: Mapping[str, Any], table: TableSpec) -> list[str]:

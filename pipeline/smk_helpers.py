@@ -46,9 +46,11 @@ from tunetable.keys import canonical_json, kernel_source_hash, sha256_file, sha2
 from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
     SCHEMA_PATH,
     DispatchSpec,
+    SelectorSpec,
     TableSpec,
     dispatch_specs,
     load_params,
+    selector_specs,
     table_specs,
 )
 from tunetable.results import BASELINE_ID
@@ -94,6 +96,8 @@ class Plan:
     absent: frozenset[str] = frozenset()     # paths of the shards not in results/raw (parked or missing)
     parked: frozenset[str] = frozenset()     # ... of those, the ones with a parked copy (results/parked)
     left_out: tuple[str, ...] = ()                                  # shard paths this run goes without
+    selectors: tuple[SelectorSpec, ...] = ()                        # shape selectors built in this run
+    skipped_selectors: Mapping[str, str] = field(default_factory=dict)
 
     def table(self, name: str) -> TableSpec:
         """The TableSpec of a table this run covers."""
@@ -118,12 +122,13 @@ def merge_config(config: dict[str, Any], params: Mapping[str, Any], *, overrides
         update_config(config, copy.deepcopy(dict(overrides)))
 
 
-def check_manifest_paths(specs: Sequence[TableSpec | DispatchSpec], *, path: str | Path) -> None:
-    """Each table's (and dispatch list's) manifest must be manifests/<name>.yaml: the rules derive it."""
+def check_manifest_paths(specs: Sequence[TableSpec | DispatchSpec | SelectorSpec], *, path: str | Path) -> None:
+    """Each table's (dispatch list's, selector's) manifest must be manifests/<name>.yaml: the rules derive it."""
     for spec in specs:
         expected = manifest_path(spec.name)
         if Path(spec.codegen.manifest) != expected:
-            section = "dispatch" if isinstance(spec, DispatchSpec) else "tables"
+            section = ("dispatch" if isinstance(spec, DispatchSpec)
+                       else "selector" if isinstance(spec, SelectorSpec) else "tables")
             raise TuneTableError(
                 f"manifest must be {expected} (the pipeline derives it from the name)",
                 path=path, where=f"{section}.{spec.name}.codegen.manifest",
@@ -154,7 +159,8 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
     params = dict(config)
     declared = tuple(table_specs(params, path=params_path))
     dispatch = tuple(dispatch_specs(params, path=params_path))
-    check_manifest_paths([*declared, *dispatch], path=params_path)
+    selectors = tuple(selector_specs(params, path=params_path))
+    check_manifest_paths([*declared, *dispatch, *selectors], path=params_path)
     requested = str((config.get("bench") or {}).get("backend", "auto"))
     live = requested == "cuda" or (requested == "auto" and gpu_visible())
     # Replaying, the first table whose recording is present speaks for the backend; with none
@@ -179,6 +185,9 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
         spec.name: f"table {', '.join(t for t in spec.tables if t not in covered)} is not part of this run"
         for spec in dispatch if spec not in active
     }
+    # A selector is built from its tables' recordings (never from this run's shards): it needs them all.
+    by_name = {spec.name: spec for spec in declared}
+    missing = {spec.name: [t for t in spec.tables if skip_reason(by_name[t]) is not None] for spec in selectors}
     shards = {spec.name: tuple(Shard(spec.name, keys[spec.name], m, n, k) for (m, n, k) in spec.shapes())
               for spec in tables}
     # Replaying, a shard without its journal counts as absent too: its checksum cannot be verified (a
@@ -189,7 +198,10 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
                                    journals=journals)
     return Plan(tables=tables, backend=first.backend, backend_line="\n".join(lines), keys=keys,
                 recordings=recordings, skipped=skipped, dispatches=active, skipped_dispatches=skipped_dispatches,
-                shards=shards, absent=absent, parked=parked)
+                shards=shards, absent=absent, parked=parked,
+                selectors=tuple(spec for spec in selectors if not missing[spec.name]),
+                skipped_selectors={name: f"the recording of table {', '.join(names)} is absent"
+                                   for name, names in missing.items() if names})
 
 
 def absent_paths(shards: Mapping[str, Sequence[Shard]], *, folder_of: Callable[[Shard], Path],
@@ -220,6 +232,8 @@ def banner(plan: Plan) -> str:
               for name, why in plan.skipped.items()]
     lines += [f"SKIPPING dispatch list {name}: {why}; manifests/{name}.yaml and its generated list stay as committed"
               for name, why in plan.skipped_dispatches.items()]
+    lines += [f"SKIPPING selector {name}: {why}; manifests/{name}.yaml and its generated list stay as committed"
+              for name, why in plan.skipped_selectors.items()]
     if plan.left_out:
         lines.append(left_out_line(plan).removeprefix("tunetable: "))
     return "\n".join(f"tunetable: {line}" for line in lines)
@@ -572,9 +586,9 @@ def codegen_inputs(plan: Plan, config: Mapping[str, Any]) -> list[str]:
     out are plain inputs (their select rule is not part of the run).
     """
     params = dict(config)
-    files: list[str] = [str(select_stamp(spec.name)) for spec in (*plan.tables, *plan.dispatches)]
-    files += [str(manifest_path(name)) for name in (*plan.skipped, *plan.skipped_dispatches)]
-    for spec in (*table_specs(params), *dispatch_specs(params)):
+    files: list[str] = [str(select_stamp(spec.name)) for spec in (*plan.tables, *plan.dispatches, *plan.selectors)]
+    files += [str(manifest_path(name)) for name in (*plan.skipped, *plan.skipped_dispatches, *plan.skipped_selectors)]
+    for spec in (*table_specs(params), *dispatch_specs(params), *selector_specs(params)):
         files.append(spec.codegen.snippet)
         files.extend(spec.codegen.variants.values())
         files.append(spec.codegen.target)
@@ -589,6 +603,25 @@ def dispatch_ranked_options(spec: DispatchSpec) -> str:
 def dispatch_inputs(spec: DispatchSpec) -> list[str]:
     """What a dispatch list is selected from: each table's ranked parquet and select stamp (its manifest)."""
     return [path for table in spec.tables for path in (ranked_outputs(table)["parquet"], str(select_stamp(table)))]
+
+
+def selector_inputs(spec: SelectorSpec, *, params: Mapping[str, Any]) -> list[str]:
+    """What a selector is built from: each of its tables' recording and provenance sidecar."""
+    from tunetable.bench.plan import sidecar_path
+
+    found = []
+    for table in spec.tables:
+        recording = Path(params["tables"][table]["recording"])
+        found += [str(recording), str(sidecar_path(recording))]
+    return found
+
+
+def selector_settings(config: Mapping[str, Any], *, name: str) -> dict[str, Any]:
+    """What a selector manifest depends on besides the recordings: its tables, their shapes and families, its size."""
+    spec = dict((config.get("selector") or {})[name])
+    tables = {t: {"family": config["tables"][t]["family"], "shapes": config["tables"][t]["shapes"]}
+              for t in spec.get("tables") or ()}
+    return {"tables": tables, "candidates": spec.get("candidates")}
 
 
 def fingerprint(value: Any) -> str:
@@ -614,6 +647,7 @@ def codegen_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     tables = {name: [spec["family"], spec.get("arch")] for name, spec in config["tables"].items()}
     settings["builds"] = {"region": config.get("builds"), "flags": (config.get("compile") or {}).get("nvcc_flags"),
                           "tables": tables}
+    settings.update({name: spec["codegen"] for name, spec in (config.get("selector") or {}).items()})
     return settings
 
 

@@ -25,7 +25,7 @@ from tunetable import lineage, paths, rank, resultset
 from tunetable.codegen import marker_line
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
-from tunetable.params import CodegenSpec, DispatchSpec, TableSpec
+from tunetable.params import CodegenSpec, DispatchSpec, SelectorSpec, TableSpec
 from tunetable.rank import read_parquet_file, read_ranked
 from tunetable.select import Candidate, choose_tables, data_hash
 
@@ -95,15 +95,19 @@ def parse_location(text: str) -> tuple[str, int] | None:
     return (file, int(line)) if line.isdigit() and file else None
 
 
-def check_traceable(*, name: str, tables: Sequence[str], dispatch: Sequence[str], path: str | Path) -> None:
-    """``name`` must be a declared table or dispatch list; an unknown one is an error listing both kinds."""
-    if name in tables or name in dispatch:
+def check_traceable(*, name: str, tables: Sequence[str], dispatch: Sequence[str], path: str | Path,
+                    selectors: Sequence[str] = ()) -> None:
+    """``name`` must be a declared table, dispatch list or selector; an unknown one is an error listing them."""
+    if name in tables or name in dispatch or name in selectors:
         return
-    raise TuneTableError(f"unknown table or dispatch list '{name}' (declared tables: {', '.join(sorted(tables))}; "
-                         f"dispatch lists: {', '.join(sorted(dispatch)) or 'none'})", path=path)
+    raise TuneTableError(f"unknown table, dispatch list or selector '{name}' "
+                         f"(declared tables: {', '.join(sorted(tables))}; "
+                         f"dispatch lists: {', '.join(sorted(dispatch)) or 'none'}; "
+                         f"selectors: {', '.join(sorted(selectors)) or 'none'})", path=path)
 
 
-def entry_at_line(*, root: Path, specs: Sequence[TableSpec | DispatchSpec], file: str, line: int) -> tuple[str, int]:
+def entry_at_line(*, root: Path, specs: Sequence[TableSpec | DispatchSpec | SelectorSpec], file: str,
+                  line: int) -> tuple[str, int]:
     """(table or dispatch list, index) of the generated entry holding a line of a generated file."""
     target = (root / file).resolve()
     tables = [s for s in specs if (root / s.codegen.target).resolve() == target]
@@ -163,9 +167,8 @@ def trace(*, root: Path, spec: TableSpec, index: int) -> Trace:
     generated, provenance, entries = _located(root=root, codegen=spec.codegen, label=f"table {spec.name}", index=index)
     entry = entries[index]
     ranked_path = root / paths.ranked(spec.name)
-
     ranked = read_ranked(path=ranked_path) if ranked_path.is_file() else None
-    m_values = [m for m in spec.m_values if entry.m <= m < entry.m_end]
+    m_values = [m for m in spec.m_values_of(entry.n, entry.k) if entry.m <= m < entry.m_end]
     ranked_rows = _ranked_at(ranked=ranked, entry=entry, m_values=m_values) if ranked is not None else []
     reader = lineage.DataReader(root=root, rev=None)
     metrics = lineage.metrics_at(root=root, rev=None, table=spec.name)
@@ -362,8 +365,8 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
                              path=spec.codegen.manifest, where=f"params[{index}]")
     sources = {name: table_source(root=root, spec=tables[name]) for name in spec.tables}
     selected = {name: load_ranges(root / tables[name].codegen.manifest)[1] for name in spec.tables}
-    m_values = sorted({m for name in spec.tables for m in tables[name].m_values
-                       if (entry.n, entry.k) in tables[name].nk and entry.m <= m < entry.m_end})
+    m_values = sorted({m for name in spec.tables for m in tables[name].m_values_of(entry.n, entry.k)
+                       if entry.m <= m < entry.m_end})
     decisions = []
     for m in m_values:
         candidates = tuple(_candidate(source=sources[name], entries=selected[name], m=m, n=entry.n, k=entry.k)
@@ -379,3 +382,94 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
         provenance=provenance, sources=tuple(sources.values()), decisions=tuple(decisions),
         table_traces=tuple(trace(root=root, spec=tables[chosen], index=i) for i in indices),
     )
+
+
+# --- shape selectors ---------------------------------------------------------------------------
+#
+# A selector entry is one candidate of one M range. Its BIAS / BIAS_END come from the residuals of
+# its configuration in its table's recording (pipeline/selector.py): per (N, K), the measured
+# median over the same shard's cuBLAS median against the perf model, at the range's end anchors.
+
+
+@dataclass(frozen=True)
+class AnchorTrace:
+    """The bias of a selector entry at one anchor M: every (N, K)'s term, the mean, and the manifest's value."""
+
+    m: int
+    terms: tuple[Any, ...]      # tunetable.selector.GroupTerm
+    value: float
+    manifest_value: float
+
+
+@dataclass(frozen=True)
+class SelectorTrace:
+    """A selector entry: its generated lines, manifest entry, and the measurements behind its bias."""
+
+    name: str
+    target: str
+    generated: GeneratedEntry
+    manifest: str
+    entry: dict[str, Any]
+    provenance: dict[str, Any]
+    recording: str
+    data_hash: str
+    anchors: tuple[AnchorTrace, ...]
+
+    @property
+    def selected_hash(self) -> str | None:
+        """The data hash of the entry's table that the selector was built from (its provenance)."""
+        value = self.provenance.get(f"{self.entry.get('TABLE')}_data_hash")
+        return str(value) if value is not None else None
+
+
+def selector_entry(*, root: Path, spec: SelectorSpec, index: int) -> tuple[GeneratedEntry, dict[str, Any],
+                                                                          dict[str, Any]]:
+    """Entry ``index`` of a selector's region with its manifest entry and provenance."""
+    from tunetable.codegen import load_manifest_document
+
+    target = root / spec.codegen.target
+    if not target.is_file():
+        raise TuneTableError("no such file", path=spec.codegen.target)
+    generated = generated_entries(target.read_text(), begin_marker=spec.codegen.begin_marker,
+                                  end_marker=spec.codegen.end_marker, path=spec.codegen.target)
+    found = [g for g in generated if g.index == index]
+    if not found:
+        raise TuneTableError(f"selector {spec.name} has no entry {index} (it has {len(generated)})",
+                             path=spec.codegen.target, where=f"index {index}")
+    manifest = load_manifest_document(root / spec.codegen.manifest)
+    if index >= len(manifest.params):
+        raise TuneTableError(f"manifest has no entry {index}: regenerate it (tunetable codegen --all)",
+                             path=spec.codegen.manifest, where=f"params[{index}]")
+    return found[0], manifest.params[index], dict(manifest.provenance or {})
+
+
+def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, TableSpec], index: int) -> SelectorTrace:
+    """Follow selector entry ``index`` to the recorded measurements behind its bias at both ends of its range."""
+    from tunetable import selector as building
+
+    generated, entry, provenance = selector_entry(root=root, spec=spec, index=index)
+    table = str(entry.get("TABLE"))
+    if table not in spec.tables:
+        raise TuneTableError(f"entry names table '{table}', not one of the selector's ({', '.join(spec.tables)})",
+                             path=spec.codegen.manifest, where=f"params[{index}]")
+    measurements = building.load_table_measurements(root=root, spec=tables[table])
+    config = next((c for c in measurements.configs if c.config_id == entry.get("CONFIG_ID")), None)
+    if config is None:
+        raise TuneTableError(f"configuration {entry.get('CONFIG_ID')} is not in table {table}'s recording",
+                             path=measurements.source)
+    anchors = tuple(int(a) for a in str(provenance.get("anchors", "")).split(",") if a)
+    span = next(((lo, hi) for start, end, lo, hi in building.ranges_of(anchors)
+                 if (start, end) == (entry["M"], entry["M_END"])), None)
+    if span is None:
+        raise TuneTableError(f"M range [{entry['M']}, {entry['M_END']}) is not a range of the anchors {anchors}",
+                             path=spec.codegen.manifest, where=f"params[{index}]")
+    groups = building.residual_points(table=measurements, config=config)
+    traced = []
+    for m, key in dict.fromkeys([(span[0], "BIAS"), (span[1], "BIAS_END")]):
+        terms = building.bias_terms(groups=groups, m=m)
+        traced.append(AnchorTrace(m=m, terms=tuple(terms), value=building.weighted(terms),
+                                  manifest_value=float(entry[key])))
+    return SelectorTrace(name=spec.name, target=spec.codegen.target, generated=generated,
+                         manifest=spec.codegen.manifest, entry=entry, provenance=provenance,
+                         recording=measurements.source, data_hash=str(measurements.provenance.get("data_hash")),
+                         anchors=tuple(traced))

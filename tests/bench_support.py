@@ -87,6 +87,7 @@ def gemm_mma_only_params(folder: Path, *, search: dict[str, Any] | None) -> Path
         table["search"] = search
     params["tables"] = {"gemm_mma": table}
     params.pop("dispatch", None)
+    params.pop("selector", None)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))

@@ -150,9 +150,10 @@ def small_table(data: dict) -> None:
 
 
 def only_tables(data: dict, *names: str) -> None:
-    """Params edit: keep only the named tables, in every dispatch list too (a project of fewer families)."""
+    """Params edit: keep only the named tables, in every dispatch list and selector too (a project of fewer
+    families)."""
     data["tables"] = {name: spec for name, spec in data["tables"].items() if name in names}
-    for spec in (data.get("dispatch") or {}).values():
+    for spec in (*(data.get("dispatch") or {}).values(), *(data.get("selector") or {}).values()):
         spec["tables"] = [name for name in spec["tables"] if name in names]
 
 

@@ -181,15 +181,15 @@ def test_check_traceable_names_tables_and_dispatch_lists() -> None:
     check_traceable(name="gemm_mma", tables=["gemm_mma"], dispatch=[], path="params.yaml")
     with pytest.raises(TuneTableError) as info:
         check_traceable(name="nosuch", tables=["gemm_wgmma", "gemm_mma"], dispatch=[], path="p.yaml")
-    assert str(info.value) == ("p.yaml: unknown table or dispatch list 'nosuch' "
-                               "(declared tables: gemm_mma, gemm_wgmma; dispatch lists: none)")
+    assert str(info.value) == ("p.yaml: unknown table, dispatch list or selector 'nosuch' "
+                               "(declared tables: gemm_mma, gemm_wgmma; dispatch lists: none; selectors: none)")
 
 
 def test_trace_unknown_name_without_dispatch_lists(tmp_path: Path) -> None:
     params = gemm_mma_only_params(tmp_path, search=None)
     result = _run("trace", "nosuch", "0", "--params", str(params), cwd=tmp_path)
-    assert error_line(result) == (f"error: {params}: unknown table or dispatch list 'nosuch' "
-                                   f"(declared tables: gemm_mma; dispatch lists: none)")
+    assert error_line(result) == (f"error: {params}: unknown table, dispatch list or selector 'nosuch' "
+                                   f"(declared tables: gemm_mma; dispatch lists: none; selectors: none)")
     assert result.stdout == ""
 
 

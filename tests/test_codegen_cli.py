@@ -117,6 +117,7 @@ def write_params(root: Path, tables: dict[str, dict[str, object]]) -> Path:
     params["tables"] = {name: {**template, "codegen": section} for name, section in tables.items()}
     params.pop("dispatch", None)  # it names the repo's tables
     params.pop("builds", None)    # it renders into the repo's generated file
+    params.pop("selector", None)  # so does the selector
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

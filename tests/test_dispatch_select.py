@@ -223,7 +223,7 @@ def test_select_dispatch_cli_then_codegen_is_fresh(project: Path) -> None:
 def test_select_dispatch_cli_errors_are_one_line(project: Path) -> None:
     cases = [
         (("--table", "gemm_mma", "--dispatch", "gemm_dispatch"),
-         "error: select: give --table or --dispatch (exactly one)"),
+         "error: select: give --table, --dispatch or --selector (exactly one)"),
         (("--dispatch", "gemm_dispatch", "--ranked", "results/ranked/gemm_mma.parquet"),
          "error: --ranked[0]: expected TABLE=PATH with --dispatch, got 'results/ranked/gemm_mma.parquet'"),
         (("--dispatch", "gemm_dispatch", "--ranked", "gemm_nope=x.parquet"),

@@ -1,4 +1,4 @@
-"""Every table and dispatch list declared in params.yaml is fresh: its checked-in region matches its manifest.
+"""Every table, dispatch list and selector declared in params.yaml is fresh: its checked-in region matches its manifest.
 
 A failure means a manifest, snippet or marker changed without regenerating: run
 ``tunetable codegen --all`` and commit the result.
@@ -17,9 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 PARAMS = load_yaml_file(REPO / "params.yaml")
 DECLARED = list(PARAMS["tables"])
 DISPATCH_LISTS = list(PARAMS.get("dispatch") or {})
+SELECTORS = list(PARAMS.get("selector") or {})
 
 
-@pytest.mark.parametrize("table", [*DECLARED, *DISPATCH_LISTS])
+@pytest.mark.parametrize("table", [*DECLARED, *DISPATCH_LISTS, *SELECTORS])
 def test_declared_table_is_fresh(table: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tunetable", "codegen", "--table", table, "--check", "--params", "params.yaml"],
@@ -44,6 +45,11 @@ def test_generated_tables_import_and_list_every_declared_table() -> None:
         assert list(BUILDS[name].nvcc_flags) == PARAMS["compile"]["nvcc_flags"]
     assert sorted(DISPATCH) == sorted(DISPATCH_LISTS)
     assert all(isinstance(entry, FamilyChoice) for entries in DISPATCH.values() for entry in entries)
+    from tunetable.kernels.tuning_configs import SELECTORS as GENERATED_SELECTORS
+    from tunetable.kernels.families.common import ShapeCandidate
+
+    assert sorted(GENERATED_SELECTORS) == sorted(SELECTORS)
+    assert all(isinstance(entry, ShapeCandidate) for entries in GENERATED_SELECTORS.values() for entry in entries)
 
 
 def test_whole_generated_file_is_fresh() -> None:

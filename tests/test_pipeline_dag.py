@@ -161,11 +161,13 @@ def test_unknown_table_fails_with_one_line(copy: Path, args: tuple[str, ...]) ->
     done = tunetable(*args, cwd=copy, check=False)
     assert done.returncode == 2
     known = ", ".join(sorted(declared()))
-    if args[0] == "trace":  # trace also takes dispatch lists, so its line names them too
-
-        lists = ", ".join(sorted(load_yaml_file(REPO / "params.yaml").get("dispatch") or {})) or "none"
-        assert one_error_line(done.output) == (f"error: params.yaml: unknown table or dispatch list 'nosuch' "
-                                               f"(declared tables: {known}; dispatch lists: {lists})")
+    if args[0] == "trace":  # trace also takes dispatch lists and selectors, so its line names them too
+        params = load_yaml_file(REPO / "params.yaml")
+        lists = ", ".join(sorted(params.get("dispatch") or {})) or "none"
+        selectors = ", ".join(sorted(params.get("selector") or {})) or "none"
+        assert one_error_line(done.output) == (f"error: params.yaml: unknown table, dispatch list or selector 'nosuch' "
+                                               f"(declared tables: {known}; dispatch lists: {lists}; "
+                                               f"selectors: {selectors})")
     else:
         assert one_error_line(done.output) == f"error: params.yaml: tables: unknown table 'nosuch' (declared: {known})"
 

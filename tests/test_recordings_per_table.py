@@ -75,10 +75,12 @@ def test_replay_leaves_out_a_table_whose_recording_is_absent(project: Path) -> N
     assert banner[2].startswith(f"tunetable: SKIPPING table gemm_wgmma: its recording {WGMMA_RECORDING} is absent")
     assert "tunetable record --table gemm_wgmma --name h200_gemm_wgmma" in banner[2]
     assert banner[3].startswith("tunetable: SKIPPING dispatch list gemm_dispatch: table gemm_wgmma is not part")
+    assert banner[4].startswith("tunetable: SKIPPING selector gemm_selector: the recording of table gemm_wgmma")
     # Codegen still renders every declared list: the left-out manifests are plain inputs.
     inputs = tt.codegen_inputs(plan, params_of(project, **REPLAY))
     assert "manifests/gemm_wgmma.yaml" in inputs and "manifests/gemm_dispatch.yaml" in inputs
     assert str(FAMILIES["gemm_wgmma"].snippet) in inputs and "kernels/snippets/gemm_dispatch.snippet" in inputs
+    assert "manifests/gemm_selector.yaml" in inputs
     with pytest.raises(TuneTableError, match="table 'gemm_wgmma' is not part of this run: its recording"):
         plan.table("gemm_wgmma")
 
@@ -130,7 +132,13 @@ def test_live_plan_covers_every_declared_table(project: Path) -> None:
     plan = tt.make_plan(params_of(project, backend="cuda"))
     assert [spec.name for spec in plan.tables] == ["gemm_mma", "gemm_wgmma"]
     assert plan.skipped == {} and [spec.name for spec in plan.dispatches] == ["gemm_dispatch"]
-    assert plan.recordings == {} and "SKIPPING" not in tt.banner(plan)
+    assert plan.recordings == {} and "SKIPPING table" not in tt.banner(plan)
+    # The selector is built from the tables' recordings, not from a live run's shards: without
+    # gemm_wgmma's it stays as committed, loudly.
+    assert plan.selectors == () and list(plan.skipped_selectors) == ["gemm_selector"]
+    assert tt.banner(plan).splitlines()[-1] == (
+        "tunetable: SKIPPING selector gemm_selector: the recording of table gemm_wgmma is absent; "
+        "manifests/gemm_selector.yaml and its generated list stay as committed")
 
 
 def test_bench_cli_replays_a_table_from_its_own_recording_only(project: Path) -> None:

@@ -125,3 +125,35 @@ def test_a_bad_search_setting_is_one_line_naming_its_place(tmp_path: Path) -> No
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().endswith("Additional properties are not allowed ('budget' was unexpected)")
     assert "tables.gemm_mma.search" in done.stderr
+
+
+def test_seed_from_selector_measures_the_selectors_candidates_first(tmp_path: Path) -> None:
+    """A new workload's search starts from the shape selector's prior (its candidates of this table)."""
+    from tunetable.selector import seed_ids, seed_model
+
+    search = {"strategy": "model", "max_fevals": 4, "seed": 0, "transfer": False, "seed_from_selector": True}
+    params = gemm_mma_only_params(tmp_path, search=search)
+    data = yaml.safe_load(params.read_text())   # a selector over the one table (its recording seeds the search)
+    data["selector"] = {"gemm_selector": {**yaml.safe_load((REPO / "params.yaml").read_text())["selector"][
+        "gemm_selector"], "tables": ["gemm_mma"]}}
+    params.write_text(yaml.safe_dump(data, sort_keys=False))
+    done = bench(params, tmp_path / "results")
+    assert done.returncode == 0, done.stderr
+    assert "seed_from_selector=True" in done.stderr
+    loaded = load_params(params)
+    key = shard_key(loaded, table_spec(loaded, "gemm_mma"), "replay")
+    unseeded = load_params(gemm_mma_only_params(tmp_path / "plain", search={**search, "seed_from_selector": False}))
+    plain = shard_key(unseeded, table_spec(unseeded, "gemm_mma"), "replay")
+    assert key != plain   # its own content key: never mistaken for another search's shards
+    model = seed_model(params=loaded, path=params)
+    seeded = 0
+    for text in SHAPES:
+        m, n, k = (int(v) for v in text.split(","))
+        frame = read_shard(tmp_path / "results" / "raw" / "gemm_mma" / key / f"M{m}_N{n}_K{k}.pkl")["merged_df"]
+        kernels = frame[frame["kind"] == "kernel"].sort_values("search_step")
+        # the model strategy measures its first seeds (max_seeds, 2) before its own picks: the selector
+        # model's two best gemm_mma configurations for the shape
+        expected = seed_ids(model=model, table="gemm_mma", shape=(m, n, k))[:2]
+        assert len(expected) == 2 and list(kernels["config_id"])[:2] == expected
+        seeded += 1
+    assert seeded == len(SHAPES)

@@ -162,6 +162,11 @@ class KernelFamily:
         """The codegen snippet that renders one entry of the family's table."""
         return self.folder / f"{self.name}.snippet"
 
+    @property
+    def selector_snippet(self) -> Path:
+        """The codegen snippet that renders one of the family's configurations as a shape-selector candidate."""
+        return self.folder / "selector.snippet"
+
     def tunable_fields(self) -> tuple[str, ...]:
         """The tunables' field names (lower case), in grid order."""
         return tuple(item.name for item in dataclasses.fields(self.tunables))
@@ -198,3 +203,29 @@ class KernelFamily:
 
     def __repr__(self) -> str:
         return f"<kernel family {self.name} ({self.folder})>"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShapeCandidate:
+    """A configuration the shape selector weighs for shapes no table holds, with M in [m, m_end).
+
+    The selector (tunetable.kernels.runtime.selector) predicts log(time / cuBLAS time) of a candidate
+    on (M, N, K) as the perf model's log(time / roofline floor) plus ``bias``: what the
+    recordings measured against what the model predicted, averaged over their (N, K), at M = m
+    (``bias``) and M = m_end (``bias_end``), linear in log M between. ``cublas`` / ``cublas_end``
+    are log(cuBLAS time / floor) the same way. ``rank`` orders the range's shortlist.
+    """
+
+    m: int
+    m_end: int
+    rank: int
+    table: str
+    kernel: str
+    config_id: str
+    bias: float
+    bias_end: float
+    cublas: float
+    cublas_end: float
+    registers: int
+    smem_bytes: int
+    tunables: tuple[tuple[str, int], ...]

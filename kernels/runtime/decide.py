@@ -6,13 +6,15 @@ every table):
 
 1. the dispatch list (``DISPATCH["gemm_dispatch"]``, ``FamilyChoice`` entries) names the table,
    i.e. the kernel family, that serves the shape; a shape it does not cover goes to gemm_mma;
-2. that table gives the configuration. A shape the table does not cover is *untuned*: it runs the
-   table's most common winner among the entries whose M range holds M (else the most common
-   winner overall, or, for an empty table, the family's size heuristic) and warns once.
+2. that table gives the configuration. A shape the table does not cover is *untuned*.
 
-Step 2's untuned choice is the seam for choosers that know more (a shape selector built from
-every measurement): ``Dispatcher(untuned=...)`` takes a callable that answers an ``Untuned``
-choice or None (then the fallback above runs). docs/architecture.md says where it plugs in.
+An untuned shape asks the ``untuned`` chooser first: the process-wide dispatcher's is the shape
+selector (``selector_chooser``: ``SELECTORS["gemm_selector"]`` through
+tunetable.kernels.runtime.selector, a family and configuration predicted from every recording),
+and warns once with an ``UntunedShapeWarning`` naming the shape, the choice and how to tune it.
+Without a chooser's answer it runs the table's most common winner among the entries whose M range
+holds M (else the most common winner overall, or, for an empty table, the family's size
+heuristic) and warns once (``FallbackWarning``). docs/architecture.md says where choosers plug in.
 
 Decisions are memoised per shape. This module imports only the families and the generated tables.
 """
@@ -29,7 +31,8 @@ from typing import Any
 
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import INT32_MAX, TableEntry, config_id, covering_index
-from tunetable.kernels.tuning_configs import DISPATCH, TABLES, FamilyChoice
+from tunetable.kernels.runtime.selector import SELECTOR, ShapeSelector
+from tunetable.kernels.tuning_configs import DISPATCH, SELECTORS, TABLES, FamilyChoice
 
 DEFAULT_TABLE = "gemm_mma"       # the table that serves shapes the dispatch list does not cover
 DISPATCH_LIST = "gemm_dispatch"
@@ -37,6 +40,10 @@ DISPATCH_LIST = "gemm_dispatch"
 
 class FallbackWarning(UserWarning):
     """A shape is not covered by the tuning table: an untuned configuration runs instead."""
+
+
+class UntunedShapeWarning(FallbackWarning):
+    """No table holds the shape: the shape selector's predicted choice runs (tuned for other shapes)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class Decision:
     index: int | None  # position in the table; None for a fallback
     fallback: bool
     choice: FamilyChoice | None = None  # the dispatch-list entry that picked the table, if any
+    prediction: Any = None  # the shape selector's Prediction, for a shape no table holds
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,8 @@ class Untuned:
 
     entry: TableEntry
     why: str
+    prediction: Any = None                         # the shape selector's Prediction behind the entry
+    category: type[Warning] = FallbackWarning      # the warning it is announced with
 
 
 UntunedChooser = Callable[..., "Untuned | None"]   # (table=, family=, m=, n=, k=) -> Untuned | None
@@ -176,13 +186,13 @@ class Dispatcher:
         if index is not None:
             return Decision(entry=self.entries[index], index=index, fallback=False)
         chosen = self.untuned_choice(m=m, n=n, k=k)
-        warnings.warn(
-            f"{self.table}: no tuned entry for M={m}, N={n}, K={k}; running {chosen.why} "
-            f"(add the shape to params.yaml and re-run the pipeline to tune it)",
-            FallbackWarning,
-            stacklevel=stacklevel,
-        )
-        return Decision(entry=chosen.entry, index=None, fallback=True)
+        if chosen.prediction is not None:
+            message = f"gemm: no tuning table holds M={m}, N={n}, K={k}; running {chosen.why}"
+        else:
+            message = (f"{self.table}: no tuned entry for M={m}, N={n}, K={k}; running {chosen.why} "
+                       f"(add the shape to params.yaml and re-run the pipeline to tune it)")
+        warnings.warn(message, chosen.category, stacklevel=stacklevel)
+        return Decision(entry=chosen.entry, index=None, fallback=True, prediction=chosen.prediction)
 
 
 # --- across families -----------------------------------------------------------------------------
@@ -220,14 +230,54 @@ class FamilyDispatcher:
         if decision is None:
             table, choice = self.table_for(m=m, n=n, k=k)
             found = self.tables[table].decide(m=m, n=n, k=k, stacklevel=5)
-            decision = Decision(entry=found.entry, index=found.index, fallback=found.fallback, choice=choice)
+            decision = Decision(entry=found.entry, index=found.index, fallback=found.fallback, choice=choice,
+                                prediction=found.prediction)
             self.decisions[(m, n, k)] = decision
         return decision
 
 
+# --- the shape selector as the untuned chooser ------------------------------------------------------
+
+def selector_chooser(found: Any) -> UntunedChooser:
+    """An ``untuned`` chooser answering with ``found``'s choice (a ShapeSelector): its family and configuration.
+
+    It answers only shapes whose (N, K) no table holds, so that a table's own range entries stay the
+    choice for its (N, K).
+    """
+    held = {(entry.n, entry.k) for entries in TABLES.values() for entry in entries}
+
+    def choose(*, table: str, family: str, m: int, n: int, k: int) -> Untuned | None:
+        if (n, k) in held:
+            return None
+        prediction = found.choose(m=m, n=n, k=k)
+        if prediction is None:
+            return None
+        candidate = prediction.candidate
+        entry = make_entry(tunables=dict(candidate.tunables), n=n, k=k, kernel=candidate.kernel)
+        if entry.config_id != candidate.config_id:
+            raise ValueError(f"{found.name}: candidate {candidate.config_id} has tunables that hash to "
+                             f"{entry.config_id}: regenerate kernels/tuning_configs.py")
+        why = (f"the shape selector's choice {candidate.table} {candidate.config_id} (predicted "
+               f"{prediction.speedup_vs_cublas:.2f}x cuBLAS's speed, not measured): `tunetable suggest --shape "
+               f"{m},{n},{k}` shows it; to tune it, add the shape to a table in params.yaml and run the pipeline "
+               f"on the GPU, or set TUNETABLE_AUTOTUNE=1")
+        return Untuned(entry=entry, why=why, prediction=prediction, category=UntunedShapeWarning)
+
+    return choose
+
+
+def shape_selector(name: str = SELECTOR) -> ShapeSelector:
+    """The process-wide selector over the generated list ``SELECTORS[name]`` (empty when not generated)."""
+    found = _state.get(("selector", name))
+    if found is None:
+        with _lock:
+            found = _state.setdefault(("selector", name), ShapeSelector(SELECTORS.get(name, ()), name=name))
+    return found
+
+
 # --- the process-wide dispatcher -------------------------------------------------------------------
 
-_state: dict[str, Any] = {}
+_state: dict[Any, Any] = {}   # "dispatcher", ("selector", name)
 _lock = threading.Lock()
 _listeners: list[Callable[[], None]] = []   # told when the dispatcher changes (the launch step's plan memo)
 
@@ -242,7 +292,8 @@ def dispatcher(table: str | None = None) -> FamilyDispatcher | Dispatcher:
         with _lock:
             found = _state.get("dispatcher")
             if found is None:
-                found = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES)
+                found = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES,
+                                         untuned=selector_chooser(shape_selector()))
                 _state["dispatcher"] = found
     return found if table is None else found.tables[table]
 

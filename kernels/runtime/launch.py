@@ -30,8 +30,10 @@ from tunetable.kernels.runtime.decide import (
     explicit_entry,
     make_entry,
     on_dispatcher_change,
+    shape_selector,
     tunables_of,
 )
+from tunetable.kernels.runtime import online
 from tunetable.kernels.runtime.operands import Operand, cai_numpy_dtype, check_out, check_problem, operand
 from tunetable.kernels.runtime.plan import LaunchPlan, Loader, build_plan
 from tunetable.kernels.tuning_configs import BUILDS, TABLES
@@ -272,9 +274,22 @@ def gemm(a: Any, b: Any, out: Any = None) -> Any:
     plan = _shape_plans.get((m, n, k))
     if plan is None:
         check_problem(a_op, b_op, family=FAMILIES[DEFAULT_TABLE])
-        entry = dispatcher().decide(m=m, n=n, k=k).entry
+        decision = dispatcher().decide(m=m, n=n, k=k)
+        entry = decision.entry
+        if decision.prediction is not None and online.enabled():
+            entry = _tuned_entry(a=a, b=b, out=out, m=m, n=n, k=k)
         plan = _shape_plans[(m, n, k)] = runtime().plan(entry, m=m, n=n, k=k)
     return _launch(plan, a, a_op, b_op, out, m, n)
+
+
+_online: dict[str, online.OnlineTuner] = {}
+
+
+def _tuned_entry(*, a: Any, b: Any, out: Any, m: int, n: int, k: int) -> TableEntry:
+    """TUNETABLE_AUTOTUNE: the fastest of the selector's top candidates on these inputs (runtime.online)."""
+    tuner = _online.setdefault("tuner", online.OnlineTuner())
+    chosen = tuner.choose(m=m, n=n, k=k, a=a, b=b, out=out, ranking=shape_selector().rank(m=m, n=n, k=k))
+    return explicit_entry(chosen["family"], tuple(chosen["tunables"].items()), n, k)
 
 
 def gemm_with(tunables: Mapping[str, int], a: Any, b: Any, out: Any = None, *, family: str = DEFAULT_TABLE) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tunetable import paths
 from tunetable.bench.plan import (
@@ -74,6 +74,12 @@ def cuda_jobs(*, table: TableSpec, shapes: Sequence[tuple[int, int, int]], key: 
     ]
 
 
-def estimate_seconds(*, jobs: Sequence[ShardJob], settings: BenchSettings, gpus: int) -> float:
-    """A rough wall-time estimate of measuring the jobs (printed before a cuda run)."""
-    return sum(estimate_shard_s(job=job, settings=settings) for job in jobs) / max(1, gpus)
+def estimate_seconds(*, jobs: Sequence[ShardJob], settings: BenchSettings, gpus: int,
+                     measurements: Callable[[ShardJob], int] | None = None) -> float:
+    """A rough wall-time estimate of measuring the jobs (printed before a cuda run).
+
+    ``measurements(job)``: how many tasks a search budget measures in a shard (default: all).
+    """
+    return sum(estimate_shard_s(job=job, settings=settings,
+                                measurements=None if measurements is None else measurements(job))
+               for job in jobs) / max(1, gpus)

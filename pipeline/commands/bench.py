@@ -113,11 +113,18 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
         console.print(f"[bold]search[/bold] {plan.search.label} per shape (params.yaml tables.{table.name}.search); "
                       "each shard holds the configurations it measured")
     if choice.backend == "cuda":
-        estimate = estimate_seconds(jobs=plan.jobs, settings=plan.settings, gpus=len(gpu_ids))
-        total_shards = len(plan.jobs) + plan.done
-        console.print(f"{total_shards} shards ({plan.done} already measured), "
-                      f"{len(plan.jobs[0].tasks) if plan.jobs else 0} tasks each, on GPUs {','.join(gpu_ids)}: "
-                      f"estimated {estimate / 60:.1f} min{' without the search budget' if plan.search else ''}")
+        budget = None
+        if plan.search is not None:
+            from tunetable.search.driver import expected_measurements
+
+            def budget(job: Any) -> int:
+                """Measurements the search budget allows in one shard (kernels within it, plus cuBLAS)."""
+                return expected_measurements(settings=plan.search, tasks=job.tasks)
+        estimate = estimate_seconds(jobs=plan.jobs, settings=plan.settings, gpus=len(gpu_ids), measurements=budget)
+        each = (budget(plan.jobs[0]) if budget else len(plan.jobs[0].tasks)) if plan.jobs else 0
+        console.print(f"{len(plan.jobs) + plan.done} shards ({plan.done} already measured: only the other "
+                      f"{len(plan.jobs)} run), {each} measurements each{' (the search budget)' if budget else ''}, "
+                      f"on GPUs {','.join(gpu_ids)}: estimated {estimate / 60:.1f} min ({estimate:.0f} s)")
     progress = BenchProgress(console, total=plan.expected)
     with progress.progress:
         rows_by_shard = run_measurement(plan, gpus=gpu_ids or [None], on_event=progress)

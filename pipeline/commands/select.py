@@ -1,5 +1,6 @@
-"""``tunetable select``: winners of a ranked table into manifests/<table>.yaml, or a cross-family
-dispatch list into manifests/<dispatch>.yaml (both byte-stable)."""
+"""``tunetable select``: winners of a ranked table into manifests/<table>.yaml, a cross-family
+dispatch list into manifests/<dispatch>.yaml, or the shape selector into manifests/<selector>.yaml
+(all byte-stable)."""
 
 from __future__ import annotations
 
@@ -73,10 +74,33 @@ def _select_dispatch(*, name: str, ranked_values: tuple[str, ...], out: Path, ti
     return build_dispatch_manifest(name=name, tables=tables, tolerance=tolerance)
 
 
+def _select_selector(*, name: str, params_path: Path, console: Console) -> str:
+    """The selector manifest text of selector ``name``, built from its tables' recordings."""
+    from rich.progress import Progress
+
+    from tunetable.params import load_params, selector_spec, table_spec
+    from tunetable.selector import build_selector_manifest, load_table_measurements
+
+    params = load_params(params_path)
+    spec = selector_spec(params, name, path=params_path)
+    root = params_path.parent
+    tables = [load_table_measurements(root=root, spec=table_spec(params, t, path=params_path)) for t in spec.tables]
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"selector {name}: shortlists per M range", total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return build_selector_manifest(name=name, tables=tables, candidates=spec.candidates, progress=advance)
+
+
 @click.command("select")
 @click.option("--table", default=None, help="Table name (as in params.yaml).")
 @click.option("--dispatch", "dispatch", default=None,
               help="Dispatch list (params.yaml dispatch:): per shape, which table serves it.")
+@click.option("--selector", "selector", default=None,
+              help="Shape selector (params.yaml selector:): the choice for shapes no table holds, built from the "
+                   "tables' recordings.")
 @click.option("--ranked", "ranked_values", multiple=True,
               help="With --table: the ranked parquet. With --dispatch: TABLE=PATH (repeatable; default "
                    "results/ranked/<table>.parquet).")
@@ -87,19 +111,26 @@ def _select_dispatch(*, name: str, ranked_values: tuple[str, ...], out: Path, ti
 @click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Settings file [default: ./params.yaml; with --table, built-in defaults when it is absent]. "
                    "A --params that does not exist is an error.")
-def command(table: str | None, dispatch: str | None, ranked_values: tuple[str, ...], out: Path,
-            tie_tolerance: float | None, params_path: Path | None) -> None:
+def command(table: str | None, dispatch: str | None, selector: str | None, ranked_values: tuple[str, ...],
+            out: Path, tie_tolerance: float | None, params_path: Path | None) -> None:
     """Per (N, K), the fastest ok config per M range, near-ties going to the config winning more neighbours.
 
     With --dispatch: per shape, the table whose selected winner has the highest speedup over the
     cuBLAS baseline of its own shard (cuBLAS median / winner median); ties go to the table listed first.
+    With --selector: per M range, the shortlist the runtime scores for shapes no table holds.
     """
 
-    if (table is None) == (dispatch is None):
-        raise TuneTableError("give --table or --dispatch (exactly one)", where="select")
+    console = Console(stderr=True, soft_wrap=True)
+    if sum(value is not None for value in (table, dispatch, selector)) != 1:
+        raise TuneTableError("give --table, --dispatch or --selector (exactly one)", where="select")
     if tie_tolerance is not None and tie_tolerance < 0:
         raise TuneTableError(f"tie tolerance must be >= 0, got {tie_tolerance}", where="--tie-tolerance")
-    if dispatch is not None:
+    if selector is not None:
+        if ranked_values or tie_tolerance is not None:
+            raise TuneTableError("--selector reads the tables' recordings: no --ranked or --tie-tolerance",
+                                 where="--selector")
+        text = _select_selector(name=selector, params_path=params_path or DEFAULT_PARAMS, console=console)
+    elif dispatch is not None:
         text = _select_dispatch(name=dispatch, ranked_values=ranked_values, out=out, tie_tolerance=tie_tolerance,
                                 params_path=params_path or DEFAULT_PARAMS)
         if "params:\n  - " not in text:
@@ -117,4 +148,4 @@ def command(table: str | None, dispatch: str | None, ranked_values: tuple[str, .
         if "params:\n  - " not in text:
             raise TuneTableError("no ok configuration to select", path=ranked_path)
     atomic_write_text(out, text)
-    Console(stderr=True, soft_wrap=True).print(f"wrote {out} ({text.count('<<: *defaults')} entries)", markup=False)
+    console.print(f"wrote {out} ({text.count('<<: *defaults')} entries)", markup=False)

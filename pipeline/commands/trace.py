@@ -1,4 +1,4 @@
-"""``tunetable trace``: from a generated table or dispatch-list entry down to the measurements behind it."""
+"""``tunetable trace``: from a generated table, dispatch-list or selector entry down to the measurements behind it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.console import Console
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable import trace as tracing
 from tunetable.errors import TuneTableError
-from tunetable.params import dispatch_specs, load_params, table_spec, table_specs
+from tunetable.params import dispatch_specs, load_params, selector_specs, table_spec, table_specs
 
 EPILOG = """\b
 Examples:
@@ -19,6 +19,9 @@ Examples:
   tunetable trace gemm_dispatch 2                entry 2 of the dispatch list: each candidate
                                                  table's speedup over cuBLAS, then the chosen
                                                  table's entry
+  tunetable trace gemm_selector 12               entry 12 of the shape selector: its bias at
+                                                 both ends of its M range, from each recorded
+                                                 (N, K) against the perf model
 """
 
 SHARD_COLUMNS = ("status", "median_ms", "sm_clock_mhz", "power_w", "device", "driver", "backend", "time", "git_rev",
@@ -149,29 +152,73 @@ def _print_dispatch(console: Console, result) -> None:
         _print_trace(console, table_trace)
 
 
+def _print_selector(console: Console, result) -> None:
+    """A selector entry: generated lines, the candidate, and each (N, K)'s term of its bias at both range ends."""
+    g = result.generated
+    entry = result.entry
+    console.print(f"[bold]{result.name}[{g.index}][/bold] {result.target}:{g.first_line}-{g.last_line}")
+    console.print(g.text, markup=False, highlight=False)
+    console.print(f"\n[bold]selector[/bold] {result.manifest} params[{g.index}]: M [{entry['M']}, {entry['M_END']}) "
+                  f"candidate {entry['RANK']}: table {entry['TABLE']}, config {entry['CONFIG_ID']}")
+    console.print("predicted log(time / cuBLAS) = log(perf model / roofline floor) + bias, the bias linear in "
+                  "log M between the range's ends", markup=False)
+    if result.provenance:
+        console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
+    selected = result.selected_hash
+    verdict = ("the rows the selector was built from" if result.data_hash == selected
+               else f"OTHER rows than the selector was built from ({selected or 'unknown'})")
+    console.print("\n[bold]measurements[/bold]")
+    console.print(f"  {result.recording} (recording, ranked here), data hash {result.data_hash}: {verdict}",
+                  markup=False)
+    console.print("  resid = log(median / cuBLAS) - log(model / floor); term: the (N, K)'s residual at M "
+                  "(linear in log M between its measured Ms)", markup=False)
+    for anchor in result.anchors:
+        rows = ConsoleTable(title=f"bias at M={anchor.m}: {anchor.value:+.4f} (manifest "
+                                  f"{anchor.manifest_value:+.4f}); times in ms")
+        for column in ("N", "K", "M", "median", "cuBLAS", "model", "resid", "term", "weight"):
+            rows.add_column(column, justify="right")
+        for term in anchor.terms:
+            for position, point in enumerate(term.points):
+                first = position == 0
+                rows.add_row(str(term.n) if first else "", str(term.k) if first else "", str(point.shape[0]),
+                             _cell(point.median_ms), _cell(point.cublas_ms), _cell(point.model_ms),
+                             f"{point.value:+.4f}", f"{term.value:+.4f}" if first else "",
+                             f"{term.weight:.3f}" if first else "")
+        print_table(console, rows)
+        if abs(anchor.value - anchor.manifest_value) > 1e-4:
+            console.print(f"note: these rows give {anchor.value:+.4f} at M={anchor.m}, the manifest says "
+                          f"{anchor.manifest_value:+.4f}: re-run `tunetable select --selector {result.name}`",
+                          markup=False)
+
+
 @click.command("trace", epilog=EPILOG)
 @click.argument("what")
 @click.argument("index", required=False, type=int)
 @click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
               show_default=True)
 def command(what: str, index: int | None, params_path: Path) -> None:
-    """WHAT is a TABLE or dispatch list (then INDEX), or FILE:LINE inside a generated region."""
+    """WHAT is a TABLE, dispatch list or selector (then INDEX), or FILE:LINE inside a generated region."""
 
     params = load_params(params_path)
     root = params_path.resolve().parent
     dispatch = {spec.name: spec for spec in dispatch_specs(params, path=params_path)}
+    selectors = {spec.name: spec for spec in selector_specs(params, path=params_path)}
     location = tracing.parse_location(what)
     if location is not None and index is None:
         name, index = tracing.entry_at_line(root=root, specs=[*table_specs(params, path=params_path),
-                                                              *dispatch.values()],
+                                                              *dispatch.values(), *selectors.values()],
                                             file=location[0], line=location[1])
     elif index is None:
-        raise TuneTableError("give TABLE INDEX, DISPATCH INDEX or FILE:LINE", where="trace")
+        raise TuneTableError("give TABLE INDEX, DISPATCH INDEX, SELECTOR INDEX or FILE:LINE", where="trace")
     else:
         name = what
-    tracing.check_traceable(name=name, tables=list(params["tables"]), dispatch=list(dispatch), path=params_path)
+    tracing.check_traceable(name=name, tables=list(params["tables"]), dispatch=list(dispatch), path=params_path,
+                            selectors=list(selectors))
     console = Console()
-    if name in dispatch:
+    if name in selectors:
+        tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
+        _print_selector(console, tracing.trace_selector(root=root, spec=selectors[name], tables=tables, index=index))
+    elif name in dispatch:
         tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
         _print_dispatch(console, tracing.trace_dispatch(root=root, spec=dispatch[name], tables=tables, index=index))
     else:

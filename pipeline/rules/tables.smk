@@ -132,6 +132,29 @@ for _dispatch in PLAN.dispatches:
             + tt.SHOW_ERRORS
 
 
+# A shape selector: the choice for shapes no table holds, built from its tables' recordings (not
+# from this run's shards: a live run's measurements reach it once recorded with `tunetable record`).
+for _selector in PLAN.selectors:
+
+    rule:
+        name:
+            f"select_{_selector.name}"
+        localrule: True
+        input:
+            tt.selector_inputs(_selector, params=config),
+        output:
+            str(tt.select_stamp(_selector.name)),
+        log:
+            f"results/logs/select/{_selector.name}.log",
+        params:
+            # Bound now: the shell command is formatted when the job runs, after this loop ended.
+            name=_selector.name,
+            tag=tt.settings_tag(tt.selector_settings(config, name=_selector.name)),
+        shell:
+            "{tt.CLI} select --selector {params.name} --out manifests/{params.name}.yaml > {log} 2>&1"
+            " && sha256sum manifests/{params.name}.yaml > {output}{params.tag}"
+
+
 # Writes every table's marker region in place, then re-checks them all; the stamp records the
 # check. The generated files are inputs too, so a hand edit inside a region re-runs codegen.
 rule codegen:
@@ -155,5 +178,5 @@ rule rank_all:
 rule select_all:
     input:
         [tt.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
-        [tt.select_stamp(spec.name) for spec in (*PLAN.tables, *PLAN.dispatches)],
+        [tt.select_stamp(spec.name) for spec in (*PLAN.tables, *PLAN.dispatches, *PLAN.selectors)],
         [str(tt.metrics_stamp(spec.name)) for spec in (*PLAN.tables, *PLAN.dispatches)],

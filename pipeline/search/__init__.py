@@ -44,7 +44,8 @@ STRATEGIES: dict[str, Callable[[], Strategy]] = {
     "model": BayesianOptimisation,
     "evolutionary": GeneticAlgorithm,
 }
-SETTING_KEYS = ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer", "learn_from")
+SETTING_KEYS = ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer", "learn_from",
+                "seed_from_selector")
 # Part of every budgeted search's content key: bump it when a strategy's choices change for the
 # same settings and measurements, so that shards of the old behaviour are never reused.
 SEARCH_VERSION = 1
@@ -66,6 +67,7 @@ class SearchSettings:
     top_k: int | None = None
     transfer: bool = True
     learn_from: str | None = None   # a recording whose *other* shapes teach the model strategy
+    seed_from_selector: bool = False  # measure the shape selector's candidates of this table first
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any] | None) -> "SearchSettings":
@@ -87,6 +89,7 @@ class SearchSettings:
             top_k=_positive_int(raw.get("top_k"), "top_k"),
             transfer=bool(raw.get("transfer", True)),
             learn_from=None if raw.get("learn_from") is None else str(raw["learn_from"]),
+            seed_from_selector=bool(raw.get("seed_from_selector", False)),
         )
 
     @property
@@ -98,6 +101,8 @@ class SearchSettings:
             parts.append("transfer=False")
         if self.learn_from is not None:
             parts.append(f"learn_from={self.learn_from}")
+        if self.seed_from_selector:
+            parts.append("seed_from_selector=True")
         return f"{self.strategy}({','.join(parts)})"
 
     @property
@@ -106,11 +111,14 @@ class SearchSettings:
         return (self.strategy == "exhaustive" and self.max_fevals is None and self.time_limit is None
                 and self.top_k is None)
 
-    def fingerprint(self, *, learn_from_hash: str | None = None) -> dict[str, Any]:
+    def fingerprint(self, *, learn_from_hash: str | None = None, selector_hash: str | None = None) -> dict[str, Any]:
         """What a budgeted search adds to the shards' content key (``learn_from`` by content, not path)."""
-        return {"strategy": self.strategy, "max_fevals": self.max_fevals, "time_limit": self.time_limit,
-                "seed": self.seed, "top_k": self.top_k, "transfer": self.transfer,
-                "learn_from": learn_from_hash, "version": SEARCH_VERSION}
+        fingerprint = {"strategy": self.strategy, "max_fevals": self.max_fevals, "time_limit": self.time_limit,
+                       "seed": self.seed, "top_k": self.top_k, "transfer": self.transfer,
+                       "learn_from": learn_from_hash, "version": SEARCH_VERSION}
+        if self.seed_from_selector:  # only when set: every existing search keeps its content key
+            fingerprint["seed_from_selector"] = selector_hash
+        return fingerprint
 
 
 def _positive_int(value: Any, name: str) -> int | None:
@@ -175,7 +183,8 @@ class SearchPlan:
 
             learned = learned_prior(space=space, shape=shape, profiles=profiles, base=sub_predict)
         sub_prior = None if prior is None else np.asarray(prior, dtype=float)[positions]
-        seeds = [] if not self.settings.transfer else [space.position_of(i) for i in seed_ids]
+        seeded = self.settings.transfer or self.settings.seed_from_selector
+        seeds = [space.position_of(i) for i in seed_ids] if seeded else []
         known = [] if not self.settings.transfer else [(space.position_of(i), d, r) for i, d, r in related]
         return run_search(
             strategy=self.strategy,

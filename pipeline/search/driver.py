@@ -167,6 +167,8 @@ class TableSearch:
 
     plan: SearchPlan
     shard_dir: Path                                    # the content key's folder: neighbours measured earlier
+    table: str = ""                                    # the table searched
+    seed_model: Any = None                             # seed_from_selector: tunetable.selector.SelectorModel
     profiles: tuple[Profile, ...] = ()                 # learn_from: other shapes' complete profiles
     compile_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # by task config id
 
@@ -199,9 +201,15 @@ class TableSearch:
         config_id_of = {task.config_id: config.id for config, task in zip(configs, kernels)}
         predict = perf_predictor(configs, compile_records(kernels, self.compile_overrides))
         seeds = []
-        if self.settings.transfer:
-            seeds = [config_id_of[c] for c in neighbour_winners(shard_dir=self.shard_dir, shape=shape)
+        if self.settings.seed_from_selector and self.seed_model is not None:
+            # The shape selector's prior for a new shape, from every table's recording: this table's best first.
+            from tunetable.selector import seed_ids
+
+            seeds = [config_id_of[c] for c in seed_ids(model=self.seed_model, table=self.table, shape=shape)
                      if c in config_id_of]
+        if self.settings.transfer:
+            seeds += [config_id_of[c] for c in neighbour_winners(shard_dir=self.shard_dir, shape=shape)
+                      if c in config_id_of and config_id_of[c] not in seeds]
         measured: dict[str, Row] = {}
         waiting = list(extras)
 
@@ -230,7 +238,8 @@ class TableSearch:
         provenance = {"search": {
             "label": self.settings.label,
             "settings": {name: getattr(self.settings, name) for name in
-                         ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer", "learn_from")},
+                         ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer", "learn_from",
+                          "seed_from_selector")},
             "stop_reason": result.stop_reason,
             "transfer_seeds": [task_of[c].config_id for c in seeds if c in task_of],
             "learned_from_shapes": len({p.shape for p in self.profiles if tuple(p.shape) != tuple(shape)}),
@@ -241,11 +250,12 @@ class TableSearch:
 
 
 def table_search(*, settings: SearchSettings, table: str, shard_dir: Path,
-                 compile_overrides: Mapping[str, Mapping[str, Any]] | None = None) -> TableSearch:
+                 compile_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+                 seed_model: Any = None) -> TableSearch:
     """The TableSearch of a table's settings (reads the ``learn_from`` recording once)."""
     profiles = load_profiles(settings.learn_from, table=table) if settings.learn_from else ()
     return TableSearch(plan=make_strategy(settings), shard_dir=shard_dir, profiles=profiles,
-                       compile_overrides=dict(compile_overrides or {}))
+                       compile_overrides=dict(compile_overrides or {}), table=table, seed_model=seed_model)
 
 
 def recorded_compile_records(

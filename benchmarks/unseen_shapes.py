@@ -1,0 +1,284 @@
+"""The shape selector on shapes it was not built from, scored by the committed H200 recordings.
+
+Leave-one-(N, K)-out: for every (N, K) of the recordings, the selector is built (exactly as
+`tunetable select --selector` builds it) from every table's recording minus that pair's rows,
+then picks a table and configuration for each M of the pair. Each pick is scored by what the
+recordings measured: the pick's median over the same shard's cuBLAS median, divided by the best
+such ratio of any configuration of any table at that shape (the same-shard cuBLAS rows are the
+yardstick across tables measured in different sessions). Regret = that quotient - 1.
+
+Also: leave-one-M-out (M between the anchors that remain: users' M fall between buckets), the
+same model scored over every configuration instead of the runtime's shortlist, the host time of
+a first decision per shape (pure Python, as gemm() pays it), and, when the validation recordings
+exist (data/recordings/h200_validation_gemm_*.parquet, shapes never in params.yaml), the picks of
+the selector built from every table's recording on those shapes, a truly held-out figure.
+
+    python3 benchmarks/unseen_shapes.py [--out benchmarks/results] [--candidates 8]
+Writes unseen_shapes.json under --out. Last line: ``unseen shapes: P% within 5%, geomean regret R%``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.kernels.runtime.selector import ShapeSelector  # noqa: E402
+from tunetable.params import load_params, selector_spec, table_spec  # noqa: E402
+from tunetable.selector import (  # noqa: E402
+    DEFAULT_CANDIDATES,
+    TableMeasurements,
+    build_selector,
+    cublas_seconds,
+    load_table_measurements,
+)
+
+Shape = tuple[int, int, int]
+SELECTOR = "gemm_selector"
+VALIDATION = "data/recordings/h200_validation_{table}.parquet"   # per table of the selector
+WITHIN = 0.05
+TARGETS = {"share_within_5pct": 0.90, "geomean_regret": 0.03}
+TIMING_SHAPES = 400
+TOP_K = (3, 8)   # the best measured among the selector's k best predictions (what online tuning measures)
+
+
+def normalised(tables: list[TableMeasurements]) -> dict[Shape, dict[tuple[str, str], float]]:
+    """Per shape any table measured: (table, config id) -> median / same-shard cuBLAS median, over the tables
+    that measured it (gemm_wgmma_swap's grid stops at M = 512)."""
+    shapes = set.union(*({s for s in t.times if s in t.cublas} for t in tables))
+    return {shape: {(t.table, cid): ms / t.cublas[shape] for t in tables if shape in t.times and shape in t.cublas
+                    for cid, ms in t.times[shape].items()}
+            for shape in sorted(shapes, key=lambda s: (s[1], s[2], s[0]))}
+
+
+def score(*, measured: dict[tuple[str, str], float], table: str, config_id: str) -> dict[str, Any]:
+    """A pick against the best measured configuration of any table at the shape."""
+    best_key = min(measured, key=lambda key: (measured[key], key))
+    ratio = measured.get((table, config_id), math.inf)
+    return {"table": table, "config_id": config_id, "best_table": best_key[0], "best_config_id": best_key[1],
+            "regret": ratio / measured[best_key] - 1.0, "measured": (table, config_id) in measured}
+
+
+def fold(*, tables: list[TableMeasurements], measured: dict[Shape, dict[tuple[str, str], float]],
+         held: list[Shape], candidates: int, label: str) -> list[dict[str, Any]]:
+    """Build without ``held``, pick for each held shape (the runtime's shortlist, and every configuration)."""
+    drop = set(held)
+    training = [t.without(lambda s: s in drop) for t in tables]
+    build = build_selector(tables=training, candidates=candidates)
+    runtime = ShapeSelector(build.candidates)
+    rows = []
+    for shape in held:
+        m, n, k = shape
+        pick = runtime.choose(m=m, n=n, k=k)
+        scores = build.model.scores(m=m, n=n, k=k)
+        best_any = build.model.configs[int(np.argmin(scores))]
+        cublas_ms = math.exp(statistics.fmean(math.log(t.cublas[shape]) for t in tables if shape in t.cublas))
+        row = {"fold": label, "M": m, "N": n, "K": k,
+               **score(measured=measured[shape], table=pick.candidate.table, config_id=pick.candidate.config_id),
+               "predicted_speedup_vs_cublas": round(pick.speedup_vs_cublas, 4),
+               "measured_speedup_vs_cublas": round(1.0 / measured[shape].get((pick.candidate.table,
+                                                                              pick.candidate.config_id), math.inf), 4),
+               "predicted_cublas_us": round(1e6 * cublas_seconds(tables=training, shape=shape), 3),
+               "measured_cublas_us": round(1e3 * cublas_ms, 3),
+               "all_configs": score(measured=measured[shape], table=best_any.table, config_id=best_any.config_id)}
+        rows.append(row)
+    return rows
+
+
+def prediction_errors(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Median and p90 relative error of the predicted cuBLAS time and of the pick's predicted speedup vs cuBLAS."""
+    def quantiles(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+        errors = sorted(abs(math.log(p / m)) for p, m in pairs if m == m and m > 0)
+        return math.expm1(errors[len(errors) // 2]), math.expm1(errors[int(0.9 * (len(errors) - 1))])
+
+    cublas = quantiles([(r["predicted_cublas_us"], r["measured_cublas_us"]) for r in rows])
+    speedup = quantiles([(r["predicted_speedup_vs_cublas"], r["measured_speedup_vs_cublas"]) for r in rows])
+    return {"cublas_time_median": cublas[0], "cublas_time_p90": cublas[1],
+            "pick_speedup_median": speedup[0], "pick_speedup_p90": speedup[1]}
+
+
+def summarise(rows: list[dict[str, Any]], *, key: str | None = None) -> dict[str, Any]:
+    """Share of picks within 5 % of the best, geomean and worst regret (``key``: a nested score)."""
+    regrets = [(row[key] if key else row)["regret"] for row in rows]
+    geomean = math.exp(sum(math.log1p(r) for r in regrets) / len(regrets)) - 1.0
+    return {"shapes": len(regrets), "share_within_5pct": sum(r <= WITHIN for r in regrets) / len(regrets),
+            "geomean_regret": geomean, "worst_regret": max(regrets)}
+
+
+def timing(*, build_candidates: Any, seed: int = 0) -> dict[str, float]:
+    """Host time of gemm()'s first decision on new shapes (pure Python), and of a memoised one, in µs."""
+    rng = random.Random(seed)
+    shapes = sorted({(rng.randint(1, 16384), 64 * rng.randint(8, 512), 64 * rng.randint(8, 512))
+                     for _ in range(TIMING_SHAPES)})
+    selector = ShapeSelector(build_candidates)
+    wall, cpu = [], []
+    for m, n, k in shapes:
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        selector.choose(m=m, n=n, k=k)
+        cpu.append((time.thread_time() - started_cpu) * 1e6)
+        wall.append((time.perf_counter() - started) * 1e6)
+    started = time.perf_counter()
+    for m, n, k in shapes:
+        selector.choose(m=m, n=n, k=k)
+    again = (time.perf_counter() - started) * 1e6 / len(shapes)
+    wall.sort()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    # Wall time includes waiting for a core on a shared host; the thread's CPU time does not.
+    return {"shapes": len(shapes), "first_median_us": statistics.median(wall),
+            "first_p99_us": wall[int(0.99 * (len(wall) - 1))], "first_cpu_median_us": statistics.median(cpu),
+            "first_cpu_mean_us": statistics.fmean(cpu), "memoised_us": again, "host_load_1min": load,
+            "host_cpus": os.cpu_count()}
+
+
+def validation(*, tables: list[TableMeasurements], candidates: int, params: dict[str, Any],
+               names: tuple[str, ...]) -> dict[str, Any] | None:
+    """Picks on the validation recordings (None: absent): the selector built from every table's recording,
+    and what gemm() decides (the dispatch list where a table holds the (N, K), else the selector)."""
+    paths = {t: REPO / VALIDATION.format(table=t) for t in names}
+    if not all(p.is_file() for p in paths.values()):
+        return None
+    import warnings
+
+    from tunetable import rank, resultset
+    from tunetable.kernels.runtime.decide import DISPATCH, DISPATCH_LIST, TABLES, FamilyDispatcher, selector_chooser
+    from tunetable.search.replay import grid_parameter_names
+    from tunetable.select import provenance
+    from tunetable.selector import measurements_from_frames
+
+    held = []
+    for name, path in paths.items():
+        spec = table_spec(params, name)
+        loaded = resultset.from_frame(frame=pl.read_parquet(path), path=str(path), name=name)
+        ranked = rank.rank_rows(rows=loaded.frame, parameters=tuple(loaded.parameters)).ranked
+        ranked = ranked.filter(pl.col("cublas_ms").is_not_null())
+        names = [p for p in grid_parameter_names(spec.grid) if p in loaded.parameters]
+        held.append(measurements_from_frames(table=name, family=spec.family, ranked=ranked, resources={},
+                                             parameters=names, source=str(path),
+                                             provenance=provenance(table=name, ranked=ranked)))
+    measured = normalised(held)
+    build = build_selector(tables=tables, candidates=candidates)
+    runtime = ShapeSelector(build.candidates)
+    decide = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES, untuned=selector_chooser(runtime))
+    rows = []
+    for (m, n, k), by_config in measured.items():
+        pick = runtime.choose(m=m, n=n, k=k)
+        ranking = runtime.rank(m=m, n=n, k=k)
+        best_ratio = min(by_config.values())
+        # What online tuning among the top k would find: the best measured of the k best predicted.
+        top_k = {f"top{count}": min(by_config.get((p.candidate.table, p.candidate.config_id), math.inf)
+                                    for p in ranking[:count]) / best_ratio - 1.0 for count in TOP_K}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            decision = decide.decide(m=m, n=n, k=k)
+        table = decision.prediction.candidate.table if decision.prediction else decision.choice.table
+        gemm = score(measured=by_config, table=table, config_id=decision.entry.config_id)
+        rows.append({"M": m, "N": n, "K": k, **score(measured=by_config, table=pick.candidate.table,
+                                                     config_id=pick.candidate.config_id),
+                     "gemm": {**gemm, "source": "selector" if decision.prediction else "table",
+                              "speedup_vs_cublas": 1.0 / by_config.get((table, decision.entry.config_id), math.inf)},
+                     "best_speedup_vs_cublas": 1.0 / min(by_config.values()),
+                     **{name: {"regret": value} for name, value in top_k.items()}})
+    gemm_rows = [r["gemm"] for r in rows]
+    return {"recordings": {t: str(p.relative_to(REPO)) for t, p in paths.items()},
+            "rows": rows, "summary": summarise(rows),
+            **{f"best_of_top{count}": summarise(rows, key=f"top{count}") for count in TOP_K},
+            "gemm": {**summarise(gemm_rows),
+                     "of_exhaustive_best": math.exp(-statistics.fmean(math.log1p(r["regret"]) for r in gemm_rows)),
+                     "speedup_vs_cublas": math.exp(statistics.fmean(math.log(r["speedup_vs_cublas"])
+                                                                    for r in gemm_rows)),
+                     "exhaustive_best_speedup_vs_cublas": math.exp(statistics.fmean(
+                         math.log(r["best_speedup_vs_cublas"]) for r in rows))}}
+
+
+def main() -> None:
+    """Run both leave-out evaluations, the timing and the validation figure; print and write them."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--candidates", type=int, default=DEFAULT_CANDIDATES,
+                        help="shortlist size per M range (params.yaml selector.<name>.candidates)")
+    args = parser.parse_args()
+    params = load_params(REPO / "params.yaml")
+    names = selector_spec(params, SELECTOR).tables
+    tables = [load_table_measurements(root=REPO, spec=table_spec(params, name)) for name in names]
+    measured = normalised(tables)
+    started = time.perf_counter()
+    nk_rows: list[dict[str, Any]] = []
+    for n, k in sorted({(s[1], s[2]) for s in measured}):
+        held = [s for s in measured if (s[1], s[2]) == (n, k)]
+        nk_rows += fold(tables=tables, measured=measured, held=held, candidates=args.candidates,
+                        label=f"N={n},K={k}")
+    m_rows: list[dict[str, Any]] = []
+    for m in sorted({s[0] for s in measured}):
+        held = [s for s in measured if s[0] == m]
+        m_rows += fold(tables=tables, measured=measured, held=held, candidates=args.candidates, label=f"M={m}")
+    elapsed = time.perf_counter() - started
+    full = build_selector(tables=tables, candidates=args.candidates)
+    result = {
+        "command": f"python3 benchmarks/unseen_shapes.py --candidates {args.candidates}",
+        "recordings": {t.table: t.source for t in tables},
+        "data_hashes": {t.table: t.provenance.get("data_hash") for t in tables},
+        "candidates": args.candidates,
+        "targets": TARGETS,
+        "leave_one_nk_out": {"summary": summarise(nk_rows), "all_configs": summarise(nk_rows, key="all_configs"),
+                             "prediction_errors": prediction_errors(nk_rows), "rows": nk_rows},
+        "leave_one_m_out": {"summary": summarise(m_rows), "all_configs": summarise(m_rows, key="all_configs"),
+                            "prediction_errors": prediction_errors(m_rows), "rows": m_rows},
+        "timing": timing(build_candidates=full.candidates),
+        "validation": validation(tables=tables, candidates=args.candidates, params=params, names=names),
+        "evaluation_s": round(elapsed, 1),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "unseen_shapes.json", json.dumps(result, indent=1) + "\n")
+    for name, key in (("leave-one-(N, K)-out", "leave_one_nk_out"), ("leave-one-M-out", "leave_one_m_out")):
+        for variant, part in (("shortlist (runtime)", "summary"), ("every configuration", "all_configs")):
+            s = result[key][part]
+            print(f"{name:22s} {variant:20s}: {s['share_within_5pct']:6.1%} within 5%, geomean regret "
+                  f"{s['geomean_regret']:6.2%}, worst {s['worst_regret']:6.1%} ({s['shapes']} shapes)")
+        e = result[key]["prediction_errors"]
+        print(f"{name:22s} predictions         : cuBLAS time off by {e['cublas_time_median']:.1%} median "
+              f"({e['cublas_time_p90']:.1%} p90); the pick's speedup vs cuBLAS by "
+              f"{e['pick_speedup_median']:.1%} ({e['pick_speedup_p90']:.1%} p90)")
+    misses = [r for r in nk_rows if r["regret"] > WITHIN]
+    for row in misses:
+        print(f"  miss ({row['fold']}): M={row['M']} picked {row['table']} {row['config_id']}, best "
+              f"{row['best_table']} {row['best_config_id']}: +{row['regret']:.1%}")
+    t = result["timing"]
+    print(f"host time per new shape: median {t['first_median_us']:.1f} µs wall (p99 {t['first_p99_us']:.1f}), "
+          f"{t['first_cpu_median_us']:.1f} µs CPU ({t['shapes']} shapes, load {t['host_load_1min']:.1f} on "
+          f"{t['host_cpus']} CPUs); memoised {t['memoised_us']:.2f} µs")
+    if result["validation"] is None:
+        print(f"validation recordings absent ({VALIDATION}): no held-out figure")
+    else:
+        s = result["validation"]["summary"]
+        print(f"validation (held-out shapes), selector: {s['share_within_5pct']:6.1%} within 5%, geomean regret "
+              f"{s['geomean_regret']:6.2%}, worst {s['worst_regret']:6.1%} ({s['shapes']} shapes)")
+        for count in TOP_K:
+            t = result["validation"][f"best_of_top{count}"]
+            print(f"validation, best of the top {count}        : {t['share_within_5pct']:6.1%} within 5%, geomean "
+                  f"regret {t['geomean_regret']:6.2%}, worst {t['worst_regret']:6.1%} (online tuning's candidates)")
+        g = result["validation"]["gemm"]
+        print(f"validation, what gemm() decides       : {g['share_within_5pct']:6.1%} within 5%, geomean regret "
+              f"{g['geomean_regret']:6.2%}, worst {g['worst_regret']:6.1%}; {g['of_exhaustive_best']:.3f}x the "
+              f"exhaustive best, speedup vs cuBLAS {g['speedup_vs_cublas']:.3f} (exhaustive best: "
+              f"{g['exhaustive_best_speedup_vs_cublas']:.3f})")
+    s = result["leave_one_nk_out"]["summary"]
+    print(f"unseen shapes: {100 * s['share_within_5pct']:.1f}% within 5%, geomean regret "
+          f"{100 * s['geomean_regret']:.2f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""Analytical GEMM performance model: orders and prunes configurations before any GPU time.
+
+Predicted time of C[M,N] = A[M,K] B[N,K]^T for one tiled configuration on an H200:
+
+- **Occupancy**: blocks per SM from threads, registers (allocated per warp in 256-register
+  units) and shared memory (the compile report's static smem + the pipeline's dynamic smem).
+- **Wave quantisation**: ``tiles = ceil(M/BM) ceil(N/BN) SPLIT_K`` spread over 132 SMs; the
+  busiest SM runs ``ceil(tiles / 132)`` tiles, concurrently up to the blocks-per-SM limit.
+- **Per-SM work**: tensor-core time of the (padded) tile flops at the mma.sync rate, slowed
+  when few warps are resident or when warp tiles are so small that shared-memory reads bound
+  the MMAs; and the time to feed the tiles from L2, limited by bytes in flight (stages x tile
+  bytes x resident blocks, Little's law) and by the SM's L2 port.
+- **Sliced K** (WARPS_K, default 1): WARPS_K copies of the WARPS_M x WARPS_N layout share each
+  k-tile's k16 steps, so the block has WARPS_K times the warps on the same warp tiles (same
+  shared-memory bytes per flop, better warp fill) and per tile sums WARPS_K - 1 fp32 tiles
+  through shared memory (written once, read once, between two barriers).
+- **Roofline**: the device floor ``max(bytes / 4.13 TB/s, flops / 800 TFLOP/s)``; split-K
+  writes fp32 partials, then the last split of each tile reads the others' partials back and
+  writes C (added: it waits for the tile's slowest split).
+- Exposed latency per tile (pipeline fill, a barrier per BLOCK_K step), shared by the resident
+  blocks; one launch overhead (split-K reduces in the same kernel, no second launch).
+
+Persistent TMA + wgmma kernels (CONSUMERS instead of WARPS_M/N, e.g. gemm_wgmma) get their own
+variant, ``predict_persistent_seconds``: one block per SM; (cluster tile x split) work items
+spread over the resident clusters, the busiest cluster's count setting the time; per item, the
+tile flops at the wgmma rate (one consumer warpgroup leaves the tensor cores idle while it waits
+on its single k-tile in flight; narrow wgmma n is bounded by shared-memory reads of both
+operands) plus a barrier handshake per k-tile, against feeding it by TMA (STAGES stages in
+flight, the L2 reads of this block's slice of a cluster-shared tile); plus the epilogue and
+split-K finish the consumers do between items, and the same device roofline.
+
+The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
+only has to rank configurations, and the model-based search corrects what it gets wrong.
+
+Pure Python (no numpy): the build (``tunetable.search.perfmodel``, the search and the selector
+builder) and the runtime's shape selector (``tunetable.kernels.runtime.selector``) both evaluate it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from typing import Any
+
+NUM_SMS = 132
+HBM_BYTES_PER_S = 4.13e12          # measured device-to-device copy (DESIGN.md)
+DEVICE_FLOPS = 800e12              # cuBLAS bf16 ceiling measured here (DESIGN.md)
+MMA_SYNC_FRACTION = 0.5            # mma.sync reaches about half of the wgmma ceiling (reference §6.2)
+SM_CLOCK_HZ = 1.6e9                # sustained clock under load (1450-1980 MHz measured)
+SMEM_BYTES_PER_CLOCK = 128         # shared-memory bandwidth per SM
+L2_BYTES_PER_CLOCK = 64            # L2 -> SM bandwidth per SM
+MEMORY_LATENCY_S = 0.8e-6          # global-load latency under load, for Little's law
+SATURATING_WARPS = 8               # resident warps per SM needed to keep the tensor cores busy
+SYNC_CYCLES_PER_K_STEP = 80        # barrier + pipeline bookkeeping per BLOCK_K step
+SMEM_PER_SM = 233472               # 228 KiB
+SMEM_RESERVED_PER_BLOCK = 1024
+REGISTERS_PER_SM = 65536
+MAX_THREADS_PER_SM = 2048
+MAX_BLOCKS_PER_SM = 32
+LAUNCH_OVERHEAD_S = 3e-6
+SINGLE_CONSUMER_FRACTION = 0.75    # tensor-core share one consumer warpgroup keeps busy (two: all of it)
+WGMMA_M = 64                       # rows of one wgmma instruction
+EPILOGUE_BYTES_PER_CLOCK = 64      # an SM's global-store rate for the epilogue
+BF16_BYTES = 2
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-block resource usage of a compiled configuration (compile report + launch geometry)."""
+
+    registers: int          # per thread
+    smem_bytes: int         # static + dynamic shared memory per block
+    threads: int
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """The tiling parameters the model reads from a configuration."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps_m: int
+    warps_n: int
+    warps_k: int
+    stages: int
+    split_k: int
+
+    @classmethod
+    def from_config(cls, config: Any) -> "GemmTile":
+        """Read the tile of a configuration (anything with ``defines()`` and ``id``, e.g. a KernelConfig)."""
+        return cls.from_defines(config.defines(), label=f"configuration {config.id}")
+
+    @classmethod
+    def from_defines(cls, values: Mapping[str, Any], *, label: str = "a configuration") -> "GemmTile":
+        """Read BLOCK_M/N/K, WARPS_M/N, WARPS_K (default 1), STAGES, SPLIT_K (default 1) from -D defines."""
+        missing = [n for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "WARPS_M", "WARPS_N", "STAGES") if n not in values]
+        if missing:
+            raise ValueError(f"{label} lacks {', '.join(missing)}: the GEMM model cannot rank it")
+        return cls(
+            block_m=int(values["BLOCK_M"]),
+            block_n=int(values["BLOCK_N"]),
+            block_k=int(values["BLOCK_K"]),
+            warps_m=int(values["WARPS_M"]),
+            warps_n=int(values["WARPS_N"]),
+            warps_k=int(values.get("WARPS_K", 1)),
+            stages=int(values["STAGES"]),
+            split_k=int(values.get("SPLIT_K", 1)),
+        )
+
+    @property
+    def threads(self) -> int:
+        """Threads per block: WARPS_M x WARPS_N warps per k slice, WARPS_K slices."""
+        return self.warps_m * self.warps_n * self.warps_k * 32
+
+
+def estimated_resources(tile: GemmTile) -> Resources:
+    """Resources when no compile report is at hand: fp32 accumulators + overhead, pipelined smem."""
+    accumulators = tile.block_m * tile.block_n * tile.warps_k // tile.threads   # every k slice holds a whole tile
+    registers = min(255, accumulators + 48)
+    smem = tile.stages * (tile.block_m + tile.block_n) * tile.block_k * BF16_BYTES
+    return Resources(registers=registers, smem_bytes=smem, threads=tile.threads)
+
+
+def blocks_per_sm(resources: Resources) -> int:
+    """Resident blocks per SM (0: the block cannot launch)."""
+    warps = math.ceil(resources.threads / 32)
+    registers_per_warp = math.ceil(max(resources.registers, 1) * 32 / 256) * 256
+    by_registers = (REGISTERS_PER_SM // registers_per_warp) // warps
+    by_smem = SMEM_PER_SM // (resources.smem_bytes + SMEM_RESERVED_PER_BLOCK)
+    by_threads = MAX_THREADS_PER_SM // resources.threads
+    return max(min(by_registers, by_smem, by_threads, MAX_BLOCKS_PER_SM), 0)
+
+
+def roofline_floor_s(*, m: int, n: int, k: int) -> float:
+    """DESIGN.md's floor: max(bytes / 4.13 TB/s, flops / 800 TFLOP/s) for the ideal GEMM."""
+    moved = (m * k + n * k + m * n) * BF16_BYTES
+    return max(moved / HBM_BYTES_PER_S, 2.0 * m * n * k / DEVICE_FLOPS)
+
+
+def slice_reduction_s(*, tile: GemmTile, resident: int) -> float:
+    """Per-tile cost of summing the k slices: their fp32 tiles through smem and two barriers (latency shared)."""
+    if tile.warps_k == 1:
+        return 0.0
+    smem_bytes = 2 * (tile.warps_k - 1) * tile.block_m * tile.block_n * FP32_BYTES   # written, then read back
+    return (smem_bytes / SMEM_BYTES_PER_CLOCK + 2 * SYNC_CYCLES_PER_K_STEP / resident) / SM_CLOCK_HZ
+
+
+def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: int) -> float:
+    """Predicted kernel time in seconds (inf when the block cannot be resident)."""
+    per_sm = blocks_per_sm(resources)
+    if per_sm == 0:
+        return math.inf
+    k_part = math.ceil(k / tile.split_k)
+    tiles = math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n) * tile.split_k
+    tiles_on_busiest_sm = math.ceil(tiles / NUM_SMS)
+    resident = min(per_sm, tiles_on_busiest_sm)
+
+    # Tensor-core time of the busiest SM: padded tile flops at the mma.sync rate, derated when
+    # too few warps hide latency or when warp tiles are small enough for smem reads to bound MMAs.
+    tile_flops = 2.0 * tile.block_m * tile.block_n * k_part
+    mma_rate = DEVICE_FLOPS * MMA_SYNC_FRACTION / NUM_SMS
+    warp_m, warp_n = tile.block_m / tile.warps_m, tile.block_n / tile.warps_n
+    smem_bytes_per_flop = BF16_BYTES * (warp_m + warp_n) / (2.0 * warp_m * warp_n)
+    smem_rate = SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop
+    warp_fill = min(1.0, resident * tile.threads / 32 / SATURATING_WARPS)
+    # Per-tile latency other resident blocks cannot hide: pipeline fill and one barrier per k step.
+    k_steps = math.ceil(k_part / tile.block_k)
+    exposed_s = (MEMORY_LATENCY_S + k_steps * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ) / resident
+    # Sliced K: its warps count in warp_fill (same warp tiles, so same smem bytes per flop), its reduction here.
+    slices_s = slice_reduction_s(tile=tile, resident=resident)
+    compute_s = tiles_on_busiest_sm * (tile_flops / (min(mma_rate, smem_rate) * warp_fill) + exposed_s + slices_s)
+
+    # Feeding the busiest SM: bytes in flight over latency, capped by its L2 port.
+    tile_bytes = (tile.block_m + tile.block_n) * k_part * BF16_BYTES
+    in_flight = resident * max(tile.stages - 1, 1) * (tile.block_m + tile.block_n) * tile.block_k * BF16_BYTES
+    feed_rate = min(L2_BYTES_PER_CLOCK * SM_CLOCK_HZ, in_flight / MEMORY_LATENCY_S)
+    feed_s = tiles_on_busiest_sm * tile_bytes / feed_rate
+
+    # Device roofline of the main kernel (split-K writes fp32 partials instead of C) ...
+    output_bytes = tile.split_k * m * n * FP32_BYTES if tile.split_k > 1 else m * n * BF16_BYTES
+    moved = (m * k + n * k) * BF16_BYTES + output_bytes
+    device_s = max(moved / HBM_BYTES_PER_S, tiles * tile_flops / DEVICE_FLOPS)
+    # ... and the split-K reduction in the same launch: each tile's last split reads the partials back.
+    reduce_s = 0.0
+    if tile.split_k > 1:
+        reduce_s = (tile.split_k * m * n * FP32_BYTES + m * n * BF16_BYTES) / HBM_BYTES_PER_S
+    return max(compute_s, feed_s, device_s) + reduce_s + LAUNCH_OVERHEAD_S
+
+
+@dataclass(frozen=True)
+class PersistentTile:
+    """The parameters the persistent (TMA + wgmma, CONSUMERS warpgroups, clusters) model reads."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    consumers: int
+    cluster_m: int
+    cluster_n: int
+    split_k: int
+
+    @classmethod
+    def from_config(cls, config: Any) -> "PersistentTile":
+        """Read the tile of a configuration (anything with ``defines()`` and ``id``, e.g. a KernelConfig)."""
+        return cls.from_defines(config.defines(), label=f"configuration {config.id}")
+
+    @classmethod
+    def from_defines(cls, values: Mapping[str, Any], *, label: str = "a configuration") -> "PersistentTile":
+        """Read BLOCK_M/N/K, STAGES, CONSUMERS, CLUSTER_M/N (default 1), SPLIT_K (default 1) from -D defines."""
+        missing = [n for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "CONSUMERS") if n not in values]
+        if missing:
+            raise ValueError(f"{label} lacks {', '.join(missing)}: the persistent model cannot rank it")
+        return cls(
+            block_m=int(values["BLOCK_M"]),
+            block_n=int(values["BLOCK_N"]),
+            block_k=int(values["BLOCK_K"]),
+            stages=int(values["STAGES"]),
+            consumers=int(values["CONSUMERS"]),
+            cluster_m=int(values.get("CLUSTER_M", 1)),
+            cluster_n=int(values.get("CLUSTER_N", 1)),
+            split_k=int(values.get("SPLIT_K", 1)),
+        )
+
+
+def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) -> float:
+    """Predicted time in seconds of a persistent TMA + wgmma kernel (one block per SM)."""
+    cluster = tile.cluster_m * tile.cluster_n
+    items = (math.ceil(math.ceil(m / tile.block_m) / tile.cluster_m)
+             * math.ceil(math.ceil(n / tile.block_n) / tile.cluster_n) * tile.split_k)
+    clusters = max(1, min(items, NUM_SMS // cluster))
+    items_on_busiest = math.ceil(items / clusters)
+    k_part = math.ceil(k / tile.split_k)
+
+    # Tensor cores: the padded tile at the wgmma rate, derated for a single consumer and bounded
+    # by shared-memory reads (both operands come from smem: (64 + n) x 16 x 2 bytes per m64nNk16).
+    tile_flops = 2.0 * tile.block_m * tile.block_n * k_part
+    fill = 1.0 if tile.consumers > 1 else SINGLE_CONSUMER_FRACTION
+    smem_bytes_per_flop = (WGMMA_M + tile.block_n) / (WGMMA_M * tile.block_n)
+    rate = min(DEVICE_FLOPS / NUM_SMS * fill, SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop)
+    # Each k-tile also costs a full/empty mbarrier handshake the consumers wait through.
+    compute_s = tile_flops / rate + math.ceil(k_part / tile.block_k) * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ
+
+    # TMA feed: this block's L2 reads (its slice of a cluster-shared tile; rows past M or N are
+    # zero-filled, not read) at the rate STAGES stages in flight sustain, capped by the L2 port.
+    rows_a, rows_b = min(tile.block_m, m), min(tile.block_n, n)
+    l2_bytes = (rows_a / tile.cluster_n + rows_b / tile.cluster_m) * k_part * BF16_BYTES
+    in_flight = tile.stages * (tile.block_m + tile.block_n) * tile.block_k * BF16_BYTES
+    feed_s = l2_bytes / min(L2_BYTES_PER_CLOCK * SM_CLOCK_HZ, in_flight / MEMORY_LATENCY_S)
+
+    # Between items the consumers store the tile (bf16, or fp32 partials and the last split's sum).
+    out_bytes = rows_a * min(tile.block_n, n) * (BF16_BYTES if tile.split_k == 1 else FP32_BYTES * (1 + tile.split_k))
+    epilogue_s = out_bytes / (EPILOGUE_BYTES_PER_CLOCK * SM_CLOCK_HZ)
+    busiest_s = MEMORY_LATENCY_S + items_on_busiest * (max(compute_s, feed_s) + epilogue_s)
+
+    output_bytes = tile.split_k * m * n * FP32_BYTES if tile.split_k > 1 else m * n * BF16_BYTES
+    moved = (m * k + n * k) * BF16_BYTES + output_bytes
+    device_s = max(moved / HBM_BYTES_PER_S, items * cluster * tile_flops / DEVICE_FLOPS)
+    return max(busiest_s, device_s) + LAUNCH_OVERHEAD_S

@@ -1,0 +1,108 @@
+"""``tunetable suggest``: per shape, the family and configuration gemm() runs, and its expected time vs cuBLAS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from tunetable.console_table import ConsoleTable, print_table
+
+EPILOG = """\b
+Examples:
+  tunetable suggest --shape 200,5120,5120 --shape 1,4096,4096
+  tunetable suggest --shapes shapes/llama.csv     M,N,K[,count] rows (tunetable shapes import)
+A "selector" row is a prediction for a shape no table holds: `tunetable trace gemm_selector INDEX`
+shows the measurements behind it; add the shape to a table (params.yaml) to tune it.
+"""
+
+
+def parse_shape(text: str, *, index: int) -> tuple[int, int, int]:
+    """``M,N,K`` as three integers >= 1 (one error naming the option otherwise)."""
+    from tunetable.errors import TuneTableError
+
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3 or not all(p.isdigit() for p in parts) or min(int(p) for p in parts) < 1:
+        raise TuneTableError(f"expected M,N,K (three integers >= 1), got {text!r}", where=f"--shape[{index}]")
+    m, n, k = (int(p) for p in parts)
+    return m, n, k
+
+
+def _us(seconds: float | None) -> str:
+    """Seconds as microseconds with 4 significant digits ('-' for unknown)."""
+    return "-" if seconds is None else f"{seconds * 1e6:.4g}"
+
+
+def render(suggestions, *, console: Console, selector: str) -> None:
+    """One table row per shape, then the cannot-run reasons and the workload's count-weighted totals."""
+    from tunetable.suggest import workload_totals
+
+    table = ConsoleTable(title="what gemm() runs per shape (speedup vs cuBLAS = cuBLAS time / time; > 1 is faster)")
+    counted = any(s.count != 1 for s in suggestions)
+    columns = ["M", "N", "K", *(["count"] if counted else []), "family", "config", "from", "time µs", "cuBLAS µs",
+               "speedup vs cuBLAS", "times"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("family", "config", "from", "times") else "right")
+    for s in suggestions:
+        where = {"table": f"table {s.where}", "selector": f"selector {s.where}",
+                 "fallback": f"fallback of {s.table}", "cannot run": "cannot run"}[s.source]
+        basis = "-" if s.seconds is None else ("measured" if s.measured else "predicted")
+        speedup = s.speedup_vs_cublas
+        table.add_row(*(str(v) for v in s.shape), *([str(s.count)] if counted else []), s.family or "-",
+                      s.config_id or "-", where, _us(s.seconds), _us(s.cublas_seconds),
+                      "-" if speedup is None else f"{speedup:.3f}", basis)
+    print_table(console, table)
+    for s in suggestions:
+        if s.reason is not None:
+            console.print(f"M={s.shape[0]}, N={s.shape[1]}, K={s.shape[2]}: cannot run: {s.reason}", markup=False)
+    totals = workload_totals(suggestions)
+    if totals is not None and len(suggestions) > 1:
+        ours, cublas = totals
+        console.print(f"workload (count x time): {ours * 1e3:.4g} ms against cuBLAS {cublas * 1e3:.4g} ms "
+                      f"(speedup vs cuBLAS {cublas / ours:.3f})", markup=False)
+    if any(s.source == "selector" for s in suggestions):
+        console.print(f"predicted rows: shapes no table holds (the shape selector; `tunetable trace {selector} INDEX` "
+                      "shows its measurements); tune them by adding the shapes to a table in params.yaml",
+                      markup=False)
+
+
+@click.command("suggest", epilog=EPILOG)
+@click.option("--shape", "shapes", multiple=True, help="M,N,K (repeatable).")
+@click.option("--shapes", "shapes_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A workload: M,N,K[,count] CSV or a PyTorch profiler trace (as `tunetable shapes import` reads).")
+@click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
+              show_default=True)
+def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path) -> None:
+    """Per shape: the family and configuration gemm() runs (table entry or prediction), its time and cuBLAS's."""
+    from tunetable.errors import TuneTableError
+    from tunetable.kernels.runtime.decide import dispatcher
+    from tunetable.kernels.families import FAMILIES
+    from tunetable.kernels.runtime.selector import SELECTOR
+    from tunetable.kernels.tuning_configs import SELECTORS
+    from tunetable.params import load_params, selector_specs, table_spec
+    from tunetable.selector import cublas_seconds, load_table_measurements, selector_model
+    from tunetable.shapes import ShapeCount, read_workload
+    from tunetable.suggest import measured_times, suggest
+
+    wanted = [ShapeCount(m=m, n=n, k=k) for m, n, k in (parse_shape(t, index=i) for i, t in enumerate(shapes))]
+    if shapes_file is not None:
+        wanted += read_workload(shapes_file)
+    if not wanted:
+        raise TuneTableError("give --shape M,N,K (repeatable) or --shapes FILE", where="suggest")
+    params = load_params(params_path)
+    root = params_path.resolve().parent
+    specs = selector_specs(params, path=params_path)
+    names = list(dict.fromkeys(t for spec in specs for t in spec.tables)) or list(params["tables"])
+    tables = [load_table_measurements(root=root, spec=table_spec(params, name, path=params_path)) for name in names
+              if table_spec(params, name, path=params_path).recording
+              and (root / table_spec(params, name, path=params_path).recording).is_file()]
+    model = selector_model(tables=tables) if tables else None
+    families = [FAMILIES[name] for name in sorted({spec.family for spec in map(
+        lambda t: table_spec(params, t, path=params_path), params["tables"])}) if name in FAMILIES]
+    results = [suggest(shape=w.shape, count=w.count, dispatcher=dispatcher(), families=families, model=model,
+                       measured=measured_times(tables), selector_name=SELECTOR,
+                       selector_entries=SELECTORS.get(SELECTOR, ()),
+                       cublas=lambda shape: cublas_seconds(tables=tables, shape=shape) if tables else None)
+               for w in wanted]
+    render(results, console=Console(), selector=SELECTOR)

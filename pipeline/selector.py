@@ -1,0 +1,535 @@
+"""Build the shape selector from every table's recording: the choice for shapes no table holds.
+
+What the runtime predicts (tunetable.kernels.runtime.selector) for a configuration c on (M, N, K) is
+
+    log(time / cuBLAS) = log(perf model / roofline floor) + bias_c(M)
+
+The perf model carries what depends on N and K (tiles, waves, split-K traffic). ``bias_c`` is
+learned here from the recordings: at every measured shape of c's table, the residual
+``log(median / same-shard cuBLAS median) - log(model / floor)``; per (N, K) those residuals are
+interpolated in log M, and ``bias_c(M)`` is their mean over the (N, K) (an (N, K) whose measured
+Ms do not reach M counts less, e^-1 per octave beyond its range). Dividing by the cuBLAS
+median of the same shard puts both families on one yardstick, as the dispatch list does.
+
+The anchors are the measured Ms of every table; between two anchors the bias is linear in log M.
+Each M range between anchors keeps a shortlist of ``candidates`` configurations (any family),
+chosen greedily so that over a lattice of (M, N, K) probes in the range (N, K from 1024 to 32768)
+the best shortlisted prediction is as close as possible to the best prediction over every
+configuration: the runtime then scores only the shortlist (a few microseconds per candidate).
+benchmarks/unseen_shapes.py measures what this chooses on shapes it was not built from.
+
+The manifest (manifests/<selector>.yaml) lists one entry per (range, candidate); codegen renders
+it into ``SELECTORS[<selector>]`` of kernels/tuning_configs.py. Only tables' recordings
+(``tables.<t>.recording``, restricted to the table's shapes) are read: never validation data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tunetable.errors import TuneTableError
+from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.perfmodel import roofline_floor_s
+from tunetable.kernels.runtime.selector import interpolate, log_position, model_function
+from tunetable.kernels.families.common import ShapeCandidate
+
+Shape = tuple[int, int, int]
+INT32_MAX = 2**31 - 1
+DEFAULT_CANDIDATES = 8
+# N and K of the probes a shortlist is chosen on: 1024 ... 32768 (LLM projections) in half octaves.
+LATTICE = tuple(int(1024 * 2 ** (i / 2)) // 64 * 64 for i in range(11))
+PROBES_PER_RANGE = 3          # Ms per range, spread evenly in log M
+OPEN_RANGE_OCTAVES = 2        # probes of the last range reach this far above the largest anchor
+OUTSIDE_DECAY = 1.0           # an (N, K) whose Ms do not reach M weighs e^-1 per octave beyond them
+# cuBLAS's time on a shape (tunetable suggest): an (N, K) weighs e^(-d / 0.5) at d octaves from the
+# shape's. Leave-one-(N, K)-out on the recordings: median error 4.3 % (8.3 % unweighted); 0.25-2 give 4.9-6.6 %.
+CUBLAS_NK_SCALE = 0.5
+NO_COVER = 10.0               # log regret of a probe no shortlisted candidate can run
+DECIMALS = 4                  # logs in the manifest: 1e-4 is 0.01 % of a time
+SELECTOR_KEYS = ("M", "M_END", "RANK", "TABLE", "KERNEL", "CONFIG_ID", "BIAS", "BIAS_END", "CUBLAS",
+                 "CUBLAS_END", "REGISTERS", "SMEM_BYTES")
+
+
+@dataclass(frozen=True)
+class SelectorConfig:
+    """One configuration of one table, with what the perf model reads (tunables, registers, smem)."""
+
+    table: str
+    family: str
+    config_id: str
+    tunables: tuple[tuple[str, int], ...]   # -D names (UPPER_CASE), in grid order
+    registers: int
+    smem_bytes: int
+
+    def model(self) -> Callable[[int, int, int], float]:
+        """The perf model of this configuration (the runtime's ``model_function``)."""
+        return model_function(family=self.family, tunables=dict(self.tunables), registers=self.registers,
+                              smem_bytes=self.smem_bytes)
+
+
+@dataclass(frozen=True)
+class TableMeasurements:
+    """One table's recording as the selector reads it: configurations, ok medians, cuBLAS medians."""
+
+    table: str
+    family: str
+    source: str
+    provenance: Mapping[str, Any]
+    configs: tuple[SelectorConfig, ...]
+    times: Mapping[Shape, Mapping[str, float]]   # shape -> config id -> median ms (ok rows only)
+    cublas: Mapping[Shape, float]                # shape -> cuBLAS median ms of the same shard
+
+    def without(self, drop: Callable[[Shape], bool]) -> "TableMeasurements":
+        """The same measurements minus every shape ``drop`` says (leave-out evaluation)."""
+        return replace(self, times={s: t for s, t in self.times.items() if not drop(s)},
+                       cublas={s: t for s, t in self.cublas.items() if not drop(s)})
+
+
+@dataclass(frozen=True)
+class ResidualPoint:
+    """One measurement behind a bias: a configuration at one shape, against the perf model."""
+
+    shape: Shape
+    median_ms: float
+    cublas_ms: float
+    model_ms: float
+
+    @property
+    def value(self) -> float:
+        """log(median / cuBLAS) - log(model / floor): what the model misses at this shape."""
+        m, n, k = self.shape
+        floor_ms = 1e3 * roofline_floor_s(m=m, n=n, k=k)
+        return math.log(self.median_ms / self.cublas_ms) - math.log(self.model_ms / floor_ms)
+
+
+@dataclass(frozen=True)
+class GroupTerm:
+    """One (N, K)'s contribution to a bias at M: its interpolated residual and weight."""
+
+    n: int
+    k: int
+    points: tuple[ResidualPoint, ...]   # the one or two measured Ms the value comes from
+    value: float
+    weight: float
+
+
+@dataclass(frozen=True)
+class SelectorModel:
+    """Every configuration's bias at every anchor: scores any configuration on any shape."""
+
+    anchors: tuple[int, ...]
+    configs: tuple[SelectorConfig, ...]
+    models: tuple[Callable[[int, int, int], float], ...]
+    bias: np.ndarray            # [configs, anchors]; nan where a configuration was never measured
+    cublas: tuple[float, ...]   # log(cuBLAS / floor) per anchor
+    position: Mapping[int, int]  # anchor -> its column in ``bias``
+
+    def span(self, m: int) -> tuple[int, int]:
+        """The anchors bracketing M (both the nearest one outside the anchors' span)."""
+        below = [a for a in self.anchors if a <= m]
+        above = [a for a in self.anchors if a >= m]
+        lo = below[-1] if below else above[0]
+        hi = above[0] if above else below[-1]
+        return lo, hi
+
+    def range_bias(self, *, columns: Sequence[int] | range, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The bias at both ends of a range (nan: the configuration's table did not measure that end).
+
+        Only in a range that no table measured at both ends does a configuration measured at one end
+        take that end's bias at the other: tables' configurations are not extrapolated beyond their
+        measured Ms where another table measured them.
+        """
+        at_lo = self.bias[list(columns), self.position[lo]]
+        at_hi = self.bias[list(columns), self.position[hi]]
+        everywhere_lo, everywhere_hi = self.bias[:, self.position[lo]], self.bias[:, self.position[hi]]
+        if (np.isfinite(everywhere_lo) & np.isfinite(everywhere_hi)).any():
+            return at_lo, at_hi   # some table measured both ends: no one-ended candidates in this range
+        return np.where(np.isnan(at_lo), at_hi, at_lo), np.where(np.isnan(at_hi), at_lo, at_hi)
+
+    def scores(self, *, m: int, n: int, k: int, lo: int | None = None, hi: int | None = None,
+               columns: Sequence[int] | None = None) -> np.ndarray:
+        """Predicted log(time / cuBLAS) of configurations on one shape (inf: cannot run it, or never measured).
+
+        ``lo``/``hi``: the anchors the bias is interpolated between (default: those bracketing M);
+        ``columns``: which configurations (default: all).
+        """
+        if lo is None or hi is None:
+            lo, hi = self.span(m)
+        columns = range(len(self.configs)) if columns is None else columns
+        floor = roofline_floor_s(m=m, n=n, k=k)
+        families = {family: runnable(family=family, shape=(m, n, k)) for family in {c.family for c in self.configs}}
+        seconds = np.array([self.models[c](m, n, k) if families[self.configs[c].family] else math.inf
+                            for c in columns])
+        at_lo, at_hi = self.range_bias(columns=columns, lo=lo, hi=hi)
+        t = log_position(m=m, start=lo, end=hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scores = np.log(seconds / floor) + (at_lo + t * (at_hi - at_lo))
+        return np.where(np.isfinite(scores), scores, np.inf)
+
+
+@dataclass(frozen=True)
+class SelectorBuild:
+    """A built selector: the model over every configuration and the generated candidates."""
+
+    model: SelectorModel
+    candidates: tuple[ShapeCandidate, ...]
+    tables: tuple[TableMeasurements, ...]
+
+    @property
+    def anchors(self) -> tuple[int, ...]:
+        """Every measured M, ascending."""
+        return self.model.anchors
+
+
+# --- reading the recordings --------------------------------------------------------------------
+
+def measurements_from_frames(*, table: str, family: str, ranked: Any, resources: Mapping[str, tuple[int, int]],
+                             parameters: Sequence[str], source: str,
+                             provenance: Mapping[str, Any]) -> TableMeasurements:
+    """TableMeasurements of a ranked frame (tunetable.rank) and the recording's registers / smem per config."""
+    times: dict[Shape, dict[str, float]] = {}
+    cublas: dict[Shape, float] = {}
+    configs: dict[str, SelectorConfig] = {}
+    columns = ["M", "N", "K", "config_id", "median_ms", "cublas_ms", *parameters]
+    for row in ranked.select(columns).iter_rows(named=True):
+        shape = (int(row["M"]), int(row["N"]), int(row["K"]))
+        config_id = str(row["config_id"])
+        times.setdefault(shape, {})[config_id] = float(row["median_ms"])
+        if row["cublas_ms"] is not None:
+            cublas[shape] = float(row["cublas_ms"])
+        if config_id not in configs:
+            registers, smem = resources.get(config_id, (0, 0))
+            configs[config_id] = SelectorConfig(
+                table=table, family=family, config_id=config_id,
+                tunables=tuple((name.upper(), int(row[name])) for name in parameters),
+                registers=int(registers), smem_bytes=int(smem))
+    ordered = tuple(sorted(configs.values(), key=lambda c: c.tunables))
+    return TableMeasurements(table=table, family=family, source=source, provenance=dict(provenance),
+                             configs=ordered, times=times, cublas=cublas)
+
+
+def load_table_measurements(*, root: Path, spec: Any) -> TableMeasurements:
+    """A table's recording (``tables.<t>.recording``), restricted to its shapes and ranked as `tunetable rank` does."""
+    import polars as pl
+
+    from tunetable import rank, resultset
+    from tunetable.search.replay import grid_parameter_names
+    from tunetable.select import provenance
+
+    if not spec.recording:
+        raise TuneTableError(f"table {spec.name} names no recording: the selector is built from recordings",
+                             path="params.yaml", where=f"tables.{spec.name}.recording")
+    path = root / spec.recording
+    if not path.is_file():
+        raise TuneTableError(f"table {spec.name}'s recording is absent (record it on a GPU first)",
+                             path=spec.recording)
+    frame = pl.read_parquet(path)
+    loaded = resultset.from_frame(frame=frame, path=spec.recording, name=spec.name)
+    wanted = pl.DataFrame(list(spec.shapes()), schema=["M", "N", "K"], orient="row")
+    rows = loaded.frame.join(wanted, on=["M", "N", "K"], how="semi")
+    parameters = [name for name in grid_parameter_names(spec.grid) if name in loaded.parameters]
+    ranked = rank.rank_rows(rows=rows, parameters=tuple(loaded.parameters)).ranked
+    ranked = ranked.filter(pl.col("cublas_ms").is_not_null())
+    if ranked.is_empty():
+        raise TuneTableError(f"no ok row with a cuBLAS baseline for table {spec.name}'s shapes", path=spec.recording)
+    resources = {}
+    if {"registers", "smem_bytes"} <= set(frame.columns):
+        for row in frame.select("config_id", "registers", "smem_bytes").drop_nulls().iter_rows():
+            resources.setdefault(str(row[0]), (int(row[1]), int(row[2])))
+    return measurements_from_frames(table=spec.name, family=spec.family, ranked=ranked, resources=resources,
+                                    parameters=parameters, source=spec.recording,
+                                    provenance=provenance(table=spec.name, ranked=ranked))
+
+
+# --- the bias: what the recordings say about the model -----------------------------------------
+
+def anchors_of(tables: Sequence[TableMeasurements]) -> tuple[int, ...]:
+    """Every measured M of every table, ascending."""
+    return tuple(sorted({shape[0] for table in tables for shape in table.times}))
+
+
+def group_term(*, n: int, k: int, points: Sequence[ResidualPoint], m: int) -> GroupTerm:
+    """One (N, K)'s residual at M: linear in log M between its bracketing measured Ms, else its nearest."""
+    ordered = sorted(points, key=lambda p: p.shape[0])
+    below = [p for p in ordered if p.shape[0] <= m]
+    above = [p for p in ordered if p.shape[0] >= m]
+    if below and above:
+        lo, hi = below[-1], above[0]
+        value = interpolate(m=m, start=lo.shape[0], end=hi.shape[0], at_start=lo.value, at_end=hi.value)
+        used = (lo,) if lo is hi else (lo, hi)
+        return GroupTerm(n=n, k=k, points=used, value=value, weight=1.0)
+    nearest = below[-1] if below else above[0]
+    octaves = abs(math.log2(m / nearest.shape[0]))
+    return GroupTerm(n=n, k=k, points=(nearest,), value=nearest.value, weight=math.exp(-OUTSIDE_DECAY * octaves))
+
+
+def residual_points(*, table: TableMeasurements, config: SelectorConfig,
+                    model: Callable[[int, int, int], float] | None = None
+                    ) -> dict[tuple[int, int], list[ResidualPoint]]:
+    """(N, K) -> the configuration's measured shapes there, each against the perf model."""
+    model = model or config.model()
+    groups: dict[tuple[int, int], list[ResidualPoint]] = {}
+    for shape in sorted(table.times, key=lambda s: (s[1], s[2], s[0])):
+        median = table.times[shape].get(config.config_id)
+        cublas = table.cublas.get(shape)
+        predicted = model(*shape)
+        if median is None or cublas is None or not math.isfinite(predicted):
+            continue
+        groups.setdefault((shape[1], shape[2]), []).append(
+            ResidualPoint(shape=shape, median_ms=median, cublas_ms=cublas, model_ms=1e3 * predicted))
+    return groups
+
+
+def bias_terms(*, groups: Mapping[tuple[int, int], Sequence[ResidualPoint]], m: int) -> list[GroupTerm]:
+    """Every (N, K)'s term of the bias at M."""
+    return [group_term(n=n, k=k, points=points, m=m) for (n, k), points in groups.items() if points]
+
+
+def measured_bias(terms: Sequence[GroupTerm]) -> float:
+    """A configuration's bias at M: nan unless some (N, K) of its table measured it at or around M.
+
+    Beyond a table's measured Ms (gemm_wgmma_swap stops at M = 512) nothing says how its
+    configurations do, so they are no candidates there.
+    """
+    return weighted(terms) if any(term.weight == 1.0 for term in terms) else math.nan
+
+
+def weighted(terms: Sequence[GroupTerm]) -> float:
+    """The weighted mean of the terms' values (nan without any)."""
+    total = sum(term.weight for term in terms)
+    return sum(term.weight * term.value for term in terms) / total if total else math.nan
+
+
+def cublas_terms(*, tables: Sequence[TableMeasurements], m: int) -> list[GroupTerm]:
+    """log(cuBLAS / floor) per (N, K) at M, over every table's cuBLAS rows (a shape in two tables: their mean)."""
+    by_shape: dict[Shape, list[float]] = {}
+    for table in tables:
+        for shape, ms in table.cublas.items():
+            by_shape.setdefault(shape, []).append(ms)
+    groups: dict[tuple[int, int], list[ResidualPoint]] = {}
+    for shape in sorted(by_shape, key=lambda s: (s[1], s[2], s[0])):
+        mean_ms = math.exp(sum(math.log(v) for v in by_shape[shape]) / len(by_shape[shape]))
+        floor_ms = 1e3 * roofline_floor_s(m=shape[0], n=shape[1], k=shape[2])
+        # As a ResidualPoint with median = cuBLAS and model = floor, its value is log(cuBLAS / floor).
+        groups.setdefault((shape[1], shape[2]), []).append(
+            ResidualPoint(shape=shape, median_ms=mean_ms, cublas_ms=floor_ms, model_ms=floor_ms))
+    return bias_terms(groups=groups, m=m)
+
+
+def cublas_seconds(*, tables: Sequence[TableMeasurements], shape: Shape) -> float | None:
+    """cuBLAS's time on a shape as the recordings predict it: log(cuBLAS / floor) at M, nearer (N, K) weigh more.
+
+    Each recorded (N, K)'s term (linear in log M) is weighted by e^(-d / CUBLAS_NK_SCALE), d its
+    distance to the shape's (N, K) in octaves (log2 N, log2 K): cuBLAS's efficiency follows N and K.
+    """
+    m, n, k = shape
+    terms = cublas_terms(tables=tables, m=m)
+    if not terms:
+        return None
+    near = [replace(t, weight=t.weight * math.exp(-math.hypot(math.log2(t.n / n), math.log2(t.k / k))
+                                                  / CUBLAS_NK_SCALE)) for t in terms]
+    return roofline_floor_s(m=m, n=n, k=k) * math.exp(weighted(near))
+
+
+def ranges_of(anchors: Sequence[int]) -> list[tuple[int, int, int, int]]:
+    """(start, end, anchor at start, anchor at end) of every M range: [1, first) and [last, INT32_MAX) flat."""
+    spans: list[tuple[int, int, int, int]] = []
+    if anchors and anchors[0] > 1:
+        spans.append((1, anchors[0], anchors[0], anchors[0]))
+    spans.extend((lo, hi, lo, hi) for lo, hi in zip(anchors, anchors[1:]))
+    if anchors:
+        spans.append((anchors[-1], INT32_MAX, anchors[-1], anchors[-1]))
+    return spans
+
+
+def probe_ms(*, start: int, end: int) -> list[int]:
+    """The Ms a range's shortlist is chosen on: PROBES_PER_RANGE spread in log M from ``start``."""
+    top = start * 2 ** OPEN_RANGE_OCTAVES if end == INT32_MAX else end
+    values = {max(1, min(end - 1, round(start * (top / start) ** (j / PROBES_PER_RANGE))))
+              for j in range(PROBES_PER_RANGE)}
+    return sorted(values)
+
+
+def runnable(*, family: str, shape: Shape) -> bool:
+    """Whether a family's kernels accept the shape (alignment, int32 extents)."""
+    try:
+        FAMILIES[family].check_shape(*shape)
+    except ValueError:
+        return False
+    return True
+
+
+def shortlist(*, regrets: np.ndarray, size: int) -> list[int]:
+    """Greedy: each next column most lowers the summed regret of the rows' best chosen column (ties: first)."""
+    if regrets.size == 0:
+        return []
+    best = np.full(regrets.shape[0], NO_COVER)
+    chosen: list[int] = []
+    for _ in range(min(size, regrets.shape[1])):
+        totals = np.minimum(best[:, None], regrets).sum(axis=0)
+        totals[chosen] = np.inf
+        pick = int(np.argmin(totals))
+        chosen.append(pick)
+        best = np.minimum(best, regrets[:, pick])
+    return chosen
+
+
+def selector_model(*, tables: Sequence[TableMeasurements]) -> SelectorModel:
+    """Every configuration of every table with its bias at every anchor."""
+    anchors = anchors_of(tables)
+    configs = tuple(config for table in tables for config in table.configs)
+    models = tuple(config.model() for config in configs)
+    by_table = {table.table: table for table in tables}
+    bias = np.array([[measured_bias(bias_terms(groups=groups, m=a)) for a in anchors] for groups in (
+        residual_points(table=by_table[c.table], config=c, model=f) for c, f in zip(configs, models))])
+    cublas = tuple(weighted(cublas_terms(tables=tables, m=a)) for a in anchors)
+    return SelectorModel(anchors=anchors, configs=configs, models=models, bias=bias.reshape(len(configs), -1),
+                         cublas=cublas, position={a: i for i, a in enumerate(anchors)})
+
+
+def build_selector(*, tables: Sequence[TableMeasurements], candidates: int = DEFAULT_CANDIDATES,
+                   lattice: Sequence[int] = LATTICE,
+                   progress: Callable[[int, int], None] | None = None) -> SelectorBuild:
+    """The selector of these measurements: per M range, its shortlist with biases at both ends.
+
+    ``progress(done, total)`` is called after each M range (the CLI's progress bar).
+    """
+    model = selector_model(tables=tables)
+    position = model.position
+    made: list[ShapeCandidate] = []
+    spans = ranges_of(model.anchors)
+    for done, (start, end, lo, hi) in enumerate(spans, start=1):
+        # Candidates of a range: configurations whose table measured both of its ends; only where no
+        # table did, those measured at one end (with that end's bias): a table's configurations are
+        # never extrapolated beyond its measured Ms where another table measured them.
+        at_lo, at_hi = model.range_bias(columns=range(len(model.configs)), lo=lo, hi=hi)
+        usable = [i for i in range(len(model.configs)) if np.isfinite(at_lo[i]) and np.isfinite(at_hi[i])]
+        if not usable:
+            raise TuneTableError(f"no table measured M = {lo} or {hi}: the M range [{start}, {end}) has no candidate")
+        probes = [(m, n, k) for m in probe_ms(start=start, end=end) for n in lattice for k in lattice]
+        scores = np.array([model.scores(m=m, n=n, k=k, lo=lo, hi=hi, columns=usable) for m, n, k in probes])
+        scores = scores[np.isfinite(scores).any(axis=1)]
+        regrets = np.minimum(scores - scores.min(axis=1, keepdims=True), NO_COVER)
+        for rank, column in enumerate(shortlist(regrets=regrets, size=candidates)):
+            i = usable[column]
+            config = model.configs[i]
+            made.append(ShapeCandidate(
+                m=start, m_end=end, rank=rank, table=config.table, kernel=config.family, config_id=config.config_id,
+                bias=round(float(at_lo[i]), DECIMALS), bias_end=round(float(at_hi[i]), DECIMALS),
+                cublas=round(model.cublas[position[lo]], DECIMALS),
+                cublas_end=round(model.cublas[position[hi]], DECIMALS),
+                registers=config.registers, smem_bytes=config.smem_bytes,
+                tunables=tuple((name.lower(), value) for name, value in config.tunables)))
+        if progress is not None:
+            progress(done, len(spans))
+    return SelectorBuild(model=model, candidates=tuple(made), tables=tuple(tables))
+
+
+# --- the manifest --------------------------------------------------------------------------------
+
+def candidate_entry(candidate: ShapeCandidate) -> dict[str, Any]:
+    """A candidate as a manifest entry: its family's snippet variant, the SELECTOR_KEYS, then its tunables."""
+    return {"_template": candidate.kernel, "M": candidate.m, "M_END": candidate.m_end, "RANK": candidate.rank,
+            "TABLE": candidate.table, "KERNEL": candidate.kernel, "CONFIG_ID": candidate.config_id,
+            "BIAS": candidate.bias, "BIAS_END": candidate.bias_end, "CUBLAS": candidate.cublas,
+            "CUBLAS_END": candidate.cublas_end, "REGISTERS": candidate.registers,
+            "SMEM_BYTES": candidate.smem_bytes, **{name.upper(): value for name, value in candidate.tunables}}
+
+
+def candidate_from_entry(entry: Mapping[str, Any], *, tunables: Sequence[str]) -> ShapeCandidate:
+    """The ShapeCandidate a manifest entry renders to (``tunables``: its family's -D names in grid order)."""
+    return ShapeCandidate(
+        m=int(entry["M"]), m_end=int(entry["M_END"]), rank=int(entry["RANK"]), table=str(entry["TABLE"]),
+        kernel=str(entry["KERNEL"]), config_id=str(entry["CONFIG_ID"]), bias=float(entry["BIAS"]),
+        bias_end=float(entry["BIAS_END"]), cublas=float(entry["CUBLAS"]), cublas_end=float(entry["CUBLAS_END"]),
+        registers=int(entry["REGISTERS"]), smem_bytes=int(entry["SMEM_BYTES"]),
+        tunables=tuple((name.lower(), int(entry[name])) for name in tunables))
+
+
+def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> dict[str, Any]:
+    """The recordings behind the selector (each table's data hash, device, date, git revision) and its settings."""
+    dates = [str(t.provenance.get("date", "unknown")) for t in build.tables]
+    known = [d for d in dates if d != "unknown"]
+    devices = sorted({str(t.provenance.get("device", "unknown")) for t in build.tables})
+    provenance: dict[str, Any] = {
+        "table": name,
+        "tables": ",".join(t.table for t in build.tables),
+        "basis": "log(median / same-shard cuBLAS) - log(perf model / roofline floor), mean over (N, K), "
+                 "linear in log M between anchors",
+        "device": ",".join(devices),
+        "date": max(known) if known else "unknown",
+        "anchors": ",".join(str(a) for a in build.anchors),
+        "candidates": candidates,
+        "lattice": f"N, K in {LATTICE[0]}..{LATTICE[-1]} ({len(LATTICE)} values), {PROBES_PER_RANGE} Ms per range",
+    }
+    for table in build.tables:
+        provenance[f"{table.table}_recording"] = table.source
+        for key in ("data_hash", "kernel_hash", "git_rev", "date"):
+            provenance[f"{table.table}_{key}"] = str(table.provenance.get(key, "unknown"))
+        provenance[f"{table.table}_shapes"] = len(table.times)
+    return provenance
+
+
+def build_selector_manifest(*, name: str, tables: Sequence[TableMeasurements],
+                            candidates: int = DEFAULT_CANDIDATES,
+                            progress: Callable[[int, int], None] | None = None) -> str:
+    """The selector manifest text, byte-identical for the same recordings and settings."""
+    from tunetable.select import manifest_text
+
+    build = build_selector(tables=tables, candidates=candidates, progress=progress)
+    header = [f"tunetable shape selector {name}: generated by `tunetable select --selector`; do not edit by hand.",
+              "For shapes no table holds: per M range, a shortlist of configurations (any table) scored at run time",
+              "as log(time / cuBLAS) = log(perf model / roofline floor) + BIAS (at M) .. BIAS_END (at M_END),",
+              "linear in log M; CUBLAS .. CUBLAS_END is log(cuBLAS / floor).",
+              f"`tunetable trace {name} INDEX` shows the measurements behind an entry; `tunetable suggest` a choice."]
+    return manifest_text(header=header,
+                         top={"provenance": selector_provenance(name=name, build=build, candidates=candidates)},
+                         defaults={}, anchor="defaults", list_key="params",
+                         entries=[candidate_entry(c) for c in build.candidates])
+
+
+# --- seeding a search (tables.<t>.search.seed_from_selector) --------------------------------------
+
+def seed_tables(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> list[Any]:
+    """The TableSpecs of the first declared selector's tables whose recording is present (none: no selector).
+
+    Recordings resolve as the bench resolves them (``tunetable.bench.plan.recording_path``: from the
+    working folder).
+    """
+    from tunetable.params import selector_specs, table_spec
+
+    specs = selector_specs(dict(params), path=path)
+    if not specs:
+        return []
+    tables = [table_spec(dict(params), name, path=path) for name in specs[0].tables]
+    return [spec for spec in tables if spec.recording and Path(spec.recording).is_file()]
+
+
+def seed_recordings(*, path: str | Path = "params.yaml") -> list[Path]:
+    """The recordings a ``seed_from_selector`` search's seeds come from (what its content key hashes)."""
+    from tunetable.params import load_params
+
+    return [Path(spec.recording) for spec in seed_tables(params=load_params(path), path=path)]
+
+
+def seed_model(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> SelectorModel | None:
+    """The selector's model over every configuration of its tables, from their recordings (None: no selector)."""
+    specs = seed_tables(params=params, path=path)
+    if not specs:
+        return None
+    return selector_model(tables=[load_table_measurements(root=Path("."), spec=spec) for spec in specs])
+
+
+def seed_ids(*, model: SelectorModel, table: str, shape: Shape) -> list[str]:
+    """``table``'s configurations by the selector model's prediction on a shape, fastest first (ties: order)."""
+    m, n, k = shape
+    scores = model.scores(m=m, n=n, k=k)
+    ranked = sorted((float(scores[i]), i) for i, config in enumerate(model.configs)
+                    if config.table == table and math.isfinite(scores[i]))
+    return [model.configs[i].config_id for _, i in ranked]

@@ -1,0 +1,131 @@
+"""What gemm() will run for a shape, and what it is expected to cost: table entry or selector prediction.
+
+For each (M, N, K): the runtime's own decision (tunetable.kernels.runtime.decide: the dispatch list and
+its table where they hold the shape's (N, K), else the shape selector), the family and
+configuration, where they come from, the predicted kernel time and the predicted cuBLAS time.
+A table entry at a shape its table's recording measured reports those medians (``measured``);
+elsewhere the times are the selector's model (perf model + the recordings' bias), built from the
+same recordings. A shape no family can run (alignment, int32 extents) says why.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Shape = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The runtime's choice for one shape, with its predicted (or measured) time and cuBLAS's."""
+
+    shape: Shape
+    source: str                 # "table" | "selector" | "fallback" | "cannot run"
+    table: str | None
+    family: str | None
+    config_id: str | None
+    where: str | None           # e.g. "gemm_wgmma[12]", "gemm_selector[40]"
+    seconds: float | None
+    cublas_seconds: float | None
+    measured: bool
+    reason: str | None = None   # why the kernels cannot run the shape
+    count: int = 1
+
+    @property
+    def speedup_vs_cublas(self) -> float | None:
+        """cuBLAS's time over this time (> 1: faster than cuBLAS)."""
+        if not self.seconds or self.cublas_seconds is None:
+            return None
+        return self.cublas_seconds / self.seconds
+
+
+def cannot_run(shape: Shape, *, families: Sequence[Any]) -> str | None:
+    """Why no family can run the shape (each family's shape check), or None when one can."""
+    reasons = []
+    for family in families:
+        try:
+            family.check_shape(*shape)
+        except ValueError as exc:
+            reasons.append(str(exc))
+        else:
+            return None
+    return "; ".join(dict.fromkeys(reasons)) or "no kernel family"
+
+
+def measured_times(tables: Sequence[Any]) -> dict[tuple[str, str, Shape], tuple[float, float]]:
+    """(table, config id, shape) -> (median ms, same-shard cuBLAS ms) over the tables' recordings."""
+    found = {}
+    for table in tables:
+        for shape, by_config in table.times.items():
+            cublas = table.cublas.get(shape)
+            if cublas is None:
+                continue
+            for config_id, median in by_config.items():
+                found[(table.table, config_id, shape)] = (median, cublas)
+    return found
+
+
+def predicted_ratio(model: Any, *, table: str, config_id: str, shape: Shape) -> float | None:
+    """The selector model's time / cuBLAS time of one table configuration on a shape (None: unknown).
+
+    (The model predicts log(time / cuBLAS); outputs show its inverse, the speedup over cuBLAS.)
+    """
+    column = next((i for i, c in enumerate(model.configs) if (c.table, c.config_id) == (table, config_id)), None)
+    if column is None:
+        return None
+    m, n, k = shape
+    score = float(model.scores(m=m, n=n, k=k, columns=[column])[0])
+    return math.exp(score) if math.isfinite(score) else None
+
+
+def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence[Any], model: Any | None,
+            measured: Mapping[tuple[str, str, Shape], tuple[float, float]], selector_name: str,
+            selector_entries: Sequence[Any], cublas: Callable[[Shape], float | None]) -> Suggestion:
+    """The runtime's decision for one shape and its expected time (the dispatcher's warning is silenced).
+
+    Unmeasured times are the predicted time / cuBLAS ratio times ``cublas(shape)``, cuBLAS's time as
+    the recordings predict it.
+    """
+    reason = cannot_run(shape, families=families)
+    if reason is not None:
+        return Suggestion(shape=shape, source="cannot run", table=None, family=None, config_id=None, where=None,
+                          seconds=None, cublas_seconds=None, measured=False, reason=reason, count=count)
+    m, n, k = shape
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        decision = dispatcher.decide(m=m, n=n, k=k)
+    entry = decision.entry
+    if decision.prediction is not None:
+        candidate = decision.prediction.candidate
+        position = next(i for i, c in enumerate(selector_entries) if c is candidate)
+        baseline = cublas(shape)
+        return Suggestion(shape=shape, source="selector", table=candidate.table, family=candidate.kernel,
+                          config_id=candidate.config_id, where=f"{selector_name}[{position}]",
+                          seconds=None if baseline is None else baseline / decision.prediction.speedup_vs_cublas,
+                          cublas_seconds=baseline, measured=False, count=count)
+    table = decision.choice.table if decision.choice is not None else entry.kernel
+    found = measured.get((table, entry.config_id, shape))
+    seconds = baseline = None
+    if found is not None:
+        seconds, baseline, was_measured = found[0] * 1e-3, found[1] * 1e-3, True
+    else:
+        ratio = predicted_ratio(model, table=table, config_id=entry.config_id, shape=shape) if model else None
+        baseline = cublas(shape)
+        seconds = None if ratio is None or baseline is None else ratio * baseline
+        was_measured = False
+    return Suggestion(shape=shape, source="fallback" if decision.fallback else "table", table=table,
+                      family=entry.kernel, config_id=entry.config_id,
+                      where=f"{table}[{decision.index}]" if decision.index is not None else None,
+                      seconds=seconds, cublas_seconds=baseline, measured=was_measured, count=count)
+
+
+def workload_totals(suggestions: Sequence[Suggestion]) -> tuple[float, float] | None:
+    """(sum of count x time, sum of count x cuBLAS time) over the shapes that have both (None: none has)."""
+    timed = [s for s in suggestions if s.seconds is not None and s.cublas_seconds is not None]
+    if not timed:
+        return None
+    return sum(s.count * s.seconds for s in timed), sum(s.count * s.cublas_seconds for s in timed)

@@ -1,0 +1,224 @@
+"""The shape selector: built from the tables' recordings only, reproducible, and right on shapes it never saw."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tunetable.kernels.runtime.decide import shape_selector as selector
+from tunetable.kernels.runtime.selector import INT32_MAX, ShapeSelector, interpolate, log_position
+from tunetable.kernels.tuning_configs import SELECTORS
+from tunetable.params import load_params, selector_spec, table_spec
+from tunetable.selector import (
+    ResidualPoint,
+    build_selector,
+    candidate_entry,
+    candidate_from_entry,
+    group_term,
+    load_table_measurements,
+    ranges_of,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = load_params(REPO / "params.yaml")
+SPEC = selector_spec(PARAMS, "gemm_selector")
+
+
+@pytest.fixture(scope="module")
+def tables():
+    """Both tables' measurements, read from their committed recordings."""
+    return [load_table_measurements(root=REPO, spec=table_spec(PARAMS, name)) for name in SPEC.tables]
+
+
+def test_log_position_and_interpolation_are_linear_in_log_m() -> None:
+    assert log_position(m=128, start=64, end=256) == pytest.approx(0.5)
+    assert log_position(m=10, start=64, end=256) == 0.0 and log_position(m=1000, start=64, end=256) == 1.0
+    assert interpolate(m=128, start=64, end=256, at_start=-1.0, at_end=1.0) == pytest.approx(0.0)
+    assert interpolate(m=100, start=64, end=256, at_start=0.25, at_end=0.25) == 0.25
+
+
+def test_a_group_term_interpolates_between_its_bracketing_ms_and_decays_outside() -> None:
+    def point(m: int, ratio: float) -> ResidualPoint:
+        # median / cuBLAS = ratio and model = floor: the residual is log(ratio)
+        from tunetable.kernels.perfmodel import roofline_floor_s
+
+        floor_ms = 1e3 * roofline_floor_s(m=m, n=4096, k=4096)
+        return ResidualPoint(shape=(m, 4096, 4096), median_ms=ratio, cublas_ms=1.0, model_ms=floor_ms)
+
+    points = [point(64, math.e), point(256, 1.0)]
+    inside = group_term(n=4096, k=4096, points=points, m=128)
+    assert inside.value == pytest.approx(0.5) and inside.weight == 1.0 and len(inside.points) == 2
+    exact = group_term(n=4096, k=4096, points=points, m=64)
+    assert exact.value == pytest.approx(1.0) and len(exact.points) == 1
+    beyond = group_term(n=4096, k=4096, points=points, m=1024)   # two octaves above its last M
+    assert beyond.value == pytest.approx(0.0) and beyond.weight == pytest.approx(math.exp(-2))
+
+
+def test_ranges_cover_every_m_from_1_to_int32_max() -> None:
+    spans = ranges_of((8, 64, 512))
+    assert [(a, b) for a, b, _, _ in spans] == [(1, 8), (8, 64), (64, 512), (512, INT32_MAX)]
+    assert spans[0][2:] == (8, 8) and spans[-1][2:] == (512, 512)   # flat outside the anchors
+
+
+def test_the_checked_in_selector_is_what_the_recordings_build(tmp_path: Path) -> None:
+    """`tunetable select --selector` on the committed recordings writes manifests/gemm_selector.yaml byte for byte."""
+    out = tmp_path / "gemm_selector.yaml"
+    done = subprocess.run([sys.executable, "-m", "tunetable", "select", "--selector", "gemm_selector", "--out",
+                           str(out)], cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == (REPO / SPEC.codegen.manifest).read_bytes()
+
+
+def test_generated_candidates_are_the_manifest_entries(tables) -> None:
+    from tunetable.codegen import load_manifest
+
+    entries = load_manifest(REPO / SPEC.codegen.manifest)
+    generated = SELECTORS["gemm_selector"]
+    assert len(entries) == len(generated) > 0
+    for entry, candidate in zip(entries, generated):
+        names = [name for name in entry if name.upper() == name and name.lower() in dict(candidate.tunables)]
+        assert candidate_from_entry(entry, tunables=names) == candidate
+        assert candidate_entry(candidate) == {key: entry[key] for key in candidate_entry(candidate)}
+    spans = sorted({(c.m, c.m_end) for c in generated})
+    assert spans[0][0] == 1 and spans[-1][1] == INT32_MAX
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))            # contiguous, no gap
+    assert all(sum(1 for c in generated if (c.m, c.m_end) == span) <= SPEC.candidates for span in spans)
+
+
+def test_the_selector_reads_only_the_tables_recordings(monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+    original = pl.read_parquet
+
+    def recording_reads(source, *args, **kwargs):
+        read.append(str(source))
+        return original(source, *args, **kwargs)
+
+    monkeypatch.setattr(pl, "read_parquet", recording_reads)
+    for name in SPEC.tables:
+        load_table_measurements(root=REPO, spec=table_spec(PARAMS, name))
+    assert [Path(p).relative_to(REPO).as_posix() for p in read] == [
+        PARAMS["tables"][name]["recording"] for name in SPEC.tables]
+    assert not any("validation" in p for p in read)
+
+
+def test_an_unseen_nk_is_served_near_its_measured_best(tables) -> None:
+    """Built without (N, K) = (6144, 4096), the picks for its Ms are within 10 % of the best any table measured
+    (gemm_wgmma_swap measures M <= 512 only)."""
+    held = (6144, 4096)
+    build = build_selector(tables=[t.without(lambda s: (s[1], s[2]) == held) for t in tables], candidates=8)
+    runtime = ShapeSelector(build.candidates)
+    for m in sorted({s[0] for s in tables[0].times if (s[1], s[2]) == held}):
+        shape = (m, *held)
+        measured = {(t.table, cid): ms / t.cublas[shape] for t in tables if shape in t.times
+                    for cid, ms in t.times[shape].items()}
+        pick = runtime.choose(m=m, n=held[0], k=held[1])
+        regret = measured[(pick.candidate.table, pick.candidate.config_id)] / min(measured.values()) - 1
+        assert regret <= 0.10, f"M={m}: {pick.candidate.table} {pick.candidate.config_id} is {regret:.1%} off"
+
+
+def test_decisions_are_memoised_and_ranked_fastest_first() -> None:
+    found = selector()
+    ranking = found.rank(m=200, n=5120, k=5120)
+    assert ranking and ranking is found.rank(m=200, n=5120, k=5120)
+    assert [p.seconds for p in ranking] == sorted(p.seconds for p in ranking)
+    assert len({p.cublas_seconds for p in ranking}) == 1
+    assert found.choose(m=200, n=5120, k=5120) is ranking[0]
+    assert ShapeSelector(()).choose(m=200, n=5120, k=5120) is None
+    assert found.shortlist(m=1) and found.shortlist(m=INT32_MAX - 1)
+
+
+def test_trace_follows_a_selector_entry_to_the_recorded_residuals() -> None:
+    from tunetable.trace import entry_at_line, trace_selector
+
+    tables = {name: table_spec(PARAMS, name) for name in PARAMS["tables"]}
+    result = trace_selector(root=REPO, spec=SPEC, tables=tables, index=40)
+    assert result.entry["TABLE"] in SPEC.tables and result.data_hash == result.selected_hash
+    assert [a.m for a in result.anchors] == [result.entry["M"], result.entry["M_END"]]
+    for anchor in result.anchors:
+        assert anchor.value == pytest.approx(anchor.manifest_value, abs=1e-4)
+        # every term is one recorded shape of the entry's configuration, against the model
+        assert {t.points[0].shape[0] for t in anchor.terms} == {anchor.m}
+        recorded = {(t.n, t.k) for t in anchor.terms}
+        assert recorded == {(n, k) for n, k in PARAMS["tables"][result.entry["TABLE"]]["shapes"]["NK"]}
+    line = result.generated.first_line + 3
+    assert entry_at_line(root=REPO, specs=[SPEC], file=SPEC.codegen.target, line=line) == ("gemm_selector", 40)
+    done = subprocess.run([sys.executable, "-m", "tunetable", "trace", f"{SPEC.codegen.target}:{line}"], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "the rows the selector was built from" in done.stdout and "note:" not in done.stdout
+
+
+def test_gemm_decides_an_untuned_shape_by_the_selector_and_warns_once() -> None:
+    import warnings
+
+    from tunetable.kernels.runtime.decide import (
+        DISPATCH,
+        DISPATCH_LIST,
+        TABLES,
+        FamilyDispatcher,
+        UntunedShapeWarning,
+        selector_chooser,
+    )
+
+    decide = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES, untuned=selector_chooser(selector()))
+    with pytest.warns(UntunedShapeWarning) as caught:
+        decision = decide.decide(m=200, n=5120, k=5120)
+    assert len(caught) == 1
+    text = str(caught[0].message)
+    assert "M=200, N=5120, K=5120" in text and "tunetable suggest --shape 200,5120,5120" in text
+    chosen = selector().choose(m=200, n=5120, k=5120).candidate
+    assert decision.prediction is not None and decision.prediction.candidate == chosen
+    assert (decision.entry.kernel, decision.entry.config_id, decision.entry.n, decision.entry.k) == (
+        chosen.kernel, chosen.config_id, 5120, 5120)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert decide.decide(m=200, n=5120, k=5120) is decision       # memoised: no second warning
+        covered = decide.decide(m=200, n=4096, k=4096)                 # a table holds (4096, 4096)
+    assert covered.prediction is None and not covered.fallback and covered.choice is not None
+
+
+def test_online_tuning_is_opt_in_and_takes_at_most_eight_of_the_selectors_candidates(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunetable.kernels.runtime import online
+
+    monkeypatch.delenv(online.AUTOTUNE_ENV, raising=False)
+    assert not online.enabled()
+    monkeypatch.setenv(online.AUTOTUNE_ENV, "1")
+    assert online.enabled()
+    monkeypatch.delenv(online.TOP_K_ENV, raising=False)
+    assert online.top_k() == 8
+    monkeypatch.setenv(online.TOP_K_ENV, "3")
+    assert online.top_k() == 3
+    for bad in ("0", "9", "x"):
+        monkeypatch.setenv(online.TOP_K_ENV, bad)
+        with pytest.raises(ValueError, match="TUNETABLE_AUTOTUNE_TOP_K must be an integer from 1 to 8"):
+            online.top_k()
+    ranking = selector().rank(m=200, n=5120, k=5120)
+    configs = online.candidate_configs(ranking, count=3)
+    assert [c["config_id"] for c in configs] == [p.candidate.config_id for p in ranking[:3]]
+    assert configs[0]["tunables"] == dict(ranking[0].candidate.tunables)
+
+
+def test_the_tuning_speed_figure_tunes_new_shapes_with_a_valid_budget(tmp_path: Path) -> None:
+    """benchmarks/tune_new_shapes.py (run on the H200): its 24 shapes are in no table and not validation shapes."""
+    import importlib.util
+
+    script = importlib.util.spec_from_file_location("tune_new_shapes", REPO / "benchmarks" / "tune_new_shapes.py")
+    module = importlib.util.module_from_spec(script)
+    script.loader.exec_module(module)
+    assert len(module.NEW_SHAPES) == 24 == len(set(module.NEW_SHAPES))
+    held = {s for name in PARAMS["tables"] for s in table_spec(PARAMS, name).shapes()}
+    validation = {tuple(int(v) for v in line.split(",")) for line in
+                  (REPO / "data" / "validation_shapes.csv").read_text().splitlines()[1:]
+                  if line and not line.startswith(("#", "M"))}
+    assert not set(module.NEW_SHAPES) & (held | validation)
+    assert not {(n, k) for _, n, k in module.NEW_SHAPES} & {(n, k) for _, n, k in held | validation}
+    params = load_params(module.budgeted_params(source=REPO / "params.yaml", out=tmp_path / "params.yaml",
+                                                max_fevals=8))
+    for name in PARAMS["tables"]:
+        assert params["tables"][name]["search"]["seed_from_selector"] is True
