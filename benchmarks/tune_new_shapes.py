@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.yamlio import load_yaml_file  # noqa: E402
 
 NK = [(11008, 4096), (4096, 11008), (2560, 2560), (10240, 2560), (8960, 1536), (1536, 8960)]
 MS = [16, 80, 320, 1800]
@@ -52,7 +53,7 @@ ESTIMATE = re.compile(r"estimated [0-9.]+ min \((\d+) s\)")
 
 def budgeted_params(*, source: Path, out: Path, max_fevals: int) -> Path:
     """params.yaml with every table's search set to the new-workload budget (written to ``out``)."""
-    data = yaml.safe_load(source.read_text())
+    data = load_yaml_file(source)
     for name, table in data["tables"].items():
         table["search"] = {"strategy": "model", "max_fevals": max_fevals, "seed": 0,
                            "learn_from": str(REPO / table["recording"]), "seed_from_selector": True}
@@ -143,7 +144,7 @@ def main() -> None:
     result = {
         "command": f"python3 benchmarks/tune_new_shapes.py --max-fevals {args.max_fevals}",
         "shapes": [list(s) for s in NEW_SHAPES], "tables": list(TABLES),
-        "search": yaml.safe_load(params["budgeted"].read_text())["tables"]["gemm_mma"]["search"],
+        "search": load_yaml_file(params["budgeted"])["tables"]["gemm_mma"]["search"],
         "timing": timing, "rows": rows,
         "summary": {"budgeted_wall_s": round(timing["budgeted"]["wall_s"], 1),
                     "exhaustive_wall_s": round(timing["exhaustive"]["wall_s"], 1),

@@ -165,8 +165,7 @@ def shape_list(shapes: dict[str, Any], *, table: str, path: str | Path) -> tuple
     if listed is None:
         return ()
     if isinstance(listed, str):
-        from tunetable.shapes import read_workload
-
+        from tunetable.shapes import read_workload  # lazy: only a table with a workload file reads one
         source = Path(path).parent / listed
         try:
             return tuple(item.shape for item in read_workload(source))

@@ -607,7 +607,6 @@ def dispatch_inputs(spec: DispatchSpec) -> list[str]:
 
 def selector_inputs(spec: SelectorSpec, *, params: Mapping[str, Any]) -> list[str]:
     """What a selector is built from: each of its tables' recording and provenance sidecar."""
-    from tunetable.bench.plan import sidecar_path
 
     found = []
     for table in spec.tables:

@@ -22,7 +22,8 @@ from typing import Any
 import polars as pl
 
 from tunetable import lineage, paths, rank, resultset
-from tunetable.codegen import marker_line
+from tunetable import selector as building
+from tunetable.codegen import load_manifest_document, marker_line
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, SelectorSpec, TableSpec
@@ -425,7 +426,6 @@ class SelectorTrace:
 def selector_entry(*, root: Path, spec: SelectorSpec, index: int) -> tuple[GeneratedEntry, dict[str, Any],
                                                                           dict[str, Any]]:
     """Entry ``index`` of a selector's region with its manifest entry and provenance."""
-    from tunetable.codegen import load_manifest_document
 
     target = root / spec.codegen.target
     if not target.is_file():
@@ -445,7 +445,6 @@ def selector_entry(*, root: Path, spec: SelectorSpec, index: int) -> tuple[Gener
 
 def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, TableSpec], index: int) -> SelectorTrace:
     """Follow selector entry ``index`` to the recorded measurements behind its bias at both ends of its range."""
-    from tunetable import selector as building
 
     generated, entry, provenance = selector_entry(root=root, spec=spec, index=index)
     table = str(entry.get("TABLE"))

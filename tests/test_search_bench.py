@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench_support import gemm_mma_only_params
 from tunetable.kernels.families import FAMILIES
@@ -133,8 +134,8 @@ def test_seed_from_selector_measures_the_selectors_candidates_first(tmp_path: Pa
 
     search = {"strategy": "model", "max_fevals": 4, "seed": 0, "transfer": False, "seed_from_selector": True}
     params = gemm_mma_only_params(tmp_path, search=search)
-    data = yaml.safe_load(params.read_text())   # a selector over the one table (its recording seeds the search)
-    data["selector"] = {"gemm_selector": {**yaml.safe_load((REPO / "params.yaml").read_text())["selector"][
+    data = load_yaml_file(params)   # a selector over the one table (its recording seeds the search)
+    data["selector"] = {"gemm_selector": {**load_yaml_file(REPO / "params.yaml")["selector"][
         "gemm_selector"], "tables": ["gemm_mma"]}}
     params.write_text(yaml.safe_dump(data, sort_keys=False))
     done = bench(params, tmp_path / "results")

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = REPO / "tests" / "fixtures" / "shapes" / "torch_profiler_trace.json"
@@ -132,24 +135,20 @@ def test_a_table_of_workload_shapes_runs_through_the_pipeline(tmp_path: Path) ->
     (project / "shapes" / "workload.csv").write_text("M,N,K\n" + "".join(f"{m},{n},{k}\n" for m, n, k in workload))
     make_project(project, remote=tmp_path / "remote", params_edit=use_workload)
     snakemake("--cores", "2", cwd=project)
-    import yaml
-
     for table in ("gemm_mma", "gemm_wgmma", "gemm_dispatch"):
-        entries = yaml.safe_load((project / "manifests" / f"{table}.yaml").read_text())["params"]
+        entries = load_yaml_file(project / "manifests" / f"{table}.yaml")["params"]
         assert {(e["N"], e["K"]) for e in entries} == {(n, k) for _, n, k in workload}, table
         for _, n, k in workload:   # every (N, K) covers every M from 1 on
             spans = sorted((e["M"], e["M_END"]) for e in entries if (e["N"], e["K"]) == (n, k))
             assert spans[0][0] == 1 and spans[-1][1] == 2**31 - 1
-    selector = yaml.safe_load((project / "manifests" / "gemm_selector.yaml").read_text())
+    selector = load_yaml_file(project / "manifests" / "gemm_selector.yaml")
     assert selector["provenance"]["anchors"] == "1,8,64,4096"
     assert selector["provenance"]["gemm_mma_shapes"] == 4
     assert run_tunetable("codegen", "--all", "--check", cwd=project).returncode == 0
 
 
 def test_a_shape_list_naming_a_bad_csv_or_shape_is_one_error(tmp_path: Path) -> None:
-    import yaml
-
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = load_yaml_file(REPO / "params.yaml")
     params["tables"]["gemm_mma"]["shapes"] = {"list": "workload.csv"}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (tmp_path / "workload.csv").write_text("M,N,K\n1,4096,4096\n7,4096,x\n")

@@ -17,6 +17,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tunetable.kernels.autotune import Autotuner
+from tunetable.kernels.families import FAMILIES
+
 AUTOTUNE_ENV = "TUNETABLE_AUTOTUNE"
 TOP_K_ENV = "TUNETABLE_AUTOTUNE_TOP_K"
 MAX_TOP_K = 8
@@ -50,7 +53,7 @@ def candidate_configs(ranking: Sequence[Any], *, count: int) -> list[dict[str, A
 
 def _run(a: Any, b: Any, out: Any, m: int, n: int, k: int, *, config: Mapping[str, Any]) -> Any:
     """One candidate's GEMM into ``out`` (the function the autotuner times)."""
-    from tunetable.kernels.runtime.launch import gemm_with   # launch imports this module: imported at call time
+    from tunetable.kernels.runtime.launch import gemm_with  # launch imports this module: imported at call time
 
     return gemm_with(config["tunables"], a, b, out, family=config["family"])
 
@@ -81,8 +84,6 @@ class OnlineTuner:
 
     def choose(self, *, m: int, n: int, k: int, a: Any, b: Any, out: Any, ranking: Sequence[Any]) -> dict[str, Any]:
         """The fastest of the ``top_k()`` best predicted candidates on these inputs (tuned now, or from the cache)."""
-        from tunetable.kernels.autotune import Autotuner
-        from tunetable.kernels.families import FAMILIES
 
         tuner = self.tuners.get((m, n, k))
         if tuner is None:

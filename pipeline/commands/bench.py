@@ -17,6 +17,7 @@ from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.measure import plan_measurement, run_measurement
 from tunetable.params import load_params, table_spec
+from tunetable.search.driver import expected_measurements
 
 
 def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> ConsoleTable:
@@ -115,8 +116,6 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
     if choice.backend == "cuda":
         budget = None
         if plan.search is not None:
-            from tunetable.search.driver import expected_measurements
-
             def budget(job: Any) -> int:
                 """Measurements the search budget allows in one shard (kernels within it, plus cuBLAS)."""
                 return expected_measurements(settings=plan.search, tasks=job.tasks)

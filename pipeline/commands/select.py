@@ -8,14 +8,16 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.progress import Progress
 
+from tunetable import paths
 from tunetable.atomic import atomic_write_text
 from tunetable.errors import TuneTableError
-from tunetable import paths
 from tunetable.manifest import load_manifest_document
-from tunetable.params import dispatch_spec, load_params, table_spec
+from tunetable.params import dispatch_spec, load_params, selector_spec, table_spec
 from tunetable.rank import read_ranked
 from tunetable.select import DEFAULT_TIE_TOLERANCE, TableResults, build_dispatch_manifest, build_manifest
+from tunetable.selector import build_selector_manifest, load_table_measurements
 
 RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "status")
 DEFAULT_PARAMS = Path("params.yaml")
@@ -76,10 +78,7 @@ def _select_dispatch(*, name: str, ranked_values: tuple[str, ...], out: Path, ti
 
 def _select_selector(*, name: str, params_path: Path, console: Console) -> str:
     """The selector manifest text of selector ``name``, built from its tables' recordings."""
-    from rich.progress import Progress
 
-    from tunetable.params import load_params, selector_spec, table_spec
-    from tunetable.selector import build_selector_manifest, load_table_measurements
 
     params = load_params(params_path)
     spec = selector_spec(params, name, path=params_path)

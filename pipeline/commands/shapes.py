@@ -8,6 +8,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from tunetable.atomic import atomic_write_text
+from tunetable.shapes import csv_text, read_workload
+
 EPILOG = """\b
 Examples:
   tunetable shapes import trace.json --out shapes/llama.csv   a torch.profiler chrome trace
@@ -29,8 +32,6 @@ def command() -> None:
               help="CSV to write (M,N,K,count; sorted by N, K, M; duplicates summed) [default: stdout].")
 def import_command(file: Path, out: Path | None) -> None:
     """Read FILE (M,N,K[,count] CSV, or a PyTorch profiler trace .json) and write its shapes as M,N,K,count."""
-    from tunetable.atomic import atomic_write_text
-    from tunetable.shapes import csv_text, read_workload
 
     shapes = read_workload(file)   # any bad row or event: one error line, nothing written
     text = csv_text(shapes)

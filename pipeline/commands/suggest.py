@@ -8,6 +8,15 @@ import click
 from rich.console import Console
 
 from tunetable.console_table import ConsoleTable, print_table
+from tunetable.errors import TuneTableError
+from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.runtime.decide import dispatcher
+from tunetable.kernels.runtime.selector import SELECTOR
+from tunetable.kernels.tuning_configs import SELECTORS
+from tunetable.params import load_params, selector_specs, table_spec
+from tunetable.selector import cublas_seconds, load_table_measurements, selector_model
+from tunetable.shapes import ShapeCount, read_workload
+from tunetable.suggest import measured_times, suggest, workload_totals
 
 EPILOG = """\b
 Examples:
@@ -20,7 +29,6 @@ shows the measurements behind it; add the shape to a table (params.yaml) to tune
 
 def parse_shape(text: str, *, index: int) -> tuple[int, int, int]:
     """``M,N,K`` as three integers >= 1 (one error naming the option otherwise)."""
-    from tunetable.errors import TuneTableError
 
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 3 or not all(p.isdigit() for p in parts) or min(int(p) for p in parts) < 1:
@@ -36,7 +44,6 @@ def _us(seconds: float | None) -> str:
 
 def render(suggestions, *, console: Console, selector: str) -> None:
     """One table row per shape, then the cannot-run reasons and the workload's count-weighted totals."""
-    from tunetable.suggest import workload_totals
 
     table = ConsoleTable(title="what gemm() runs per shape (speedup vs cuBLAS = cuBLAS time / time; > 1 is faster)")
     counted = any(s.count != 1 for s in suggestions)
@@ -75,15 +82,6 @@ def render(suggestions, *, console: Console, selector: str) -> None:
               show_default=True)
 def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path) -> None:
     """Per shape: the family and configuration gemm() runs (table entry or prediction), its time and cuBLAS's."""
-    from tunetable.errors import TuneTableError
-    from tunetable.kernels.runtime.decide import dispatcher
-    from tunetable.kernels.families import FAMILIES
-    from tunetable.kernels.runtime.selector import SELECTOR
-    from tunetable.kernels.tuning_configs import SELECTORS
-    from tunetable.params import load_params, selector_specs, table_spec
-    from tunetable.selector import cublas_seconds, load_table_measurements, selector_model
-    from tunetable.shapes import ShapeCount, read_workload
-    from tunetable.suggest import measured_times, suggest
 
     wanted = [ShapeCount(m=m, n=n, k=k) for m, n, k in (parse_shape(t, index=i) for i, t in enumerate(shapes))]
     if shapes_file is not None:
