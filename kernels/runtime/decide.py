@@ -278,7 +278,7 @@ def shape_selector(name: str = SELECTOR) -> ShapeSelector:
 # --- the process-wide dispatcher -------------------------------------------------------------------
 
 _state: dict[Any, Any] = {}   # "dispatcher", ("selector", name)
-_lock = threading.Lock()
+_lock = threading.RLock()   # re-entrant: dispatcher() builds the selector under it
 _listeners: list[Callable[[], None]] = []   # told when the dispatcher changes (the launch step's plan memo)
 
 
