@@ -78,5 +78,6 @@ onstart:
 
 onsuccess:
     print(tt.banner(PLAN), file=sys.stderr)
+    print(tt.closing_summary(PLAN, config), file=sys.stderr)
     if DVC_LINE := tt.dvc_cache_line(tt.cache_reproduced_outs()):
         print(DVC_LINE, file=sys.stderr)

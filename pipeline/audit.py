@@ -1,20 +1,35 @@
 """Explain a table change between two revisions: params changes (cause), entries and times (effect).
 
 For each table: the manifest entries that changed, and for each declared shape whose chosen
-configuration or measured time changed, the table's time before and after (from the raw
-shards at each revision, read through the DVC API) with their ratio.
+configuration or measured time changed, the table's time at each revision with the speedup
+(time before / time after). A dispatch list the same way: per shape the table serving it and its
+speedup over cuBLAS (same shard) at each revision.
+
+Everything comes from what git holds where it can (params.yaml, manifests, metrics: the content key
+of each table's shards), and a side's times from the first of:
+
+1. the shards of that content key on disk (results/raw, or results/parked: a shard there is final,
+   so a key names the same bytes at every revision);
+2. DVC at that revision (the cache, then the remote);
+3. the table's recording at that revision (git), ranked here as ``tunetable rank`` does, when its
+   rows are the ones the manifest was selected from (same data hash): a fresh clone with an empty
+   DVC cache and no remote audits from git alone.
+
+What cannot be compared is said in one line per table and side, with why; never a traceback.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+import io
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tunetable import lineage
+from tunetable import lineage, paths, rawstore
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup, ranges_from_text
+from tunetable.results import journal_of
 from tunetable.yamlio import load_yaml
 
 MISSING = object()
@@ -51,21 +66,39 @@ class ShapeChange:
     ms_after: float | None
 
     @property
-    def ratio(self) -> float | None:
-        """after / before (< 1: faster now)."""
-        return self.ms_after / self.ms_before if self.ms_before and self.ms_after else None
+    def speedup(self) -> float | None:
+        """time before / time after (> 1: faster now)."""
+        return self.ms_before / self.ms_after if self.ms_before and self.ms_after else None
+
+
+@dataclass(frozen=True)
+class DispatchShapeChange:
+    """A dispatch list at one shape before and after: the table serving it, its config and speedup over cuBLAS."""
+
+    m: int
+    n: int
+    k: int
+    table_before: str | None
+    table_after: str | None
+    config_before: str | None
+    config_after: str | None
+    speedup_before: float | None     # cuBLAS median / the served config's median, same shard
+    speedup_after: float | None
 
 
 @dataclass(frozen=True)
 class TableAudit:
-    """Everything that changed in one table."""
+    """Everything that changed in one table (or dispatch list: ``shapes`` holds DispatchShapeChange)."""
 
     table: str
     key_before: str | None
     key_after: str | None
     entries: tuple[EntryChange, ...]
-    shapes: tuple[ShapeChange, ...]
+    shapes: tuple[Any, ...]
     shapes_total: int
+    sources: tuple[str, ...] = ()    # where each side's times came from
+    gaps: tuple[str, ...] = ()       # what could not be compared, and why (one line each)
+    dispatch: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,38 +165,176 @@ def _shapes(params: Mapping[str, Any], table: str) -> list[tuple[int, int, int]]
     return [(int(m), int(n), int(k)) for n, k in shapes.get("NK", []) for m in shapes.get("M", [])]
 
 
-@dataclass(frozen=True)
+# --- one side of a table: its manifest, content key and measured times ------------------------------
+
+@dataclass
 class _Side:
-    reader: lineage.DataReader
+    """A table at one revision: manifest entries, content key, and where its times come from."""
+
+    root: Path
+    rev: str | None
+    label: str
+    table: str
+    params: Mapping[str, Any]
     entries: tuple[ManifestEntry, ...]
+    provenance: Mapping[str, Any]
     key: str | None
+    reader: lineage.DataReader
+    dvc_error: str | None = None
+    recording: Any = field(default=MISSING)     # ranked recording rows (polars), None when unusable
+    recording_note: str | None = None
+    recording_label: str = ""
+    used: set[str] = field(default_factory=set)
+    unknown: int = 0
+
+    def _shard_bytes(self, path: Path) -> tuple[bytes | None, bytes | None, str | None]:
+        """A shard's bytes, its journal's (the checksum it is verified against) and where they came from:
+        on disk (raw or parked), else DVC at this revision."""
+        for candidate in (self.root / path, self.root / rawstore.parked_path(path)):
+            if candidate.is_file():
+                journal = journal_of(candidate)
+                return (candidate.read_bytes(), journal.read_bytes() if journal.is_file() else None,
+                        f"{candidate.parent.relative_to(self.root).as_posix()}/ (on disk)")
+        if self.rev is None or self.dvc_error is not None:
+            return None, None, None
+        try:
+            data = self.reader.read_bytes(path)
+            journal = self.reader.read_bytes(journal_of(path)) if data is not None else None
+        except Exception as exc:  # DVC raises many kinds (DataIndexDirError, remote errors): say which, once
+            self.dvc_error = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+            return None, None, None
+        return (data, journal, "DVC (cache or remote)") if data is not None else (None, None, None)
+
+    def _recording_rows(self) -> Any:
+        """The recording at this revision ranked here, if they are the rows the manifest was selected from."""
+        if self.recording is not MISSING:
+            return self.recording
+        self.recording = None
+        spec = (self.params.get("tables") or {}).get(self.table) or {}
+        name = spec.get("recording")
+        if not name:
+            self.recording_note = "the table names no recording"
+            return None
+        data = lineage.git_bytes(root=self.root, rev=self.rev, path=name)
+        if data is None:
+            self.recording_note = f"{name} is not in git at {self.label}"
+            return None
+        try:
+            ranked = _ranked_recording(data=data, name=str(name), table=self.table, params=self.params,
+                                       kernel_hash=str(self.provenance.get("kernel_hash", "")))
+        except TuneTableError as exc:
+            self.recording_note = f"{name} at {self.label} cannot be read ({exc})"
+            return None
+        from tunetable.select import data_hash
+
+        selected = self.provenance.get("data_hash")
+        found = data_hash(ranked=ranked) if ranked is not None and ranked.height else None
+        if found is None or found != selected:
+            self.recording_note = (f"{name} at {self.label} holds other rows than the manifest was selected from "
+                                   f"(data hash {found or 'none'}, manifest {selected or 'unknown'})")
+            return None
+        self.recording = ranked
+        self.recording_label = f"{name} at {self.label} (git; the rows the manifest was selected from)"
+        return ranked
+
+    def time(self, *, m: int, n: int, k: int, config: str | None) -> tuple[float | None, float | None]:
+        """(the configuration's median, the same shard's cuBLAS median) in ms; (None, None) when unknown."""
+        if config is None:
+            return None, None
+        if self.key is not None:
+            path = paths.raw_shard(self.table, self.key, m, n, k)
+            data, journal, source = self._shard_bytes(path)
+            if data is not None:
+                view = lineage.view_of(payload=lineage.shard_payload(data, path=path, journal=journal), path=path,
+                                       key=self.key, config_id=config)
+                self.used.add(str(source))
+                return view.config_ms, view.cublas_ms
+        ranked = self._recording_rows()
+        if ranked is not None:
+            import polars as pl
+
+            rows = ranked.filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)
+                                 & (pl.col("config_id") == config))
+            if rows.height:
+                self.used.add(self.recording_label)
+                row = rows.row(0, named=True)
+                return float(row["median_ms"]), (None if row.get("cublas_ms") is None else float(row["cublas_ms"]))
+        self.unknown += 1
+        return None, None
+
+    def gap(self, *, wanted: int) -> str | None:
+        """One line saying which times of this side are unknown and why (None when every one is known)."""
+        if not self.unknown:
+            return None
+        if self.key is None:
+            shards = f"no metrics file at {self.label} names the content key of its shards"
+        else:
+            shards = f"its shards (key {self.key}) are not on disk"
+            if self.rev is not None:
+                shards += (f", DVC cannot give them ({self.dvc_error}: not in the DVC cache and no remote "
+                           "reachable; README, The remote)" if self.dvc_error else ", nor in DVC")
+        recording = f", and {self.recording_note}" if self.recording_note else ""
+        return (f"{self.table}: {self.unknown} of {wanted} times at {self.label} not compared: "
+                f"{shards}{recording}")
 
 
-def _side(*, root: Path, rev: str | None, table: str, manifest: str) -> _Side:
-    """One side of an audit: the manifest's entries at a revision, its data reader and content key."""
+def _ranked_recording(*, data: bytes, name: str, table: str, params: Mapping[str, Any], kernel_hash: str) -> Any:
+    """A recording's rows of ``table`` (the manifest's kernel, the grid at that revision, its shapes), ranked."""
+    import polars as pl
+
+    from tunetable import resultset
+    from tunetable.trace import ranked_results
+
+    try:
+        frame = pl.read_parquet(io.BytesIO(data))
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise TuneTableError(f"unreadable recording ({exc.__class__.__name__})", path=name) from None
+    if "table" in frame.columns:
+        frame = frame.filter(pl.col("table") == table)
+    if kernel_hash and "kernel_hash" in frame.columns:
+        frame = frame.filter(pl.col("kernel_hash").is_in(kernel_hash.split(",")))
+    configs = _grid_ids(params=params, table=table)
+    if configs is not None and "config_id" in frame.columns:
+        from tunetable.results import BASELINE_ID
+
+        frame = frame.filter(pl.col("config_id").is_in([*configs, BASELINE_ID]))
+    if not frame.height:
+        return None
+    loaded = resultset.from_frame(frame=frame, path=name, name=table)
+    return ranked_results(results=[loaded], shapes=_shapes(params, table))
+
+
+def _grid_ids(*, params: Mapping[str, Any], table: str) -> list[str] | None:
+    """The grid's configuration ids at that revision (today's family code), None when it cannot be expanded."""
+    from tunetable.shardkey import grid_config_ids
+    from tunetable.params import table_spec
+
+    try:
+        return grid_config_ids(params=dict(params), table=table_spec(dict(params), table))
+    except Exception:  # an older revision's params may not fit today's schema or families: no grid filter
+        return None
+
+
+def _side(*, root: Path, rev: str | None, label: str, table: str, manifest: str,
+          params: Mapping[str, Any]) -> _Side:
+    """One side of an audit: the manifest's entries at a revision, its content key and time sources."""
     text = lineage.git_text(root=root, rev=rev, path=manifest)
-    provenance, entries = ({}, []) if text is None else ranges_from_text(
-        text, path=f"{manifest}@{lineage.rev_label(rev)}")
+    provenance, entries = ({}, []) if text is None else ranges_from_text(text, path=f"{manifest}@{label}")
     reader = lineage.DataReader(root=root, rev=rev)
     metrics = lineage.metrics_at(root=root, rev=rev, table=table)
-    key = lineage.content_key_at(reader=reader, table=table, metrics=metrics, provenance=provenance)
-    return _Side(reader=reader, entries=tuple(entries), key=key)
+    key = metrics.get("content_key") or provenance.get("content_key")
+    return _Side(root=root, rev=rev, label=label, table=table, params=params, entries=tuple(entries),
+                 provenance=provenance, key=str(key) if key else None, reader=reader)
 
 
-def _time(side: _Side, *, table: str, shape: tuple[int, int, int], config: str | None) -> float | None:
-    """A configuration's measured median (ms) at one shape on one side (None when unknown)."""
-    if side.key is None or config is None:
-        return None
-    view = lineage.shard_view(reader=side.reader, table=table, key=side.key, m=shape[0], n=shape[1], k=shape[2],
-                              config_id=config)
-    return view.config_ms
+def _sources(sides: Sequence[_Side]) -> tuple[str, ...]:
+    """Where each side's times came from."""
+    return tuple(f"{side.table} at {side.label}: times from {'; '.join(sorted(side.used))}" for side in sides
+                 if side.used)
 
 
-def audit_table(*, root: Path, rev_a: str | None, rev_b: str | None, table: str, manifest: str,
-                shapes: Sequence[tuple[int, int, int]], all_shapes: bool) -> TableAudit:
+def audit_table(*, a: _Side, b: _Side, shapes: Sequence[tuple[int, int, int]], all_shapes: bool) -> TableAudit:
     """One table's changes: entries, and per shape the pick and its time at each side."""
-    a = _side(root=root, rev=rev_a, table=table, manifest=manifest)
-    b = _side(root=root, rev=rev_b, table=table, manifest=manifest)
     changed_shapes = []
     for shape in shapes:
         m, n, k = shape
@@ -172,37 +343,102 @@ def audit_table(*, root: Path, rev_a: str | None, rev_b: str | None, table: str,
         config_b = entry_b.config_id if entry_b else None
         if config_a == config_b and a.key == b.key and not all_shapes:
             continue
-        ms_a = _time(a, table=table, shape=shape, config=config_a)
-        ms_b = _time(b, table=table, shape=shape, config=config_b)
+        ms_a, _ = a.time(m=m, n=n, k=k, config=config_a)
+        ms_b, _ = b.time(m=m, n=n, k=k, config=config_b)
         if config_a == config_b and ms_a == ms_b and not all_shapes:
             continue
         changed_shapes.append(ShapeChange(m, n, k, config_a, config_b, ms_a, ms_b))
-    return TableAudit(table=table, key_before=a.key, key_after=b.key,
+    wanted = len(changed_shapes)
+    return TableAudit(table=a.table, key_before=a.key, key_after=b.key,
                       entries=tuple(entry_changes(before=a.entries, after=b.entries)), shapes=tuple(changed_shapes),
-                      shapes_total=len(shapes))
+                      shapes_total=len(shapes), sources=_sources([a, b]),
+                      gaps=tuple(g for g in (a.gap(wanted=wanted), b.gap(wanted=wanted)) if g))
+
+
+def audit_dispatch(*, name: str, a: _Side, b: _Side, tables: Mapping[str, tuple[_Side, _Side]],
+                   shapes: Sequence[tuple[int, int, int]], all_shapes: bool) -> TableAudit:
+    """A dispatch list's changes: entries, and per shape the table serving it and its speedup over cuBLAS."""
+    def entry_at(side: _Side, m: int, n: int, k: int) -> tuple[str | None, str | None]:
+        """(table, config) a side's entry serves a shape with."""
+        entry = lookup(side.entries, m=m, n=n, k=k)
+        return (str(entry.values.get("TABLE", "")), entry.config_id) if entry is not None else (None, None)
+
+    def speedup(pick: tuple[str | None, str | None], table_side: int, m: int, n: int, k: int) -> float | None:
+        """The served configuration's speedup over the same shard's cuBLAS at that side."""
+        table, config = pick
+        if table not in tables or config is None:
+            return None
+        ms, cublas = tables[table][table_side].time(m=m, n=n, k=k, config=config)
+        return cublas / ms if ms and cublas else None
+
+    same_keys = all(pair[0].key == pair[1].key for pair in tables.values())
+    changed = []
+    for m, n, k in shapes:
+        pick_a, pick_b = entry_at(a, m, n, k), entry_at(b, m, n, k)
+        if pick_a == pick_b and same_keys and not all_shapes:
+            continue
+        speedup_a, speedup_b = speedup(pick_a, 0, m, n, k), speedup(pick_b, 1, m, n, k)
+        if pick_a == pick_b and speedup_a == speedup_b and not all_shapes:
+            continue
+        changed.append(DispatchShapeChange(m, n, k, pick_a[0], pick_b[0], pick_a[1], pick_b[1], speedup_a, speedup_b))
+    sides = [side for pair in tables.values() for side in pair]
+    wanted = len(changed)
+    return TableAudit(table=name, key_before=None, key_after=None,
+                      entries=tuple(entry_changes(before=a.entries, after=b.entries)), shapes=tuple(changed),
+                      shapes_total=len(shapes), sources=_sources(sides),
+                      gaps=tuple(g for side in sides if (g := side.gap(wanted=wanted))), dispatch=True)
 
 
 def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: Sequence[str] = (),
           all_shapes: bool = False) -> Audit:
-    """Audit the revision pair (rev_b None: the working tree)."""
+    """Audit the revision pair (rev_b None: the working tree): every table and dispatch list, or those named."""
     if not root.is_dir():
         raise TuneTableError("no such folder", where="--root", path=root)
     commit_a = lineage.resolve_rev(root=root, rev=rev_a)
     commit_b = lineage.resolve_rev(root=root, rev=rev_b) if rev_b is not None else None
+    label_a, label_b = rev_a, lineage.rev_label(rev_b)
     params_a = _load_params_text(lineage.git_text(root=root, rev=commit_a, path="params.yaml"), label=rev_a)
-    params_b = _load_params_text(lineage.git_text(root=root, rev=commit_b, path="params.yaml"),
-                                 label=lineage.rev_label(rev_b))
+    params_b = _load_params_text(lineage.git_text(root=root, rev=commit_b, path="params.yaml"), label=label_b)
     declared = list(dict.fromkeys([*(params_a.get("tables") or {}), *(params_b.get("tables") or {})]))
-    unknown = [name for name in tables if name not in declared]
+    lists = list(dict.fromkeys([*(params_a.get("dispatch") or {}), *(params_b.get("dispatch") or {})]))
+    unknown = [name for name in tables if name not in declared and name not in lists]
     if unknown:
-        raise TuneTableError(f"unknown table '{unknown[0]}' (declared: {', '.join(declared)})", path="params.yaml",
-                             where="tables")
+        raise TuneTableError(f"unknown table or dispatch list '{unknown[0]}' (tables: {', '.join(declared)}; "
+                             f"dispatch lists: {', '.join(lists) or 'none'})", path="params.yaml", where="tables")
+
+    def spec_of(section: str, name: str) -> Mapping[str, Any]:
+        """A table's or list's raw params (the later side's, else the earlier)."""
+        return (params_b.get(section) or {}).get(name) or (params_a.get(section) or {}).get(name) or {}
+
+    def manifest_of(section: str, name: str) -> str:
+        """Where a table's or list's manifest lives."""
+        return str((spec_of(section, name).get("codegen") or {}).get("manifest", f"manifests/{name}.yaml"))
+
+    sides: dict[str, tuple[_Side, _Side]] = {}
+
+    def table_sides(name: str) -> tuple[_Side, _Side]:
+        """A table's two sides (built once: a dispatch list reuses its tables')."""
+        if name not in sides:
+            manifest = manifest_of("tables", name)
+            sides[name] = (_side(root=root, rev=commit_a, label=label_a, table=name, manifest=manifest,
+                                 params=params_a),
+                           _side(root=root, rev=commit_b, label=label_b, table=name, manifest=manifest,
+                                 params=params_b))
+        return sides[name]
+
     results = []
-    for name in tables or declared:
-        spec = (params_b.get("tables") or {}).get(name) or (params_a.get("tables") or {}).get(name)
-        manifest = str((spec.get("codegen") or {}).get("manifest", f"manifests/{name}.yaml"))
+    for name in [t for t in declared if not tables or t in tables]:
+        a, b = table_sides(name)
         shapes = list(dict.fromkeys([*_shapes(params_a, name), *_shapes(params_b, name)]))
-        results.append(audit_table(root=root, rev_a=commit_a, rev_b=commit_b, table=name, manifest=manifest,
-                                   shapes=shapes, all_shapes=all_shapes))
-    return Audit(rev_a=rev_a, rev_b=lineage.rev_label(rev_b),
-                 params=tuple(params_changes(before=params_a, after=params_b)), tables=tuple(results))
+        results.append(audit_table(a=a, b=b, shapes=shapes, all_shapes=all_shapes))
+    for name in [d for d in lists if not tables or d in tables]:
+        members = [str(t) for t in spec_of("dispatch", name).get("tables") or []]
+        manifest = manifest_of("dispatch", name)
+        a = _side(root=root, rev=commit_a, label=label_a, table=name, manifest=manifest, params=params_a)
+        b = _side(root=root, rev=commit_b, label=label_b, table=name, manifest=manifest, params=params_b)
+        shapes = list(dict.fromkeys(shape for t in members for params in (params_a, params_b)
+                                    for shape in _shapes(params, t)))
+        results.append(audit_dispatch(name=name, a=a, b=b, tables={t: table_sides(t) for t in members},
+                                      shapes=shapes, all_shapes=all_shapes))
+    return Audit(rev_a=label_a, rev_b=label_b, params=tuple(params_changes(before=params_a, after=params_b)),
+                 tables=tuple(results))

@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, str] = {
     "kt": "kt",
     "shapes": "shapes",
     "suggest": "suggest",
+    "plots": "plots",
 }
 
 

@@ -48,6 +48,16 @@ def git_text(*, root: Path, rev: str | None, path: str | Path) -> str | None:
     return decode_utf8(done.stdout, path=f"{path} (at {rev})").replace("\r\n", "\n")
 
 
+def git_bytes(*, root: Path, rev: str | None, path: str | Path) -> bytes | None:
+    """A git-tracked file's bytes at a revision (working tree: the file), None when it is not there."""
+    if rev is None:
+        file = root / path
+        return file.read_bytes() if file.is_file() else None
+    done = subprocess.run(["git", "show", f"{rev}:{Path(path).as_posix()}"], cwd=root, capture_output=True,
+                          check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
 @dataclass
 class DataReader:
     """Reads DVC-tracked files at one revision (working tree: plain files), one filesystem per revision."""
@@ -162,8 +172,12 @@ def shard_view(*, reader: DataReader, table: str, key: str, m: int, n: int, k: i
     data = reader.read_bytes(path)
     if data is None:
         return ShardView(path=str(path), content_key=key, found=False)
-
     payload = shard_payload(data, path=path, journal=reader.read_bytes(journal_of(path)))
+    return view_of(payload=payload, path=path, key=key, config_id=config_id)
+
+
+def view_of(*, payload: dict[str, Any], path: str | Path, key: str, config_id: str | None) -> ShardView:
+    """What a read shard says about a configuration, the best one and cuBLAS."""
     frame = payload["merged_df"]
     ok = frame[frame["status"] == "ok"] if "status" in frame.columns else frame
     kind = ok["kind"] if "kind" in ok.columns else None

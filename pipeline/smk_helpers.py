@@ -250,6 +250,18 @@ def dvc_cache_line(report: CacheReport) -> str:
     return "\n".join(f"tunetable: {line}" for line in lines)
 
 
+def closing_summary(plan: Plan, config: Mapping[str, Any]) -> str:
+    """The lines a successful run ends with: shards served, each table's figures, what changed (run_summary)."""
+    from tunetable.run_summary import summary
+
+    served = {table: len(shards) for table, shards in missing_by_table(plan).items()}
+    targets = {spec.codegen.target for spec in (*table_specs(dict(config)), *dispatch_specs(dict(config)))}
+    names = [spec.name for spec in (*plan.tables, *plan.dispatches)]
+    return summary(served=served, restored=len(parked_shards(plan)), backend=plan.backend, names=names,
+                   pathspecs=["manifests", *sorted(targets), str(paths.RESULTS / "metrics"),
+                              str(paths.RESULTS / "plots")])
+
+
 def left_out_line(plan: Plan) -> str:
     """The line naming the shards a run goes without (TUNETABLE_ALLOW_MISSING=1)."""
     return (f"tunetable: LEAVING OUT {shard_list(plan.left_out)} ({ALLOW_MISSING_ENV}=1: they need a GPU); "
@@ -637,6 +649,12 @@ def settings_tag(value: Any) -> str:
 def select_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """What manifests depend on besides the ranked tables: select settings and each table's family."""
     return {"select": config.get("select"), "families": {n: s["family"] for n, s in config["tables"].items()}}
+
+
+def metrics_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What metrics depend on besides their inputs: every table's declared shapes (a shape the run leaves
+    out, or one reverted, changes the metrics while the shard list may stay the same)."""
+    return {name: spec.get("shapes") for name, spec in config["tables"].items()}
 
 
 def codegen_settings(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,13 +21,14 @@ from typing import Any
 
 import polars as pl
 
-from tunetable import lineage, paths, rank, resultset
+from tunetable import lineage, paths, rank, rawstore, resultset
 from tunetable import selector as building
 from tunetable.codegen import load_manifest_document, marker_line
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, SelectorSpec, TableSpec
 from tunetable.rank import read_parquet_file, read_ranked
+from tunetable.results import journal_of
 from tunetable.select import Candidate, choose_tables, data_hash
 
 GENERATED = "# Automatically generated from ["
@@ -69,6 +70,8 @@ class Trace:
     ranked: tuple[RankedAtM, ...]
     content_key: str | None
     shards: tuple[lineage.ShardView, ...]
+    ranked_note: str = ""                 # where the ranked rows came from (ranked table, raw shards, recording)
+    shards_note: str = ""                 # where the measurement rows came from, when not every shard is on disk
 
 
 def generated_entries(text: str, *, begin_marker: str, end_marker: str, path: str | Path) -> list[GeneratedEntry]:
@@ -163,27 +166,74 @@ def _located(*, root: Path, codegen: CodegenSpec, label: str,
 
 
 def trace(*, root: Path, spec: TableSpec, index: int) -> Trace:
-    """Follow entry ``index`` of a table from the generated file down to the raw shards."""
+    """Follow entry ``index`` of a table from the generated file down to the raw shards.
 
+    On a fresh clone (no results yet) the ranked rows and the measurement rows come from the table's
+    recording, ranked here, and the trace says so and whether they are the rows the manifest was
+    selected from (same data hash).
+    """
     generated, provenance, entries = _located(root=root, codegen=spec.codegen, label=f"table {spec.name}", index=index)
     entry = entries[index]
-    ranked_path = root / paths.ranked(spec.name)
-    ranked = read_ranked(path=ranked_path) if ranked_path.is_file() else None
     m_values = [m for m in spec.m_values_of(entry.n, entry.k) if entry.m <= m < entry.m_end]
-    ranked_rows = _ranked_at(ranked=ranked, entry=entry, m_values=m_values) if ranked is not None else []
+    source = table_source(root=root, spec=spec)
+    ranked_rows = _ranked_at(ranked=source.ranked, entry=entry, m_values=m_values) if source.ranked is not None else []
     reader = lineage.DataReader(root=root, rev=None)
     metrics = lineage.metrics_at(root=root, rev=None, table=spec.name)
     key = lineage.content_key_at(reader=reader, table=spec.name, metrics=metrics, provenance=provenance)
-    shards = [
-        lineage.shard_view(reader=reader, table=spec.name, key=key, m=m, n=entry.n, k=entry.k,
-                           config_id=entry.config_id)
-        for m in m_values
-    ] if key else []
+    shards = [_shard_or_parked(root=root, reader=reader, table=spec.name, key=key, m=m, n=entry.n, k=entry.k,
+                               config_id=entry.config_id) for m in m_values] if key else []
+    shards_note = ""
+    if not all(view.found for view in shards) and spec.recording and (root / spec.recording).is_file():
+        shards = [view if view.found else _recording_view(root=root, spec=spec, view=view, m=m, n=entry.n,
+                                                          k=entry.k, config_id=entry.config_id)
+                  for view, m in zip(shards, m_values)]
+        shards_note = (f"shards of key {key} not on disk: these rows are the recording's {spec.recording} "
+                       "(replay serves exactly them)")
     return Trace(
         table=spec.name, target=spec.codegen.target, generated=generated, manifest=spec.codegen.manifest,
-        entry=entry, provenance=provenance, ranked_path=str(paths.ranked(spec.name)), ranked=tuple(ranked_rows),
-        content_key=key, shards=tuple(shards),
+        entry=entry, provenance=provenance, ranked_path=source.path or str(paths.ranked(spec.name)),
+        ranked=tuple(ranked_rows), content_key=key, shards=tuple(shards),
+        ranked_note=_source_note(source=source, selected=provenance.get("data_hash")), shards_note=shards_note,
     )
+
+
+def _source_note(*, source: Any, selected: Any) -> str:
+    """Where a table's ranked rows came from and whether they are the rows its manifest was selected from."""
+    if source.kind == "none":
+        return "no ranked table, raw shards or recording in the working tree (`snakemake rank_all`, or `dvc pull`)"
+    how = {"ranked": "ranked table", "raw": "raw shards, ranked here", "recording": "recording, ranked here"}
+    verdict = ("the rows the manifest was selected from" if source.data_hash == selected
+               else f"OTHER rows than the manifest was selected from ({selected or 'unknown'})")
+    return f"{how[source.kind]}, data hash {source.data_hash}: {verdict}"
+
+
+def _shard_or_parked(*, root: Path, reader: lineage.DataReader, table: str, key: str, m: int, n: int, k: int,
+                     config_id: str) -> lineage.ShardView:
+    """A shard of the working tree, from results/raw or, for a key not current now, results/parked."""
+    view = lineage.shard_view(reader=reader, table=table, key=key, m=m, n=n, k=k, config_id=config_id)
+    parked = root / rawstore.parked_path(paths.raw_shard(table, key, m, n, k))
+    if view.found or not parked.is_file():
+        return view
+    journal = journal_of(parked)
+    payload = lineage.shard_payload(parked.read_bytes(), path=parked,
+                                    journal=journal.read_bytes() if journal.is_file() else None)
+    return lineage.view_of(payload=payload, path=parked.relative_to(root), key=key, config_id=config_id)
+
+
+def _recording_view(*, root: Path, spec: TableSpec, view: lineage.ShardView, m: int, n: int, k: int,
+                    config_id: str) -> lineage.ShardView:
+    """A missing shard's row for a configuration, as the recording holds it (what replay would serve)."""
+    import polars as pl
+
+    frame = pl.read_parquet(root / str(spec.recording))
+    rows = frame.filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)
+                        & (pl.col("config_id") == config_id)
+                        & ((pl.col("table") == spec.name) if "table" in frame.columns else pl.lit(True)))
+    if not rows.height:
+        return view
+    row = {name: value for name, value in rows.row(0, named=True).items() if name in lineage.PROVENANCE_FIELDS}
+    return replace(view, found=True, row=row, path=f"{Path(view.path).name} (recording)",
+                   config_ms=row.get("median_ms") if row.get("status") == "ok" else None)
 
 
 # --- dispatch lists ----------------------------------------------------------------------------
@@ -266,7 +316,7 @@ class DispatchTrace:
         return str(value) if value is not None else None
 
 
-def _ranked_results(*, results: Sequence[Any], shapes: Sequence[tuple[int, int, int]]) -> Any:
+def ranked_results(*, results: Sequence[Any], shapes: Sequence[tuple[int, int, int]]) -> Any:
     """Loaded result frames restricted to ``shapes`` and ranked as `tunetable rank` does."""
 
     frame = resultset.combine(results=results)
@@ -288,7 +338,7 @@ def _raw_source(*, root: Path, spec: TableSpec) -> TableSource | None:
         return None
     results = [resultset.load_file(path=shard) for shard in shards]  # an unreadable shard is an error naming it
     return TableSource(table=spec.name, kind="raw", path=f"{paths.raw_dir(spec.name, key)}/", data_hash=None,
-                       ranked=_ranked_results(results=results, shapes=spec.shapes()))
+                       ranked=ranked_results(results=results, shapes=spec.shapes()))
 
 
 def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
@@ -300,7 +350,7 @@ def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
     frame = read_parquet_file(path=root / spec.recording, what="a recording")
     loaded = resultset.from_frame(frame=frame, path=spec.recording, name=spec.name)
     return TableSource(table=spec.name, kind="recording", path=spec.recording, data_hash=None,
-                       ranked=_ranked_results(results=[loaded], shapes=spec.shapes()))
+                       ranked=ranked_results(results=[loaded], shapes=spec.shapes()))
 
 
 def table_source(*, root: Path, spec: TableSpec) -> TableSource:

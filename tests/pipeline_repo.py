@@ -53,19 +53,20 @@ def tool_env() -> dict[str, str]:
     return env
 
 
-def run(args: list[str], *, cwd: Path, check: bool = True, timeout: float = 300) -> Done:
-    """Run a command in ``cwd``; with ``check`` a failure shows the command's output."""
-    done = subprocess.run(args, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout,
-                          check=False)
+def run(args: list[str], *, cwd: Path, check: bool = True, timeout: float = 300,
+        env: dict[str, str] | None = None) -> Done:
+    """Run a command in ``cwd`` (``env``: extra variables); with ``check`` a failure shows the command's output."""
+    done = subprocess.run(args, cwd=cwd, env={**tool_env(), **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout, check=False)
     result = Done(done.returncode, done.stdout + done.stderr)
     if check and done.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {done.returncode}:\n{result.output[-4000:]}")
     return result
 
 
-def snakemake(*args: str, cwd: Path, check: bool = True) -> Done:
+def snakemake(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None) -> Done:
     """The real snakemake, targets first."""
-    return run([str(BIN / "snakemake"), *args], cwd=cwd, check=check)
+    return run([str(BIN / "snakemake"), *args], cwd=cwd, check=check, env=env)
 
 
 def dvc(*args: str, cwd: Path, check: bool = True) -> Done:
@@ -83,17 +84,19 @@ def git(*args: str, cwd: Path, check: bool = True) -> Done:
     return run(["git", *args], cwd=cwd, check=check)
 
 
-def project_files() -> list[str]:
-    """Files of the project as a clone would have them (tracked + untracked not ignored), no DVC state."""
+def project_files(*, lock: bool = False) -> list[str]:
+    """Files of the project as a clone would have them (tracked + untracked not ignored), no DVC state
+    (``lock``: with dvc.lock, which a fresh clone has and reproduces)."""
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
                             text=True, check=True).stdout.splitlines()
-    skip = (".dvc/cache", ".dvc/tmp", "dvc.lock")
+    skip = (".dvc/cache", ".dvc/tmp") if lock else (".dvc/cache", ".dvc/tmp", "dvc.lock")
     return sorted(p for p in listed if not p.startswith(skip) and (REPO / p).is_file())
 
 
-def make_project(dest: Path, *, remote: Path, params_edit=None) -> Path:
-    """Copy the project into ``dest`` as a fresh git repo with DVC and a private local remote; commit it."""
-    for name in project_files():
+def make_project(dest: Path, *, remote: Path | None, params_edit=None, lock: bool = False) -> Path:
+    """Copy the project into ``dest`` as a fresh git repo with DVC and a private local remote (None: the
+    project's own DVC config, which names no remote); ``lock``: with the working tree's dvc.lock; commit it."""
+    for name in project_files(lock=lock):
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, target)
@@ -102,7 +105,8 @@ def make_project(dest: Path, *, remote: Path, params_edit=None) -> Path:
     git("init", "-q", "-b", "main", cwd=dest)
     if not (dest / ".dvc" / "config").is_file():
         dvc("init", "-q", cwd=dest)
-    dvc("remote", "add", "-f", "-d", "local", str(remote), cwd=dest)
+    if remote is not None:
+        dvc("remote", "add", "-f", "-d", "local", str(remote), cwd=dest)
     git("add", "-A", cwd=dest)
     git("commit", "-q", "-m", "project", cwd=dest)
     return dest

@@ -22,6 +22,7 @@ from tunetable.yamlio import load_yaml_file
 
 TABLE = "gemm_mma"
 LIVE = ("--config", "bench={backend: cuda}")  # a live plan needs no recording and no GPU to dry-run
+DETAIL = ("--quiet", "host")  # every job's block and shell line (the default profile hides them)
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def shapes_count(table: str = TABLE) -> int:
 
 
 def test_live_dag_compiles_once_per_table_and_benches_each_shard_on_one_gpu(copy: Path) -> None:
-    done = snakemake("all", "-n", "--cores", "2", *LIVE, cwd=copy)
+    done = snakemake("all", "-n", "--cores", "2", *LIVE, *DETAIL, cwd=copy)
     counts = job_counts(done.output)
     tables = declared()
     assert counts["compile"] == len(tables)
@@ -71,7 +72,7 @@ def test_live_dag_compiles_once_per_table_and_benches_each_shard_on_one_gpu(copy
 def test_replay_dag_never_compiles(copy: Path) -> None:
     if not RECORDING.is_file():
         pytest.skip(NO_RECORDING)
-    done = snakemake("all", "-n", "-p", "--cores", "2", cwd=copy)
+    done = snakemake("all", "-n", "-p", "--cores", "2", *DETAIL, cwd=copy)
     counts = job_counts(done.output)
     assert "compile" not in counts and "grid" not in counts and "bench" not in counts
     assert counts[f"replay_{TABLE}"] == 1
@@ -110,7 +111,7 @@ def test_replay_covers_every_table_whose_recording_is_present(copy: Path) -> Non
 
 
 def test_default_profile_limits_gpu_jobs(copy: Path) -> None:
-    dag = snakemake("measure_all", "-n", *LIVE, cwd=copy)
+    dag = snakemake("measure_all", "-n", *LIVE, *DETAIL, cwd=copy)
     assert "Using workflow specific profile profiles/default" in dag.output
     assert re.search(r"resources: .*\bgpu=1\b", dag.output), dag.output[-2000:]
 
@@ -192,7 +193,7 @@ def test_other_keys_are_parked_and_parked_shards_restored_not_replayed(copy: Pat
     parked.parent.mkdir(parents=True)
     parked.write_bytes(b"a parked shard of the current key")
     parked.with_name("M1_N4096_K4096.journal.jsonl").write_text("{}\n")  # its journal moves with it (checksum)
-    done = snakemake("measure_all", "-n", "-p", "--cores", "2", cwd=copy)
+    done = snakemake("measure_all", "-n", "-p", "--cores", "2", *DETAIL, cwd=copy)
     counts = job_counts(done.output)
     assert counts["park_raw"] == 1 and counts["restore_parked"] == 1, done.output[-3000:]
     replay = next(line for line in done.output.splitlines() if f"bench --table {TABLE} " in line)
@@ -203,13 +204,13 @@ def test_other_keys_are_parked_and_parked_shards_restored_not_replayed(copy: Pat
 
 def test_live_dag_never_remeasures_a_shard_on_disk(copy: Path) -> None:
     # A shard on disk is final: no rule may produce it, even with the compile stage forced.
-    first = snakemake("measure_all", "-n", *LIVE, cwd=copy)
+    first = snakemake("measure_all", "-n", *LIVE, *DETAIL, cwd=copy)
     shard = re.search(rf"output: (results/raw/{TABLE}/[0-9a-f]{{16}}/M\d+_N\d+_K\d+\.pkl)", first.output)
     assert shard is not None, first.output[-2000:]
     on_disk = copy / shard.group(1)
     on_disk.parent.mkdir(parents=True)
     on_disk.write_bytes(b"a shard measured earlier (the DAG only looks at its presence)")
-    done = snakemake("measure_all", "-n", "--forcerun", "compile", *LIVE, cwd=copy)
+    done = snakemake("measure_all", "-n", "--forcerun", "compile", *LIVE, *DETAIL, cwd=copy)
     assert job_counts(done.output)["bench"] == job_counts(first.output)["bench"] - 1
     assert f"output: {shard.group(1)}" not in done.output
 
@@ -267,7 +268,7 @@ def test_a_shape_that_needs_a_gpu_is_named_in_one_line_before_any_work(copy: Pat
     assert run.returncode == 1 and said == [line, line]  # before the plan, and where the run stops
     assert "localrule" not in run.output and not (copy / "results" / "raw").exists()  # nothing ran
     monkeypatch.setenv("TUNETABLE_ALLOW_MISSING", "1")
-    kept = snakemake("all", "-n", "-p", "--cores", "2", cwd=copy)
+    kept = snakemake("all", "-n", "-p", "--cores", "2", *DETAIL, cwd=copy)
     assert "need a GPU and none is visible" not in kept.output
     assert f"tunetable: LEAVING OUT {len(shapes)} shards ({TABLE} M77_N4096_K4096," in kept.output
     replay = next(line for line in kept.output.splitlines() if f"bench --table {TABLE} " in line)

@@ -149,3 +149,23 @@ def test_plot_of_thousands_of_shapes_keeps_a_fixed_size() -> None:
     many = png_size(metrics.plot_png(table="t", results=[result(i) for i in range(5500)]))
     assert few[0] > 1000  # a bar pair per shape: 55 shapes fit side by side
     assert many == (1000, 500)  # 5,500 shapes: one point each in a 10 x 5 in figure at 100 dpi
+
+
+def test_the_closing_summary_names_shards_tables_and_changes() -> None:
+    from tunetable import run_summary
+
+    assert run_summary.shards_line(served={"a": 55, "b": 3}, restored=0, backend="replay") == (
+        "shards: 58 replayed from the recordings (a 55, b 3)")
+    assert run_summary.shards_line(served={"a": 2}, restored=5, backend="cuda") == (
+        "shards: 2 measured on the GPU (a 2), 5 restored from results/parked")
+    assert run_summary.shards_line(served={}, restored=0, backend="replay") == (
+        "shards: all on disk already (none replayed or measured)")
+    line = run_summary.table_line({"table": "t", "entries": 3, "shapes": 5, "shapes_covered": 4,
+                                   "geomean_tflops": 12.345, "geomean_speedup_vs_cublas": 0.98765,
+                                   "shapes_faster_than_cublas": 2, "failures": 1})
+    assert line == ("t: 3 entries, 4/5 shapes, 12.3 TFLOP/s geomean, speedup_vs_cublas 0.988x, 2 shapes faster "
+                    "than cuBLAS, 1 failed configurations")
+    assert run_summary.changed_line([]).startswith("changed against git: nothing")
+    assert run_summary.changed_line(["manifests/t.yaml"]) == (
+        "changed against git: manifests/t.yaml (review: git diff, tunetable audit)")
+    assert run_summary.changed_line(None) is None

@@ -23,6 +23,11 @@ def _us(ms: float | None) -> str:
     return "-" if ms is None else f"{ms * 1000:.1f}"
 
 
+def _times(value: float | None) -> str:
+    """A speedup as '1.234x', '-' for None."""
+    return "-" if value is None else f"{value:.3f}x"
+
+
 def _value(value: object) -> str:
     """A params value as text, '(absent)' for None."""
     return "(absent)" if value is None else str(value)
@@ -39,12 +44,18 @@ def _entry_text(values: object) -> str:
 @click.command("audit", epilog=EPILOG)
 @click.argument("rev_a", required=False, default="HEAD")
 @click.argument("rev_b", required=False, default=None)
-@click.option("--table", "tables", multiple=True, help="Only this table (repeatable; default: every table).")
+@click.option("--table", "tables", multiple=True,
+              help="Only this table or dispatch list (repeatable; default: every table and dispatch list).")
 @click.option("--all-shapes", is_flag=True, help="List every shape, not only those whose pick or time changed.")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
               help="Repository root.")
 def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: bool, root: Path) -> None:
-    """Params changes (the cause), then per table the entries and per-shape times that changed (the effect)."""
+    """Params changes (the cause), then per table the entries and per-shape times that changed (the effect).
+
+    Times come from the shards on disk, else DVC (cache, then remote), else the table's recording in
+    git when it holds the rows the manifest was selected from; what cannot be compared is said in a
+    `not compared:` line with why. `speedup vs REV_A` is the time at REV_A / the time at REV_B.
+    """
 
     result = audit(root=root.resolve(), rev_a=rev_a, rev_b=rev_b, tables=tables, all_shapes=all_shapes)
     console = Console()
@@ -59,7 +70,11 @@ def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: 
     else:
         console.print("params.yaml: no changes")
     for item in result.tables:
-        console.print(f"\n[bold]{item.table}[/bold]: raw results {item.key_before or '?'} -> {item.key_after or '?'}")
+        if item.dispatch:
+            console.print(f"\n[bold]{item.table}[/bold] (dispatch list)")
+        else:
+            console.print(f"\n[bold]{item.table}[/bold]: raw results {item.key_before or '?'} -> "
+                          f"{item.key_after or '?'}")
         if item.entries:
             entries = ConsoleTable(title=f"{item.table}: manifest entries changed")
             for column in ("change", "index", "entry"):
@@ -72,12 +87,31 @@ def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: 
             print_table(console, entries)
         else:
             console.print(f"{item.table}: manifest entries unchanged")
-        shapes = ConsoleTable(title=f"{item.table}: {len(item.shapes)} of {item.shapes_total} shapes changed")
-        for column in ("M", "N", "K", f"config {result.rev_a}", f"config {result.rev_b}",
-                       f"µs {result.rev_a}", f"µs {result.rev_b}", "after/before"):
-            shapes.add_column(column, justify="right" if column in ("M", "N", "K") or "µs" in column else "left")
+        title = f"{item.table}: {len(item.shapes)} of {item.shapes_total} shapes changed"
+        shapes = ConsoleTable(title=title)
+        if item.dispatch:
+            columns = ("M", "N", "K", f"table {result.rev_a}", f"table {result.rev_b}", f"config {result.rev_a}",
+                       f"config {result.rev_b}", f"speedup_vs_cublas {result.rev_a}",
+                       f"speedup_vs_cublas {result.rev_b}")
+        else:
+            columns = ("M", "N", "K", f"config {result.rev_a}", f"config {result.rev_b}", f"µs {result.rev_a}",
+                       f"µs {result.rev_b}", f"speedup vs {result.rev_a}")
+        for column in columns:
+            shapes.add_column(column, justify="left" if column.startswith(("config", "table")) else "right")
         for shape in item.shapes:
-            ratio = "-" if shape.ratio is None else f"{shape.ratio:.3f}"
-            shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.config_before or "-",
-                           shape.config_after or "-", _us(shape.ms_before), _us(shape.ms_after), ratio)
-        print_table(console, shapes)
+            if item.dispatch:
+                shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.table_before or "-",
+                               shape.table_after or "-", shape.config_before or "-", shape.config_after or "-",
+                               _times(shape.speedup_before), _times(shape.speedup_after))
+            else:
+                shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.config_before or "-",
+                               shape.config_after or "-", _us(shape.ms_before), _us(shape.ms_after),
+                               _times(shape.speedup))
+        if item.shapes:
+            print_table(console, shapes)
+        else:
+            console.print(title)
+        for line in item.sources:
+            console.print(f"source: {line}", markup=False, highlight=False)
+        for line in item.gaps:
+            console.print(f"not compared: {line}", markup=False, highlight=False, style="yellow")

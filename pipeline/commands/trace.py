@@ -55,9 +55,7 @@ def _print_trace(console: Console, result) -> None:
     print_table(console, values)
     if result.provenance:
         console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
-    console.print(f"\n[bold]ranked[/bold] {result.ranked_path}")
-    if not result.ranked:
-        console.print("  (no ranked table in the working tree: run `snakemake rank_all`)")
+    console.print(f"\n[bold]ranked[/bold] {result.ranked_path} ({result.ranked_note})", highlight=False)
     for at_m in result.ranked:
         rows = ConsoleTable(title=f"M={at_m.m} N={entry.n} K={entry.k}: entry's config ranks {at_m.picked_rank or '-'}")
         columns = list(at_m.rows[0]) if at_m.rows else ["config_id"]
@@ -67,7 +65,9 @@ def _print_trace(console: Console, result) -> None:
             style = "bold" if row.get("config_id") == entry.config_id else None
             rows.add_row(*(_cell(row.get(c)) for c in columns), style=style)
         print_table(console, rows)
-    folder = Path(result.shards[0].path).parent if result.shards else None
+    from tunetable import paths
+
+    folder = paths.raw_dir(result.table, result.content_key) if result.content_key else None
     console.print(f"\n[bold]raw shards[/bold] content key {result.content_key or '(unknown)'}"
                   + (f" in {folder}/" if folder else ""))
     shards = ConsoleTable()
@@ -79,6 +79,8 @@ def _print_trace(console: Console, result) -> None:
             len(SHARD_COLUMNS) - 1)
         shards.add_row(Path(view.path).name, *cells)
     print_table(console, shards)
+    if result.shards_note:
+        console.print(f"source: {result.shards_note}", markup=False, highlight=False)
 
 
 def _candidate_cells(decision, candidate) -> list[str]:

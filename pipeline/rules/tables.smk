@@ -77,6 +77,7 @@ rule metrics:
         " && sha256sum results/metrics/{wildcards.table}.json results/plots/{wildcards.table}.csv"
         " results/plots/{wildcards.table}.png > {output.stamp}"
         " && cp results/plots/{wildcards.table}.png {output.plot} ) > {log} 2>&1" + tt.SHOW_ERRORS
+        + tt.settings_tag(tt.metrics_settings(config))
 
 
 # A dispatch list: per shape, the table whose selected winner beats its own shard's cuBLAS by the
@@ -116,6 +117,12 @@ for _dispatch in PLAN.dispatches:
         output:
             # checked-in files written in place; the stamp stands for them (as for a table's metrics)
             stamp=str(tt.metrics_stamp(_dispatch.name)),
+            plot=report(
+                str(tt.report_plot(_dispatch.name)),
+                caption="../report/dispatch_plot.rst",
+                category="Tuned table vs cuBLAS",
+                labels={"table": _dispatch.name},
+            ),
         log:
             f"results/logs/metrics/{_dispatch.name}.log",
         params:
@@ -128,8 +135,9 @@ for _dispatch in PLAN.dispatches:
             png=tt.metrics_outputs(_dispatch.name)["png"],
         shell:
             "( {tt.CLI} metrics --dispatch {params.name} {params.ranked} --json {params.json} --csv {params.csv}"
-            " --png {params.png} {input.shards} && sha256sum {params.files} > {output.stamp} ) > {log} 2>&1"
-            + tt.SHOW_ERRORS
+            " --png {params.png} {input.shards} && sha256sum {params.files} > {output.stamp}"
+            " && cp {params.png} {output.plot} ) > {log} 2>&1" + tt.SHOW_ERRORS
+            + tt.settings_tag(tt.metrics_settings(config))
 
 
 # A shape selector: the choice for shapes no table holds, built from its tables' recordings (not
