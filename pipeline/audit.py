@@ -26,10 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tunetable import lineage, paths, rawstore
+from tunetable import lineage, paths, rawstore, resultset
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup, ranges_from_text
-from tunetable.results import journal_of
+from tunetable.params import table_spec
+from tunetable.results import BASELINE_ID, journal_of
+from tunetable.select import data_hash
+from tunetable.shardkey import grid_config_ids
+from tunetable.trace import ranked_results
 from tunetable.yamlio import load_yaml
 
 MISSING = object()
@@ -225,7 +229,6 @@ class _Side:
         except TuneTableError as exc:
             self.recording_note = f"{name} at {self.label} cannot be read ({exc})"
             return None
-        from tunetable.select import data_hash
 
         selected = self.provenance.get("data_hash")
         found = data_hash(ranked=ranked) if ranked is not None and ranked.height else None
@@ -251,7 +254,7 @@ class _Side:
                 return view.config_ms, view.cublas_ms
         ranked = self._recording_rows()
         if ranked is not None:
-            import polars as pl
+            import polars as pl  # lazy: only this path needs it
 
             rows = ranked.filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)
                                  & (pl.col("config_id") == config))
@@ -280,10 +283,8 @@ class _Side:
 
 def _ranked_recording(*, data: bytes, name: str, table: str, params: Mapping[str, Any], kernel_hash: str) -> Any:
     """A recording's rows of ``table`` (the manifest's kernel, the grid at that revision, its shapes), ranked."""
-    import polars as pl
+    import polars as pl  # lazy: only this path needs it
 
-    from tunetable import resultset
-    from tunetable.trace import ranked_results
 
     try:
         frame = pl.read_parquet(io.BytesIO(data))
@@ -295,7 +296,6 @@ def _ranked_recording(*, data: bytes, name: str, table: str, params: Mapping[str
         frame = frame.filter(pl.col("kernel_hash").is_in(kernel_hash.split(",")))
     configs = _grid_ids(params=params, table=table)
     if configs is not None and "config_id" in frame.columns:
-        from tunetable.results import BASELINE_ID
 
         frame = frame.filter(pl.col("config_id").is_in([*configs, BASELINE_ID]))
     if not frame.height:
@@ -306,8 +306,6 @@ def _ranked_recording(*, data: bytes, name: str, table: str, params: Mapping[str
 
 def _grid_ids(*, params: Mapping[str, Any], table: str) -> list[str] | None:
     """The grid's configuration ids at that revision (today's family code), None when it cannot be expanded."""
-    from tunetable.shardkey import grid_config_ids
-    from tunetable.params import table_spec
 
     try:
         return grid_config_ids(params=dict(params), table=table_spec(dict(params), table))

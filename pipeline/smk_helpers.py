@@ -54,6 +54,7 @@ from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHE
     table_specs,
 )
 from tunetable.results import BASELINE_ID
+from tunetable.run_summary import summary
 from tunetable.shardkey import grid_config_ids, shard_key
 
 # The CLI as the interpreter running Snakemake sees it: works without an activated venv.
@@ -252,7 +253,6 @@ def dvc_cache_line(report: CacheReport) -> str:
 
 def closing_summary(plan: Plan, config: Mapping[str, Any]) -> str:
     """The lines a successful run ends with: shards served, each table's figures, what changed (run_summary)."""
-    from tunetable.run_summary import summary
 
     served = {table: len(shards) for table, shards in missing_by_table(plan).items()}
     targets = {spec.codegen.target for spec in (*table_specs(dict(config)), *dispatch_specs(dict(config)))}

@@ -223,7 +223,7 @@ def _shard_or_parked(*, root: Path, reader: lineage.DataReader, table: str, key:
 def _recording_view(*, root: Path, spec: TableSpec, view: lineage.ShardView, m: int, n: int, k: int,
                     config_id: str) -> lineage.ShardView:
     """A missing shard's row for a configuration, as the recording holds it (what replay would serve)."""
-    import polars as pl
+    import polars as pl  # lazy: only this path needs it
 
     frame = pl.read_parquet(root / str(spec.recording))
     rows = frame.filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from pipeline_repo import NO_RECORDING, RECORDING, git, make_project, tunetable
 
+from tunetable.yamlio import load_yaml_file
+
 pytestmark = pytest.mark.skipif(not RECORDING.is_file(), reason=NO_RECORDING)
 TABLE = "gemm_mma"
 
@@ -62,9 +64,7 @@ def test_what_cannot_be_compared_is_one_line_with_why(clone: Path) -> None:
 def test_an_unknown_name_lists_tables_and_dispatch_lists(clone: Path) -> None:
     done = tunetable("audit", "--table", "nope", cwd=clone, check=False)
     assert done.returncode == 2 and "Traceback" not in done.output
-    import yaml
-
-    params = yaml.safe_load((clone / "params.yaml").read_text())
+    params = load_yaml_file(clone / "params.yaml")
     assert (f"unknown table or dispatch list 'nope' (tables: {', '.join(params['tables'])}; dispatch lists: "
             f"{', '.join(params['dispatch'])})") in done.output
 

@@ -15,8 +15,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 from pipeline_repo import NO_RECORDING, RECORDING, dvc, edit_params, git, make_project, snakemake, tunetable
+
+from tunetable.yamlio import load_yaml_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not RECORDING.is_file(), reason=NO_RECORDING)]
 
@@ -38,7 +39,7 @@ def test_the_whole_sequence_on_a_fresh_clone(tmp_path: Path) -> None:
     origin = make_project(tmp_path / "origin", remote=None, lock=True)
     clone = tmp_path / "clone"
     git("clone", "-q", str(origin), str(clone), cwd=tmp_path)
-    shapes = yaml.safe_load((clone / "params.yaml").read_text())["tables"][TABLE]["shapes"]
+    shapes = load_yaml_file(clone / "params.yaml")["tables"][TABLE]["shapes"]
     nk = len(shapes["NK"])
 
     # dvc pull before anything: no remote is configured, and DVC says so in one line.
@@ -50,7 +51,7 @@ def test_the_whole_sequence_on_a_fresh_clone(tmp_path: Path) -> None:
     assert "Traceback" not in main.output and len(main.output) < 8000, main.output[-3000:]
     assert max(len(line) for line in main.output.splitlines()) < 300  # no 7,000-character job blocks
     assert "tunetable: REPLAYING the committed recording (no GPU timing happens in this run)" in main.output
-    tables = yaml.safe_load((clone / "params.yaml").read_text())["tables"]
+    tables = load_yaml_file(clone / "params.yaml")["tables"]
     counts = {name: len(spec["shapes"]["NK"]) * len(spec["shapes"]["M"]) for name, spec in tables.items()}
     union = len({(m, n, k) for spec in tables.values() for n, k in spec["shapes"]["NK"] for m in spec["shapes"]["M"]})
     assert (f"tunetable: shards: {sum(counts.values())} replayed from the recordings ("

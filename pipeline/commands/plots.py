@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from tunetable.errors import TuneTableError
+from tunetable.plots_page import offline_template
 
 EPILOG = """\b
 Examples:
@@ -30,7 +31,6 @@ def command(revisions: tuple[str, ...], out: Path) -> None:
     vega, vega-lite and vega-embed from Snakemake's bundled copies, so the charts draw without a
     network (plain `dvc plots show` loads them from a CDN).
     """
-    from tunetable.plots_page import offline_template
 
     with tempfile.TemporaryDirectory(prefix="tunetable-plots-") as folder:
         template = Path(folder) / "offline.html"

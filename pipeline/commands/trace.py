@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from tunetable.console_table import ConsoleTable, print_table
+from tunetable import paths
 from tunetable import trace as tracing
+from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.params import dispatch_specs, load_params, selector_specs, table_spec, table_specs
 
@@ -65,7 +66,6 @@ def _print_trace(console: Console, result) -> None:
             style = "bold" if row.get("config_id") == entry.config_id else None
             rows.add_row(*(_cell(row.get(c)) for c in columns), style=style)
         print_table(console, rows)
-    from tunetable import paths
 
     folder = paths.raw_dir(result.table, result.content_key) if result.content_key else None
     console.print(f"\n[bold]raw shards[/bold] content key {result.content_key or '(unknown)'}"
