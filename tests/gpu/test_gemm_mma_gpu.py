@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tunetable.kernels.families import FAMILIES
 from tunetable.config import KernelConfig
 from tunetable.grid import expand
+from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.jit import include_flags
 from tunetable.params import table_spec
 from tunetable.yamlio import load_yaml_file
 
@@ -67,7 +68,7 @@ def compile_cubin(config: KernelConfig, out_dir: Path) -> Path:
     defines = [f"-D{name}={value}" for name, value in config.defines().items()]
     cmd = [
         "nvcc", "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17",
-        *defines, "-o", str(cubin), str(REPO / FAMILY.source),
+        *include_flags(), *defines, "-o", str(cubin), str(REPO / FAMILY.source),
     ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return cubin
