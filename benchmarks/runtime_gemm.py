@@ -161,20 +161,21 @@ def validation_shapes() -> list[tuple[int, int, int]]:
 
 
 def exhaustive_best() -> dict[tuple[int, int, int], dict[str, Any]]:
-    """Per validation shape, the recordings' fastest configuration of either family (median / own cuBLAS)."""
-    import polars as pl
+    """Per validation shape, the recordings' fastest configuration of any family (median / own cuBLAS)."""
+    import pandas as pd  # the GPU host has pandas, not polars
 
     from tunetable.kernels.families import FAMILIES
 
     best: dict[tuple[int, int, int], dict[str, Any]] = {}
     for table, path in VALIDATION.items():
-        frame = pl.read_parquet(path).filter(pl.col("status") == "ok")
-        cublas = {(r["M"], r["N"], r["K"]): r["median_ms"]
-                  for r in frame.filter(pl.col("kind") == "baseline").iter_rows(named=True)}
+        frame = pd.read_parquet(path)
+        frame = frame[frame["status"] == "ok"]
+        cublas = {(int(r["M"]), int(r["N"]), int(r["K"])): float(r["median_ms"])
+                  for r in frame[frame["kind"] == "baseline"].to_dict(orient="records")}
         names = FAMILIES[table].tunable_names()
-        for row in frame.filter(pl.col("kind") == "kernel").iter_rows(named=True):
-            shape = (row["M"], row["N"], row["K"])
-            ratio = row["median_ms"] / cublas[shape]
+        for row in frame[frame["kind"] == "kernel"].to_dict(orient="records"):
+            shape = (int(row["M"]), int(row["N"]), int(row["K"]))
+            ratio = float(row["median_ms"]) / cublas[shape]
             if shape not in best or ratio < best[shape]["recorded_time_vs_cublas"]:
                 best[shape] = {"family": table, "config_id": row["config_id"], "recorded_time_vs_cublas": ratio,
                                "tunables": {name.lower(): int(row[name]) for name in names}}

@@ -26,7 +26,6 @@ from tunetable.params import TableSpec
 from tunetable.search import SearchSettings
 from tunetable.search.driver import TableSearch, expected_measurements, recorded_compile_records, table_search
 from tunetable.search.transfer import tuning_order
-from tunetable.selector import seed_model as selector_seed_model
 from tunetable.shardkey import search_key_part, search_settings, shard_key
 
 Shape = tuple[int, int, int]
@@ -94,6 +93,8 @@ def plan_measurement(*, params: Mapping[str, Any], table: TableSpec, shapes: Seq
         overrides = recorded_compile_records(replay.recording, table=table.name) if replay is not None else None
         seed_model = None
         if search.seed_from_selector:   # the shape selector's model, from the recordings of its tables
+            # lazy: the selector ranks with polars, which the GPU host's bench does not have
+            from tunetable.selector import seed_model as selector_seed_model
 
             seed_model = selector_seed_model(params=params, path=params_path)
         searching = table_search(settings=search, table=table.name,

@@ -9,6 +9,8 @@ graph). The bench never imports the search (the search drives a runner, not the 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,26 @@ def test_imports_inside_functions_are_the_lazy_ones_and_say_why() -> None:
                         silent.append(f"{path.relative_to(REPO)}:{inner.lineno}: {line.strip()}")
     assert not silent, "imports inside functions without a reason (move them to the top, or say why): " + "; ".join(
         silent)
+
+
+# What the GPU host runs (its image has no polars, snakemake or dvc: docs/architecture.md, the device notes).
+GPU_HOST_COMMANDS = ("tunetable.commands.bench", "tunetable.commands.compile", "tunetable.commands.grid",
+                     "tunetable.commands.record", "tunetable.kernels.runtime.launch",
+                     "tunetable.kernels.runtime.online")
+
+
+def test_what_the_gpu_host_runs_imports_no_polars_snakemake_or_dvc() -> None:
+    """Each module imports in a fresh interpreter where polars, snakemake and dvc cannot be imported."""
+    blocker = ("import importlib, importlib.abc, sys\n"
+               "class Block(importlib.abc.MetaPathFinder):\n"
+               "    def find_spec(self, name, path, target=None):\n"
+               "        if name.split('.')[0] in ('polars', 'snakemake', 'dvc'):\n"
+               "            raise ImportError('the GPU host has no ' + name)\n"
+               "sys.meta_path.insert(0, Block())\n"
+               "importlib.import_module(sys.argv[1])\n")
+    failed = {}
+    for name in GPU_HOST_COMMANDS:
+        done = subprocess.run([sys.executable, "-c", blocker, name], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            failed[name] = (done.stderr.strip().splitlines() or ["?"])[-1]
+    assert not failed, failed
