@@ -62,6 +62,7 @@ rule all:
     default_target: True
     input:
         tt.park_inputs(PLAN),
+        tt.replay_targets(PLAN),
         rules.rank_all.input,
         rules.select_all.input,
         tt.codegen_stamp(),

@@ -372,8 +372,15 @@ def measure_inputs(plan: Plan, *, existing: Callable[[str], Any]) -> list[Any]:
                if shard.path not in plan.absent]
     made = [shards[0].path for _, shards in restore_jobs(plan)]
     if plan.backend == "replay":
-        return present + made + [job.shards[0].path for job in replay_jobs(plan)]
+        return present + made + replay_targets(plan)
     return present + made + [shard.path for shard in missing_shards(plan)]
+
+
+def replay_targets(plan: Plan) -> list[str]:
+    """One journal per replay job: asked for by name, so a job runs when its shards are missing and also
+    when only their journals are (a shard written before checksums: Snakemake re-runs a job for the
+    outputs requested from it, not for its other missing outputs)."""
+    return [job.shards[0].journal for job in replay_jobs(plan)] if plan.backend == "replay" else []
 
 
 @dataclass(frozen=True)
