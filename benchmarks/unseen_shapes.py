@@ -99,6 +99,27 @@ def fold(*, tables: list[TableMeasurements], measured: dict[Shape, dict[tuple[st
     return rows
 
 
+def neighbour_rows(*, measured: dict[Shape, dict[tuple[str, str], float]],
+                   m_rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The table's range entry at a left-out M (the best configuration of the next lower measured M of the
+    same (N, K): what select's merged range serves there), scored like the selector's pick; with the
+    selector's rows for the same shapes. Shapes whose neighbour's winner was not measured there are left
+    out of both (gemm_wgmma_swap's grid stops at M = 512)."""
+    picks, same = [], []
+    for row in m_rows:
+        m, n, k = row["M"], row["N"], row["K"]
+        lower = [shape for shape in measured if shape[1:] == (n, k) and shape[0] < m]
+        if not lower:
+            continue
+        below = measured[max(lower)]
+        table, config_id = min(below, key=lambda key: (below[key], key))
+        if (table, config_id) not in measured[(m, n, k)]:
+            continue
+        picks.append({"M": m, "N": n, "K": k, **score(measured=measured[(m, n, k)], table=table, config_id=config_id)})
+        same.append(row)
+    return picks, same
+
+
 def prediction_errors(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Median and p90 relative error of the predicted cuBLAS time and of the pick's predicted speedup vs cuBLAS."""
     def quantiles(pairs: list[tuple[float, float]]) -> tuple[float, float]:
@@ -147,14 +168,21 @@ def timing(*, build_candidates: Any, seed: int = 0) -> dict[str, float]:
 def validation(*, tables: list[TableMeasurements], candidates: int, params: dict[str, Any],
                names: tuple[str, ...]) -> dict[str, Any] | None:
     """Picks on the validation recordings (None: absent): the selector built from every table's recording,
-    and what gemm() decides (the dispatch list where a table holds the (N, K), else the selector)."""
+    and what gemm() decides (a table's entry at a measured M of its (N, K), else the selector)."""
     paths = {t: REPO / VALIDATION.format(table=t) for t in names}
     if not all(p.is_file() for p in paths.values()):
         return None
     import warnings
 
     from tunetable import rank, resultset
-    from tunetable.kernels.runtime.decide import DISPATCH, DISPATCH_LIST, TABLES, FamilyDispatcher, selector_chooser
+    from tunetable.kernels.runtime.decide import (
+        DISPATCH,
+        DISPATCH_LIST,
+        TABLES,
+        FamilyDispatcher,
+        selector_between,
+        selector_chooser,
+    )
     from tunetable.search.replay import grid_parameter_names
     from tunetable.select import provenance
     from tunetable.selector import measurements_from_frames
@@ -172,7 +200,8 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
     measured = normalised(held)
     build = build_selector(tables=tables, candidates=candidates)
     runtime = ShapeSelector(build.candidates)
-    decide = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES, untuned=selector_chooser(runtime))
+    decide = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES, untuned=selector_chooser(runtime),
+                              between=selector_between(runtime, tables=TABLES))
     rows = []
     for (m, n, k), by_config in measured.items():
         pick = runtime.choose(m=m, n=n, k=k)
@@ -226,6 +255,7 @@ def main() -> None:
         held = [s for s in measured if s[0] == m]
         m_rows += fold(tables=tables, measured=measured, held=held, candidates=args.candidates, label=f"M={m}")
     elapsed = time.perf_counter() - started
+    neighbour, selector_same = neighbour_rows(measured=measured, m_rows=m_rows)
     full = build_selector(tables=tables, candidates=args.candidates)
     result = {
         "command": f"python3 benchmarks/unseen_shapes.py --candidates {args.candidates}",
@@ -236,7 +266,10 @@ def main() -> None:
         "leave_one_nk_out": {"summary": summarise(nk_rows), "all_configs": summarise(nk_rows, key="all_configs"),
                              "prediction_errors": prediction_errors(nk_rows), "rows": nk_rows},
         "leave_one_m_out": {"summary": summarise(m_rows), "all_configs": summarise(m_rows, key="all_configs"),
-                            "prediction_errors": prediction_errors(m_rows), "rows": m_rows},
+                            "prediction_errors": prediction_errors(m_rows), "rows": m_rows,
+                            # the runtime's choice at an unmeasured M of a held (N, K): range entry or selector
+                            "neighbour_winner": summarise(neighbour), "selector_same_shapes": summarise(selector_same),
+                            "neighbour_rows": neighbour},
         "timing": timing(build_candidates=full.candidates),
         "validation": validation(tables=tables, candidates=args.candidates, params=params, names=names),
         "evaluation_s": round(elapsed, 1),
@@ -252,6 +285,10 @@ def main() -> None:
         print(f"{name:22s} predictions         : cuBLAS time off by {e['cublas_time_median']:.1%} median "
               f"({e['cublas_time_p90']:.1%} p90); the pick's speedup vs cuBLAS by "
               f"{e['pick_speedup_median']:.1%} ({e['pick_speedup_p90']:.1%} p90)")
+    for variant, part in (("the range entry", "neighbour_winner"), ("the selector", "selector_same_shapes")):
+        s = result["leave_one_m_out"][part]
+        print(f"left-out M of a held (N, K), {variant:15s}: {s['share_within_5pct']:6.1%} within 5%, geomean regret "
+              f"{s['geomean_regret']:6.2%}, worst {s['worst_regret']:6.1%} ({s['shapes']} shapes)")
     misses = [r for r in nk_rows if r["regret"] > WITHIN]
     for row in misses:
         print(f"  miss ({row['fold']}): M={row['M']} picked {row['table']} {row['config_id']}, best "

@@ -222,3 +222,57 @@ def test_the_tuning_speed_figure_tunes_new_shapes_with_a_valid_budget(tmp_path: 
                                                 max_fevals=8))
     for name in PARAMS["tables"]:
         assert params["tables"][name]["search"]["seed_from_selector"] is True
+
+
+def test_an_unmeasured_m_of_a_held_nk_goes_to_the_selector_and_a_measured_m_to_the_table() -> None:
+    """M = 77 of (4096, 4096) lies between the recorded Ms 64 and 128: the range entry there is M = 64's winner,
+    so the selector answers (and warns once); M = 64 itself is the table's entry, without a warning."""
+    import warnings
+
+    from tunetable.kernels.runtime.decide import (
+        DISPATCH,
+        DISPATCH_LIST,
+        TABLES,
+        FamilyDispatcher,
+        UntunedShapeWarning,
+        covering_index,
+        selector_between,
+        selector_chooser,
+    )
+
+    found = selector()
+    assert 64 in found.starts and 128 in found.starts and 77 not in found.starts
+    decide = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES, untuned=selector_chooser(found),
+                              between=selector_between(found, tables=TABLES))
+
+    def gemm_like(**shape: int):  # tunetable.gemm calls decide from one level below its caller
+        return decide.decide(**shape)
+
+    with pytest.warns(UntunedShapeWarning) as caught:
+        between = gemm_like(m=77, n=4096, k=4096)
+    assert len(caught) == 1 and "M=77 lies between the measured Ms of N=4096, K=4096" in str(caught[0].message)
+    assert caught[0].filename == __file__   # the warning names gemm()'s caller (here: this test)
+    chosen = found.choose(m=77, n=4096, k=4096).candidate
+    assert between.fallback and between.prediction.candidate == chosen
+    assert (between.entry.kernel, between.entry.config_id) == (chosen.kernel, chosen.config_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        measured = decide.decide(m=64, n=4096, k=4096)
+    table, _ = decide.table_for(m=64, n=4096, k=4096)
+    index = covering_index(TABLES[table], m=64, n=4096, k=4096)
+    assert not measured.fallback and measured.prediction is None and measured.entry == TABLES[table][index]
+
+
+def test_without_a_selector_the_range_entry_serves_every_m() -> None:
+    import warnings
+
+    from tunetable.kernels.runtime.decide import DISPATCH, DISPATCH_LIST, TABLES, FamilyDispatcher, selector_between
+    from tunetable.kernels.runtime.selector import ShapeSelector
+
+    empty = ShapeSelector(())
+    decide = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES,
+                              between=selector_between(empty, tables=TABLES))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        decision = decide.decide(m=77, n=4096, k=4096)
+    assert not decision.fallback and decision.prediction is None

@@ -12,6 +12,11 @@ An untuned shape asks the ``untuned`` chooser first: the process-wide dispatcher
 selector (``selector_chooser``: ``SELECTORS["gemm_selector"]`` through
 tunetable.kernels.runtime.selector, a family and configuration predicted from every recording),
 and warns once with an ``UntunedShapeWarning`` naming the shape, the choice and how to tune it.
+A shape whose (N, K) a table holds at an M that no table measured (between the recorded Ms: the
+table's range entry there is the winner of a neighbouring M) asks the ``between`` chooser first:
+the process-wide one is the selector again (``selector_between``): leaving each recorded M out in
+turn, the neighbour's winner is 16.0 % slower than the best there (geomean, 50 % of shapes within
+5 %) and the selector's choice 4.1 % (82 % within 5 %) (benchmarks/unseen_shapes.py, README "Figures").
 Without a chooser's answer it runs the table's most common winner among the entries whose M range
 holds M (else the most common winner overall, or, for an empty table, the family's size
 heuristic) and warns once (``FallbackWarning``). docs/architecture.md says where choosers plug in.
@@ -68,6 +73,7 @@ class Untuned:
 
 
 UntunedChooser = Callable[..., "Untuned | None"]   # (table=, family=, m=, n=, k=) -> Untuned | None
+BetweenChooser = Callable[..., "Untuned | None"]   # (m=, n=, k=) -> Untuned | None: a held (N, K), unmeasured M
 
 
 # --- entries of a family -------------------------------------------------------------------------
@@ -201,12 +207,15 @@ class FamilyDispatcher:
     """Cross-family decisions: the dispatch list picks the table, that table's Dispatcher the entry.
 
     Shapes the list does not cover (or a list naming an unknown table) go to ``default_table``,
-    which is how tunetable.gemm chose before there was more than one family.
+    which is how tunetable.gemm chose before there was more than one family. ``between`` is asked
+    first for every shape (module docstring): its answer replaces a range entry at an unmeasured M.
     """
 
     def __init__(self, *, choices: Sequence[FamilyChoice], tables: Mapping[str, Sequence[TableEntry]],
-                 default_table: str = DEFAULT_TABLE, untuned: UntunedChooser | None = None):
+                 default_table: str = DEFAULT_TABLE, untuned: UntunedChooser | None = None,
+                 between: BetweenChooser | None = None):
         self.choices = tuple(choices)
+        self.between = between
         self.tables = {name: Dispatcher(table=name, entries=entries, untuned=untuned)
                        for name, entries in tables.items()}
         self.default_table = default_table
@@ -229,9 +238,16 @@ class FamilyDispatcher:
         decision = self.decisions.get((m, n, k))
         if decision is None:
             table, choice = self.table_for(m=m, n=n, k=k)
-            found = self.tables[table].decide(m=m, n=n, k=k, stacklevel=5)
-            decision = Decision(entry=found.entry, index=found.index, fallback=found.fallback, choice=choice,
-                                prediction=found.prediction)
+            chosen = self.between(m=m, n=n, k=k) if self.between is not None else None
+            if chosen is not None:
+                warnings.warn(f"gemm: M={m} lies between the measured Ms of N={n}, K={k}; running {chosen.why}",
+                              chosen.category, stacklevel=3)  # gemm()'s caller
+                decision = Decision(entry=chosen.entry, index=None, fallback=True, choice=choice,
+                                    prediction=chosen.prediction)
+            else:
+                found = self.tables[table].decide(m=m, n=n, k=k, stacklevel=5)
+                decision = Decision(entry=found.entry, index=found.index, fallback=found.fallback, choice=choice,
+                                    prediction=found.prediction)
             self.decisions[(m, n, k)] = decision
         return decision
 
@@ -244,26 +260,51 @@ def selector_chooser(found: Any) -> UntunedChooser:
     It answers only shapes whose (N, K) no table holds, so that a table's own range entries stay the
     choice for its (N, K).
     """
-    held = {(entry.n, entry.k) for entries in TABLES.values() for entry in entries}
+    held = held_shapes(TABLES)
 
     def choose(*, table: str, family: str, m: int, n: int, k: int) -> Untuned | None:
-        if (n, k) in held:
-            return None
-        prediction = found.choose(m=m, n=n, k=k)
-        if prediction is None:
-            return None
-        candidate = prediction.candidate
-        entry = make_entry(tunables=dict(candidate.tunables), n=n, k=k, kernel=candidate.kernel)
-        if entry.config_id != candidate.config_id:
-            raise ValueError(f"{found.name}: candidate {candidate.config_id} has tunables that hash to "
-                             f"{entry.config_id}: regenerate kernels/tuning_configs.py")
-        why = (f"the shape selector's choice {candidate.table} {candidate.config_id} (predicted "
-               f"{prediction.speedup_vs_cublas:.2f}x cuBLAS's speed, not measured): `tunetable suggest --shape "
-               f"{m},{n},{k}` shows it; to tune it, add the shape to a table in params.yaml and run the pipeline "
-               f"on the GPU, or set TUNETABLE_AUTOTUNE=1")
-        return Untuned(entry=entry, why=why, prediction=prediction, category=UntunedShapeWarning)
+        return None if (n, k) in held else selector_choice(found, m=m, n=n, k=k)
 
     return choose
+
+
+def held_shapes(tables: Mapping[str, Sequence[TableEntry]]) -> frozenset[tuple[int, int]]:
+    """The (N, K) pairs some table holds."""
+    return frozenset((entry.n, entry.k) for entries in tables.values() for entry in entries)
+
+
+def selector_between(found: Any, *, tables: Mapping[str, Sequence[TableEntry]]) -> BetweenChooser:
+    """A ``between`` chooser: ``found``'s choice for a held (N, K) at an M no recording measured.
+
+    The measured Ms are the selector's range starts (every M its tables' recordings hold); with no
+    selector generated it never answers, and the tables' range entries serve every M as before.
+    """
+    held = held_shapes(tables)
+    measured = frozenset(found.starts)
+
+    def choose(*, m: int, n: int, k: int) -> Untuned | None:
+        if not measured or (n, k) not in held or m in measured:
+            return None
+        return selector_choice(found, m=m, n=n, k=k)
+
+    return choose
+
+
+def selector_choice(found: Any, *, m: int, n: int, k: int) -> Untuned | None:
+    """``found``'s (a ShapeSelector) predicted family and configuration for (M, N, K) as an Untuned answer."""
+    prediction = found.choose(m=m, n=n, k=k)
+    if prediction is None:
+        return None
+    candidate = prediction.candidate
+    entry = make_entry(tunables=dict(candidate.tunables), n=n, k=k, kernel=candidate.kernel)
+    if entry.config_id != candidate.config_id:
+        raise ValueError(f"{found.name}: candidate {candidate.config_id} has tunables that hash to "
+                         f"{entry.config_id}: regenerate kernels/tuning_configs.py")
+    why = (f"the shape selector's choice {candidate.table} {candidate.config_id} (predicted "
+           f"{prediction.speedup_vs_cublas:.2f}x cuBLAS's speed, not measured): `tunetable suggest --shape "
+           f"{m},{n},{k}` shows it; to tune it, add the shape to a table in params.yaml and run the pipeline "
+           f"on the GPU, or set TUNETABLE_AUTOTUNE=1")
+    return Untuned(entry=entry, why=why, prediction=prediction, category=UntunedShapeWarning)
 
 
 def shape_selector(name: str = SELECTOR) -> ShapeSelector:
@@ -292,8 +333,10 @@ def dispatcher(table: str | None = None) -> FamilyDispatcher | Dispatcher:
         with _lock:
             found = _state.get("dispatcher")
             if found is None:
+                selector = shape_selector()
                 found = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES,
-                                         untuned=selector_chooser(shape_selector()))
+                                         untuned=selector_chooser(selector),
+                                         between=selector_between(selector, tables=TABLES))
                 _state["dispatcher"] = found
     return found if table is None else found.tables[table]
 
