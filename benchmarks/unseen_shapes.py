@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -84,6 +85,10 @@ def fold(*, tables: list[TableMeasurements], measured: dict[Shape, dict[tuple[st
     for shape in held:
         m, n, k = shape
         pick = runtime.choose(m=m, n=n, k=k)
+        online = {f"{name}{count}": {"regret": best_of(measured=measured[shape], ranking=ranking, count=count)}
+                  for name, ranking in (("top", runtime.rank(m=m, n=n, k=k)),
+                                        ("wide_top", runtime.rank(m=m, n=n, k=k, neighbours=True)))
+                  for count in TOP_K}
         scores = build.model.scores(m=m, n=n, k=k)
         best_any = build.model.configs[int(np.argmin(scores))]
         cublas_ms = math.exp(statistics.fmean(math.log(t.cublas[shape]) for t in tables if shape in t.cublas))
@@ -94,7 +99,8 @@ def fold(*, tables: list[TableMeasurements], measured: dict[Shape, dict[tuple[st
                                                                               pick.candidate.config_id), math.inf), 4),
                "predicted_cublas_us": round(1e6 * cublas_seconds(tables=training, shape=shape), 3),
                "measured_cublas_us": round(1e3 * cublas_ms, 3),
-               "all_configs": score(measured=measured[shape], table=best_any.table, config_id=best_any.config_id)}
+               "all_configs": score(measured=measured[shape], table=best_any.table, config_id=best_any.config_id),
+               **online}
         rows.append(row)
     return rows
 
@@ -118,6 +124,18 @@ def neighbour_rows(*, measured: dict[Shape, dict[tuple[str, str], float]],
         picks.append({"M": m, "N": n, "K": k, **score(measured=measured[(m, n, k)], table=table, config_id=config_id)})
         same.append(row)
     return picks, same
+
+
+def best_of(*, measured: dict[tuple[str, str], float], ranking: Sequence[Any], count: int) -> float:
+    """Regret of the best measured among the ``count`` best predicted (what online tuning would find)."""
+    found = min(measured.get((p.candidate.table, p.candidate.config_id), math.inf) for p in ranking[:count])
+    return found / min(measured.values()) - 1.0
+
+
+def online_summaries(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """best_of_top<k> / best_of_wide_top<k>: online tuning's candidates from M's range, or with its neighbours."""
+    return {f"best_of_{name}{count}": summarise(rows, key=f"{name}{count}")
+            for name in ("top", "wide_top") for count in TOP_K}
 
 
 def prediction_errors(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -206,10 +224,10 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
     for (m, n, k), by_config in measured.items():
         pick = runtime.choose(m=m, n=n, k=k)
         ranking = runtime.rank(m=m, n=n, k=k)
-        best_ratio = min(by_config.values())
         # What online tuning among the top k would find: the best measured of the k best predicted.
-        top_k = {f"top{count}": min(by_config.get((p.candidate.table, p.candidate.config_id), math.inf)
-                                    for p in ranking[:count]) / best_ratio - 1.0 for count in TOP_K}
+        wide = runtime.rank(m=m, n=n, k=k, neighbours=True)
+        top_k = {f"{name}{count}": best_of(measured=by_config, ranking=found, count=count)
+                 for name, found in (("top", ranking), ("wide_top", wide)) for count in TOP_K}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             decision = decide.decide(m=m, n=n, k=k)
@@ -224,7 +242,7 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
     gemm_rows = [r["gemm"] for r in rows]
     return {"recordings": {t: str(p.relative_to(REPO)) for t, p in paths.items()},
             "rows": rows, "summary": summarise(rows),
-            **{f"best_of_top{count}": summarise(rows, key=f"top{count}") for count in TOP_K},
+            **online_summaries(rows),
             "gemm": {**summarise(gemm_rows),
                      "of_exhaustive_best": math.exp(-statistics.fmean(math.log1p(r["regret"]) for r in gemm_rows)),
                      "speedup_vs_cublas": math.exp(statistics.fmean(math.log(r["speedup_vs_cublas"])
@@ -264,8 +282,10 @@ def main() -> None:
         "candidates": args.candidates,
         "targets": TARGETS,
         "leave_one_nk_out": {"summary": summarise(nk_rows), "all_configs": summarise(nk_rows, key="all_configs"),
+                             **online_summaries(nk_rows),
                              "prediction_errors": prediction_errors(nk_rows), "rows": nk_rows},
         "leave_one_m_out": {"summary": summarise(m_rows), "all_configs": summarise(m_rows, key="all_configs"),
+                            **online_summaries(m_rows),
                             "prediction_errors": prediction_errors(m_rows), "rows": m_rows,
                             # the runtime's choice at an unmeasured M of a held (N, K): range entry or selector
                             "neighbour_winner": summarise(neighbour), "selector_same_shapes": summarise(selector_same),
@@ -285,6 +305,12 @@ def main() -> None:
         print(f"{name:22s} predictions         : cuBLAS time off by {e['cublas_time_median']:.1%} median "
               f"({e['cublas_time_p90']:.1%} p90); the pick's speedup vs cuBLAS by "
               f"{e['pick_speedup_median']:.1%} ({e['pick_speedup_p90']:.1%} p90)")
+    for name, key in (("leave-one-(N, K)-out", "leave_one_nk_out"), ("leave-one-M-out", "leave_one_m_out")):
+        for count in TOP_K:
+            for part, label in (("top", "M's range"), ("wide_top", "and its neighbours")):
+                s = result[key][f"best_of_{part}{count}"]
+                print(f"{name:22s} best of top {count} ({label:18s}): {s['share_within_5pct']:6.1%} within 5%, "
+                      f"geomean regret {s['geomean_regret']:6.2%}, worst {s['worst_regret']:6.1%}")
     for variant, part in (("the range entry", "neighbour_winner"), ("the selector", "selector_same_shapes")):
         s = result["leave_one_m_out"][part]
         print(f"left-out M of a held (N, K), {variant:15s}: {s['share_within_5pct']:6.1%} within 5%, geomean regret "
@@ -304,9 +330,10 @@ def main() -> None:
         print(f"validation (held-out shapes), selector: {s['share_within_5pct']:6.1%} within 5%, geomean regret "
               f"{s['geomean_regret']:6.2%}, worst {s['worst_regret']:6.1%} ({s['shapes']} shapes)")
         for count in TOP_K:
-            t = result["validation"][f"best_of_top{count}"]
-            print(f"validation, best of the top {count}        : {t['share_within_5pct']:6.1%} within 5%, geomean "
-                  f"regret {t['geomean_regret']:6.2%}, worst {t['worst_regret']:6.1%} (online tuning's candidates)")
+            for name, label in (("top", "M's range"), ("wide_top", "and its neighbours")):
+                t = result["validation"][f"best_of_{name}{count}"]
+                print(f"validation, best of the top {count} ({label:18s}): {t['share_within_5pct']:6.1%} within 5%, "
+                      f"geomean regret {t['geomean_regret']:6.2%}, worst {t['worst_regret']:6.1%}")
         g = result["validation"]["gemm"]
         print(f"validation, what gemm() decides       : {g['share_within_5pct']:6.1%} within 5%, geomean regret "
               f"{g['geomean_regret']:6.2%}, worst {g['worst_regret']:6.1%}; {g['of_exhaustive_best']:.3f}x the "

@@ -276,3 +276,20 @@ def test_without_a_selector_the_range_entry_serves_every_m() -> None:
         warnings.simplefilter("error")
         decision = decide.decide(m=77, n=4096, k=4096)
     assert not decision.fallback and decision.prediction is None
+
+
+def test_online_tuning_ranks_m_s_range_and_its_neighbours() -> None:
+    """Online tuning's candidates: M's own shortlist and the two neighbouring ranges', each configuration once."""
+    from tunetable.kernels.runtime import online
+
+    found = selector()
+    m, n, k = 200, 5120, 5120
+    own = found.rank(m=m, n=n, k=k)
+    wide = online.ranking(found, m=m, n=n, k=k)
+    position = found.ranges.index(found._span(m))
+    neighbours = {(c.table, c.config_id) for span in found.ranges[position - 1:position + 2]
+                  for c in found.shortlists[span]}
+    keys = [(p.candidate.table, p.candidate.config_id) for p in wide]
+    assert len(keys) == len(set(keys)) and set(keys) <= neighbours
+    assert {(p.candidate.table, p.candidate.config_id) for p in own} < set(keys)
+    assert [p.seconds for p in wide] == sorted(p.seconds for p in wide)

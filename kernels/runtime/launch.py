@@ -288,7 +288,7 @@ _online: dict[str, online.OnlineTuner] = {}
 def _tuned_entry(*, a: Any, b: Any, out: Any, m: int, n: int, k: int) -> TableEntry:
     """TUNETABLE_AUTOTUNE: the fastest of the selector's top candidates on these inputs (runtime.online)."""
     tuner = _online.setdefault("tuner", online.OnlineTuner())
-    chosen = tuner.choose(m=m, n=n, k=k, a=a, b=b, out=out, ranking=shape_selector().rank(m=m, n=n, k=k))
+    chosen = tuner.choose(m=m, n=n, k=k, a=a, b=b, out=out, ranking=online.ranking(shape_selector(), m=m, n=n, k=k))
     return explicit_entry(chosen["family"], tuple(chosen["tunables"].items()), n, k)
 
 

@@ -3,7 +3,10 @@
 For (M, N, K) the generated list ``SELECTORS[name]`` (``ShapeCandidate`` entries, codegen from
 manifests/<selector>.yaml, built by ``tunetable select --selector`` from every table's
 recording) gives the shortlist of the M range that holds M: at most a few configurations of
-any family. Each candidate's time is predicted as
+any family (online tuning also measures the two neighbouring ranges' shortlists: a shortlist is
+chosen at its range's recorded Ms, and between them the winner is often a neighbour's; as the untuned
+choice the wider ranking did worse when each recorded M was left out in turn). Each candidate's time
+is predicted as
 
     log(time / cuBLAS time) = log(perf model time / roofline floor) + bias(M)
 
@@ -147,33 +150,46 @@ class ShapeSelector:
             self.scored[span] = found
         return found
 
-    def rank(self, *, m: int, n: int, k: int) -> tuple[Prediction, ...]:
-        """Every candidate of M's range on (M, N, K), fastest predicted first (ties: shortlist rank)."""
-        key = (m, n, k)
+    def rank(self, *, m: int, n: int, k: int, neighbours: bool = False) -> tuple[Prediction, ...]:
+        """Every candidate of M's range on (M, N, K), fastest predicted first (ties: shortlist rank);
+        with ``neighbours`` the two neighbouring ranges' candidates too (what online tuning measures)."""
+        key = (m, n, k, neighbours)
         found = self.rankings.get(key)
         if found is None:
-            found = self._rank(m=m, n=n, k=k)
+            found = self._rank(m=m, n=n, k=k, neighbours=neighbours)
             self.rankings[key] = found
         return found
 
-    def _rank(self, *, m: int, n: int, k: int) -> tuple[Prediction, ...]:
-        """The predictions of one shape, computed now (every candidate of a range shares its log-M position)."""
+    def _rank(self, *, m: int, n: int, k: int, neighbours: bool) -> tuple[Prediction, ...]:
+        """The predictions of one shape, computed now: the shortlist of M's range and, with ``neighbours``, of
+        the ranges on either side (each candidate's bias held at its own range's nearer end outside it), a
+        configuration listed twice counted once (M's own range first)."""
         span = self._span(m)
         if span is None:
             return ()
-        scored = self._scored(span)
-        first = scored[0].candidate
-        t = log_position(m=m, start=span[0], end=span[1])
+        spans = [span]
+        if neighbours:
+            position = self.ranges.index(span)
+            spans += [*self.ranges[max(0, position - 1):position], *self.ranges[position + 1:position + 2]]
+        first = self.shortlists[span][0]
         floor = roofline_floor_s(m=m, n=n, k=k)
-        cublas = floor * math.exp(first.cublas + t * (first.cublas_end - first.cublas))
-        found = []
-        for position, item in enumerate(scored):
-            seconds = item.model(m, n, k)
-            if seconds < math.inf:   # a block that cannot be resident is never a pick
-                found.append((seconds * math.exp(item.bias + t * item.bias_change), position, item.candidate))
-        found.sort()
+        cublas = floor * math.exp(first.cublas + log_position(m=m, start=span[0], end=span[1])
+                                  * (first.cublas_end - first.cublas))
+        found, seen = [], set()
+        for order, each in enumerate(spans):
+            t = log_position(m=m, start=each[0], end=each[1])   # clamped: a neighbour keeps its nearer end
+            for place, item in enumerate(self._scored(each)):
+                key = (item.candidate.table, item.candidate.config_id)
+                if key in seen:
+                    continue
+                seen.add(key)
+                seconds = item.model(m, n, k)
+                if seconds < math.inf:   # a block that cannot be resident is never a pick
+                    found.append((seconds * math.exp(item.bias + t * item.bias_change), order, place, item.candidate))
+        found.sort(key=lambda row: row[:3])
         scale = cublas / floor
-        return tuple(Prediction(candidate=c, seconds=value * scale, cublas_seconds=cublas) for value, _, c in found)
+        return tuple(Prediction(candidate=c, seconds=value * scale, cublas_seconds=cublas)
+                     for value, _, _, c in found)
 
     def choose(self, *, m: int, n: int, k: int) -> Prediction | None:
         """The fastest predicted candidate for (M, N, K), or None when the selector has none for M."""

@@ -97,7 +97,7 @@ def test_online_tuning_measures_the_selectors_top_candidates_and_caches_the_choi
     files = list(fresh_runtime.glob("*.json"))
     assert len(files) == 1
     entry = json.loads(files[0].read_text())
-    top = [p.candidate.config_id for p in selector().rank(m=m, n=n, k=k)[:online.MAX_TOP_K]]
+    top = [p.candidate.config_id for p in online.ranking(selector(), m=m, n=n, k=k)[:online.MAX_TOP_K]]
     assert [json.loads(c)["config_id"] for c in entry["configs"]] == top
     assert len(entry["trials"]) == len(top) and all(t["status"] == "ok" for t in entry["trials"])
     best = min(entry["trials"], key=lambda t: t["median_ms"])
