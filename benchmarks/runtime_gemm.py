@@ -199,7 +199,7 @@ def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: 
     if decision.prediction is not None:
         started = time.perf_counter()
         chosen = tuner.choose(m=m, n=n, k=k, a=a0, b=b0, out=c0,
-                              ranking=shape_selector().rank(m=m, n=n, k=k))
+                              ranking=online.ranking(shape_selector(), m=m, n=n, k=k))
         torch.cuda.synchronize()
         tuning_s = time.perf_counter() - started
         tuned = {"family": chosen["family"], "config_id": chosen["config_id"], "tunables": chosen["tunables"]}
