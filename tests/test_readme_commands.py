@@ -32,6 +32,7 @@ NOT_COMMANDS = {
     "not compared:": "an audit line, shortened with '...' (its wording: tests/test_audit_git.py)",
     "No remote provided": "DVC's lines without a remote (compared with dvc pull / dvc push below)",
     "Snakefile ": "the layout",
+    "tables:": "a params.yaml excerpt: a table's shapes.list (tests/test_shapes.py tunes such a table)",
 }
 # (section, command, occurrence in that section) -> why it is not run here. A section is matched by substring.
 EXCLUDED = {
@@ -51,8 +52,17 @@ EXCLUDED = {
     ("A tour", "tunetable record --table gemm_mma --name NAME SHARDS...", 0):
         "records cuda-backend shards only: GPU (scripts/device_session.sh runs it)",
 }
+# A torch.profiler trace for the commands that import one (the README's trace.json is the user's).
+TRACE = REPO / "tests" / "fixtures" / "shapes" / "torch_profiler_trace.json"
 # (section, command, occurrence) -> the commands actually run (placeholders filled in).
 SUBSTITUTE = {
+    ("Your model's shapes", "tunetable shapes import trace.json --out shapes/mymodel.csv", 0):
+        [f"tunetable shapes import {TRACE} --out shapes/mymodel.csv", "tunetable suggest --shapes shapes/mymodel.csv",
+         "rm -r shapes"],
+    ("A tour", "tunetable shapes import FILE [--out PATH]", 0):
+        [f"tunetable shapes import {TRACE} --out results/shapes/tour.csv"],
+    ("A tour", "tunetable suggest --shape M,N,K", 0): ["tunetable suggest --shape 77,4096,4096 --shape 200,5120,5120"],
+    ("A tour", "--shapes FILE", 0): ["tunetable suggest --shapes results/shapes/tour.csv"],
     ("The remote", "dvc remote add --local -d local /tmp/tunetable-dvc-remote", 0):
         ["dvc remote add --local -d local {remote}"],
     ("A tour", "tunetable rank --table gemm_mma SHARDS...", 0): ["tunetable rank --table gemm_mma {shards}"],
