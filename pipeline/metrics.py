@@ -61,32 +61,37 @@ class ShapeResult:
         return None if ms is None or ms <= 0 else 2.0 * self.m * self.n * self.k / (ms * 1e-3) / 1e12
 
 
+def rows_by_shape(ranked: Any) -> dict[tuple[int, int, int], pl.DataFrame]:
+    """A table's ranked ok rows (polars) split by shape, once."""
+    if not ranked.height:
+        return {}
+    return {(int(key[0]), int(key[1]), int(key[2])): frame
+            for key, frame in ranked.partition_by(["M", "N", "K"], as_dict=True).items()}
+
+
+def measured_at(*, rows: pl.DataFrame | None, entry: ManifestEntry | None, m: int, n: int, k: int,
+                table: str | None = None) -> ShapeResult:
+    """The entry's pick and its measured time at one shape, from that shape's ranked rows (None: unmeasured)."""
+    tuned = cublas = best = None
+    if rows is not None:
+        best = float(rows["median_ms"].min())
+        cublas_values = rows["cublas_ms"].drop_nulls() if "cublas_ms" in rows.columns else []
+        cublas = float(cublas_values[0]) if len(cublas_values) else None
+        if entry is not None:
+            picked = rows.filter(pl.col("config_id") == entry.config_id)["median_ms"]
+            tuned = float(picked[0]) if picked.len() else None
+    return ShapeResult(m=m, n=n, k=k, entry_index=entry.index if entry else None,
+                       config_id=entry.config_id if entry else None, tuned_ms=tuned, cublas_ms=cublas, best_ms=best,
+                       table=table)
+
+
 def shape_results(
     *, entries: Sequence[ManifestEntry], ranked: Any, shapes: Iterable[tuple[int, int, int]]
 ) -> list[ShapeResult]:
     """The table's pick and its measured time at every shape (ranked: polars DataFrame of ok rows)."""
-
-    by_shape: dict[tuple[int, int, int], pl.DataFrame] = {
-        (int(key[0]), int(key[1]), int(key[2])): frame
-        for key, frame in ranked.partition_by(["M", "N", "K"], as_dict=True).items()
-    } if ranked.height else {}
-    results = []
-    for m, n, k in shapes:
-        rows = by_shape.get((m, n, k))
-        entry = lookup(entries, m=m, n=n, k=k)
-        tuned = cublas = best = None
-        if rows is not None:
-            best = float(rows["median_ms"].min())
-            cublas_values = rows["cublas_ms"].drop_nulls() if "cublas_ms" in rows.columns else []
-            cublas = float(cublas_values[0]) if len(cublas_values) else None
-            if entry is not None:
-                picked = rows.filter(pl.col("config_id") == entry.config_id)["median_ms"]
-                tuned = float(picked[0]) if picked.len() else None
-        results.append(ShapeResult(
-            m=m, n=n, k=k, entry_index=entry.index if entry else None,
-            config_id=entry.config_id if entry else None, tuned_ms=tuned, cublas_ms=cublas, best_ms=best,
-        ))
-    return results
+    by_shape = rows_by_shape(ranked)
+    return [measured_at(rows=by_shape.get((m, n, k)), entry=lookup(entries, m=m, n=n, k=k), m=m, n=n, k=k)
+            for m, n, k in shapes]
 
 
 def dispatch_shape_results(
@@ -95,19 +100,20 @@ def dispatch_shape_results(
     """A dispatch list at every shape: the table its entry names, and that table's measured time there.
 
     ``ranked``: table name -> its ranked ok rows (polars). Times, cuBLAS and best come from the named
-    table's own rows at the shape (the same shard), as the list was selected.
+    table's own rows at the shape (the same shard), as the list was selected. Each table's rows are split
+    by shape once (per shape, a split of the whole table made thousands of shapes quadratic).
     """
+    by_table: dict[str, dict[tuple[int, int, int], pl.DataFrame]] = {}
     results = []
     for m, n, k in shapes:
         entry = lookup(entries, m=m, n=n, k=k)
         table = str(entry.values.get("TABLE", "")) if entry is not None else None
         if entry is None or table not in ranked:
-            results.append(ShapeResult(m=m, n=n, k=k, entry_index=entry.index if entry else None,
-                                       config_id=entry.config_id if entry else None, tuned_ms=None, cublas_ms=None,
-                                       best_ms=None, table=table))
+            results.append(measured_at(rows=None, entry=entry, m=m, n=n, k=k, table=table))
             continue
-        (measured,) = shape_results(entries=[entry], ranked=ranked[table], shapes=[(m, n, k)])
-        results.append(ShapeResult(**{**measured.__dict__, "table": table}))
+        if table not in by_table:
+            by_table[table] = rows_by_shape(ranked[table])
+        results.append(measured_at(rows=by_table[table].get((m, n, k)), entry=entry, m=m, n=n, k=k, table=table))
     return results
 
 
