@@ -109,15 +109,21 @@ def timed(timer: ColdL2Timer, *, contenders: dict[str, Callable[[int], Any]], ro
     return {name: statistics.median(values) for name, values in samples.items()}, samples, batch
 
 
-def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int,
-               l2_bytes: int) -> dict[str, Any]:
-    """Verify gemm() on one shape, then time the three contenders interleaved; one result row."""
+def operand_sets(torch: Any, *, m: int, n: int, k: int, l2_bytes: int) -> list[tuple[Any, Any, Any]]:
+    """Enough random bf16 (A, B, C) sets of one shape to rotate through more than the L2 (seeded by the shape)."""
     set_bytes = (m * k + n * k + m * n) * 2
     n_sets = input_sets(set_bytes=set_bytes, l2_bytes=l2_bytes, l2_factor=L2_FACTOR)
     gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-    sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen),
+    return [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen),
              torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen),
              torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(n_sets)]
+
+
+def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int,
+               l2_bytes: int) -> dict[str, Any]:
+    """Verify gemm() on one shape, then time the three contenders interleaved; one result row."""
+    sets = operand_sets(torch, m=m, n=n, k=k, l2_bytes=l2_bytes)
+    n_sets = len(sets)
     decision = decide.dispatcher().decide(m=m, n=n, k=k)
     untuned = dict(decide.heuristic_tunables(m=m))
 
@@ -187,12 +193,8 @@ def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: 
     """gemm() untuned, the exhaustive best, the online-tuned choice and cuBLAS on one validation shape."""
     from tunetable.kernels.runtime import online
 
-    set_bytes = (m * k + n * k + m * n) * 2
-    n_sets = input_sets(set_bytes=set_bytes, l2_bytes=l2_bytes, l2_factor=L2_FACTOR)
-    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-    sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen),
-             torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen),
-             torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(n_sets)]
+    sets = operand_sets(torch, m=m, n=n, k=k, l2_bytes=l2_bytes)
+    n_sets = len(sets)
     decision = decide.dispatcher().decide(m=m, n=n, k=k)
     a0, b0, c0 = sets[0]
     tuning_s = 0.0

@@ -118,12 +118,17 @@ def _dispatch_notes(result) -> list[str]:
     return notes
 
 
-def _print_dispatch(console: Console, result) -> None:
-    """A dispatch entry: generated lines, the decision, each candidate's speedup per measured M, the chosen entry."""
+def _print_generated(console: Console, result) -> None:
+    """The generated lines of a traced entry, under its name, index, file and line range."""
     g = result.generated
-    entry = result.entry
     console.print(f"[bold]{result.name}[{g.index}][/bold] {result.target}:{g.first_line}-{g.last_line}")
     console.print(g.text, markup=False, highlight=False)
+
+
+def _print_dispatch(console: Console, result) -> None:
+    """A dispatch entry: generated lines, the decision, each candidate's speedup per measured M, the chosen entry."""
+    entry = result.entry
+    _print_generated(console, result)
     console.print(f"\n[bold]dispatch[/bold] {result.manifest} params[{entry.index}]: M [{entry.m}, {entry.m_end}) "
                   f"N={entry.n} K={entry.k} -> table {result.table}, config {result.config_id}")
     tie = f"within {result.tie_tolerance:g} (relative)" if result.tie_tolerance else "exact ties"
@@ -156,10 +161,8 @@ def _print_dispatch(console: Console, result) -> None:
 
 def _print_selector(console: Console, result) -> None:
     """A selector entry: generated lines, the candidate, and each (N, K)'s term of its bias at both range ends."""
-    g = result.generated
-    entry = result.entry
-    console.print(f"[bold]{result.name}[{g.index}][/bold] {result.target}:{g.first_line}-{g.last_line}")
-    console.print(g.text, markup=False, highlight=False)
+    g, entry = result.generated, result.entry
+    _print_generated(console, result)
     console.print(f"\n[bold]selector[/bold] {result.manifest} params[{g.index}]: M [{entry['M']}, {entry['M_END']}) "
                   f"candidate {entry['RANK']}: table {entry['TABLE']}, config {entry['CONFIG_ID']}")
     console.print("predicted log(time / cuBLAS) = log(perf model / roofline floor) + bias, the bias linear in "
