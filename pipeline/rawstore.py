@@ -9,8 +9,8 @@ its shards come back by a rename, so nothing is re-measured.
 A shard moves with every file of its stem (``M1_N8_K8.pkl``, its journal, any sidecar). A parked
 file that already exists with other bytes is never overwritten: that is an error naming both.
 
-``python -m tunetable.rawstore park TABLE/KEY...`` and ``restore SHARD...`` are what the Snakemake
-rules run (pipeline/rules/measure.smk).
+``python -m tunetable.rawstore park TABLE/KEY...``, ``restore SHARD...`` and ``salvage SHARD...`` (the
+shards a failed live bench job finished) are what the Snakemake rules run (pipeline/rules/measure.smk).
 """
 
 from __future__ import annotations
@@ -117,17 +117,29 @@ def restore(shards: Iterable[str | Path], *, raw: Path = RAW, parked: Path = PAR
     return [target for _source, target in pairs]
 
 
+def salvage(shards: Iterable[str | Path], *, raw: Path = RAW, parked: Path = PARKED) -> list[Path]:
+    """Park the listed shards that exist, each with every file of its stem (its journal): what a failed bench
+    job finished. Snakemake deletes a failed job's outputs; parked, they come back by a rename (``restore``)
+    on the next run. A shard not written (its journal holds the measurements so far) stays where it is."""
+    finished = [Path(shard) for shard in shards if Path(shard).is_file()]
+    return park([file for shard in finished for file in shard_files(shard)], raw=raw, parked=parked)
+
+
+COMMANDS = {"park": park, "restore": restore, "salvage": salvage}
+
+
 def main(argv: Sequence[str]) -> int:
-    """``park ENTRY...`` or ``restore SHARD...``; one line per action, errors as one line (exit 2)."""
-    if len(argv) < 2 or argv[0] not in ("park", "restore"):
-        print("usage: python -m tunetable.rawstore park RESULTS_RAW_ENTRY... | restore RAW_SHARD...", file=sys.stderr)
+    """``park ENTRY...``, ``restore SHARD...`` or ``salvage SHARD...``; one line per action, errors as one line."""
+    if len(argv) < 2 or argv[0] not in COMMANDS:
+        print("usage: python -m tunetable.rawstore park RESULTS_RAW_ENTRY... | restore RAW_SHARD... | "
+              "salvage RAW_SHARD...", file=sys.stderr)
         return 2
     try:
-        moved = park(argv[1:]) if argv[0] == "park" else restore(argv[1:])
+        moved = COMMANDS[argv[0]](argv[1:])
     except TuneTableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    where = PARKED if argv[0] == "park" else RAW
+    where = RAW if argv[0] == "restore" else PARKED
     entries = f"{len(argv) - 1} entr{'y' if len(argv) == 2 else 'ies'}"
     print(f"{argv[0]}: {len(moved)} file(s) of {entries} now under {where}/")
     return 0

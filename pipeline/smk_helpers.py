@@ -10,10 +10,11 @@ final: only missing shards get a producing rule. Existing ones are inputs flagge
 after a fresh clone, a forced rule) can re-measure them.
 
 Scale (tens of thousands of shards): Snakemake checks a requested file against every output of a
-candidate rule, and formats every wildcard constraint into the output pattern. So no rule lists an
-unbounded number of outputs (replay serves at most REPLAY_CHUNK shards per job) and no constraint
-lists shard names (the live bench rule matches any shard of a current key; only missing shards are
-ever looked up, existing ones being ``before_update`` inputs). Both DAGs grow linearly in the shards.
+candidate rule, formats every wildcard constraint into the output pattern, and costs ~0.4 ms per job
+and per input it checks. So no rule lists an unbounded number of outputs (replay serves at most
+REPLAY_CHUNK shards per job, a live bench job measures at most LIVE_CHUNK), no constraint lists shard
+names, existing shards are ``before_update`` inputs (never looked up), and only rank takes every
+shard as an input (metrics take one per table, for the content key). Both DAGs grow linearly.
 
 Without a GPU the tables replay their recordings (``tables.<name>.recording``). A table whose
 recording is absent (a new table not measured on a GPU yet) is left out of the run and the banner
@@ -70,11 +71,19 @@ SHOW_ERRORS = " || {{ status=$?; grep -h '^error: ' {log} >&2 || tail -n 5 {log}
 RUN_LOCK = Path(".snakemake") / "tunetable-run.lock"
 _RUN_LOCK_HANDLE: Any = None  # held (fcntl) for the life of the snakemake process that parsed the Snakefile
 KEY_PATTERN = "[0-9a-f]{16}"
-SHAPE_PATTERN = "M[0-9]+_N[0-9]+_K[0-9]+"
 # Missing shards one replay job serves at most: Snakemake matches a requested shard against at most
 # this many outputs of its rule (so the DAG grows linearly), and one process start (~0.8 s) serves
 # this many shards (~3 ms each). The README's "How it is wired" names this number.
 REPLAY_CHUNK = 100
+# A live bench job measures up to LIVE_CHUNK missing shards of one table in one process (one CUDA context,
+# one compile report read; Snakemake itself costs ~0.4 ms per job, so one job per shard made the DAG of
+# 20 k missing shards 15 s), and a table's shards are spread over at least LIVE_SPREAD jobs while it has
+# that many, so that a host with several GPUs (--resources gpu=N) keeps each busy.
+LIVE_CHUNK = 20
+LIVE_SPREAD = 8
+# Minutes one live shard may take (SLURM's `runtime` of a bench job is this times its shards, unless a
+# profile's set-resources gives `bench: runtime:` per shard).
+LIVE_SHARD_MINUTES = 20
 NO_RECORDING = "no-recording.parquet"  # what a live plan passes when no table names a recording (never read)
 # Set to 1 to run without the shards that need a GPU (no GPU here, not in the recording): the rest is kept.
 ALLOW_MISSING_ENV = "TUNETABLE_ALLOW_MISSING"
@@ -361,7 +370,23 @@ def shard_paths(plan: Plan, *, table: str) -> list[str]:
 def shard_inputs(plan: Plan, *, table: str, existing: Callable[[str], Any]) -> list[Any]:
     """A table's shards as rule inputs: existing ones wrapped in ``existing`` (the Snakefile passes
     ``before_update``: no producer is searched for them), missing ones plain (their rule makes them)."""
-    return [path if path in plan.absent else existing(path) for path in shard_paths(plan, table=table)]
+    return [as_input(plan, path=path, existing=existing) for path in shard_paths(plan, table=table)]
+
+
+def as_input(plan: Plan, *, path: str, existing: Callable[[str], Any]) -> Any:
+    """A shard path as a rule input: wrapped in ``existing`` when it is on disk, plain when a rule makes it."""
+    return path if path in plan.absent else existing(path)
+
+
+def key_shard_inputs(plan: Plan, *, tables: Sequence[str], existing: Callable[[str], Any]) -> list[Any]:
+    """One shard of each table (its first), as ``shard_inputs`` wraps it: what metrics needs for the content key.
+
+    Metrics read the ranked table, never the shards; listing every shard would cost Snakemake a
+    producer search or an mtime check per shard (tens of thousands) for a path it only takes a folder
+    name from. The ranked parquet, a rank output, changes whenever a shard does.
+    """
+    return [as_input(plan, path=plan.shards[table][0].path, existing=existing) for table in tables
+            if plan.shards[table]]
 
 
 def measure_inputs(plan: Plan, *, existing: Callable[[str], Any]) -> list[Any]:
@@ -371,9 +396,7 @@ def measure_inputs(plan: Plan, *, existing: Callable[[str], Any]) -> list[Any]:
     present = [existing(shard.path) for spec in plan.tables for shard in plan.shards[spec.name]
                if shard.path not in plan.absent]
     made = [shards[0].path for _, shards in restore_jobs(plan)]
-    if plan.backend == "replay":
-        return present + made + replay_targets(plan)
-    return present + made + [shard.path for shard in missing_shards(plan)]
+    return present + made + replay_targets(plan) + [job.shards[0].path for job in live_jobs(plan)]
 
 
 def replay_targets(plan: Plan) -> list[str]:
@@ -530,26 +553,60 @@ def missing_by_table(plan: Plan) -> dict[str, list[Shard]]:
 
 
 @dataclass(frozen=True)
-class ReplayJob:
-    """One replay rule: up to REPLAY_CHUNK missing shards of one table, served by one process."""
+class ShardBatch:
+    """One measuring rule: missing shards of one table, served (replay) or measured (bench) by one process."""
 
-    name: str                  # replay_<table>, or replay_<table>_part<i> when a table needs several
+    name: str                  # <verb>_<table>, or <verb>_<table>_part<i> when a table needs several
     table: str
     shards: tuple[Shard, ...]
     log: str
 
 
-def replay_jobs(plan: Plan, *, chunk: int = REPLAY_CHUNK) -> list[ReplayJob]:
-    """The replay rules of a run: each table's missing shards in shape order, REPLAY_CHUNK per rule."""
+def shard_batches(plan: Plan, *, verb: str, size: Callable[[int], int]) -> list[ShardBatch]:
+    """Each table's missing shards in shape order, ``size(missing count)`` per rule, named ``<verb>_<table>...``."""
     jobs = []
     for table, shards in missing_by_table(plan).items():
-        parts = chunks(shards, size=chunk)
+        parts = chunks(shards, size=size(len(shards)))
         folder = STAMPS.parent / "logs" / "bench" / table / plan.keys[table]
         for index, part in enumerate(parts, start=1):
             suffix = f"_part{index}" if len(parts) > 1 else ""
-            jobs.append(ReplayJob(name=f"replay_{table}{suffix}", table=table, shards=part,
-                                  log=str(folder / f"replay{suffix}.log")))
+            jobs.append(ShardBatch(name=f"{verb}_{table}{suffix}", table=table, shards=part,
+                                   log=str(folder / f"{verb}{suffix}.log")))
     return jobs
+
+
+def replay_jobs(plan: Plan, *, chunk: int = REPLAY_CHUNK) -> list[ShardBatch]:
+    """The replay rules of a run: each table's missing shards in shape order, REPLAY_CHUNK per rule."""
+    return shard_batches(plan, verb="replay", size=lambda _count: chunk) if plan.backend == "replay" else []
+
+
+def live_chunk_size(count: int, *, chunk: int = LIVE_CHUNK, spread: int = LIVE_SPREAD) -> int:
+    """Shards per live bench job for a table missing ``count``: at most ``chunk``, over at least ``spread`` jobs."""
+    return max(1, min(chunk, count // spread))  # floor: count // size >= spread jobs
+
+
+def live_jobs(plan: Plan, *, chunk: int = LIVE_CHUNK, spread: int = LIVE_SPREAD) -> list[ShardBatch]:
+    """The live bench rules of a run: each table's missing shards in shape order, live_chunk_size per rule."""
+    if plan.backend != "cuda":
+        return []
+    return shard_batches(plan, verb="bench", size=lambda count: live_chunk_size(count, chunk=chunk, spread=spread))
+
+
+def bench_resources(*, shards: int) -> dict[str, int]:
+    """A live bench rule's own resources: one GPU, LIVE_SHARD_MINUTES per shard."""
+    return {"gpu": 1, "runtime": LIVE_SHARD_MINUTES * shards}
+
+
+def apply_bench_profile(resources: Any, overrides: Mapping[str, Any], *, shards: int) -> None:
+    """Give a bench rule a profile's ``set-resources: bench:``, as Snakemake does for a rule named bench (the
+    bench rules are named per chunk); ``runtime`` there is minutes per shard, times the rule's ``shards``."""
+    given = overrides.get("bench")
+    if not given:
+        return
+    resources.update(given)
+    runtime = given.get("runtime")
+    if runtime is not None and not runtime.is_evaluable() and isinstance(runtime.value, int):
+        resources["runtime"] = runtime.value * shards
 
 
 def restore_jobs(plan: Plan, *, chunk: int = REPLAY_CHUNK) -> list[tuple[str, tuple[Shard, ...]]]:

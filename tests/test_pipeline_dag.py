@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -53,20 +54,57 @@ def shapes_count(table: str = TABLE) -> int:
     return len(shapes["NK"]) * len(shapes["M"])
 
 
+def bench_jobs(output: str) -> dict[str, list[str]]:
+    """The live bench jobs of a dry run (--quiet host): rule name -> the shards it outputs."""
+    return {match.group(1): match.group(2).split(", ")
+            for match in re.finditer(r"^rule (bench_\w+):\n(?:    \w+: .*\n)*?    output: ([^\n]+)", output,
+                                     flags=re.M)}
+
+
 def test_live_dag_compiles_once_per_table_and_benches_each_shard_on_one_gpu(copy: Path) -> None:
+    from tunetable.smk_helpers import LIVE_CHUNK, LIVE_SPREAD
+
     done = snakemake("all", "-n", "--cores", "2", *LIVE, *DETAIL, cwd=copy)
     counts = job_counts(done.output)
     tables = declared()
     assert counts["compile"] == len(tables)
-    assert counts["bench"] == sum(shapes_count(name) for name in tables)
     assert counts["rank"] == counts["select"] == counts["metrics"] == len(tables)
     assert counts["codegen"] == 1
     assert counts["select_gemm_dispatch"] == 1  # every table it names is measured
     assert counts["metrics_gemm_dispatch"] == 1  # and its metrics and plot, like a table's
+    # Each shard in exactly one bench job, a job's shards of one table, each table over several jobs
+    # (one per GPU of a multi-GPU host), no job over LIVE_CHUNK shards; one GPU per job.
+    jobs = bench_jobs(done.output)
+    assert sum(counts[name] for name in counts if name.startswith("bench_")) == len(jobs)
     for name in tables:
-        shard = re.search(rf"output: (results/raw/{name}/([0-9a-f]{{16}})/M\d+_N\d+_K\d+\.pkl)", done.output)
-        assert shard is not None, done.output[-2000:]
+        mine = {job: shards for job, shards in jobs.items() if re.fullmatch(rf"bench_{name}(_part\d+)?", job)}
+        shards = [shard for job_shards in mine.values() for shard in job_shards]
+        assert len(shards) == len(set(shards)) == shapes_count(name), sorted(mine)
+        assert all(re.fullmatch(rf"results/raw/{name}/[0-9a-f]{{16}}/M\d+_N\d+_K\d+\.pkl", s) for s in shards)
+        assert min(LIVE_SPREAD, shapes_count(name)) <= len(mine) < shapes_count(name)
+        assert max(map(len, mine.values())) <= LIVE_CHUNK
+    assert len(re.findall(r"resources: .*\bgpu=1\b", done.output)) >= len(jobs)
     assert "SKIPPING" not in done.output
+
+
+def test_live_bench_chunk_size_and_resources() -> None:
+    from tunetable import smk_helpers as tt
+
+    assert [tt.live_chunk_size(count, chunk=20, spread=8) for count in (1, 7, 8, 15, 16, 55, 160, 161, 20_000)] == [
+        1, 1, 1, 1, 2, 6, 20, 20, 20]
+    from snakemake.resources import Resources
+
+    # a profile's set-resources as Snakemake parses them; its bench runtime is minutes per shard
+    profile = {name: Resources.parse(values, allow_expressions=True) for name, values in
+               {"bench": ["runtime=30", 'gres="gpu:1"', "mem_mb=32000"], "compile": ["runtime=60"]}.items()}
+    resources = Resources.from_mapping(tt.bench_resources(shards=3))
+    assert resources["runtime"].value == 3 * tt.LIVE_SHARD_MINUTES and resources["gpu"].value == 1
+    tt.apply_bench_profile(resources, profile, shards=3)
+    assert resources["runtime"].value == 90 and resources["mem_mb"].value == 32000 and resources["gpu"].value == 1
+    assert set(resources.keys()) == {"gpu", "runtime", "gres", "mem_mb"}
+    untouched = Resources.from_mapping(tt.bench_resources(shards=2))
+    tt.apply_bench_profile(untouched, {"compile": profile["compile"]}, shards=2)
+    assert untouched["runtime"].value == 2 * tt.LIVE_SHARD_MINUTES
 
 
 def test_replay_dag_never_compiles(copy: Path) -> None:
@@ -122,12 +160,15 @@ def test_slurm_profile_dry_run(copy: Path) -> None:
     plugin = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None
     executor = () if plugin else ("--executor", "local")
     done = snakemake("all", "-n", "--workflow-profile", "profiles/slurm", *executor, cwd=copy)
-    bench = re.search(r"rule bench:.*?resources: ([^\n]+)", done.output, flags=re.DOTALL)
-    assert bench is not None, done.output[-2000:]
-    assert "gres=gpu:1" in bench.group(1) and "slurm_partition=gpu" in bench.group(1)
+    # the profile's set-resources for `bench` reach every bench job (they are named per chunk)
+    benches = re.findall(r"rule (bench_\w+):.*?resources: ([^\n]+)", done.output, flags=re.DOTALL)
+    assert benches, done.output[-2000:]
+    for _name, resources in benches:
+        assert "gres=gpu:1" in resources and "slurm_partition=gpu" in resources and "cpus_per_task=4" in resources
     compile_job = re.search(r"rule compile:.*?resources: ([^\n]+)", done.output, flags=re.DOTALL)
     assert compile_job is not None and "cpus_per_task=32" in compile_job.group(1)
-    assert job_counts(done.output)["bench"] == sum(shapes_count(name) for name in declared())
+    shards = [shard for job_shards in bench_jobs(done.output).values() for shard in job_shards]
+    assert len(shards) == len(set(shards)) == sum(shapes_count(name) for name in declared())
 
 
 def test_malformed_params_fail_with_one_line(copy: Path) -> None:
@@ -205,14 +246,55 @@ def test_other_keys_are_parked_and_parked_shards_restored_not_replayed(copy: Pat
 def test_live_dag_never_remeasures_a_shard_on_disk(copy: Path) -> None:
     # A shard on disk is final: no rule may produce it, even with the compile stage forced.
     first = snakemake("measure_all", "-n", *LIVE, *DETAIL, cwd=copy)
-    shard = re.search(rf"output: (results/raw/{TABLE}/[0-9a-f]{{16}}/M\d+_N\d+_K\d+\.pkl)", first.output)
-    assert shard is not None, first.output[-2000:]
-    on_disk = copy / shard.group(1)
+    before = [shard for shards in bench_jobs(first.output).values() for shard in shards]
+    shard = next(path for path in before if path.startswith(f"results/raw/{TABLE}/"))
+    on_disk = copy / shard
     on_disk.parent.mkdir(parents=True)
     on_disk.write_bytes(b"a shard measured earlier (the DAG only looks at its presence)")
     done = snakemake("measure_all", "-n", "--forcerun", "compile", *LIVE, *DETAIL, cwd=copy)
-    assert job_counts(done.output)["bench"] == job_counts(first.output)["bench"] - 1
-    assert f"output: {shard.group(1)}" not in done.output
+    after = [path for shards in bench_jobs(done.output).values() for path in shards]
+    assert sorted(after) == sorted(path for path in before if path != shard)
+    outputs = [line for line in done.output.splitlines() if line.startswith("    output: ")]
+    assert outputs and not any(shard in line.split(": ", 1)[1].split(", ") for line in outputs)
+
+
+def test_a_failed_live_bench_job_keeps_the_shards_it_finished_and_the_next_run_measures_only_the_rest(
+        copy: Path) -> None:
+    # Snakemake deletes a failed job's outputs. A live bench job's failure branch parks the shards it
+    # finished (with their journals) first, so there is nothing measured left to delete, and the next
+    # plan restores them by a rename. Here the job's own shell command runs after two of its shards were
+    # written (real shards replayed from the recording stand in for two measured ones) and fails where a
+    # GPU host would fail mid-chunk: here, before measuring, for want of a GPU.
+    if not RECORDING.is_file():
+        pytest.skip(NO_RECORDING)
+    first = snakemake("measure_all", "-n", "-p", *LIVE, *DETAIL, cwd=copy)
+    jobs = bench_jobs(first.output)
+    name, shards = next((job, paths) for job, paths in jobs.items() if job.startswith(f"bench_{TABLE}_part"))
+    block = first.output[first.output.index(f"rule {name}:"):]
+    command = re.search(r"^Shell command: (.+)$", block, flags=re.M).group(1)
+    finished = shards[:2]
+    shapes = [re.fullmatch(r".*/M(\d+)_N(\d+)_K(\d+)\.pkl", path).groups() for path in finished]
+    tunetable("bench", "--table", TABLE, "--backend", "replay", *(a for s in shapes for a in ("--shape", ",".join(s))),
+              "--results-root", "elsewhere", cwd=copy)
+    for path in finished:
+        source = next((copy / "elsewhere" / "raw" / TABLE).glob(f"*/{Path(path).name}"))
+        for file in (source, source.with_name(source.name.replace(".pkl", ".journal.jsonl"))):
+            (copy / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, copy / path.replace(".pkl", file.name.removeprefix(source.stem)))
+    written = {path: (copy / path).read_bytes() for path in finished}
+    log = copy / re.search(r"^    log: (.+)$", block, flags=re.M).group(1)
+    log.parent.mkdir(parents=True, exist_ok=True)  # as Snakemake does before a job
+    failed = subprocess.run(["bash", "-c", command], cwd=copy, capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0 and "GPU" in failed.stderr, failed.stderr[-2000:]
+    for path, data in written.items():
+        parked = copy / path.replace("results/raw/", "results/parked/", 1)
+        assert not (copy / path).exists() and parked.read_bytes() == data  # nothing left for Snakemake to delete
+        assert parked.with_name(parked.name.replace(".pkl", ".journal.jsonl")).is_file()
+    again = snakemake("measure_all", "-n", "-p", *LIVE, *DETAIL, cwd=copy)
+    restored = re.search(r"^rule restore_parked:\n(?:    \w+: .*\n)*?    output: ([^\n]+)", again.output, flags=re.M)
+    assert restored is not None and sorted(restored.group(1).split(", ")) == sorted(finished), again.output[-3000:]
+    remeasured = [path for paths in bench_jobs(again.output).values() for path in paths]
+    assert sorted(remeasured) == sorted(path for paths in jobs.values() for path in paths if path not in finished)
 
 
 def test_replay_jobs_cover_each_missing_shard_once_in_bounded_chunks(copy: Path, monkeypatch) -> None:

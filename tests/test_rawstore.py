@@ -62,3 +62,20 @@ def test_restoring_a_shard_without_a_parked_copy_is_an_error(store: tuple[Path, 
     raw, parked = store
     with pytest.raises(TuneTableError, match="no parked copy"):
         rawstore.restore([raw / "t" / "x" / "M2_N8_K8.pkl"], raw=raw, parked=parked)
+
+
+def test_salvage_parks_the_finished_shards_of_a_failed_job_with_their_journals(tmp_path: Path) -> None:
+    raw, parked = tmp_path / "results" / "raw", tmp_path / "results" / "parked"
+    done = _shard(raw / "t" / "cur" / "M1_N8_K8.pkl", b"measured")
+    _shard(raw / "t" / "cur" / "M1_N8_K8.journal.jsonl", b'{"type": "shard"}\n')
+    # the shard the job was measuring when it died: only its journal (the measurements so far)
+    half = _shard(raw / "t" / "cur" / "M2_N8_K8.journal.jsonl", b'{"type": "sample"}\n')
+    never = raw / "t" / "cur" / "M4_N8_K8.pkl"
+    moved = rawstore.salvage([done, raw / "t" / "cur" / "M2_N8_K8.pkl", never], raw=raw, parked=parked)
+    assert sorted(p.relative_to(parked).as_posix() for p in moved) == [
+        "t/cur/M1_N8_K8.journal.jsonl", "t/cur/M1_N8_K8.pkl"]
+    assert (parked / "t" / "cur" / "M1_N8_K8.pkl").read_bytes() == b"measured" and not done.exists()
+    assert half.read_bytes() == b'{"type": "sample"}\n'  # a resumed run continues from it
+    assert rawstore.salvage([never], raw=raw, parked=parked) == []
+    rawstore.restore([done], raw=raw, parked=parked)  # the next run's restore rule
+    assert done.read_bytes() == b"measured" and (raw / "t" / "cur" / "M1_N8_K8.journal.jsonl").is_file()

@@ -13,8 +13,9 @@
 # re-created compile report on a fresh clone, a forced rule) can ever re-measure them.
 # To re-measure a shard on purpose, delete it.
 #
-# No rule here has a `params:` block: Snakemake's params trigger imports pandas (~1.2 s on every
-# run, no-op included). Settings that matter are in the content key, i.e. in the paths.
+# Only the rules that exist while shards are missing (bench, replay) have a `params:` block:
+# Snakemake's params trigger imports pandas (~1.2 s on every run, a no-op included). Settings that
+# matter are in the content key, i.e. in the paths.
 
 if PLAN.backend == "cuda":
 
@@ -33,29 +34,38 @@ if PLAN.backend == "cuda":
             " && {tt.CLI} compile --table {wildcards.table} --workers {threads} && touch {output} ) > {log} 2>&1"
             + tt.SHOW_ERRORS
 
-    # Live: one job per missing (table, shape) shard, one GPU each; on a multi-GPU host the job
-    # claims a free device itself (Snakemake assigns no device ids). The output pattern matches any
-    # shard of a current key (short constraints, whatever the shard count), but only missing shards
-    # are ever requested from it: existing ones are before_update inputs. The shell turns the stem
-    # into the shape (M1_N4096_K4096 -> 1,4096,4096).
-    if tt.missing_shards(PLAN):
+    # Live: each job measures up to tt.LIVE_CHUNK missing shards of one table in one process on one GPU
+    # (tt.live_jobs: a table's shards spread over at least tt.LIVE_SPREAD jobs); on a multi-GPU host the
+    # job claims a free device itself (Snakemake assigns no device ids). Only missing shards are outputs:
+    # existing ones are before_update inputs. The journals are not outputs: they hold every measurement
+    # as it is taken (resume state), and Snakemake deletes a failed job's outputs. So when the bench
+    # command fails, the shards it finished are parked with their journals first (rawstore salvage):
+    # Snakemake finds none of them to delete, and the next run restores them by a rename and measures
+    # only the others. A profile's `set-resources: bench:` applies to every bench job (runtime per shard).
+    for _job in tt.live_jobs(PLAN):
 
-        rule bench:
+        rule:
+            name:
+                _job.name
             input:
-                "results/stamps/compile/{table}/{key}.ok",
+                tt.compile_stamp(table=_job.table, key=PLAN.keys[_job.table]),
             output:
-                "results/raw/{table}/{key}/{stem}.pkl",
-            wildcard_constraints:
-                stem=tt.SHAPE_PATTERN,
+                [shard.path for shard in _job.shards],
             resources:
-                gpu=1,
-                runtime=20,
+                **tt.bench_resources(shards=len(_job.shards)),
             log:
-                "results/logs/bench/{table}/{key}/{stem}.log",
+                _job.log,
+            params:
+                # Bound now: the shell command is formatted when the job runs, after this loop ended.
+                table=_job.table,
+                shapes=tt.shape_options(list(_job.shards)),
             shell:
-                "{tt.GPU_CLAIM}{tt.CLI} bench --table {wildcards.table}"
-                " --shape $(echo {wildcards.stem} | tr -d MNK | tr _ ,)"
-                " --backend cuda --results-root results > {log} 2>&1" + tt.SHOW_ERRORS
+                "( {tt.GPU_CLAIM}{tt.CLI} bench --table {params.table} {params.shapes} --backend cuda"
+                " --results-root results || {{ status=$?; {tt.RAWSTORE} salvage {output}; exit $status; }} )"
+                " > {log} 2>&1" + tt.SHOW_ERRORS
+
+        tt.apply_bench_profile(workflow.get_rule(_job.name).resources, workflow.resource_settings.overwrite_resources,
+                               shards=len(_job.shards))
 
 else:
 
@@ -70,8 +80,10 @@ else:
             input:
                 tt.replay_inputs(PLAN, table=_job.table),
             output:
-                # the journals too: each holds its shard's checksum, and a shard without one is served again
-                [path for shard in _job.shards for path in (shard.path, shard.journal)],
+                # The journals too: each holds its shard's checksum, and a shard without one is served again.
+                # Shards first: Snakemake finds a requested file by matching it against the outputs in order
+                # (a regex compiled for each it passes), and the shards are what rank asks for.
+                [*(shard.path for shard in _job.shards), *(shard.journal for shard in _job.shards)],
             log:
                 _job.log,
             # On a cluster, profiles/slurm submits several replay jobs as one (group-components);

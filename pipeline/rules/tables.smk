@@ -59,7 +59,8 @@ rule metrics:
     input:
         stamp="results/stamps/select/{table}.sha256",
         ranked="results/ranked/{table}.parquet",
-        shards=lambda wc: tt.shard_inputs(PLAN, table=wc.table, existing=before_update),
+        # one shard: its folder names the content key the metrics record (the ranked parquet holds the rest)
+        shards=lambda wc: tt.key_shard_inputs(PLAN, tables=[wc.table], existing=before_update),
     output:
         stamp=str(tt.metrics_stamp("{table}")),
         plot=report(
@@ -112,8 +113,7 @@ for _dispatch in PLAN.dispatches:
         input:
             stamp=str(tt.select_stamp(_dispatch.name)),
             ranked=[tt.ranked_outputs(table)["parquet"] for table in _dispatch.tables],
-            shards=[shard for table in _dispatch.tables
-                    for shard in tt.shard_inputs(PLAN, table=table, existing=before_update)],
+            shards=tt.key_shard_inputs(PLAN, tables=_dispatch.tables, existing=before_update),  # one per table
         output:
             # checked-in files written in place; the stamp stands for them (as for a table's metrics)
             stamp=str(tt.metrics_stamp(_dispatch.name)),
