@@ -77,8 +77,8 @@ KEY_PATTERN = "[0-9a-f]{16}"
 REPLAY_CHUNK = 100
 # A live bench job measures up to LIVE_CHUNK missing shards of one table in one process (one CUDA context,
 # one compile report read; Snakemake itself costs ~0.4 ms per job, so one job per shard made the DAG of
-# 20 k missing shards 15 s), and a table's shards are spread over at least LIVE_SPREAD jobs while it has
-# that many, so that a host with several GPUs (--resources gpu=N) keeps each busy.
+# 20 k missing shards 15 s), and a table's shards are cut into at least LIVE_SPREAD windows (a job each)
+# while it has that many, so that a host with several GPUs (--resources gpu=N) keeps each busy.
 LIVE_CHUNK = 20
 LIVE_SPREAD = 8
 # Minutes one live shard may take (SLURM's `runtime` of a bench job is this times its shards, unless a
@@ -449,7 +449,12 @@ def parked_shards(plan: Plan) -> list[Shard]:
 
 def missing_shards(plan: Plan) -> list[Shard]:
     """Shards to measure or replay: neither in results/raw nor parked."""
-    return [shard for shard in absent_shards(plan) if shard.path not in plan.parked]
+    return [shard for spec in plan.tables for shard in plan.shards[spec.name] if is_missing(plan, shard)]
+
+
+def is_missing(plan: Plan, shard: Shard) -> bool:
+    """True when a rule must measure or replay the shard: neither in results/raw nor parked."""
+    return shard.path in plan.absent and shard.path not in plan.parked
 
 
 def stale_raw(plan: Plan) -> list[str]:
@@ -563,30 +568,39 @@ class ShardBatch:
 
 
 def shard_batches(plan: Plan, *, verb: str, size: Callable[[int], int]) -> list[ShardBatch]:
-    """Each table's missing shards in shape order, ``size(missing count)`` per rule, named ``<verb>_<table>...``."""
+    """Each table's shards in shape order, cut into windows of ``size(table's shard count)``; a rule per window
+    holding missing shards (those only), named ``<verb>_<table>`` or ``<verb>_<table>_part<i>`` (i: the window).
+
+    Windows over every shard of the table, not over the missing ones: a cluster job re-parses the
+    Snakefile when it starts, after other jobs may have finished, and must find its rule with the same
+    name and outputs (a window's missing shards are made by its own job only).
+    """
     jobs = []
-    for table, shards in missing_by_table(plan).items():
-        parts = chunks(shards, size=size(len(shards)))
-        folder = STAMPS.parent / "logs" / "bench" / table / plan.keys[table]
-        for index, part in enumerate(parts, start=1):
-            suffix = f"_part{index}" if len(parts) > 1 else ""
-            jobs.append(ShardBatch(name=f"{verb}_{table}{suffix}", table=table, shards=part,
-                                   log=str(folder / f"{verb}{suffix}.log")))
+    for spec in plan.tables:
+        shards = plan.shards[spec.name]
+        windows = chunks(shards, size=size(len(shards)))
+        folder = STAMPS.parent / "logs" / "bench" / spec.name / plan.keys[spec.name]
+        for index, window in enumerate(windows, start=1):
+            missing = tuple(shard for shard in window if is_missing(plan, shard))
+            suffix = f"_part{index}" if len(windows) > 1 else ""
+            if missing:
+                jobs.append(ShardBatch(name=f"{verb}_{spec.name}{suffix}", table=spec.name, shards=missing,
+                                       log=str(folder / f"{verb}{suffix}.log")))
     return jobs
 
 
 def replay_jobs(plan: Plan, *, chunk: int = REPLAY_CHUNK) -> list[ShardBatch]:
-    """The replay rules of a run: each table's missing shards in shape order, REPLAY_CHUNK per rule."""
+    """The replay rules of a run: each table's shards in windows of REPLAY_CHUNK, a rule per window missing any."""
     return shard_batches(plan, verb="replay", size=lambda _count: chunk) if plan.backend == "replay" else []
 
 
 def live_chunk_size(count: int, *, chunk: int = LIVE_CHUNK, spread: int = LIVE_SPREAD) -> int:
-    """Shards per live bench job for a table missing ``count``: at most ``chunk``, over at least ``spread`` jobs."""
-    return max(1, min(chunk, count // spread))  # floor: count // size >= spread jobs
+    """Shards per live bench window of a table of ``count`` shards: at most ``chunk``, at least ``spread`` windows."""
+    return max(1, min(chunk, count // spread))  # floor: count // size >= spread windows
 
 
 def live_jobs(plan: Plan, *, chunk: int = LIVE_CHUNK, spread: int = LIVE_SPREAD) -> list[ShardBatch]:
-    """The live bench rules of a run: each table's missing shards in shape order, live_chunk_size per rule."""
+    """The live bench rules of a run: each table's shards in windows of live_chunk_size, a rule per window to make."""
     if plan.backend != "cuda":
         return []
     return shard_batches(plan, verb="bench", size=lambda count: live_chunk_size(count, chunk=chunk, spread=spread))

@@ -314,6 +314,32 @@ def test_replay_jobs_cover_each_missing_shard_once_in_bounded_chunks(copy: Path,
     assert [job.name for job in tt.replay_jobs(plan)] == [f"replay_{spec.name}" for spec in plan.tables]
 
 
+@pytest.mark.parametrize("backend", ["cuda", "replay"])
+def test_a_measuring_job_keeps_its_name_and_shards_when_other_jobs_finish(copy: Path, monkeypatch, backend) -> None:
+    # A cluster job re-parses the Snakefile when it starts, after other jobs may have written their
+    # shards: its rule must still exist with the same outputs (windows over every shard, not the missing).
+    from tunetable import smk_helpers as tt
+    from tunetable.params import load_params
+
+    monkeypatch.chdir(copy)  # the plan reads params.yaml's relative paths, as the Snakefile does
+    params = {**load_params("params.yaml"), "bench": {"backend": backend}}
+    plan = tt.make_plan(params)
+    if not plan.tables:
+        pytest.skip(NO_RECORDING)
+    jobs = (tt.live_jobs if backend == "cuda" else lambda p: tt.replay_jobs(p, chunk=20))
+    before = {job.name: job.shards for job in jobs(plan)}
+    finished = next(name for name in before if name.endswith("_part1"))
+    for shard in before[finished] + before[finished.replace("_part1", "_part3")][:1]:
+        for path in (shard.path, shard.journal):  # written by their jobs (a replayed shard has its journal)
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_bytes(b"written by its job")
+    after = {job.name: job.shards for job in jobs(tt.make_plan(params))}
+    part3 = finished.replace("_part1", "_part3")
+    assert finished not in after and after[part3] == before[part3][1:]
+    assert {name: shards for name, shards in after.items() if name != part3} == {
+        name: shards for name, shards in before.items() if name not in (finished, part3)}
+
+
 def _add_unrecorded_shape(copy: Path) -> None:
     """Params edit: M=77 in gemm_mma (never recorded on the H200: it needs a GPU)."""
     import yaml

@@ -34,8 +34,8 @@ if PLAN.backend == "cuda":
             " && {tt.CLI} compile --table {wildcards.table} --workers {threads} && touch {output} ) > {log} 2>&1"
             + tt.SHOW_ERRORS
 
-    # Live: each job measures up to tt.LIVE_CHUNK missing shards of one table in one process on one GPU
-    # (tt.live_jobs: a table's shards spread over at least tt.LIVE_SPREAD jobs); on a multi-GPU host the
+    # Live: each job measures the missing shards of one window of a table (at most tt.LIVE_CHUNK shards, at
+    # least tt.LIVE_SPREAD windows per table; tt.live_jobs) in one process on one GPU; on a multi-GPU host the
     # job claims a free device itself (Snakemake assigns no device ids). Only missing shards are outputs:
     # existing ones are before_update inputs. The journals are not outputs: they hold every measurement
     # as it is taken (resume state), and Snakemake deletes a failed job's outputs. So when the bench
@@ -70,8 +70,10 @@ if PLAN.backend == "cuda":
 else:
 
     # Replay: serving a shard costs far less than starting a process, so one job per table serves
-    # its missing shards, up to tt.REPLAY_CHUNK of them (more get one job per chunk: Snakemake
-    # matches a requested file against every output of its rule). Never compiles, uses no GPU.
+    # its missing shards, in windows of tt.REPLAY_CHUNK shards (a larger table gets a job per window
+    # missing any: Snakemake matches a requested file against every output of its rule; the windows
+    # run over all of the table's shards, so a job keeps its name when others finish). Never
+    # compiles, uses no GPU.
     for _job in tt.replay_jobs(PLAN):
 
         rule:
@@ -105,6 +107,7 @@ else:
 if tt.stale_raw(PLAN):
 
     rule park_raw:
+        localrule: True
         output:
             temp(tt.park_stamp()),
         log:
@@ -116,11 +119,14 @@ if tt.stale_raw(PLAN):
 
 
 # At most tt.REPLAY_CHUNK shards per rule (Snakemake matches a requested file against every output).
+# Renames on the submit host (local): a cluster job re-parses the Snakefile, and the parked set it
+# would see changes as these rules run.
 for _name, _parked in tt.restore_jobs(PLAN):
 
     rule:
         name:
             _name
+        localrule: True
         input:
             [str(tt.rawstore.parked_path(shard.path)) for shard in _parked],
         output:
