@@ -144,7 +144,9 @@ class GemmWgmmaFamily(KernelFamily):
         workspace = 0
         if split_k > 1:
             tiles = ceil_div(M, int_define(defines, "BLOCK_M")) * ceil_div(N, int_define(defines, "BLOCK_N"))
-            workspace = split_k * M * N * 4 + tiles * int_define(defines, "CONSUMERS") * 4
+            # Fragment-native fp32 partials: a whole tile per split, then a counter per tile and consumer.
+            tile_elements = int_define(defines, "BLOCK_M") * int_define(defines, "BLOCK_N")
+            workspace = split_k * tiles * tile_elements * 4 + tiles * int_define(defines, "CONSUMERS") * 4
         return Launch(
             grid=(clusters * cluster, 1, 1),
             block=(self.threads(defines), 1, 1),

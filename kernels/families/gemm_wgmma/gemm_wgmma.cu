@@ -19,8 +19,10 @@
 //     multicast across the cluster's N direction, B tiles across its M direction, each block
 //     loading one slice of the shared tile for all; a stage is reused only when the consumers
 //     of every block of the cluster have released it;
-//   * SPLIT_K > 1 (skinny M): each split writes fp32 partials to workspace [SPLIT_K, M, N]; the
-//     last split of a tile to finish (per-tile counter) sums them in split order and writes C:
+//   * SPLIT_K > 1 (skinny M): each split writes its fp32 partial tile to the workspace as its threads
+//     hold it (common/splitk.cuh's fragment-native slots: coalesced float4s, one slot per split, tile,
+//     consumer and slice); the last split of a tile to finish (per-tile counter) sums them in split
+//     order, many loads in flight, and writes C:
 //     deterministic, and no second kernel launch. The counters follow the partials in the
 //     workspace, start zeroed (the host clears new workspaces) and are reset by that last split.
 //
@@ -55,6 +57,8 @@ constexpr int kAlignSlack = 1024;                      // 128-byte swizzle wants
 constexpr int kBarrierBytes = 1024;                    // full/empty mbarriers and split-K flags
 constexpr int kSmemBytes = STAGES * kStageBytes + kAlignSlack + kBarrierBytes;
 constexpr int kAccRegs = kSlices * BLOCK_N / 2;        // fp32 accumulators per consumer thread
+constexpr int kSlotVecs = BLOCK_N / 8 * 128;           // float4s of one m64 slice's split-K partials
+constexpr int kFinishBatch = splitk_finish_batch(kThreads, kAccRegs);  // loads in flight in the split-K sum
 
 static_assert(CONSUMERS == 1 || CONSUMERS == 2, "CONSUMERS must be 1 or 2 warpgroups");
 static_assert(BLOCK_M % (CONSUMERS * 64) == 0 && (kSlices == 1 || kSlices == 2),
@@ -362,29 +366,6 @@ __device__ __forceinline__ void store_tile_bf16(const float (&acc)[kSlices][BLOC
   }
 }
 
-// Visit this thread's in-range accumulator pairs: fn(row, col, v0, v1) for columns col, col + 1.
-template <typename Fn>
-__device__ __forceinline__ void for_each_pair(float (&acc)[kSlices][BLOCK_N / 2], int M, int N, int row0, int col0,
-                                              Fn&& fn) {
-  const int t = threadIdx.x % 128;
-  const int lane_row = (t / 32) * 16 + (t % 32) / 4;
-  const int lane_col = (t % 4) * 2;
-#pragma unroll
-  for (int s = 0; s < kSlices; ++s) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = row0 + s * 64 + lane_row + half * 8;
-      if (row >= M) continue;
-#pragma unroll
-      for (int j = 0; j < BLOCK_N / 8; ++j) {
-        const int col = col0 + j * 8 + lane_col;
-        const int e = j * 4 + half * 2;
-        if (col < N) fn(row, col, acc[s][e], acc[s][e + 1]);
-      }
-    }
-  }
-}
-
 // --- the kernel ----------------------------------------------------------------------------------------
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClusterSize, 1, 1)
@@ -510,19 +491,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClus
       if constexpr (SPLIT_K == 1) {
         store_tile_bf16(acc, C, M, N, row0, col0);
       } else {
-        for_each_pair(acc, M, N, row0, col0, [&](int row, int col, float& v0, float& v1) {
-          splitk_store_pair(workspace, item.split, M, N, row, col, v0, v1);
-        });
+        // Fragment-native partials (common/splitk.cuh): one slot per (split, tile, consumer, slice).
+        const int lane_row = (t / 32) * 16 + (t % 32) / 4;  // this thread's first row of each m64 slice
+        const int tile = item.tile_m * schedule.tiles_n + item.tile_n;
+        const size_t split_stride = (size_t)schedule.tiles_m * schedule.tiles_n * CONSUMERS * kSlices * kSlotVecs;
+        float4* slots = reinterpret_cast<float4*>(workspace) + ((size_t)tile * CONSUMERS + consumer) * kSlices * kSlotVecs;
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) splitk_store_fragment(slots + item.split * split_stride + s * kSlotVecs, acc[s], t,
+                                                    row0 + s * 64 + lane_row < M);
         // Count this consumer's partials in; the last of SPLIT_K sums them all.
-        int* counter = splitk_counters(workspace, SPLIT_K, M, N) +
-                       (item.tile_m * schedule.tiles_n + item.tile_n) * CONSUMERS + consumer;
+        int* counter = reinterpret_cast<int*>(reinterpret_cast<float4*>(workspace) + SPLIT_K * split_stride) +
+                       tile * CONSUMERS + consumer;
         const auto consumer_sync = [consumer] { asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory"); };
         if (splitk_arrive(counter, SPLIT_K, &last_flag[consumer], t == 0, consumer_sync)) {
-          for_each_pair(acc, M, N, row0, col0, [&](int row, int col, float& v0, float& v1) {
-            const float2 sum = splitk_sum_pair(workspace, SPLIT_K, item.split, M, N, row, col, make_float2(v0, v1));
-            v0 = sum.x;
-            v1 = sum.y;
-          });
+#pragma unroll
+          for (int s = 0; s < kSlices; ++s)
+            splitk_sum_fragment<BLOCK_N / 2, kFinishBatch>(acc[s], slots + s * kSlotVecs, split_stride, SPLIT_K, item.split, t,
+                                row0 + s * 64 + lane_row < M);
           store_tile_bf16(acc, C, M, N, row0, col0);
           if (t == 0) *counter = 0;  // ready for the next launch
         }

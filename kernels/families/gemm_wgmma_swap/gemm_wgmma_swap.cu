@@ -15,9 +15,9 @@
 //     issue wgmma m64nBLOCK_Mk16 with B's tile as the "A" operand and A's tile as the "B" operand;
 //   * persistent: at most one block per SM walks the work items (N tiles x SPLIT_K x M tiles, M
 //     tiles fastest, so the blocks that run together read the same rows of B: L2 reuse);
-//   * SPLIT_K > 1: each split stores its fp32 partial tile to the workspace, tile-contiguous
-//     ([SPLIT_K][tiles][BLOCK_N][BLOCK_M], so no pair is ever out of range), and the last split of a
-//     tile (counted in with common/splitk.cuh) sums them in split order and writes C:
+//   * SPLIT_K > 1: each split stores its fp32 partial tile to the workspace as its threads hold it
+//     (common/splitk.cuh's fragment-native slots: coalesced float4s, never out of range), and the
+//     last split of a tile to count in sums them in split order, many loads in flight, and writes C:
 //     deterministic, one launch.
 //   * the epilogue writes C transposed: the 8 lanes that hold one column of the C^T tile write 8
 //     consecutive elements of one row of C.
@@ -51,6 +51,8 @@ constexpr int kAlignSlack = 1024;                      // 128-byte swizzle wants
 constexpr int kBarrierBytes = 1024;                    // full/empty mbarriers and split-K flags
 constexpr int kSmemBytes = STAGES * kStageBytes + kAlignSlack + kBarrierBytes;
 constexpr int kAccRegs = kSlices * BLOCK_M / 2;        // fp32 accumulators per consumer thread
+constexpr int kSlotVecs = BLOCK_M / 8 * 128;           // float4s of one m64 slice's split-K partials
+constexpr int kFinishBatch = splitk_finish_batch(kThreads, kAccRegs);  // loads in flight in the split-K sum
 
 static_assert(CONSUMERS == 1 || CONSUMERS == 2, "CONSUMERS must be 1 or 2 warpgroups");
 static_assert(BLOCK_N % (CONSUMERS * 64) == 0 && (kSlices == 1 || kSlices == 2),
@@ -99,26 +101,6 @@ struct SwapSchedule {
     return it;
   }
 };
-
-// Split-K partials, tile-contiguous: split s of tile `tile` is the [BLOCK_N][BLOCK_M] fp32 block
-// at ((s * tiles + tile) * BLOCK_N) * BLOCK_M, so every column pair of a tile is in range.
-// fn(p, e) visits this thread's pairs: p points at the pair (row r, columns c, c + 1) in split 0's
-// block of the tile, e indexes the pair in acc[s].
-template <typename Fn>
-__device__ __forceinline__ void for_each_partial(float* workspace, int tile, int consumer, Fn&& fn) {
-  const int t = threadIdx.x % 128;
-  const int lane_row = (t / 32) * 16 + (t % 32) / 4;
-#pragma unroll
-  for (int s = 0; s < kSlices; ++s) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = consumer * kWgRows + s * 64 + lane_row + half * 8;
-      float* row = workspace + ((size_t)tile * BLOCK_N + r) * BLOCK_M + (t % 4) * 2;
-#pragma unroll
-      for (int j = 0; j < BLOCK_M / 8; ++j) fn(s, row + 8 * j, j * 4 + half * 2);
-    }
-  }
-}
 
 // C[m][n] for the C^T tile element (r, c): n = n0 + r, m = m0 + c, masked to the matrix. A thread's
 // columns of one row r are 8 apart (c = 8 j + 2 (t % 4) + b): one pointer walks them 8 rows of C at a
@@ -249,27 +231,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (SPLIT_K == 1) {
         store_transposed(acc, consumer, C, M, N, m0, n0);
       } else {
+        // Fragment-native partials (common/splitk.cuh): one slot per (split, tile, consumer, slice).
+        const int lane_row = (t / 32) * 16 + (t % 32) / 4;  // this thread's first row of each m64 slice
         const int tile = item.tile_n * schedule.tiles_m + item.tile_m;
-        const size_t split_stride = (size_t)schedule.tiles_n * schedule.tiles_m * BLOCK_N * BLOCK_M;
-        for_each_partial(workspace + item.split * split_stride, tile, consumer, [&](int s, float* p, int e) {
-          *reinterpret_cast<float2*>(p) = make_float2(acc[s][e], acc[s][e + 1]);
-        });
-        int* counter = reinterpret_cast<int*>(workspace + SPLIT_K * split_stride) + tile * CONSUMERS + consumer;
+        const size_t split_stride = (size_t)schedule.tiles_n * schedule.tiles_m * CONSUMERS * kSlices * kSlotVecs;
+        float4* slots = reinterpret_cast<float4*>(workspace) + ((size_t)tile * CONSUMERS + consumer) * kSlices * kSlotVecs;
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) splitk_store_fragment(slots + item.split * split_stride + s * kSlotVecs, acc[s], t,
+                                                    n0 + consumer * kWgRows + s * 64 + lane_row < N);
+        int* counter = reinterpret_cast<int*>(reinterpret_cast<float4*>(workspace) + SPLIT_K * split_stride) +
+                       tile * CONSUMERS + consumer;
         const auto consumer_sync = [consumer] { asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory"); };
         if (splitk_arrive(counter, SPLIT_K, &last_flag[consumer], t == 0, consumer_sync)) {
-          // Sum in split order, this split's share straight from registers (the bits it stored).
-          for_each_partial(workspace, tile, consumer, [&](int s, float* p, int e) {
-            float2 sum = make_float2(0.f, 0.f);
-#pragma unroll 2
-            for (int split = 0; split < SPLIT_K; ++split) {
-              const float2 part = split == item.split ? make_float2(acc[s][e], acc[s][e + 1])
-                                                      : __ldcg(reinterpret_cast<const float2*>(p + split * split_stride));
-              sum.x += part.x;
-              sum.y += part.y;
-            }
-            acc[s][e] = sum.x;
-            acc[s][e + 1] = sum.y;
-          });
+#pragma unroll
+          for (int s = 0; s < kSlices; ++s)
+            splitk_sum_fragment<BLOCK_M / 2, kFinishBatch>(acc[s], slots + s * kSlotVecs, split_stride, SPLIT_K, item.split, t,
+                                n0 + consumer * kWgRows + s * 64 + lane_row < N);
           store_transposed(acc, consumer, C, M, N, m0, n0);
           if (t == 0) *counter = 0;  // ready for the next launch
         }
