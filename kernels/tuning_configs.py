@@ -36,12 +36,12 @@ class FamilyChoice(TableEntry):
 
 GEMM_MMA_CONFIGS: list[TuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_MMA
-        # Provenance: [manifests/gemm_mma.yaml] params sha256:0d77e1e18fdf, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_mma.yaml] params sha256:9b3df565213d, device: NVIDIA H200, date: 2026-12-01
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [0]
         TuningConfig(
             m=1,
-            m_end=64,
+            m_end=32,
             n=4096,
             k=4096,
             kernel="gemm_mma",
@@ -59,7 +59,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [1]
         TuningConfig(
-            m=64,
+            m=32,
             m_end=128,
             n=4096,
             k=4096,
@@ -250,7 +250,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         # index: [11]
         TuningConfig(
             m=1024,
-            m_end=4096,
+            m_end=2147483647,
             n=4096,
             k=14336,
             kernel="gemm_mma",
@@ -267,25 +267,6 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
         # index: [12]
-        TuningConfig(
-            m=4096,
-            m_end=2147483647,
-            n=4096,
-            k=14336,
-            kernel="gemm_mma",
-            config_id="c2ec1e61dc8",
-            block_m=256,
-            block_n=128,
-            block_k=64,
-            warps_m=4,
-            warps_n=2,
-            warps_k=1,
-            stages=4,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [13]
         TuningConfig(
             m=1,
             m_end=32,
@@ -304,7 +285,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [14]
+        # index: [13]
         TuningConfig(
             m=32,
             m_end=64,
@@ -323,7 +304,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [15]
+        # index: [14]
         TuningConfig(
             m=64,
             m_end=128,
@@ -342,7 +323,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [16]
+        # index: [15]
         TuningConfig(
             m=128,
             m_end=512,
@@ -361,28 +342,9 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [17]
+        # index: [16]
         TuningConfig(
             m=512,
-            m_end=1024,
-            n=6144,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="cc30e1d4e81",
-            block_m=64,
-            block_n=128,
-            block_k=32,
-            warps_m=1,
-            warps_n=4,
-            warps_k=1,
-            stages=4,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [18]
-        TuningConfig(
-            m=1024,
             m_end=2147483647,
             n=6144,
             k=4096,
@@ -399,7 +361,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [19]
+        # index: [17]
         TuningConfig(
             m=1,
             m_end=32,
@@ -418,26 +380,26 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [20]
+        # index: [18]
         TuningConfig(
             m=32,
             m_end=64,
             n=8192,
             k=8192,
             kernel="gemm_mma",
-            config_id="c9025cc0713",
+            config_id="caa9764be80",
             block_m=32,
             block_n=64,
             block_k=128,
             warps_m=1,
             warps_n=4,
-            warps_k=1,
+            warps_k=2,
             stages=6,
             split_k=1,
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [21]
+        # index: [19]
         TuningConfig(
             m=64,
             m_end=128,
@@ -456,7 +418,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [22]
+        # index: [20]
         TuningConfig(
             m=128,
             m_end=256,
@@ -475,7 +437,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [23]
+        # index: [21]
         TuningConfig(
             m=256,
             m_end=512,
@@ -494,29 +456,29 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [24]
+        # index: [22]
         TuningConfig(
             m=512,
             m_end=1024,
             n=8192,
             k=8192,
             kernel="gemm_mma",
-            config_id="c3925c11e6f",
+            config_id="c9703be0552",
             block_m=128,
             block_n=256,
             block_k=64,
             warps_m=2,
             warps_n=4,
             warps_k=1,
-            stages=3,
+            stages=4,
             split_k=1,
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [25]
+        # index: [23]
         TuningConfig(
             m=1024,
-            m_end=4096,
+            m_end=8192,
             n=8192,
             k=8192,
             kernel="gemm_mma",
@@ -532,9 +494,9 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [26]
+        # index: [24]
         TuningConfig(
-            m=4096,
+            m=8192,
             m_end=2147483647,
             n=8192,
             k=8192,
@@ -551,34 +513,15 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [27]
+        # index: [25]
         TuningConfig(
             m=1,
             m_end=32,
             n=14336,
             k=4096,
             kernel="gemm_mma",
-            config_id="c20a8f6441c",
+            config_id="c88f2d930a4",
             block_m=16,
-            block_n=64,
-            block_k=128,
-            warps_m=1,
-            warps_n=4,
-            warps_k=1,
-            stages=4,
-            split_k=1,
-            group_m=1,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [28]
-        TuningConfig(
-            m=32,
-            m_end=64,
-            n=14336,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="c34d769966c",
-            block_m=32,
             block_n=128,
             block_k=128,
             warps_m=1,
@@ -589,7 +532,26 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=1,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [29]
+        # index: [26]
+        TuningConfig(
+            m=32,
+            m_end=64,
+            n=14336,
+            k=4096,
+            kernel="gemm_mma",
+            config_id="c6f7eb1fc6c",
+            block_m=32,
+            block_n=128,
+            block_k=128,
+            warps_m=2,
+            warps_n=4,
+            warps_k=1,
+            stages=4,
+            split_k=1,
+            group_m=1,
+        ),
+        # Automatically generated from [manifests/gemm_mma.yaml]
+        # index: [27]
         TuningConfig(
             m=64,
             m_end=256,
@@ -608,10 +570,10 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [30]
+        # index: [28]
         TuningConfig(
             m=256,
-            m_end=512,
+            m_end=1024,
             n=14336,
             k=4096,
             kernel="gemm_mma",
@@ -627,26 +589,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
             group_m=8,
         ),
         # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [31]
-        TuningConfig(
-            m=512,
-            m_end=1024,
-            n=14336,
-            k=4096,
-            kernel="gemm_mma",
-            config_id="c2ec1e61dc8",
-            block_m=256,
-            block_n=128,
-            block_k=64,
-            warps_m=4,
-            warps_n=2,
-            warps_k=1,
-            stages=4,
-            split_k=1,
-            group_m=8,
-        ),
-        # Automatically generated from [manifests/gemm_mma.yaml]
-        # index: [32]
+        # index: [29]
         TuningConfig(
             m=1024,
             m_end=2147483647,
@@ -669,12 +612,32 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
 
 GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_WGMMA
-        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:cc7131afd778, device: NVIDIA H200, date: 2026-11-30
+        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:f5bbdfd56995, device: NVIDIA H200, date: 2026-12-01
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [0]
         WgmmaTuningConfig(
             m=1,
             m_end=32,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c7c02ffc995",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=4,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [1]
+        WgmmaTuningConfig(
+            m=32,
+            m_end=64,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -691,10 +654,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [1]
+        # index: [2]
         WgmmaTuningConfig(
-            m=32,
-            m_end=128,
+            m=64,
+            m_end=112,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -711,10 +674,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [2]
+        # index: [3]
         WgmmaTuningConfig(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -731,10 +694,30 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [3]
+        # index: [4]
+        WgmmaTuningConfig(
+            m=176,
+            m_end=256,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cea7763de35",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [5]
         WgmmaTuningConfig(
             m=256,
-            m_end=512,
+            m_end=320,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -751,7 +734,27 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [4]
+        # index: [6]
+        WgmmaTuningConfig(
+            m=320,
+            m_end=512,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c535214171c",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=2,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [7]
         WgmmaTuningConfig(
             m=512,
             m_end=1024,
@@ -771,14 +774,14 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [5]
+        # index: [8]
         WgmmaTuningConfig(
             m=1024,
-            m_end=4096,
+            m_end=2048,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c2cce61f3fe",
+            config_id="c6acb06d66f",
             block_m=128,
             block_n=256,
             block_k=64,
@@ -786,14 +789,14 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             consumers=2,
             cluster_m=1,
             cluster_n=1,
-            raster=1,
+            raster=0,
             group_m=16,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [6]
+        # index: [9]
         WgmmaTuningConfig(
-            m=4096,
+            m=2048,
             m_end=2147483647,
             n=4096,
             k=4096,
@@ -811,10 +814,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [7]
+        # index: [10]
         WgmmaTuningConfig(
             m=1,
-            m_end=32,
+            m_end=64,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
@@ -831,10 +834,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=4,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [8]
+        # index: [11]
         WgmmaTuningConfig(
-            m=32,
-            m_end=64,
+            m=64,
+            m_end=112,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
@@ -851,30 +854,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [9]
+        # index: [12]
         WgmmaTuningConfig(
-            m=64,
-            m_end=128,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            config_id="ca6f1c4d328",
-            block_m=64,
-            block_n=64,
-            block_k=128,
-            stages=7,
-            consumers=1,
-            cluster_m=1,
-            cluster_n=1,
-            raster=0,
-            group_m=1,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [10]
-        WgmmaTuningConfig(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
@@ -891,29 +874,49 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [11]
+        # index: [13]
         WgmmaTuningConfig(
-            m=256,
-            m_end=512,
+            m=176,
+            m_end=256,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
-            config_id="cfdb4fdda4c",
+            config_id="cea7763de35",
             block_m=64,
             block_n=128,
             block_k=64,
             stages=8,
             consumers=1,
-            cluster_m=2,
+            cluster_m=1,
             cluster_n=1,
-            raster=1,
-            group_m=8,
+            raster=0,
+            group_m=1,
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [12]
+        # index: [14]
         WgmmaTuningConfig(
-            m=512,
+            m=256,
+            m_end=320,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c5ff6dc7262",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=6,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [15]
+        WgmmaTuningConfig(
+            m=320,
             m_end=1024,
             n=4096,
             k=14336,
@@ -931,9 +934,69 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [13]
+        # index: [16]
         WgmmaTuningConfig(
             m=1024,
+            m_end=2048,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c8624d69f68",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [17]
+        WgmmaTuningConfig(
+            m=2048,
+            m_end=4096,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [18]
+        WgmmaTuningConfig(
+            m=4096,
+            m_end=8192,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c9717831555",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [19]
+        WgmmaTuningConfig(
+            m=8192,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -951,30 +1014,50 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [14]
+        # index: [20]
         WgmmaTuningConfig(
             m=1,
-            m_end=64,
+            m_end=32,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="ca6f1c4d328",
+            config_id="cda9b268301",
             block_m=64,
-            block_n=64,
-            block_k=128,
-            stages=7,
+            block_n=128,
+            block_k=64,
+            stages=8,
             consumers=1,
             cluster_m=1,
             cluster_n=1,
             raster=0,
             group_m=1,
-            split_k=1,
+            split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [15]
+        # index: [21]
+        WgmmaTuningConfig(
+            m=32,
+            m_end=64,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c936b8375a8",
+            block_m=64,
+            block_n=128,
+            block_k=128,
+            stages=4,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [22]
         WgmmaTuningConfig(
             m=64,
-            m_end=128,
+            m_end=112,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
@@ -991,10 +1074,30 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [16]
+        # index: [23]
+        WgmmaTuningConfig(
+            m=112,
+            m_end=128,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cfdb4fdda4c",
+            block_m=64,
+            block_n=128,
+            block_k=64,
+            stages=8,
+            consumers=1,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [24]
         WgmmaTuningConfig(
             m=128,
-            m_end=256,
+            m_end=176,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
@@ -1011,10 +1114,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [17]
+        # index: [25]
         WgmmaTuningConfig(
-            m=256,
-            m_end=512,
+            m=176,
+            m_end=320,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
@@ -1031,7 +1134,27 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [18]
+        # index: [26]
+        WgmmaTuningConfig(
+            m=320,
+            m_end=512,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c2f7b4bec38",
+            block_m=64,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [27]
         WgmmaTuningConfig(
             m=512,
             m_end=2048,
@@ -1051,10 +1174,30 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [19]
+        # index: [28]
         WgmmaTuningConfig(
             m=2048,
-            m_end=2147483647,
+            m_end=4096,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c8f0d35077e",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [29]
+        WgmmaTuningConfig(
+            m=4096,
+            m_end=8192,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
@@ -1071,10 +1214,30 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [20]
+        # index: [30]
+        WgmmaTuningConfig(
+            m=8192,
+            m_end=2147483647,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c8f0d35077e",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [31]
         WgmmaTuningConfig(
             m=1,
-            m_end=32,
+            m_end=64,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
@@ -1091,10 +1254,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [21]
+        # index: [32]
         WgmmaTuningConfig(
-            m=32,
-            m_end=128,
+            m=64,
+            m_end=112,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
@@ -1111,10 +1274,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [22]
+        # index: [33]
         WgmmaTuningConfig(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
@@ -1131,10 +1294,30 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [23]
+        # index: [34]
+        WgmmaTuningConfig(
+            m=176,
+            m_end=256,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="c2f7b4bec38",
+            block_m=64,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=1,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=1,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [35]
         WgmmaTuningConfig(
             m=256,
-            m_end=512,
+            m_end=320,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
@@ -1151,9 +1334,69 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [24]
+        # index: [36]
+        WgmmaTuningConfig(
+            m=320,
+            m_end=512,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="cf8c05c2356",
+            block_m=128,
+            block_n=192,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [37]
         WgmmaTuningConfig(
             m=512,
+            m_end=1024,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="c8f0d35077e",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [38]
+        WgmmaTuningConfig(
+            m=1024,
+            m_end=4096,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="c8624d69f68",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [39]
+        WgmmaTuningConfig(
+            m=4096,
             m_end=2147483647,
             n=8192,
             k=8192,
@@ -1171,10 +1414,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [25]
+        # index: [40]
         WgmmaTuningConfig(
             m=1,
-            m_end=128,
+            m_end=112,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
@@ -1191,10 +1434,10 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [26]
+        # index: [41]
         WgmmaTuningConfig(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
@@ -1211,16 +1454,36 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [27]
+        # index: [42]
         WgmmaTuningConfig(
-            m=256,
+            m=176,
+            m_end=320,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c8f0d35077e",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=16,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [43]
+        WgmmaTuningConfig(
+            m=320,
             m_end=512,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c3da91a4951",
+            config_id="cf8c05c2356",
             block_m=128,
-            block_n=256,
+            block_n=192,
             block_k=64,
             stages=4,
             consumers=2,
@@ -1231,7 +1494,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [28]
+        # index: [44]
         WgmmaTuningConfig(
             m=512,
             m_end=1024,
@@ -1251,7 +1514,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [29]
+        # index: [45]
         WgmmaTuningConfig(
             m=1024,
             m_end=2048,
@@ -1271,7 +1534,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [30]
+        # index: [46]
         WgmmaTuningConfig(
             m=2048,
             m_end=2147483647,
@@ -1295,11 +1558,27 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 
 GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_SWAP
-        # Provenance: [manifests/gemm_wgmma_swap.yaml] params sha256:8b9e97854106, device: NVIDIA H200, date: 2026-12-01
+        # Provenance: [manifests/gemm_wgmma_swap.yaml] params sha256:3b39fde3e05b, device: NVIDIA H200, date: 2026-12-01
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [0]
         SwapTuningConfig(
             m=1,
+            m_end=32,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c652b3c0fdf",
+            block_m=16,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=4,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [1]
+        SwapTuningConfig(
+            m=32,
             m_end=64,
             n=4096,
             k=4096,
@@ -1313,10 +1592,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [1]
+        # index: [2]
         SwapTuningConfig(
             m=64,
-            m_end=128,
+            m_end=112,
             n=4096,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1329,10 +1608,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [2]
+        # index: [3]
         SwapTuningConfig(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=4096,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1345,15 +1624,47 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [3]
+        # index: [4]
+        SwapTuningConfig(
+            m=176,
+            m_end=256,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c43da7a9b9c",
+            block_m=96,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [5]
         SwapTuningConfig(
             m=256,
+            m_end=320,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="ca5d62fc26a",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [6]
+        SwapTuningConfig(
+            m=320,
             m_end=512,
             n=4096,
             k=4096,
             kernel="gemm_wgmma_swap",
-            config_id="cfb3c855247",
-            block_m=64,
+            config_id="cf31dbe6d33",
+            block_m=80,
             block_n=128,
             block_k=64,
             stages=4,
@@ -1361,7 +1672,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [4]
+        # index: [7]
         SwapTuningConfig(
             m=512,
             m_end=2147483647,
@@ -1377,26 +1688,42 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [5]
+        # index: [8]
         SwapTuningConfig(
             m=1,
+            m_end=32,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="c652b3c0fdf",
+            block_m=16,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=4,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [9]
+        SwapTuningConfig(
+            m=32,
             m_end=64,
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
-            config_id="c7310d41e9a",
-            block_m=16,
+            config_id="c8494e2067c",
+            block_m=32,
             block_n=128,
-            block_k=128,
+            block_k=64,
             stages=4,
-            consumers=1,
-            split_k=2,
+            consumers=2,
+            split_k=4,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [6]
+        # index: [10]
         SwapTuningConfig(
             m=64,
-            m_end=128,
+            m_end=112,
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
@@ -1409,10 +1736,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [7]
+        # index: [11]
         SwapTuningConfig(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
@@ -1425,10 +1752,26 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [8]
+        # index: [12]
+        SwapTuningConfig(
+            m=176,
+            m_end=256,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="c4cc8b3b326",
+            block_m=192,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=4,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [13]
         SwapTuningConfig(
             m=256,
-            m_end=512,
+            m_end=320,
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
@@ -1441,7 +1784,23 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [9]
+        # index: [14]
+        SwapTuningConfig(
+            m=320,
+            m_end=512,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="c5cbac11596",
+            block_m=160,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [15]
         SwapTuningConfig(
             m=512,
             m_end=2147483647,
@@ -1457,7 +1816,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [10]
+        # index: [16]
         SwapTuningConfig(
             m=1,
             m_end=32,
@@ -1473,7 +1832,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [11]
+        # index: [17]
         SwapTuningConfig(
             m=32,
             m_end=64,
@@ -1489,10 +1848,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [12]
+        # index: [18]
         SwapTuningConfig(
             m=64,
-            m_end=128,
+            m_end=112,
             n=6144,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1505,15 +1864,31 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [13]
+        # index: [19]
         SwapTuningConfig(
-            m=128,
+            m=112,
+            m_end=176,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="ca5d62fc26a",
+            block_m=128,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [20]
+        SwapTuningConfig(
+            m=176,
             m_end=256,
             n=6144,
             k=4096,
             kernel="gemm_wgmma_swap",
-            config_id="cfb3c855247",
-            block_m=64,
+            config_id="cd40367896d",
+            block_m=96,
             block_n=128,
             block_k=64,
             stages=4,
@@ -1521,10 +1896,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [14]
+        # index: [21]
         SwapTuningConfig(
             m=256,
-            m_end=512,
+            m_end=320,
             n=6144,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1537,7 +1912,23 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [15]
+        # index: [22]
+        SwapTuningConfig(
+            m=320,
+            m_end=512,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c71e344f2e1",
+            block_m=160,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [23]
         SwapTuningConfig(
             m=512,
             m_end=2147483647,
@@ -1553,7 +1944,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [16]
+        # index: [24]
         SwapTuningConfig(
             m=1,
             m_end=32,
@@ -1569,7 +1960,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [17]
+        # index: [25]
         SwapTuningConfig(
             m=32,
             m_end=64,
@@ -1585,10 +1976,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [18]
+        # index: [26]
         SwapTuningConfig(
             m=64,
-            m_end=128,
+            m_end=112,
             n=8192,
             k=8192,
             kernel="gemm_wgmma_swap",
@@ -1601,10 +1992,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [19]
+        # index: [27]
         SwapTuningConfig(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=8192,
             k=8192,
             kernel="gemm_wgmma_swap",
@@ -1617,10 +2008,26 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [20]
+        # index: [28]
+        SwapTuningConfig(
+            m=176,
+            m_end=256,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            config_id="c43ea4820a8",
+            block_m=192,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=2,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [29]
         SwapTuningConfig(
             m=256,
-            m_end=512,
+            m_end=320,
             n=8192,
             k=8192,
             kernel="gemm_wgmma_swap",
@@ -1633,7 +2040,23 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [21]
+        # index: [30]
+        SwapTuningConfig(
+            m=320,
+            m_end=512,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            config_id="c71e344f2e1",
+            block_m=160,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [31]
         SwapTuningConfig(
             m=512,
             m_end=2147483647,
@@ -1649,7 +2072,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [22]
+        # index: [32]
         SwapTuningConfig(
             m=1,
             m_end=32,
@@ -1665,7 +2088,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [23]
+        # index: [33]
         SwapTuningConfig(
             m=32,
             m_end=64,
@@ -1681,10 +2104,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [24]
+        # index: [34]
         SwapTuningConfig(
             m=64,
-            m_end=128,
+            m_end=112,
             n=14336,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1697,10 +2120,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [25]
+        # index: [35]
         SwapTuningConfig(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=14336,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1713,10 +2136,26 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [26]
+        # index: [36]
+        SwapTuningConfig(
+            m=176,
+            m_end=256,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c537006da26",
+            block_m=192,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [37]
         SwapTuningConfig(
             m=256,
-            m_end=2147483647,
+            m_end=320,
             n=14336,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1728,17 +2167,49 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             consumers=2,
             split_k=1,
         ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [38]
+        SwapTuningConfig(
+            m=320,
+            m_end=512,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c71e344f2e1",
+            block_m=160,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [39]
+        SwapTuningConfig(
+            m=512,
+            m_end=2147483647,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c96391b7ace",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
     # END-TUNING-LIST-GEMM_SWAP
 ]
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:51bd4a464c4f, device: NVIDIA H200, date: 2026-12-01
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:6a8ebd90e689, device: NVIDIA H200, date: 2026-12-01
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
             m=1,
-            m_end=64,
+            m_end=32,
             n=4096,
             k=4096,
             kernel="gemm_mma",
@@ -1748,8 +2219,19 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [1]
         FamilyChoice(
+            m=32,
+            m_end=64,
+            n=4096,
+            k=4096,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c17377d83c9",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [2]
+        FamilyChoice(
             m=64,
-            m_end=128,
+            m_end=112,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -1757,10 +2239,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca6f1c4d328",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [2]
+        # index: [3]
         FamilyChoice(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -1768,10 +2250,21 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c80d4e87eae",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [3]
+        # index: [4]
+        FamilyChoice(
+            m=176,
+            m_end=256,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="cea7763de35",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [5]
         FamilyChoice(
             m=256,
-            m_end=512,
+            m_end=320,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -1779,7 +2272,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cfdb4fdda4c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [4]
+        # index: [6]
+        FamilyChoice(
+            m=320,
+            m_end=512,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c535214171c",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [7]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1790,20 +2294,20 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [5]
+        # index: [8]
         FamilyChoice(
             m=1024,
-            m_end=4096,
+            m_end=2048,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c2cce61f3fe",
+            config_id="c6acb06d66f",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [6]
+        # index: [9]
         FamilyChoice(
-            m=4096,
+            m=2048,
             m_end=2147483647,
             n=4096,
             k=4096,
@@ -1812,7 +2316,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [7]
+        # index: [10]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1823,7 +2327,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [8]
+        # index: [11]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1834,21 +2338,21 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca5969dd26a",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [9]
+        # index: [12]
         FamilyChoice(
             m=64,
-            m_end=128,
+            m_end=112,
             n=4096,
             k=14336,
-            kernel="gemm_wgmma_swap",
-            table="gemm_wgmma_swap",
-            config_id="ced7f5244bd",
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c4c4c796bf7",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [10]
+        # index: [13]
         FamilyChoice(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
@@ -1856,18 +2360,40 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c80d4e87eae",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [11]
+        # index: [14]
+        FamilyChoice(
+            m=176,
+            m_end=256,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c4cc8b3b326",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [15]
         FamilyChoice(
             m=256,
-            m_end=512,
+            m_end=320,
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="cfdb4fdda4c",
+            config_id="c5ff6dc7262",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [12]
+        # index: [16]
+        FamilyChoice(
+            m=320,
+            m_end=512,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c5cbac11596",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [17]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -1878,9 +2404,42 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c535214171c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [13]
+        # index: [18]
         FamilyChoice(
             m=1024,
+            m_end=2048,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8624d69f68",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [19]
+        FamilyChoice(
+            m=2048,
+            m_end=4096,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c2f9919dcda",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [20]
+        FamilyChoice(
+            m=4096,
+            m_end=8192,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c9717831555",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [21]
+        FamilyChoice(
+            m=8192,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -1889,7 +2448,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [14]
+        # index: [22]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1900,7 +2459,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [15]
+        # index: [23]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1911,10 +2470,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9025cc0713",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [16]
+        # index: [24]
         FamilyChoice(
             m=64,
-            m_end=128,
+            m_end=112,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
@@ -1922,10 +2481,21 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8ae7775a2c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [17]
+        # index: [25]
+        FamilyChoice(
+            m=112,
+            m_end=128,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="cfdb4fdda4c",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [26]
         FamilyChoice(
             m=128,
-            m_end=256,
+            m_end=176,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
@@ -1933,10 +2503,21 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c443fe55cd6",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [18]
+        # index: [27]
+        FamilyChoice(
+            m=176,
+            m_end=256,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="cd40367896d",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [28]
         FamilyChoice(
             m=256,
-            m_end=512,
+            m_end=320,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
@@ -1944,7 +2525,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c605546f58c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [19]
+        # index: [29]
+        FamilyChoice(
+            m=320,
+            m_end=512,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c71e344f2e1",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [30]
         FamilyChoice(
             m=512,
             m_end=2048,
@@ -1955,10 +2547,21 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c564d7941ff",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [20]
+        # index: [31]
         FamilyChoice(
             m=2048,
-            m_end=2147483647,
+            m_end=4096,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8f0d35077e",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [32]
+        FamilyChoice(
+            m=4096,
+            m_end=8192,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
@@ -1966,7 +2569,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [21]
+        # index: [33]
+        FamilyChoice(
+            m=8192,
+            m_end=2147483647,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8f0d35077e",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [34]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -1977,7 +2591,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c5d7250bac0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [22]
+        # index: [35]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -1985,13 +2599,13 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=8192,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c9025cc0713",
+            config_id="caa9764be80",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [23]
+        # index: [36]
         FamilyChoice(
             m=64,
-            m_end=128,
+            m_end=112,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
@@ -1999,10 +2613,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca6f1c4d328",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [24]
+        # index: [37]
         FamilyChoice(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
@@ -2010,10 +2624,21 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cfdb4fdda4c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [25]
+        # index: [38]
+        FamilyChoice(
+            m=176,
+            m_end=256,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c43ea4820a8",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [39]
         FamilyChoice(
             m=256,
-            m_end=512,
+            m_end=320,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
@@ -2021,9 +2646,42 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [26]
+        # index: [40]
+        FamilyChoice(
+            m=320,
+            m_end=512,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c71e344f2e1",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [41]
         FamilyChoice(
             m=512,
+            m_end=1024,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8f0d35077e",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [42]
+        FamilyChoice(
+            m=1024,
+            m_end=4096,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c8624d69f68",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [43]
+        FamilyChoice(
+            m=4096,
             m_end=2147483647,
             n=8192,
             k=8192,
@@ -2032,43 +2690,32 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c2f9919dcda",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [27]
+        # index: [44]
         FamilyChoice(
             m=1,
-            m_end=8,
+            m_end=32,
             n=14336,
             k=4096,
             kernel="gemm_mma",
             table="gemm_mma",
-            config_id="c20a8f6441c",
+            config_id="c88f2d930a4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [28]
-        FamilyChoice(
-            m=8,
-            m_end=32,
-            n=14336,
-            k=4096,
-            kernel="gemm_wgmma_swap",
-            table="gemm_wgmma_swap",
-            config_id="c049302cfba",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [29]
+        # index: [45]
         FamilyChoice(
             m=32,
             m_end=64,
             n=14336,
             k=4096,
-            kernel="gemm_wgmma_swap",
-            table="gemm_wgmma_swap",
-            config_id="c5b06206301",
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="c6f7eb1fc6c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [46]
         FamilyChoice(
             m=64,
-            m_end=128,
+            m_end=112,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
@@ -2076,10 +2723,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cea7763de35",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
+        # index: [47]
         FamilyChoice(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=176,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
@@ -2087,18 +2734,40 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb122e8f1b4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [48]
+        FamilyChoice(
+            m=176,
+            m_end=256,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c537006da26",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [49]
         FamilyChoice(
             m=256,
-            m_end=512,
+            m_end=320,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c3da91a4951",
+            config_id="c8f0d35077e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [50]
+        FamilyChoice(
+            m=320,
+            m_end=512,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c71e344f2e1",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [51]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -2109,7 +2778,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8624d69f68",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
+        # index: [52]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -2120,7 +2789,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c535214171c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [35]
+        # index: [53]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
@@ -2156,7 +2825,7 @@ BUILDS: dict[str, TableBuild] = {
 
 GEMM_SELECTOR: list[ShapeCandidate] = [
     # BEGIN-TUNING-LIST-GEMM_SELECTOR
-        # Provenance: [manifests/gemm_selector.yaml] params sha256:c942384eaff7, device: NVIDIA H200, date: 2026-12-01
+        # Provenance: [manifests/gemm_selector.yaml] params sha256:af07319ab694, device: NVIDIA H200, date: 2026-12-01
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [0]
         ShapeCandidate(
@@ -2166,10 +2835,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ce994ca2a3e",
-            bias=-0.1133,
-            bias_end=-0.096,
-            cublas=0.2286,
-            cublas_end=0.2254,
+            bias=-0.1061,
+            bias_end=-0.0865,
+            cublas=0.2209,
+            cublas_end=0.2083,
             registers=50,
             smem_bytes=73728,
             tunables=(
@@ -2193,10 +2862,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
-            bias=-0.7109,
-            bias_end=-0.7141,
-            cublas=0.2286,
-            cublas_end=0.2254,
+            bias=-0.6998,
+            bias_end=-0.7003,
+            cublas=0.2209,
+            cublas_end=0.2083,
             registers=141,
             smem_bytes=98304,
             tunables=(
@@ -2220,10 +2889,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd0241f326e",
-            bias=-0.3918,
-            bias_end=-0.386,
-            cublas=0.2286,
-            cublas_end=0.2254,
+            bias=-0.3838,
+            bias_end=-0.3758,
+            cublas=0.2209,
+            cublas_end=0.2083,
             registers=92,
             smem_bytes=98304,
             tunables=(
@@ -2247,10 +2916,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ca68a99a2d1",
-            bias=-0.1689,
-            bias_end=-0.1515,
-            cublas=0.2286,
-            cublas_end=0.2254,
+            bias=-0.1644,
+            bias_end=-0.1454,
+            cublas=0.2209,
+            cublas_end=0.2083,
             registers=52,
             smem_bytes=73728,
             tunables=(
@@ -2274,10 +2943,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c5d7250bac0",
-            bias=-0.3298,
-            bias_end=-0.3186,
-            cublas=0.2286,
-            cublas_end=0.2254,
+            bias=-0.3227,
+            bias_end=-0.3061,
+            cublas=0.2209,
+            cublas_end=0.2083,
             registers=74,
             smem_bytes=122880,
             tunables=(
@@ -2300,38 +2969,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=5,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="c34d769966c",
-            bias=-0.4519,
-            bias_end=-0.4533,
-            cublas=0.2286,
-            cublas_end=0.2254,
-            registers=114,
-            smem_bytes=163840,
-            tunables=(
-                ("block_m", 32),
-                ("block_n", 128),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [6]
-        ShapeCandidate(
-            m=1,
-            m_end=8,
-            rank=6,
-            table="gemm_mma",
-            kernel="gemm_mma",
             config_id="ca9e874bb97",
-            bias=-0.0344,
-            bias_end=-0.0269,
-            cublas=0.2286,
-            cublas_end=0.2254,
+            bias=-0.0272,
+            bias_end=-0.016,
+            cublas=0.2209,
+            cublas_end=0.2083,
             registers=76,
             smem_bytes=81920,
             tunables=(
@@ -2347,6 +2989,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [6]
+        ShapeCandidate(
+            m=1,
+            m_end=8,
+            rank=6,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c34d769966c",
+            bias=-0.4339,
+            bias_end=-0.4333,
+            cublas=0.2209,
+            cublas_end=0.2083,
+            registers=114,
+            smem_bytes=163840,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [7]
         ShapeCandidate(
             m=1,
@@ -2355,10 +3024,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c9025cc0713",
-            bias=-0.4409,
-            bias_end=-0.4399,
-            cublas=0.2286,
-            cublas_end=0.2254,
+            bias=-0.4306,
+            bias_end=-0.4279,
+            cublas=0.2209,
+            cublas_end=0.2083,
             registers=92,
             smem_bytes=147456,
             tunables=(
@@ -2382,10 +3051,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ca5969dd26a",
-            bias=-0.1587,
-            bias_end=-0.168,
-            cublas=0.2254,
-            cublas_end=0.2508,
+            bias=-0.1474,
+            bias_end=-0.1523,
+            cublas=0.2083,
+            cublas_end=0.2364,
             registers=63,
             smem_bytes=98304,
             tunables=(
@@ -2409,10 +3078,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
-            bias=-0.7141,
-            bias_end=-0.7706,
-            cublas=0.2254,
-            cublas_end=0.2508,
+            bias=-0.7003,
+            bias_end=-0.7575,
+            cublas=0.2083,
+            cublas_end=0.2364,
             registers=141,
             smem_bytes=98304,
             tunables=(
@@ -2436,10 +3105,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c9242e9e401",
-            bias=0.0164,
-            bias_end=0.0235,
-            cublas=0.2254,
-            cublas_end=0.2508,
+            bias=0.0272,
+            bias_end=0.0365,
+            cublas=0.2083,
+            cublas_end=0.2364,
             registers=96,
             smem_bytes=98304,
             tunables=(
@@ -2463,10 +3132,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd0241f326e",
-            bias=-0.386,
-            bias_end=-0.404,
-            cublas=0.2254,
-            cublas_end=0.2508,
+            bias=-0.3758,
+            bias_end=-0.3916,
+            cublas=0.2083,
+            cublas_end=0.2364,
             registers=92,
             smem_bytes=98304,
             tunables=(
@@ -2490,10 +3159,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ce994ca2a3e",
-            bias=-0.096,
-            bias_end=0.3433,
-            cublas=0.2254,
-            cublas_end=0.2508,
+            bias=-0.0865,
+            bias_end=0.3576,
+            cublas=0.2083,
+            cublas_end=0.2364,
             registers=50,
             smem_bytes=73728,
             tunables=(
@@ -2517,10 +3186,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c34d769966c",
-            bias=-0.4533,
-            bias_end=-0.4788,
-            cublas=0.2254,
-            cublas_end=0.2508,
+            bias=-0.4333,
+            bias_end=-0.4629,
+            cublas=0.2083,
+            cublas_end=0.2364,
             registers=114,
             smem_bytes=163840,
             tunables=(
@@ -2544,10 +3213,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c17377d83c9",
-            bias=-0.2265,
-            bias_end=-0.2279,
-            cublas=0.2254,
-            cublas_end=0.2508,
+            bias=-0.2139,
+            bias_end=-0.2136,
+            cublas=0.2083,
+            cublas_end=0.2364,
             registers=79,
             smem_bytes=98304,
             tunables=(
@@ -2571,10 +3240,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c9025cc0713",
-            bias=-0.4399,
-            bias_end=-0.4566,
-            cublas=0.2254,
-            cublas_end=0.2508,
+            bias=-0.4279,
+            bias_end=-0.4423,
+            cublas=0.2083,
+            cublas_end=0.2364,
             registers=92,
             smem_bytes=147456,
             tunables=(
@@ -2595,21 +3264,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=32,
             m_end=64,
             rank=0,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ced7f5244bd",
-            bias=-0.1003,
-            bias_end=0.0138,
-            cublas=0.2508,
-            cublas_end=0.2567,
-            registers=128,
-            smem_bytes=165888,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c4c4c796bf7",
+            bias=0.0656,
+            bias_end=-0.0408,
+            cublas=0.2364,
+            cublas_end=0.2499,
+            registers=122,
+            smem_bytes=231424,
             tunables=(
-                ("block_m", 32),
-                ("block_n", 128),
+                ("block_m", 64),
+                ("block_n", 64),
                 ("block_k", 128),
-                ("stages", 4),
+                ("stages", 7),
                 ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 1),
                 ("split_k", 2),
             ),
         ),
@@ -2622,10 +3295,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
-            bias=-0.7706,
-            bias_end=-0.7726,
-            cublas=0.2508,
-            cublas_end=0.2567,
+            bias=-0.7575,
+            bias_end=-0.7517,
+            cublas=0.2364,
+            cublas_end=0.2499,
             registers=141,
             smem_bytes=98304,
             tunables=(
@@ -2648,38 +3321,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=2,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="c9242e9e401",
-            bias=0.0235,
-            bias_end=0.1901,
-            cublas=0.2508,
-            cublas_end=0.2567,
-            registers=96,
-            smem_bytes=98304,
-            tunables=(
-                ("block_m", 32),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
-                ("stages", 4),
-                ("split_k", 8),
-                ("group_m", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [19]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=3,
-            table="gemm_mma",
-            kernel="gemm_mma",
             config_id="cd0241f326e",
-            bias=-0.404,
-            bias_end=-0.2267,
-            cublas=0.2508,
-            cublas_end=0.2567,
+            bias=-0.3916,
+            bias_end=-0.2173,
+            cublas=0.2364,
+            cublas_end=0.2499,
             registers=92,
             smem_bytes=98304,
             tunables=(
@@ -2695,6 +3341,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [19]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=3,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c9242e9e401",
+            bias=0.0365,
+            bias_end=0.2136,
+            cublas=0.2364,
+            cublas_end=0.2499,
+            registers=96,
+            smem_bytes=98304,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 8),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [20]
         ShapeCandidate(
             m=32,
@@ -2703,10 +3376,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ca5969dd26a",
-            bias=-0.168,
-            bias_end=0.0923,
-            cublas=0.2508,
-            cublas_end=0.2567,
+            bias=-0.1523,
+            bias_end=0.1111,
+            cublas=0.2364,
+            cublas_end=0.2499,
             registers=63,
             smem_bytes=98304,
             tunables=(
@@ -2730,10 +3403,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c605546f58c",
-            bias=-0.4627,
-            bias_end=-0.5187,
-            cublas=0.2508,
-            cublas_end=0.2567,
+            bias=-0.465,
+            bias_end=-0.5169,
+            cublas=0.2364,
+            cublas_end=0.2499,
             registers=138,
             smem_bytes=198656,
             tunables=(
@@ -2758,10 +3431,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="ca6f1c4d328",
-            bias=0.0104,
-            bias_end=-0.2374,
-            cublas=0.2508,
-            cublas_end=0.2567,
+            bias=0.0151,
+            bias_end=-0.226,
+            cublas=0.2364,
+            cublas_end=0.2499,
             registers=71,
             smem_bytes=231424,
             tunables=(
@@ -2783,40 +3456,41 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=32,
             m_end=64,
             rank=7,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cdd1e885e4a",
-            bias=-0.037,
-            bias_end=0.1728,
-            cublas=0.2508,
-            cublas_end=0.2567,
-            registers=100,
-            smem_bytes=98304,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ca6891546ed",
+            bias=0.2038,
+            bias_end=0.1343,
+            cublas=0.2364,
+            cublas_end=0.2499,
+            registers=145,
+            smem_bytes=231424,
             tunables=(
-                ("block_m", 32),
+                ("block_m", 64),
                 ("block_n", 64),
                 ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
-                ("stages", 4),
-                ("split_k", 4),
+                ("stages", 7),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
                 ("group_m", 1),
+                ("split_k", 4),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [24]
         ShapeCandidate(
             m=64,
-            m_end=128,
+            m_end=112,
             rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="ca6f1c4d328",
-            bias=-0.2374,
-            bias_end=-0.0045,
-            cublas=0.2567,
-            cublas_end=0.2803,
+            bias=-0.226,
+            bias_end=-0.0201,
+            cublas=0.2499,
+            cublas_end=0.3083,
             registers=71,
             smem_bytes=231424,
             tunables=(
@@ -2836,15 +3510,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # index: [25]
         ShapeCandidate(
             m=64,
-            m_end=128,
+            m_end=112,
             rank=1,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c605546f58c",
-            bias=-0.5187,
-            bias_end=-0.5509,
-            cublas=0.2567,
-            cublas_end=0.2803,
+            bias=-0.5169,
+            bias_end=-0.5764,
+            cublas=0.2499,
+            cublas_end=0.3083,
             registers=138,
             smem_bytes=198656,
             tunables=(
@@ -2864,42 +3538,67 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # index: [26]
         ShapeCandidate(
             m=64,
-            m_end=128,
+            m_end=112,
             rank=2,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c9242e9e401",
-            bias=0.1901,
-            bias_end=0.0965,
-            cublas=0.2567,
-            cublas_end=0.2803,
-            registers=96,
-            smem_bytes=98304,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ccf8eaaf314",
+            bias=0.0192,
+            bias_end=0.1879,
+            cublas=0.2499,
+            cublas_end=0.3083,
+            registers=168,
+            smem_bytes=100352,
             tunables=(
-                ("block_m", 32),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
                 ("stages", 4),
-                ("split_k", 8),
-                ("group_m", 1),
+                ("consumers", 2),
+                ("split_k", 4),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [27]
         ShapeCandidate(
             m=64,
-            m_end=128,
+            m_end=112,
             rank=3,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c7e22c24e8b",
+            bias=-0.4667,
+            bias_end=-0.6435,
+            cublas=0.2499,
+            cublas_end=0.3083,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [28]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=4,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
-            bias=-0.7726,
-            bias_end=-0.7252,
-            cublas=0.2567,
-            cublas_end=0.2803,
+            bias=-0.7517,
+            bias_end=-0.728,
+            cublas=0.2499,
+            cublas_end=0.3083,
             registers=141,
             smem_bytes=98304,
             tunables=(
@@ -2915,69 +3614,46 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [28]
-        ShapeCandidate(
-            m=64,
-            m_end=128,
-            rank=4,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ced7f5244bd",
-            bias=0.0138,
-            bias_end=-0.0308,
-            cublas=0.2567,
-            cublas_end=0.2803,
-            registers=128,
-            smem_bytes=165888,
-            tunables=(
-                ("block_m", 32),
-                ("block_n", 128),
-                ("block_k", 128),
-                ("stages", 4),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [29]
         ShapeCandidate(
             m=64,
-            m_end=128,
+            m_end=112,
             rank=5,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cbb7e888109",
-            bias=-1.0105,
-            bias_end=-1.0043,
-            cublas=0.2567,
-            cublas_end=0.2803,
-            registers=221,
-            smem_bytes=98304,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ca6891546ed",
+            bias=0.1343,
+            bias_end=0.4029,
+            cublas=0.2499,
+            cublas_end=0.3083,
+            registers=145,
+            smem_bytes=231424,
             tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("warps_m", 2),
-                ("warps_n", 2),
-                ("warps_k", 1),
-                ("stages", 3),
-                ("split_k", 1),
-                ("group_m", 8),
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 1),
+                ("split_k", 4),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [30]
         ShapeCandidate(
             m=64,
-            m_end=128,
+            m_end=112,
             rank=6,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfdb4fdda4c",
-            bias=-0.3112,
-            bias_end=-0.4085,
-            cublas=0.2567,
-            cublas_end=0.2803,
+            bias=-0.3083,
+            bias_end=-0.4343,
+            cublas=0.2499,
+            cublas_end=0.3083,
             registers=106,
             smem_bytes=198656,
             tunables=(
@@ -2997,71 +3673,39 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # index: [31]
         ShapeCandidate(
             m=64,
-            m_end=128,
+            m_end=112,
             rank=7,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c7e22c24e8b",
-            bias=-0.4713,
-            bias_end=-0.6206,
-            cublas=0.2567,
-            cublas_end=0.2803,
-            registers=168,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c0e97235540",
+            bias=-0.0859,
+            bias_end=-0.0747,
+            cublas=0.2499,
+            cublas_end=0.3083,
+            registers=155,
             smem_bytes=198656,
             tunables=(
-                ("block_m", 128),
+                ("block_m", 64),
                 ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
+                ("block_k", 128),
+                ("stages", 4),
                 ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
+                ("split_k", 2),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [32]
         ShapeCandidate(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=128,
             rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cfdb4fdda4c",
-            bias=-0.4085,
-            bias_end=-0.4859,
-            cublas=0.2803,
-            cublas_end=0.2786,
-            registers=106,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [33]
-        ShapeCandidate(
-            m=128,
-            m_end=256,
-            rank=1,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
             config_id="c80d4e87eae",
-            bias=-0.2022,
-            bias_end=-0.26,
-            cublas=0.2803,
-            cublas_end=0.2786,
+            bias=-0.2063,
+            bias_end=-0.204,
+            cublas=0.3083,
+            cublas_end=0.2783,
             registers=72,
             smem_bytes=231424,
             tunables=(
@@ -3078,98 +3722,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [34]
+        # index: [33]
         ShapeCandidate(
-            m=128,
-            m_end=256,
-            rank=2,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cb122e8f1b4",
-            bias=-0.4274,
-            bias_end=-0.4345,
-            cublas=0.2803,
-            cublas_end=0.2786,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [35]
-        ShapeCandidate(
-            m=128,
-            m_end=256,
-            rank=3,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c564d7941ff",
-            bias=-0.4644,
-            bias_end=-0.4611,
-            cublas=0.2803,
-            cublas_end=0.2786,
-            registers=168,
-            smem_bytes=206848,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [36]
-        ShapeCandidate(
-            m=128,
-            m_end=256,
-            rank=4,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c4a15955779",
-            bias=-0.384,
-            bias_end=-0.3839,
-            cublas=0.2803,
-            cublas_end=0.2786,
-            registers=168,
-            smem_bytes=182272,
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [37]
-        ShapeCandidate(
-            m=128,
-            m_end=256,
-            rank=5,
+            m=112,
+            m_end=128,
+            rank=1,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c7e22c24e8b",
-            bias=-0.6206,
-            bias_end=-0.6511,
-            cublas=0.2803,
-            cublas_end=0.2786,
+            bias=-0.6435,
+            bias_end=-0.6225,
+            cublas=0.3083,
+            cublas_end=0.2783,
             registers=168,
             smem_bytes=198656,
             tunables=(
@@ -3186,18 +3750,46 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [38]
+        # index: [34]
         ShapeCandidate(
-            m=128,
-            m_end=256,
-            rank=6,
+            m=112,
+            m_end=128,
+            rank=2,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5e04cf54fd",
+            bias=0.151,
+            bias_end=0.1301,
+            cublas=0.3083,
+            cublas_end=0.2783,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 64),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [35]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=3,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c605546f58c",
-            bias=-0.5509,
-            bias_end=-0.5621,
-            cublas=0.2803,
-            cublas_end=0.2786,
+            bias=-0.5764,
+            bias_end=-0.5503,
+            cublas=0.3083,
+            cublas_end=0.2783,
             registers=138,
             smem_bytes=198656,
             tunables=(
@@ -3214,22 +3806,101 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [36]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=4,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cfdb4fdda4c",
+            bias=-0.4343,
+            bias_end=-0.4112,
+            cublas=0.3083,
+            cublas_end=0.2783,
+            registers=106,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [37]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=5,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c3b9235a613",
+            bias=0.1436,
+            bias_end=0.1788,
+            cublas=0.3083,
+            cublas_end=0.2783,
+            registers=168,
+            smem_bytes=108544,
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 6),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [38]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=6,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cbb7e888109",
+            bias=-0.9975,
+            bias_end=-1.0007,
+            cublas=0.3083,
+            cublas_end=0.2783,
+            registers=221,
+            smem_bytes=98304,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("warps_m", 2),
+                ("warps_n", 2),
+                ("warps_k", 1),
+                ("stages", 3),
+                ("split_k", 1),
+                ("group_m", 8),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [39]
         ShapeCandidate(
-            m=128,
-            m_end=256,
+            m=112,
+            m_end=128,
             rank=7,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="ced7f5244bd",
-            bias=-0.0308,
-            bias_end=-0.0715,
-            cublas=0.2803,
-            cublas_end=0.2786,
-            registers=128,
-            smem_bytes=165888,
+            config_id="c7310d41e9a",
+            bias=-0.1139,
+            bias_end=-0.0764,
+            cublas=0.3083,
+            cublas_end=0.2783,
+            registers=60,
+            smem_bytes=149504,
             tunables=(
-                ("block_m", 32),
+                ("block_m", 16),
                 ("block_n", 128),
                 ("block_k", 128),
                 ("stages", 4),
@@ -3240,16 +3911,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [40]
         ShapeCandidate(
-            m=256,
-            m_end=512,
+            m=128,
+            m_end=176,
             rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c605546f58c",
-            bias=-0.5621,
-            bias_end=-0.3697,
-            cublas=0.2786,
-            cublas_end=0.0978,
+            bias=-0.5503,
+            bias_end=-0.6562,
+            cublas=0.2783,
+            cublas_end=0.4559,
             registers=138,
             smem_bytes=198656,
             tunables=(
@@ -3268,16 +3939,64 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [41]
         ShapeCandidate(
-            m=256,
-            m_end=512,
+            m=128,
+            m_end=176,
             rank=1,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c260a1d8963",
+            bias=0.168,
+            bias_end=-0.0544,
+            cublas=0.2783,
+            cublas_end=0.4559,
+            registers=168,
+            smem_bytes=108544,
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [42]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=2,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c537006da26",
+            bias=-0.391,
+            bias_end=-0.5993,
+            cublas=0.2783,
+            cublas_end=0.4559,
+            registers=168,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [43]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=3,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c80d4e87eae",
-            bias=-0.26,
-            bias_end=0.0859,
-            cublas=0.2786,
-            cublas_end=0.0978,
+            bias=-0.204,
+            bias_end=-0.0168,
+            cublas=0.2783,
+            cublas_end=0.4559,
             registers=72,
             smem_bytes=231424,
             tunables=(
@@ -3294,46 +4013,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [42]
+        # index: [44]
         ShapeCandidate(
-            m=256,
-            m_end=512,
-            rank=2,
+            m=128,
+            m_end=176,
+            rank=4,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c564d7941ff",
-            bias=-0.4611,
-            bias_end=-0.2373,
-            cublas=0.2786,
-            cublas_end=0.0978,
-            registers=168,
-            smem_bytes=206848,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [43]
-        ShapeCandidate(
-            m=256,
-            m_end=512,
-            rank=3,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cb122e8f1b4",
-            bias=-0.4345,
-            bias_end=-0.1988,
-            cublas=0.2786,
-            cublas_end=0.0978,
+            config_id="c7e22c24e8b",
+            bias=-0.6225,
+            bias_end=-0.552,
+            cublas=0.2783,
+            cublas_end=0.4559,
             registers=168,
             smem_bytes=198656,
             tunables=(
@@ -3341,7 +4032,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("block_n", 128),
                 ("block_k", 64),
                 ("stages", 6),
-                ("consumers", 2),
+                ("consumers", 1),
                 ("cluster_m", 1),
                 ("cluster_n", 1),
                 ("raster", 1),
@@ -3350,18 +4041,42 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [44]
+        # index: [45]
         ShapeCandidate(
-            m=256,
-            m_end=512,
-            rank=4,
+            m=128,
+            m_end=176,
+            rank=5,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c3b9235a613",
+            bias=0.1788,
+            bias_end=-0.0239,
+            cublas=0.2783,
+            cublas_end=0.4559,
+            registers=168,
+            smem_bytes=108544,
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 6),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [46]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=6,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfdb4fdda4c",
-            bias=-0.4859,
-            bias_end=-0.245,
-            cublas=0.2786,
-            cublas_end=0.0978,
+            bias=-0.4112,
+            bias_end=-0.4411,
+            cublas=0.2783,
+            cublas_end=0.4559,
             registers=106,
             smem_bytes=198656,
             tunables=(
@@ -3378,70 +4093,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [45]
-        ShapeCandidate(
-            m=256,
-            m_end=512,
-            rank=5,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c108cb37aa7",
-            bias=-0.2091,
-            bias_end=-0.1925,
-            cublas=0.2786,
-            cublas_end=0.0978,
-            registers=168,
-            smem_bytes=174080,
-            tunables=(
-                ("block_m", 208),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [46]
-        ShapeCandidate(
-            m=256,
-            m_end=512,
-            rank=6,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c3da91a4951",
-            bias=-0.4577,
-            bias_end=-0.2389,
-            cublas=0.2786,
-            cublas_end=0.0978,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [47]
         ShapeCandidate(
-            m=256,
-            m_end=512,
+            m=128,
+            m_end=176,
             rank=7,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce20b075030",
-            bias=0.1103,
-            bias_end=0.2421,
-            cublas=0.2786,
-            cublas_end=0.0978,
+            bias=0.1082,
+            bias_end=-0.0923,
+            cublas=0.2783,
+            cublas_end=0.4559,
             registers=168,
             smem_bytes=108544,
             tunables=(
@@ -3456,44 +4119,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [48]
         ShapeCandidate(
-            m=512,
-            m_end=1024,
+            m=176,
+            m_end=256,
             rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c535214171c",
-            bias=-0.2044,
-            bias_end=-0.1381,
-            cublas=0.0978,
-            cublas_end=0.0202,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 2),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [49]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=1,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
             config_id="c605546f58c",
-            bias=-0.3697,
-            bias_end=-0.2432,
-            cublas=0.0978,
-            cublas_end=0.0202,
+            bias=-0.6562,
+            bias_end=-0.5616,
+            cublas=0.4559,
+            cublas_end=0.2783,
             registers=138,
             smem_bytes=198656,
             tunables=(
@@ -3510,18 +4145,66 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [49]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=1,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c0e97235540",
+            bias=-0.2982,
+            bias_end=-0.1255,
+            cublas=0.4559,
+            cublas_end=0.2783,
+            registers=155,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("stages", 4),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [50]
         ShapeCandidate(
-            m=512,
-            m_end=1024,
+            m=176,
+            m_end=256,
             rank=2,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c108cb37aa7",
+            bias=-0.6062,
+            bias_end=-0.2496,
+            cublas=0.4559,
+            cublas_end=0.2783,
+            registers=168,
+            smem_bytes=174080,
+            tunables=(
+                ("block_m", 208),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [51]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=3,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="ca7483da306",
-            bias=-0.2349,
-            bias_end=-0.149,
-            cublas=0.0978,
-            cublas_end=0.0202,
+            bias=-0.6177,
+            bias_end=-0.4515,
+            cublas=0.4559,
+            cublas_end=0.2783,
             registers=168,
             smem_bytes=206848,
             tunables=(
@@ -3538,158 +4221,42 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [51]
+        # index: [52]
         ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=3,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cfdb4fdda4c",
-            bias=-0.245,
-            bias_end=-0.1405,
-            cublas=0.0978,
-            cublas_end=0.0202,
-            registers=106,
+            m=176,
+            m_end=256,
+            rank=4,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ca824735a97",
+            bias=-0.1883,
+            bias_end=0.0113,
+            cublas=0.4559,
+            cublas_end=0.2783,
+            registers=175,
             smem_bytes=198656,
             tunables=(
                 ("block_m", 64),
                 ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [52]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=4,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c3da91a4951",
-            bias=-0.2389,
-            bias_end=-0.1228,
-            cublas=0.0978,
-            cublas_end=0.0202,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
+                ("block_k", 128),
                 ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
+                ("consumers", 1),
+                ("split_k", 3),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [53]
         ShapeCandidate(
-            m=512,
-            m_end=1024,
+            m=176,
+            m_end=256,
             rank=5,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c941e904d7c",
-            bias=0.0661,
-            bias_end=0.2139,
-            cublas=0.0978,
-            cublas_end=0.0202,
-            registers=72,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [54]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=6,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c7e22c24e8b",
-            bias=-0.423,
-            bias_end=-0.1963,
-            cublas=0.0978,
-            cublas_end=0.0202,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [55]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=7,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c90f54981d7",
-            bias=-0.2413,
-            bias_end=-0.1175,
-            cublas=0.0978,
-            cublas_end=0.0202,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [56]
-        ShapeCandidate(
-            m=1024,
-            m_end=2048,
-            rank=0,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
             config_id="c535214171c",
-            bias=-0.1381,
-            bias_end=-0.1146,
-            cublas=0.0202,
-            cublas_end=-0.0009,
+            bias=-0.4228,
+            bias_end=-0.4001,
+            cublas=0.4559,
+            cublas_end=0.2783,
             registers=168,
             smem_bytes=198656,
             tunables=(
@@ -3706,27 +4273,27 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [57]
+        # index: [54]
         ShapeCandidate(
-            m=1024,
-            m_end=2048,
-            rank=1,
+            m=176,
+            m_end=256,
+            rank=6,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cf8c05c2356",
-            bias=-0.1371,
-            bias_end=-0.0909,
-            cublas=0.0202,
-            cublas_end=-0.0009,
-            registers=168,
-            smem_bytes=165888,
+            config_id="cfdb4fdda4c",
+            bias=-0.4411,
+            bias_end=-0.4869,
+            cublas=0.4559,
+            cublas_end=0.2783,
+            registers=106,
+            smem_bytes=198656,
             tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
+                ("block_m", 64),
+                ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 2),
                 ("cluster_n", 1),
                 ("raster", 1),
                 ("group_m", 8),
@@ -3734,18 +4301,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [58]
+        # index: [55]
         ShapeCandidate(
-            m=1024,
-            m_end=2048,
-            rank=2,
+            m=176,
+            m_end=256,
+            rank=7,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c3da91a4951",
-            bias=-0.1228,
-            bias_end=-0.0897,
-            cublas=0.0202,
-            cublas_end=-0.0009,
+            bias=-0.6192,
+            bias_end=-0.457,
+            cublas=0.4559,
+            cublas_end=0.2783,
             registers=168,
             smem_bytes=198656,
             tunables=(
@@ -3762,18 +4329,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [59]
+        # index: [56]
         ShapeCandidate(
-            m=1024,
-            m_end=2048,
-            rank=3,
+            m=256,
+            m_end=320,
+            rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c605546f58c",
-            bias=-0.2432,
-            bias_end=-0.2076,
-            cublas=0.0202,
-            cublas_end=-0.0009,
+            bias=-0.5616,
+            bias_end=-0.335,
+            cublas=0.2783,
+            cublas_end=0.2238,
             registers=138,
             smem_bytes=198656,
             tunables=(
@@ -3781,6 +4348,86 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("block_n", 192),
                 ("block_k", 64),
                 ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [57]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=1,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c71e344f2e1",
+            bias=-0.3426,
+            bias_end=-0.3378,
+            cublas=0.2783,
+            cublas_end=0.2238,
+            registers=168,
+            smem_bytes=149504,
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [58]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=2,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c80d4e87eae",
+            bias=-0.2552,
+            bias_end=0.1125,
+            cublas=0.2783,
+            cublas_end=0.2238,
+            registers=72,
+            smem_bytes=231424,
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [59]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=3,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cfdb4fdda4c",
+            bias=-0.4869,
+            bias_end=-0.3086,
+            cublas=0.2783,
+            cublas_end=0.2238,
+            registers=106,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
                 ("consumers", 1),
                 ("cluster_m", 2),
                 ("cluster_n", 1),
@@ -3792,25 +4439,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [60]
         ShapeCandidate(
-            m=1024,
-            m_end=2048,
+            m=256,
+            m_end=320,
             rank=4,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cfdb4fdda4c",
-            bias=-0.1405,
-            bias_end=-0.1293,
-            cublas=0.0202,
-            cublas_end=-0.0009,
-            registers=106,
+            config_id="cb122e8f1b4",
+            bias=-0.4309,
+            bias_end=-0.2053,
+            cublas=0.2783,
+            cublas_end=0.2238,
+            registers=168,
             smem_bytes=198656,
             tunables=(
-                ("block_m", 64),
+                ("block_m", 128),
                 ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 1),
-                ("cluster_m", 2),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
                 ("cluster_n", 1),
                 ("raster", 1),
                 ("group_m", 8),
@@ -3820,16 +4467,40 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [61]
         ShapeCandidate(
-            m=1024,
-            m_end=2048,
+            m=256,
+            m_end=320,
             rank=5,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c724aa25570",
+            bias=0.0488,
+            bias_end=0.0886,
+            cublas=0.2783,
+            cublas_end=0.2238,
+            registers=168,
+            smem_bytes=116736,
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [62]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=6,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="ca7483da306",
-            bias=-0.149,
-            bias_end=-0.1124,
-            cublas=0.0202,
-            cublas_end=-0.0009,
+            config_id="c564d7941ff",
+            bias=-0.46,
+            bias_end=-0.3008,
+            cublas=0.2783,
+            cublas_end=0.2238,
             registers=168,
             smem_bytes=206848,
             tunables=(
@@ -3838,37 +4509,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
-                ("cluster_m", 2),
+                ("cluster_m", 1),
                 ("cluster_n", 1),
                 ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [62]
-        ShapeCandidate(
-            m=1024,
-            m_end=2048,
-            rank=6,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c2f9919dcda",
-            bias=-0.1263,
-            bias_end=-0.1023,
-            cublas=0.0202,
-            cublas_end=-0.0009,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 0),
                 ("group_m", 8),
                 ("split_k", 1),
             ),
@@ -3876,44 +4519,40 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [63]
         ShapeCandidate(
-            m=1024,
-            m_end=2048,
+            m=256,
+            m_end=320,
             rank=7,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c5469e3942f",
-            bias=0.0442,
-            bias_end=0.0653,
-            cublas=0.0202,
-            cublas_end=-0.0009,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd017f6404d",
+            bias=-0.3655,
+            bias_end=-0.148,
+            cublas=0.2783,
+            cublas_end=0.2238,
             registers=168,
-            smem_bytes=198656,
+            smem_bytes=141312,
             tunables=(
-                ("block_m", 128),
-                ("block_n", 64),
+                ("block_m", 144),
+                ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 8),
+                ("stages", 4),
                 ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 2),
-                ("raster", 1),
-                ("group_m", 8),
                 ("split_k", 1),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [64]
         ShapeCandidate(
-            m=2048,
-            m_end=4096,
+            m=320,
+            m_end=512,
             rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c535214171c",
-            bias=-0.1146,
-            bias_end=-0.1035,
-            cublas=-0.0009,
-            cublas_end=-0.01,
+            bias=-0.2634,
+            bias_end=-0.2071,
+            cublas=0.2238,
+            cublas_end=0.0951,
             registers=168,
             smem_bytes=198656,
             tunables=(
@@ -3932,16 +4571,40 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [65]
         ShapeCandidate(
-            m=2048,
-            m_end=4096,
+            m=320,
+            m_end=512,
             rank=1,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c0e97235540",
+            bias=-0.0603,
+            bias_end=0.0786,
+            cublas=0.2238,
+            cublas_end=0.0951,
+            registers=155,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("stages", 4),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [66]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=2,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cfb87952a3d",
-            bias=-0.1124,
-            bias_end=-0.0934,
-            cublas=-0.0009,
-            cublas_end=-0.01,
+            config_id="cf8c05c2356",
+            bias=-0.319,
+            bias_end=-0.2262,
+            cublas=0.2238,
+            cublas_end=0.0951,
             registers=168,
             smem_bytes=165888,
             tunables=(
@@ -3950,7 +4613,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("block_k", 64),
                 ("stages", 4),
                 ("consumers", 2),
-                ("cluster_m", 2),
+                ("cluster_m", 1),
                 ("cluster_n", 1),
                 ("raster", 1),
                 ("group_m", 8),
@@ -3958,83 +4621,51 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [66]
-        ShapeCandidate(
-            m=2048,
-            m_end=4096,
-            rank=2,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c2f9919dcda",
-            bias=-0.1023,
-            bias_end=-0.0902,
-            cublas=-0.0009,
-            cublas_end=-0.01,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [67]
         ShapeCandidate(
-            m=2048,
-            m_end=4096,
+            m=320,
+            m_end=512,
             rank=3,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cffd6df8d11",
-            bias=-0.0852,
-            bias_end=-0.0681,
-            cublas=-0.0009,
-            cublas_end=-0.01,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c71e344f2e1",
+            bias=-0.3378,
+            bias_end=-0.0679,
+            cublas=0.2238,
+            cublas_end=0.0951,
             registers=168,
-            smem_bytes=198656,
+            smem_bytes=149504,
             tunables=(
-                ("block_m", 256),
+                ("block_m", 160),
                 ("block_n", 128),
                 ("block_k", 64),
                 ("stages", 4),
                 ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 8),
                 ("split_k", 1),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [68]
         ShapeCandidate(
-            m=2048,
-            m_end=4096,
+            m=320,
+            m_end=512,
             rank=4,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cf8c05c2356",
-            bias=-0.0909,
-            bias_end=-0.0561,
-            cublas=-0.0009,
-            cublas_end=-0.01,
-            registers=168,
-            smem_bytes=165888,
+            config_id="cfdb4fdda4c",
+            bias=-0.3086,
+            bias_end=-0.2452,
+            cublas=0.2238,
+            cublas_end=0.0951,
+            registers=106,
+            smem_bytes=198656,
             tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
+                ("block_m", 64),
+                ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 2),
                 ("cluster_n", 1),
                 ("raster", 1),
                 ("group_m", 8),
@@ -4044,49 +4675,49 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [69]
         ShapeCandidate(
-            m=2048,
-            m_end=4096,
+            m=320,
+            m_end=512,
             rank=5,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c6acb06d66f",
-            bias=-0.0978,
-            bias_end=-0.0786,
-            cublas=-0.0009,
-            cublas_end=-0.01,
-            registers=168,
+            config_id="c605546f58c",
+            bias=-0.335,
+            bias_end=-0.3706,
+            cublas=0.2238,
+            cublas_end=0.0951,
+            registers=138,
             smem_bytes=198656,
             tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
+                ("block_m", 64),
+                ("block_n", 192),
                 ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
                 ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 16),
+                ("raster", 1),
+                ("group_m", 8),
                 ("split_k", 1),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [70]
         ShapeCandidate(
-            m=2048,
-            m_end=4096,
+            m=320,
+            m_end=512,
             rank=6,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="ce356af33cc",
-            bias=-0.0853,
-            bias_end=-0.051,
-            cublas=-0.0009,
-            cublas_end=-0.01,
+            config_id="c3da91a4951",
+            bias=-0.3763,
+            bias_end=-0.2386,
+            cublas=0.2238,
+            cublas_end=0.0951,
             registers=168,
             smem_bytes=198656,
             tunables=(
-                ("block_m", 256),
-                ("block_n", 128),
+                ("block_m", 128),
+                ("block_n", 256),
                 ("block_k", 64),
                 ("stages", 4),
                 ("consumers", 2),
@@ -4100,44 +4731,40 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [71]
         ShapeCandidate(
-            m=2048,
-            m_end=4096,
+            m=320,
+            m_end=512,
             rank=7,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="ca7483da306",
-            bias=-0.1124,
-            bias_end=-0.0924,
-            cublas=-0.0009,
-            cublas_end=-0.01,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd03c3b7976",
+            bias=0.0396,
+            bias_end=0.2435,
+            cublas=0.2238,
+            cublas_end=0.0951,
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=149504,
             tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
+                ("block_m", 160),
+                ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 5),
+                ("stages", 4),
                 ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
+                ("split_k", 4),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [72]
         ShapeCandidate(
-            m=4096,
-            m_end=8192,
+            m=512,
+            m_end=1024,
             rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c535214171c",
-            bias=-0.1035,
-            bias_end=-0.0988,
-            cublas=-0.01,
-            cublas_end=0.0029,
+            bias=-0.2071,
+            bias_end=-0.1385,
+            cublas=0.0951,
+            cublas_end=0.0191,
             registers=168,
             smem_bytes=198656,
             tunables=(
@@ -4156,238 +4783,44 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [73]
         ShapeCandidate(
-            m=4096,
-            m_end=8192,
+            m=512,
+            m_end=1024,
             rank=1,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c6acb06d66f",
-            bias=-0.0786,
-            bias_end=-0.0715,
-            cublas=-0.01,
-            cublas_end=0.0029,
-            registers=168,
+            config_id="c605546f58c",
+            bias=-0.3706,
+            bias_end=-0.249,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=138,
             smem_bytes=198656,
             tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
+                ("block_m", 64),
+                ("block_n", 192),
                 ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
                 ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 16),
+                ("raster", 1),
+                ("group_m", 8),
                 ("split_k", 1),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [74]
         ShapeCandidate(
-            m=4096,
-            m_end=8192,
+            m=512,
+            m_end=1024,
             rank=2,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cfb87952a3d",
-            bias=-0.0934,
-            bias_end=-0.0865,
-            cublas=-0.01,
-            cublas_end=0.0029,
-            registers=168,
-            smem_bytes=165888,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [75]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=3,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c2f9919dcda",
-            bias=-0.0902,
-            bias_end=-0.0874,
-            cublas=-0.01,
-            cublas_end=0.0029,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [76]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=4,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cffd6df8d11",
-            bias=-0.0681,
-            bias_end=-0.0618,
-            cublas=-0.01,
-            cublas_end=0.0029,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 256),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [77]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=5,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c3da91a4951",
-            bias=-0.0769,
-            bias_end=-0.0737,
-            cublas=-0.01,
-            cublas_end=0.0029,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [78]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=6,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1c6218ec00",
-            bias=0.5056,
-            bias_end=0.4882,
-            cublas=-0.01,
-            cublas_end=0.0029,
-            registers=64,
-            smem_bytes=49152,
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [79]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=7,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c8a7f3d4299",
-            bias=0.5233,
-            bias_end=0.5032,
-            cublas=-0.01,
-            cublas_end=0.0029,
-            registers=61,
-            smem_bytes=49152,
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [80]
-        ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=0,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c2f9919dcda",
-            bias=-0.0874,
-            bias_end=-0.0874,
-            cublas=0.0029,
-            cublas_end=0.0029,
-            registers=168,
-            smem_bytes=198656,
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 8),
-                ("split_k", 1),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [81]
-        ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=1,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
             config_id="ca7483da306",
-            bias=-0.0868,
-            bias_end=-0.0868,
-            cublas=0.0029,
-            cublas_end=0.0029,
+            bias=-0.2339,
+            bias_end=-0.1488,
+            cublas=0.0951,
+            cublas_end=0.0191,
             registers=168,
             smem_bytes=206848,
             tunables=(
@@ -4404,46 +4837,158 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [82]
+        # index: [75]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=2,
+            m=512,
+            m_end=1024,
+            rank=3,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cffd6df8d11",
-            bias=-0.0618,
-            bias_end=-0.0618,
-            cublas=0.0029,
-            cublas_end=0.0029,
-            registers=168,
+            config_id="cfdb4fdda4c",
+            bias=-0.2452,
+            bias_end=-0.1444,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=106,
             smem_bytes=198656,
             tunables=(
-                ("block_m", 256),
+                ("block_m", 64),
                 ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 2),
                 ("cluster_n", 1),
-                ("raster", 0),
+                ("raster", 1),
                 ("group_m", 8),
                 ("split_k", 1),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [83]
+        # index: [76]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=3,
+            m=512,
+            m_end=1024,
+            rank=4,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c3da91a4951",
+            bias=-0.2386,
+            bias_end=-0.1221,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [77]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=5,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c941e904d7c",
+            bias=0.0635,
+            bias_end=0.2096,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=72,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [78]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=6,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c07b10a8b8d",
+            bias=-0.0179,
+            bias_end=0.0699,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 2),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [79]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=7,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c726523f3de",
+            bias=0.1462,
+            bias_end=0.2959,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 3),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [80]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c535214171c",
-            bias=-0.0988,
-            bias_end=-0.0988,
-            cublas=0.0029,
-            cublas_end=0.0029,
+            bias=-0.1385,
+            bias_end=-0.1089,
+            cublas=0.0191,
+            cublas_end=-0.0001,
             registers=168,
             smem_bytes=198656,
             tunables=(
@@ -4460,18 +5005,410 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [81]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=1,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cf8c05c2356",
+            bias=-0.1389,
+            bias_end=-0.0891,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=168,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [82]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=2,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c6acb06d66f",
+            bias=-0.1187,
+            bias_end=-0.098,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 16),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [83]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=3,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c605546f58c",
+            bias=-0.249,
+            bias_end=-0.2107,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=138,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [84]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
+            m=1024,
+            m_end=2048,
             rank=4,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cfdb4fdda4c",
+            bias=-0.1444,
+            bias_end=-0.1324,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=106,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [85]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=5,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ca7483da306",
+            bias=-0.1488,
+            bias_end=-0.1104,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=168,
+            smem_bytes=206848,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [86]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=6,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            bias=-0.1272,
+            bias_end=-0.1021,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [87]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=7,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c07b10a8b8d",
+            bias=0.0699,
+            bias_end=0.1191,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 2),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [88]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=0,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c535214171c",
+            bias=-0.1089,
+            bias_end=-0.1032,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 2),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [89]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=1,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ca7483da306",
+            bias=-0.1104,
+            bias_end=-0.0942,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=168,
+            smem_bytes=206848,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [90]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=2,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            bias=-0.1021,
+            bias_end=-0.0933,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [91]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=3,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cffd6df8d11",
+            bias=-0.0864,
+            bias_end=-0.0692,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 256),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [92]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=4,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cf8c05c2356",
+            bias=-0.0891,
+            bias_end=-0.0604,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=168,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [93]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=5,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c6acb06d66f",
+            bias=-0.098,
+            bias_end=-0.0807,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 16),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [94]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=6,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8624d69f68",
+            bias=-0.1029,
+            bias_end=-0.0875,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 16),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [95]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=7,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1c6218ec00",
-            bias=0.4882,
-            bias_end=0.4882,
-            cublas=0.0029,
-            cublas_end=0.0029,
+            bias=0.481,
+            bias_end=0.5069,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
             registers=64,
             smem_bytes=49152,
             tunables=(
@@ -4487,18 +5424,213 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [85]
+        # index: [96]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
+            m=4096,
+            m_end=8192,
+            rank=0,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c535214171c",
+            bias=-0.1032,
+            bias_end=-0.0973,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 2),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [97]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=1,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            bias=-0.0933,
+            bias_end=-0.0873,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [98]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=2,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ca7483da306",
+            bias=-0.0942,
+            bias_end=-0.0851,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=206848,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [99]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=3,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c6acb06d66f",
+            bias=-0.0807,
+            bias_end=-0.069,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 16),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [100]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=4,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cffd6df8d11",
+            bias=-0.0692,
+            bias_end=-0.0588,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 256),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [101]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
             rank=5,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c3da91a4951",
+            bias=-0.0777,
+            bias_end=-0.0717,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [102]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=6,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1c6218ec00",
+            bias=0.5069,
+            bias_end=0.5049,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=64,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [103]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=7,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c8a7f3d4299",
-            bias=0.5032,
-            bias_end=0.5032,
-            cublas=0.0029,
-            cublas_end=0.0029,
+            bias=0.5282,
+            bias_end=0.5251,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
             registers=61,
             smem_bytes=49152,
             tunables=(
@@ -4514,7 +5646,173 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [86]
+        # index: [104]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=0,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c2f9919dcda",
+            bias=-0.0873,
+            bias_end=-0.0873,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [105]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=1,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ca7483da306",
+            bias=-0.0851,
+            bias_end=-0.0851,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=206848,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [106]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=2,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cffd6df8d11",
+            bias=-0.0588,
+            bias_end=-0.0588,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 256),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [107]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=3,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c535214171c",
+            bias=-0.0973,
+            bias_end=-0.0973,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 2),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [108]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=4,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1c6218ec00",
+            bias=0.5049,
+            bias_end=0.5049,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=64,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [109]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=5,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            bias=0.5251,
+            bias_end=0.5251,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=61,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [110]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -4522,10 +5820,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cdba23ace0e",
-            bias=0.5022,
-            bias_end=0.5022,
-            cublas=0.0029,
-            cublas_end=0.0029,
+            bias=0.5184,
+            bias_end=0.5184,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
             registers=64,
             smem_bytes=73728,
             tunables=(
@@ -4541,7 +5839,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [87]
+        # index: [111]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -4549,10 +5847,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1083c76623",
-            bias=0.5817,
-            bias_end=0.5817,
-            cublas=0.0029,
-            cublas_end=0.0029,
+            bias=0.5982,
+            bias_end=0.5982,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
             registers=61,
             smem_bytes=73728,
             tunables=(
