@@ -13,7 +13,7 @@ a first decision per shape (pure Python, as gemm() pays it), and, when the valid
 exist (data/recordings/h200_validation_gemm_*.parquet, shapes never in params.yaml), the picks of
 the selector built from every table's recording on those shapes, a truly held-out figure.
 
-    python3 benchmarks/unseen_shapes.py [--out benchmarks/results] [--candidates 8]
+    python3 benchmarks/unseen_shapes.py [--out benchmarks/results] [--candidates N (default: params.yaml)]
 Writes unseen_shapes.json under --out. Last line: ``unseen shapes: P% within 5%, geomean regret R%``.
 """
 
@@ -41,7 +41,6 @@ from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.kernels.runtime.selector import ShapeSelector  # noqa: E402
 from tunetable.params import load_params, selector_spec, table_spec  # noqa: E402
 from tunetable.selector import (  # noqa: E402
-    DEFAULT_CANDIDATES,
     TableMeasurements,
     build_selector,
     cublas_seconds,
@@ -255,11 +254,14 @@ def main() -> None:
     """Run both leave-out evaluations, the timing and the validation figure; print and write them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--candidates", type=int, default=DEFAULT_CANDIDATES,
-                        help="shortlist size per M range (params.yaml selector.<name>.candidates)")
+    parser.add_argument("--candidates", type=int, default=None,
+                        help="shortlist size per M range (default: params.yaml selector.<name>.candidates)")
     args = parser.parse_args()
     params = load_params(REPO / "params.yaml")
-    names = selector_spec(params, SELECTOR).tables
+    spec = selector_spec(params, SELECTOR)
+    names = spec.tables
+    if args.candidates is None:
+        args.candidates = spec.candidates
     tables = [load_table_measurements(root=REPO, spec=table_spec(params, name)) for name in names]
     measured = normalised(tables)
     started = time.perf_counter()

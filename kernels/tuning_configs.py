@@ -2825,7 +2825,7 @@ BUILDS: dict[str, TableBuild] = {
 
 GEMM_SELECTOR: list[ShapeCandidate] = [
     # BEGIN-TUNING-LIST-GEMM_SELECTOR
-        # Provenance: [manifests/gemm_selector.yaml] params sha256:af07319ab694, device: NVIDIA H200, date: 2026-12-01
+        # Provenance: [manifests/gemm_selector.yaml] params sha256:adc4b9b0c493, device: NVIDIA H200, date: 2026-12-01
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [0]
         ShapeCandidate(
@@ -3045,6 +3045,114 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [8]
         ShapeCandidate(
+            m=1,
+            m_end=8,
+            rank=8,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1746f9e36f",
+            bias=-0.1382,
+            bias_end=-0.116,
+            cublas=0.2209,
+            cublas_end=0.2083,
+            registers=50,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [9]
+        ShapeCandidate(
+            m=1,
+            m_end=8,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            bias=-0.153,
+            bias_end=-0.1303,
+            cublas=0.2209,
+            cublas_end=0.2083,
+            registers=61,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [10]
+        ShapeCandidate(
+            m=1,
+            m_end=8,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cdba23ace0e",
+            bias=-0.1768,
+            bias_end=-0.157,
+            cublas=0.2209,
+            cublas_end=0.2083,
+            registers=64,
+            smem_bytes=73728,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [11]
+        ShapeCandidate(
+            m=1,
+            m_end=8,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1b13410289",
+            bias=-0.118,
+            bias_end=-0.0966,
+            cublas=0.2209,
+            cublas_end=0.2083,
+            registers=76,
+            smem_bytes=81920,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 4),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [12]
+        ShapeCandidate(
             m=8,
             m_end=32,
             rank=0,
@@ -3070,7 +3178,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [9]
+        # index: [13]
         ShapeCandidate(
             m=8,
             m_end=32,
@@ -3097,7 +3205,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [10]
+        # index: [14]
         ShapeCandidate(
             m=8,
             m_end=32,
@@ -3124,7 +3232,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [11]
+        # index: [15]
         ShapeCandidate(
             m=8,
             m_end=32,
@@ -3151,7 +3259,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [12]
+        # index: [16]
         ShapeCandidate(
             m=8,
             m_end=32,
@@ -3178,7 +3286,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [13]
+        # index: [17]
         ShapeCandidate(
             m=8,
             m_end=32,
@@ -3205,7 +3313,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [14]
+        # index: [18]
         ShapeCandidate(
             m=8,
             m_end=32,
@@ -3232,7 +3340,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [15]
+        # index: [19]
         ShapeCandidate(
             m=8,
             m_end=32,
@@ -3259,7 +3367,115 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [16]
+        # index: [20]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=8,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cd029ceb7c9",
+            bias=-0.0173,
+            bias_end=0.0234,
+            cublas=0.2083,
+            cublas_end=0.2364,
+            registers=64,
+            smem_bytes=98304,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [21]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ca9e874bb97",
+            bias=-0.016,
+            bias_end=0.2772,
+            cublas=0.2083,
+            cublas_end=0.2364,
+            registers=76,
+            smem_bytes=81920,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 8),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [22]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1746f9e36f",
+            bias=-0.116,
+            bias_end=0.1783,
+            cublas=0.2083,
+            cublas_end=0.2364,
+            registers=50,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [23]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c5d7250bac0",
+            bias=-0.3061,
+            bias_end=-0.1944,
+            cublas=0.2083,
+            cublas_end=0.2364,
+            registers=74,
+            smem_bytes=122880,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [24]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -3287,7 +3503,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [17]
+        # index: [25]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -3314,7 +3530,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [18]
+        # index: [26]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -3341,7 +3557,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [19]
+        # index: [27]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -3368,7 +3584,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [20]
+        # index: [28]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -3395,7 +3611,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [21]
+        # index: [29]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -3423,7 +3639,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [22]
+        # index: [30]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -3451,7 +3667,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [23]
+        # index: [31]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -3479,7 +3695,109 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [24]
+        # index: [32]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=8,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c8494e2067c",
+            bias=-0.0176,
+            bias_end=0.2537,
+            cublas=0.2364,
+            cublas_end=0.2499,
+            registers=168,
+            smem_bytes=83968,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [33]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c34d769966c",
+            bias=-0.4629,
+            bias_end=-0.3851,
+            cublas=0.2364,
+            cublas_end=0.2499,
+            registers=114,
+            smem_bytes=163840,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [34]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c9025cc0713",
+            bias=-0.4423,
+            bias_end=-0.4366,
+            cublas=0.2364,
+            cublas_end=0.2499,
+            registers=92,
+            smem_bytes=147456,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [35]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=11,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ced7f5244bd",
+            bias=-0.0801,
+            bias_end=0.0015,
+            cublas=0.2364,
+            cublas_end=0.2499,
+            registers=88,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("stages", 4),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [36]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -3507,7 +3825,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [25]
+        # index: [37]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -3535,7 +3853,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [26]
+        # index: [38]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -3559,7 +3877,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [27]
+        # index: [39]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -3587,7 +3905,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [28]
+        # index: [40]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -3614,7 +3932,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [29]
+        # index: [41]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -3642,7 +3960,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [30]
+        # index: [42]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -3670,7 +3988,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [31]
+        # index: [43]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -3694,7 +4012,109 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [32]
+        # index: [44]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=8,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cbb7e888109",
+            bias=-0.9841,
+            bias_end=-0.9975,
+            cublas=0.2499,
+            cublas_end=0.3083,
+            registers=221,
+            smem_bytes=98304,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("warps_m", 2),
+                ("warps_n", 2),
+                ("warps_k", 1),
+                ("stages", 3),
+                ("split_k", 1),
+                ("group_m", 8),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [45]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cc8555622d2",
+            bias=-0.1855,
+            bias_end=-0.2353,
+            cublas=0.2499,
+            cublas_end=0.3083,
+            registers=100,
+            smem_bytes=147456,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [46]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=10,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c724aa25570",
+            bias=0.084,
+            bias_end=0.0831,
+            cublas=0.2499,
+            cublas_end=0.3083,
+            registers=168,
+            smem_bytes=116736,
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [47]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=11,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cee55f4847f",
+            bias=0.1901,
+            bias_end=0.1694,
+            cublas=0.2499,
+            cublas_end=0.3083,
+            registers=152,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("stages", 4),
+                ("consumers", 1),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [48]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -3722,7 +4142,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [33]
+        # index: [49]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -3750,7 +4170,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [34]
+        # index: [50]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -3778,7 +4198,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [35]
+        # index: [51]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -3806,7 +4226,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [36]
+        # index: [52]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -3834,7 +4254,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [37]
+        # index: [53]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -3858,7 +4278,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [38]
+        # index: [54]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -3885,7 +4305,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [39]
+        # index: [55]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -3909,7 +4329,111 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [40]
+        # index: [56]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=8,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc387a25453",
+            bias=0.1897,
+            bias_end=0.2207,
+            cublas=0.3083,
+            cublas_end=0.2783,
+            registers=168,
+            smem_bytes=108544,
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 8),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [57]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=9,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5ff6dc7262",
+            bias=-0.1853,
+            bias_end=-0.1618,
+            cublas=0.3083,
+            cublas_end=0.2783,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [58]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=10,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c258a40d541",
+            bias=0.072,
+            bias_end=0.1105,
+            cublas=0.3083,
+            cublas_end=0.2783,
+            registers=150,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("stages", 4),
+                ("consumers", 1),
+                ("split_k", 3),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [59]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=11,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce009781745",
+            bias=0.0106,
+            bias_end=0.0366,
+            cublas=0.3083,
+            cublas_end=0.2783,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [60]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -3937,7 +4461,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [41]
+        # index: [61]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -3961,7 +4485,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [42]
+        # index: [62]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -3985,7 +4509,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [43]
+        # index: [63]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -4013,7 +4537,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [44]
+        # index: [64]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -4041,7 +4565,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [45]
+        # index: [65]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -4065,7 +4589,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [46]
+        # index: [66]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -4093,7 +4617,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [47]
+        # index: [67]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -4117,7 +4641,103 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [48]
+        # index: [68]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=8,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd017f6404d",
+            bias=-0.3547,
+            bias_end=-0.3557,
+            cublas=0.2783,
+            cublas_end=0.4559,
+            registers=168,
+            smem_bytes=141312,
+            tunables=(
+                ("block_m", 144),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [69]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=9,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cf31dbe6d33",
+            bias=-0.0399,
+            bias_end=-0.2213,
+            cublas=0.2783,
+            cublas_end=0.4559,
+            registers=168,
+            smem_bytes=108544,
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [70]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=10,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ced7f5244bd",
+            bias=-0.0147,
+            bias_end=-0.228,
+            cublas=0.2783,
+            cublas_end=0.4559,
+            registers=88,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("stages", 4),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [71]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=11,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc387a25453",
+            bias=0.2207,
+            bias_end=0.0671,
+            cublas=0.2783,
+            cublas_end=0.4559,
+            registers=168,
+            smem_bytes=108544,
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 8),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [72]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -4145,7 +4765,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [49]
+        # index: [73]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -4169,7 +4789,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [50]
+        # index: [74]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -4193,7 +4813,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [51]
+        # index: [75]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -4221,7 +4841,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [52]
+        # index: [76]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -4245,7 +4865,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [53]
+        # index: [77]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -4273,7 +4893,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [54]
+        # index: [78]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -4301,7 +4921,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [55]
+        # index: [79]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -4329,7 +4949,103 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [56]
+        # index: [80]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=8,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c43da7a9b9c",
+            bias=-0.1615,
+            bias_end=-0.0396,
+            cublas=0.4559,
+            cublas_end=0.2783,
+            registers=168,
+            smem_bytes=116736,
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [81]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=9,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ced7f5244bd",
+            bias=-0.228,
+            bias_end=-0.0975,
+            cublas=0.4559,
+            cublas_end=0.2783,
+            registers=88,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("stages", 4),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [82]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=10,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc41bd7b2fc",
+            bias=-0.091,
+            bias_end=0.0834,
+            cublas=0.4559,
+            cublas_end=0.2783,
+            registers=168,
+            smem_bytes=133120,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 8),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [83]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=11,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c43ea4820a8",
+            bias=-0.3683,
+            bias_end=0.0252,
+            cublas=0.4559,
+            cublas_end=0.2783,
+            registers=168,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [84]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -4357,7 +5073,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [57]
+        # index: [85]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -4381,7 +5097,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [58]
+        # index: [86]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -4409,7 +5125,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [59]
+        # index: [87]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -4437,7 +5153,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [60]
+        # index: [88]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -4465,7 +5181,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [61]
+        # index: [89]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -4489,7 +5205,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [62]
+        # index: [90]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -4517,7 +5233,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [63]
+        # index: [91]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -4541,7 +5257,107 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [64]
+        # index: [92]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=8,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd03c3b7976",
+            bias=-0.0029,
+            bias_end=0.0396,
+            cublas=0.2783,
+            cublas_end=0.2238,
+            registers=168,
+            smem_bytes=149504,
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [93]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=9,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c5cbac11596",
+            bias=-0.1229,
+            bias_end=-0.1035,
+            cublas=0.2783,
+            cublas_end=0.2238,
+            registers=168,
+            smem_bytes=149504,
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [94]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=10,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c90f54981d7",
+            bias=-0.4582,
+            bias_end=-0.3602,
+            cublas=0.2783,
+            cublas_end=0.2238,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [95]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=11,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc49eaf5f7a",
+            bias=-0.1429,
+            bias_end=-0.0278,
+            cublas=0.2783,
+            cublas_end=0.2238,
+            registers=168,
+            smem_bytes=141312,
+            tunables=(
+                ("block_m", 144),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [96]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -4569,7 +5385,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [65]
+        # index: [97]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -4593,7 +5409,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [66]
+        # index: [98]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -4621,7 +5437,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [67]
+        # index: [99]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -4645,7 +5461,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [68]
+        # index: [100]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -4673,7 +5489,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [69]
+        # index: [101]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -4701,7 +5517,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [70]
+        # index: [102]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -4729,7 +5545,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [71]
+        # index: [103]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -4753,7 +5569,103 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [72]
+        # index: [104]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=8,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c724aa25570",
+            bias=0.0886,
+            bias_end=0.2517,
+            cublas=0.2238,
+            cublas_end=0.0951,
+            registers=168,
+            smem_bytes=116736,
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [105]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=9,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c5cbac11596",
+            bias=-0.1035,
+            bias_end=0.1358,
+            cublas=0.2238,
+            cublas_end=0.0951,
+            registers=168,
+            smem_bytes=149504,
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [106]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=10,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c537006da26",
+            bias=-0.3543,
+            bias_end=-0.2135,
+            cublas=0.2238,
+            cublas_end=0.0951,
+            registers=168,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [107]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=11,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cdaaf8aafdf",
+            bias=0.0301,
+            bias_end=0.1622,
+            cublas=0.2238,
+            cublas_end=0.0951,
+            registers=168,
+            smem_bytes=133120,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [108]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -4781,7 +5693,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [73]
+        # index: [109]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -4809,7 +5721,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [74]
+        # index: [110]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -4837,7 +5749,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [75]
+        # index: [111]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -4865,7 +5777,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [76]
+        # index: [112]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -4893,7 +5805,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [77]
+        # index: [113]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -4921,7 +5833,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [78]
+        # index: [114]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -4949,7 +5861,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [79]
+        # index: [115]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -4977,7 +5889,119 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [80]
+        # index: [116]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=8,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce009781745",
+            bias=0.1996,
+            bias_end=0.3227,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 4),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [117]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=9,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c7e22c24e8b",
+            bias=-0.4303,
+            bias_end=-0.2015,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [118]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=10,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c2f7b4bec38",
+            bias=-0.1487,
+            bias_end=-0.0506,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=163,
+            smem_bytes=165888,
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 1),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [119]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=11,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c564d7941ff",
+            bias=-0.237,
+            bias_end=-0.1317,
+            cublas=0.0951,
+            cublas_end=0.0191,
+            registers=168,
+            smem_bytes=206848,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [120]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -5005,7 +6029,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [81]
+        # index: [121]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -5033,7 +6057,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [82]
+        # index: [122]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -5061,7 +6085,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [83]
+        # index: [123]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -5089,7 +6113,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [84]
+        # index: [124]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -5117,7 +6141,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [85]
+        # index: [125]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -5145,7 +6169,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [86]
+        # index: [126]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -5173,7 +6197,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [87]
+        # index: [127]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -5201,7 +6225,117 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [88]
+        # index: [128]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=8,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8624d69f68",
+            bias=-0.1269,
+            bias_end=-0.1029,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 16),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [129]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=9,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5469e3942f",
+            bias=0.0415,
+            bias_end=0.0638,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=168,
+            smem_bytes=198656,
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 64),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 2),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [130]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1c6218ec00",
+            bias=0.436,
+            bias_end=0.481,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=64,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [131]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            bias=0.4548,
+            bias_end=0.4873,
+            cublas=0.0191,
+            cublas_end=-0.0001,
+            registers=61,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [132]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -5229,7 +6363,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [89]
+        # index: [133]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -5257,7 +6391,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [90]
+        # index: [134]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -5285,7 +6419,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [91]
+        # index: [135]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -5313,7 +6447,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [92]
+        # index: [136]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -5341,7 +6475,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [93]
+        # index: [137]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -5369,7 +6503,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [94]
+        # index: [138]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -5397,7 +6531,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [95]
+        # index: [139]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -5424,7 +6558,115 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [96]
+        # index: [140]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=8,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            bias=0.4873,
+            bias_end=0.5282,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=61,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [141]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cdba23ace0e",
+            bias=0.5038,
+            bias_end=0.5231,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=64,
+            smem_bytes=73728,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [142]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1083c76623",
+            bias=0.5667,
+            bias_end=0.5963,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=61,
+            smem_bytes=73728,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [143]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cffc1df57a5",
+            bias=0.4829,
+            bias_end=0.506,
+            cublas=-0.0001,
+            cublas_end=-0.0106,
+            registers=48,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [144]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -5452,7 +6694,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [97]
+        # index: [145]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -5480,7 +6722,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [98]
+        # index: [146]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -5508,7 +6750,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [99]
+        # index: [147]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -5536,7 +6778,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [100]
+        # index: [148]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -5564,7 +6806,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [101]
+        # index: [149]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -5592,7 +6834,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [102]
+        # index: [150]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -5619,7 +6861,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [103]
+        # index: [151]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -5646,7 +6888,115 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [104]
+        # index: [152]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=8,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cdba23ace0e",
+            bias=0.5231,
+            bias_end=0.5184,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=64,
+            smem_bytes=73728,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [153]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1083c76623",
+            bias=0.5963,
+            bias_end=0.5982,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=61,
+            smem_bytes=73728,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [154]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cffc1df57a5",
+            bias=0.506,
+            bias_end=0.5047,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=48,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [155]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1746f9e36f",
+            bias=0.5108,
+            bias_end=0.507,
+            cublas=-0.0106,
+            cublas_end=-0.0072,
+            registers=50,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [156]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -5674,7 +7024,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [105]
+        # index: [157]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -5702,7 +7052,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [106]
+        # index: [158]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -5730,7 +7080,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [107]
+        # index: [159]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -5758,7 +7108,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [108]
+        # index: [160]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -5785,7 +7135,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [109]
+        # index: [161]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -5812,7 +7162,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [110]
+        # index: [162]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -5839,7 +7189,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [111]
+        # index: [163]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -5860,6 +7210,114 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("warps_m", 1),
                 ("warps_n", 2),
                 ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [164]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=8,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cffc1df57a5",
+            bias=0.5047,
+            bias_end=0.5047,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=48,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [165]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1746f9e36f",
+            bias=0.507,
+            bias_end=0.507,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=50,
+            smem_bytes=49152,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [166]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ca68a99a2d1",
+            bias=0.5188,
+            bias_end=0.5188,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=52,
+            smem_bytes=73728,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [167]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ce994ca2a3e",
+            bias=0.5832,
+            bias_end=0.5832,
+            cublas=-0.0072,
+            cublas_end=-0.0072,
+            registers=50,
+            smem_bytes=73728,
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
                 ("stages", 6),
                 ("split_k", 2),
                 ("group_m", 1),

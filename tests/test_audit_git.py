@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 from pipeline_repo import NO_RECORDING, RECORDING, git, make_project, tunetable
 
@@ -34,11 +35,17 @@ def test_audit_all_shapes_reads_the_committed_recording(clone: Path) -> None:
     assert f"source: {TABLE} at HEAD: times from data/recordings/h200_gemm_mma.parquet at HEAD (git; the rows the " \
            "manifest was selected from)" in done.output
     assert f"{TABLE}: 55 of 55 shapes changed" in done.output  # --all-shapes lists every one
-    row = next(line for line in done.output.splitlines() if line.startswith("│    1 │  4096 │  4096 │ cdba23ace0e"))
-    assert row.count("12.2") == 2 and "1.000x" in row  # M=1: the table's 12.166 µs on both sides
+    # M=1 of 4096 x 4096: the manifest's winner there, its time and cuBLAS's read from the recording itself.
+    winner = next(e for e in load_yaml_file(clone / "manifests/gemm_mma.yaml")["params"]
+                  if (e["M"], e["N"], e["K"]) == (1, 4096, 4096))["CONFIG_ID"]
+    shard = pl.read_parquet(RECORDING).filter((pl.col("M") == 1) & (pl.col("N") == 4096) & (pl.col("K") == 4096))
+    winner_us = 1e3 * shard.filter(pl.col("config_id") == winner)["median_ms"].item()
+    cublas_us = 1e3 * shard.filter(pl.col("config_id") == "cublas")["median_ms"].item()
+    row = next(line for line in done.output.splitlines() if line.startswith(f"│    1 │  4096 │  4096 │ {winner}"))
+    assert row.count(f"{winner_us:.1f}") == 2 and "1.000x" in row  # the same time on both sides
     dispatch = next(line for line in done.output.splitlines()
                     if line.startswith("│    1 │  4096 │  4096 │ gemm_mma ") and "x │" in line)
-    assert dispatch.count("1.103x") == 2  # cuBLAS 13.42 µs / 12.166 µs, from the plot CSV's shard
+    assert dispatch.count(f"{cublas_us / winner_us:.3f}x") == 2  # cuBLAS / winner, from the same shard
 
 
 def test_what_cannot_be_compared_is_one_line_with_why(clone: Path) -> None:

@@ -34,7 +34,9 @@ def grid():
 def test_table_declaration_matches_the_kernel_family() -> None:
     assert (SPEC.family, SPEC.kernel, SPEC.arch) == ("gemm_wgmma", str(FAMILY.source), "sm_90a")
     assert FAMILY.source == REPO / "kernels/families/gemm_wgmma/gemm_wgmma.cu"
-    assert SPEC.shapes() == table_spec(PARAMS, "gemm_mma").shapes()  # the same shape set as gemm_mma
+    # gemm_mma's shapes and the Ms between its buckets (112, 176, 320) that tell the selector where odd tiles win
+    assert set(table_spec(PARAMS, "gemm_mma").shapes()) < set(SPEC.shapes())
+    assert {m for m, _, _ in SPEC.shapes()} - {m for m, _, _ in table_spec(PARAMS, "gemm_mma").shapes()} == {112, 176, 320}
     assert SPEC.recording == "data/recordings/h200_gemm_wgmma.parquet"
     assert SPEC.codegen.manifest == "manifests/gemm_wgmma.yaml"
     assert SPEC.codegen.snippet == str(REPO / "kernels/families/gemm_wgmma/gemm_wgmma.snippet")
@@ -75,7 +77,8 @@ def test_derived_values_are_the_familys_geometry(grid) -> None:
 
 
 def test_every_kept_config_launches_on_the_tables_shapes(grid) -> None:
-    """Every (config, shape): whole clusters, <= one block per SM, split-K partials + per-tile counters, zeroed."""
+    """Every (config, shape): whole clusters, <= one block per SM, split-K partials (a whole fp32 tile per split and
+    tile: the fragment-native slots of common/splitk.cuh) + per-tile counters, zeroed."""
     assert FAMILY.zeroed_workspace is True
     for config in grid.kept:
         defines = config.defines()
@@ -85,15 +88,16 @@ def test_every_kept_config_launches_on_the_tables_shapes(grid) -> None:
             launch = FAMILY.launch(defines, m, n, k)
             assert launch.grid[0] % cluster == 0 and launch.grid[0] <= 132
             tiles = math.ceil(m / defines["BLOCK_M"]) * math.ceil(n / defines["BLOCK_N"])
-            counters = tiles * defines["CONSUMERS"]  # one per tile and consumer warpgroup, after [SPLIT_K, M, N] fp32
-            assert launch.workspace_bytes == (split * m * n * 4 + counters * 4 if split > 1 else 0), (config.id, m, n)
+            counters = tiles * defines["CONSUMERS"]  # one per tile and consumer warpgroup, after the partials
+            partials = split * tiles * defines["BLOCK_M"] * defines["BLOCK_N"] * 4
+            assert launch.workspace_bytes == (partials + counters * 4 if split > 1 else 0), (config.id, m, n)
 
 
 def test_split_k_workspace_of_the_skinny_heuristic() -> None:
-    """64x128 tiles, one consumer, SPLIT_K=2 at 7x4096x4096: partials [2, 7, 4096], then 1 x 32 tile counters."""
+    """64x128 tiles, one consumer, SPLIT_K=2 at 7x4096x4096: 2 x 32 whole 64 x 128 fp32 tiles, then 32 counters."""
     defines = FAMILY.defines_of(FAMILY.skinny_tunables)
     assert (defines["BLOCK_M"], defines["BLOCK_N"], defines["CONSUMERS"], defines["SPLIT_K"]) == (64, 128, 1, 2)
-    assert FAMILY.launch(defines, 7, 4096, 4096).workspace_bytes == 2 * 7 * 4096 * 4 + 32 * 4 == 229_376 + 128
+    assert FAMILY.launch(defines, 7, 4096, 4096).workspace_bytes == 2 * 32 * 64 * 128 * 4 + 32 * 4 == 2_097_152 + 128
 
 
 def test_snippet_fields_are_the_generated_class_and_the_manifest_keys() -> None:

@@ -9,6 +9,7 @@ generated module were imported).
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 
 import pytest
@@ -34,6 +35,26 @@ def first_entry(manifest: str, old: str, new: str):
         head, body = p.text(manifest).split("params:\n", 1)
         assert old in body
         p.write(manifest, head + "params:\n" + body.replace(old, new, 1))
+    return mutate
+
+
+def first_value(manifest: str, **values: object):
+    """Set keys of the first entry of a manifest to these values, whatever they were."""
+    def mutate(p: Project) -> None:
+        head, body = p.text(manifest).split("params:\n", 1)
+        for key, value in values.items():
+            body, count = re.subn(rf"^    {key}: .*$", lambda _: f"    {key}: {value}", body, count=1, flags=re.M)
+            assert count == 1, key
+        p.write(manifest, head + "params:\n" + body)
+    return mutate
+
+
+def provenance_date(manifest: str, new: str):
+    """Replace the provenance date line, whatever date it holds."""
+    def mutate(p: Project) -> None:
+        text, count = re.subn(r'^  date: ".*"$', lambda _: f'  date: "{new}"', p.text(manifest), count=1, flags=re.M)
+        assert count == 1
+        p.write(manifest, text)
     return mutate
 
 
@@ -88,11 +109,11 @@ CASES = [
          rf"{E_MMA}: {FIRST}: M: expected an integer, got '1'"),
     Case("m-a-boolean", first_entry(MMA, "    M: 1\n", "    M: true\n"),
          rf"{E_MMA}: {FIRST}: M: expected an integer, got True"),
-    Case("m-end-below-m", first_entry(MMA, "    M_END: 64\n", "    M_END: 1\n"),
+    Case("m-end-below-m", first_value(MMA, M_END=1),
          rf"{E_MMA}: {FIRST}: M_END: 1 is outside \[2, 2147483647\]"),
-    Case("empty-range", first_entry(MMA, "    M: 1\n    M_END: 64\n", "    M: 64\n    M_END: 64\n"),
+    Case("empty-range", first_value(MMA, M=64, M_END=64),
          rf"{E_MMA}: {FIRST}: \[M, M_END\) = \[64, 64\) is empty: M must be below M_END"),
-    Case("m-end-beyond-int32", first_entry(MMA, "    M_END: 64\n", "    M_END: 4294967296\n"),
+    Case("m-end-beyond-int32", first_value(MMA, M_END=4294967296),
          rf"{E_MMA}: {FIRST}: M_END: 4294967296 is outside \[2, 2147483647\]"),
     Case("m-zero", first_entry(MMA, "    M: 1\n", "    M: 0\n"),
          rf"{E_MMA}: {FIRST}: M: 0 is outside \[1, 2147483646\]"),
@@ -142,7 +163,7 @@ CASES = [
          rf"{E_MMA}: line \d+: malformed YAML: could not determine a constructor .*"),
     Case("provenance-device-with-an-escape-code", edit(MMA, '  device: "NVIDIA H200"', '  device: "H200\\e[2J"'),
          rf"{E_MMA}: provenance\.device 'H200\\x1b\[2J' holds characters that cannot go into a comment line .*"),
-    Case("provenance-date-with-nul", edit(MMA, '  date: "2026-11-30"', '  date: "2026\\0-11-30"'),
+    Case("provenance-date-with-nul", provenance_date(MMA, "2026\\0-11-30"),
          rf"{E_MMA}: provenance\.date '2026\\x00-11-30' holds characters that cannot go into a comment line .*"),
     Case("params-not-a-list", lambda p: p.write(MMA, "params: 3\n"), rf"{E_MMA}: expected 'params' to be a sequence"),
     Case("entry-not-a-mapping", lambda p: p.write(MMA, "params: [3]\n"), rf"{E_MMA}: params\[0\] must be a mapping"),

@@ -95,7 +95,9 @@ def with_ranked(project: Project) -> None:
 
 def with_new_date(project: Project) -> None:
     """A manifest change codegen renders (the provenance line's date)."""
-    project.edit("manifests/gemm_mma.yaml", '  date: "2026-11-30"', '  date: "2026-12-01"')
+    text = project.text("manifests/gemm_mma.yaml")
+    date = next(line for line in text.splitlines() if line.startswith("  date: "))
+    project.edit("manifests/gemm_mma.yaml", date, '  date: "1999-01-01"')
 
 
 RANKED = ("results/ranked/gemm_mma.parquet", "results/ranked/gemm_mma.csv", "results/ranked/gemm_mma.md",
