@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 from tunetable.kernels.families import FAMILIES
+from tunetable.params import load_params, table_spec
 from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,8 +91,12 @@ def test_table_vs_cublas_matches_the_recordings(tmp_path: Path) -> None:
         entry = next(e for e in dispatch if e["N"] == n and e["K"] == k and e["M"] <= m < e["M_END"])
         assert ratio == per_shape[entry["TABLE"]][label]
     values = list(per_shape["gemm_dispatch"].values())
-    assert len(values) == 55
-    assert result["tables"]["gemm_dispatch"]["geomean"] == pytest.approx(math.exp(sum(map(math.log, values)) / 55))
+    params = load_params(REPO / "params.yaml")
+    shapes = set().union(*(table_spec(params, name).shapes() for name in params["tables"]))
+    assert len(values) == len(shapes) == 70   # every table's shapes: gemm_mma's 55 and M = 112, 176, 320 of 5 (N, K)
+    assert result["tables"]["gemm_dispatch"]["geomean"] == pytest.approx(math.exp(sum(map(math.log, values)) / 70))
+    # The "default" set is gemm_mma's 55 shapes, apart from every table's 70.
+    assert result["reach"]["default"]["shapes"] == 55 and result["reach"]["every table's shapes"]["shapes"] == 70
 
 
 compare_probes = _load_script("compare_probes")
