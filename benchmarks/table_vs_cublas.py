@@ -183,8 +183,10 @@ def main() -> None:
     # "default": the 55 shapes of the target (gemm_mma's, which every table's shapes include);
     # "every table's shapes" adds the Ms between the buckets that the TMA tables also record.
     default_shapes = set(times[DEFAULT_SHAPES_TABLE])
-    default_times = {name: {s: t for s, t in per_table.items() if s in default_shapes} for name, per_table in times.items()}
-    reaches = {"default": reach(default_times), "every table's shapes": reach(times), "validation": reach(validation_times)}
+    default_times = {name: {s: t for s, t in per_table.items() if s in default_shapes}
+                     for name, per_table in times.items()}
+    reaches = {"default": reach(default_times), "every table's shapes": reach(times),
+               "validation": reach(validation_times)}
     reach_summaries = {label: reach_summary(per_shape) for label, per_shape in reaches.items()}
     result = {"recordings": TABLES, "validation_recordings": VALIDATION, "dispatch": DISPATCH, "targets": TARGETS,
               "reach_targets": REACH_TARGETS, "best_at_square": best_square, "tables": summaries,
