@@ -36,7 +36,7 @@ import numpy as np
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import ShapeCandidate
-from tunetable.kernels.perfmodel import roofline_floor_s
+from tunetable.kernels.perfmodel import LAUNCH_OVERHEAD_S, roofline_floor_s
 from tunetable.kernels.runtime.selector import interpolate, log_position, model_function
 from tunetable.params import load_params, selector_specs, table_spec
 from tunetable.select import manifest_text
@@ -336,7 +336,8 @@ def cublas_seconds(*, tables: Sequence[TableMeasurements], shape: Shape) -> floa
         return None
     near = [replace(t, weight=t.weight * math.exp(-math.hypot(math.log2(t.n / n), math.log2(t.k / k))
                                                   / CUBLAS_NK_SCALE)) for t in terms]
-    return roofline_floor_s(m=m, n=n, k=k) * math.exp(weighted(near))
+    # Never below a launch (the runtime's Prediction says why): tiny shapes are launch-bound.
+    return max(roofline_floor_s(m=m, n=n, k=k) * math.exp(weighted(near)), LAUNCH_OVERHEAD_S)
 
 
 def ranges_of(anchors: Sequence[int]) -> list[tuple[int, int, int, int]]:

@@ -19,6 +19,7 @@ from tunetable.selector import (
     build_selector,
     candidate_entry,
     candidate_from_entry,
+    cublas_seconds,
     group_term,
     load_table_measurements,
     ranges_of,
@@ -131,6 +132,17 @@ def test_decisions_are_memoised_and_ranked_fastest_first() -> None:
     assert found.choose(m=200, n=5120, k=5120) is ranking[0]
     assert ShapeSelector(()).choose(m=200, n=5120, k=5120) is None
     assert found.shortlist(m=1) and found.shortlist(m=INT32_MAX - 1)
+
+
+def test_a_launch_bound_shape_is_never_predicted_faster_than_a_launch() -> None:
+    """5 x 8 x 8: the roofline floor is ~0.1 ns; neither gemm() nor cuBLAS can beat a kernel launch (3 us)."""
+    from tunetable.kernels.perfmodel import LAUNCH_OVERHEAD_S
+
+    ranking = selector().rank(m=5, n=8, k=8)
+    assert ranking and all(p.seconds >= LAUNCH_OVERHEAD_S and p.cublas_seconds >= LAUNCH_OVERHEAD_S for p in ranking)
+    tables = [load_table_measurements(root=REPO, spec=table_spec(PARAMS, name)) for name in SPEC.tables]
+    assert cublas_seconds(tables=tables, shape=(5, 8, 8)) == LAUNCH_OVERHEAD_S
+    assert cublas_seconds(tables=tables, shape=(4096, 4096, 4096)) > 100e-6   # a real shape is not clamped
 
 
 def test_trace_follows_a_selector_entry_to_the_recorded_residuals() -> None:

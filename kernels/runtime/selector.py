@@ -32,6 +32,7 @@ from typing import NamedTuple
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import ShapeCandidate
 from tunetable.kernels.perfmodel import (
+    LAUNCH_OVERHEAD_S,
     GemmTile,
     PersistentTile,
     Resources,
@@ -188,7 +189,11 @@ class ShapeSelector:
                     found.append((seconds * math.exp(item.bias + t * item.bias_change), order, place, item.candidate))
         found.sort(key=lambda row: row[:3])
         scale = cublas / floor
-        return tuple(Prediction(candidate=c, seconds=value * scale, cublas_seconds=cublas)
+        # Both times are ratios to the roofline floor, which knows no launch: on a launch-bound shape
+        # (5 x 8 x 8) cuBLAS would take 0.0001 us; no kernel finishes before its launch (the perf model's
+        # term). The order above is the unclamped one.
+        return tuple(Prediction(candidate=c, seconds=max(value * scale, LAUNCH_OVERHEAD_S),
+                                cublas_seconds=max(cublas, LAUNCH_OVERHEAD_S))
                      for value, _, _, c in found)
 
     def choose(self, *, m: int, n: int, k: int) -> Prediction | None:
