@@ -37,6 +37,7 @@ except AttributeError:  # PyYAML built without libyaml: the pure-Python parser, 
 ALIAS_FACTOR = 10
 ALIAS_SLACK = 100_000
 MERGE_TAG = "tag:yaml.org,2002:merge"
+STR_TAG = "tag:yaml.org,2002:str"
 
 
 def alias_limit(nodes: int) -> int:
@@ -103,6 +104,18 @@ def strict_loader(base: type) -> type:
         def __init__(self, stream: Any):
             super().__init__(stream)
             self._checked: set[int] = set()
+            self._plain_tags: dict[str, str] = {}
+
+        def resolve(self, kind: type, value: Any, implicit: Any) -> Any:
+            """PyYAML's resolution, memoised per plain scalar's text: with no path resolvers (a safe loader
+            has none) a plain scalar's tag depends on its text alone, and a large manifest repeats its keys
+            and values thousands of times (a third of a 10,000-entry manifest's load was this call)."""
+            if kind is ScalarNode and implicit[0] and not self.yaml_path_resolvers:
+                tag = self._plain_tags.get(value)
+                if tag is None:
+                    tag = self._plain_tags[value] = super().resolve(kind, value, implicit)
+                return tag
+            return super().resolve(kind, value, implicit)
 
         def get_single_data(self) -> Any:
             """Compose the document, bound its alias expansion, then construct it (PyYAML's order otherwise)."""
@@ -139,7 +152,8 @@ def strict_loader(base: type) -> type:
                     key: Any = ("<<",)
                     shown = "<<"
                 elif isinstance(key_node, ScalarNode):
-                    key = self.construct_object(key_node)
+                    # A str key constructs to its text: skip the constructor for the common case.
+                    key = key_node.value if key_node.tag == STR_TAG else self.construct_object(key_node)
                     shown = key_node.value
                 else:
                     continue  # a complex key: PyYAML refuses unhashable keys itself

@@ -42,6 +42,21 @@ def test_same_data_as_safe_load_on_every_checked_in_yaml(loader):
         assert yamlio.load_yaml(text, loader=loader) == yaml.safe_load(text), path
 
 
+# Plain scalars whose YAML 1.1 type is easy to get wrong, each used as a key and as a value, twice
+# (the loader memoises a plain scalar's tag by its text), next to their quoted spellings.
+TRICKY = ["012", "0x1F", "1_000", "0b101", "190:20:30", "yes", "No", "off", "null", "~", "1e3", "1.5e3", ".inf",
+          ".NaN", "-0", "+12", "2026-12-01", "2026-12-01 10:00:00", "gemm_mma", "y", "n", "12.",
+          "1" * 40]
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_tricky_plain_scalars_resolve_as_pyyaml_does(loader):
+    lines = [f"k{i}: [{value}, {value}, '{value}']" for i, value in enumerate(TRICKY)]
+    lines += [f"m{i}: {{{value}: 1}}" for i, value in enumerate(TRICKY) if value not in ("~", "null")]
+    text = "\n".join(lines) + "\n"
+    assert yamlio.load_yaml(text, loader=loader) == yaml.safe_load(text)
+
+
 @pytest.mark.parametrize("loader", LOADERS)
 def test_duplicate_key_names_both_lines(loader):
     text = "select:\n  tie_tolerance: 0.01\nbench:\n  rounds: 3\nselect:\n  tie_tolerance: 0.5\n"
