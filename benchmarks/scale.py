@@ -3,7 +3,8 @@
 Measured (CPU seconds of the command and its children, user + sys, and wall seconds):
   - `snakemake -n` with every shard missing, replay and live (`--config 'bench={backend: cuda}'`);
     the floor beside them: a Snakefile of N trivial jobs (what Snakemake itself costs per job);
-  - a no-op `snakemake --cores 2` with every shard on disk and every output up to date;
+  - a no-op `snakemake --cores 2` with every shard on disk and every output up to date, replay (`noop`) and
+    live (`noop_live`: `--config 'bench={backend: cuda}'`, every shard under the cuda backend's content key);
   - `tunetable grid` of about 1 k / 10 k / 100 k configurations (`--param` overrides of gemm_mma);
   - `tunetable codegen` of a manifest of 100 / 1 k / 10 k entries;
   - `tunetable rank` and `tunetable metrics` of one table at 55 / 550 / 5,500 shapes (output sizes too);
@@ -49,7 +50,8 @@ RESULTS = Path(__file__).with_name("results")
 BIN = Path(sys.executable).parent
 TIMEOUT_S = 900
 SETUP_TIMEOUT_S = 3 * 3600   # the first main job over 20 k fixture shards (rank of ~7 k shards per table, ...)
-TARGETS = {"dag_replay": 10.0, "dag_live": 10.0, "noop": 5.0, "grid": 10.0, "codegen": 2.0, "profile": 10.0}
+TARGETS = {"dag_replay": 10.0, "dag_live": 10.0, "noop": 5.0, "noop_live": 5.0, "grid": 10.0, "codegen": 2.0,
+           "profile": 10.0}
 # --param overrides of gemm_mma (one group after the override, duplicates dropped): ~1 k, 10 k, 100 k.
 GRIDS = {
     1_000: {"BLOCK_M": "16,32,64,128,256", "BLOCK_N": "32,64,128,256", "BLOCK_K": "32,64,128", "STAGES": "2,3,4,6",
@@ -62,6 +64,7 @@ GRIDS = {
               "WARPS_K": "1,2,4", "GROUP_M": "8"},
 }
 NOTE_KEYS = ("md_bytes", "csv_bytes", "png_width_px", "output_bytes", "first_run_cpu_s")
+MEASUREMENTS = ("dag", "noop", "noop_live", "grid", "codegen", "tables")   # --only names, in the order they run
 PROFILE_VIEWS = {"default": [], "-r": ["-r"], "-c": ["-c"], "-t 0.1": ["-t", "0.1"], "--head 3": ["--head", "3"]}
 
 
@@ -184,9 +187,13 @@ def pairs_for(project: Path, shards: int) -> int:
     return max(1, round(shards / sum(m_counts(project).values())))
 
 
-def fill_shards(project: Path, *, progress: Progress, tables: tuple[str, ...] | None = None) -> int:
+def fill_shards(project: Path, *, progress: Progress, tables: tuple[str, ...] | None = None,
+                backend: str = "replay") -> int:
     """Replay the committed shapes' real shards, then write a relabelled copy of one for every other
-    shard of the plan (scale fixture: same M, the N and K of the new pair, provenance `scale_fixture`)."""
+    shard of the plan (scale fixture: same M, the N and K of the new pair, provenance `scale_fixture`).
+
+    With ``backend="cuda"`` the copies fill the live plan (the cuda backend's content key: its shard
+    folders) and the replayed shards leave results/raw, so that it holds the live plan's shards only."""
     from tunetable import paths
     from tunetable import smk_helpers as tt
     from tunetable.params import load_params
@@ -207,7 +214,8 @@ def fill_shards(project: Path, *, progress: Progress, tables: tuple[str, ...] | 
                         "--results-root", "results", *shape_flags], cwd=project), f"replaying {spec.name}")
             for m, n, k in committed:
                 real.setdefault((spec.name, m), paths.raw_shard(spec.name, plan.keys[spec.name], m, n, k))
-        missing = [s for s in tt.missing_shards(tt.make_plan(params)) if s.table in {spec.name for spec in specs}]
+        target = tt.make_plan({**params, "bench": {**params["bench"], "backend": backend}})
+        missing = [s for s in tt.missing_shards(target) if s.table in {spec.name for spec in specs}]
         task = progress.add_task("scale-fixture shards (relabelled copies of real ones)", total=len(missing))
         cache: dict[tuple[str, int], Any] = {}
         for shard in missing:
@@ -223,6 +231,9 @@ def fill_shards(project: Path, *, progress: Progress, tables: tuple[str, ...] | 
             write_shard(shard.path, table=shard.table, rows=frame.to_dict("records"),
                         build_rows=payload["build_df"].to_dict("records"), provenance=provenance)
             progress.advance(task)
+        if target.keys != plan.keys:   # live: the replayed sources are not the live plan's shards
+            for spec in specs:
+                shutil.rmtree(paths.raw_dir(spec.name, plan.keys[spec.name]))
         return len(missing)
     finally:
         os.chdir(here)
@@ -256,32 +267,47 @@ def measure_dag(sizes: list[int], *, console: Console) -> dict[str, Any]:
     return rows
 
 
-def measure_noop(sizes: list[int], *, console: Console, rounds: int) -> dict[str, Any]:
-    """A no-op main job with every shard on disk (scale fixture) and every output up to date."""
+NOOP_BACKENDS = {"noop": "replay", "noop_live": "cuda"}   # row name -> the backend of the main job
+
+
+def measure_noop(sizes: list[int], *, console: Console, rounds: int, name: str = "noop") -> dict[str, Any]:
+    """A no-op main job with every shard on disk (scale fixture) and every output up to date.
+
+    ``noop`` is the replay main job (`snakemake --cores 2`); ``noop_live`` the live one (`--config
+    'bench={backend: cuda}'`: every shard present under the cuda backend's content key). There is no
+    GPU here, so a live run that is not a no-op would try to measure: it stops with an error instead.
+    """
+    backend = NOOP_BACKENDS[name]
+    config = [] if backend == "replay" else ["--config", f"bench={{backend: {backend}}}"]
+    main_job = [str(BIN / "snakemake"), "--cores", "2", *config]
     rows = []
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="tunetable-scale-") as tmp:
             project = copy_project(Path(tmp) / "repo")
             pairs = pairs_for(project, size)
             set_pairs(project, nk_pairs(pairs))
-            shards = pairs * sum(m_counts(project).values())
+            shards = pairs * sum(m_counts(project, backend=backend).values())
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=console) as progress:
-                fill_shards(project, progress=progress)
-            with console.status(f"no-op: the first main job over {shards} shards (rank, select, metrics, codegen)"):
-                first = must(run_cpu([str(BIN / "snakemake"), "--cores", "2"], cwd=project, timeout=SETUP_TIMEOUT_S),
-                             "the first main job")
+                fill_shards(project, progress=progress, backend=backend)
+            dry = must(timed([str(BIN / "snakemake"), "-n", *main_job[1:]], cwd=project), f"{name}: the dry run")
+            if re.search(r"(?m)^(bench|replay|compile)\w*\s", dry.output):
+                raise SystemExit(f"error: {name} at {shards} shards: the fixture leaves shards to measure or replay "
+                                 f"(the {backend} plan's shards are not all on disk):\n{dry.output[-3000:]}")
+            with console.status(f"{name}: the first main job over {shards} shards (rank, select, metrics, codegen)"):
+                first = must(run_cpu(main_job, cwd=project, timeout=SETUP_TIMEOUT_S), f"{name}: the first main job")
             samples = []
             for _ in range(rounds):
-                with console.status(f"no-op: snakemake --cores 2 at {shards} shards"):
-                    result = must(run_cpu([str(BIN / "snakemake"), "--cores", "2"], cwd=project), "the no-op run")
+                with console.status(f"{name}: {' '.join(main_job[1:])} at {shards} shards"):
+                    result = must(run_cpu(main_job, cwd=project), f"{name}: the no-op run")
                 if "Nothing to be done" not in result.output:
-                    raise SystemExit(f"error: the run at {shards} shards was not a no-op:\n{result.output[-3000:]}")
+                    raise SystemExit(f"error: {name}: the run at {shards} shards was not a no-op:\n"
+                                     f"{result.output[-3000:]}")
                 samples.append(result)
             best = min(samples, key=lambda r: r.cpu_s)
             rows.append({"size": shards, "cpu_s": best.cpu_s, "wall_s": best.wall_s, "ok": True,
                          "first_run_cpu_s": round(first.cpu_s, 1), "first_run_wall_s": round(first.wall_s, 1)})
-    return {"noop": rows}
+    return {name: rows}
 
 
 def measure_grid(sizes: list[int], *, console: Console) -> dict[str, Any]:
@@ -405,18 +431,23 @@ def main() -> None:
     """Measure what --only names at the sizes chosen; print and write the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the two smaller sizes of each")
-    parser.add_argument("--only", default="dag,noop,grid,codegen,tables",
-                        help="comma-separated: dag, noop, grid, codegen, tables (rank, metrics, profile)")
+    parser.add_argument("--only", default=",".join(MEASUREMENTS),
+                        help="comma-separated: dag, noop, noop_live, grid, codegen, tables (rank, metrics, profile)")
     parser.add_argument("--rounds", type=int, default=3, help="no-op runs per size (the best is reported)")
     args = parser.parse_args()
     console = Console()
     keep = 2 if args.quick else 3
     wanted = set(args.only.split(","))
+    if unknown := wanted - set(MEASUREMENTS):
+        parser.error(f"--only: unknown {', '.join(sorted(unknown))} (choose from {', '.join(MEASUREMENTS)})")
     measured: dict[str, Any] = {}
     if "dag" in wanted:
         measured.update(measure_dag([200, 2_000, 20_000][:keep], console=console))
     if "noop" in wanted:
         measured.update(measure_noop([200, 2_000, 20_000][:keep], console=console, rounds=args.rounds))
+    if "noop_live" in wanted:
+        measured.update(measure_noop([200, 2_000, 20_000][:keep], console=console, rounds=args.rounds,
+                                     name="noop_live"))
     if "grid" in wanted:
         measured.update(measure_grid(list(GRIDS)[:keep], console=console))
     if "codegen" in wanted:
