@@ -412,6 +412,9 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines = ["# Scale on this machine (2 CPU cores; CPU seconds = user + sys of the command and its children)", "",
              "Inputs beyond the committed shapes are SCALE FIXTURES (relabelled copies of real H200 shards), "
              "not measurements.", "",
+             "The profile rows read one table's shard files (55 / 550 / 5,500 files of ~104 rows): profile reports "
+             "each file on its own, as kprofile does, so they time many small files. `benchmarks/profile_speed.py` "
+             "times the views on one input of 1 M and 10 M rows (the issue's profile target).", "",
              "| what | sizes | CPU s | wall s | exponent (all sizes / last step) | target | notes |",
              "|---|---|---|---|---|---|---|"]
     for name, entry in report["measurements"].items():
