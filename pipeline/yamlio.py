@@ -16,6 +16,7 @@ tools can all use it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ ALIAS_FACTOR = 10
 ALIAS_SLACK = 100_000
 MERGE_TAG = "tag:yaml.org,2002:merge"
 STR_TAG = "tag:yaml.org,2002:str"
+INT_TAG = "tag:yaml.org,2002:int"
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,17}")   # what int() reads exactly as YAML 1.1 does (no sign, base, _)
 
 
 def alias_limit(nodes: int) -> int:
@@ -129,7 +132,16 @@ def strict_loader(base: type) -> type:
             return self.construct_document(node)
 
         def construct_object(self, node: Node, deep: bool = False) -> Any:
-            """PyYAML's construction, with a value error (a 5000-digit int, a bad date) naming the node's line."""
+            """PyYAML's construction, with a value error (a 5000-digit int, a bad date) naming the node's line.
+
+            A str scalar and a plain decimal int (most of a manifest) are built here directly: the values
+            PyYAML's constructors give, without their bookkeeping per node.
+            """
+            if type(node) is ScalarNode:
+                if node.tag == STR_TAG:
+                    return node.value
+                if node.tag == INT_TAG and _DECIMAL.fullmatch(node.value):
+                    return int(node.value)
             try:
                 return super().construct_object(node, deep=deep)
             except (ValueError, OverflowError) as exc:
