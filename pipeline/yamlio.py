@@ -112,7 +112,7 @@ def strict_loader(base: type) -> type:
         def resolve(self, kind: type, value: Any, implicit: Any) -> Any:
             """PyYAML's resolution, memoised per plain scalar's text: with no path resolvers (a safe loader
             has none) a plain scalar's tag depends on its text alone, and a large manifest repeats its keys
-            and values thousands of times (a third of a 10,000-entry manifest's load was this call)."""
+            and values thousands of times."""
             if kind is ScalarNode and implicit[0] and not self.yaml_path_resolvers:
                 tag = self._plain_tags.get(value)
                 if tag is None:
@@ -164,8 +164,7 @@ def strict_loader(base: type) -> type:
                     key: Any = ("<<",)
                     shown = "<<"
                 elif isinstance(key_node, ScalarNode):
-                    # A str key constructs to its text: skip the constructor for the common case.
-                    key = key_node.value if key_node.tag == STR_TAG else self.construct_object(key_node)
+                    key = self.construct_object(key_node)
                     shown = key_node.value
                 else:
                     continue  # a complex key: PyYAML refuses unhashable keys itself

@@ -100,6 +100,16 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def fragment_workspace_bytes(defines: Mapping[str, object], *, tiles: int) -> int:
+    """Split-K workspace of the TMA kernels (common/splitk.cuh's fragment-native slots): a whole fp32
+    BLOCK_M x BLOCK_N tile per split and tile, then one int counter per tile and consumer; 0 without split-K."""
+    split_k = int_define(defines, "SPLIT_K")
+    if split_k == 1:
+        return 0
+    tile_bytes = int_define(defines, "BLOCK_M") * int_define(defines, "BLOCK_N") * 4
+    return split_k * tiles * tile_bytes + tiles * int_define(defines, "CONSUMERS") * 4
+
+
 def check_gemm_shape(family: str, M: int, N: int, K: int, *, why: str) -> None:
     """Raise ValueError unless M >= 1, N and K are positive multiples of 8 and all fit int32."""
     for label, value in (("M", M), ("N", N), ("K", K)):

@@ -21,6 +21,7 @@ from tunetable.kernels.families.common import (
     TableEntry,
     ceil_div,
     check_gemm_shape,
+    fragment_workspace_bytes,
     int_define,
 )
 from tunetable.kernels.tma import TensorMapSpec, encode
@@ -140,13 +141,8 @@ class GemmWgmmaFamily(KernelFamily):
         self.check_shape(M, N, K)
         cluster = int_define(defines, "CLUSTER_M") * int_define(defines, "CLUSTER_N")
         clusters = self.resident_clusters(defines, M, N, K, sm_count=sm_count)
-        split_k = int_define(defines, "SPLIT_K")
-        workspace = 0
-        if split_k > 1:
-            tiles = ceil_div(M, int_define(defines, "BLOCK_M")) * ceil_div(N, int_define(defines, "BLOCK_N"))
-            # Fragment-native fp32 partials: a whole tile per split, then a counter per tile and consumer.
-            tile_elements = int_define(defines, "BLOCK_M") * int_define(defines, "BLOCK_N")
-            workspace = split_k * tiles * tile_elements * 4 + tiles * int_define(defines, "CONSUMERS") * 4
+        tiles = ceil_div(M, int_define(defines, "BLOCK_M")) * ceil_div(N, int_define(defines, "BLOCK_N"))
+        workspace = fragment_workspace_bytes(defines, tiles=tiles)
         return Launch(
             grid=(clusters * cluster, 1, 1),
             block=(self.threads(defines), 1, 1),

@@ -24,6 +24,7 @@ from tunetable.kernels.families.common import (
     TableEntry,
     ceil_div,
     check_gemm_shape,
+    fragment_workspace_bytes,
     int_define,
 )
 from tunetable.kernels.tma import TensorMapSpec, encode
@@ -117,11 +118,7 @@ class GemmWgmmaSwapFamily(KernelFamily):
         self.check_shape(M, N, K)
         split_k = int_define(defines, "SPLIT_K")
         tiles = self.tiles(defines, M, N)
-        workspace = 0
-        if split_k > 1:
-            # Fragment-native fp32 partials: a whole tile per split, then a counter per tile and consumer.
-            tile_elements = int_define(defines, "BLOCK_N") * int_define(defines, "BLOCK_M")
-            workspace = split_k * tiles * tile_elements * 4 + tiles * int_define(defines, "CONSUMERS") * 4
+        workspace = fragment_workspace_bytes(defines, tiles=tiles)
         return Launch(
             grid=(max(1, min(tiles * split_k, sm_count)), 1, 1),
             block=(self.threads(defines), 1, 1),
