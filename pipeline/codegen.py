@@ -10,9 +10,10 @@ Nothing here writes a file: ``generate_target`` returns the new text.
 A table declared in params.yaml (``--all``, ``--table``, or the six flags naming a declared table's
 target and markers) is *typed*: every manifest value is checked against the table's declared
 fields before anything is rendered (``EntryFields``: integers in their ranges with ``M < M_END``,
-booleans, strings from a known set, ``CONFIG_ID`` the id of the entry's tunables) and every string
-field sits between quotes in the snippet, so the generated code holds literals only and no
-manifest text ever becomes code. Manifests of tables tunetable does not declare keep Modular's
+booleans, strings from a known set, ``CONFIG_ID`` the id of the entry's tunables, rows of numbers)
+and every string field sits between quotes in the snippet, so the generated code holds literals
+only and no manifest text ever becomes code. A shape selector's entries are typed per family (their
+``_template``). Manifests of tables tunetable does not declare keep Modular's
 semantics (values inserted verbatim), byte for byte.
 """
 
@@ -22,6 +23,7 @@ import ast
 import dataclasses
 import difflib
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +45,15 @@ from tunetable.manifest import (  # noqa: F401
     validate_manifest,
 )
 from tunetable.manifest import read_text as _read_text
-from tunetable.params import DispatchSpec, TableSpec, builds_spec, dispatch_spec, selector_spec, table_spec
+from tunetable.params import (
+    DispatchSpec,
+    SelectorSpec,
+    TableSpec,
+    builds_spec,
+    dispatch_spec,
+    selector_spec,
+    table_spec,
+)
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -85,6 +95,7 @@ class OverlapReport:
 
 
 INT32_MAX = 2**31 - 1
+MAX_ROWS = 10_000                           # rows of one tuple field (bounds the work on odd input)
 CONFIG_ID = re.compile(r"^c[0-9a-f]{10}$")  # tunetable.config.KernelConfig.id
 EXTRA_KEYS = ("_template",)                 # a key codegen reads that is no field of the entry
 
@@ -94,13 +105,16 @@ class Field:
     """One declared field of a table entry: its manifest key, type and allowed values."""
 
     name: str                       # as in the manifest and the snippet (UPPER_CASE)
-    kind: type                      # int, bool or str
+    kind: type                      # int, bool, str, or tuple (rows of numbers, ``row`` their types)
     low: int = 0
     high: int = INT32_MAX
     choices: tuple[str, ...] = ()   # a str field's known strings (CONFIG_ID: its pattern instead)
+    row: tuple[type, ...] = ()      # a tuple field: each row's element types (int >= 1, or finite float)
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` is not a value of this field, or None."""
+        if self.kind is tuple:
+            return self._rows_problem(value)
         if self.kind is bool:
             return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
         if self.kind is int:
@@ -116,6 +130,30 @@ class Field:
         if value not in self.choices:
             return f"{value!r} is not one of {', '.join(self.choices)}"
         return None
+
+    def _rows_problem(self, value: Any) -> str | None:
+        """Why ``value`` is not a sequence of rows of ``row``'s types (at most MAX_ROWS), or None."""
+        if not isinstance(value, (list, tuple)):
+            return f"expected a list of rows, got {value!r}"
+        if len(value) > MAX_ROWS:
+            return f"{len(value)} rows (at most {MAX_ROWS})"
+        for number, row in enumerate(value):
+            if not isinstance(row, (list, tuple)) or len(row) != len(self.row):
+                return f"row {number}: expected {len(self.row)} numbers, got {row!r}"
+            for item, kind in zip(row, self.row):
+                integer = type(item) is int
+                if kind is int and not (integer and 1 <= item <= INT32_MAX):
+                    return f"row {number}: expected an integer in [1, {INT32_MAX}], got {item!r}"
+                if kind is float and not (integer or (type(item) is float and math.isfinite(item))):
+                    return f"row {number}: expected a finite number, got {item!r}"
+        return None
+
+    def literal(self, value: Any) -> Any:
+        """The value as the snippet receives it: a tuple field as a tuple literal, one row per line."""
+        if self.kind is not tuple:
+            return value
+        rows = [f"        ({', '.join(repr(kind(item)) for item, kind in zip(row, self.row))})," for row in value]
+        return "(\n" + "\n".join(rows) + "\n    )" if rows else "()"
 
 
 @dataclass(frozen=True)
@@ -190,12 +228,55 @@ def dispatch_fields(spec: DispatchSpec, *, families: Mapping[str, str]) -> Entry
                        table_families={table: families[table] for table in tables})
 
 
-def check_entries(entries: Sequence[Mapping[str, Any]], *, fields: EntryFields, path: str | Path) -> None:
-    """Every entry holds exactly the declared fields, each a value of its type and range; else one error line."""
+def selector_fields(spec: SelectorSpec, *, families: Mapping[str, str]) -> dict[str, EntryFields]:
+    """A shape selector's entry fields per family (the entry's ``_template``): its range, candidate and terms."""
+    found = {}
+    for family in dict.fromkeys(families[table] for table in spec.tables):
+        tables = tuple(table for table in spec.tables if families[table] == family)
+        terms = (int, int, float, float, float, float)
+        fields = [Field("M", int, low=1, high=INT32_MAX - 1), Field("M_END", int, low=2), Field("RANK", int),
+                  Field("TABLE", str, choices=tables), Field("KERNEL", str, choices=(family,)), Field("CONFIG_ID", str),
+                  Field("REGISTERS", int), Field("SMEM_BYTES", int), Field("BIAS_TERMS", tuple, row=terms),
+                  Field("CUBLAS_TERMS", tuple, row=terms)]
+        tunables = [(item.name.upper(), _python_type(item.type))
+                    for item in dataclasses.fields(FAMILIES[family].entry_type) if item.name not in ENTRY_FIELDS]
+        fields += [Field(name, kind) for name, kind in tunables]
+        found[family] = EntryFields(label=f"selector {spec.name} ({family} entries)", fields=tuple(fields),
+                                    family=family, tunables=tuple(name for name, _ in tunables))
+    return found
+
+
+def check_variant_entries(entries: Sequence[Mapping[str, Any]], *, fields: Mapping[str, EntryFields],
+                          path: str | Path) -> None:
+    """Every entry names one of the typed ``_template``s and holds exactly its fields; else one error line."""
+    for index, entry in enumerate(entries):
+        template = entry.get("_template")
+        if template not in fields:
+            raise TuneTableError(f"_template {template!r} is not one of {', '.join(fields)}", path=path,
+                                 where=f"params[{index}]")
+        check_entries([entry], fields=fields[template], path=path, first=index)
+
+
+def literal_entries(entries: Sequence[Mapping[str, Any]], *,
+                    fields: EntryFields | Mapping[str, EntryFields]) -> list[dict[str, Any]]:
+    """Checked entries with each value as its snippet receives it (``Field.literal``)."""
+    found = []
+    for entry in entries:
+        declared = (fields if isinstance(fields, EntryFields) else fields[entry["_template"]]).by_name()
+        found.append({key: declared[key].literal(value) if key in declared else value for key, value in entry.items()})
+    return found
+
+
+def check_entries(entries: Sequence[Mapping[str, Any]], *, fields: EntryFields, path: str | Path,
+                  first: int = 0) -> None:
+    """Every entry holds exactly the declared fields, each a value of its type and range; else one error line.
+
+    ``first``: the index of the first entry in its manifest (the errors name it).
+    """
 
     declared = fields.by_name()
     names = ", ".join(declared)
-    for index, entry in enumerate(entries):
+    for index, entry in enumerate(entries, start=first):
         where = f"params[{index}]"
         unknown = [key for key in entry if key not in declared and key not in EXTRA_KEYS]
         if unknown:
@@ -209,7 +290,7 @@ def check_entries(entries: Sequence[Mapping[str, Any]], *, fields: EntryFields, 
             problem = item.problem(entry[name])
             if problem:
                 raise TuneTableError(f"{name}: {problem}", path=path, where=where)
-        if entry["M"] >= entry["M_END"]:
+        if "M_END" in declared and entry["M"] >= entry["M_END"]:
             raise TuneTableError(f"[M, M_END) = [{entry['M']}, {entry['M_END']}) is empty: M must be below M_END",
                                  path=path, where=where)
         if fields.family is not None:
@@ -256,6 +337,7 @@ class TableJob:
     snippet_variant_paths: dict[str, Path] = field(default_factory=dict)
     name: str | None = None
     fields: EntryFields | None = None      # a declared table's fields: its values are typed before rendering
+    variant_fields: Mapping[str, EntryFields] | None = None   # a selector's: per ``_template``
 
 
 @dataclass(frozen=True)
@@ -368,8 +450,12 @@ def render_region(
     indent: str = DEFAULT_INDENT,
     provenance: Mapping[str, Any] | None = None,
     manifest_path: str | Path | None = None,
+    hashed: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
-    """Render every entry (header comments, snippet, trailing comma), joined by newlines."""
+    """Render every entry (header comments, snippet, trailing comma), joined by newlines.
+
+    ``hashed``: the manifest's entries the provenance line hashes, when ``parameters`` are their literals.
+    """
     variants = snippet_variants or {}
     check_comment_text(source_label, what="source label", path=manifest_path)
     pieces = []
@@ -377,7 +463,8 @@ def render_region(
         for key in ("device", "date"):
             check_comment_text(_one_line(provenance.get(key, "unknown")), what=f"provenance.{key}", path=manifest_path)
         pieces.append(
-            provenance_comment(provenance=provenance, parameters=parameters, source_label=source_label, indent=indent)
+            provenance_comment(provenance=provenance, parameters=parameters if hashed is None else hashed,
+                               source_label=source_label, indent=indent)
         )
     for index, entry in enumerate(parameters):
         try:
@@ -536,18 +623,29 @@ def render_table(job: TableJob) -> TableResult:
     manifest = load_manifest_document(job.manifest_path)
     snippet = _read_text(job.snippet_path)
     variants = {name: _read_text(path) for name, path in job.snippet_variant_paths.items()}
+    rendered = manifest.params
     if job.fields is not None:
         check_snippet(snippet, fields=job.fields, path=job.snippet_path)
         for name, path in job.snippet_variant_paths.items():
             check_snippet(variants[name], fields=job.fields, path=path)
         check_entries(manifest.params, fields=job.fields, path=job.manifest_path)
+        rendered = literal_entries(manifest.params, fields=job.fields)
+    elif job.variant_fields is not None:
+        for name, path in job.snippet_variant_paths.items():
+            if name not in job.variant_fields:
+                raise TuneTableError(f"snippet variant {name} is no family of the selector's tables "
+                                     f"({', '.join(job.variant_fields)})", path=path)
+            check_snippet(variants[name], fields=job.variant_fields[name], path=path)
+        check_variant_entries(manifest.params, fields=job.variant_fields, path=job.manifest_path)
+        rendered = literal_entries(manifest.params, fields=job.variant_fields)
     region = render_region(
-        manifest.params,
+        rendered,
         snippet,
         source_label=job.source_label,
         snippet_variants=variants,
         provenance=manifest.provenance,
         manifest_path=job.manifest_path,
+        hashed=manifest.params,
     )
     return TableResult(job=job, region=region, overlaps=find_overlaps(manifest.params))
 
@@ -645,12 +743,14 @@ def jobs_from_params(
     families = {table: str(raw["family"]) for table, raw in tables.items()}
     jobs = []
     for name in selected:
+        variant_fields = None
         if name in dispatches and name not in tables:
             declared = dispatch_spec(dict(params), name, path=params_path)
             fields = dispatch_fields(declared, families=families)
         elif name in selectors and name not in tables:
             declared = selector_spec(dict(params), name, path=params_path)
-            fields = None  # per-family entries (each its _template); the selector step checks them
+            fields = None
+            variant_fields = selector_fields(declared, families=families)
         else:
             declared = table_spec(dict(params), name, path=params_path)
             fields = table_fields(declared)
@@ -666,6 +766,7 @@ def jobs_from_params(
                 snippet_variant_paths={variant: root / path for variant, path in spec.variants.items()},
                 name=name,
                 fields=fields,
+                variant_fields=variant_fields,
             )
         )
     return jobs
@@ -694,5 +795,6 @@ def declared_job(job: TableJob, *, params: Mapping[str, Any], params_path: str |
     for declared in jobs_from_params(params=params, params_path=params_path):
         if (declared.target_path.resolve() == target and declared.begin_marker == job.begin_marker
                 and declared.end_marker == job.end_marker):
-            return dataclasses.replace(job, name=declared.name, fields=declared.fields)
+            return dataclasses.replace(job, name=declared.name, fields=declared.fields,
+                                       variant_fields=declared.variant_fields)
     return job

@@ -198,7 +198,9 @@ def yaml_scalar(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return repr(value)
+        text = repr(value)
+        # YAML 1.1 reads an exponent without a '.' (1e-05) as a string: write 1.0e-05.
+        return text.replace("e", ".0e", 1) if "e" in text and "." not in text else text
     return _string_scalar(str(value))
 
 
@@ -211,8 +213,15 @@ def _string_scalar(text: str) -> str:
 
 
 def yaml_mapping_lines(*, mapping: dict[str, Any], indent: str) -> list[str]:
-    """``key: value`` lines of a flat mapping."""
-    return [f"{indent}{yaml_scalar(k)}: {yaml_scalar(v)}" for k, v in mapping.items()]
+    """``key: value`` lines of a flat mapping; a list value (of scalars' lists) as one ``- [a, b]`` line per item."""
+    lines = []
+    for key, value in mapping.items():
+        if isinstance(value, (list, tuple)):
+            lines.append(f"{indent}{yaml_scalar(key)}:" + ("" if value else " []"))
+            lines.extend(f"{indent}  - [{', '.join(yaml_scalar(item) for item in row)}]" for row in value)
+        else:
+            lines.append(f"{indent}{yaml_scalar(key)}: {yaml_scalar(value)}")
+    return lines
 
 
 def manifest_text(*, header: list[str], top: dict[str, Any], defaults: dict[str, Any], anchor: str,

@@ -2,14 +2,17 @@
 
 What the runtime predicts (tunetable.kernels.runtime.selector) for a configuration c on (M, N, K) is
 
-    log(time / cuBLAS) = log(perf model / roofline floor) + bias_c(M)
+    log(time / cuBLAS) = log(perf model / roofline floor) + bias_c(M, N, K)
 
 The perf model carries what depends on N and K (tiles, waves, split-K traffic). ``bias_c`` is
 learned here from the recordings: at every measured shape of c's table, the residual
-``log(median / same-shard cuBLAS median) - log(model / floor)``; per (N, K) those residuals are
-interpolated in log M, and ``bias_c(M)`` is their mean over the (N, K) (an (N, K) whose measured
-Ms do not reach M counts less, e^-1 per octave beyond its range). Dividing by the cuBLAS
-median of the same shard puts both families on one yardstick, as the dispatch list does.
+``log(median / same-shard cuBLAS median) - log(model / floor)``; per recorded (N', K') those
+residuals are interpolated in log M (its term), and ``bias_c(M, N, K)`` is the mean of the terms,
+each weighted by e^-1 per octave of M beyond the Ms its (N', K') measured, times
+e^(-d / BIAS_NK_SCALE) at d octaves from (N, K) to (N', K'): nearer (N, K) tell more. The runtime's
+``nk_closeness`` / ``nk_shares`` / ``nk_mean`` combine the terms for both the build and the runtime.
+Dividing by the cuBLAS median of the same shard puts both families on one yardstick, as the
+dispatch list does.
 
 The anchors are the measured Ms of every table; between two anchors the bias is linear in log M.
 Each M range between anchors keeps a shortlist of ``candidates`` configurations (any family),
@@ -18,8 +21,9 @@ the best shortlisted prediction is as close as possible to the best prediction o
 configuration: the runtime then scores only the shortlist (a few microseconds per candidate).
 benchmarks/unseen_shapes.py measures what this chooses on shapes it was not built from.
 
-The manifest (manifests/<selector>.yaml) lists one entry per (range, candidate); codegen renders
-it into ``SELECTORS[<selector>]`` of kernels/tuning_configs.py. Only tables' recordings
+The manifest (manifests/<selector>.yaml) lists one entry per (range, candidate), with its terms per
+(N', K') at both ends of the range (BIAS_TERMS; cuBLAS's in CUBLAS_TERMS); codegen renders it into
+``SELECTORS[<selector>]`` of kernels/tuning_configs.py. Only tables' recordings
 (``tables.<t>.recording``, restricted to the table's shapes) are read: never validation data.
 """
 
@@ -37,7 +41,18 @@ from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import ShapeCandidate
 from tunetable.kernels.perfmodel import LAUNCH_OVERHEAD_S, roofline_floor_s
-from tunetable.kernels.runtime.selector import interpolate, log_position, model_function
+from tunetable.kernels.runtime.selector import (
+    BIAS_NK_SCALE,
+    CUBLAS_NK_SCALE,
+    interpolate,
+    log_position,
+    model_function,
+    nk_closeness,
+    nk_mean,
+    nk_octaves,
+    nk_shares,
+    range_shares,
+)
 from tunetable.params import load_params, selector_specs, table_spec
 from tunetable.select import manifest_text
 
@@ -49,13 +64,10 @@ LATTICE = tuple(int(1024 * 2 ** (i / 2)) // 64 * 64 for i in range(11))
 PROBES_PER_RANGE = 3          # Ms per range, spread evenly in log M
 OPEN_RANGE_OCTAVES = 2        # probes of the last range reach this far above the largest anchor
 OUTSIDE_DECAY = 1.0           # an (N, K) whose Ms do not reach M weighs e^-1 per octave beyond them
-# cuBLAS's time on a shape (tunetable suggest): an (N, K) weighs e^(-d / 0.5) at d octaves from the
-# shape's. Leave-one-(N, K)-out on the recordings: median error 4.3 % (8.3 % unweighted); 0.25-2 give 4.9-6.6 %.
-CUBLAS_NK_SCALE = 0.5
 NO_COVER = 10.0               # log regret of a probe no shortlisted candidate can run
-DECIMALS = 4                  # logs in the manifest: 1e-4 is 0.01 % of a time
-SELECTOR_KEYS = ("M", "M_END", "RANK", "TABLE", "KERNEL", "CONFIG_ID", "BIAS", "BIAS_END", "CUBLAS",
-                 "CUBLAS_END", "REGISTERS", "SMEM_BYTES")
+DECIMALS = 4                  # logs and weights in the manifest: 1e-4 is 0.01 % of a time
+SELECTOR_KEYS = ("M", "M_END", "RANK", "TABLE", "KERNEL", "CONFIG_ID", "REGISTERS", "SMEM_BYTES", "BIAS_TERMS",
+                 "CUBLAS_TERMS")
 
 
 @dataclass(frozen=True)
@@ -122,15 +134,39 @@ class GroupTerm:
 
 
 @dataclass(frozen=True)
+class RangeTerms:
+    """Configurations' terms at both ends of an M range, per (N, K) of the model (arrays [configs, pairs])."""
+
+    at_lo: np.ndarray
+    lo_weights: np.ndarray      # 0: no term (the configuration's table never measured that (N, K))
+    at_hi: np.ndarray
+    hi_weights: np.ndarray
+    usable: np.ndarray          # [configs]: measured at or around both ends (a candidate of the range)
+
+    def bias(self, *, n: int, k: int, t: float, pairs: Sequence[tuple[int, int]]) -> np.ndarray:
+        """The bias on (N, K) at log position ``t`` in the range (nan: not usable), as the runtime combines it."""
+        closeness = nk_closeness(octaves=nk_octaves(n=n, k=k, pairs=pairs), scale=BIAS_NK_SCALE)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shares = range_shares(start=nk_shares(weights=list(self.lo_weights.T), closeness=closeness),
+                                  end=nk_shares(weights=list(self.hi_weights.T), closeness=closeness), t=t)
+            bias = nk_mean(values=[*self.at_lo.T, *self.at_hi.T], shares=shares)
+        return np.where(self.usable, np.asarray(bias, dtype=float), np.nan)
+
+
+@dataclass(frozen=True)
 class SelectorModel:
-    """Every configuration's bias at every anchor: scores any configuration on any shape."""
+    """Every configuration's terms at every anchor: scores any configuration on any shape."""
 
     anchors: tuple[int, ...]
     configs: tuple[SelectorConfig, ...]
     models: tuple[Callable[[int, int, int], float], ...]
-    bias: np.ndarray            # [configs, anchors]; nan where a configuration was never measured
-    cublas: tuple[float, ...]   # log(cuBLAS / floor) per anchor
-    position: Mapping[int, int]  # anchor -> its column in ``bias``
+    pairs: tuple[tuple[int, int], ...]   # every recorded (N, K): the terms' last axis
+    values: np.ndarray          # [configs, anchors, pairs]: each (N, K)'s term (rounded as the manifest writes it)
+    weights: np.ndarray         # [configs, anchors, pairs]: its weight (0: no term)
+    measured: np.ndarray        # [configs, anchors]: some (N, K) measured the configuration at or around the anchor
+    cublas_values: np.ndarray   # [anchors, pairs]: log(cuBLAS / floor) per (N, K)
+    cublas_weights: np.ndarray  # [anchors, pairs]
+    position: Mapping[int, int]  # anchor -> its index in the anchors axis
 
     def span(self, m: int) -> tuple[int, int]:
         """The anchors bracketing M (both the nearest one outside the anchors' span)."""
@@ -140,39 +176,51 @@ class SelectorModel:
         hi = above[0] if above else below[-1]
         return lo, hi
 
-    def range_bias(self, *, columns: Sequence[int] | range, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """The bias at both ends of a range (nan: the configuration's table did not measure that end).
+    def range_terms(self, *, columns: Sequence[int] | range, lo: int, hi: int) -> RangeTerms:
+        """The terms at both ends of a range; usable: measured at or around both ends.
 
         Only in a range that no table measured at both ends does a configuration measured at one end
-        take that end's bias at the other: tables' configurations are not extrapolated beyond their
+        take that end's terms at the other: tables' configurations are not extrapolated beyond their
         measured Ms where another table measured them.
         """
-        at_lo = self.bias[list(columns), self.position[lo]]
-        at_hi = self.bias[list(columns), self.position[hi]]
-        everywhere_lo, everywhere_hi = self.bias[:, self.position[lo]], self.bias[:, self.position[hi]]
-        if (np.isfinite(everywhere_lo) & np.isfinite(everywhere_hi)).any():
-            return at_lo, at_hi   # some table measured both ends: no one-ended candidates in this range
-        return np.where(np.isnan(at_lo), at_hi, at_lo), np.where(np.isnan(at_hi), at_lo, at_hi)
+        rows, a, b = list(columns), self.position[lo], self.position[hi]
+        ok_lo, ok_hi = self.measured[rows, a], self.measured[rows, b]
+        at_lo, lo_weights = self.values[rows, a], self.weights[rows, a]
+        at_hi, hi_weights = self.values[rows, b], self.weights[rows, b]
+        if (self.measured[:, a] & self.measured[:, b]).any():   # no one-ended candidates in this range
+            return RangeTerms(at_lo=at_lo, lo_weights=lo_weights, at_hi=at_hi, hi_weights=hi_weights,
+                              usable=ok_lo & ok_hi)
+        lo_only, hi_only = (ok_lo & ~ok_hi)[:, None], (ok_hi & ~ok_lo)[:, None]
+        return RangeTerms(at_lo=np.where(hi_only, at_hi, at_lo), lo_weights=np.where(hi_only, hi_weights, lo_weights),
+                          at_hi=np.where(lo_only, at_lo, at_hi), hi_weights=np.where(lo_only, lo_weights, hi_weights),
+                          usable=ok_lo | ok_hi)
 
     def scores(self, *, m: int, n: int, k: int, lo: int | None = None, hi: int | None = None,
-               columns: Sequence[int] | None = None) -> np.ndarray:
+               columns: Sequence[int] | None = None, terms: RangeTerms | None = None) -> np.ndarray:
         """Predicted log(time / cuBLAS) of configurations on one shape (inf: cannot run it, or never measured).
 
         ``lo``/``hi``: the anchors the bias is interpolated between (default: those bracketing M);
-        ``columns``: which configurations (default: all).
+        ``columns``: which configurations (default: all); ``terms``: their ``range_terms`` (computed if absent).
         """
         if lo is None or hi is None:
             lo, hi = self.span(m)
         columns = range(len(self.configs)) if columns is None else columns
+        terms = self.range_terms(columns=columns, lo=lo, hi=hi) if terms is None else terms
         floor = roofline_floor_s(m=m, n=n, k=k)
         families = {family: runnable(family=family, shape=(m, n, k)) for family in {c.family for c in self.configs}}
         seconds = np.array([self.models[c](m, n, k) if families[self.configs[c].family] else math.inf
                             for c in columns])
-        at_lo, at_hi = self.range_bias(columns=columns, lo=lo, hi=hi)
-        t = log_position(m=m, start=lo, end=hi)
+        bias = terms.bias(n=n, k=k, t=log_position(m=m, start=lo, end=hi), pairs=self.pairs)
         with np.errstate(divide="ignore", invalid="ignore"):
-            scores = np.log(seconds / floor) + (at_lo + t * (at_hi - at_lo))
+            scores = np.log(seconds / floor) + bias
         return np.where(np.isfinite(scores), scores, np.inf)
+
+    def cublas_log(self, *, anchor: int, n: int, k: int) -> float:
+        """log(cuBLAS / floor) at an anchor on (N, K), as the runtime combines the terms."""
+        a = self.position[anchor]
+        closeness = nk_closeness(octaves=nk_octaves(n=n, k=k, pairs=self.pairs), scale=CUBLAS_NK_SCALE)
+        shares = nk_shares(weights=list(self.cublas_weights[a]), closeness=closeness)
+        return float(nk_mean(values=list(self.cublas_values[a]), shares=shares))
 
 
 @dataclass(frozen=True)
@@ -293,19 +341,28 @@ def bias_terms(*, groups: Mapping[tuple[int, int], Sequence[ResidualPoint]], m: 
     return [group_term(n=n, k=k, points=points, m=m) for (n, k), points in groups.items() if points]
 
 
-def measured_bias(terms: Sequence[GroupTerm]) -> float:
-    """A configuration's bias at M: nan unless some (N, K) of its table measured it at or around M.
+def measured_at(terms: Sequence[GroupTerm]) -> bool:
+    """Whether some (N, K) measured a configuration at or around M: only then is it a candidate there.
 
     Beyond a table's measured Ms (gemm_wgmma_swap stops at M = 512) nothing says how its
     configurations do, so they are no candidates there.
     """
-    return weighted(terms) if any(term.weight == 1.0 for term in terms) else math.nan
+    return any(term.weight == 1.0 for term in terms)
+
+
+def near_terms(terms: Sequence[GroupTerm], *, n: int, k: int, scale: float | None) -> list[GroupTerm]:
+    """The terms with their weights times their (N', K')'s closeness to (N, K) (``nk_closeness``)."""
+    closeness = nk_closeness(octaves=nk_octaves(n=n, k=k, pairs=[(t.n, t.k) for t in terms]), scale=scale)
+    return [replace(term, weight=term.weight * near) for term, near in zip(terms, closeness)]
 
 
 def weighted(terms: Sequence[GroupTerm]) -> float:
-    """The weighted mean of the terms' values (nan without any)."""
-    total = sum(term.weight for term in terms)
-    return sum(term.weight * term.value for term in terms) / total if total else math.nan
+    """The weighted mean of the terms' values (nan without any), combined as the runtime does (``nk_mean``)."""
+    weights = [term.weight for term in terms]
+    if not sum(weights):
+        return math.nan
+    return float(nk_mean(values=[term.value for term in terms],
+                         shares=nk_shares(weights=weights, closeness=[1.0] * len(terms))))
 
 
 def cublas_terms(*, tables: Sequence[TableMeasurements], m: int) -> list[GroupTerm]:
@@ -334,8 +391,7 @@ def cublas_seconds(*, tables: Sequence[TableMeasurements], shape: Shape) -> floa
     terms = cublas_terms(tables=tables, m=m)
     if not terms:
         return None
-    near = [replace(t, weight=t.weight * math.exp(-math.hypot(math.log2(t.n / n), math.log2(t.k / k))
-                                                  / CUBLAS_NK_SCALE)) for t in terms]
+    near = near_terms(terms, n=n, k=k, scale=CUBLAS_NK_SCALE)
     # Never below a launch (the runtime's Prediction says why): tiny shapes are launch-bound.
     return max(roofline_floor_s(m=m, n=n, k=k) * math.exp(weighted(near)), LAUNCH_OVERHEAD_S)
 
@@ -383,17 +439,46 @@ def shortlist(*, regrets: np.ndarray, size: int) -> list[int]:
     return chosen
 
 
+def term_arrays(*, groups_per_anchor: Sequence[Sequence[GroupTerm]],
+                pairs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Values and weights [anchors, pairs] of terms per anchor (0 where an (N, K) has none), rounded as written."""
+    column = {pair: i for i, pair in enumerate(pairs)}
+    values = np.zeros((len(groups_per_anchor), len(pairs)))
+    weights = np.zeros_like(values)
+    for row, terms in enumerate(groups_per_anchor):
+        for term in terms:
+            values[row, column[(term.n, term.k)]] = term.value
+            weights[row, column[(term.n, term.k)]] = term.weight
+    return np.round(values, DECIMALS), np.round(weights, DECIMALS)
+
+
 def selector_model(*, tables: Sequence[TableMeasurements]) -> SelectorModel:
-    """Every configuration of every table with its bias at every anchor."""
+    """Every configuration of every table with its terms at every anchor."""
     anchors = anchors_of(tables)
     configs = tuple(config for table in tables for config in table.configs)
     models = tuple(config.model() for config in configs)
+    pairs = tuple(sorted({(shape[1], shape[2]) for table in tables for shape in table.times}))
     by_table = {table.table: table for table in tables}
-    bias = np.array([[measured_bias(bias_terms(groups=groups, m=a)) for a in anchors] for groups in (
-        residual_points(table=by_table[c.table], config=c, model=f) for c, f in zip(configs, models))])
-    cublas = tuple(weighted(cublas_terms(tables=tables, m=a)) for a in anchors)
-    return SelectorModel(anchors=anchors, configs=configs, models=models, bias=bias.reshape(len(configs), -1),
-                         cublas=cublas, position={a: i for i, a in enumerate(anchors)})
+    values = np.zeros((len(configs), len(anchors), len(pairs)))
+    weights = np.zeros_like(values)
+    measured = np.zeros((len(configs), len(anchors)), dtype=bool)
+    for i, (config, model) in enumerate(zip(configs, models)):
+        groups = residual_points(table=by_table[config.table], config=config, model=model)
+        per_anchor = [bias_terms(groups=groups, m=a) for a in anchors]
+        values[i], weights[i] = term_arrays(groups_per_anchor=per_anchor, pairs=pairs)
+        measured[i] = [measured_at(terms) for terms in per_anchor]
+    cublas_values, cublas_weights = term_arrays(
+        groups_per_anchor=[cublas_terms(tables=tables, m=a) for a in anchors], pairs=pairs)
+    return SelectorModel(anchors=anchors, configs=configs, models=models, pairs=pairs, values=values,
+                         weights=weights, measured=measured, cublas_values=cublas_values,
+                         cublas_weights=cublas_weights, position={a: i for i, a in enumerate(anchors)})
+
+
+def term_rows(*, pairs: Sequence[tuple[int, int]], at_lo: np.ndarray, lo_weights: np.ndarray, at_hi: np.ndarray,
+              hi_weights: np.ndarray) -> tuple[tuple[int, int, float, float, float, float], ...]:
+    """(N, K, value at the start, weight, value at the end, weight) per (N, K) with a term at either end."""
+    return tuple((n, k, float(at_lo[p]), float(lo_weights[p]), float(at_hi[p]), float(hi_weights[p]))
+                 for p, (n, k) in enumerate(pairs) if lo_weights[p] > 0 or hi_weights[p] > 0)
 
 
 def build_selector(*, tables: Sequence[TableMeasurements], candidates: int = DEFAULT_CANDIDATES,
@@ -409,26 +494,29 @@ def build_selector(*, tables: Sequence[TableMeasurements], candidates: int = DEF
     spans = ranges_of(model.anchors)
     for done, (start, end, lo, hi) in enumerate(spans, start=1):
         # Candidates of a range: configurations whose table measured both of its ends; only where no
-        # table did, those measured at one end (with that end's bias): a table's configurations are
+        # table did, those measured at one end (with that end's terms): a table's configurations are
         # never extrapolated beyond its measured Ms where another table measured them.
-        at_lo, at_hi = model.range_bias(columns=range(len(model.configs)), lo=lo, hi=hi)
-        usable = [i for i in range(len(model.configs)) if np.isfinite(at_lo[i]) and np.isfinite(at_hi[i])]
+        every = model.range_terms(columns=range(len(model.configs)), lo=lo, hi=hi)
+        usable = [int(i) for i in np.flatnonzero(every.usable)]
         if not usable:
             raise TuneTableError(f"no table measured M = {lo} or {hi}: the M range [{start}, {end}) has no candidate")
+        terms = model.range_terms(columns=usable, lo=lo, hi=hi)
         probes = [(m, n, k) for m in probe_ms(start=start, end=end) for n in lattice for k in lattice]
-        scores = np.array([model.scores(m=m, n=n, k=k, lo=lo, hi=hi, columns=usable) for m, n, k in probes])
+        scores = np.array([model.scores(m=m, n=n, k=k, lo=lo, hi=hi, columns=usable, terms=terms)
+                           for m, n, k in probes])
         scores = scores[np.isfinite(scores).any(axis=1)]
         regrets = np.minimum(scores - scores.min(axis=1, keepdims=True), NO_COVER)
+        cublas = term_rows(pairs=model.pairs, at_lo=model.cublas_values[position[lo]],
+                           lo_weights=model.cublas_weights[position[lo]], at_hi=model.cublas_values[position[hi]],
+                           hi_weights=model.cublas_weights[position[hi]])
         for rank, column in enumerate(shortlist(regrets=regrets, size=candidates)):
-            i = usable[column]
-            config = model.configs[i]
+            config = model.configs[usable[column]]
             made.append(ShapeCandidate(
                 m=start, m_end=end, rank=rank, table=config.table, kernel=config.family, config_id=config.config_id,
-                bias=round(float(at_lo[i]), DECIMALS), bias_end=round(float(at_hi[i]), DECIMALS),
-                cublas=round(model.cublas[position[lo]], DECIMALS),
-                cublas_end=round(model.cublas[position[hi]], DECIMALS),
                 registers=config.registers, smem_bytes=config.smem_bytes,
-                tunables=tuple((name.lower(), value) for name, value in config.tunables)))
+                bias_terms=term_rows(pairs=model.pairs, at_lo=terms.at_lo[column], lo_weights=terms.lo_weights[column],
+                                     at_hi=terms.at_hi[column], hi_weights=terms.hi_weights[column]),
+                cublas_terms=cublas, tunables=tuple((name.lower(), value) for name, value in config.tunables)))
         if progress is not None:
             progress(done, len(spans))
     return SelectorBuild(model=model, candidates=tuple(made), tables=tuple(tables))
@@ -440,19 +528,25 @@ def candidate_entry(candidate: ShapeCandidate) -> dict[str, Any]:
     """A candidate as a manifest entry: its family's snippet variant, the SELECTOR_KEYS, then its tunables."""
     return {"_template": candidate.kernel, "M": candidate.m, "M_END": candidate.m_end, "RANK": candidate.rank,
             "TABLE": candidate.table, "KERNEL": candidate.kernel, "CONFIG_ID": candidate.config_id,
-            "BIAS": candidate.bias, "BIAS_END": candidate.bias_end, "CUBLAS": candidate.cublas,
-            "CUBLAS_END": candidate.cublas_end, "REGISTERS": candidate.registers,
-            "SMEM_BYTES": candidate.smem_bytes, **{name.upper(): value for name, value in candidate.tunables}}
+            "REGISTERS": candidate.registers, "SMEM_BYTES": candidate.smem_bytes,
+            "BIAS_TERMS": [list(row) for row in candidate.bias_terms],
+            "CUBLAS_TERMS": [list(row) for row in candidate.cublas_terms],
+            **{name.upper(): value for name, value in candidate.tunables}}
 
 
 def candidate_from_entry(entry: Mapping[str, Any], *, tunables: Sequence[str]) -> ShapeCandidate:
     """The ShapeCandidate a manifest entry renders to (``tunables``: its family's -D names in grid order)."""
     return ShapeCandidate(
         m=int(entry["M"]), m_end=int(entry["M_END"]), rank=int(entry["RANK"]), table=str(entry["TABLE"]),
-        kernel=str(entry["KERNEL"]), config_id=str(entry["CONFIG_ID"]), bias=float(entry["BIAS"]),
-        bias_end=float(entry["BIAS_END"]), cublas=float(entry["CUBLAS"]), cublas_end=float(entry["CUBLAS_END"]),
-        registers=int(entry["REGISTERS"]), smem_bytes=int(entry["SMEM_BYTES"]),
+        kernel=str(entry["KERNEL"]), config_id=str(entry["CONFIG_ID"]), registers=int(entry["REGISTERS"]),
+        smem_bytes=int(entry["SMEM_BYTES"]), bias_terms=entry_terms(entry["BIAS_TERMS"]),
+        cublas_terms=entry_terms(entry["CUBLAS_TERMS"]),
         tunables=tuple((name.lower(), int(entry[name])) for name in tunables))
+
+
+def entry_terms(rows: Sequence[Sequence[Any]]) -> tuple[tuple[int, int, float, float, float, float], ...]:
+    """A manifest entry's BIAS_TERMS / CUBLAS_TERMS rows as the candidate holds them."""
+    return tuple((int(n), int(k), float(a), float(b), float(c), float(d)) for n, k, a, b, c, d in rows)
 
 
 def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> dict[str, Any]:
@@ -463,8 +557,9 @@ def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> 
     provenance: dict[str, Any] = {
         "table": name,
         "tables": ",".join(t.table for t in build.tables),
-        "basis": "log(median / same-shard cuBLAS) - log(perf model / roofline floor), mean over (N, K), "
-                 "linear in log M between anchors",
+        "basis": "log(median / same-shard cuBLAS) - log(perf model / roofline floor) per (N, K), linear in log M "
+                 "between anchors; at a shape their mean weighted by e^(-octaves beyond the (N, K)'s Ms) x "
+                 f"e^(-(N, K) distance in octaves / {BIAS_NK_SCALE}) (cuBLAS: / {CUBLAS_NK_SCALE})",
         "device": ",".join(devices),
         "date": max(known) if known else "unknown",
         "anchors": ",".join(str(a) for a in build.anchors),
@@ -487,8 +582,10 @@ def build_selector_manifest(*, name: str, tables: Sequence[TableMeasurements],
     build = build_selector(tables=tables, candidates=candidates, progress=progress)
     header = [f"tunetable shape selector {name}: generated by `tunetable select --selector`; do not edit by hand.",
               "For shapes no table holds: per M range, a shortlist of configurations (any table) scored at run time",
-              "as log(time / cuBLAS) = log(perf model / roofline floor) + BIAS (at M) .. BIAS_END (at M_END),",
-              "linear in log M; CUBLAS .. CUBLAS_END is log(cuBLAS / floor).",
+              "as log(time / cuBLAS) = log(perf model / roofline floor) + bias, linear in log M from M to M_END.",
+              "BIAS_TERMS rows: [N', K', term at M, weight, term at M_END, weight] per recorded (N', K'); the bias",
+              "on (N, K) is their mean weighted by weight x e^(-d / BIAS_NK_SCALE), d the octaves from (N, K) to",
+              "(N', K'). CUBLAS_TERMS: log(cuBLAS / floor) the same way (CUBLAS_NK_SCALE).",
               f"`tunetable trace {name} INDEX` shows the measurements behind an entry; `tunetable suggest` a choice."]
     return manifest_text(header=header,
                          top={"provenance": selector_provenance(name=name, build=build, candidates=candidates)},

@@ -437,19 +437,25 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
 
 # --- shape selectors ---------------------------------------------------------------------------
 #
-# A selector entry is one candidate of one M range. Its BIAS / BIAS_END come from the residuals of
-# its configuration in its table's recording (pipeline/selector.py): per (N, K), the measured
-# median over the same shard's cuBLAS median against the perf model, at the range's end anchors.
+# A selector entry is one candidate of one M range. Its BIAS_TERMS come from the residuals of its
+# configuration in its table's recording (pipeline/selector.py): per (N, K), the measured median over
+# the same shard's cuBLAS median against the perf model, at the range's end anchors, with its weight.
 
 
 @dataclass(frozen=True)
 class AnchorTrace:
-    """The bias of a selector entry at one anchor M: every (N, K)'s term, the mean, and the manifest's value."""
+    """The terms of a selector entry at one anchor M: every (N, K)'s, and the manifest's (value, weight) per (N, K)."""
 
     m: int
     terms: tuple[Any, ...]      # tunetable.selector.GroupTerm
-    value: float
-    manifest_value: float
+    manifest_terms: Mapping[tuple[int, int], tuple[float, float]]
+
+    def stale(self) -> list[str]:
+        """The (N, K) whose recomputed term or weight differs from the manifest's (or that only one side has)."""
+        found = {(t.n, t.k): (t.value, t.weight) for t in self.terms}
+        return [f"N={n}, K={k}" for n, k in sorted({*found, *self.manifest_terms})
+                if (n, k) not in found or (n, k) not in self.manifest_terms
+                or any(abs(a - b) > 1e-4 for a, b in zip(found[(n, k)], self.manifest_terms[(n, k)]))]
 
 
 @dataclass(frozen=True)
@@ -513,11 +519,12 @@ def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, Table
         raise TuneTableError(f"M range [{entry['M']}, {entry['M_END']}) is not a range of the anchors {anchors}",
                              path=spec.codegen.manifest, where=f"params[{index}]")
     groups = building.residual_points(table=measurements, config=config)
+    rows = building.entry_terms(entry.get("BIAS_TERMS") or ())
     traced = []
-    for m, key in dict.fromkeys([(span[0], "BIAS"), (span[1], "BIAS_END")]):
+    for m, at in dict.fromkeys([(span[0], 2), (span[1], 4)]):
         terms = building.bias_terms(groups=groups, m=m)
-        traced.append(AnchorTrace(m=m, terms=tuple(terms), value=building.weighted(terms),
-                                  manifest_value=float(entry[key])))
+        traced.append(AnchorTrace(m=m, terms=tuple(terms),
+                                  manifest_terms={(row[0], row[1]): (row[at], row[at + 1]) for row in rows}))
     return SelectorTrace(name=spec.name, target=spec.codegen.target, generated=generated,
                          manifest=spec.codegen.manifest, entry=entry, provenance=provenance,
                          recording=measurements.source, data_hash=str(measurements.provenance.get("data_hash")),

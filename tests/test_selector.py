@@ -158,7 +158,10 @@ def test_trace_follows_a_selector_entry_to_the_recorded_residuals() -> None:
     assert result.entry["TABLE"] in SPEC.tables and result.data_hash == result.selected_hash
     assert [a.m for a in result.anchors] == [result.entry["M"], result.entry["M_END"]]
     for anchor in result.anchors:
-        assert anchor.value == pytest.approx(anchor.manifest_value, abs=1e-4)
+        assert anchor.stale() == []
+        # the manifest's per-(N, K) terms at this end are the recomputed ones, with their weights
+        for term in anchor.terms:
+            assert anchor.manifest_terms[(term.n, term.k)] == pytest.approx((term.value, term.weight), abs=1e-4)
         # every term is one recorded shape of the entry's configuration, against the model
         assert {t.points[0].shape[0] for t in anchor.terms} == {anchor.m}
         recorded = {(t.n, t.k) for t in anchor.terms}

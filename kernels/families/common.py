@@ -220,10 +220,12 @@ class ShapeCandidate:
     """A configuration the shape selector weighs for shapes no table holds, with M in [m, m_end).
 
     The selector (tunetable.kernels.runtime.selector) predicts log(time / cuBLAS time) of a candidate
-    on (M, N, K) as the perf model's log(time / roofline floor) plus ``bias``: what the
-    recordings measured against what the model predicted, averaged over their (N, K), at M = m
-    (``bias``) and M = m_end (``bias_end``), linear in log M between. ``cublas`` / ``cublas_end``
-    are log(cuBLAS time / floor) the same way. ``rank`` orders the range's shortlist.
+    on (M, N, K) as the perf model's log(time / roofline floor) plus a bias: what the recordings
+    measured against what the model predicted. ``bias_terms`` holds it per recorded (N', K'):
+    ``(N', K', value at M = m, its weight, value at M = m_end, its weight)``; at a shape the bias is
+    the mean of the values weighted by weight x e^(-d / BIAS_NK_SCALE), d the distance from (N, K) to
+    (N', K') in octaves, linear in log M between m and m_end. ``cublas_terms``: log(cuBLAS time /
+    floor) the same way (with CUBLAS_NK_SCALE). ``rank`` orders the range's shortlist.
     """
 
     m: int
@@ -232,10 +234,8 @@ class ShapeCandidate:
     table: str
     kernel: str
     config_id: str
-    bias: float
-    bias_end: float
-    cublas: float
-    cublas_end: float
     registers: int
     smem_bytes: int
+    bias_terms: tuple[tuple[int, int, float, float, float, float], ...]
+    cublas_terms: tuple[tuple[int, int, float, float, float, float], ...]
     tunables: tuple[tuple[str, int], ...]

@@ -11,6 +11,7 @@ from tunetable import paths
 from tunetable import trace as tracing
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
+from tunetable.kernels.runtime.selector import BIAS_NK_SCALE
 from tunetable.params import dispatch_specs, load_params, selector_specs, table_spec, table_specs
 
 EPILOG = """\b
@@ -166,7 +167,9 @@ def _print_selector(console: Console, result) -> None:
     console.print(f"\n[bold]selector[/bold] {result.manifest} params[{g.index}]: M [{entry['M']}, {entry['M_END']}) "
                   f"candidate {entry['RANK']}: table {entry['TABLE']}, config {entry['CONFIG_ID']}")
     console.print("predicted log(time / cuBLAS) = log(perf model / roofline floor) + bias, the bias linear in "
-                  "log M between the range's ends", markup=False)
+                  "log M between the range's ends; at each end, on a shape's (N, K), the mean of the (N', K') terms "
+                  f"below, each weighted by weight x e^(-d / {BIAS_NK_SCALE}), d the octaves from (N, K) to (N', K')",
+                  markup=False)
     if result.provenance:
         console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
     selected = result.selected_hash
@@ -178,22 +181,24 @@ def _print_selector(console: Console, result) -> None:
     console.print("  resid = log(median / cuBLAS) - log(model / floor); term: the (N, K)'s residual at M "
                   "(linear in log M between its measured Ms)", markup=False)
     for anchor in result.anchors:
-        rows = ConsoleTable(title=f"bias at M={anchor.m}: {anchor.value:+.4f} (manifest "
-                                  f"{anchor.manifest_value:+.4f}); times in ms")
-        for column in ("N", "K", "M", "median", "cuBLAS", "model", "resid", "term", "weight"):
+        rows = ConsoleTable(title=f"bias terms at M={anchor.m} (weight: e^-1 per octave of M beyond the (N, K)'s "
+                                  "measured Ms); times in ms")
+        for column in ("N", "K", "M", "median", "cuBLAS", "model", "resid", "term", "weight", "manifest"):
             rows.add_column(column, justify="right")
         for term in anchor.terms:
+            written = anchor.manifest_terms.get((term.n, term.k))
             for position, point in enumerate(term.points):
                 first = position == 0
                 rows.add_row(str(term.n) if first else "", str(term.k) if first else "", str(point.shape[0]),
                              _cell(point.median_ms), _cell(point.cublas_ms), _cell(point.model_ms),
                              f"{point.value:+.4f}", f"{term.value:+.4f}" if first else "",
-                             f"{term.weight:.3f}" if first else "")
+                             f"{term.weight:.4f}" if first else "",
+                             ("-" if written is None else f"{written[0]:+.4f} x {written[1]:.4f}") if first else "")
         print_table(console, rows)
-        if abs(anchor.value - anchor.manifest_value) > 1e-4:
-            console.print(f"note: these rows give {anchor.value:+.4f} at M={anchor.m}, the manifest says "
-                          f"{anchor.manifest_value:+.4f}: re-run `tunetable select --selector {result.name}`",
-                          markup=False)
+        stale = anchor.stale()
+        if stale:
+            console.print(f"note: at M={anchor.m} these rows give other terms than the manifest for "
+                          f"{'; '.join(stale)}: re-run `tunetable select --selector {result.name}`", markup=False)
 
 
 @click.command("trace", epilog=EPILOG)
