@@ -471,12 +471,57 @@ class SelectorTrace:
     recording: str
     data_hash: str
     anchors: tuple[AnchorTrace, ...]
+    on_shape: ShapeBias | None = None   # with a shape: the bias there, each (N', K')'s share
 
     @property
     def selected_hash(self) -> str | None:
         """The data hash of the entry's table that the selector was built from (its provenance)."""
         value = self.provenance.get(f"{self.entry.get('TABLE')}_data_hash")
         return str(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class NearTerm:
+    """One (N', K')'s term of a selector entry at one end, as it counts on one shape."""
+
+    n: int
+    k: int
+    value: float
+    weight: float       # the manifest's (e^-1 per octave of M beyond the (N', K')'s measured Ms)
+    octaves: float      # distance from the shape's (N, K)
+    share: float        # weight x e^(-octaves / BIAS_NK_SCALE), normalised over the end's terms
+
+
+@dataclass(frozen=True)
+class ShapeBias:
+    """A selector entry's bias on one shape: each end's terms with their shares, and the bias at M."""
+
+    shape: tuple[int, int, int]
+    span: tuple[int, int]           # the entry's [M, M_END)
+    scale: float | None
+    ends: tuple[tuple[int, tuple[NearTerm, ...], float], ...]   # (anchor M, terms, bias there)
+    position: float     # M's place between the ends in log M (0: start, 1: end)
+    bias: float
+
+
+def selector_bias_on(entry: Mapping[str, Any], *, span: tuple[int, int], shape: tuple[int, int, int]) -> ShapeBias:
+    """A selector entry's bias on (M, N, K) from its manifest terms, combined as the runtime combines them."""
+    from tunetable.kernels.runtime import selector as runtime
+
+    m, n, k = shape
+    rows = building.entry_terms(entry.get("BIAS_TERMS") or ())
+    octaves = runtime.nk_octaves(n=n, k=k, pairs=[(row[0], row[1]) for row in rows])
+    closeness = runtime.nk_closeness(octaves=octaves, scale=runtime.BIAS_NK_SCALE)
+    ends = []
+    for anchor, at in ((span[0], 2), (span[1], 4)):
+        shares = runtime.nk_shares(weights=[row[at + 1] for row in rows], closeness=closeness)
+        terms = tuple(NearTerm(n=row[0], k=row[1], value=row[at], weight=row[at + 1], octaves=d, share=share)
+                      for row, d, share in zip(rows, octaves, shares))
+        ends.append((anchor, terms, float(runtime.nk_mean(values=[row[at] for row in rows], shares=shares))))
+    t = runtime.log_position(m=m, start=int(entry["M"]), end=int(entry["M_END"]))
+    return ShapeBias(shape=shape, span=(int(entry["M"]), int(entry["M_END"])), scale=runtime.BIAS_NK_SCALE,
+                     ends=tuple(ends), position=t,
+                     bias=ends[0][2] + t * (ends[1][2] - ends[0][2]))
 
 
 def selector_entry(*, root: Path, spec: SelectorSpec, index: int) -> tuple[GeneratedEntry, dict[str, Any],
@@ -499,8 +544,10 @@ def selector_entry(*, root: Path, spec: SelectorSpec, index: int) -> tuple[Gener
     return found[0], manifest.params[index], dict(manifest.provenance or {})
 
 
-def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, TableSpec], index: int) -> SelectorTrace:
-    """Follow selector entry ``index`` to the recorded measurements behind its bias at both ends of its range."""
+def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, TableSpec], index: int,
+                   shape: tuple[int, int, int] | None = None) -> SelectorTrace:
+    """Follow selector entry ``index`` to the recorded measurements behind its bias at both ends of its range
+    (with ``shape``: and how each (N, K)'s term counts there)."""
 
     generated, entry, provenance = selector_entry(root=root, spec=spec, index=index)
     table = str(entry.get("TABLE"))
@@ -528,4 +575,5 @@ def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, Table
     return SelectorTrace(name=spec.name, target=spec.codegen.target, generated=generated,
                          manifest=spec.codegen.manifest, entry=entry, provenance=provenance,
                          recording=measurements.source, data_hash=str(measurements.provenance.get("data_hash")),
-                         anchors=tuple(traced))
+                         anchors=tuple(traced),
+                         on_shape=None if shape is None else selector_bias_on(entry, span=span, shape=shape))

@@ -185,3 +185,35 @@ def test_a_float_with_an_exponent_reads_back_as_a_float() -> None:
 
     for value in (1e-05, 2.5e-07, -3e-09, 0.3679, 1.0, 1e20):
         assert load_yaml(f"x: {yaml_scalar(value)}\n", path="t.yaml")["x"] == value
+
+
+def test_trace_shows_each_nk_share_of_an_entry_on_a_shape() -> None:
+    """`tunetable trace gemm_selector INDEX --shape M,N,K`: the shares of each end sum to 1, nearer (N', K') weigh
+    more (equal weights), and the bias is the one gemm() predicts with for that candidate."""
+    from tunetable.trace import trace_selector
+
+    m, n, k = 200, 5120, 13824
+    generated = SELECTORS["gemm_selector"]
+    index = next(i for i, c in enumerate(generated) if c.m <= m < c.m_end)
+    tables = {name: table_spec(PARAMS, name) for name in PARAMS["tables"]}
+    found = trace_selector(root=REPO, spec=SPEC, tables=tables, index=index, shape=(m, n, k)).on_shape
+    for _, terms, _ in found.ends:
+        assert sum(t.share for t in terms) == pytest.approx(1.0)
+        if len({t.weight for t in terms}) == 1:
+            ordered = sorted(terms, key=lambda t: t.octaves)
+            assert [t.share for t in ordered] == sorted((t.share for t in ordered), reverse=True)
+    prediction = next(p for p in runtime.ShapeSelector(generated).rank(m=m, n=n, k=k)
+                      if p.candidate is generated[index])
+    assert found.bias == pytest.approx(predicted_bias(prediction, m=m, n=n, k=k), abs=1e-9)
+
+
+def test_choose_is_the_rankings_first_whichever_comes_first() -> None:
+    """gemm() asks choose() only (it skips building every prediction); rank() later starts with that same object."""
+    shape = dict(m=300, n=5120, k=13824)
+    first = runtime.ShapeSelector(SELECTORS["gemm_selector"])
+    chosen = first.choose(**shape)
+    assert first.rank(**shape)[0] is chosen and first.choose(**shape) is chosen
+    second = runtime.ShapeSelector(SELECTORS["gemm_selector"])
+    ranking = second.rank(**shape)
+    assert second.choose(**shape) is ranking[0] and ranking[0] == chosen
+    assert min(p.seconds for p in ranking) == chosen.seconds

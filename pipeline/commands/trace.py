@@ -12,6 +12,7 @@ from tunetable import trace as tracing
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.runtime.selector import BIAS_NK_SCALE
+from tunetable.commands.suggest import parse_shape
 from tunetable.params import dispatch_specs, load_params, selector_specs, table_spec, table_specs
 
 EPILOG = """\b
@@ -24,6 +25,8 @@ Examples:
   tunetable trace gemm_selector 12               entry 12 of the shape selector: its bias at
                                                  both ends of its M range, from each recorded
                                                  (N, K) against the perf model
+  tunetable trace gemm_selector 12 --shape 200,5120,5120
+                                                 ... and each (N, K)'s share on that shape
 """
 
 SHARD_COLUMNS = ("status", "median_ms", "sm_clock_mhz", "power_w", "device", "driver", "backend", "time", "git_rev",
@@ -199,6 +202,30 @@ def _print_selector(console: Console, result) -> None:
         if stale:
             console.print(f"note: at M={anchor.m} these rows give other terms than the manifest for "
                           f"{'; '.join(stale)}: re-run `tunetable select --selector {result.name}`", markup=False)
+    if result.on_shape is not None:
+        _print_shape_bias(console, result.on_shape)
+
+
+def _print_shape_bias(console: Console, found) -> None:
+    """How the entry's (N', K') terms count on one shape: distance, share, the bias at both ends and at M."""
+    m, n, k = found.shape
+    console.print(f"\n[bold]on M={m}, N={n}, K={k}[/bold]: share = weight x e^(-d / {found.scale}) over the end's sum",
+                  markup=True)
+    for anchor, terms, bias in found.ends:
+        rows = ConsoleTable(title=f"bias at M={anchor} on this (N, K): {bias:+.4f}")
+        for column in ("N'", "K'", "d (octaves)", "term", "weight", "share"):
+            rows.add_column(column, justify="right")
+        for term in terms:
+            rows.add_row(str(term.n), str(term.k), f"{term.octaves:.3f}", f"{term.value:+.4f}", f"{term.weight:.4f}",
+                         f"{term.share:.4f}")
+        print_table(console, rows)
+    console.print(f"bias at M={m}: {found.bias:+.4f} (log position {found.position:.3f} between the ends)",
+                  markup=False)
+    start, end = found.ends[0][0], found.ends[1][0]
+    if not found.span[0] <= m < found.span[1]:
+        console.print(f"note: M={m} is outside the entry's range [{found.span[0]}, {found.span[1]}) (anchors {start}, "
+                      f"{end}): gemm() scores it for M in that range only (online tuning: also next to it)",
+                      markup=False)
 
 
 @click.command("trace", epilog=EPILOG)
@@ -206,7 +233,9 @@ def _print_selector(console: Console, result) -> None:
 @click.argument("index", required=False, type=int)
 @click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
               show_default=True)
-def command(what: str, index: int | None, params_path: Path) -> None:
+@click.option("--shape", "shape", default=None, metavar="M,N,K",
+              help="A selector entry only: also how each recorded (N, K)'s term counts on this shape.")
+def command(what: str, index: int | None, params_path: Path, shape: str | None) -> None:
     """WHAT is a TABLE, dispatch list or selector (then INDEX), or FILE:LINE inside a generated region."""
 
     params = load_params(params_path)
@@ -224,10 +253,14 @@ def command(what: str, index: int | None, params_path: Path) -> None:
         name = what
     tracing.check_traceable(name=name, tables=list(params["tables"]), dispatch=list(dispatch), path=params_path,
                             selectors=list(selectors))
+    if shape is not None and name not in selectors:
+        raise TuneTableError(f"--shape applies to a selector entry ('{name}' is no selector)", where="--shape")
+    on_shape = None if shape is None else parse_shape(shape, index=0)
     console = Console()
     if name in selectors:
         tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
-        _print_selector(console, tracing.trace_selector(root=root, spec=selectors[name], tables=tables, index=index))
+        _print_selector(console, tracing.trace_selector(root=root, spec=selectors[name], tables=tables, index=index,
+                                                        shape=on_shape))
     elif name in dispatch:
         tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
         _print_dispatch(console, tracing.trace_dispatch(root=root, spec=dispatch[name], tables=tables, index=index))
