@@ -53,6 +53,7 @@ VALIDATION = "data/recordings/h200_validation_{table}.parquet"   # per table of 
 WITHIN = 0.05
 TARGETS = {"share_within_5pct": 0.90, "geomean_regret": 0.03}
 TIMING_SHAPES = 400
+WORKLOAD_NK = ((3072, 3072), (3072, 8192), (8192, 3072), (2560, 10240), (10240, 2560))   # a model's few (N, K)
 TOP_K = (3, 8)   # the best measured among the selector's k best predictions (what online tuning measures)
 
 
@@ -157,18 +158,28 @@ def summarise(rows: list[dict[str, Any]], *, key: str | None = None) -> dict[str
             "geomean_regret": geomean, "worst_regret": max(regrets)}
 
 
-def timing(*, build_candidates: Any, seed: int = 0) -> dict[str, float]:
-    """Host time of gemm()'s first decision on new shapes (pure Python), and of a memoised one, in µs."""
-    rng = random.Random(seed)
-    shapes = sorted({(rng.randint(1, 16384), 64 * rng.randint(8, 512), 64 * rng.randint(8, 512))
-                     for _ in range(TIMING_SHAPES)})
-    selector = ShapeSelector(build_candidates)
+def first_decisions(*, selector: ShapeSelector, shapes: Sequence[Shape]) -> tuple[list[float], list[float]]:
+    """Wall and thread CPU µs of each shape's first decision, in order."""
     wall, cpu = [], []
     for m, n, k in shapes:
         started, started_cpu = time.perf_counter(), time.thread_time()
         selector.choose(m=m, n=n, k=k)
         cpu.append((time.thread_time() - started_cpu) * 1e6)
         wall.append((time.perf_counter() - started) * 1e6)
+    return wall, cpu
+
+
+def timing(*, build_candidates: Any, seed: int = 0) -> dict[str, float]:
+    """Host time of gemm()'s first decision on new shapes (pure Python), and of a memoised one, in µs; also on a
+    workload's shapes (a few (N, K), many M: the (N, K)'s shares are computed once)."""
+    rng = random.Random(seed)
+    shapes = sorted({(rng.randint(1, 16384), 64 * rng.randint(8, 512), 64 * rng.randint(8, 512))
+                     for _ in range(TIMING_SHAPES)})
+    selector = ShapeSelector(build_candidates)
+    wall, cpu = first_decisions(selector=selector, shapes=shapes)
+    per_nk = TIMING_SHAPES // len(WORKLOAD_NK)
+    workload = [(m, n, k) for n, k in WORKLOAD_NK for m in rng.sample(range(1, 8192), per_nk)]
+    _, workload_cpu = first_decisions(selector=ShapeSelector(build_candidates), shapes=workload)
     started = time.perf_counter()
     for m, n, k in shapes:
         selector.choose(m=m, n=n, k=k)
@@ -179,6 +190,7 @@ def timing(*, build_candidates: Any, seed: int = 0) -> dict[str, float]:
     return {"shapes": len(shapes), "first_median_us": statistics.median(wall),
             "first_p99_us": wall[int(0.99 * (len(wall) - 1))], "first_cpu_median_us": statistics.median(cpu),
             "first_cpu_mean_us": statistics.fmean(cpu), "memoised_us": again, "host_load_1min": load,
+            "workload_shapes": len(workload), "workload_first_cpu_median_us": statistics.median(workload_cpu),
             "host_cpus": os.cpu_count()}
 
 
@@ -324,7 +336,8 @@ def main() -> None:
     t = result["timing"]
     print(f"host time per new shape: median {t['first_median_us']:.1f} µs wall (p99 {t['first_p99_us']:.1f}), "
           f"{t['first_cpu_median_us']:.1f} µs CPU ({t['shapes']} shapes, load {t['host_load_1min']:.1f} on "
-          f"{t['host_cpus']} CPUs); memoised {t['memoised_us']:.2f} µs")
+          f"{t['host_cpus']} CPUs); memoised {t['memoised_us']:.2f} µs; a workload's {t['workload_shapes']} shapes "
+          f"({len(WORKLOAD_NK)} (N, K)): {t['workload_first_cpu_median_us']:.1f} µs CPU")
     if result["validation"] is None:
         print(f"validation recordings absent ({VALIDATION}): no held-out figure")
     else:
