@@ -25,6 +25,7 @@ from tunetable import lineage, paths, rank, rawstore, resultset
 from tunetable import selector as building
 from tunetable.codegen import load_manifest_document, marker_line
 from tunetable.errors import TuneTableError
+from tunetable.kernels.runtime import selector as runtime
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, SelectorSpec, TableSpec
 from tunetable.rank import read_parquet_file, read_ranked
@@ -506,8 +507,6 @@ class ShapeBias:
 
 def selector_bias_on(entry: Mapping[str, Any], *, span: tuple[int, int], shape: tuple[int, int, int]) -> ShapeBias:
     """A selector entry's bias on (M, N, K) from its manifest terms, combined as the runtime combines them."""
-    from tunetable.kernels.runtime import selector as runtime
-
     m, n, k = shape
     rows = building.entry_terms(entry.get("BIAS_TERMS") or ())
     octaves = runtime.nk_octaves(n=n, k=k, pairs=[(row[0], row[1]) for row in rows])
