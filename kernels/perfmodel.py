@@ -27,7 +27,10 @@ tile flops at the wgmma rate (one consumer warpgroup leaves the tensor cores idl
 on its single k-tile in flight; narrow wgmma n is bounded by shared-memory reads of both
 operands) plus a barrier handshake per k-tile, against feeding it by TMA (STAGES stages in
 flight, the L2 reads of this block's slice of a cluster-shared tile); plus the epilogue and
-split-K finish the consumers do between items, and the same device roofline.
+split-K finish the consumers do between items, and the same device roofline. With stream-K
+(STREAM_K = 1) the busiest cluster's work is its whole tiles plus one equal run of k-tiles
+(``stream_k_split``, the kernel's own split), and each run's pieces store fp32 partials that the
+last of a tile's runs sums.
 
 The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
 only has to rank configurations, and the model-based search corrects what it gets wrong.
@@ -43,6 +46,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from typing import Any
+
+from tunetable.kernels.families.common import stream_k_split
 
 NUM_SMS = 132
 HBM_BYTES_PER_S = 4.13e12          # measured device-to-device copy (DESIGN.md)
@@ -203,6 +208,7 @@ class PersistentTile:
     cluster_m: int
     cluster_n: int
     split_k: int
+    stream_k: int = 0
 
     @classmethod
     def from_config(cls, config: Any) -> "PersistentTile":
@@ -211,7 +217,8 @@ class PersistentTile:
 
     @classmethod
     def from_defines(cls, values: Mapping[str, Any], *, label: str = "a configuration") -> "PersistentTile":
-        """Read BLOCK_M/N/K, STAGES, CONSUMERS, CLUSTER_M/N (default 1), SPLIT_K (default 1) from -D defines."""
+        """Read BLOCK_M/N/K, STAGES, CONSUMERS, CLUSTER_M/N (default 1), SPLIT_K (default 1), STREAM_K
+        (default 0) from -D defines."""
         missing = [n for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "CONSUMERS") if n not in values]
         if missing:
             raise ValueError(f"{label} lacks {', '.join(missing)}: the persistent model cannot rank it")
@@ -224,7 +231,22 @@ class PersistentTile:
             cluster_m=int(values.get("CLUSTER_M", 1)),
             cluster_n=int(values.get("CLUSTER_N", 1)),
             split_k=int(values.get("SPLIT_K", 1)),
+            stream_k=int(values.get("STREAM_K", 0)),
         )
+
+
+def stream_k_busiest_s(*, split: Any, units: int, k_tiles: int, tile_s: float, epilogue_s: float) -> float:
+    """The busiest cluster's time under stream-K: its whole tiles, one run of k-tiles and the fix-up of its pieces.
+
+    A run spans ceil(run) + 1 tiles at most, each piece storing fp32 partials (twice a bf16 tile's
+    bytes); the last run of a tile reads the other runs' partials back before it stores C.
+    """
+    whole = math.ceil(split.whole_tiles / units) * (tile_s + epilogue_s)
+    if not split.shared_tiles:
+        return whole
+    run = split.per_unit / k_tiles
+    fp32 = FP32_BYTES / BF16_BYTES * epilogue_s
+    return whole + run * tile_s + (math.ceil(run) + 1) * fp32 + (split.max_splits - 1) * fp32 + epilogue_s
 
 
 def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) -> float:
@@ -232,7 +254,9 @@ def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) 
     cluster = tile.cluster_m * tile.cluster_n
     items = (math.ceil(math.ceil(m / tile.block_m) / tile.cluster_m)
              * math.ceil(math.ceil(n / tile.block_n) / tile.cluster_n) * tile.split_k)
-    clusters = max(1, min(items, NUM_SMS // cluster))
+    k_tiles = math.ceil(k / tile.block_k)
+    # Stream-K shares out k-tiles, so it takes every SM the k-tiles can fill (the family's launch).
+    clusters = max(1, min(items * (k_tiles if tile.stream_k else 1), NUM_SMS // cluster))
     items_on_busiest = math.ceil(items / clusters)
     k_part = math.ceil(k / tile.split_k)
 
@@ -256,6 +280,10 @@ def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) 
     out_bytes = rows_a * min(tile.block_n, n) * (BF16_BYTES if tile.split_k == 1 else FP32_BYTES * (1 + tile.split_k))
     epilogue_s = out_bytes / (EPILOGUE_BYTES_PER_CLOCK * SM_CLOCK_HZ)
     busiest_s = MEMORY_LATENCY_S + items_on_busiest * (max(compute_s, feed_s) + epilogue_s)
+    if tile.stream_k:
+        busiest_s = MEMORY_LATENCY_S + stream_k_busiest_s(
+            split=stream_k_split(tiles=items, units=clusters, k_tiles=k_tiles), units=clusters, k_tiles=k_tiles,
+            tile_s=max(compute_s, feed_s), epilogue_s=epilogue_s)
 
     output_bytes = tile.split_k * m * n * FP32_BYTES if tile.split_k > 1 else m * n * BF16_BYTES
     moved = (m * k + n * k) * BF16_BYTES + output_bytes

@@ -15,7 +15,7 @@ from tunetable.kernels.runtime.decide import make_entry, tunable_fields
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import MAX_SHARED_BYTES_PER_BLOCK
 from tunetable.kernels.tuning_configs import WgmmaTuningConfig
-from tunetable.grid import DeviceLimits, expand
+from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rule
 from tunetable.params import load_params, table_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ PARAMS = load_params(REPO / "params.yaml")
 SPEC = table_spec(PARAMS, "gemm_wgmma")
 FAMILY = FAMILIES["gemm_wgmma"]
 TUNABLES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "CONSUMERS", "CLUSTER_M", "CLUSTER_N", "RASTER", "GROUP_M",
-            "SPLIT_K")
+            "SPLIT_K", "STREAM_K")
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +88,8 @@ def test_every_kept_config_launches_on_the_tables_shapes(grid) -> None:
         for m, n, k in SPEC.shapes():
             launch = FAMILY.launch(defines, m, n, k)
             assert launch.grid[0] % cluster == 0 and launch.grid[0] <= 132
+            if defines["STREAM_K"]:
+                continue  # its own workspace: test_stream_k_workspace_holds_every_split below
             tiles = math.ceil(m / defines["BLOCK_M"]) * math.ceil(n / defines["BLOCK_N"])
             counters = tiles * defines["CONSUMERS"]  # one per tile and consumer warpgroup, after the partials
             partials = split * tiles * defines["BLOCK_M"] * defines["BLOCK_N"] * 4
@@ -99,6 +101,37 @@ def test_split_k_workspace_of_the_skinny_heuristic() -> None:
     defines = FAMILY.defines_of(FAMILY.skinny_tunables)
     assert (defines["BLOCK_M"], defines["BLOCK_N"], defines["CONSUMERS"], defines["SPLIT_K"]) == (64, 128, 1, 2)
     assert FAMILY.launch(defines, 7, 4096, 4096).workspace_bytes == 2 * 32 * 64 * 128 * 4 + 32 * 4 == 2_097_152 + 128
+
+
+STREAM_K_256 = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "CLUSTER_M": 1,
+                "CLUSTER_N": 1, "RASTER": 1, "GROUP_M": 8, "SPLIT_K": 1, "STREAM_K": 1}
+TILE_BYTES_256 = 128 * 256 * 4
+
+
+@pytest.mark.parametrize("shape,tiles,splits", [
+    # 2 x 74 = 148 tiles, 56 k-tiles: on 132 (and on any 75-148) clusters one wave + 16 tiles, all shared,
+    # a run of 63-64 k-tiles, so a tile spans 2 runs at most.
+    ((250, 18944, 3584), 148, 2),
+    # 16 tiles of 64 k-tiles on 132 clusters: runs of 8 k-tiles, a tile spans 9 (the most any cut grid needs).
+    ((8, 4096, 4096), 16, 9),
+    # 1 x 1 tile: one cluster, the tile whole; no workspace.
+    ((1, 8, 8), 0, 0),
+])
+def test_stream_k_workspace_holds_every_split(shape: tuple[int, int, int], tiles: int, splits: int) -> None:
+    """Stream-K: a whole fp32 tile per (shared tile, run it spans), then one counter per shared tile and consumer."""
+    defines = {**STREAM_K_256, **FAMILY.derived(STREAM_K_256)}
+    launch = FAMILY.launch(defines, *shape)
+    assert launch.workspace_bytes == splits * tiles * TILE_BYTES_256 + (tiles * 2 * 4 if tiles else 0)
+    assert launch.grid[0] == min(132, max(1, math.ceil(shape[0] / 128) * math.ceil(shape[1] / 256)
+                                          * math.ceil(shape[2] / 64)))
+
+
+def test_stream_k_and_split_k_exclude_each_other() -> None:
+    rules = compile_rules(SPEC.grid, names=list({**STREAM_K_256, **FAMILY.derived(STREAM_K_256)}),
+                          path="params.yaml", table=SPEC.name, family=FAMILY)
+    both = {**STREAM_K_256, "SPLIT_K": 2}
+    failed = first_failed_rule({**both, **FAMILY.derived(both)}, rules)
+    assert failed is not None and failed.expression.source == "STREAM_K == 0 or SPLIT_K == 1"
 
 
 def test_snippet_fields_are_the_generated_class_and_the_manifest_keys() -> None:

@@ -100,14 +100,41 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def fragment_workspace_bytes(defines: Mapping[str, object], *, tiles: int) -> int:
+def fragment_workspace_bytes(defines: Mapping[str, object], *, tiles: int, splits: int | None = None) -> int:
     """Split-K workspace of the TMA kernels (common/splitk.cuh's fragment-native slots): a whole fp32
-    BLOCK_M x BLOCK_N tile per split and tile, then one int counter per tile and consumer; 0 without split-K."""
-    split_k = int_define(defines, "SPLIT_K")
-    if split_k == 1:
+    BLOCK_M x BLOCK_N tile per split and tile, then one int counter per tile and consumer; 0 without splits.
+
+    ``splits``: slots per tile (default SPLIT_K; gemm_wgmma's stream-K gives its own).
+    """
+    splits = int_define(defines, "SPLIT_K") if splits is None else splits
+    if splits == 1 or tiles == 0:
         return 0
     tile_bytes = int_define(defines, "BLOCK_M") * int_define(defines, "BLOCK_N") * 4
-    return split_k * tiles * tile_bytes + tiles * int_define(defines, "CONSUMERS") * 4
+    return splits * tiles * tile_bytes + tiles * int_define(defines, "CONSUMERS") * 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamKSplit:
+    """How gemm_wgmma's STREAM_K = 1 shares out a launch (the kernel's Schedule computes the same)."""
+
+    whole_tiles: int   # cluster tiles done whole, round-robin over the clusters
+    shared_tiles: int  # the cluster tiles after them, whose k-tiles are cut into one run per cluster
+    per_unit: int      # k-tiles per run
+    max_splits: int    # runs a shared tile spans at most (its workspace slots)
+
+
+def stream_k_split(*, tiles: int, units: int, k_tiles: int) -> StreamKSplit:
+    """All whole waves of cluster tiles but the last go whole; the last and the partial wave are shared out.
+
+    Sharing two waves, not one, spreads a partial wave's imbalance over twice the work: each run then
+    spans at most two tiles, and its fixed-up pieces are large ones.
+    """
+    waves = tiles // units
+    whole = tiles if tiles % units == 0 else (waves - 1) * units if waves > 1 else 0
+    iters = (tiles - whole) * k_tiles
+    per_unit = ceil_div(iters, units) if iters else 1
+    return StreamKSplit(whole_tiles=whole, shared_tiles=tiles - whole, per_unit=per_unit,
+                        max_splits=ceil_div(k_tiles, per_unit) + 1)
 
 
 def check_gemm_shape(family: str, M: int, N: int, K: int, *, why: str) -> None:

@@ -157,6 +157,28 @@ def test_gemm_with_wgmma_is_right_on_every_repeat(torch, split_k: int, family: s
         assert torch.equal(out, first)  # split order fixed: the same bits every launch
 
 
+@pytest.mark.parametrize("cluster_m", [1, 2])
+@pytest.mark.parametrize("shape", [(1000, 4096, 4096), (4096, 4096, 4096), (8, 4096, 14336), (333, 264, 328)])
+def test_stream_k_is_right_on_every_repeat(torch, shape: tuple[int, int, int], cluster_m: int) -> None:
+    """Stream-K: tiles whole and tiles shared by 2-9 runs of k-tiles (1000 x 4096²: all 128 shared; 4096³: 264
+    whole, the rest shared; 8 x 4096 x 14336: 16 tiles over 132 runs); the last run of a tile sums the runs in
+    order, whichever finishes last: right, and the same bits every launch."""
+    import tunetable.kernels
+
+    tunables = {**dataclasses.asdict(FAMILIES[TABLE].default_tunables), "stream_k": 1, "cluster_m": cluster_m}
+    m, n, k = shape
+    a, b = operands(torch, m, n, k)
+    out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+    first = None
+    for _ in range(3):
+        out.fill_(float("nan"))
+        tunetable.kernels.gemm_with(tunables, a, b, out=out, family=TABLE)
+        torch.cuda.synchronize()
+        assert rel_err(out, a, b) < REL_TOL
+        first = out.clone() if first is None else first
+        assert torch.equal(out, first)
+
+
 @pytest.mark.parametrize("table", TMA_TABLES)
 def test_generated_wgmma_choices_run_through_kernels_gemm(torch, table: str) -> None:
     """Whatever the checked-in dispatch list sends to a TMA table is right."""

@@ -24,7 +24,12 @@
 //     consumer and slice); the last split of a tile to finish (per-tile counter) sums them in split
 //     order, many loads in flight, and writes C:
 //     deterministic, and no second kernel launch. The counters follow the partials in the
-//     workspace, start zeroed (the host clears new workspaces) and are reset by that last split.
+//     workspace, start zeroed (the host clears new workspaces) and are reset by that last split;
+//   * STREAM_K = 1 (a last wave that would leave SMs idle): all but the last one or two waves of
+//     cluster tiles go whole, round-robin; the rest is cut into equal runs of k-tiles, one per
+//     cluster, so every SM ends at the same time. A tile two or more runs share is finished like a
+//     split-K tile, its runs in order as the splits (Schedule; the host sizes the workspace with the
+//     same split: family.py's stream_k_split).
 //
 // Tunables are -D defines; combinations that cannot work fail here with a static_assert.
 
@@ -36,8 +41,9 @@
 #include "common/splitk.cuh"
 
 #if !defined(BLOCK_M) || !defined(BLOCK_N) || !defined(BLOCK_K) || !defined(STAGES) || !defined(CONSUMERS) || \
-    !defined(CLUSTER_M) || !defined(CLUSTER_N) || !defined(RASTER) || !defined(GROUP_M) || !defined(SPLIT_K)
-#error "gemm_wgmma.cu needs -DBLOCK_M -DBLOCK_N -DBLOCK_K -DSTAGES -DCONSUMERS -DCLUSTER_M -DCLUSTER_N -DRASTER -DGROUP_M -DSPLIT_K"
+    !defined(CLUSTER_M) || !defined(CLUSTER_N) || !defined(RASTER) || !defined(GROUP_M) || !defined(SPLIT_K) || \
+    !defined(STREAM_K)
+#error "gemm_wgmma.cu needs -DBLOCK_M -DBLOCK_N -DBLOCK_K -DSTAGES -DCONSUMERS -DCLUSTER_M -DCLUSTER_N -DRASTER -DGROUP_M -DSPLIT_K -DSTREAM_K"
 #endif
 
 namespace gemm_wgmma_cfg {
@@ -75,6 +81,9 @@ static_assert(kSliceRowsA % 8 == 0 && kSliceRowsB % 8 == 0, "multicast slices mu
 static_assert(RASTER == 0 || RASTER == 1, "RASTER must be 0 (down M first) or 1 (along N first)");
 static_assert(GROUP_M >= 1, "GROUP_M must be at least 1");
 static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K must be between 1 and 16");
+static_assert(STREAM_K == 0 || STREAM_K == 1, "STREAM_K must be 0 or 1");
+static_assert(STREAM_K == 0 || SPLIT_K == 1, "STREAM_K splits K itself: SPLIT_K must be 1");
+constexpr bool kPartials = SPLIT_K > 1 || STREAM_K == 1;  // some tiles are summed from fp32 partials
 #ifdef SMEM_BYTES
 static_assert(SMEM_BYTES == kSmemBytes, "SMEM_BYTES define disagrees with the kernel's shared-memory formula");
 #endif
@@ -292,15 +301,21 @@ struct Wgmma<256> {
 
 struct WorkItem {
   int tile_m, tile_n;  // this block's tile
-  int split;           // which slice of K
+  int split;           // which slice of K (stream-K: which of the tile's runs)
+  int splits;          // slices of this tile's K (1: the whole tile here, stored straight to C)
+  int slot_tile;       // this block tile's place among the tiles with partials (workspace slots, counters)
   int kt_begin, kt_end;
 };
 
 struct Schedule {
   int tiles_m, tiles_n, cluster_tiles_m, cluster_tiles_n, k_tiles, per_split, total;
-  uint32_t rank_m, rank_n;
+  int units;           // clusters of the persistent grid
+  // STREAM_K: cluster tiles [0, dp_tiles) go whole, round-robin; the k-tiles of the rest, in tile
+  // order, in runs of per_unit, run u to cluster u; a tile spans at most max_splits runs.
+  int dp_tiles, sk_iters, per_unit, max_splits, slot_tiles;
+  uint32_t rank, rank_m, rank_n;
 
-  __device__ Schedule(int M, int N, int K, uint32_t rank) {
+  __device__ Schedule(int M, int N, int K, uint32_t cta_rank, int clusters) {
     tiles_m = (M + BLOCK_M - 1) / BLOCK_M;
     tiles_n = (N + BLOCK_N - 1) / BLOCK_N;
     cluster_tiles_m = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
@@ -308,11 +323,58 @@ struct Schedule {
     k_tiles = (K + BLOCK_K - 1) / BLOCK_K;
     per_split = (k_tiles + SPLIT_K - 1) / SPLIT_K;
     total = cluster_tiles_m * cluster_tiles_n * SPLIT_K;
-    rank_m = rank / CLUSTER_N;
-    rank_n = rank % CLUSTER_N;
+    units = clusters;
+    rank = cta_rank;
+    rank_m = cta_rank / CLUSTER_N;
+    rank_n = cta_rank % CLUSTER_N;
+    if constexpr (STREAM_K == 1) {
+      // Whole waves but the last full one go whole; that one and the partial wave are shared out
+      // (one shared wave would leave the partial one's imbalance to the fixed-up tiles).
+      const int waves = total / units;
+      dp_tiles = total % units == 0 ? total : (waves > 1 ? (waves - 1) * units : 0);
+      sk_iters = (total - dp_tiles) * k_tiles;
+      per_unit = sk_iters > 0 ? (sk_iters + units - 1) / units : 1;
+      max_splits = (k_tiles + per_unit - 1) / per_unit + 1;
+      slot_tiles = (total - dp_tiles) * kClusterSize;
+    } else {
+      dp_tiles = total;
+      sk_iters = 0;
+      per_unit = 1;
+      max_splits = SPLIT_K;
+      slot_tiles = tiles_m * tiles_n;
+    }
   }
 
-  // Work item w (a cluster's): GROUP_M raster over cluster tiles, then this block's place in it.
+  // How many work items cluster u takes.
+  __device__ int count(int u) const {
+    const int whole = dp_tiles > u ? (dp_tiles - u + units - 1) / units : 0;
+    if constexpr (STREAM_K == 0) {
+      return whole;
+    } else {
+      const int begin = u * per_unit, end = min(sk_iters, begin + per_unit);
+      return whole + (begin < end ? (end - 1) / k_tiles - begin / k_tiles + 1 : 0);
+    }
+  }
+
+  // Cluster u's work item j: its whole tiles first, then (stream-K) the pieces of its run.
+  __device__ WorkItem at(int u, int j) const {
+    const int whole = dp_tiles > u ? (dp_tiles - u + units - 1) / units : 0;
+    if (STREAM_K == 0 || j < whole) return item(u + j * units);
+    const int begin = u * per_unit, end = min(sk_iters, begin + per_unit);
+    const int local = begin / k_tiles + (j - whole);  // which shared tile
+    WorkItem piece = item(dp_tiles + local);
+    const int first = local * k_tiles;
+    piece.kt_begin = max(begin, first) - first;
+    piece.kt_end = min(end, first + k_tiles) - first;
+    const int first_unit = first / per_unit;
+    piece.splits = (first + k_tiles - 1) / per_unit - first_unit + 1;
+    piece.split = u - first_unit;
+    piece.slot_tile = local * kClusterSize + (int)rank;
+    return piece;
+  }
+
+  // Work item w of the whole-tile order (split-K: tile w / SPLIT_K, split w % SPLIT_K): GROUP_M
+  // raster over cluster tiles, then this block's place in it.
   __device__ WorkItem item(int w) const {
     const int tile = w / SPLIT_K;
     const int split = w % SPLIT_K;
@@ -330,6 +392,8 @@ struct Schedule {
     item.tile_m = cm * CLUSTER_M + (int)rank_m;
     item.tile_n = cn * CLUSTER_N + (int)rank_n;
     item.split = split;
+    item.splits = SPLIT_K;
+    item.slot_tile = item.tile_m * tiles_n + item.tile_n;
     item.kt_begin = min(k_tiles, split * per_split);
     item.kt_end = min(k_tiles, item.kt_begin + per_split);
     return item;
@@ -393,9 +457,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClus
   }
   cluster_sync();  // barriers initialised in every block before anyone multicasts into them
 
-  const Schedule schedule(M, N, K, rank);
   const int cluster_id = blockIdx.x / kClusterSize;
   const int clusters = gridDim.x / kClusterSize;
+  const Schedule schedule(M, N, K, rank, clusters);
+  const int items = schedule.count(cluster_id);
 
   if (warpgroup == 0) {
     // Producer: one thread issues every TMA load.
@@ -408,8 +473,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClus
       for (int i = 0; i < CLUSTER_M; ++i) mask_b |= uint16_t(1u << (i * CLUSTER_N + schedule.rank_n));
       int stage = 0;
       uint32_t phase = 0;
-      for (int w = cluster_id; w < schedule.total; w += clusters) {
-        const WorkItem item = schedule.item(w);
+      for (int j = 0; j < items; ++j) {
+        const WorkItem item = schedule.at(cluster_id, j);
         for (int kt = item.kt_begin; kt < item.kt_end; ++kt) {
           mbar_wait(empty(stage), phase ^ 1);  // a fresh barrier counts as released
           mbar_expect_tx(full(stage), kStageBytes);
@@ -448,8 +513,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClus
     float acc[kSlices][BLOCK_N / 2];
     int stage = 0;
     uint32_t phase = 0;
-    for (int w = cluster_id; w < schedule.total; w += clusters) {
-      const WorkItem item = schedule.item(w);
+    for (int j = 0; j < items; ++j) {
+      const WorkItem item = schedule.at(cluster_id, j);
 #pragma unroll
       for (int s = 0; s < kSlices; ++s)
 #pragma unroll
@@ -488,26 +553,26 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClus
       if (item.tile_m >= schedule.tiles_m || item.tile_n >= schedule.tiles_n) continue;  // cluster padding
       const int row0 = item.tile_m * BLOCK_M + consumer * kWgRows;
       const int col0 = item.tile_n * BLOCK_N;
-      if constexpr (SPLIT_K == 1) {
+      if (!kPartials || item.splits == 1) {
         store_tile_bf16(acc, C, M, N, row0, col0);
       } else {
         // Fragment-native partials (common/splitk.cuh): one slot per (split, tile, consumer, slice).
         const int lane_row = (t / 32) * 16 + (t % 32) / 4;  // this thread's first row of each m64 slice
-        const int tile = item.tile_m * schedule.tiles_n + item.tile_n;
-        const size_t split_stride = (size_t)schedule.tiles_m * schedule.tiles_n * CONSUMERS * kSlices * kSlotVecs;
+        const int tile = item.slot_tile;
+        const size_t split_stride = (size_t)schedule.slot_tiles * CONSUMERS * kSlices * kSlotVecs;
         float4* slots = reinterpret_cast<float4*>(workspace) + ((size_t)tile * CONSUMERS + consumer) * kSlices * kSlotVecs;
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) splitk_store_fragment(slots + item.split * split_stride + s * kSlotVecs, acc[s], t,
                                                     row0 + s * 64 + lane_row < M);
-        // Count this consumer's partials in; the last of SPLIT_K sums them all.
-        int* counter = reinterpret_cast<int*>(reinterpret_cast<float4*>(workspace) + SPLIT_K * split_stride) +
+        // Count this consumer's partials in; the last of the tile's splits sums them all.
+        int* counter = reinterpret_cast<int*>(reinterpret_cast<float4*>(workspace) + schedule.max_splits * split_stride) +
                        tile * CONSUMERS + consumer;
         const auto consumer_sync = [consumer] { asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory"); };
-        if (splitk_arrive(counter, SPLIT_K, &last_flag[consumer], t == 0, consumer_sync)) {
+        if (splitk_arrive(counter, item.splits, &last_flag[consumer], t == 0, consumer_sync)) {
 #pragma unroll
           for (int s = 0; s < kSlices; ++s)
-            splitk_sum_fragment<BLOCK_N / 2, kFinishBatch>(acc[s], slots + s * kSlotVecs, split_stride, SPLIT_K, item.split, t,
-                                row0 + s * 64 + lane_row < M);
+            splitk_sum_fragment<BLOCK_N / 2, kFinishBatch>(acc[s], slots + s * kSlotVecs, split_stride, item.splits,
+                                                           item.split, t, row0 + s * 64 + lane_row < M);
           store_tile_bf16(acc, C, M, N, row0, col0);
           if (t == 0) *counter = 0;  // ready for the next launch
         }
