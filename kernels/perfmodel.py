@@ -27,10 +27,9 @@ tile flops at the wgmma rate (one consumer warpgroup leaves the tensor cores idl
 on its single k-tile in flight; narrow wgmma n is bounded by shared-memory reads of both
 operands) plus a barrier handshake per k-tile, against feeding it by TMA (STAGES stages in
 flight, the L2 reads of this block's slice of a cluster-shared tile); plus the epilogue and
-split-K finish the consumers do between items, and the same device roofline. With stream-K
-(STREAM_K = 1) the busiest cluster's work is its whole tiles plus one equal run of k-tiles
-(``stream_k_split``, the kernel's own split), and each run's pieces store fp32 partials that the
-last of a tile's runs sums.
+split-K finish the consumers do between items, and the same device roofline. With TAIL_SPLIT = 1
+the busiest cluster's work is its full waves' whole tiles plus one split of a last-wave tile
+(``tail_split_plan``, the kernel's own plan), whose fp32 partials the tile's last split sums.
 
 The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
 only has to rank configurations, and the model-based search corrects what it gets wrong.
@@ -47,7 +46,7 @@ from dataclasses import dataclass
 
 from typing import Any
 
-from tunetable.kernels.families.common import stream_k_split
+from tunetable.kernels.families.common import tail_split_plan
 
 NUM_SMS = 132
 HBM_BYTES_PER_S = 4.13e12          # measured device-to-device copy (DESIGN.md)
@@ -208,7 +207,7 @@ class PersistentTile:
     cluster_m: int
     cluster_n: int
     split_k: int
-    stream_k: int = 0
+    tail_split: int = 0
 
     @classmethod
     def from_config(cls, config: Any) -> "PersistentTile":
@@ -217,7 +216,7 @@ class PersistentTile:
 
     @classmethod
     def from_defines(cls, values: Mapping[str, Any], *, label: str = "a configuration") -> "PersistentTile":
-        """Read BLOCK_M/N/K, STAGES, CONSUMERS, CLUSTER_M/N (default 1), SPLIT_K (default 1), STREAM_K
+        """Read BLOCK_M/N/K, STAGES, CONSUMERS, CLUSTER_M/N (default 1), SPLIT_K (default 1), TAIL_SPLIT
         (default 0) from -D defines."""
         missing = [n for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "CONSUMERS") if n not in values]
         if missing:
@@ -231,22 +230,21 @@ class PersistentTile:
             cluster_m=int(values.get("CLUSTER_M", 1)),
             cluster_n=int(values.get("CLUSTER_N", 1)),
             split_k=int(values.get("SPLIT_K", 1)),
-            stream_k=int(values.get("STREAM_K", 0)),
+            tail_split=int(values.get("TAIL_SPLIT", 0)),
         )
 
 
-def stream_k_busiest_s(*, split: Any, units: int, k_tiles: int, tile_s: float, epilogue_s: float) -> float:
-    """The busiest cluster's time under stream-K: its whole tiles, one run of k-tiles and the fix-up of its pieces.
+def tail_split_busiest_s(*, plan: Any, units: int, k_tiles: int, tile_s: float, epilogue_s: float) -> float:
+    """The busiest cluster's time with TAIL_SPLIT: its whole tiles, then one split of a last-wave tile.
 
-    A run spans ceil(run) + 1 tiles at most, each piece storing fp32 partials (twice a bf16 tile's
-    bytes); the last run of a tile reads the other runs' partials back before it stores C.
+    The split stores fp32 partials (twice a bf16 tile's bytes); the tile's last split reads the
+    others' back before it stores C.
     """
-    whole = math.ceil(split.whole_tiles / units) * (tile_s + epilogue_s)
-    if not split.shared_tiles:
+    whole = math.ceil(plan.whole_tiles / units) * (tile_s + epilogue_s)
+    if not plan.shared_tiles:
         return whole
-    run = split.per_unit / k_tiles
     fp32 = FP32_BYTES / BF16_BYTES * epilogue_s
-    return whole + run * tile_s + (math.ceil(run) + 1) * fp32 + (split.max_splits - 1) * fp32 + epilogue_s
+    return whole + plan.per_split / k_tiles * tile_s + plan.max_splits * fp32 + epilogue_s
 
 
 def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) -> float:
@@ -255,8 +253,8 @@ def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) 
     items = (math.ceil(math.ceil(m / tile.block_m) / tile.cluster_m)
              * math.ceil(math.ceil(n / tile.block_n) / tile.cluster_n) * tile.split_k)
     k_tiles = math.ceil(k / tile.block_k)
-    # Stream-K shares out k-tiles, so it takes every SM the k-tiles can fill (the family's launch).
-    clusters = max(1, min(items * (k_tiles if tile.stream_k else 1), NUM_SMS // cluster))
+    # The tail split takes every SM its splits can fill (the family's launch).
+    clusters = max(1, min(items * (k_tiles if tile.tail_split else 1), NUM_SMS // cluster))
     items_on_busiest = math.ceil(items / clusters)
     k_part = math.ceil(k / tile.split_k)
 
@@ -280,9 +278,9 @@ def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) 
     out_bytes = rows_a * min(tile.block_n, n) * (BF16_BYTES if tile.split_k == 1 else FP32_BYTES * (1 + tile.split_k))
     epilogue_s = out_bytes / (EPILOGUE_BYTES_PER_CLOCK * SM_CLOCK_HZ)
     busiest_s = MEMORY_LATENCY_S + items_on_busiest * (max(compute_s, feed_s) + epilogue_s)
-    if tile.stream_k:
-        busiest_s = MEMORY_LATENCY_S + stream_k_busiest_s(
-            split=stream_k_split(tiles=items, units=clusters, k_tiles=k_tiles), units=clusters, k_tiles=k_tiles,
+    if tile.tail_split:
+        busiest_s = MEMORY_LATENCY_S + tail_split_busiest_s(
+            plan=tail_split_plan(tiles=items, units=clusters, k_tiles=k_tiles), units=clusters, k_tiles=k_tiles,
             tile_s=max(compute_s, feed_s), epilogue_s=epilogue_s)
 
     output_bytes = tile.split_k * m * n * FP32_BYTES if tile.split_k > 1 else m * n * BF16_BYTES

@@ -23,7 +23,7 @@ PARAMS = load_params(REPO / "params.yaml")
 SPEC = table_spec(PARAMS, "gemm_wgmma")
 FAMILY = FAMILIES["gemm_wgmma"]
 TUNABLES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "CONSUMERS", "CLUSTER_M", "CLUSTER_N", "RASTER", "GROUP_M",
-            "SPLIT_K", "STREAM_K")
+            "SPLIT_K", "TAIL_SPLIT")
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,8 @@ def test_every_kept_config_launches_on_the_tables_shapes(grid) -> None:
         for m, n, k in SPEC.shapes():
             launch = FAMILY.launch(defines, m, n, k)
             assert launch.grid[0] % cluster == 0 and launch.grid[0] <= 132
-            if defines["STREAM_K"]:
-                continue  # its own workspace: test_stream_k_workspace_holds_every_split below
+            if defines["TAIL_SPLIT"]:
+                continue  # its own workspace: test_tail_split_workspace_holds_every_split below
             tiles = math.ceil(m / defines["BLOCK_M"]) * math.ceil(n / defines["BLOCK_N"])
             counters = tiles * defines["CONSUMERS"]  # one per tile and consumer warpgroup, after the partials
             partials = split * tiles * defines["BLOCK_M"] * defines["BLOCK_N"] * 4
@@ -103,35 +103,35 @@ def test_split_k_workspace_of_the_skinny_heuristic() -> None:
     assert FAMILY.launch(defines, 7, 4096, 4096).workspace_bytes == 2 * 32 * 64 * 128 * 4 + 32 * 4 == 2_097_152 + 128
 
 
-STREAM_K_256 = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "CLUSTER_M": 1,
-                "CLUSTER_N": 1, "RASTER": 1, "GROUP_M": 8, "SPLIT_K": 1, "STREAM_K": 1}
+TAIL_SPLIT_256 = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "CLUSTER_M": 1,
+                "CLUSTER_N": 1, "RASTER": 1, "GROUP_M": 8, "SPLIT_K": 1, "TAIL_SPLIT": 1}
 TILE_BYTES_256 = 128 * 256 * 4
 
 
 @pytest.mark.parametrize("shape,tiles,splits", [
-    # 2 x 74 = 148 tiles, 56 k-tiles: on 132 (and on any 75-148) clusters one wave + 16 tiles, all shared,
-    # a run of 63-64 k-tiles, so a tile spans 2 runs at most.
-    ((250, 18944, 3584), 148, 2),
-    # 16 tiles of 64 k-tiles on 132 clusters: runs of 8 k-tiles, a tile spans 9 (the most any cut grid needs).
-    ((8, 4096, 4096), 16, 9),
-    # 1 x 1 tile: one cluster, the tile whole; no workspace.
+    # 2 x 74 = 148 tiles of 56 k-tiles on 132 clusters: one full wave whole, its 16 last-wave tiles split
+    # 132 // 16 = 8 ways (runs of 7 k-tiles); no cut grid (99-131 clusters: 17-49 tiles, 2-7 splits) needs more.
+    ((250, 18944, 3584), 16, 8),
+    # 16 tiles of 64 k-tiles, less than a wave: each split 8 ways (the cap, not 132 // 16 = 8.25 -> 8 anyway).
+    ((8, 4096, 4096), 16, 8),
+    # 1 x 1 tile of 1 k-tile: one cluster, the tile whole; no workspace.
     ((1, 8, 8), 0, 0),
 ])
-def test_stream_k_workspace_holds_every_split(shape: tuple[int, int, int], tiles: int, splits: int) -> None:
-    """Stream-K: a whole fp32 tile per (shared tile, run it spans), then one counter per shared tile and consumer."""
-    defines = {**STREAM_K_256, **FAMILY.derived(STREAM_K_256)}
+def test_tail_split_workspace_holds_every_split(shape: tuple[int, int, int], tiles: int, splits: int) -> None:
+    """TAIL_SPLIT: a whole fp32 tile per (last-wave tile, split), then one counter per such tile and consumer."""
+    defines = {**TAIL_SPLIT_256, **FAMILY.derived(TAIL_SPLIT_256)}
     launch = FAMILY.launch(defines, *shape)
     assert launch.workspace_bytes == splits * tiles * TILE_BYTES_256 + (tiles * 2 * 4 if tiles else 0)
     assert launch.grid[0] == min(132, max(1, math.ceil(shape[0] / 128) * math.ceil(shape[1] / 256)
                                           * math.ceil(shape[2] / 64)))
 
 
-def test_stream_k_and_split_k_exclude_each_other() -> None:
-    rules = compile_rules(SPEC.grid, names=list({**STREAM_K_256, **FAMILY.derived(STREAM_K_256)}),
+def test_tail_split_and_split_k_exclude_each_other() -> None:
+    rules = compile_rules(SPEC.grid, names=list({**TAIL_SPLIT_256, **FAMILY.derived(TAIL_SPLIT_256)}),
                           path="params.yaml", table=SPEC.name, family=FAMILY)
-    both = {**STREAM_K_256, "SPLIT_K": 2}
+    both = {**TAIL_SPLIT_256, "SPLIT_K": 2}
     failed = first_failed_rule({**both, **FAMILY.derived(both)}, rules)
-    assert failed is not None and failed.expression.source == "STREAM_K == 0 or SPLIT_K == 1"
+    assert failed is not None and failed.expression.source == "TAIL_SPLIT == 0 or SPLIT_K == 1"
 
 
 def test_snippet_fields_are_the_generated_class_and_the_manifest_keys() -> None:

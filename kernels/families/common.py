@@ -104,7 +104,7 @@ def fragment_workspace_bytes(defines: Mapping[str, object], *, tiles: int, split
     """Split-K workspace of the TMA kernels (common/splitk.cuh's fragment-native slots): a whole fp32
     BLOCK_M x BLOCK_N tile per split and tile, then one int counter per tile and consumer; 0 without splits.
 
-    ``splits``: slots per tile (default SPLIT_K; gemm_wgmma's stream-K gives its own).
+    ``splits``: slots per tile (default SPLIT_K; gemm_wgmma's TAIL_SPLIT gives its own).
     """
     splits = int_define(defines, "SPLIT_K") if splits is None else splits
     if splits == 1 or tiles == 0:
@@ -113,28 +113,33 @@ def fragment_workspace_bytes(defines: Mapping[str, object], *, tiles: int, split
     return splits * tiles * tile_bytes + tiles * int_define(defines, "CONSUMERS") * 4
 
 
+MAX_TAIL_SPLITS = 8  # gemm_wgmma.cu's kMaxTailSplits: a tile's last split reads the others' partials
+
+
 @dataclass(frozen=True, kw_only=True)
-class StreamKSplit:
-    """How gemm_wgmma's STREAM_K = 1 shares out a launch (the kernel's Schedule computes the same)."""
+class TailSplitPlan:
+    """How gemm_wgmma's TAIL_SPLIT = 1 shares out a launch (the kernel's Schedule computes the same)."""
 
-    whole_tiles: int   # cluster tiles done whole, round-robin over the clusters
-    shared_tiles: int  # the cluster tiles after them, whose k-tiles are cut into one run per cluster
-    per_unit: int      # k-tiles per run
-    max_splits: int    # runs a shared tile spans at most (its workspace slots)
+    whole_tiles: int   # cluster tiles of the full waves, done whole, round-robin over the clusters
+    shared_tiles: int  # the last partial wave's cluster tiles, each split along K over the idle clusters
+    per_split: int     # k-tiles per split of a shared tile
+    max_splits: int    # splits of a shared tile (its workspace slots)
 
 
-def stream_k_split(*, tiles: int, units: int, k_tiles: int) -> StreamKSplit:
-    """All whole waves of cluster tiles but the last go whole; the last and the partial wave are shared out.
+def tail_split_plan(*, tiles: int, units: int, k_tiles: int) -> TailSplitPlan:
+    """The full waves go whole; the R tiles of the last partial wave split into U // R equal runs of k-tiles.
 
-    Sharing two waves, not one, spreads a partial wave's imbalance over twice the work: each run then
-    spans at most two tiles, and its fixed-up pieces are large ones.
+    All splits run in the same last round, split s of every shared tile on neighbouring clusters, so the
+    clusters that share a panel of A or B read the same k-tiles at the same time (L2 reuse). A stream-K
+    split into equal runs over the whole tile order lost that reuse: 1.5-2x slower at M >= 512
+    (benchmarks/notes_gemm_wgmma.md, v8).
     """
-    waves = tiles // units
-    whole = tiles if tiles % units == 0 else (waves - 1) * units if waves > 1 else 0
-    iters = (tiles - whole) * k_tiles
-    per_unit = ceil_div(iters, units) if iters else 1
-    return StreamKSplit(whole_tiles=whole, shared_tiles=tiles - whole, per_unit=per_unit,
-                        max_splits=ceil_div(k_tiles, per_unit) + 1)
+    shared = tiles % units
+    if shared == 0:
+        return TailSplitPlan(whole_tiles=tiles, shared_tiles=0, per_split=k_tiles, max_splits=1)
+    per_split = ceil_div(k_tiles, min(units // shared, k_tiles, MAX_TAIL_SPLITS))
+    return TailSplitPlan(whole_tiles=tiles - shared, shared_tiles=shared, per_split=per_split,
+                         max_splits=ceil_div(k_tiles, per_split))
 
 
 def check_gemm_shape(family: str, M: int, N: int, K: int, *, why: str) -> None:

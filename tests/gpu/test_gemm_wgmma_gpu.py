@@ -158,14 +158,16 @@ def test_gemm_with_wgmma_is_right_on_every_repeat(torch, split_k: int, family: s
 
 
 @pytest.mark.parametrize("cluster_m", [1, 2])
-@pytest.mark.parametrize("shape", [(1000, 4096, 4096), (4096, 4096, 4096), (8, 4096, 14336), (333, 264, 328)])
-def test_stream_k_is_right_on_every_repeat(torch, shape: tuple[int, int, int], cluster_m: int) -> None:
-    """Stream-K: tiles whole and tiles shared by 2-9 runs of k-tiles (1000 x 4096²: all 128 shared; 4096³: 264
-    whole, the rest shared; 8 x 4096 x 14336: 16 tiles over 132 runs); the last run of a tile sums the runs in
-    order, whichever finishes last: right, and the same bits every launch."""
+@pytest.mark.parametrize("shape", [(1100, 4096, 4096), (1000, 4096, 4096), (8, 4096, 14336), (333, 264, 328)])
+def test_tail_split_is_right_on_every_repeat(torch, shape: tuple[int, int, int], cluster_m: int) -> None:
+    """TAIL_SPLIT: a full wave whole and the last wave split (1100 x 4096²: 132 tiles whole, 12 split 8 ways;
+    in 2 x 1 clusters 66 whole, 14 split 4 ways), a last wave with no idle SM (1000 x 4096², 128 tiles: all
+    whole), less than a wave (8 x 4096 x 14336: 16 tiles split 8 or 4 ways; 333 x 264 x 328: 6 k-tiles split
+    6 ways). The last split of a tile sums the splits in order, whichever finishes last: right, and the same
+    bits every launch."""
     import tunetable.kernels
 
-    tunables = {**dataclasses.asdict(FAMILIES[TABLE].default_tunables), "stream_k": 1, "cluster_m": cluster_m}
+    tunables = {**dataclasses.asdict(FAMILIES[TABLE].default_tunables), "tail_split": 1, "cluster_m": cluster_m}
     m, n, k = shape
     a, b = operands(torch, m, n, k)
     out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)

@@ -1,4 +1,4 @@
-"""gemm_wgmma: C = A·Bᵀ (bf16, fp32 accumulate) through TMA + wgmma, persistent, clusters, split-K, stream-K.
+"""gemm_wgmma: C = A·Bᵀ (bf16, fp32 accumulate) through TMA + wgmma, persistent, clusters, split-K (fixed or of the last wave).
 
 Every fact of the family, once: the typed tunables and the values derived from them (threads,
 shared memory: the kernel's own formulas, which it static_asserts), the validity rules (the
@@ -23,7 +23,7 @@ from tunetable.kernels.families.common import (
     check_gemm_shape,
     fragment_workspace_bytes,
     int_define,
-    stream_k_split,
+    tail_split_plan,
 )
 from tunetable.kernels.tma import TensorMapSpec, encode
 
@@ -45,7 +45,7 @@ class GemmWgmmaTunables:
     raster: int
     group_m: int
     split_k: int
-    stream_k: int = 0   # until the re-record (TODO remove)
+    tail_split: int = 0   # until the re-record (TODO remove)
 
     @property
     def threads(self) -> int:
@@ -90,17 +90,17 @@ class GemmWgmmaFamily(KernelFamily):
         Rule("RASTER in (0, 1)", "down M first or along N first"),
         Rule("GROUP_M >= 1", "raster groups of at least one tile"),
         Rule("1 <= SPLIT_K <= 16", "the kernel's split-K bound"),
-        Rule("STREAM_K in (0, 1)", "stream-K off or on"),
-        Rule("STREAM_K == 0 or SPLIT_K == 1", "stream-K splits K itself"),
+        Rule("TAIL_SPLIT in (0, 1)", "the last partial wave split or not"),
+        Rule("TAIL_SPLIT == 0 or SPLIT_K == 1", "the tail split chooses its own splits"),
         Rule(f"SMEM_BYTES <= {MAX_SHARED_BYTES_PER_BLOCK}", "the kernel's static_assert on shared memory"),
     )
     # The untuned default and the small-M choice (both in the default grid).
     default_tunables = GemmWgmmaTunables(block_m=128, block_n=256, block_k=64, stages=4, consumers=2,
                                          cluster_m=1, cluster_n=1, raster=1, group_m=8, split_k=1,
-                                         stream_k=0)
+                                         tail_split=0)
     skinny_tunables = GemmWgmmaTunables(block_m=64, block_n=128, block_k=128, stages=4, consumers=1,
                                         cluster_m=1, cluster_n=1, raster=0, group_m=1, split_k=2,
-                                        stream_k=0)
+                                        tail_split=0)
 
     def check_shape(self, M: int, N: int, K: int) -> None:
         """Raise ValueError unless M >= 1, N and K are positive multiples of 8 and all fit int32."""
@@ -135,10 +135,10 @@ class GemmWgmmaFamily(KernelFamily):
     def resident_clusters(self, defines: Mapping[str, object], M: int, N: int, K: int, *,
                           sm_count: int = H200_SM_COUNT) -> int:
         """Clusters of the persistent grid: one block per SM at most, never more than the work items
-        (stream-K: than the k-tiles, which it shares out)."""
+        (TAIL_SPLIT: every SM, which the last wave's splits fill)."""
         cluster = int_define(defines, "CLUSTER_M") * int_define(defines, "CLUSTER_N")
         work = self.work_items(defines, M, N, K)
-        if int_define(defines, "STREAM_K"):
+        if int_define(defines, "TAIL_SPLIT"):
             work *= ceil_div(K, int_define(defines, "BLOCK_K"))
         return max(1, min(work, sm_count // cluster))
 
@@ -147,12 +147,12 @@ class GemmWgmmaFamily(KernelFamily):
         self.check_shape(M, N, K)
         cluster = int_define(defines, "CLUSTER_M") * int_define(defines, "CLUSTER_N")
         clusters = self.resident_clusters(defines, M, N, K, sm_count=sm_count)
-        if int_define(defines, "STREAM_K"):
+        if int_define(defines, "TAIL_SPLIT"):
             # The launch may be cut to the clusters that fit at once (kernels/runtime/plan.py), and the
-            # kernel shares out over the clusters it has: room for the split of any grid up to this one.
+            # kernel splits over the clusters it has: room for the plan of any grid up to this one.
             tiles, k_tiles = cluster_tiles(defines, M=M, N=N), ceil_div(K, int_define(defines, "BLOCK_K"))
             workspace = max(fragment_workspace_bytes(defines, tiles=split.shared_tiles * cluster, splits=split.max_splits)
-                            for split in (stream_k_split(tiles=tiles, units=units, k_tiles=k_tiles)
+                            for split in (tail_split_plan(tiles=tiles, units=units, k_tiles=k_tiles)
                                           for units in range(1, clusters + 1)))
         else:
             tiles = ceil_div(M, int_define(defines, "BLOCK_M")) * ceil_div(N, int_define(defines, "BLOCK_N"))

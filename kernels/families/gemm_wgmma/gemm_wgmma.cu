@@ -25,11 +25,11 @@
 //     order, many loads in flight, and writes C:
 //     deterministic, and no second kernel launch. The counters follow the partials in the
 //     workspace, start zeroed (the host clears new workspaces) and are reset by that last split;
-//   * STREAM_K = 1 (a last wave that would leave SMs idle): all but the last one or two waves of
-//     cluster tiles go whole, round-robin; the rest is cut into equal runs of k-tiles, one per
-//     cluster, so every SM ends at the same time. A tile two or more runs share is finished like a
-//     split-K tile, its runs in order as the splits (Schedule; the host sizes the workspace with the
-//     same split: family.py's stream_k_split).
+//   * TAIL_SPLIT = 1 (a last wave that would leave SMs idle): the full waves' tiles go whole; each of
+//     the R tiles of the last partial wave is split along K into U / R equal runs (U: clusters), all
+//     in one last round, split s of every tile on neighbouring clusters (the same k-tiles of a shared
+//     panel at the same time), and finished like a split-K tile (Schedule; the host sizes the
+//     workspace with the same plan: families/common.py's tail_split_plan).
 //
 // Tunables are -D defines; combinations that cannot work fail here with a static_assert.
 
@@ -42,8 +42,8 @@
 
 #if !defined(BLOCK_M) || !defined(BLOCK_N) || !defined(BLOCK_K) || !defined(STAGES) || !defined(CONSUMERS) || \
     !defined(CLUSTER_M) || !defined(CLUSTER_N) || !defined(RASTER) || !defined(GROUP_M) || !defined(SPLIT_K) || \
-    !defined(STREAM_K)
-#error "gemm_wgmma.cu needs -DBLOCK_M -DBLOCK_N -DBLOCK_K -DSTAGES -DCONSUMERS -DCLUSTER_M -DCLUSTER_N -DRASTER -DGROUP_M -DSPLIT_K -DSTREAM_K"
+    !defined(TAIL_SPLIT)
+#error "gemm_wgmma.cu needs -DBLOCK_M -DBLOCK_N -DBLOCK_K -DSTAGES -DCONSUMERS -DCLUSTER_M -DCLUSTER_N -DRASTER -DGROUP_M -DSPLIT_K -DTAIL_SPLIT"
 #endif
 
 namespace gemm_wgmma_cfg {
@@ -81,9 +81,10 @@ static_assert(kSliceRowsA % 8 == 0 && kSliceRowsB % 8 == 0, "multicast slices mu
 static_assert(RASTER == 0 || RASTER == 1, "RASTER must be 0 (down M first) or 1 (along N first)");
 static_assert(GROUP_M >= 1, "GROUP_M must be at least 1");
 static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K must be between 1 and 16");
-static_assert(STREAM_K == 0 || STREAM_K == 1, "STREAM_K must be 0 or 1");
-static_assert(STREAM_K == 0 || SPLIT_K == 1, "STREAM_K splits K itself: SPLIT_K must be 1");
-constexpr bool kPartials = SPLIT_K > 1 || STREAM_K == 1;  // some tiles are summed from fp32 partials
+static_assert(TAIL_SPLIT == 0 || TAIL_SPLIT == 1, "TAIL_SPLIT must be 0 or 1");
+static_assert(TAIL_SPLIT == 0 || SPLIT_K == 1, "TAIL_SPLIT splits K itself: SPLIT_K must be 1");
+constexpr bool kPartials = SPLIT_K > 1 || TAIL_SPLIT == 1;  // some tiles are summed from fp32 partials
+constexpr int kMaxTailSplits = 8;  // the last split reads the others' partials: more would cost more than they save
 #ifdef SMEM_BYTES
 static_assert(SMEM_BYTES == kSmemBytes, "SMEM_BYTES define disagrees with the kernel's shared-memory formula");
 #endif
@@ -301,7 +302,7 @@ struct Wgmma<256> {
 
 struct WorkItem {
   int tile_m, tile_n;  // this block's tile
-  int split;           // which slice of K (stream-K: which of the tile's runs)
+  int split;           // which slice of K
   int splits;          // slices of this tile's K (1: the whole tile here, stored straight to C)
   int slot_tile;       // this block tile's place among the tiles with partials (workspace slots, counters)
   int kt_begin, kt_end;
@@ -310,9 +311,9 @@ struct WorkItem {
 struct Schedule {
   int tiles_m, tiles_n, cluster_tiles_m, cluster_tiles_n, k_tiles, per_split, total;
   int units;           // clusters of the persistent grid
-  // STREAM_K: cluster tiles [0, dp_tiles) go whole, round-robin; the k-tiles of the rest, in tile
-  // order, in runs of per_unit, run u to cluster u; a tile spans at most max_splits runs.
-  int dp_tiles, sk_iters, per_unit, max_splits, slot_tiles;
+  // TAIL_SPLIT: cluster tiles [0, dp_tiles) go whole, round-robin; each of the shared_tiles after them
+  // splits into max_splits runs of per_tail k-tiles; run s of shared tile r is cluster s * shared_tiles + r's.
+  int dp_tiles, shared_tiles, per_tail, max_splits, slot_tiles;
   uint32_t rank, rank_m, rank_n;
 
   __device__ Schedule(int M, int N, int K, uint32_t cta_rank, int clusters) {
@@ -327,19 +328,15 @@ struct Schedule {
     rank = cta_rank;
     rank_m = cta_rank / CLUSTER_N;
     rank_n = cta_rank % CLUSTER_N;
-    if constexpr (STREAM_K == 1) {
-      // Whole waves but the last full one go whole; that one and the partial wave are shared out
-      // (one shared wave would leave the partial one's imbalance to the fixed-up tiles).
-      const int waves = total / units;
-      dp_tiles = total % units == 0 ? total : (waves > 1 ? (waves - 1) * units : 0);
-      sk_iters = (total - dp_tiles) * k_tiles;
-      per_unit = sk_iters > 0 ? (sk_iters + units - 1) / units : 1;
-      max_splits = (k_tiles + per_unit - 1) / per_unit + 1;
-      slot_tiles = (total - dp_tiles) * kClusterSize;
+    shared_tiles = TAIL_SPLIT == 1 ? total % units : 0;
+    dp_tiles = total - shared_tiles;
+    if (shared_tiles > 0) {
+      const int splits = min(min(units / shared_tiles, k_tiles), kMaxTailSplits);
+      per_tail = (k_tiles + splits - 1) / splits;
+      max_splits = (k_tiles + per_tail - 1) / per_tail;  // no empty run
+      slot_tiles = shared_tiles * kClusterSize;
     } else {
-      dp_tiles = total;
-      sk_iters = 0;
-      per_unit = 1;
+      per_tail = k_tiles;
       max_splits = SPLIT_K;
       slot_tiles = tiles_m * tiles_n;
     }
@@ -348,27 +345,19 @@ struct Schedule {
   // How many work items cluster u takes.
   __device__ int count(int u) const {
     const int whole = dp_tiles > u ? (dp_tiles - u + units - 1) / units : 0;
-    if constexpr (STREAM_K == 0) {
-      return whole;
-    } else {
-      const int begin = u * per_unit, end = min(sk_iters, begin + per_unit);
-      return whole + (begin < end ? (end - 1) / k_tiles - begin / k_tiles + 1 : 0);
-    }
+    return whole + (u < shared_tiles * max_splits ? 1 : 0);
   }
 
-  // Cluster u's work item j: its whole tiles first, then (stream-K) the pieces of its run.
+  // Cluster u's work item j: its whole tiles first, then (TAIL_SPLIT) its run of a last-wave tile.
   __device__ WorkItem at(int u, int j) const {
     const int whole = dp_tiles > u ? (dp_tiles - u + units - 1) / units : 0;
-    if (STREAM_K == 0 || j < whole) return item(u + j * units);
-    const int begin = u * per_unit, end = min(sk_iters, begin + per_unit);
-    const int local = begin / k_tiles + (j - whole);  // which shared tile
+    if (TAIL_SPLIT == 0 || j < whole) return item(u + j * units);
+    const int local = u % shared_tiles;  // which last-wave tile
     WorkItem piece = item(dp_tiles + local);
-    const int first = local * k_tiles;
-    piece.kt_begin = max(begin, first) - first;
-    piece.kt_end = min(end, first + k_tiles) - first;
-    const int first_unit = first / per_unit;
-    piece.splits = (first + k_tiles - 1) / per_unit - first_unit + 1;
-    piece.split = u - first_unit;
+    piece.split = u / shared_tiles;
+    piece.splits = max_splits;
+    piece.kt_begin = piece.split * per_tail;
+    piece.kt_end = min(k_tiles, piece.kt_begin + per_tail);
     piece.slot_tile = local * kClusterSize + (int)rank;
     return piece;
   }
