@@ -355,7 +355,7 @@ def test_the_process_wide_dispatcher_is_the_generated_one_and_can_be_replaced() 
 
 def test_make_entry_names_missing_and_unknown_tunables() -> None:
     with pytest.raises(ValueError, match=r"gemm_wgmma: tunables must be .* \(missing: cluster_m, cluster_n, consumers, "
-                                         "raster; unknown: warps_k, warps_m, warps_n"):
+                                         "raster, tail_split; unknown: warps_k, warps_m, warps_n"):
         make_entry(tunables=SMALL, n=4096, k=4096, kernel="gemm_wgmma")
     with pytest.raises(ValueError, match="unknown kernel family 'gemm_nope'"):
         make_entry(tunables=SMALL, n=4096, k=4096, kernel="gemm_nope")

@@ -45,7 +45,7 @@ class GemmWgmmaTunables:
     raster: int
     group_m: int
     split_k: int
-    tail_split: int = 0   # until the re-record (TODO remove)
+    tail_split: int
 
     @property
     def threads(self) -> int:
