@@ -41,7 +41,7 @@ builder) and the runtime's shape selector (``tunetable.kernels.runtime.selector`
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from typing import Any
@@ -153,46 +153,56 @@ def slice_reduction_s(*, tile: GemmTile, resident: int) -> float:
     return (smem_bytes / SMEM_BYTES_PER_CLOCK + 2 * SYNC_CYCLES_PER_K_STEP / resident) / SM_CLOCK_HZ
 
 
-def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: int) -> float:
-    """Predicted kernel time in seconds (inf when the block cannot be resident)."""
+def tiled_model(*, tile: GemmTile, resources: Resources) -> Callable[[int, int, int], float]:
+    """``predict_seconds`` of one tile as ``f(m, n, k)``: what depends on the tile alone computed once, the rest
+    with the same float operations in the same order (bit-equal times; ``persistent_model`` says why)."""
     per_sm = blocks_per_sm(resources)
     if per_sm == 0:
-        return math.inf
-    k_part = math.ceil(k / tile.split_k)
-    tiles = math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n) * tile.split_k
-    tiles_on_busiest_sm = math.ceil(tiles / NUM_SMS)
-    resident = min(per_sm, tiles_on_busiest_sm)
-
-    # Tensor-core time of the busiest SM: padded tile flops at the mma.sync rate, derated when
-    # too few warps hide latency or when warp tiles are small enough for smem reads to bound MMAs.
-    tile_flops = 2.0 * tile.block_m * tile.block_n * k_part
+        return lambda m, n, k: math.inf
+    bm, bn, bk, split_k = tile.block_m, tile.block_n, tile.block_k, tile.split_k
+    tile_area = 2.0 * bm * bn
+    # Tensor-core rate of the busiest SM: the mma.sync rate, bounded by smem reads when warp tiles are small.
     mma_rate = DEVICE_FLOPS * MMA_SYNC_FRACTION / NUM_SMS
-    warp_m, warp_n = tile.block_m / tile.warps_m, tile.block_n / tile.warps_n
+    warp_m, warp_n = bm / tile.warps_m, bn / tile.warps_n
     smem_bytes_per_flop = BF16_BYTES * (warp_m + warp_n) / (2.0 * warp_m * warp_n)
     smem_rate = SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop
-    warp_fill = min(1.0, resident * tile.threads / 32 / SATURATING_WARPS)
-    # Per-tile latency other resident blocks cannot hide: pipeline fill and one barrier per k step.
-    k_steps = math.ceil(k_part / tile.block_k)
-    exposed_s = (MEMORY_LATENCY_S + k_steps * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ) / resident
-    # Sliced K: its warps count in warp_fill (same warp tiles, so same smem bytes per flop), its reduction here.
-    slices_s = slice_reduction_s(tile=tile, resident=resident)
-    compute_s = tiles_on_busiest_sm * (tile_flops / (min(mma_rate, smem_rate) * warp_fill) + exposed_s + slices_s)
+    peak_rate = min(mma_rate, smem_rate)
+    stage_bytes = max(tile.stages - 1, 1) * (bm + bn) * bk * BF16_BYTES
+    port = L2_BYTES_PER_CLOCK * SM_CLOCK_HZ
 
-    # Feeding the busiest SM: bytes in flight over latency, capped by its L2 port.
-    tile_bytes = (tile.block_m + tile.block_n) * k_part * BF16_BYTES
-    in_flight = resident * max(tile.stages - 1, 1) * (tile.block_m + tile.block_n) * tile.block_k * BF16_BYTES
-    feed_rate = min(L2_BYTES_PER_CLOCK * SM_CLOCK_HZ, in_flight / MEMORY_LATENCY_S)
-    feed_s = tiles_on_busiest_sm * tile_bytes / feed_rate
+    def seconds(m: int, n: int, k: int) -> float:
+        """Predicted time in seconds of the tile on (m, n, k)."""
+        k_part = -(-k // split_k)
+        tiles = -(-m // bm) * -(-n // bn) * split_k
+        tiles_on_busiest_sm = -(-tiles // NUM_SMS)
+        resident = min(per_sm, tiles_on_busiest_sm)
+        tile_flops = tile_area * k_part
+        # Derated when too few warps hide latency.
+        warp_fill = min(1.0, resident * tile.threads / 32 / SATURATING_WARPS)
+        # Per-tile latency other resident blocks cannot hide: pipeline fill and one barrier per k step.
+        exposed_s = (MEMORY_LATENCY_S + -(-k_part // bk) * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ) / resident
+        # Sliced K: its warps count in warp_fill (same warp tiles, so same smem bytes per flop), its reduction here.
+        slices_s = slice_reduction_s(tile=tile, resident=resident)
+        compute_s = tiles_on_busiest_sm * (tile_flops / (peak_rate * warp_fill) + exposed_s + slices_s)
+        # Feeding the busiest SM: bytes in flight over latency, capped by its L2 port.
+        tile_bytes = (bm + bn) * k_part * BF16_BYTES
+        feed_s = tiles_on_busiest_sm * tile_bytes / min(port, resident * stage_bytes / MEMORY_LATENCY_S)
+        # Device roofline of the main kernel (split-K writes fp32 partials instead of C) ...
+        output_bytes = split_k * m * n * FP32_BYTES if split_k > 1 else m * n * BF16_BYTES
+        moved = (m * k + n * k) * BF16_BYTES + output_bytes
+        device_s = max(moved / HBM_BYTES_PER_S, tiles * tile_flops / DEVICE_FLOPS)
+        # ... and the split-K reduction in the same launch: each tile's last split reads the partials back.
+        reduce_s = 0.0
+        if split_k > 1:
+            reduce_s = (split_k * m * n * FP32_BYTES + m * n * BF16_BYTES) / HBM_BYTES_PER_S
+        return max(compute_s, feed_s, device_s) + reduce_s + LAUNCH_OVERHEAD_S
 
-    # Device roofline of the main kernel (split-K writes fp32 partials instead of C) ...
-    output_bytes = tile.split_k * m * n * FP32_BYTES if tile.split_k > 1 else m * n * BF16_BYTES
-    moved = (m * k + n * k) * BF16_BYTES + output_bytes
-    device_s = max(moved / HBM_BYTES_PER_S, tiles * tile_flops / DEVICE_FLOPS)
-    # ... and the split-K reduction in the same launch: each tile's last split reads the partials back.
-    reduce_s = 0.0
-    if tile.split_k > 1:
-        reduce_s = (tile.split_k * m * n * FP32_BYTES + m * n * BF16_BYTES) / HBM_BYTES_PER_S
-    return max(compute_s, feed_s, device_s) + reduce_s + LAUNCH_OVERHEAD_S
+    return seconds
+
+
+def predict_seconds(*, tile: GemmTile, resources: Resources, m: int, n: int, k: int) -> float:
+    """Predicted kernel time in seconds (inf when the block cannot be resident)."""
+    return tiled_model(tile=tile, resources=resources)(m, n, k)
 
 
 @dataclass(frozen=True)
@@ -247,43 +257,58 @@ def tail_split_busiest_s(*, plan: Any, units: int, k_tiles: int, tile_s: float, 
     return whole + plan.per_split / k_tiles * tile_s + plan.max_splits * fp32 + epilogue_s
 
 
-def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) -> float:
-    """Predicted time in seconds of a persistent TMA + wgmma kernel (one block per SM)."""
-    cluster = tile.cluster_m * tile.cluster_n
-    items = (math.ceil(math.ceil(m / tile.block_m) / tile.cluster_m)
-             * math.ceil(math.ceil(n / tile.block_n) / tile.cluster_n) * tile.split_k)
-    k_tiles = math.ceil(k / tile.block_k)
-    # The tail split takes every SM its splits can fill (the family's launch).
-    clusters = max(1, min(items * (k_tiles if tile.tail_split else 1), NUM_SMS // cluster))
-    items_on_busiest = math.ceil(items / clusters)
-    k_part = math.ceil(k / tile.split_k)
+def persistent_model(tile: PersistentTile) -> Callable[[int, int, int], float]:
+    """``predict_persistent_seconds`` of one tile as ``f(m, n, k)``: what depends on the tile alone is computed once.
 
+    The shape selector scores a few configurations per new shape at run time (tens of microseconds in
+    all), so the per-shape part is kept to integer tile counts and the same float operations, in the
+    same order, as a single call: the two give bit-equal times.
+    """
+    bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
+    cm, cn, split_k, tail = tile.cluster_m, tile.cluster_n, tile.split_k, tile.tail_split
+    cluster = cm * cn
+    max_clusters = NUM_SMS // cluster
+    tile_area = 2.0 * bm * bn
     # Tensor cores: the padded tile at the wgmma rate, derated for a single consumer and bounded
     # by shared-memory reads (both operands come from smem: (64 + n) x 16 x 2 bytes per m64nNk16).
-    tile_flops = 2.0 * tile.block_m * tile.block_n * k_part
     fill = 1.0 if tile.consumers > 1 else SINGLE_CONSUMER_FRACTION
-    smem_bytes_per_flop = (WGMMA_M + tile.block_n) / (WGMMA_M * tile.block_n)
+    smem_bytes_per_flop = (WGMMA_M + bn) / (WGMMA_M * bn)
     rate = min(DEVICE_FLOPS / NUM_SMS * fill, SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop)
-    # Each k-tile also costs a full/empty mbarrier handshake the consumers wait through.
-    compute_s = tile_flops / rate + math.ceil(k_part / tile.block_k) * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ
+    # TMA feed: STAGES stages in flight sustain a rate, capped by the L2 port.
+    in_flight = tile.stages * (bm + bn) * bk * BF16_BYTES
+    feed_rate = min(L2_BYTES_PER_CLOCK * SM_CLOCK_HZ, in_flight / MEMORY_LATENCY_S)
+    out_element_bytes = BF16_BYTES if split_k == 1 else FP32_BYTES * (1 + split_k)
+    epilogue_rate = EPILOGUE_BYTES_PER_CLOCK * SM_CLOCK_HZ
 
-    # TMA feed: this block's L2 reads (its slice of a cluster-shared tile; rows past M or N are
-    # zero-filled, not read) at the rate STAGES stages in flight sustain, capped by the L2 port.
-    rows_a, rows_b = min(tile.block_m, m), min(tile.block_n, n)
-    l2_bytes = (rows_a / tile.cluster_n + rows_b / tile.cluster_m) * k_part * BF16_BYTES
-    in_flight = tile.stages * (tile.block_m + tile.block_n) * tile.block_k * BF16_BYTES
-    feed_s = l2_bytes / min(L2_BYTES_PER_CLOCK * SM_CLOCK_HZ, in_flight / MEMORY_LATENCY_S)
+    def seconds(m: int, n: int, k: int) -> float:
+        """Predicted time in seconds of the tile on (m, n, k)."""
+        items = -(-(-(-m // bm)) // cm) * -(-(-(-n // bn)) // cn) * split_k
+        k_tiles = -(-k // bk)
+        # The tail split takes every SM its splits can fill (the family's launch).
+        clusters = max(1, min(items * (k_tiles if tail else 1), max_clusters))
+        k_part = -(-k // split_k)
+        tile_flops = tile_area * k_part
+        # Each k-tile also costs a full/empty mbarrier handshake the consumers wait through.
+        compute_s = tile_flops / rate + -(-k_part // bk) * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ
+        # This block's L2 reads: its slice of a cluster-shared tile; rows past M or N are zero-filled, not read.
+        rows_a, rows_b = min(bm, m), min(bn, n)
+        feed_s = (rows_a / cn + rows_b / cm) * k_part * BF16_BYTES / feed_rate
+        # Between items the consumers store the tile (bf16, or fp32 partials and the last split's sum).
+        epilogue_s = rows_a * min(bn, n) * out_element_bytes / epilogue_rate
+        if tail:
+            busiest_s = MEMORY_LATENCY_S + tail_split_busiest_s(
+                plan=tail_split_plan(tiles=items, units=clusters, k_tiles=k_tiles), units=clusters, k_tiles=k_tiles,
+                tile_s=max(compute_s, feed_s), epilogue_s=epilogue_s)
+        else:
+            busiest_s = MEMORY_LATENCY_S + -(-items // clusters) * (max(compute_s, feed_s) + epilogue_s)
+        output_bytes = split_k * m * n * FP32_BYTES if split_k > 1 else m * n * BF16_BYTES
+        moved = (m * k + n * k) * BF16_BYTES + output_bytes
+        device_s = max(moved / HBM_BYTES_PER_S, items * cluster * tile_flops / DEVICE_FLOPS)
+        return max(busiest_s, device_s) + LAUNCH_OVERHEAD_S
 
-    # Between items the consumers store the tile (bf16, or fp32 partials and the last split's sum).
-    out_bytes = rows_a * min(tile.block_n, n) * (BF16_BYTES if tile.split_k == 1 else FP32_BYTES * (1 + tile.split_k))
-    epilogue_s = out_bytes / (EPILOGUE_BYTES_PER_CLOCK * SM_CLOCK_HZ)
-    busiest_s = MEMORY_LATENCY_S + items_on_busiest * (max(compute_s, feed_s) + epilogue_s)
-    if tile.tail_split:
-        busiest_s = MEMORY_LATENCY_S + tail_split_busiest_s(
-            plan=tail_split_plan(tiles=items, units=clusters, k_tiles=k_tiles), units=clusters, k_tiles=k_tiles,
-            tile_s=max(compute_s, feed_s), epilogue_s=epilogue_s)
+    return seconds
 
-    output_bytes = tile.split_k * m * n * FP32_BYTES if tile.split_k > 1 else m * n * BF16_BYTES
-    moved = (m * k + n * k) * BF16_BYTES + output_bytes
-    device_s = max(moved / HBM_BYTES_PER_S, items * cluster * tile_flops / DEVICE_FLOPS)
-    return max(busiest_s, device_s) + LAUNCH_OVERHEAD_S
+
+def predict_persistent_seconds(*, tile: PersistentTile, m: int, n: int, k: int) -> float:
+    """Predicted time in seconds of a persistent TMA + wgmma kernel (one block per SM)."""
+    return persistent_model(tile)(m, n, k)

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from tunetable.kernels.jit import canonical_json, sha256_text
 
@@ -116,9 +116,11 @@ def fragment_workspace_bytes(defines: Mapping[str, object], *, tiles: int, split
 MAX_TAIL_SPLITS = 8  # gemm_wgmma.cu's kMaxTailSplits: a tile's last split reads the others' partials
 
 
-@dataclass(frozen=True, kw_only=True)
-class TailSplitPlan:
-    """How gemm_wgmma's TAIL_SPLIT = 1 shares out a launch (the kernel's Schedule computes the same)."""
+class TailSplitPlan(NamedTuple):
+    """How gemm_wgmma's TAIL_SPLIT = 1 shares out a launch (the kernel's Schedule computes the same).
+
+    A NamedTuple: the runtime's shape selector builds one per candidate and new shape (cheap to make).
+    """
 
     whole_tiles: int   # cluster tiles of the full waves, done whole, round-robin over the clusters
     shared_tiles: int  # the last partial wave's cluster tiles, each split along K over the idle clusters
