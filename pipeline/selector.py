@@ -9,7 +9,7 @@ learned here from the recordings: at every measured shape of c's table, the resi
 ``log(median / same-shard cuBLAS median) - log(model / floor)``; per recorded (N', K') those
 residuals are interpolated in log M (its term), and ``bias_c(M, N, K)`` is the mean of the terms,
 each weighted by e^-1 per octave of M beyond the Ms its (N', K') measured, times
-e^(-d / BIAS_NK_SCALE) at d octaves from (N, K) to (N', K'): nearer (N, K) tell more. The runtime's
+e^(-d / BIAS_NK_SCALE) at d octaves from (N, K) to (N', K') (None: 1, every (N', K') alike). The runtime's
 ``nk_closeness`` / ``nk_shares`` / ``nk_mean`` combine the terms for both the build and the runtime.
 Dividing by the cuBLAS median of the same shard puts both families on one yardstick, as the
 dispatch list does.
@@ -559,7 +559,8 @@ def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> 
         "tables": ",".join(t.table for t in build.tables),
         "basis": "log(median / same-shard cuBLAS) - log(perf model / roofline floor) per (N, K), linear in log M "
                  "between anchors; at a shape their mean weighted by e^(-octaves beyond the (N, K)'s Ms) x "
-                 f"e^(-(N, K) distance in octaves / {BIAS_NK_SCALE}) (cuBLAS: / {CUBLAS_NK_SCALE})",
+                 + (f"e^(-(N, K) distance in octaves / {BIAS_NK_SCALE})" if BIAS_NK_SCALE else "1 for every (N, K)")
+                 + f" (cuBLAS: e^(-distance / {CUBLAS_NK_SCALE}))",
         "device": ",".join(devices),
         "date": max(known) if known else "unknown",
         "anchors": ",".join(str(a) for a in build.anchors),

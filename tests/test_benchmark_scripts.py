@@ -30,7 +30,8 @@ def _load_script(name: str):
 
 
 gemm_vs_cublas = _load_script("gemm_vs_cublas")
-WGMMA = "BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=2,CLUSTER_N=1,RASTER=1,GROUP_M=8,SPLIT_K=1"
+WGMMA = ("BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=2,CLUSTER_N=1,RASTER=1,GROUP_M=8,SPLIT_K=1,"
+         "TAIL_SPLIT=0")
 
 
 def test_parse_shape_accepts_mxnxk_and_rejects_the_rest() -> None:

@@ -29,7 +29,7 @@ PARAMS = load_yaml_file(REPO / "params.yaml")
 SPEC = table_spec(PARAMS, "gemm_wgmma")
 
 BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "CLUSTER_M": 2, "CLUSTER_N": 1,
-        "RASTER": 0, "GROUP_M": 8, "SPLIT_K": 1}
+        "RASTER": 0, "GROUP_M": 8, "SPLIT_K": 1, "TAIL_SPLIT": 0}
 VALID = {
     "large_128x256_cluster2": BASE,
     "tall_256x128": {**BASE, "BLOCK_M": 256, "BLOCK_N": 128, "CLUSTER_M": 1},
@@ -39,6 +39,10 @@ VALID = {
     "n192_clusterN_raster1": {**BASE, "BLOCK_N": 192, "STAGES": 2, "CLUSTER_M": 1, "CLUSTER_N": 2, "RASTER": 1},
     "k128_split16": {**BASE, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "STAGES": 7, "CONSUMERS": 1,
                      "CLUSTER_M": 1, "SPLIT_K": 16},
+    # The last wave split along K, in 2 x 1 clusters (the grid's tail_split group) and on a one-consumer tile.
+    "tail_split_cluster2": {**BASE, "TAIL_SPLIT": 1},
+    "tail_split_one_consumer": {**BASE, "BLOCK_M": 64, "BLOCK_N": 128, "STAGES": 8, "CONSUMERS": 1, "CLUSTER_M": 1,
+                                "TAIL_SPLIT": 1},
 }
 
 
@@ -89,6 +93,8 @@ def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str
         ({"RASTER": 2}, "RASTER in (0, 1)", "RASTER must be 0"),
         ({"GROUP_M": 0}, "GROUP_M >= 1", "GROUP_M must be at least 1"),
         ({"SPLIT_K": 17}, "1 <= SPLIT_K <= 16", "SPLIT_K must be between 1 and 16"),
+        ({"TAIL_SPLIT": 2}, "TAIL_SPLIT in (0, 1)", "TAIL_SPLIT must be 0 or 1"),
+        ({"TAIL_SPLIT": 1, "SPLIT_K": 2}, "TAIL_SPLIT == 0 or SPLIT_K == 1", "TAIL_SPLIT splits K itself"),
     ],
 )
 def test_rule_rejected_config_stops_at_the_kernels_static_assert(change: dict[str, int], rule: str, message: str,

@@ -182,6 +182,17 @@ def test_persistent_items_past_the_resident_blocks_cost_another_round() -> None:
     assert two_rounds / one_round > 1.8
 
 
+def test_a_tail_split_takes_back_the_idle_last_round_and_costs_nothing_on_a_full_last_wave() -> None:
+    # 12 x 12 = 144 tiles of 128 x 256: one round whole, then 12 tiles on 132 SMs; split 8 ways (132 // 12 = 11,
+    # capped at 8) the second round is an eighth of a tile plus the partials' fix-up, not a whole tile.
+    whole = _persistent_s(_wgmma(), 128 * 12, 256 * 12, 16384)
+    split = _persistent_s(_wgmma(TAIL_SPLIT=1), 128 * 12, 256 * 12, 16384)
+    assert split < 0.7 * whole
+    # 12 x 11 = 132 tiles, one full wave: nothing to split, the same time.
+    assert _persistent_s(_wgmma(TAIL_SPLIT=1), 128 * 12, 256 * 11, 16384) == _persistent_s(_wgmma(), 128 * 12,
+                                                                                          256 * 11, 16384)
+
+
 def test_multicast_relieves_a_feed_bound_tile() -> None:
     # 128 x 64 tiles read 128 + 64 rows per k for 128 x 64 outputs: L2-bound; a 1 x 2 cluster halves the A reads.
     alone = _persistent_s(_wgmma(BLOCK_N=64, STAGES=8), 4096, 4096, 4096)

@@ -1,4 +1,4 @@
-"""gemm_wgmma: C = A·Bᵀ (bf16, fp32 accumulate) through TMA + wgmma, persistent, clusters, split-K (fixed or of the last wave).
+"""gemm_wgmma: C = A·Bᵀ (bf16, fp32 accumulate): TMA + wgmma, persistent, clusters, split-K (fixed or the last wave's).
 
 Every fact of the family, once: the typed tunables and the values derived from them (threads,
 shared memory: the kernel's own formulas, which it static_asserts), the validity rules (the
@@ -151,9 +151,9 @@ class GemmWgmmaFamily(KernelFamily):
             # The launch may be cut to the clusters that fit at once (kernels/runtime/plan.py), and the
             # kernel splits over the clusters it has: room for the plan of any grid up to this one.
             tiles, k_tiles = cluster_tiles(defines, M=M, N=N), ceil_div(K, int_define(defines, "BLOCK_K"))
-            workspace = max(fragment_workspace_bytes(defines, tiles=split.shared_tiles * cluster, splits=split.max_splits)
-                            for split in (tail_split_plan(tiles=tiles, units=units, k_tiles=k_tiles)
-                                          for units in range(1, clusters + 1)))
+            plans = (tail_split_plan(tiles=tiles, units=units, k_tiles=k_tiles) for units in range(1, clusters + 1))
+            workspace = max(fragment_workspace_bytes(defines, tiles=plan.shared_tiles * cluster, splits=plan.max_splits)
+                            for plan in plans)
         else:
             tiles = ceil_div(M, int_define(defines, "BLOCK_M")) * ceil_div(N, int_define(defines, "BLOCK_N"))
             workspace = fragment_workspace_bytes(defines, tiles=tiles)
