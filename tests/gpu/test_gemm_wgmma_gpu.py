@@ -106,6 +106,24 @@ def rel_err(c, a, b) -> float:
     return float((c.float() - ref).norm() / ref.norm())
 
 
+def assert_right_and_the_same_on_every_repeat(torch, *, tunables: dict, family: str,
+                                              shape: tuple[int, int, int]) -> None:
+    """Three launches into a NaN-filled C: each right, and bit-equal to the first (split order is fixed)."""
+    import tunetable.kernels
+
+    m, n, k = shape
+    a, b = operands(torch, m, n, k)
+    out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+    first = None
+    for _ in range(3):
+        out.fill_(float("nan"))
+        tunetable.kernels.gemm_with(tunables, a, b, out=out, family=family)
+        torch.cuda.synchronize()
+        assert rel_err(out, a, b) < REL_TOL
+        first = out.clone() if first is None else first
+        assert torch.equal(out, first)
+
+
 def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
     from tunetable.kernels.families.common import INT32_MAX
     from tunetable.kernels.runtime import decide, launch
@@ -142,19 +160,8 @@ def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
 @pytest.mark.parametrize("split_k", [1, 4, 8])
 def test_gemm_with_wgmma_is_right_on_every_repeat(torch, split_k: int, family: str) -> None:
     """Split-K counters start zeroed and each launch's last split resets them: repeats stay right, bit-equal."""
-    import tunetable.kernels
-
     tunables = {**dataclasses.asdict(FAMILIES[family].skinny_tunables), "split_k": split_k}
-    a, b = operands(torch, 7, 4096, 14336)
-    out = torch.empty((7, 4096), device="cuda", dtype=torch.bfloat16)
-    first = None
-    for _ in range(3):
-        out.fill_(float("nan"))
-        tunetable.kernels.gemm_with(tunables, a, b, out=out, family=family)
-        torch.cuda.synchronize()
-        assert rel_err(out, a, b) < REL_TOL
-        first = out.clone() if first is None else first
-        assert torch.equal(out, first)  # split order fixed: the same bits every launch
+    assert_right_and_the_same_on_every_repeat(torch, tunables=tunables, family=family, shape=(7, 4096, 14336))
 
 
 @pytest.mark.parametrize("cluster_m", [1, 2])
@@ -165,20 +172,8 @@ def test_tail_split_is_right_on_every_repeat(torch, shape: tuple[int, int, int],
     whole), less than a wave (8 x 4096 x 14336: 16 tiles split 8 or 4 ways; 333 x 264 x 328: 6 k-tiles split
     6 ways). The last split of a tile sums the splits in order, whichever finishes last: right, and the same
     bits every launch."""
-    import tunetable.kernels
-
     tunables = {**dataclasses.asdict(FAMILIES[TABLE].default_tunables), "tail_split": 1, "cluster_m": cluster_m}
-    m, n, k = shape
-    a, b = operands(torch, m, n, k)
-    out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
-    first = None
-    for _ in range(3):
-        out.fill_(float("nan"))
-        tunetable.kernels.gemm_with(tunables, a, b, out=out, family=TABLE)
-        torch.cuda.synchronize()
-        assert rel_err(out, a, b) < REL_TOL
-        first = out.clone() if first is None else first
-        assert torch.equal(out, first)
+    assert_right_and_the_same_on_every_repeat(torch, tunables=tunables, family=TABLE, shape=shape)
 
 
 @pytest.mark.parametrize("table", TMA_TABLES)
