@@ -8,8 +8,9 @@ family=...)``: configurations are lower-case tunables of gemm_mma (the default) 
 (``family="gemm_wgmma"``; the family's ``tunables`` dataclass in kernels/families/<name>/family.py names the keys).
 
 On the first call for a new key value every configuration (after ``prune``) runs once, is
-checked by ``verify`` (when given), and is timed (by ``timer``, else the bench's own cold-L2 method,
-tunetable.kernels.runtime.timing, over copies of the call's device arrays); the fastest by median wins and
+checked by ``verify`` (when given), and is timed (by ``timer``, one configuration after the other, else the
+bench's own cold-L2 method, tunetable.kernels.runtime.timing, over copies of the call's device arrays, with
+the bench's rounds interleaved across the configurations: ``interleaved_samples``); the fastest by median wins and
 is remembered in memory and in a JSON file under the cache folder. The file name is a hash of
 the function's name, the device, the source hash (the function's own source plus every file
 in ``sources``), the key values and the configuration list, so a change to any of them tunes
@@ -271,16 +272,39 @@ def device_l2_bytes() -> int:
     return int(cuda.Context.get_device().get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
 
 
-def cold_l2_samples(
-    launch_on: Callable[[int], Any], *, sets: int, warmup_ms: float, rounds: int, min_batch_ms: float,
-    before: Callable[[], Any] | None = None,
-) -> list[float]:
-    """The bench's cold-L2 timing (tunetable.kernels.runtime.timing) of ``launch_on(i)`` over ``sets`` input sets."""
-    import pycuda.driver as cuda  # lazy: only a GPU trial gets here
+def interleaved_samples(
+    launches: Mapping[int, Callable[[int], Any]], *, timer: Any, sets: int, warmup_ms: float, rounds: int,
+    min_batch_ms: float, before: Callable[[], Any] | None = None,
+) -> tuple[dict[int, list[float]], dict[int, str]]:
+    """Every configuration's cold-L2 samples as the bench takes them: each warmed up and its batch sized, then
+    ``rounds`` rounds timing each once (the order rotated a step per round), so that clock and temperature
+    drift between the first and the last configuration falls on all of them alike.
 
-    timer = ColdL2Timer(cuda=cuda, stream=None)   # the legacy default stream, where gemm() and torch launch
-    return timer.samples(launch_on, sets=sets, warmup_ms=warmup_ms, min_batch_ms=min_batch_ms, rounds=rounds,
-                         before=before)
+    ``timer``: a ColdL2Timer (``warm_up``, ``batch_size``, ``sample``); ``before`` runs before each batch.
+    Returns (samples by index, error text by index of those that raised: they take no further part).
+    """
+    samples: dict[int, list[float]] = {index: [] for index in launches}
+    errors: dict[int, str] = {}
+    batches: dict[int, int] = {}
+    for index, launch_on in launches.items():
+        try:
+            _, per_launch = timer.warm_up(launch_on, sets=sets, warmup_ms=warmup_ms)
+            batches[index] = timer.batch_size(per_launch, min_batch_ms=min_batch_ms)
+        except Exception as exc:  # a configuration that cannot run is a failed trial, not a crash
+            errors[index] = f"{type(exc).__name__}: {exc}"
+    order = [index for index in launches if index not in errors]
+    for step in range(rounds):
+        shift = step % len(order) if order else 0
+        for index in order[shift:] + order[:shift]:
+            if index in errors:
+                continue
+            try:
+                if before is not None:
+                    before()
+                samples[index].append(timer.sample(launches[index], sets=sets, batch=batches[index]))
+            except Exception as exc:  # as above: this configuration drops out, the others go on
+                errors[index] = f"{type(exc).__name__}: {exc}"
+    return {index: found for index, found in samples.items() if index not in errors}, errors
 
 
 def default_device() -> str:
@@ -458,10 +482,12 @@ class Autotuner:
         saved = {name: snapshot(named[name]) for name in self.restore_value}
         started = time.perf_counter()
         sets = self._input_sets(args, kwargs) if self.timer is None and len(candidates) > 1 else []
-        trials = [self._trial(index, args, kwargs, named, saved, sets)
-                  for index in candidates] if len(candidates) > 1 else [
-            Trial(index=candidates[0], config=self.config_texts[candidates[0]], status="ok", median_ms=None)
-        ]
+        if len(candidates) == 1:
+            trials = [Trial(index=candidates[0], config=self.config_texts[candidates[0]], status="ok", median_ms=None)]
+        elif self.timer is not None:
+            trials = [self._trial(index, args, kwargs, named, saved) for index in candidates]
+        else:
+            trials = self._interleaved_trials(candidates, args, kwargs, named, saved, sets)
         for name, value in saved.items():
             restore(named[name], value)
         elapsed = time.perf_counter() - started
@@ -488,49 +514,88 @@ class Autotuner:
             "trials": [dataclasses.asdict(trial) for trial in trials],
         }
 
+    def _restorer(self, named: Mapping[str, Any], saved: Mapping[str, Any]) -> Callable[[], None]:
+        """A function that restores every saved argument to its value from before the trials."""
+        def restore_all() -> None:
+            for name, value in saved.items():
+                restore(named[name], value)
+        return restore_all
+
+    def _verified(self, index: int, args: tuple[Any, ...], kwargs: dict[str, Any], named: Mapping[str, Any],
+                  restore_all: Callable[[], None]) -> Trial | None:
+        """Run one configuration once on restored inputs and verify it: None when it passed, else its failed Trial."""
+        text = self.config_texts[index]
+        try:
+            restore_all()
+            self.fn(*args, **{**kwargs, self.config_arg: self.configs[index]})
+            if self.verify is not None and not self.verify(named):
+                return Trial(index=index, config=text, status="verify", median_ms=None,
+                             error="output failed verification")
+        except Exception as exc:  # a configuration that cannot run is a failed trial, not a crash
+            return Trial(index=index, config=text, status="failed", median_ms=None,
+                         error=f"{type(exc).__name__}: {exc}")
+        return None
+
     def _trial(
         self, index: int, args: tuple[Any, ...], kwargs: dict[str, Any], named: Mapping[str, Any],
-        saved: Mapping[str, Any], sets: Sequence[tuple[tuple[Any, ...], dict]] = ()
+        saved: Mapping[str, Any]
     ) -> Trial:
-        """Run one configuration once (restored inputs), verify it, then time it."""
-        config = self.configs[index]
-        text = self.config_texts[index]
-        call_kwargs = {**kwargs, self.config_arg: config}
+        """Run one configuration once (restored inputs), verify it, then time it with the user's ``timer``."""
+        restore_all = self._restorer(named, saved)
+        failed = self._verified(index, args, kwargs, named, restore_all)
+        if failed is not None:
+            return failed
+        call_kwargs = {**kwargs, self.config_arg: self.configs[index]}
 
         def launch() -> None:
             self.fn(*args, **call_kwargs)
 
-        def restore_all() -> None:
-            """Restore every saved argument to its value from before the trial."""
-            for name, value in saved.items():
-                restore(named[name], value)
-
         try:
-            restore_all()
-            launch()
-            if self.verify is not None and not self.verify(named):
-                return Trial(
-                    index=index, config=text, status="verify", median_ms=None, error="output failed verification"
-                )
-            reset = restore_all if saved else None
-            if self.timer is not None:
-                timed = self.timer(launch, warmup_ms=self.warmup_ms, rounds=self.rounds, reset=reset)
-            else:
-                def launch_on(i: int) -> None:
-                    """One launch on input set ``i`` (the call's arrays, or the i-th copy of them)."""
-                    set_args, set_kwargs = sets[i]
-                    self.fn(*set_args, **{**set_kwargs, self.config_arg: config})
-
-                timed = cold_l2_samples(launch_on, sets=len(sets), warmup_ms=self.warmup_ms, rounds=self.rounds,
-                                        min_batch_ms=self.min_batch_ms, before=reset)
+            timed = self.timer(launch, warmup_ms=self.warmup_ms, rounds=self.rounds,
+                               reset=restore_all if saved else None)
             samples = [float(value) for value in timed]
-        except Exception as exc:  # a configuration that cannot run is a failed trial, not a crash
-            return Trial(
-                index=index, config=text, status="failed", median_ms=None, error=f"{type(exc).__name__}: {exc}"
-            )
-        return Trial(
-            index=index, config=text, status="ok", median_ms=statistics.median(samples), samples_ms=tuple(samples)
-        )
+        except Exception as exc:  # as in _verified
+            return Trial(index=index, config=self.config_texts[index], status="failed", median_ms=None,
+                         error=f"{type(exc).__name__}: {exc}")
+        return Trial(index=index, config=self.config_texts[index], status="ok", median_ms=statistics.median(samples),
+                     samples_ms=tuple(samples))
+
+    def _interleaved_trials(
+        self, candidates: Sequence[int], args: tuple[Any, ...], kwargs: dict[str, Any], named: Mapping[str, Any],
+        saved: Mapping[str, Any], sets: Sequence[tuple[tuple[Any, ...], dict]]
+    ) -> list[Trial]:
+        """Verify every configuration, then time those that passed with the bench's cold-L2 method, rounds
+        interleaved across them (``interleaved_samples``)."""
+        import pycuda.driver as cuda  # lazy: only a GPU tuning gets here
+
+        restore_all = self._restorer(named, saved)
+        failed = {index: trial for index in candidates
+                  if (trial := self._verified(index, args, kwargs, named, restore_all)) is not None}
+
+        def launcher(config: Any) -> Callable[[int], None]:
+            def launch_on(i: int) -> None:
+                """One launch on input set ``i`` (the call's arrays, or the i-th copy of them)."""
+                set_args, set_kwargs = sets[i]
+                self.fn(*set_args, **{**set_kwargs, self.config_arg: config})
+            return launch_on
+
+        launches = {index: launcher(self.configs[index]) for index in candidates if index not in failed}
+        timer = ColdL2Timer(cuda=cuda, stream=None)   # the legacy default stream, where gemm() and torch launch
+        samples, errors = interleaved_samples(launches, timer=timer, sets=len(sets), warmup_ms=self.warmup_ms,
+                                              rounds=self.rounds, min_batch_ms=self.min_batch_ms,
+                                              before=restore_all if saved else None)
+        trials = []
+        for index in candidates:
+            text = self.config_texts[index]
+            if index in failed:
+                trials.append(failed[index])
+            elif index in errors:
+                trials.append(Trial(index=index, config=text, status="failed", median_ms=None, error=errors[index]))
+            else:
+                found = samples[index]
+                trials.append(Trial(index=index, config=text, status="ok", median_ms=statistics.median(found),
+                                    samples_ms=tuple(found)))
+        return trials
 
     def _input_sets(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], dict]]:
         """The call's arguments, then copies of its device arrays, until the sets exceed l2_factor x L2.

@@ -272,3 +272,57 @@ def test_close_to_rejects_a_configuration_with_wrong_output(tmp_path: Path) -> N
     np.testing.assert_allclose(out, a * 2.0)
     statuses = {t.config: t.status for t in next(iter(fn.trials.values()))}
     assert statuses == {repr(0.006): "ok", repr(FAST): "verify", repr(0.004): "ok"}
+
+
+class FakeColdL2Timer:
+    """ColdL2Timer's three calls, on the host: records the order of timed batches; a launch may raise."""
+
+    def __init__(self, *, per_launch_ms: dict[int, float], broken_at: dict[int, int] | None = None) -> None:
+        self.per_launch_ms = per_launch_ms
+        self.broken_at = broken_at or {}
+        self.timed: list[int] = []
+
+    def warm_up(self, launch, *, sets: int, warmup_ms: float) -> tuple[int, float]:
+        launch(0)
+        return 1, self.per_launch_ms[launch.index]
+
+    def batch_size(self, per_launch_ms: float, *, min_batch_ms: float) -> int:
+        return 4
+
+    def sample(self, launch, *, sets: int, batch: int) -> float:
+        if self.timed.count(launch.index) == self.broken_at.get(launch.index, -1):
+            raise RuntimeError("launch failed")
+        self.timed.append(launch.index)
+        return self.per_launch_ms[launch.index]
+
+
+def _launches(indices):
+    made = {}
+    for index in indices:
+        def launch_on(i: int) -> None:
+            return None
+        launch_on.index = index
+        made[index] = launch_on
+    return made
+
+
+def test_cold_l2_rounds_interleave_the_configurations_in_a_rotating_order() -> None:
+    from tunetable.kernels.autotune import interleaved_samples
+
+    timer = FakeColdL2Timer(per_launch_ms={0: 1.0, 1: 2.0, 2: 3.0})
+    restores = []
+    samples, errors = interleaved_samples(_launches([0, 1, 2]), timer=timer, sets=2, warmup_ms=1.0, rounds=4,
+                                          min_batch_ms=0.1, before=lambda: restores.append(1))
+    # Round r starts one configuration further on: 0 1 2, 1 2 0, 2 0 1, 0 1 2.
+    assert timer.timed == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2]
+    assert samples == {0: [1.0] * 4, 1: [2.0] * 4, 2: [3.0] * 4} and errors == {}
+    assert len(restores) == 12   # the written arguments restored before every batch
+
+
+def test_a_configuration_that_fails_while_timed_drops_out_and_the_others_finish() -> None:
+    from tunetable.kernels.autotune import interleaved_samples
+
+    timer = FakeColdL2Timer(per_launch_ms={0: 1.0, 1: 2.0}, broken_at={1: 1})   # config 1's second batch fails
+    samples, errors = interleaved_samples(_launches([0, 1]), timer=timer, sets=2, warmup_ms=1.0, rounds=3,
+                                          min_batch_ms=0.1)
+    assert samples == {0: [1.0, 1.0, 1.0]} and errors == {1: "RuntimeError: launch failed"}
