@@ -129,7 +129,8 @@ class TailSplitPlan(NamedTuple):
 
 
 def tail_split_plan(*, tiles: int, units: int, k_tiles: int) -> TailSplitPlan:
-    """The full waves go whole; the R tiles of the last partial wave split into U // R equal runs of k-tiles.
+    """The full waves go whole; each of the R tiles of the last partial wave splits into min(U // R, k-tiles,
+    MAX_TAIL_SPLITS) equal runs of k-tiles (U: clusters).
 
     All splits run in the same last round, split s of every shared tile on neighbouring clusters, so the
     clusters that share a panel of A or B read the same k-tiles at the same time (L2 reuse). A stream-K
