@@ -253,6 +253,8 @@ def tail_split_busiest_s(*, plan: Any, units: int, k_tiles: int, tile_s: float, 
     whole = math.ceil(plan.whole_tiles / units) * (tile_s + epilogue_s)
     if not plan.shared_tiles:
         return whole
+    if plan.max_splits == 1:   # a last wave too full to split: its tiles run whole, stored straight to C
+        return whole + tile_s + epilogue_s
     fp32 = FP32_BYTES / BF16_BYTES * epilogue_s
     return whole + plan.per_split / k_tiles * tile_s + plan.max_splits * fp32 + epilogue_s
 

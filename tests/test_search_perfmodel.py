@@ -193,6 +193,13 @@ def test_a_tail_split_takes_back_the_idle_last_round_and_costs_nothing_on_a_full
                                                                                           256 * 11, 16384)
 
 
+def test_a_last_wave_too_full_to_split_runs_whole_as_without_the_tail_split() -> None:
+    # 12 x 20 = 240 tiles on 132 SMs: 108 in the last wave, 132 // 108 = 1 split each; the kernel stores them
+    # whole (no partials, no fix-up), exactly as the tile without TAIL_SPLIT does.
+    m, n, k = 128 * 12, 256 * 20, 16384
+    assert _persistent_s(_wgmma(TAIL_SPLIT=1), m, n, k) == _persistent_s(_wgmma(), m, n, k)
+
+
 def test_multicast_relieves_a_feed_bound_tile() -> None:
     # 128 x 64 tiles read 128 + 64 rows per k for 128 x 64 outputs: L2-bound; a 1 x 2 cluster halves the A reads.
     alone = _persistent_s(_wgmma(BLOCK_N=64, STAGES=8), 4096, 4096, 4096)
