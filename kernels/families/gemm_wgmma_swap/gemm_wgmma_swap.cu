@@ -141,7 +141,15 @@ __device__ __forceinline__ void store_transposed(const float (&acc)[kSlices][BLO
   }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClusterSize, 1, 1)
+// Only a real cluster is launched as one: with __cluster_dims__(1, 1, 1) the single blocks ran 5-8 %
+// slower at M >= 112 than without it (H200 recordings at 3aa088bb0c89, benchmarks/notes_gemm_wgmma_swap.md v4).
+#if CLUSTER_N > 1
+#define SWAP_CLUSTER_DIMS __cluster_dims__(kClusterSize, 1, 1)
+#else
+#define SWAP_CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1) SWAP_CLUSTER_DIMS
     gemm_wgmma_swap(const __grid_constant__ CUtensorMap tmap_b, const __grid_constant__ CUtensorMap tmap_a,
                     __nv_bfloat16* __restrict__ C, float* __restrict__ workspace, int M, int N, int K) {
   extern __shared__ unsigned char smem_raw[];
