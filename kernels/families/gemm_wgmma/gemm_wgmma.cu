@@ -26,7 +26,7 @@
 //     deterministic, and no second kernel launch. The counters follow the partials in the
 //     workspace, start zeroed (the host clears new workspaces) and are reset by that last split;
 //   * TAIL_SPLIT = 1 (a last wave that would leave SMs idle): the full waves' tiles go whole; each of
-//     the R tiles of the last partial wave is split along K into U / R equal runs (U: clusters), all
+//     the R tiles of the last partial wave is split along K into min(U / R, k-tiles, 8) equal runs (U: clusters), all
 //     in one last round, split s of every tile on neighbouring clusters (the same k-tiles of a shared
 //     panel at the same time), and finished like a split-K tile (Schedule; the host sizes the
 //     workspace with the same plan: families/common.py's tail_split_plan).
@@ -421,7 +421,15 @@ __device__ __forceinline__ void store_tile_bf16(const float (&acc)[kSlices][BLOC
 
 // --- the kernel ----------------------------------------------------------------------------------------
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1) __cluster_dims__(kClusterSize, 1, 1)
+// Only a real cluster is launched as one: gemm_wgmma_swap's single blocks ran 5-8 % slower at M >= 112
+// with __cluster_dims__(1, 1, 1) than without it (benchmarks/notes_gemm_wgmma_swap.md v4).
+#if CLUSTER_M * CLUSTER_N > 1
+#define WGMMA_CLUSTER_DIMS __cluster_dims__(kClusterSize, 1, 1)
+#else
+#define WGMMA_CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
     gemm_wgmma(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                __nv_bfloat16* __restrict__ C, float* __restrict__ workspace, int M, int N, int K) {
   extern __shared__ unsigned char smem_raw[];
