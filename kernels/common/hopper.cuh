@@ -1,7 +1,7 @@
-// Hopper (sm_90a) PTX building blocks for TMA + wgmma kernels: mbarriers, 2-D TMA tile loads (one
-// block or multicast over a cluster), cluster barriers, shared-memory matrix descriptors and the
-// wgmma fences. gemm_wgmma.cu still carries its own copy of these (moving it here changes that
-// kernel's source hash, so it waits for the next re-record of its table).
+// Hopper (sm_90a) PTX building blocks for TMA + wgmma kernels: mbarriers, 2-D TMA tile loads,
+// shared-memory matrix descriptors and the wgmma fences. gemm_wgmma.cu still carries its own
+// copy of these (moving it here changes that kernel's source hash, so it waits for the next
+// re-record of its table).
 #pragma once
 #include <cuda.h>
 #include <stdint.h>
@@ -31,45 +31,6 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, u
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(k), "r"(row)
-      : "memory");
-}
-
-// Thread-block clusters of kClusterSize blocks (1: none, every helper falls back to the block alone).
-// Arrive on the barrier at the same shared-memory offset in block `cta` of the cluster. Plain arrive:
-// with .release.cluster every stage release cost a cluster-scope fence (benchmarks/notes_gemm_wgmma.md).
-template <int kClusterSize>
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
-  if constexpr (kClusterSize == 1) {
-    mbar_arrive(bar);
-  } else {
-    asm volatile(
-        "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-        " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-        "r"(cta)
-        : "memory");
-  }
-}
-template <int kClusterSize>
-__device__ __forceinline__ void cluster_sync() {
-  if constexpr (kClusterSize > 1) {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-  } else {
-    __syncthreads();
-  }
-}
-template <int kClusterSize>
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t rank = 0;
-  if constexpr (kClusterSize > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return rank;
-}
-// tma_load into the same shared-memory offset of every block in `mask`, completing on each one's `bar`.
-__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int k, int row,
-                                                   uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(k), "r"(row), "h"(mask)
       : "memory");
 }
 

@@ -164,17 +164,6 @@ def test_gemm_with_wgmma_is_right_on_every_repeat(torch, split_k: int, family: s
     assert_right_and_the_same_on_every_repeat(torch, tunables=tunables, family=family, shape=(7, 4096, 14336))
 
 
-@pytest.mark.parametrize("split_k", [1, 3])
-@pytest.mark.parametrize("shape", [(77, 4224, 4096), (333, 264, 328)])
-def test_swap_clusters_are_right_on_every_repeat(torch, shape: tuple[int, int, int], split_k: int) -> None:
-    """gemm_wgmma_swap in 2 x 1 clusters over N, each block loading half of A's tile for both: an odd count of
-    N tiles (4224 / 128 = 33, 264 / 128 = 3), so the last cluster's second block loads and releases but stores
-    nothing, with and without split-K: right, and the same bits every launch."""
-    tunables = {**dataclasses.asdict(FAMILIES["gemm_wgmma_swap"].default_tunables), "block_m": 80, "cluster_n": 2,
-                "split_k": split_k}
-    assert_right_and_the_same_on_every_repeat(torch, tunables=tunables, family="gemm_wgmma_swap", shape=shape)
-
-
 @pytest.mark.parametrize("cluster_m", [1, 2])
 @pytest.mark.parametrize("shape", [(1100, 4096, 4096), (1000, 4096, 4096), (8, 4096, 14336), (333, 264, 328)])
 def test_tail_split_is_right_on_every_repeat(torch, shape: tuple[int, int, int], cluster_m: int) -> None:

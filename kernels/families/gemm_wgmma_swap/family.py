@@ -1,8 +1,7 @@
-"""gemm_wgmma_swap: C = A·Bᵀ computed as Cᵀ = B·Aᵀ (swap-AB) through TMA + wgmma, persistent, clusters, split-K.
+"""gemm_wgmma_swap: C = A·Bᵀ computed as Cᵀ = B·Aᵀ (swap-AB) through TMA + wgmma, persistent, in-kernel split-K.
 
 The problem's M is the wgmma n (BLOCK_M: any multiple of 8 up to 256), so skinny and odd M fill
-their tiles; N feeds the 64-row slices (BLOCK_N = CONSUMERS x 64 or 128 rows); CLUSTER_N = 2 pairs
-neighbouring N tiles that share A's tile (each block loads half of it for both). Every fact of the
+their tiles; N feeds the 64-row slices (BLOCK_N = CONSUMERS x 64 or 128 rows). Every fact of the
 family, once: the typed tunables and the values derived from them (threads, shared memory: the
 kernel's own formulas, which it static_asserts), the validity rules (gemm_wgmma_swap.cu's
 static_asserts), the tensor maps and the persistent
@@ -43,18 +42,12 @@ class GemmWgmmaSwapTunables:
     block_k: int
     stages: int
     consumers: int
-    cluster_n: int    # blocks per cluster along N, sharing A's tile (multicast)
     split_k: int
 
     @property
     def threads(self) -> int:
         """One producer warpgroup plus CONSUMERS consumer warpgroups."""
         return (self.consumers + 1) * 128
-
-    @property
-    def cluster_blocks(self) -> int:
-        """Blocks per thread-block cluster."""
-        return self.cluster_n
 
     @property
     def smem_bytes(self) -> int:
@@ -86,14 +79,11 @@ class GemmWgmmaSwapFamily(KernelFamily):
         Rule("(BLOCK_N // CONSUMERS) * BLOCK_M <= 16384", "<= 128 fp32 accumulators per consumer thread"),
         Rule("2 <= STAGES <= 8", "the kernel's stage bound"),
         Rule("1 <= SPLIT_K <= 16", "the kernel's split-K bound"),
-        Rule("CLUSTER_N in (1, 2) and BLOCK_M % (8 * CLUSTER_N) == 0", "A's tile multicast in whole 8-row atoms"),
         Rule(f"SMEM_BYTES <= {MAX_SHARED_BYTES_PER_BLOCK}", "the kernel's static_assert on shared memory"),
     )
     # The untuned default and the small-M choice (both in the default grid).
-    default_tunables = GemmWgmmaSwapTunables(block_m=128, block_n=128, block_k=64, stages=4, consumers=2, cluster_n=1,
-                                             split_k=1)
-    skinny_tunables = GemmWgmmaSwapTunables(block_m=64, block_n=128, block_k=128, stages=4, consumers=1, cluster_n=1,
-                                            split_k=2)
+    default_tunables = GemmWgmmaSwapTunables(block_m=128, block_n=128, block_k=64, stages=4, consumers=2, split_k=1)
+    skinny_tunables = GemmWgmmaSwapTunables(block_m=64, block_n=128, block_k=128, stages=4, consumers=1, split_k=2)
 
     def check_shape(self, M: int, N: int, K: int) -> None:
         """Raise ValueError unless M >= 1, N and K are positive multiples of 8 and all fit int32."""
@@ -102,12 +92,10 @@ class GemmWgmmaSwapFamily(KernelFamily):
     def tensor_maps(
         self, defines: Mapping[str, object], *, M: int, N: int, K: int
     ) -> tuple[TensorMapSpec, TensorMapSpec]:
-        """TMA boxes of 64 K-elements (one 128-byte swizzle atom): BLOCK_N rows of B; of A, the BLOCK_M / CLUSTER_N
-        rows each block of a cluster loads for both."""
+        """TMA boxes of 64 K-elements (one 128-byte swizzle atom): BLOCK_N rows of B, BLOCK_M rows of A."""
         return (
             TensorMapSpec(rows=N, cols=K, box_cols=TMA_BOX_COLS, box_rows=int_define(defines, "BLOCK_N")),
-            TensorMapSpec(rows=M, cols=K, box_cols=TMA_BOX_COLS,
-                          box_rows=int_define(defines, "BLOCK_M") // int_define(defines, "CLUSTER_N")),
+            TensorMapSpec(rows=M, cols=K, box_cols=TMA_BOX_COLS, box_rows=int_define(defines, "BLOCK_M")),
         )
 
     def kernel_arguments(
@@ -122,19 +110,17 @@ class GemmWgmmaSwapFamily(KernelFamily):
         return ceil_div(M, int_define(defines, "BLOCK_M")) * ceil_div(N, int_define(defines, "BLOCK_N"))
 
     def work_items(self, defines: Mapping[str, object], M: int, N: int, K: int) -> int:
-        """Cluster work items of one launch: M tiles x cluster N tiles (CLUSTER_N N tiles each) x SPLIT_K."""
-        cluster_tiles_n = ceil_div(ceil_div(N, int_define(defines, "BLOCK_N")), int_define(defines, "CLUSTER_N"))
-        return ceil_div(M, int_define(defines, "BLOCK_M")) * cluster_tiles_n * int_define(defines, "SPLIT_K")
+        """Work items of one launch: tiles x SPLIT_K."""
+        return self.tiles(defines, M, N) * int_define(defines, "SPLIT_K")
 
     def launch(self, defines: Mapping[str, object], M: int, N: int, K: int, *, sm_count: int = H200_SM_COUNT) -> Launch:
-        """Persistent grid (at most one block per SM, whole clusters), block, shared memory, split-K workspace."""
+        """Persistent grid (at most one block per SM), block, shared memory, split-K workspace."""
         self.check_shape(M, N, K)
-        cluster = int_define(defines, "CLUSTER_N")
-        clusters = max(1, min(self.work_items(defines, M, N, K), sm_count // cluster))
-        # The cluster's block past the last N tile stores nothing: the workspace holds the real tiles.
-        workspace = fragment_workspace_bytes(defines, tiles=self.tiles(defines, M, N))
+        split_k = int_define(defines, "SPLIT_K")
+        tiles = self.tiles(defines, M, N)
+        workspace = fragment_workspace_bytes(defines, tiles=tiles)
         return Launch(
-            grid=(clusters * cluster, 1, 1),
+            grid=(max(1, min(tiles * split_k, sm_count)), 1, 1),
             block=(self.threads(defines), 1, 1),
             smem_bytes=self.smem_bytes(defines),
             workspace_bytes=workspace,

@@ -8,19 +8,13 @@
 // row-major; any M >= 1, N and K multiples of 8 (16-byte global strides for TMA; checked on the
 // host by the family). TMA fills out-of-range rows and columns with zeros; the epilogue masks.
 //
-// Structure (as gemm_wgmma.cu, clusters along N only):
+// Structure (as gemm_wgmma.cu, without clusters):
 //   * one producer thread streams BLOCK_N x BLOCK_K tiles of B and BLOCK_M x BLOCK_K tiles of A
 //     with TMA (128-byte swizzle) into a STAGES-deep ring guarded by full/empty mbarriers;
-//   * CLUSTER_N = 2: the two blocks of a cluster take neighbouring N tiles of the same M tile and
-//     k-tiles, so they need the same tile of A: each loads one half of it for both (multicast),
-//     which halves A's L2 reads (A is re-read once per N tile); a stage is refilled only when the
-//     consumers of both blocks have released it;
 //   * CONSUMERS warpgroups each own BLOCK_N / CONSUMERS rows (problem N) of the C^T tile and
 //     issue wgmma m64nBLOCK_Mk16 with B's tile as the "A" operand and A's tile as the "B" operand;
-//   * persistent: at most one cluster per CLUSTER_N SMs walks the work items (cluster N tiles x
-//     SPLIT_K x M tiles, M tiles fastest, so the blocks that run together read the same rows of B:
-//     L2 reuse); a cluster's second block past the last N tile loads and releases like the first
-//     and stores nothing;
+//   * persistent: at most one block per SM walks the work items (N tiles x SPLIT_K x M tiles, M
+//     tiles fastest, so the blocks that run together read the same rows of B: L2 reuse);
 //   * SPLIT_K > 1: each split stores its fp32 partial tile to the workspace as its threads hold it
 //     (common/splitk.cuh's fragment-native slots: coalesced float4s, never out of range), and the
 //     last split of a tile to count in sums them in split order, many loads in flight, and writes C:
@@ -39,8 +33,8 @@
 #include "common/wgmma_ops.cuh"
 
 #if !defined(BLOCK_M) || !defined(BLOCK_N) || !defined(BLOCK_K) || !defined(STAGES) || !defined(CONSUMERS) || \
-    !defined(SPLIT_K) || !defined(CLUSTER_N)
-#error "gemm_wgmma_swap.cu needs -DBLOCK_M -DBLOCK_N -DBLOCK_K -DSTAGES -DCONSUMERS -DSPLIT_K -DCLUSTER_N"
+    !defined(SPLIT_K)
+#error "gemm_wgmma_swap.cu needs -DBLOCK_M -DBLOCK_N -DBLOCK_K -DSTAGES -DCONSUMERS -DSPLIT_K"
 #endif
 
 namespace gemm_wgmma_swap_cfg {
@@ -50,8 +44,6 @@ constexpr int kSlices = kWgRows / 64;                  // m64 wgmma slices per c
 constexpr int kAtoms = BLOCK_K / 64;                   // 64-element (128-byte) swizzle atoms per k-tile
 constexpr int kAtomBytesB = BLOCK_N * 128;             // B's tile: the wgmma A operand
 constexpr int kAtomBytesA = BLOCK_M * 128;             // A's tile: the wgmma B operand
-constexpr int kClusterSize = CLUSTER_N;                // blocks of a cluster, along N
-constexpr int kSliceRowsA = BLOCK_M / CLUSTER_N;       // rows of A's tile each block loads for the cluster
 constexpr int kStageBytesB = kAtoms * kAtomBytesB;
 constexpr int kStageBytesA = kAtoms * kAtomBytesA;
 constexpr int kStageBytes = kStageBytesA + kStageBytesB;
@@ -72,8 +64,6 @@ static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be between 2 and 8");
 static_assert(2 * STAGES * 8 + 2 * 16 <= kBarrierBytes, "barrier area too small");
 static_assert(kSmemBytes <= 232448, "shared memory STAGES*(BLOCK_M+BLOCK_N)*BLOCK_K*2 + 2048 exceeds the 227 KB per-block limit");
 static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K must be between 1 and 16");
-static_assert(CLUSTER_N == 1 || CLUSTER_N == 2, "CLUSTER_N must be 1 or 2");
-static_assert(kSliceRowsA % 8 == 0, "multicast slices of A must be whole 8-row swizzle atoms: BLOCK_M / CLUSTER_N % 8 == 0");
 #ifdef SMEM_BYTES
 static_assert(SMEM_BYTES == kSmemBytes, "SMEM_BYTES define disagrees with the kernel's shared-memory formula");
 #endif
@@ -89,25 +79,23 @@ struct SwapItem {
 };
 
 struct SwapSchedule {
-  int tiles_m, tiles_n, k_tiles, per_split, total;  // total: the clusters' work items
-  int rank;                                         // this block's place in its cluster (along N)
+  int tiles_m, tiles_n, k_tiles, per_split, total;
 
-  __device__ SwapSchedule(int M, int N, int K, uint32_t cta_rank) {
+  __device__ SwapSchedule(int M, int N, int K) {
     tiles_m = (M + BLOCK_M - 1) / BLOCK_M;
     tiles_n = (N + BLOCK_N - 1) / BLOCK_N;
     k_tiles = (K + BLOCK_K - 1) / BLOCK_K;
     per_split = (k_tiles + SPLIT_K - 1) / SPLIT_K;
-    total = (tiles_n + CLUSTER_N - 1) / CLUSTER_N * SPLIT_K * tiles_m;
-    rank = (int)cta_rank;
+    total = tiles_n * SPLIT_K * tiles_m;
   }
 
-  // Cluster work item w: M tiles fastest, then the K split, then the cluster's N tiles (this block's of them).
+  // Work item w: M tiles fastest, then the K split, then the N tile.
   __device__ SwapItem item(int w) const {
     SwapItem it;
     it.tile_m = w % tiles_m;
     const int rest = w / tiles_m;
     it.split = rest % SPLIT_K;
-    it.tile_n = rest / SPLIT_K * CLUSTER_N + rank;
+    it.tile_n = rest / SPLIT_K;
     it.kt_begin = min(k_tiles, it.split * per_split);
     it.kt_end = min(k_tiles, it.kt_begin + per_split);
     return it;
@@ -141,15 +129,7 @@ __device__ __forceinline__ void store_transposed(const float (&acc)[kSlices][BLO
   }
 }
 
-// Only a real cluster is launched as one: with __cluster_dims__(1, 1, 1) the single blocks ran 5-8 %
-// slower at M >= 112 than without it (H200 recordings at 3aa088bb0c89, benchmarks/notes_gemm_wgmma_swap.md v4).
-#if CLUSTER_N > 1
-#define SWAP_CLUSTER_DIMS __cluster_dims__(kClusterSize, 1, 1)
-#else
-#define SWAP_CLUSTER_DIMS
-#endif
-
-extern "C" __global__ void __launch_bounds__(kThreads, 1) SWAP_CLUSTER_DIMS
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_swap(const __grid_constant__ CUtensorMap tmap_b, const __grid_constant__ CUtensorMap tmap_a,
                     __nv_bfloat16* __restrict__ C, float* __restrict__ workspace, int M, int N, int K) {
   extern __shared__ unsigned char smem_raw[];
@@ -167,15 +147,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) SWAP_CLUSTER_DIMS
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full(s), 1);
-      mbar_init(empty(s), CONSUMERS * kClusterSize);
+      mbar_init(empty(s), CONSUMERS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  cluster_sync<kClusterSize>();  // barriers initialised in both blocks before either multicasts into them
+  __syncthreads();
 
-  const SwapSchedule schedule(M, N, K, cluster_rank<kClusterSize>());
-  const int cluster_id = blockIdx.x / kClusterSize;
-  const int clusters = gridDim.x / kClusterSize;
+  const SwapSchedule schedule(M, N, K);
 
   if (warpgroup == 0) {
     // Producer: one thread issues every TMA load.
@@ -185,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) SWAP_CLUSTER_DIMS
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
       int stage = 0;
       uint32_t phase = 0;
-      for (int w = cluster_id; w < schedule.total; w += clusters) {
+      for (int w = blockIdx.x; w < schedule.total; w += gridDim.x) {
         const SwapItem item = schedule.item(w);
         for (int kt = item.kt_begin; kt < item.kt_end; ++kt) {
           mbar_wait(empty(stage), phase ^ 1);  // a fresh barrier counts as released
@@ -194,13 +172,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) SWAP_CLUSTER_DIMS
           for (int atom = 0; atom < kAtoms; ++atom) {
             const int k = kt * BLOCK_K + atom * 64;
             tma_load(smem_b + stage * kStageBytesB + atom * kAtomBytesB, &tmap_b, full(stage), k, item.tile_n * BLOCK_N);
-            const uint32_t dst_a = smem_a + stage * kStageBytesA + atom * kAtomBytesA;
-            if constexpr (CLUSTER_N > 1) {  // this block's half of A's tile, for both blocks
-              tma_load_multicast(dst_a + schedule.rank * kSliceRowsA * 128, &tmap_a, full(stage), k,
-                                 item.tile_m * BLOCK_M + schedule.rank * kSliceRowsA, uint16_t((1u << kClusterSize) - 1));
-            } else {
-              tma_load(dst_a, &tmap_a, full(stage), k, item.tile_m * BLOCK_M);
-            }
+            tma_load(smem_a + stage * kStageBytesA + atom * kAtomBytesA, &tmap_a, full(stage), k, item.tile_m * BLOCK_M);
           }
           if (++stage == STAGES) {
             stage = 0;
@@ -217,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) SWAP_CLUSTER_DIMS
     float acc[kSlices][BLOCK_M / 2];
     int stage = 0;
     uint32_t phase = 0;
-    for (int w = cluster_id; w < schedule.total; w += clusters) {
+    for (int w = blockIdx.x; w < schedule.total; w += gridDim.x) {
       const SwapItem item = schedule.item(w);
 #pragma unroll
       for (int s = 0; s < kSlices; ++s)
@@ -242,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) SWAP_CLUSTER_DIMS
         }
         wgmma_commit();
         wgmma_wait<1>();  // the k-tile before this one is done: release its stage
-        if (previous >= 0 && t < kClusterSize) mbar_arrive_cluster<kClusterSize>(empty(previous), t);
+        if (previous >= 0 && t == 0) mbar_arrive(empty(previous));
         previous = stage;
         if (++stage == STAGES) {
           stage = 0;
@@ -252,9 +224,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) SWAP_CLUSTER_DIMS
       wgmma_wait<0>();
 #pragma unroll
       for (int s = 0; s < kSlices; ++s) fence_registers(acc[s]);
-      if (previous >= 0 && t < kClusterSize) mbar_arrive_cluster<kClusterSize>(empty(previous), t);
+      if (previous >= 0 && t == 0) mbar_arrive(empty(previous));
 
-      if (item.tile_n >= schedule.tiles_n) continue;  // the cluster's second block past the last N tile
       const int m0 = item.tile_m * BLOCK_M;
       const int n0 = item.tile_n * BLOCK_N;
       if constexpr (SPLIT_K == 1) {
@@ -282,5 +253,5 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) SWAP_CLUSTER_DIMS
       }
     }
   }
-  cluster_sync<kClusterSize>();  // no block leaves while its partner may still multicast into it or arrive on it
+  __syncthreads();
 }
