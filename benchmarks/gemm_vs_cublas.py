@@ -249,6 +249,12 @@ def render_markdown(*, results: dict[str, Any], by_id: dict[str, KernelConfig]) 
     return "\n".join(lines) + "\n"
 
 
+def source_label(source: Path) -> str:
+    """The kernel source as the report names it: relative to the repository, else as given (an installed copy)."""
+    resolved = source.resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(source)
+
+
 def main() -> None:
     """Compile, verify, time interleaved with cuBLAS, print and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -295,7 +301,7 @@ def main() -> None:
 
     harness = Harness(grid_cap=args.grid_cap)
     results: dict[str, Any] = {
-        "family": args.family, "source": str(source.resolve().relative_to(REPO)), "device": harness.info,
+        "family": args.family, "source": source_label(source), "device": harness.info,
         "settings": SETTINGS, "nvcc_flags": NVCC_FLAGS + args.nvcc_flag, "grid_cap": args.grid_cap,
         "rounds": args.rounds, "warmup_s": args.warmup_s, "resources": resources,
         "configs": {c.id: c.label() for c in configs},
