@@ -4,7 +4,8 @@ What the runtime predicts (tunetable.kernels.runtime.selector) for a configurati
 
     log(time / cuBLAS) = log(perf model / roofline floor) + bias_c(M, N, K)
 
-The perf model carries what depends on N and K (tiles, waves, split-K traffic). ``bias_c`` is
+The perf model (times (padded rows / M) ** PADDING_EXPONENT, the runtime's ``model_function``) carries what
+depends on N and K (tiles, waves, split-K traffic) and on how M fills the tiles. ``bias_c`` is
 learned here from the recordings: at every measured shape of c's table, the residual
 ``log(median / same-shard cuBLAS median) - log(model / floor)``; per recorded (N', K') those
 residuals are interpolated in log M (its term), and ``bias_c(M, N, K)`` is the mean of the terms,
@@ -82,7 +83,7 @@ class SelectorConfig:
     smem_bytes: int
 
     def model(self) -> Callable[[int, int, int], float]:
-        """The perf model of this configuration (the runtime's ``model_function``)."""
+        """The selector's model of this configuration (the runtime's ``model_function``)."""
         return model_function(family=self.family, tunables=dict(self.tunables), registers=self.registers,
                               smem_bytes=self.smem_bytes)
 

@@ -150,7 +150,7 @@ def test_trace_by_line_in_the_dispatch_region(copy: Path) -> None:
     measured = {spec.name: spec.m_values for spec in specs[:-1]}
     for m in ms:  # every measured M of the range, each table that measured it, speedups from the recording rows
         for name, recording in RECORDINGS.items():
-            if m not in measured[name]:  # a table that never measured this M has no row to cite (check_against_recordings)
+            if m not in measured[name]:  # never measured there: no row to cite (check_against_recordings)
                 continue
             entry = lookup(load_ranges(copy / "manifests" / f"{name}.yaml")[1], m=m, n=n, k=k)
             assert f"{recording_speedup(path=recording, m=m, n=n, k=k, config_id=entry.config_id):.3f}x" in out
