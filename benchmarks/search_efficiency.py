@@ -218,8 +218,9 @@ def _kt_task(args: tuple[str, str, Shape, float, int, Sequence[int]]) -> tuple[s
                                              strategy_options=options, wall_limit_s=KT_WALL_LIMIT_S)
         except TuneTableError:
             raise  # our cache file is unreadable: stop loudly, it is not Kernel Tuner's result
-        except (MemoryError, ArithmeticError, LookupError, ValueError, RuntimeError, AttributeError) as exc:
-            # Third-party failures on our data are results too: recorded, counted as unreached.
+        except (MemoryError, ArithmeticError, LookupError, ValueError, RuntimeError, AttributeError, TypeError) as exc:
+            # Third-party failures on our data are results too: recorded, counted as unreached (greedy_ils raises
+            # TypeError where a configuration has no Hamming neighbour, as in grid groups of one value each).
             errors.append(f"seed {seed}: {type(exc).__name__}: {str(exc)[:120]}")
             needed.append(None)
             continue
