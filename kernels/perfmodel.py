@@ -169,33 +169,42 @@ def tiled_model(*, tile: GemmTile, resources: Resources) -> Callable[[int, int, 
     peak_rate = min(mma_rate, smem_rate)
     stage_bytes = max(tile.stages - 1, 1) * (bm + bn) * bk * BF16_BYTES
     port = L2_BYTES_PER_CLOCK * SM_CLOCK_HZ
+    # min / max written as conditionals, the float operations as a single call's (``persistent_model`` says why).
+    threads, sync_cycles, clock, latency = tile.threads, SYNC_CYCLES_PER_K_STEP, SM_CLOCK_HZ, MEMORY_LATENCY_S
+    hbm, flops, launch = HBM_BYTES_PER_S, DEVICE_FLOPS, LAUNCH_OVERHEAD_S
+    slices = tile.warps_k > 1
 
     def seconds(m: int, n: int, k: int) -> float:
         """Predicted time in seconds of the tile on (m, n, k)."""
         k_part = -(-k // split_k)
         tiles = -(-m // bm) * -(-n // bn) * split_k
         tiles_on_busiest_sm = -(-tiles // NUM_SMS)
-        resident = min(per_sm, tiles_on_busiest_sm)
+        resident = per_sm if per_sm < tiles_on_busiest_sm else tiles_on_busiest_sm
         tile_flops = tile_area * k_part
         # Derated when too few warps hide latency.
-        warp_fill = min(1.0, resident * tile.threads / 32 / SATURATING_WARPS)
+        warp_fill = resident * threads / 32 / SATURATING_WARPS
+        if warp_fill > 1.0:
+            warp_fill = 1.0
         # Per-tile latency other resident blocks cannot hide: pipeline fill and one barrier per k step.
-        exposed_s = (MEMORY_LATENCY_S + -(-k_part // bk) * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ) / resident
+        exposed_s = (latency + -(-k_part // bk) * sync_cycles / clock) / resident
         # Sliced K: its warps count in warp_fill (same warp tiles, so same smem bytes per flop), its reduction here.
-        slices_s = slice_reduction_s(tile=tile, resident=resident)
+        slices_s = slice_reduction_s(tile=tile, resident=resident) if slices else 0.0
         compute_s = tiles_on_busiest_sm * (tile_flops / (peak_rate * warp_fill) + exposed_s + slices_s)
         # Feeding the busiest SM: bytes in flight over latency, capped by its L2 port.
         tile_bytes = (bm + bn) * k_part * BF16_BYTES
-        feed_s = tiles_on_busiest_sm * tile_bytes / min(port, resident * stage_bytes / MEMORY_LATENCY_S)
+        in_flight_rate = resident * stage_bytes / latency
+        feed_s = tiles_on_busiest_sm * tile_bytes / (in_flight_rate if in_flight_rate < port else port)
         # Device roofline of the main kernel (split-K writes fp32 partials instead of C) ...
         output_bytes = split_k * m * n * FP32_BYTES if split_k > 1 else m * n * BF16_BYTES
         moved = (m * k + n * k) * BF16_BYTES + output_bytes
-        device_s = max(moved / HBM_BYTES_PER_S, tiles * tile_flops / DEVICE_FLOPS)
+        memory_s, math_s = moved / hbm, tiles * tile_flops / flops
+        device_s = math_s if math_s > memory_s else memory_s
         # ... and the split-K reduction in the same launch: each tile's last split reads the partials back.
         reduce_s = 0.0
         if split_k > 1:
-            reduce_s = (split_k * m * n * FP32_BYTES + m * n * BF16_BYTES) / HBM_BYTES_PER_S
-        return max(compute_s, feed_s, device_s) + reduce_s + LAUNCH_OVERHEAD_S
+            reduce_s = (split_k * m * n * FP32_BYTES + m * n * BF16_BYTES) / hbm
+        slowest = feed_s if feed_s > compute_s else compute_s
+        return (device_s if device_s > slowest else slowest) + reduce_s + launch
 
     return seconds
 
@@ -282,31 +291,43 @@ def persistent_model(tile: PersistentTile) -> Callable[[int, int, int], float]:
     out_element_bytes = BF16_BYTES if split_k == 1 else FP32_BYTES * (1 + split_k)
     epilogue_rate = EPILOGUE_BYTES_PER_CLOCK * SM_CLOCK_HZ
 
+    # Per shape: integer tile counts and the float operations of a single call, in the same order; min / max
+    # written as conditionals (the selector calls this per candidate: builtin calls are most of its cost).
+    sync_cycles, clock, latency, launch = SYNC_CYCLES_PER_K_STEP, SM_CLOCK_HZ, MEMORY_LATENCY_S, LAUNCH_OVERHEAD_S
+    hbm, flops = HBM_BYTES_PER_S, DEVICE_FLOPS
+
     def seconds(m: int, n: int, k: int) -> float:
         """Predicted time in seconds of the tile on (m, n, k)."""
         items = -(-(-(-m // bm)) // cm) * -(-(-(-n // bn)) // cn) * split_k
         k_tiles = -(-k // bk)
         # The tail split takes every SM its splits can fill (the family's launch).
-        clusters = max(1, min(items * (k_tiles if tail else 1), max_clusters))
+        clusters = items * k_tiles if tail else items
+        if clusters > max_clusters:
+            clusters = max_clusters
+        if clusters < 1:
+            clusters = 1
         k_part = -(-k // split_k)
         tile_flops = tile_area * k_part
         # Each k-tile also costs a full/empty mbarrier handshake the consumers wait through.
-        compute_s = tile_flops / rate + -(-k_part // bk) * SYNC_CYCLES_PER_K_STEP / SM_CLOCK_HZ
+        compute_s = tile_flops / rate + -(-k_part // bk) * sync_cycles / clock
         # This block's L2 reads: its slice of a cluster-shared tile; rows past M or N are zero-filled, not read.
-        rows_a, rows_b = min(bm, m), min(bn, n)
+        rows_a = bm if bm < m else m
+        rows_b = bn if bn < n else n
         feed_s = (rows_a / cn + rows_b / cm) * k_part * BF16_BYTES / feed_rate
         # Between items the consumers store the tile (bf16, or fp32 partials and the last split's sum).
-        epilogue_s = rows_a * min(bn, n) * out_element_bytes / epilogue_rate
+        epilogue_s = rows_a * rows_b * out_element_bytes / epilogue_rate
+        tile_s = feed_s if feed_s > compute_s else compute_s
         if tail:
-            busiest_s = MEMORY_LATENCY_S + tail_split_busiest_s(
+            busiest_s = latency + tail_split_busiest_s(
                 plan=tail_split_plan(tiles=items, units=clusters, k_tiles=k_tiles), units=clusters, k_tiles=k_tiles,
-                tile_s=max(compute_s, feed_s), epilogue_s=epilogue_s)
+                tile_s=tile_s, epilogue_s=epilogue_s)
         else:
-            busiest_s = MEMORY_LATENCY_S + -(-items // clusters) * (max(compute_s, feed_s) + epilogue_s)
+            busiest_s = latency + -(-items // clusters) * (tile_s + epilogue_s)
         output_bytes = split_k * m * n * FP32_BYTES if split_k > 1 else m * n * BF16_BYTES
-        moved = (m * k + n * k) * BF16_BYTES + output_bytes
-        device_s = max(moved / HBM_BYTES_PER_S, items * cluster * tile_flops / DEVICE_FLOPS)
-        return max(busiest_s, device_s) + LAUNCH_OVERHEAD_S
+        memory_s = ((m * k + n * k) * BF16_BYTES + output_bytes) / hbm
+        math_s = items * cluster * tile_flops / flops
+        device_s = math_s if math_s > memory_s else memory_s
+        return (device_s if device_s > busiest_s else busiest_s) + launch
 
     return seconds
 

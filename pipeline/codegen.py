@@ -237,7 +237,7 @@ def selector_fields(spec: SelectorSpec, *, families: Mapping[str, str]) -> dict[
         fields = [Field("M", int, low=1, high=INT32_MAX - 1), Field("M_END", int, low=2), Field("RANK", int),
                   Field("TABLE", str, choices=tables), Field("KERNEL", str, choices=(family,)), Field("CONFIG_ID", str),
                   Field("REGISTERS", int), Field("SMEM_BYTES", int), Field("BIAS_TERMS", tuple, row=terms),
-                  Field("CUBLAS_TERMS", tuple, row=terms)]
+                  Field("CUBLAS_TERMS", tuple, row=terms), Field("CELLS", tuple, row=(int, int, int))]
         tunables = [(item.name.upper(), _python_type(item.type))
                     for item in dataclasses.fields(FAMILIES[family].entry_type) if item.name not in ENTRY_FIELDS]
         fields += [Field(name, kind) for name, kind in tunables]

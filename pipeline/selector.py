@@ -16,10 +16,12 @@ Dividing by the cuBLAS median of the same shard puts both families on one yardst
 dispatch list does.
 
 The anchors are the measured Ms of every table; between two anchors the bias is linear in log M.
-Each M range between anchors keeps a shortlist of ``candidates`` configurations (any family),
-chosen greedily so that over a lattice of (M, N, K) probes in the range (N, K from 1024 to 32768)
-the best shortlisted prediction is as close as possible to the best prediction over every
-configuration: the runtime then scores only the shortlist (a few microseconds per candidate).
+Each M range between anchors keeps, per point of an (N, K) lattice (1024 to 32768 in half octaves), a
+shortlist of ``candidates`` configurations (any family), chosen greedily so that over the (M, N, K) probes
+of the range near that point the best shortlisted prediction is as close as possible to the best
+prediction over every configuration: the runtime scores a shape on the shortlist of the point nearest
+its (N, K) (about a microsecond per candidate). A range's entries are the union of its shortlists, each
+naming its points (``CELLS``).
 benchmarks/unseen_shapes.py measures what this chooses on shapes it was not built from.
 
 The manifest (manifests/<selector>.yaml) lists one entry per (range, candidate), with its terms per
@@ -45,6 +47,8 @@ from tunetable.kernels.perfmodel import LAUNCH_OVERHEAD_S, roofline_floor_s
 from tunetable.kernels.runtime.selector import (
     BIAS_NK_SCALE,
     CUBLAS_NK_SCALE,
+    LATTICE,
+    cell_runs,
     interpolate,
     log_position,
     model_function,
@@ -60,15 +64,27 @@ from tunetable.select import manifest_text
 Shape = tuple[int, int, int]
 INT32_MAX = 2**31 - 1
 DEFAULT_CANDIDATES = 8
-# N and K of the probes a shortlist is chosen on: 1024 ... 32768 (LLM projections) in half octaves.
-LATTICE = tuple(int(1024 * 2 ** (i / 2)) // 64 * 64 for i in range(11))
-PROBES_PER_RANGE = 3          # Ms per range, spread evenly in log M
+# N and K of the probes shortlists are chosen on: the runtime's LATTICE. Each lattice point (a cell) has its own
+# shortlist per M range, chosen on the probes of the points within CELL_RADIUS steps
+# along each axis; the runtime scores a shape on the shortlist of the point nearest its (N, K). Chosen by the
+# folds of benchmarks/unseen_shapes.py (the tables' recordings, never the validation ones), runtime pick within
+# 5 % / geomean regret, leave-one-(N, K)-out [leave-one-M-out], at the recordings of ab00d3cb3a2a:
+#   one shortlist per range, 3 Ms        94.3 % / 1.45 %  [74.3 % / 4.74 %]
+#   one per range, 6 Ms                  88.6 % / 1.99 %  [78.6 % / 3.80 %]
+#   one per range of 16 / 20, 3 Ms       94.3 % / 1.43 / 1.39 %  [72.9 / 75.7 % / 4.67 / 4.25 %]
+#   per cell, radius 0 / 1, 3 Ms         94.3 % / 1.36 / 1.34 %  [72.9 / 75.7 % / 3.94 / 3.73 %]
+#   per cell, radius 0, 8 Ms             94.3 % / 1.32 %  [87.1 % / 2.63 %]
+#   per cell, radius 1, 8 Ms             94.3 % / 1.34 %  [88.6 % / 2.38 %]
+#   every configuration scored (no shortlist)  94.3 % / 1.34 %  [88.6 % / 2.40 %]
+# Radius 1 with 8 Ms matches scoring every configuration on both folds, with 12 scored per shape.
+CELL_RADIUS = 1
+PROBES_PER_RANGE = 8          # Ms per range, spread evenly in log M
 OPEN_RANGE_OCTAVES = 2        # probes of the last range reach this far above the largest anchor
 OUTSIDE_DECAY = 1.0           # an (N, K) whose Ms do not reach M weighs e^-1 per octave beyond them
 NO_COVER = 10.0               # log regret of a probe no shortlisted candidate can run
 DECIMALS = 4                  # logs and weights in the manifest: 1e-4 is 0.01 % of a time
 SELECTOR_KEYS = ("M", "M_END", "RANK", "TABLE", "KERNEL", "CONFIG_ID", "REGISTERS", "SMEM_BYTES", "BIAS_TERMS",
-                 "CUBLAS_TERMS")
+                 "CUBLAS_TERMS", "CELLS")
 
 
 @dataclass(frozen=True)
@@ -440,6 +456,22 @@ def shortlist(*, regrets: np.ndarray, size: int) -> list[int]:
     return chosen
 
 
+def cell_shortlists(*, scores: np.ndarray, size: int) -> dict[int, list[tuple[int, int]]]:
+    """Each lattice point's shortlist (``shortlist`` over the probes within CELL_RADIUS of it) as one pool:
+    column -> the points (i, j) whose shortlist holds it, columns in order of first use (points in order)."""
+    pool: dict[int, list[tuple[int, int]]] = {}
+    _, points_n, points_k, columns = scores.shape
+    for i in range(points_n):
+        for j in range(points_k):
+            near = scores[:, max(0, i - CELL_RADIUS):i + CELL_RADIUS + 1, max(0, j - CELL_RADIUS):j + CELL_RADIUS + 1]
+            rows = near.reshape(-1, columns)
+            rows = rows[np.isfinite(rows).any(axis=1)]
+            regrets = np.minimum(rows - rows.min(axis=1, keepdims=True), NO_COVER)
+            for column in shortlist(regrets=regrets, size=size):
+                pool.setdefault(column, []).append((i, j))
+    return pool
+
+
 def term_arrays(*, groups_per_anchor: Sequence[Sequence[GroupTerm]],
                 pairs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """Values and weights [anchors, pairs] of terms per anchor (0 where an (N, K) has none), rounded as written."""
@@ -483,7 +515,6 @@ def term_rows(*, pairs: Sequence[tuple[int, int]], at_lo: np.ndarray, lo_weights
 
 
 def build_selector(*, tables: Sequence[TableMeasurements], candidates: int = DEFAULT_CANDIDATES,
-                   lattice: Sequence[int] = LATTICE,
                    progress: Callable[[int, int], None] | None = None) -> SelectorBuild:
     """The selector of these measurements: per M range, its shortlist with biases at both ends.
 
@@ -502,22 +533,23 @@ def build_selector(*, tables: Sequence[TableMeasurements], candidates: int = DEF
         if not usable:
             raise TuneTableError(f"no table measured M = {lo} or {hi}: the M range [{start}, {end}) has no candidate")
         terms = model.range_terms(columns=usable, lo=lo, hi=hi)
-        probes = [(m, n, k) for m in probe_ms(start=start, end=end) for n in lattice for k in lattice]
-        scores = np.array([model.scores(m=m, n=n, k=k, lo=lo, hi=hi, columns=usable, terms=terms)
-                           for m, n, k in probes])
-        scores = scores[np.isfinite(scores).any(axis=1)]
-        regrets = np.minimum(scores - scores.min(axis=1, keepdims=True), NO_COVER)
+        ms = probe_ms(start=start, end=end)
+        # log(time / cuBLAS) of every usable configuration at every probe: [M, N point, K point, configuration].
+        scores = np.array([[[model.scores(m=m, n=n, k=k, lo=lo, hi=hi, columns=usable, terms=terms)
+                             for k in LATTICE] for n in LATTICE] for m in ms])
         cublas = term_rows(pairs=model.pairs, at_lo=model.cublas_values[position[lo]],
                            lo_weights=model.cublas_weights[position[lo]], at_hi=model.cublas_values[position[hi]],
                            hi_weights=model.cublas_weights[position[hi]])
-        for rank, column in enumerate(shortlist(regrets=regrets, size=candidates)):
+        pool = cell_shortlists(scores=scores, size=candidates)
+        for rank, (column, cells) in enumerate(pool.items()):
             config = model.configs[usable[column]]
             made.append(ShapeCandidate(
                 m=start, m_end=end, rank=rank, table=config.table, kernel=config.family, config_id=config.config_id,
                 registers=config.registers, smem_bytes=config.smem_bytes,
                 bias_terms=term_rows(pairs=model.pairs, at_lo=terms.at_lo[column], lo_weights=terms.lo_weights[column],
                                      at_hi=terms.at_hi[column], hi_weights=terms.hi_weights[column]),
-                cublas_terms=cublas, tunables=tuple((name.lower(), value) for name, value in config.tunables)))
+                cublas_terms=cublas, tunables=tuple((name.lower(), value) for name, value in config.tunables),
+                cells=cell_runs([(LATTICE[i], LATTICE[j]) for i, j in cells])))
         if progress is not None:
             progress(done, len(spans))
     return SelectorBuild(model=model, candidates=tuple(made), tables=tuple(tables))
@@ -532,6 +564,7 @@ def candidate_entry(candidate: ShapeCandidate) -> dict[str, Any]:
             "REGISTERS": candidate.registers, "SMEM_BYTES": candidate.smem_bytes,
             "BIAS_TERMS": [list(row) for row in candidate.bias_terms],
             "CUBLAS_TERMS": [list(row) for row in candidate.cublas_terms],
+            "CELLS": [list(cell) for cell in candidate.cells],
             **{name.upper(): value for name, value in candidate.tunables}}
 
 
@@ -542,7 +575,8 @@ def candidate_from_entry(entry: Mapping[str, Any], *, tunables: Sequence[str]) -
         kernel=str(entry["KERNEL"]), config_id=str(entry["CONFIG_ID"]), registers=int(entry["REGISTERS"]),
         smem_bytes=int(entry["SMEM_BYTES"]), bias_terms=entry_terms(entry["BIAS_TERMS"]),
         cublas_terms=entry_terms(entry["CUBLAS_TERMS"]),
-        tunables=tuple((name.lower(), int(entry[name])) for name in tunables))
+        tunables=tuple((name.lower(), int(entry[name])) for name in tunables),
+        cells=tuple((int(n), int(first), int(last)) for n, first, last in entry["CELLS"]))
 
 
 def entry_terms(rows: Sequence[Sequence[Any]]) -> tuple[tuple[int, int, float, float, float, float], ...]:
@@ -566,7 +600,8 @@ def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> 
         "date": max(known) if known else "unknown",
         "anchors": ",".join(str(a) for a in build.anchors),
         "candidates": candidates,
-        "lattice": f"N, K in {LATTICE[0]}..{LATTICE[-1]} ({len(LATTICE)} values), {PROBES_PER_RANGE} Ms per range",
+        "lattice": f"N, K in {LATTICE[0]}..{LATTICE[-1]} ({len(LATTICE)} values), {PROBES_PER_RANGE} Ms per range, "
+                   f"a shortlist per point over the points within {CELL_RADIUS}",
     }
     for table in build.tables:
         provenance[f"{table.table}_recording"] = table.source
@@ -583,7 +618,8 @@ def build_selector_manifest(*, name: str, tables: Sequence[TableMeasurements],
 
     build = build_selector(tables=tables, candidates=candidates, progress=progress)
     header = [f"tunetable shape selector {name}: generated by `tunetable select --selector`; do not edit by hand.",
-              "For shapes no table holds: per M range, a shortlist of configurations (any table) scored at run time",
+              "For shapes no table holds: per M range and (N, K) lattice point (CELLS: [N', first K', last K'] runs),",
+              "a shortlist of configurations (any table) scored at run time on the point nearest a shape's (N, K)",
               "as log(time / cuBLAS) = log(perf model / roofline floor) + bias, linear in log M from M to M_END.",
               "BIAS_TERMS rows: [N', K', term at M, weight, term at M_END, weight] per recorded (N', K'); the bias",
               "on (N, K) is their mean weighted by weight x e^(-d / BIAS_NK_SCALE), d the octaves from (N, K) to",

@@ -14,8 +14,10 @@ from tunetable.kernels.runtime.decide import shape_selector as selector
 from tunetable.kernels.perfmodel import PersistentTile, predict_persistent_seconds
 from tunetable.kernels.runtime.selector import (
     INT32_MAX,
+    LATTICE,
     PADDING_EXPONENT,
     ShapeSelector,
+    cell_points,
     interpolate,
     log_position,
     model_function,
@@ -108,7 +110,12 @@ def test_generated_candidates_are_the_manifest_entries(tables) -> None:
     spans = sorted({(c.m, c.m_end) for c in generated})
     assert spans[0][0] == 1 and spans[-1][1] == INT32_MAX
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))            # contiguous, no gap
-    assert all(sum(1 for c in generated if (c.m, c.m_end) == span) <= SPEC.candidates for span in spans)
+    # Every range holds a shortlist of at most `candidates` for every point of the (N, K) lattice.
+    points = {(n, k) for n in LATTICE for k in LATTICE}
+    for span in spans:
+        members = [set(cell_points(c.cells)) for c in generated if (c.m, c.m_end) == span]
+        assert all(found <= points for found in members)
+        assert all(1 <= sum(point in found for found in members) <= SPEC.candidates for point in points)
 
 
 def test_the_selector_reads_only_the_tables_recordings(monkeypatch: pytest.MonkeyPatch) -> None:

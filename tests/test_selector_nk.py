@@ -22,8 +22,9 @@ SPEC = selector_spec(PARAMS, "gemm_selector")
 
 
 def hand_made(**changes) -> runtime.ShapeCandidate:
-    """A generated candidate (a real configuration) with hand-written terms over M in [64, 256)."""
-    return dataclasses.replace(SELECTORS["gemm_selector"][0], m=64, m_end=256, rank=0, **changes)
+    """A generated candidate (a real configuration) with hand-written terms over M in [64, 256), scored on every
+    (N, K) (no cells) unless ``changes`` say otherwise."""
+    return dataclasses.replace(SELECTORS["gemm_selector"][0], m=64, m_end=256, rank=0, **{"cells": (), **changes})
 
 
 def predicted_bias(prediction: runtime.Prediction, *, m: int, n: int, k: int) -> float:
@@ -194,7 +195,8 @@ def test_trace_shows_each_nk_share_of_an_entry_on_a_shape() -> None:
 
     m, n, k = 200, 5120, 13824
     generated = SELECTORS["gemm_selector"]
-    index = next(i for i, c in enumerate(generated) if c.m <= m < c.m_end)
+    on_shortlist = runtime.ShapeSelector(generated).shortlist(m=m, n=n, k=k)[0]   # scored on this shape
+    index = next(i for i, c in enumerate(generated) if c is on_shortlist)
     tables = {name: table_spec(PARAMS, name) for name in PARAMS["tables"]}
     found = trace_selector(root=REPO, spec=SPEC, tables=tables, index=index, shape=(m, n, k)).on_shape
     for _, terms, _ in found.ends:

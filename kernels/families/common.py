@@ -260,7 +260,10 @@ class ShapeCandidate:
     ``(N', K', value at M = m, its weight, value at M = m_end, its weight)``; at a shape the bias is
     the mean of the values weighted by weight x e^(-d / BIAS_NK_SCALE), d the distance from (N, K) to
     (N', K') in octaves, linear in log M between m and m_end. ``cublas_terms``: log(cuBLAS time /
-    floor) the same way (with CUBLAS_NK_SCALE). ``rank`` orders the range's shortlist.
+    floor) the same way (with CUBLAS_NK_SCALE). ``rank`` orders the range's candidates. ``cells``: the points
+    of the selector's (N, K) lattice whose shortlist holds the candidate, as runs (N', first K', last K') of
+    neighbouring lattice K' (a shape is scored on the shortlist of the point nearest its (N, K)); empty: every
+    shape of the range scores it.
     """
 
     m: int
@@ -274,3 +277,4 @@ class ShapeCandidate:
     bias_terms: tuple[tuple[int, int, float, float, float, float], ...]
     cublas_terms: tuple[tuple[int, int, float, float, float, float], ...]
     tunables: tuple[tuple[str, int], ...]
+    cells: tuple[tuple[int, int, int], ...] = ()

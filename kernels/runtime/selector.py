@@ -2,8 +2,9 @@
 
 For (M, N, K) the generated list ``SELECTORS[name]`` (``ShapeCandidate`` entries, codegen from
 manifests/<selector>.yaml, built by ``tunetable select --selector`` from every table's
-recording) gives the shortlist of the M range that holds M: at most a few configurations of
-any family (online tuning also measures the two neighbouring ranges' shortlists: a shortlist is
+recording) gives the shortlist of the M range that holds M at the ``LATTICE`` point nearest (N, K)
+(``nearest_cell``; the candidate's ``cells``): at most a few configurations of any family (online
+tuning also measures the same point's shortlists of the two neighbouring ranges: a shortlist is
 chosen at its range's recorded Ms, and between them the winner is often a neighbour's; as the untuned
 choice the wider ranking did worse when each recorded M was left out in turn). Each candidate's time
 is predicted as
@@ -88,6 +89,9 @@ CUBLAS_NK_SCALE: float | None = 0.5
 # 0.918x the exhaustive best at 0 and at 0.3 (0.934x at 0.5, 0.943x at 0.8); online's best of 8, 83.3 % / 2.74 %
 # -> 86.7 % / 2.55 %.
 PADDING_EXPONENT: float = 0.3
+# The (N, K) lattice of the shortlists: each M range has one per point (ShapeCandidate.cells), and a shape is
+# scored on the shortlist of the point nearest its (N, K): 1024 ... 32768 (LLM projections) in half octaves.
+LATTICE: tuple[int, ...] = tuple(int(1024 * 2 ** (i / 2)) // 64 * 64 for i in range(11))
 Terms = tuple[tuple[int, int, float, float, float, float], ...]   # (N', K', value at start, weight, at end, weight)
 
 
@@ -105,10 +109,12 @@ class Prediction(NamedTuple):
 
 
 class _Scored(NamedTuple):
-    """A shortlisted candidate ready to score: its model, its terms' values over the selector's (N', K') list
-    (at the range's start, then its end) and its weights (an index into the selector's distinct weight pairs)."""
+    """A shortlisted candidate ready to score: its perf model and BLOCK_M (``model_parts``), its terms' values over
+    the selector's (N', K') list (at the range's start, then its end) and its weights (an index into the
+    selector's distinct weight pairs)."""
 
     model: ModelFn
+    block_m: int
     values: tuple[float, ...]
     weights: int
     candidate: ShapeCandidate
@@ -124,10 +130,12 @@ class _Cublas(NamedTuple):
 
 
 class _Near(NamedTuple):
-    """What one (N, K) gives every candidate: the shares of each distinct weight vector (bias and cuBLAS)."""
+    """What one (N, K) gives every candidate: the shares of each distinct weight vector (bias and cuBLAS), and the
+    lattice point whose shortlists score it (None: the candidates name no cells)."""
 
     bias: tuple[tuple[float, ...], ...]
     cublas: tuple[tuple[float, ...], ...]
+    cell: tuple[int, int] | None
 
 
 def nk_octaves(*, n: int, k: int, pairs: Sequence[tuple[int, int]]) -> tuple[float, ...]:
@@ -163,9 +171,9 @@ def nk_mean(*, values: Sequence[Any], shares: Sequence[Any]) -> Any:
     return sum(map(operator.mul, values, shares))
 
 
-def model_function(*, family: str, tunables: Mapping[str, int], registers: int, smem_bytes: int) -> ModelFn:
-    """The selector's model of one configuration as ``f(m, n, k) -> seconds`` (tunables: lower-case or -D names):
-    the perf model's time x (padded rows / M) ** PADDING_EXPONENT.
+def model_parts(*, family: str, tunables: Mapping[str, int], registers: int, smem_bytes: int) -> tuple[ModelFn, int]:
+    """One configuration's perf model as ``f(m, n, k) -> seconds`` and its BLOCK_M (tunables: lower-case or -D
+    names): ``model_function`` without the padding factor, which the runtime applies per BLOCK_M.
 
     The family says which model ranks it (``KernelFamily.perf_model``): "persistent" (TMA +
     wgmma warpgroups, clusters) or "tiled" (mma.sync tiles, with the recorded registers and shared
@@ -176,21 +184,55 @@ def model_function(*, family: str, tunables: Mapping[str, int], registers: int, 
     if model not in ("persistent", "tiled"):
         raise ValueError(f"family {family}: no perf model '{model}' (known: persistent, tiled)")
     if model == "persistent":
-        base = persistent_model(PersistentTile.from_defines(defines))
-    else:
-        tile = GemmTile.from_defines(defines)
-        base = tiled_model(tile=tile, resources=Resources(registers=int(registers), smem_bytes=int(smem_bytes),
-                                                          threads=tile.threads))
-    exponent = PADDING_EXPONENT
-    if not exponent:
-        return base
-    block_m = defines["BLOCK_M"]
+        return persistent_model(PersistentTile.from_defines(defines)), defines["BLOCK_M"]
+    tile = GemmTile.from_defines(defines)
+    return tiled_model(tile=tile, resources=Resources(registers=int(registers), smem_bytes=int(smem_bytes),
+                                                      threads=tile.threads)), tile.block_m
+
+
+def padding_factor(*, m: int, block_m: int) -> float:
+    """(padded rows / M) ** PADDING_EXPONENT: what the selector's model charges for the rows past M in the
+    last M tile."""
+    return (-(-m // block_m) * block_m / m) ** PADDING_EXPONENT
+
+
+def model_function(*, family: str, tunables: Mapping[str, int], registers: int, smem_bytes: int) -> ModelFn:
+    """The selector's model of one configuration as ``f(m, n, k) -> seconds``: the perf model's time
+    (``model_parts``) x ``padding_factor``."""
+    base, block_m = model_parts(family=family, tunables=tunables, registers=registers, smem_bytes=smem_bytes)
 
     def seconds(m: int, n: int, k: int) -> float:
         """The perf model's time x (padded rows / M) ** PADDING_EXPONENT."""
-        return base(m, n, k) * (-(-m // block_m) * block_m / m) ** exponent
+        return base(m, n, k) * padding_factor(m=m, block_m=block_m)
 
     return seconds
+
+
+def lattice_bounds(values: Sequence[int]) -> tuple[float, ...]:
+    """The log2 midpoints between neighbouring lattice values (ascending): where the nearest value changes."""
+    return tuple((math.log2(a) + math.log2(b)) / 2 for a, b in zip(values, values[1:]))
+
+
+def nearest_cell(*, n: int, k: int) -> tuple[int, int]:
+    """The LATTICE point (N', K') nearest (N, K) in log2 along each axis (ties: the lower), clamped to its ends."""
+    bounds = lattice_bounds(LATTICE)
+    return LATTICE[bisect.bisect_left(bounds, math.log2(n))], LATTICE[bisect.bisect_left(bounds, math.log2(k))]
+
+
+def cell_runs(points: Sequence[tuple[int, int]]) -> tuple[tuple[int, int, int], ...]:
+    """LATTICE points (N', K') as runs (N', first K', last K') of neighbouring K' at one N' (sorted)."""
+    runs: list[list[int]] = []
+    for n, k in sorted(points):
+        if runs and runs[-1][0] == n and LATTICE.index(runs[-1][2]) + 1 == LATTICE.index(k):
+            runs[-1][2] = k
+        else:
+            runs.append([n, k, k])
+    return tuple((n, first, last) for n, first, last in runs)
+
+
+def cell_points(runs: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """The LATTICE points of ``cell_runs``' runs: (N', K') for every lattice K' from first to last."""
+    return [(n, k) for n, first, last in runs for k in LATTICE if first <= k <= last]
 
 
 def log_position(*, m: int, start: int, end: int) -> float:
@@ -226,6 +268,16 @@ class ShapeSelector:
         self.ranges = sorted(ranges)
         self.starts = [start for start, _ in self.ranges]
         self.shortlists = {span: sorted(found, key=lambda c: c.rank) for span, found in ranges.items()}
+        # Each range's shortlist per LATTICE point (ShapeCandidate.cells), in rank order; a range whose candidates
+        # name no cells scores them all on every (N, K).
+        self.cells: dict[tuple[tuple[int, int], tuple[int, int]], tuple[int, ...]] = {}
+        for span, found in self.shortlists.items():
+            per_cell: dict[tuple[int, int], list[int]] = {}
+            for index, candidate in enumerate(found):
+                for cell in cell_points(candidate.cells):
+                    per_cell.setdefault(cell, []).append(index)
+            self.cells.update({(span, cell): tuple(indices) for cell, indices in per_cell.items()})
+        self.bounds = lattice_bounds(LATTICE)
         # Every (N', K') any candidate's terms name, and the distinct weight vectors over them (most candidates
         # share one): their shares on a shape's (N, K) are computed once for every candidate.
         self.pairs = tuple(sorted({(row[0], row[1]) for c in self.candidates
@@ -237,7 +289,12 @@ class ShapeSelector:
         self.terms = {span: tuple(self._bias(c) for c in shortlist) for span, shortlist in self.shortlists.items()}
         self.cublas = {span: self._cublas(shortlist[0]) for span, shortlist in self.shortlists.items()}
         self.bias_pair_list = list(self.bias_pairs)   # index -> (start, end) bias weight vectors
-        self.scored: dict[tuple[int, int], tuple[_Scored, ...]] = {}
+        self.log_pairs = tuple((math.log2(p), math.log2(q)) for p, q in self.pairs)
+        # Unweighted (BIAS_NK_SCALE None), the bias shares do not depend on (N, K): computed once.
+        self.bias_shares = None if BIAS_NK_SCALE is not None else tuple(
+            nk_shares(weights=weights, closeness=(1.0,) * len(self.pairs)) for weights in self.bias_vectors)
+        self.scored: dict[tuple[tuple[int, int], int], _Scored] = {}
+        self.scored_cells: dict[tuple[tuple[int, int], tuple[int, int] | None], tuple[_Scored, ...]] = {}
         self.near: dict[tuple[int, int], _Near] = {}
         self.rankings: dict[tuple[int, int, int, bool], tuple[Prediction, ...]] = {}
         self.choices: dict[tuple[int, int, int], Prediction | None] = {}
@@ -250,10 +307,15 @@ class ShapeSelector:
         span = self.ranges[position]
         return span if span[0] <= m < span[1] else None
 
-    def shortlist(self, *, m: int) -> list[ShapeCandidate]:
-        """The candidates of the M range holding ``m``, in shortlist order (empty: none)."""
+    def shortlist(self, *, m: int, n: int | None = None, k: int | None = None) -> list[ShapeCandidate]:
+        """The candidates of the M range holding ``m`` in rank order (empty: none); with ``n`` and ``k``, those
+        of the shortlist that scores (M, N, K)."""
         span = self._span(m)
-        return list(self.shortlists[span]) if span is not None else []
+        if span is None:
+            return []
+        if n is None or k is None:
+            return list(self.shortlists[span])
+        return [s.candidate for s in self._scored_cell(span, self._near(n, k).cell)]
 
     def _dense(self, terms: Terms) -> tuple[tuple[float, ...], ...]:
         """Terms over the selector's (N', K') list: values and weights at the start, then at the end (0: absent)."""
@@ -275,26 +337,44 @@ class ShapeSelector:
         start, end = (self.cublas_vectors.setdefault(w, len(self.cublas_vectors)) for w in (start_weights, end_weights))
         return _Cublas(at_start=at_start, at_end=at_end, start_weights=start, end_weights=end)
 
-    def _scored(self, span: tuple[int, int]) -> tuple[_Scored, ...]:
-        """The range's candidates with their perf models, built on first use."""
-        found = self.scored.get(span)
+    def _scored_one(self, span: tuple[int, int], index: int) -> _Scored:
+        """One of the range's candidates with its perf model, built on first use."""
+        key = (span, index)
+        found = self.scored.get(key)
         if found is None:
-            found = self.scored[span] = tuple(
-                _Scored(model=model_function(family=c.kernel, tunables=dict(c.tunables), registers=c.registers,
-                                             smem_bytes=c.smem_bytes), values=values, weights=pair, candidate=c)
-                for c, (values, pair) in zip(self.shortlists[span], self.terms[span]))
+            c = self.shortlists[span][index]
+            values, pair = self.terms[span][index]
+            found = self.scored[key] = _Scored(*model_parts(family=c.kernel, tunables=dict(c.tunables),
+                                                            registers=c.registers, smem_bytes=c.smem_bytes),
+                                               values=values, weights=pair, candidate=c)
+        return found
+
+    def _scored_cell(self, span: tuple[int, int], cell: tuple[int, int] | None) -> tuple[_Scored, ...]:
+        """The range's candidates on the shortlist of a lattice point (all of them where the point has none)."""
+        key = (span, cell)
+        found = self.scored_cells.get(key)
+        if found is None:
+            indices = self.cells.get(key, range(len(self.shortlists[span])))
+            found = self.scored_cells[key] = tuple(self._scored_one(span, i) for i in indices)
         return found
 
     def _near(self, n: int, k: int) -> _Near:
         """Each distinct weight vector's shares on (N, K), computed once per (N, K)."""
         found = self.near.get((n, k))
         if found is None:
-            octaves = nk_octaves(n=n, k=k, pairs=self.pairs)
-            closeness = nk_closeness(octaves=octaves, scale=BIAS_NK_SCALE)
+            log_n, log_k = math.log2(n), math.log2(k)   # nk_octaves, with the pairs' logs taken once
+            octaves = tuple(math.hypot(p - log_n, q - log_k) for p, q in self.log_pairs)
+            bias = self.bias_shares
+            if bias is None:
+                closeness = nk_closeness(octaves=octaves, scale=BIAS_NK_SCALE)
+                bias = tuple(nk_shares(weights=weights, closeness=closeness) for weights in self.bias_vectors)
             near = nk_closeness(octaves=octaves, scale=CUBLAS_NK_SCALE)
+            cell = None   # nearest_cell, with the lattice's bounds computed once
+            if self.cells:
+                cell = (LATTICE[bisect.bisect_left(self.bounds, log_n)], LATTICE[bisect.bisect_left(self.bounds, log_k)])
             found = self.near[(n, k)] = _Near(
-                bias=tuple(nk_shares(weights=weights, closeness=closeness) for weights in self.bias_vectors),
-                cublas=tuple(nk_shares(weights=weights, closeness=near) for weights in self.cublas_vectors))
+                bias=bias, cublas=tuple(nk_shares(weights=weights, closeness=near) for weights in self.cublas_vectors),
+                cell=cell)
         return found
 
     def rank(self, *, m: int, n: int, k: int, neighbours: bool = False) -> tuple[Prediction, ...]:
@@ -351,9 +431,9 @@ class ShapeSelector:
         if neighbours:
             position = self.ranges.index(span)
             spans += [*self.ranges[max(0, position - 1):position], *self.ranges[position + 1:position + 2]]
-        scored = [self._scored(each) for each in spans]
-        floor = roofline_floor_s(m=m, n=n, k=k)
         near = self._near(n, k)
+        scored = [self._scored_cell(each, near.cell) for each in spans]
+        floor = roofline_floor_s(m=m, n=n, k=k)
         # cuBLAS's log(time / floor) at both ends of M's range, then linear in log M between them.
         terms = self.cublas[span]
         start = nk_mean(values=terms.at_start, shares=near.cublas[terms.start_weights])
@@ -361,16 +441,20 @@ class ShapeSelector:
         cublas = floor * math.exp(start + log_position(m=m, start=span[0], end=span[1]) * (end - start))
         pairs = self.bias_pair_list
         found, seen, exp = [], set(), math.exp
+        padding: dict[int, float] = {}   # padding_factor per BLOCK_M (a shortlist has a few)
         for each, items in zip(spans, scored):
             t = log_position(m=m, start=each[0], end=each[1])   # clamped: a neighbour keeps its nearer end
             shares: dict[int, tuple[float, ...]] = {}
-            for model, values, pair, candidate in items:
+            for model, block_m, values, pair, candidate in items:
                 if neighbours:   # (a range's own shortlist names each configuration once)
                     key = (candidate.table, candidate.config_id)
                     if key in seen:
                         continue
                     seen.add(key)
-                seconds = model(m, n, k)
+                factor = padding.get(block_m)
+                if factor is None:
+                    factor = padding[block_m] = padding_factor(m=m, block_m=block_m)
+                seconds = model(m, n, k) * factor   # model_function's product
                 if seconds < math.inf:   # a block that cannot be resident is never a pick
                     weights = shares.get(pair)
                     if weights is None:

@@ -11,7 +11,7 @@ from tunetable import paths
 from tunetable import trace as tracing
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
-from tunetable.kernels.runtime.selector import BIAS_NK_SCALE
+from tunetable.kernels.runtime.selector import BIAS_NK_SCALE, cell_points, nearest_cell
 from tunetable.commands.suggest import parse_shape
 from tunetable.params import dispatch_specs, load_params, selector_specs, table_spec, table_specs
 
@@ -169,6 +169,12 @@ def _print_selector(console: Console, result) -> None:
     _print_generated(console, result)
     console.print(f"\n[bold]selector[/bold] {result.manifest} params[{g.index}]: M [{entry['M']}, {entry['M_END']}) "
                   f"candidate {entry['RANK']}: table {entry['TABLE']}, config {entry['CONFIG_ID']}")
+    runs = [tuple(run) for run in entry.get("CELLS") or ()]
+    cells = cell_points(runs)
+    if cells:
+        console.print(f"on the shortlist of {len(cells)} (N, K) lattice points (a shape is scored on the shortlist of "
+                      "the point nearest its (N, K)): " + "; ".join(f"N={n}: K={first}..{last}" for n, first, last in runs),
+                      markup=False)
     console.print("predicted log(time / cuBLAS) = log(perf model / roofline floor) + bias, the bias linear in "
                   "log M between the range's ends; at each end, on a shape's (N, K), the mean of the (N', K') terms "
                   f"below, each weighted by weight x e^(-d / {BIAS_NK_SCALE}), d the octaves from (N, K) to (N', K')",
@@ -204,6 +210,11 @@ def _print_selector(console: Console, result) -> None:
                           f"{'; '.join(stale)}: re-run `tunetable select --selector {result.name}`", markup=False)
     if result.on_shape is not None:
         _print_shape_bias(console, result.on_shape)
+        if cells:
+            _, n, k = result.on_shape.shape
+            point = nearest_cell(n=n, k=k)
+            console.print(f"N={n}, K={k} is nearest the lattice point {point[0]}x{point[1]}: this entry is "
+                          + ("on" if point in cells else "NOT on") + " its shortlist", markup=False)
 
 
 def _print_shape_bias(console: Console, found) -> None:
