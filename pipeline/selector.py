@@ -4,7 +4,7 @@ What the runtime predicts (tunetable.kernels.runtime.selector) for a configurati
 
     log(time / cuBLAS) = log(perf model / roofline floor) + bias_c(M, N, K)
 
-The perf model (times (padded rows / M) ** PADDING_EXPONENT, the runtime's ``model_function``) carries what
+The perf model (times the runtime's ``m_fit_factor``: ``model_function``) carries what
 depends on N and K (tiles, waves, split-K traffic) and on how M fills the tiles. ``bias_c`` is
 learned here from the recordings: at every measured shape of c's table, the residual
 ``log(median / same-shard cuBLAS median) - log(model / floor)``; per recorded (N', K') those

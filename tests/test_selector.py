@@ -15,6 +15,7 @@ from tunetable.kernels.perfmodel import PersistentTile, predict_persistent_secon
 from tunetable.kernels.runtime.selector import (
     INT32_MAX,
     LATTICE,
+    M_TILES_EXPONENT,
     PADDING_EXPONENT,
     ShapeSelector,
     cell_points,
@@ -71,15 +72,19 @@ def test_a_group_term_interpolates_between_its_bracketing_ms_and_decays_outside(
     assert beyond.value == pytest.approx(0.0) and beyond.weight == pytest.approx(math.exp(-2))
 
 
-def test_the_selectors_model_charges_the_rows_its_last_m_tile_pads() -> None:
+def test_the_selectors_model_charges_how_block_m_fits_m() -> None:
     tunables = {"block_m": 96, "block_n": 128, "block_k": 64, "stages": 8, "consumers": 2, "split_k": 1}
     model = model_function(family="gemm_wgmma_swap", tunables=tunables, registers=168, smem_bytes=231424)
     tile = PersistentTile.from_defines({name.upper(): value for name, value in tunables.items()})
-    # M = 192: two whole 96-row tiles, nothing padded: the perf model's time itself.
-    assert model(192, 5120, 5120) == predict_persistent_seconds(tile=tile, m=192, n=5120, k=5120)
+    # M = 96: one whole tile, nothing padded: the perf model's time itself.
+    assert model(96, 5120, 5120) == predict_persistent_seconds(tile=tile, m=96, n=5120, k=5120)
+    # M = 192: two whole 96-row tiles: 2 ** M_TILES_EXPONENT.
+    two = predict_persistent_seconds(tile=tile, m=192, n=5120, k=5120) * 2 ** M_TILES_EXPONENT
+    assert model(192, 5120, 5120) == pytest.approx(two, rel=1e-12)
     # M = 200: three tiles, 288 rows for 200.
-    padded = predict_persistent_seconds(tile=tile, m=200, n=5120, k=5120) * (288 / 200) ** PADDING_EXPONENT
-    assert PADDING_EXPONENT > 0 and model(200, 5120, 5120) == pytest.approx(padded, rel=1e-12)
+    three = (predict_persistent_seconds(tile=tile, m=200, n=5120, k=5120) * (288 / 200) ** PADDING_EXPONENT
+             * 3 ** M_TILES_EXPONENT)
+    assert PADDING_EXPONENT > 0 and M_TILES_EXPONENT > 0 and model(200, 5120, 5120) == pytest.approx(three, rel=1e-12)
 
 
 def test_ranges_cover_every_m_from_1_to_int32_max() -> None:

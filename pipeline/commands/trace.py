@@ -172,9 +172,9 @@ def _print_selector(console: Console, result) -> None:
     runs = [tuple(run) for run in entry.get("CELLS") or ()]
     cells = cell_points(runs)
     if cells:
+        listed = "; ".join(f"N={n}: K={first}..{last}" for n, first, last in runs)
         console.print(f"on the shortlist of {len(cells)} (N, K) lattice points (a shape is scored on the shortlist of "
-                      "the point nearest its (N, K)): " + "; ".join(f"N={n}: K={first}..{last}" for n, first, last in runs),
-                      markup=False)
+                      f"the point nearest its (N, K)): {listed}", markup=False)
     console.print("predicted log(time / cuBLAS) = log(perf model / roofline floor) + bias, the bias linear in "
                   "log M between the range's ends; at each end, on a shape's (N, K), the mean of the (N', K') terms "
                   f"below, each weighted by weight x e^(-d / {BIAS_NK_SCALE}), d the octaves from (N, K) to (N', K')",
