@@ -224,10 +224,14 @@ def lattice_bounds(values: Sequence[int]) -> tuple[float, ...]:
     return tuple((math.log2(a) + math.log2(b)) / 2 for a, b in zip(values, values[1:]))
 
 
+def lattice_point(*, log_n: float, log_k: float, bounds: Sequence[float]) -> tuple[int, int]:
+    """The LATTICE point nearest (log2 N, log2 K) along each axis (ties: the lower), given its ``lattice_bounds``."""
+    return LATTICE[bisect.bisect_left(bounds, log_n)], LATTICE[bisect.bisect_left(bounds, log_k)]
+
+
 def nearest_cell(*, n: int, k: int) -> tuple[int, int]:
     """The LATTICE point (N', K') nearest (N, K) in log2 along each axis (ties: the lower), clamped to its ends."""
-    bounds = lattice_bounds(LATTICE)
-    return LATTICE[bisect.bisect_left(bounds, math.log2(n))], LATTICE[bisect.bisect_left(bounds, math.log2(k))]
+    return lattice_point(log_n=math.log2(n), log_k=math.log2(k), bounds=lattice_bounds(LATTICE))
 
 
 def cell_runs(points: Sequence[tuple[int, int]]) -> tuple[tuple[int, int, int], ...]:
@@ -380,10 +384,8 @@ class ShapeSelector:
                 closeness = nk_closeness(octaves=octaves, scale=BIAS_NK_SCALE)
                 bias = tuple(nk_shares(weights=weights, closeness=closeness) for weights in self.bias_vectors)
             near = nk_closeness(octaves=octaves, scale=CUBLAS_NK_SCALE)
-            cell = None   # nearest_cell, with the lattice's bounds computed once
-            if self.cells:
-                bounds = self.bounds
-                cell = (LATTICE[bisect.bisect_left(bounds, log_n)], LATTICE[bisect.bisect_left(bounds, log_k)])
+            # nearest_cell, with the lattice's bounds computed once
+            cell = lattice_point(log_n=log_n, log_k=log_k, bounds=self.bounds) if self.cells else None
             found = self.near[(n, k)] = _Near(
                 bias=bias, cublas=tuple(nk_shares(weights=weights, closeness=near) for weights in self.cublas_vectors),
                 cell=cell)
