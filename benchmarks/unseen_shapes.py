@@ -53,13 +53,16 @@ VALIDATION = "data/recordings/h200_validation_{table}.parquet"   # per table of 
 WITHIN = 0.05
 TARGETS = {"share_within_5pct": 0.90, "geomean_regret": 0.03}
 TIMING_SHAPES = 400
+# On a shared host the same code reads 41-75 µs CPU per new shape from one run to the next (2026-12-02): the
+# fastest of 5 repeats is the figure, every repeat is printed.
+TIMING_REPEATS = 5
 WORKLOAD_NK = ((3072, 3072), (3072, 8192), (8192, 3072), (2560, 10240), (10240, 2560))   # a model's few (N, K)
 TOP_K = (3, 8)   # the best measured among the selector's k best predictions (what online tuning measures)
 
 
 def normalised(tables: list[TableMeasurements]) -> dict[Shape, dict[tuple[str, str], float]]:
     """Per shape any table measured: (table, config id) -> median / same-shard cuBLAS median, over the tables
-    that measured it (gemm_wgmma_swap's grid stops at M = 512)."""
+    that measured it (gemm_wgmma_swap's grid stops at M = 1024)."""
     shapes = set.union(*({s for s in t.times if s in t.cublas} for t in tables))
     return {shape: {(t.table, cid): ms / t.cublas[shape] for t in tables if shape in t.times and shape in t.cublas
                     for cid, ms in t.times[shape].items()}
@@ -110,7 +113,7 @@ def neighbour_rows(*, measured: dict[Shape, dict[tuple[str, str], float]],
     """The table's range entry at a left-out M (the best configuration of the next lower measured M of the
     same (N, K): what select's merged range serves there), scored like the selector's pick; with the
     selector's rows for the same shapes. Shapes whose neighbour's winner was not measured there are left
-    out of both (gemm_wgmma_swap's grid stops at M = 512)."""
+    out of both (gemm_wgmma_swap's grid stops at M = 1024)."""
     picks, same = [], []
     for row in m_rows:
         m, n, k = row["M"], row["N"], row["K"]
@@ -169,7 +172,7 @@ def first_decisions(*, selector: ShapeSelector, shapes: Sequence[Shape]) -> tupl
     return wall, cpu
 
 
-def timing(*, build_candidates: Any, seed: int = 0) -> dict[str, float]:
+def timing_once(*, build_candidates: Any, seed: int = 0) -> dict[str, float]:
     """Host time of gemm()'s first decision on new shapes (pure Python), and of a memoised one, in µs; also on a
     workload's shapes (a few (N, K), many M: the (N, K)'s shares are computed once)."""
     rng = random.Random(seed)
@@ -192,6 +195,15 @@ def timing(*, build_candidates: Any, seed: int = 0) -> dict[str, float]:
             "first_cpu_mean_us": statistics.fmean(cpu), "memoised_us": again, "host_load_1min": load,
             "workload_shapes": len(workload), "workload_first_cpu_median_us": statistics.median(workload_cpu),
             "host_cpus": os.cpu_count()}
+
+
+def timing(*, build_candidates: Any, seed: int = 0) -> dict[str, Any]:
+    """``timing_once`` TIMING_REPEATS times (fresh selectors, the same shapes): the repeat with the lowest CPU
+    median, as timeit reports its fastest, with every repeat's CPU median beside it."""
+    repeats = [timing_once(build_candidates=build_candidates, seed=seed) for _ in range(TIMING_REPEATS)]
+    fastest = min(repeats, key=lambda r: r["first_cpu_median_us"])
+    return {**fastest, "repeats": TIMING_REPEATS,
+            "repeat_cpu_medians_us": [round(r["first_cpu_median_us"], 1) for r in repeats]}
 
 
 def validation(*, tables: list[TableMeasurements], candidates: int, params: dict[str, Any],
@@ -337,7 +349,8 @@ def main() -> None:
     print(f"host time per new shape: median {t['first_median_us']:.1f} µs wall (p99 {t['first_p99_us']:.1f}), "
           f"{t['first_cpu_median_us']:.1f} µs CPU ({t['shapes']} shapes, load {t['host_load_1min']:.1f} on "
           f"{t['host_cpus']} CPUs); memoised {t['memoised_us']:.2f} µs; a workload's {t['workload_shapes']} shapes "
-          f"({len(WORKLOAD_NK)} (N, K)): {t['workload_first_cpu_median_us']:.1f} µs CPU")
+          f"({len(WORKLOAD_NK)} (N, K)): {t['workload_first_cpu_median_us']:.1f} µs CPU; fastest of {t['repeats']} "
+          f"repeats, CPU medians {', '.join(f'{v:.1f}' for v in t['repeat_cpu_medians_us'])} µs")
     if result["validation"] is None:
         print(f"validation recordings absent ({VALIDATION}): no held-out figure")
     else:

@@ -1542,7 +1542,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 
 GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_SWAP
-        # Provenance: [manifests/gemm_wgmma_swap.yaml] params sha256:aa81e3490bd1, device: NVIDIA H200, date: 2026-12-01
+        # Provenance: [manifests/gemm_wgmma_swap.yaml] params sha256:bfa90ef45c61, device: NVIDIA H200, date: 2026-12-02
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [0]
         SwapTuningConfig(
@@ -1675,7 +1675,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
         # index: [8]
         SwapTuningConfig(
             m=512,
-            m_end=2147483647,
+            m_end=1024,
             n=4096,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1689,6 +1689,22 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [9]
+        SwapTuningConfig(
+            m=1024,
+            m_end=2147483647,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c96391b7ace",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [10]
         SwapTuningConfig(
             m=1,
             m_end=32,
@@ -1704,7 +1720,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=4,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [10]
+        # index: [11]
         SwapTuningConfig(
             m=32,
             m_end=112,
@@ -1720,7 +1736,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [11]
+        # index: [12]
         SwapTuningConfig(
             m=112,
             m_end=128,
@@ -1736,7 +1752,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [12]
+        # index: [13]
         SwapTuningConfig(
             m=128,
             m_end=176,
@@ -1752,7 +1768,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [13]
+        # index: [14]
         SwapTuningConfig(
             m=176,
             m_end=256,
@@ -1768,23 +1784,23 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [14]
+        # index: [15]
         SwapTuningConfig(
             m=256,
             m_end=320,
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
-            config_id="ca5d62fc26a",
+            config_id="c2fec17fa76",
             block_m=128,
-            block_n=128,
-            block_k=64,
+            block_n=64,
+            block_k=128,
             stages=4,
-            consumers=2,
-            split_k=2,
+            consumers=1,
+            split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [15]
+        # index: [16]
         SwapTuningConfig(
             m=320,
             m_end=512,
@@ -1800,10 +1816,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [16]
+        # index: [17]
         SwapTuningConfig(
             m=512,
-            m_end=2147483647,
+            m_end=1024,
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
@@ -1816,7 +1832,23 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [17]
+        # index: [18]
+        SwapTuningConfig(
+            m=1024,
+            m_end=2147483647,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="cd57ea8e1dc",
+            block_m=256,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [19]
         SwapTuningConfig(
             m=1,
             m_end=32,
@@ -1832,7 +1864,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [18]
+        # index: [20]
         SwapTuningConfig(
             m=32,
             m_end=64,
@@ -1848,7 +1880,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [19]
+        # index: [21]
         SwapTuningConfig(
             m=64,
             m_end=112,
@@ -1864,7 +1896,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [20]
+        # index: [22]
         SwapTuningConfig(
             m=112,
             m_end=176,
@@ -1880,7 +1912,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [21]
+        # index: [23]
         SwapTuningConfig(
             m=176,
             m_end=256,
@@ -1896,7 +1928,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [22]
+        # index: [24]
         SwapTuningConfig(
             m=256,
             m_end=320,
@@ -1912,7 +1944,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [23]
+        # index: [25]
         SwapTuningConfig(
             m=320,
             m_end=512,
@@ -1928,10 +1960,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [24]
+        # index: [26]
         SwapTuningConfig(
             m=512,
-            m_end=2147483647,
+            m_end=1024,
             n=6144,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1944,7 +1976,23 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [25]
+        # index: [27]
+        SwapTuningConfig(
+            m=1024,
+            m_end=2147483647,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c4a15955779",
+            block_m=96,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [28]
         SwapTuningConfig(
             m=1,
             m_end=32,
@@ -1960,7 +2008,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [26]
+        # index: [29]
         SwapTuningConfig(
             m=32,
             m_end=64,
@@ -1976,7 +2024,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [27]
+        # index: [30]
         SwapTuningConfig(
             m=64,
             m_end=112,
@@ -1992,7 +2040,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [28]
+        # index: [31]
         SwapTuningConfig(
             m=112,
             m_end=128,
@@ -2008,7 +2056,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [29]
+        # index: [32]
         SwapTuningConfig(
             m=128,
             m_end=176,
@@ -2024,7 +2072,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [30]
+        # index: [33]
         SwapTuningConfig(
             m=176,
             m_end=256,
@@ -2040,7 +2088,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [31]
+        # index: [34]
         SwapTuningConfig(
             m=256,
             m_end=320,
@@ -2056,7 +2104,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [32]
+        # index: [35]
         SwapTuningConfig(
             m=320,
             m_end=512,
@@ -2072,10 +2120,10 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [33]
+        # index: [36]
         SwapTuningConfig(
             m=512,
-            m_end=2147483647,
+            m_end=1024,
             n=8192,
             k=8192,
             kernel="gemm_wgmma_swap",
@@ -2088,7 +2136,23 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [34]
+        # index: [37]
+        SwapTuningConfig(
+            m=1024,
+            m_end=2147483647,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma_swap",
+            config_id="c96391b7ace",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [38]
         SwapTuningConfig(
             m=1,
             m_end=32,
@@ -2104,7 +2168,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [35]
+        # index: [39]
         SwapTuningConfig(
             m=32,
             m_end=112,
@@ -2120,7 +2184,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [36]
+        # index: [40]
         SwapTuningConfig(
             m=112,
             m_end=128,
@@ -2136,7 +2200,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [37]
+        # index: [41]
         SwapTuningConfig(
             m=128,
             m_end=176,
@@ -2152,7 +2216,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [38]
+        # index: [42]
         SwapTuningConfig(
             m=176,
             m_end=256,
@@ -2168,7 +2232,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [39]
+        # index: [43]
         SwapTuningConfig(
             m=256,
             m_end=320,
@@ -2184,7 +2248,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [40]
+        # index: [44]
         SwapTuningConfig(
             m=320,
             m_end=512,
@@ -2200,15 +2264,31 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [41]
+        # index: [45]
         SwapTuningConfig(
             m=512,
+            m_end=1024,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            config_id="c96391b7ace",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [46]
+        SwapTuningConfig(
+            m=1024,
             m_end=2147483647,
             n=14336,
             k=4096,
             kernel="gemm_wgmma_swap",
-            config_id="cd57ea8e1dc",
-            block_m=256,
+            config_id="c48c2374c70",
+            block_m=128,
             block_n=128,
             block_k=64,
             stages=4,
@@ -2220,7 +2300,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:d04eebc8d21b, device: NVIDIA H200, date: 2026-12-01
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:7522c07fd10d, device: NVIDIA H200, date: 2026-12-02
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
@@ -2698,6 +2778,17 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # index: [43]
         FamilyChoice(
             m=112,
+            m_end=128,
+            n=14336,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="cc176767297",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [44]
+        FamilyChoice(
+            m=128,
             m_end=176,
             n=14336,
             k=4096,
@@ -2706,7 +2797,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cbb0ccde4b7",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [44]
+        # index: [45]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2717,7 +2808,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cfb20e194d1",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [45]
+        # index: [46]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2728,7 +2819,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c218d6f5726",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [46]
+        # index: [47]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2739,7 +2830,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c912339e000",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [47]
+        # index: [48]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -2750,7 +2841,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c218d6f5726",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [48]
+        # index: [49]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -2761,7 +2852,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c995170dd40",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [49]
+        # index: [50]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
@@ -2797,7 +2888,7 @@ BUILDS: dict[str, TableBuild] = {
 
 GEMM_SELECTOR: list[ShapeCandidate] = [
     # BEGIN-TUNING-LIST-GEMM_SELECTOR
-        # Provenance: [manifests/gemm_selector.yaml] params sha256:41763f907fd2, device: NVIDIA H200, date: 2026-12-01
+        # Provenance: [manifests/gemm_selector.yaml] params sha256:0cdf44c40787, device: NVIDIA H200, date: 2026-12-02
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [0]
         ShapeCandidate(
@@ -2817,11 +2908,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8503, 1.0, -0.1912, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -2867,11 +2958,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.9461, 1.0, -0.2979, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -2917,11 +3008,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8718, 1.0, -0.2203, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -2967,11 +3058,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7863, 1.0, -0.1369, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3017,11 +3108,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7861, 1.0, -0.1344, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3067,11 +3158,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.9403, 1.0, -0.2869, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3117,11 +3208,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7496, 1.0, -0.1114, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3167,11 +3258,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7771, 1.0, -0.1291, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3219,11 +3310,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.907, 1.0, -0.2559, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3270,11 +3361,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8358, 1.0, -0.187, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3319,11 +3410,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.9599, 1.0, -0.3126, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3366,11 +3457,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.88, 1.0, -0.2282, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3409,11 +3500,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.729, 1.0, -0.1095, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3451,11 +3542,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8122, 1.0, -0.1607, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3496,11 +3587,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.0827, 1.0, -0.4428, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3541,11 +3632,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.936, 1.0, -0.2894, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3584,11 +3675,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.1048, 1.0, -0.4621, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3626,11 +3717,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.2877, 1.0, -0.6532, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3668,11 +3759,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.1533, 1.0, -0.4953, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3711,11 +3802,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.1471, 1.0, -0.5013, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3754,11 +3845,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.7128, 1.0, -1.0702, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5084, 1.0, 0.5105, 1.0),
-                (4096, 14336, 0.1191, 1.0, 0.131, 1.0),
-                (6144, 4096, 0.3234, 1.0, 0.2988, 1.0),
-                (8192, 8192, 0.0798, 1.0, 0.0581, 1.0),
-                (14336, 4096, 0.1158, 1.0, 0.1294, 1.0),
+                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
+                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
+                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -3783,47 +3874,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=8,
             m_end=32,
             rank=0,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cef89d04240",
-            registers=80,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.7847, 1.0, -0.4401, 1.0),
-                (4096, 14336, -0.5223, 1.0, -0.177, 1.0),
-                (6144, 4096, -0.4686, 1.0, -0.1219, 1.0),
-                (8192, 8192, -0.3698, 1.0, -0.0449, 1.0),
-                (14336, 4096, -0.3434, 1.0, 0.0345, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1024, 1024, 2048),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [22]
-        ShapeCandidate(
-            m=8,
-            m_end=32,
-            rank=1,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1746f9e36f",
@@ -3837,11 +3887,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1912, 1.0, 0.4687, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3873,6 +3923,47 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [22]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=1,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cef89d04240",
+            registers=80,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.7806, 1.0, -0.4463, 1.0),
+                (4096, 14336, -0.5193, 1.0, -0.1837, 1.0),
+                (6144, 4096, -0.4636, 1.0, -0.116, 1.0),
+                (8192, 8192, -0.3775, 1.0, -0.0451, 1.0),
+                (14336, 4096, -0.2829, 1.0, 0.0364, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1024, 1024, 2048),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [23]
         ShapeCandidate(
             m=8,
@@ -3891,11 +3982,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0331, 1.0, 0.1464, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3932,11 +4023,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0184, 1.0, 0.1182, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3975,11 +4066,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2979, 1.0, 0.3835, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4025,11 +4116,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2203, 1.0, 0.4551, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4075,11 +4166,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1369, 1.0, 0.4562, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4125,11 +4216,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1344, 1.0, 0.5172, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4175,11 +4266,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2869, 1.0, 0.3998, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4198,7 +4289,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 1408),
                 (1408, 5760, 5760),
                 (2048, 1024, 1024),
-                (2048, 2048, 2048),
                 (2048, 5760, 11584),
                 (2880, 1024, 1024),
                 (2880, 2048, 16384),
@@ -4231,11 +4321,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1114, 1.0, 0.4675, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4282,11 +4372,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1291, 1.0, 0.5288, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4333,11 +4423,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2559, 1.0, 0.1571, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4377,11 +4467,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2819, 1.0, 0.1091, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4419,11 +4509,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1095, 1.0, 0.3798, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4461,11 +4551,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.306, 1.0, 0.2099, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4502,11 +4592,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2247, 1.0, 0.2434, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4544,11 +4634,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1607, 1.0, 0.321, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4589,11 +4679,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.187, 1.0, 0.2398, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4634,11 +4724,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4428, 1.0, -0.0303, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4652,7 +4742,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (2048, 2880, 32768),
+                (2048, 2048, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
@@ -4670,18 +4760,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=149504,
             bias_terms=(
-                (4096, 4096, -0.477, 1.0, -0.379, 1.0),
-                (4096, 14336, -0.2215, 1.0, -0.1122, 1.0),
-                (6144, 4096, -0.3655, 1.0, 0.0086, 1.0),
-                (8192, 8192, -0.2061, 1.0, 0.0352, 1.0),
-                (14336, 4096, -0.1913, 1.0, 0.1425, 1.0),
+                (4096, 4096, -0.4766, 1.0, -0.3788, 1.0),
+                (4096, 14336, -0.2241, 1.0, -0.1182, 1.0),
+                (6144, 4096, -0.3694, 1.0, 0.0165, 1.0),
+                (8192, 8192, -0.2156, 1.0, 0.0351, 1.0),
+                (14336, 4096, -0.191, 1.0, 0.1449, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4712,18 +4802,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.6655, 1.0, -0.5021, 1.0),
-                (4096, 14336, -0.3591, 1.0, -0.196, 1.0),
-                (6144, 4096, -0.5567, 1.0, -0.2555, 1.0),
-                (8192, 8192, -0.4559, 1.0, -0.1356, 1.0),
-                (14336, 4096, -0.4427, 1.0, -0.1073, 1.0),
+                (4096, 4096, -0.6737, 1.0, -0.5017, 1.0),
+                (4096, 14336, -0.3587, 1.0, -0.1979, 1.0),
+                (6144, 4096, -0.5602, 1.0, -0.2516, 1.0),
+                (8192, 8192, -0.4568, 1.0, -0.1358, 1.0),
+                (14336, 4096, -0.4727, 1.0, -0.1033, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -4758,11 +4848,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0915, 1.0, 0.1737, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4800,11 +4890,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4621, 1.0, -0.0438, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4842,11 +4932,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2894, 1.0, -0.0385, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4885,11 +4975,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.6532, 1.0, -0.241, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4927,11 +5017,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4953, 1.0, -0.082, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4969,11 +5059,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.317, 1.0, 0.2088, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5011,11 +5101,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5013, 1.0, -0.0982, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5054,11 +5144,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.0702, 1.0, -0.6761, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5096,11 +5186,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3126, 1.0, 0.3685, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5105, 1.0, 0.549, 1.0),
-                (4096, 14336, 0.131, 1.0, 0.1649, 1.0),
-                (6144, 4096, 0.2988, 1.0, 0.3263, 1.0),
-                (8192, 8192, 0.0581, 1.0, 0.0734, 1.0),
-                (14336, 4096, 0.1294, 1.0, 0.1162, 1.0),
+                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
+                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
+                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5129,18 +5219,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4891, 1.0, -0.2813, 1.0),
-                (4096, 14336, -0.2318, 1.0, -0.1436, 1.0),
-                (6144, 4096, -0.1612, 1.0, -0.0748, 1.0),
-                (8192, 8192, -0.087, 1.0, 0.0397, 1.0),
-                (14336, 4096, -0.0036, 1.0, 0.0845, 1.0),
+                (4096, 4096, -0.4958, 1.0, -0.2968, 1.0),
+                (4096, 14336, -0.2368, 1.0, -0.1217, 1.0),
+                (6144, 4096, -0.1564, 1.0, -0.0699, 1.0),
+                (8192, 8192, -0.0893, 1.0, 0.058, 1.0),
+                (14336, 4096, -0.0015, 1.0, 0.0864, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -5170,18 +5260,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.511, 1.0, -0.26, 1.0),
-                (4096, 14336, -0.217, 1.0, -0.1668, 1.0),
-                (6144, 4096, -0.1778, 1.0, 0.0015, 1.0),
-                (8192, 8192, -0.0448, 1.0, -0.0255, 1.0),
-                (14336, 4096, 0.0162, 1.0, 0.0749, 1.0),
+                (4096, 4096, -0.5135, 1.0, -0.2664, 1.0),
+                (4096, 14336, -0.223, 1.0, -0.1647, 1.0),
+                (6144, 4096, -0.1759, 1.0, 0.0033, 1.0),
+                (8192, 8192, -0.0443, 1.0, -0.0177, 1.0),
+                (14336, 4096, 0.0181, 1.0, 0.0805, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5211,18 +5301,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4401, 1.0, -0.3034, 1.0),
-                (4096, 14336, -0.177, 1.0, -0.2255, 1.0),
-                (6144, 4096, -0.1219, 1.0, -0.1427, 1.0),
-                (8192, 8192, -0.0449, 1.0, -0.0293, 1.0),
-                (14336, 4096, 0.0345, 1.0, 0.0529, 1.0),
+                (4096, 4096, -0.4463, 1.0, -0.3148, 1.0),
+                (4096, 14336, -0.1837, 1.0, -0.2145, 1.0),
+                (6144, 4096, -0.116, 1.0, -0.1374, 1.0),
+                (8192, 8192, -0.0451, 1.0, -0.0268, 1.0),
+                (14336, 4096, 0.0364, 1.0, 0.0566, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -5259,11 +5349,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1743, 1.0, -0.0128, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5293,18 +5383,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.5152, 1.0, -0.268, 1.0),
-                (4096, 14336, -0.2538, 1.0, -0.055, 1.0),
-                (6144, 4096, -0.1783, 1.0, -0.0289, 1.0),
-                (8192, 8192, -0.094, 1.0, 0.1065, 1.0),
-                (14336, 4096, -0.0203, 1.0, 0.1497, 1.0),
+                (4096, 4096, -0.5223, 1.0, -0.263, 1.0),
+                (4096, 14336, -0.2576, 1.0, -0.0393, 1.0),
+                (6144, 4096, -0.1736, 1.0, -0.0236, 1.0),
+                (8192, 8192, -0.0903, 1.0, 0.1072, 1.0),
+                (14336, 4096, -0.0136, 1.0, 0.1522, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -5316,11 +5406,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 2880),
-                (1408, 1024, 11584),
+                (1408, 1024, 8192),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
-                (5760, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -5335,18 +5424,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5021, 1.0, -0.5003, 1.0),
-                (4096, 14336, -0.196, 1.0, -0.3432, 1.0),
-                (6144, 4096, -0.2555, 1.0, -0.4189, 1.0),
-                (8192, 8192, -0.1356, 1.0, -0.2024, 1.0),
-                (14336, 4096, -0.1073, 1.0, -0.2447, 1.0),
+                (4096, 4096, -0.5017, 1.0, -0.5056, 1.0),
+                (4096, 14336, -0.1979, 1.0, -0.3346, 1.0),
+                (6144, 4096, -0.2516, 1.0, -0.4159, 1.0),
+                (8192, 8192, -0.1358, 1.0, -0.1919, 1.0),
+                (14336, 4096, -0.1033, 1.0, -0.244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -5386,11 +5475,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1182, 1.0, -0.0744, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5427,11 +5516,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3835, 1.0, 0.3563, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5477,11 +5566,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4551, 1.0, 0.3863, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5503,7 +5592,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 1408),
-                (11584, 4096, 32768),
+                (11584, 2880, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -5528,11 +5617,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4562, 1.0, 0.4053, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5550,7 +5639,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 5760),
-                (2880, 16384, 32768),
+                (2880, 16384, 16384),
                 (4096, 1024, 5760),
                 (5760, 1024, 32768),
                 (8192, 1024, 1408),
@@ -5581,11 +5670,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.5172, 1.0, 0.4549, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5631,11 +5720,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3998, 1.0, 0.3587, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5654,7 +5743,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 1024),
                 (1408, 2880, 32768),
                 (2048, 1024, 4096),
-                (5760, 4096, 8192),
+                (5760, 1024, 1408),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -5679,11 +5768,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1091, 1.0, 0.2534, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5721,11 +5810,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2352, 1.0, 0.338, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5766,11 +5855,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4687, 1.0, 0.3912, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5786,7 +5875,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 4096, 32768),
                 (1408, 4096, 4096),
-                (1408, 16384, 32768),
+                (1408, 11584, 32768),
                 (2048, 1024, 2048),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -5812,11 +5901,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4675, 1.0, 0.4111, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5856,11 +5945,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2434, 1.0, 0.3906, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5898,11 +5987,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.5288, 1.0, 0.4684, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5940,11 +6029,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1571, 1.0, 0.2829, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5975,18 +6064,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=100352,
             bias_terms=(
-                (4096, 4096, -0.478, 1.0, -0.1724, 1.0),
-                (4096, 14336, -0.2439, 1.0, -0.1062, 1.0),
-                (6144, 4096, -0.0824, 1.0, 0.1315, 1.0),
-                (8192, 8192, -0.0825, 1.0, 0.056, 1.0),
-                (14336, 4096, 0.0632, 1.0, 0.2028, 1.0),
+                (4096, 4096, -0.4799, 1.0, -0.1804, 1.0),
+                (4096, 14336, -0.2539, 1.0, -0.1002, 1.0),
+                (6144, 4096, -0.0793, 1.0, 0.1288, 1.0),
+                (8192, 8192, -0.08, 1.0, 0.0592, 1.0),
+                (14336, 4096, 0.0648, 1.0, 0.2047, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6021,11 +6110,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0303, 1.0, 0.2945, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6057,18 +6146,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5429, 1.0, -0.4348, 1.0),
-                (4096, 14336, -0.2357, 1.0, -0.1066, 1.0),
-                (6144, 4096, -0.2956, 1.0, -0.3873, 1.0),
-                (8192, 8192, -0.1884, 1.0, -0.0179, 1.0),
-                (14336, 4096, -0.1423, 1.0, -0.143, 1.0),
+                (4096, 4096, -0.5497, 1.0, -0.4385, 1.0),
+                (4096, 14336, -0.2391, 1.0, -0.1006, 1.0),
+                (6144, 4096, -0.2938, 1.0, -0.3818, 1.0),
+                (8192, 8192, -0.19, 1.0, 0.0156, 1.0),
+                (14336, 4096, -0.1434, 1.0, -0.1431, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -6083,7 +6172,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 2880),
+                (11584, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -6098,18 +6187,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.548, 1.0, -0.5038, 1.0),
-                (4096, 14336, -0.1343, 1.0, -0.3694, 1.0),
-                (6144, 4096, -0.2914, 1.0, -0.1728, 1.0),
-                (8192, 8192, -0.1516, 1.0, -0.1361, 1.0),
-                (14336, 4096, -0.1273, 1.0, -0.0682, 1.0),
+                (4096, 4096, -0.5519, 1.0, -0.5163, 1.0),
+                (4096, 14336, -0.1393, 1.0, -0.3642, 1.0),
+                (6144, 4096, -0.2863, 1.0, -0.1694, 1.0),
+                (8192, 8192, -0.1445, 1.0, -0.1152, 1.0),
+                (14336, 4096, -0.1256, 1.0, -0.0662, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6121,6 +6210,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2880, 1024, 11584),
+                (2880, 23168, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
@@ -6138,18 +6228,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.5602, 1.0, -0.2638, 1.0),
-                (4096, 14336, -0.2617, 1.0, -0.1475, 1.0),
-                (6144, 4096, -0.3221, 1.0, -0.1069, 1.0),
-                (8192, 8192, -0.2168, 1.0, -0.0831, 1.0),
-                (14336, 4096, -0.137, 1.0, -0.0062, 1.0),
+                (4096, 4096, -0.5626, 1.0, -0.2687, 1.0),
+                (4096, 14336, -0.2694, 1.0, -0.1426, 1.0),
+                (6144, 4096, -0.3198, 1.0, -0.1077, 1.0),
+                (8192, 8192, -0.2158, 1.0, -0.0499, 1.0),
+                (14336, 4096, -0.1337, 1.0, -0.0011, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -6184,11 +6274,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0438, 1.0, 0.304, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6226,11 +6316,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.241, 1.0, -0.3369, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6268,11 +6358,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2446, 1.0, -0.0933, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6288,8 +6378,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (5760, 1024, 2880),
-                (5760, 11584, 32768),
+                (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 1408),
@@ -6307,18 +6396,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.8502, 1.0, -0.5556, 1.0),
-                (4096, 14336, -0.485, 1.0, -0.4087, 1.0),
-                (6144, 4096, -0.5593, 1.0, -0.3536, 1.0),
-                (8192, 8192, -0.1977, 1.0, -0.1219, 1.0),
-                (14336, 4096, -0.3031, 1.0, -0.1563, 1.0),
+                (4096, 4096, -0.8526, 1.0, -0.5638, 1.0),
+                (4096, 14336, -0.4913, 1.0, -0.4036, 1.0),
+                (6144, 4096, -0.5541, 1.0, -0.3504, 1.0),
+                (8192, 8192, -0.1983, 1.0, -0.1105, 1.0),
+                (14336, 4096, -0.2986, 1.0, -0.1494, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -6353,11 +6442,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.082, 1.0, 0.1848, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6395,11 +6484,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4498, 1.0, -0.3081, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6439,11 +6528,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0982, 1.0, -0.0989, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6482,11 +6571,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.6761, 1.0, -0.4928, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6525,11 +6614,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2619, 1.0, -0.194, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -6569,11 +6658,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3082, 1.0, -0.1495, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6613,11 +6702,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2398, 1.0, 0.2648, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6653,11 +6742,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3685, 1.0, 0.5256, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.549, 1.0, 0.4442, 1.0),
-                (4096, 14336, 0.1649, 1.0, 0.2221, 1.0),
-                (6144, 4096, 0.3263, 1.0, 0.3183, 1.0),
-                (8192, 8192, 0.0734, 1.0, 0.1308, 1.0),
-                (14336, 4096, 0.1162, 1.0, 0.1639, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
+                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
+                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
+                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6686,18 +6775,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5003, 1.0, -0.84, 1.0),
-                (4096, 14336, -0.3432, 1.0, -0.5199, 1.0),
-                (6144, 4096, -0.4189, 1.0, -0.5242, 1.0),
-                (8192, 8192, -0.2024, 1.0, -0.3493, 1.0),
-                (14336, 4096, -0.2447, 1.0, -0.3194, 1.0),
+                (4096, 4096, -0.5056, 1.0, -0.8365, 1.0),
+                (4096, 14336, -0.3346, 1.0, -0.5219, 1.0),
+                (6144, 4096, -0.4159, 1.0, -0.5211, 1.0),
+                (8192, 8192, -0.1919, 1.0, -0.3498, 1.0),
+                (14336, 4096, -0.244, 1.0, -0.3273, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -6735,11 +6824,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0128, 1.0, -0.1214, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6776,11 +6865,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3563, 1.0, 0.3015, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6799,7 +6888,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 2880),
-                (8192, 4096, 5760),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -6825,11 +6913,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3863, 1.0, 0.3336, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6874,11 +6962,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4053, 1.0, 0.3384, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6895,9 +6983,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 2880),
-                (2048, 16384, 32768),
+                (2048, 23168, 32768),
                 (2880, 1024, 4096),
-                (2880, 16384, 32768),
+                (2880, 23168, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -6923,11 +7011,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4549, 1.0, 0.3953, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6946,7 +7034,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 2048),
                 (2048, 32768, 32768),
                 (2880, 1024, 2880),
-                (2880, 23168, 32768),
                 (11584, 2048, 5760),
                 (11584, 23168, 32768),
                 (16384, 1024, 32768),
@@ -6973,11 +7060,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3587, 1.0, 0.3032, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6995,7 +7082,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 2048),
                 (2880, 1024, 2048),
-                (11584, 4096, 5760),
                 (16384, 5760, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -7020,11 +7106,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3912, 1.0, 0.3389, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7040,7 +7126,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 5760),
-                (1408, 16384, 32768),
+                (1408, 23168, 32768),
                 (2048, 1024, 2048),
                 (2880, 1024, 2048),
                 (23168, 1024, 32768),
@@ -7066,11 +7152,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4111, 1.0, 0.3428, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7084,9 +7170,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 8192),
-                (1024, 16384, 16384),
-                (1024, 32768, 32768),
+                (1024, 1024, 32768),
                 (1408, 1024, 2048),
                 (2048, 1024, 1024),
                 (2880, 1024, 1024),
@@ -7113,11 +7197,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4684, 1.0, 0.4016, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7133,6 +7217,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 2048),
                 (1024, 4096, 4096),
+                (1024, 32768, 32768),
                 (1408, 1024, 2048),
                 (2048, 1024, 1024),
                 (2880, 1024, 1024),
@@ -7158,11 +7243,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2829, 1.0, 0.1652, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7201,11 +7286,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2648, 1.0, 0.1089, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7235,18 +7320,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.3034, 1.0, -0.5196, 1.0),
-                (4096, 14336, -0.2255, 1.0, -0.3545, 1.0),
-                (6144, 4096, -0.1427, 1.0, -0.1833, 1.0),
-                (8192, 8192, -0.0293, 1.0, -0.1402, 1.0),
-                (14336, 4096, 0.0529, 1.0, 0.043, 1.0),
+                (4096, 4096, -0.3148, 1.0, -0.5181, 1.0),
+                (4096, 14336, -0.2145, 1.0, -0.3564, 1.0),
+                (6144, 4096, -0.1374, 1.0, -0.1752, 1.0),
+                (8192, 8192, -0.0268, 1.0, -0.1357, 1.0),
+                (14336, 4096, 0.0566, 1.0, 0.0407, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -7275,18 +7360,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.2813, 1.0, -0.5175, 1.0),
-                (4096, 14336, -0.1436, 1.0, -0.2626, 1.0),
-                (6144, 4096, -0.0748, 1.0, -0.1855, 1.0),
-                (8192, 8192, 0.0397, 1.0, -0.0084, 1.0),
-                (14336, 4096, 0.0845, 1.0, 0.0593, 1.0),
+                (4096, 4096, -0.2968, 1.0, -0.5144, 1.0),
+                (4096, 14336, -0.1217, 1.0, -0.262, 1.0),
+                (6144, 4096, -0.0699, 1.0, -0.1769, 1.0),
+                (8192, 8192, 0.058, 1.0, 0.0062, 1.0),
+                (14336, 4096, 0.0864, 1.0, 0.0591, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -7297,7 +7382,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1024, 1408, 11584),
+                (1024, 1408, 8192),
                 (1408, 1408, 16384),
                 (2048, 1408, 16384),
                 (2880, 1408, 16384),
@@ -7322,11 +7407,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.329, 1.0, 0.6239, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7366,11 +7451,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2534, 1.0, 0.1839, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -7407,11 +7492,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0043, 1.0, -0.0182, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -7432,8 +7517,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 4096, 32768),
                 (2880, 4096, 32768),
                 (4096, 4096, 32768),
-                (5760, 5760, 5760),
-                (5760, 11584, 32768),
+                (5760, 5760, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -7448,18 +7532,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, 0.0451, 1.0, -0.3992, 1.0),
-                (4096, 14336, 0.0228, 1.0, -0.0585, 1.0),
-                (6144, 4096, 0.2447, 1.0, -0.0283, 1.0),
-                (8192, 8192, 0.2752, 1.0, 0.1757, 1.0),
-                (14336, 4096, 0.5756, 1.0, 0.3575, 1.0),
+                (4096, 4096, 0.0386, 1.0, -0.3995, 1.0),
+                (4096, 14336, 0.0294, 1.0, -0.0593, 1.0),
+                (6144, 4096, 0.2465, 1.0, -0.0159, 1.0),
+                (8192, 8192, 0.2784, 1.0, 0.1647, 1.0),
+                (14336, 4096, 0.578, 1.0, 0.3503, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -7483,61 +7567,22 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=18,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="c3b9235a613",
-            registers=168,
-            smem_bytes=108544,
-            bias_terms=(
-                (4096, 4096, -0.0029, 1.0, -0.4044, 1.0),
-                (4096, 14336, 0.0898, 1.0, -0.0648, 1.0),
-                (6144, 4096, 0.1776, 1.0, -0.0947, 1.0),
-                (8192, 8192, 0.1214, 1.0, 0.1105, 1.0),
-                (14336, 4096, 0.4014, 1.0, 0.2649, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
-            ),
-            tunables=(
-                ("block_m", 80),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 6),
-            ),
-            cells=(
-                (1024, 23168, 32768),
-                (1408, 23168, 32768),
-                (2048, 23168, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [106]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=19,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
             config_id="ce1d8517da2",
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.268, 1.0, -0.4952, 1.0),
-                (4096, 14336, -0.055, 1.0, -0.2738, 1.0),
-                (6144, 4096, -0.0289, 1.0, -0.1354, 1.0),
-                (8192, 8192, 0.1065, 1.0, -0.0354, 1.0),
-                (14336, 4096, 0.1497, 1.0, 0.1058, 1.0),
+                (4096, 4096, -0.263, 1.0, -0.4916, 1.0),
+                (4096, 14336, -0.0393, 1.0, -0.2789, 1.0),
+                (6144, 4096, -0.0236, 1.0, -0.1312, 1.0),
+                (8192, 8192, 0.1072, 1.0, -0.0463, 1.0),
+                (14336, 4096, 0.1522, 1.0, 0.102, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -7554,6 +7599,45 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [106]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=19,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ccf8eaaf314",
+            registers=168,
+            smem_bytes=100352,
+            bias_terms=(
+                (4096, 4096, -0.1804, 1.0, -0.2832, 1.0),
+                (4096, 14336, -0.1002, 1.0, 0.0517, 1.0),
+                (6144, 4096, 0.1288, 1.0, 0.0724, 1.0),
+                (8192, 8192, 0.0592, 1.0, 0.2085, 1.0),
+                (14336, 4096, 0.2047, 1.0, 0.3024, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+            cells=(
+                (1408, 16384, 32768),
+                (2048, 16384, 32768),
+                (2880, 16384, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [107]
         ShapeCandidate(
             m=64,
@@ -7565,18 +7649,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.3625, 1.0, -0.7135, 1.0),
-                (4096, 14336, 0.0121, 1.0, -0.4144, 1.0),
-                (6144, 4096, -0.3321, 1.0, -0.4371, 1.0),
-                (8192, 8192, 0.0985, 1.0, -0.2322, 1.0),
-                (14336, 4096, -0.0246, 1.0, -0.2087, 1.0),
+                (4096, 4096, -0.3668, 1.0, -0.7139, 1.0),
+                (4096, 14336, 0.0152, 1.0, -0.4175, 1.0),
+                (6144, 4096, -0.3244, 1.0, -0.4328, 1.0),
+                (8192, 8192, 0.1213, 1.0, -0.2108, 1.0),
+                (14336, 4096, -0.0216, 1.0, -0.2138, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -7605,18 +7689,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4348, 1.0, -0.7427, 1.0),
-                (4096, 14336, -0.1066, 1.0, -0.3153, 1.0),
-                (6144, 4096, -0.3873, 1.0, -0.4091, 1.0),
-                (8192, 8192, -0.0179, 1.0, -0.0699, 1.0),
-                (14336, 4096, -0.143, 1.0, -0.1295, 1.0),
+                (4096, 4096, -0.4385, 1.0, -0.7357, 1.0),
+                (4096, 14336, -0.1006, 1.0, -0.317, 1.0),
+                (6144, 4096, -0.3818, 1.0, -0.3985, 1.0),
+                (8192, 8192, 0.0156, 1.0, -0.0621, 1.0),
+                (14336, 4096, -0.1431, 1.0, -0.1409, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -7645,18 +7729,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.26, 1.0, -0.5578, 1.0),
-                (4096, 14336, -0.1668, 1.0, -0.3212, 1.0),
-                (6144, 4096, 0.0015, 1.0, -0.2077, 1.0),
-                (8192, 8192, -0.0255, 1.0, -0.0464, 1.0),
-                (14336, 4096, 0.0749, 1.0, 0.0386, 1.0),
+                (4096, 4096, -0.2664, 1.0, -0.5568, 1.0),
+                (4096, 14336, -0.1647, 1.0, -0.3216, 1.0),
+                (6144, 4096, 0.0033, 1.0, -0.1986, 1.0),
+                (8192, 8192, -0.0177, 1.0, -0.0489, 1.0),
+                (14336, 4096, 0.0805, 1.0, 0.0318, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7684,18 +7768,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=116736,
             bias_terms=(
-                (4096, 4096, -0.2256, 1.0, -0.4801, 1.0),
-                (4096, 14336, -0.1881, 1.0, -0.1663, 1.0),
-                (6144, 4096, 0.0899, 1.0, -0.1588, 1.0),
-                (8192, 8192, -0.0077, 1.0, -0.0343, 1.0),
-                (14336, 4096, 0.1646, 1.0, 0.0872, 1.0),
+                (4096, 4096, -0.2354, 1.0, -0.4794, 1.0),
+                (4096, 14336, -0.1814, 1.0, -0.164, 1.0),
+                (6144, 4096, 0.0928, 1.0, -0.1546, 1.0),
+                (8192, 8192, -0.0024, 1.0, -0.0383, 1.0),
+                (14336, 4096, 0.168, 1.0, 0.0768, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -7723,18 +7807,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2086, 1.0, -0.4008, 1.0),
-                (4096, 14336, -0.1474, 1.0, -0.065, 1.0),
-                (6144, 4096, 0.109, 1.0, -0.0519, 1.0),
-                (8192, 8192, 0.0185, 1.0, 0.0821, 1.0),
-                (14336, 4096, 0.1742, 1.0, 0.1762, 1.0),
+                (4096, 4096, -0.2172, 1.0, -0.3986, 1.0),
+                (4096, 14336, -0.1451, 1.0, -0.0702, 1.0),
+                (6144, 4096, 0.1135, 1.0, -0.05, 1.0),
+                (8192, 8192, 0.0231, 1.0, 0.0796, 1.0),
+                (14336, 4096, 0.1751, 1.0, 0.1695, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -7762,18 +7846,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5038, 1.0, -0.7665, 1.0),
-                (4096, 14336, -0.3694, 1.0, -0.4594, 1.0),
-                (6144, 4096, -0.1728, 1.0, -0.4998, 1.0),
-                (8192, 8192, -0.1361, 1.0, -0.2119, 1.0),
-                (14336, 4096, -0.0682, 1.0, -0.2502, 1.0),
+                (4096, 4096, -0.5163, 1.0, -0.7669, 1.0),
+                (4096, 14336, -0.3642, 1.0, -0.4591, 1.0),
+                (6144, 4096, -0.1694, 1.0, -0.4967, 1.0),
+                (8192, 8192, -0.1152, 1.0, -0.2082, 1.0),
+                (14336, 4096, -0.0662, 1.0, -0.2529, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7785,7 +7869,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 32768),
-                (5760, 1024, 32768),
+                (5760, 1024, 4096),
+                (5760, 16384, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 1408),
             ),
@@ -7809,11 +7894,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1322, 1.0, -0.2675, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7847,18 +7932,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=79,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.5556, 1.0, -0.506, 1.0),
-                (4096, 14336, -0.3908, 1.0, -0.0656, 1.0),
-                (6144, 4096, -0.2214, 1.0, -0.2963, 1.0),
-                (8192, 8192, -0.1711, 1.0, 0.1097, 1.0),
-                (14336, 4096, -0.0993, 1.0, 0.0557, 1.0),
+                (4096, 4096, -0.5661, 1.0, -0.5067, 1.0),
+                (4096, 14336, -0.3835, 1.0, -0.0731, 1.0),
+                (6144, 4096, -0.2212, 1.0, -0.2903, 1.0),
+                (8192, 8192, -0.1489, 1.0, 0.1151, 1.0),
+                (14336, 4096, -0.0936, 1.0, 0.0484, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -7886,18 +7971,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7443, 1.0, -1.0187, 1.0),
-                (4096, 14336, -0.6037, 1.0, -0.6592, 1.0),
-                (6144, 4096, -0.5414, 1.0, -0.3383, 1.0),
-                (8192, 8192, -0.2904, 1.0, 0.0311, 1.0),
-                (14336, 4096, -0.2072, 1.0, 0.0052, 1.0),
+                (4096, 4096, -0.7524, 1.0, -1.0178, 1.0),
+                (4096, 14336, -0.5955, 1.0, -0.6657, 1.0),
+                (6144, 4096, -0.5358, 1.0, -0.32, 1.0),
+                (8192, 8192, -0.2816, 1.0, 0.0241, 1.0),
+                (14336, 4096, -0.2017, 1.0, 0.0025, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -7910,7 +7995,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (4096, 1024, 1408),
                 (5760, 1024, 8192),
-                (8192, 1024, 16384),
+                (8192, 1024, 11584),
                 (11584, 1024, 16384),
                 (16384, 1024, 4096),
             ),
@@ -7927,18 +8012,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.4938, 1.0, -0.5842, 1.0),
-                (4096, 14336, -0.3405, 1.0, -0.1503, 1.0),
-                (6144, 4096, -0.2184, 1.0, -0.3497, 1.0),
-                (8192, 8192, -0.161, 1.0, 0.0321, 1.0),
-                (14336, 4096, -0.0949, 1.0, -0.0357, 1.0),
+                (4096, 4096, -0.5056, 1.0, -0.5825, 1.0),
+                (4096, 14336, -0.3374, 1.0, -0.1517, 1.0),
+                (6144, 4096, -0.2193, 1.0, -0.3487, 1.0),
+                (8192, 8192, -0.1444, 1.0, 0.0093, 1.0),
+                (14336, 4096, -0.0907, 1.0, -0.0435, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -7950,9 +8035,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 32768),
-                (5760, 1024, 4096),
-                (5760, 8192, 8192),
-                (5760, 16384, 32768),
+                (5760, 1024, 32768),
                 (8192, 1024, 32768),
             ),
         ),
@@ -7968,18 +8051,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.5517, 1.0, -0.4081, 1.0),
-                (4096, 14336, -0.3704, 1.0, 0.0703, 1.0),
-                (6144, 4096, -0.1798, 1.0, -0.2193, 1.0),
-                (8192, 8192, -0.0771, 1.0, 0.2113, 1.0),
-                (14336, 4096, -0.0348, 1.0, 0.1663, 1.0),
+                (4096, 4096, -0.5648, 1.0, -0.4022, 1.0),
+                (4096, 14336, -0.3645, 1.0, 0.0648, 1.0),
+                (6144, 4096, -0.1775, 1.0, -0.2142, 1.0),
+                (8192, 8192, -0.0633, 1.0, 0.2039, 1.0),
+                (14336, 4096, -0.0321, 1.0, 0.1596, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -7991,7 +8074,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 2048),
-                (5760, 1024, 2048),
+                (5760, 1024, 1024),
                 (8192, 1024, 2048),
             ),
         ),
@@ -8007,18 +8090,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4556, 1.0, -0.4931, 1.0),
-                (4096, 14336, -0.3562, 1.0, -0.2563, 1.0),
-                (6144, 4096, -0.1312, 1.0, -0.2967, 1.0),
-                (8192, 8192, -0.1254, 1.0, 0.0641, 1.0),
-                (14336, 4096, -0.0395, 1.0, 0.0325, 1.0),
+                (4096, 4096, -0.462, 1.0, -0.4859, 1.0),
+                (4096, 14336, -0.3587, 1.0, -0.264, 1.0),
+                (6144, 4096, -0.1271, 1.0, -0.2882, 1.0),
+                (8192, 8192, -0.1212, 1.0, 0.0612, 1.0),
+                (14336, 4096, -0.0364, 1.0, 0.0238, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8053,11 +8136,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0052, 1.0, 0.0799, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8090,18 +8173,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.6375, 1.0, -0.9479, 1.0),
-                (4096, 14336, -0.5001, 1.0, -0.6586, 1.0),
-                (6144, 4096, -0.4386, 1.0, -0.4021, 1.0),
-                (8192, 8192, -0.1966, 1.0, -0.0322, 1.0),
-                (14336, 4096, -0.1767, 1.0, -0.0584, 1.0),
+                (4096, 4096, -0.6423, 1.0, -0.9489, 1.0),
+                (4096, 14336, -0.4942, 1.0, -0.6592, 1.0),
+                (6144, 4096, -0.4381, 1.0, -0.3933, 1.0),
+                (8192, 8192, -0.1905, 1.0, -0.0352, 1.0),
+                (14336, 4096, -0.1735, 1.0, -0.0649, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -8130,18 +8213,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.5556, 1.0, -0.8896, 1.0),
-                (4096, 14336, -0.4087, 1.0, -0.5876, 1.0),
-                (6144, 4096, -0.3536, 1.0, -0.4505, 1.0),
-                (8192, 8192, -0.1219, 1.0, -0.1061, 1.0),
-                (14336, 4096, -0.1563, 1.0, -0.0876, 1.0),
+                (4096, 4096, -0.5638, 1.0, -0.8825, 1.0),
+                (4096, 14336, -0.4036, 1.0, -0.5904, 1.0),
+                (6144, 4096, -0.3504, 1.0, -0.4475, 1.0),
+                (8192, 8192, -0.1105, 1.0, -0.1145, 1.0),
+                (14336, 4096, -0.1494, 1.0, -0.09, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -8165,6 +8248,51 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=35,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c9b322944bc",
+            registers=106,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.6583, 1.0, -0.913, 1.0),
+                (4096, 14336, -0.555, 1.0, -0.6988, 1.0),
+                (6144, 4096, -0.4495, 1.0, -0.3246, 1.0),
+                (8192, 8192, -0.1678, 1.0, 0.0464, 1.0),
+                (14336, 4096, -0.0933, 1.0, 0.2523, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 1),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (5760, 1408, 2048),
+                (8192, 1024, 8192),
+                (8192, 16384, 32768),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [123]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=36,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="cec58c42150",
             registers=240,
             smem_bytes=198656,
@@ -8176,11 +8304,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1145, 1.0, 0.0002, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8197,34 +8325,34 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (5760, 11584, 32768),
-                (8192, 8192, 32768),
+                (8192, 11584, 32768),
                 (11584, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [123]
+        # index: [124]
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=36,
+            rank=37,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cc176767297",
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.829, 1.0, -0.85, 1.0),
-                (4096, 14336, -0.6908, 1.0, -0.5775, 1.0),
-                (6144, 4096, -0.6233, 1.0, -0.4813, 1.0),
-                (8192, 8192, -0.3302, 1.0, -0.3288, 1.0),
-                (14336, 4096, -0.1743, 1.0, -0.0338, 1.0),
+                (4096, 4096, -0.8357, 1.0, -0.8488, 1.0),
+                (4096, 14336, -0.6845, 1.0, -0.5791, 1.0),
+                (6144, 4096, -0.6197, 1.0, -0.4794, 1.0),
+                (8192, 8192, -0.3284, 1.0, -0.3311, 1.0),
+                (14336, 4096, -0.1704, 1.0, -0.0388, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -8241,11 +8369,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [124]
+        # index: [125]
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=37,
+            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
@@ -8259,11 +8387,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3081, 1.0, -0.3759, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8285,51 +8413,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [125]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=38,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c9b322944bc",
-            registers=106,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.6583, 1.0, -0.913, 1.0),
-                (4096, 14336, -0.555, 1.0, -0.6988, 1.0),
-                (6144, 4096, -0.4495, 1.0, -0.3246, 1.0),
-                (8192, 8192, -0.1678, 1.0, 0.0464, 1.0),
-                (14336, 4096, -0.0933, 1.0, 0.2523, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 1),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (8192, 1024, 2880),
-                (8192, 23168, 32768),
-                (11584, 1024, 2880),
-                (11584, 8192, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [126]
         ShapeCandidate(
             m=64,
@@ -8348,11 +8431,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.194, 1.0, -0.1677, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8385,18 +8468,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.7192, 1.0, -1.026, 1.0),
-                (4096, 14336, -0.5697, 1.0, -0.7326, 1.0),
-                (6144, 4096, -0.5635, 1.0, -0.6609, 1.0),
-                (8192, 8192, -0.407, 1.0, -0.5258, 1.0),
-                (14336, 4096, -0.2582, 1.0, -0.2606, 1.0),
+                (4096, 4096, -0.727, 1.0, -1.0229, 1.0),
+                (4096, 14336, -0.5622, 1.0, -0.7334, 1.0),
+                (6144, 4096, -0.5598, 1.0, -0.6556, 1.0),
+                (8192, 8192, -0.4035, 1.0, -0.524, 1.0),
+                (14336, 4096, -0.2545, 1.0, -0.2699, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8431,11 +8514,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4928, 1.0, -0.3162, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8473,11 +8556,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3814, 1.0, -0.245, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8517,11 +8600,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.0296, 1.0, -0.8437, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4442, 1.0, 0.6523, 1.0),
-                (4096, 14336, 0.2221, 1.0, 0.2956, 1.0),
-                (6144, 4096, 0.3183, 1.0, 0.3408, 1.0),
-                (8192, 8192, 0.1308, 1.0, 0.172, 1.0),
-                (14336, 4096, 0.1639, 1.0, 0.1378, 1.0),
+                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
+                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
+                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
+                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
+                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8551,18 +8634,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.84, 1.0, -0.7738, 1.0),
-                (4096, 14336, -0.5199, 1.0, -0.3031, 1.0),
-                (6144, 4096, -0.5242, 1.0, -0.5451, 1.0),
-                (8192, 8192, -0.3493, 1.0, -0.1632, 1.0),
-                (14336, 4096, -0.3194, 1.0, -0.1812, 1.0),
+                (4096, 4096, -0.8365, 1.0, -0.7946, 1.0),
+                (4096, 14336, -0.5219, 1.0, -0.3436, 1.0),
+                (6144, 4096, -0.5211, 1.0, -0.5547, 1.0),
+                (8192, 8192, -0.3498, 1.0, -0.1678, 1.0),
+                (14336, 4096, -0.3273, 1.0, -0.228, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -8591,18 +8674,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7427, 1.0, -0.7677, 1.0),
-                (4096, 14336, -0.3153, 1.0, -0.5223, 1.0),
-                (6144, 4096, -0.4091, 1.0, -0.5486, 1.0),
-                (8192, 8192, -0.0699, 1.0, -0.3356, 1.0),
-                (14336, 4096, -0.1295, 1.0, -0.3509, 1.0),
+                (4096, 4096, -0.7357, 1.0, -0.7838, 1.0),
+                (4096, 14336, -0.317, 1.0, -0.5354, 1.0),
+                (6144, 4096, -0.3985, 1.0, -0.5512, 1.0),
+                (8192, 8192, -0.0621, 1.0, -0.3394, 1.0),
+                (14336, 4096, -0.1409, 1.0, -0.3777, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -8614,9 +8697,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 2880),
-                (1408, 1024, 2880),
-                (2048, 1024, 2880),
-                (2880, 1024, 2880),
+                (1408, 1024, 4096),
+                (2048, 1024, 4096),
+                (2880, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -8638,11 +8721,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3015, 1.0, 0.2884, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -8688,11 +8771,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3336, 1.0, 0.3211, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -8738,11 +8821,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3384, 1.0, 0.3224, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -8788,11 +8871,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3953, 1.0, 0.381, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -8838,11 +8921,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3032, 1.0, 0.29, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -8859,7 +8942,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 2048),
-                (2048, 4096, 4096),
                 (2048, 8192, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
@@ -8890,11 +8972,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3389, 1.0, 0.3264, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -8910,7 +8992,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 1024),
+                (2048, 1024, 1408),
                 (2048, 11584, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
@@ -8941,11 +9023,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3428, 1.0, 0.3265, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -8961,12 +9043,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 2048),
-                (1408, 4096, 8192),
+                (1408, 5760, 8192),
                 (1408, 23168, 32768),
                 (2048, 1024, 1024),
                 (2048, 11584, 32768),
                 (2880, 1024, 2048),
-                (2880, 4096, 4096),
                 (2880, 8192, 32768),
                 (4096, 1024, 4096),
                 (4096, 8192, 32768),
@@ -8997,11 +9078,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4016, 1.0, 0.3856, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9015,9 +9096,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2048),
-                (1024, 4096, 32768),
-                (1408, 1024, 1024),
+                (1024, 1024, 32768),
+                (1408, 1024, 1408),
+                (1408, 8192, 8192),
                 (1408, 23168, 32768),
                 (2048, 1024, 1024),
                 (2048, 23168, 32768),
@@ -9053,11 +9134,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1652, 1.0, 0.1371, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9071,7 +9152,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1024),
+                (1024, 1024, 1408),
                 (1024, 4096, 8192),
                 (1024, 32768, 32768),
                 (1408, 1024, 1024),
@@ -9107,11 +9188,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1089, 1.0, 0.0717, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9145,18 +9226,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5175, 1.0, -0.4525, 1.0),
-                (4096, 14336, -0.2626, 1.0, -0.2774, 1.0),
-                (6144, 4096, -0.1855, 1.0, -0.2009, 1.0),
-                (8192, 8192, -0.0084, 1.0, -0.0513, 1.0),
-                (14336, 4096, 0.0593, 1.0, 0.003, 1.0),
+                (4096, 4096, -0.5144, 1.0, -0.4633, 1.0),
+                (4096, 14336, -0.262, 1.0, -0.2822, 1.0),
+                (6144, 4096, -0.1769, 1.0, -0.1986, 1.0),
+                (8192, 8192, 0.0062, 1.0, -0.0539, 1.0),
+                (14336, 4096, 0.0591, 1.0, 0.0056, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -9184,18 +9265,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5196, 1.0, -0.4443, 1.0),
-                (4096, 14336, -0.3545, 1.0, -0.2129, 1.0),
-                (6144, 4096, -0.1833, 1.0, -0.1829, 1.0),
-                (8192, 8192, -0.1402, 1.0, -0.0175, 1.0),
-                (14336, 4096, 0.043, 1.0, 0.0305, 1.0),
+                (4096, 4096, -0.5181, 1.0, -0.4533, 1.0),
+                (4096, 14336, -0.3564, 1.0, -0.2257, 1.0),
+                (6144, 4096, -0.1752, 1.0, -0.1878, 1.0),
+                (8192, 8192, -0.1357, 1.0, -0.0051, 1.0),
+                (14336, 4096, 0.0407, 1.0, 0.0192, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -9206,9 +9287,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1024, 1408, 32768),
-                (1408, 1408, 32768),
-                (2048, 1408, 32768),
+                (1024, 2048, 32768),
+                (1408, 2048, 32768),
+                (2048, 2048, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -9219,62 +9300,22 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=14,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="c4294405075",
-            registers=122,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.5578, 1.0, -0.4068, 1.0),
-                (4096, 14336, -0.3212, 1.0, -0.2507, 1.0),
-                (6144, 4096, -0.2077, 1.0, -0.1398, 1.0),
-                (8192, 8192, -0.0464, 1.0, -0.0309, 1.0),
-                (14336, 4096, 0.0386, 1.0, 0.0663, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1024, 2880, 2880),
-                (1408, 1408, 16384),
-                (2048, 1408, 16384),
-                (2880, 1408, 16384),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [146]
-        ShapeCandidate(
-            m=112,
-            m_end=128,
-            rank=15,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
             config_id="cc387a25453",
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.3992, 1.0, -0.2575, 1.0),
-                (4096, 14336, -0.0585, 1.0, 0.0261, 1.0),
-                (6144, 4096, -0.0283, 1.0, 0.0104, 1.0),
-                (8192, 8192, 0.1757, 1.0, 0.25, 1.0),
-                (14336, 4096, 0.3575, 1.0, 0.3832, 1.0),
+                (4096, 4096, -0.3995, 1.0, -0.2891, 1.0),
+                (4096, 14336, -0.0593, 1.0, 0.012, 1.0),
+                (6144, 4096, -0.0159, 1.0, 0.0085, 1.0),
+                (8192, 8192, 0.1647, 1.0, 0.2523, 1.0),
+                (14336, 4096, 0.3503, 1.0, 0.3735, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -9290,11 +9331,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [147]
+        # index: [146]
         ShapeCandidate(
             m=112,
             m_end=128,
-            rank=16,
+            rank=15,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c995170dd40",
@@ -9308,11 +9349,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0182, 1.0, -0.011, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9329,10 +9370,49 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 11584, 32768),
-                (1408, 8192, 32768),
+                (1408, 11584, 32768),
                 (2048, 5760, 32768),
                 (2880, 5760, 32768),
                 (4096, 5760, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [147]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=16,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4294405075",
+            registers=122,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.5568, 1.0, -0.4152, 1.0),
+                (4096, 14336, -0.3216, 1.0, -0.2524, 1.0),
+                (6144, 4096, -0.1986, 1.0, -0.1381, 1.0),
+                (8192, 8192, -0.0489, 1.0, -0.0339, 1.0),
+                (14336, 4096, 0.0318, 1.0, 0.0664, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1408, 1408, 16384),
+                (2048, 1408, 16384),
+                (2880, 1408, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -9347,18 +9427,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4952, 1.0, -0.4053, 1.0),
-                (4096, 14336, -0.2738, 1.0, -0.2001, 1.0),
-                (6144, 4096, -0.1354, 1.0, -0.1705, 1.0),
-                (8192, 8192, -0.0354, 1.0, 0.0442, 1.0),
-                (14336, 4096, 0.1058, 1.0, 0.0654, 1.0),
+                (4096, 4096, -0.4916, 1.0, -0.4217, 1.0),
+                (4096, 14336, -0.2789, 1.0, -0.1998, 1.0),
+                (6144, 4096, -0.1312, 1.0, -0.1706, 1.0),
+                (8192, 8192, -0.0463, 1.0, 0.041, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.0609, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -9386,18 +9466,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7665, 1.0, -0.6365, 1.0),
-                (4096, 14336, -0.4594, 1.0, -0.4111, 1.0),
-                (6144, 4096, -0.4998, 1.0, -0.451, 1.0),
-                (8192, 8192, -0.2119, 1.0, -0.2357, 1.0),
-                (14336, 4096, -0.2502, 1.0, -0.2727, 1.0),
+                (4096, 4096, -0.7669, 1.0, -0.6539, 1.0),
+                (4096, 14336, -0.4591, 1.0, -0.4103, 1.0),
+                (6144, 4096, -0.4967, 1.0, -0.4535, 1.0),
+                (8192, 8192, -0.2082, 1.0, -0.2387, 1.0),
+                (14336, 4096, -0.2529, 1.0, -0.28, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9426,18 +9506,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.7135, 1.0, -0.6004, 1.0),
-                (4096, 14336, -0.4144, 1.0, -0.2029, 1.0),
-                (6144, 4096, -0.4371, 1.0, -0.3525, 1.0),
-                (8192, 8192, -0.2322, 1.0, -0.004, 1.0),
-                (14336, 4096, -0.2087, 1.0, -0.0918, 1.0),
+                (4096, 4096, -0.7139, 1.0, -0.6178, 1.0),
+                (4096, 14336, -0.4175, 1.0, -0.2377, 1.0),
+                (6144, 4096, -0.4328, 1.0, -0.3521, 1.0),
+                (8192, 8192, -0.2108, 1.0, -0.0127, 1.0),
+                (14336, 4096, -0.2138, 1.0, -0.0914, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -9473,11 +9553,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2675, 1.0, -0.2514, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9518,11 +9598,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0923, 1.0, -0.0495, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9562,11 +9642,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0799, 1.0, 0.1111, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9606,11 +9686,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3759, 1.0, -0.3587, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9652,11 +9732,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1677, 1.0, -0.167, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9696,11 +9776,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.245, 1.0, -0.231, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9740,11 +9820,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8437, 1.0, -0.7993, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6523, 1.0, 0.5462, 1.0),
-                (4096, 14336, 0.2956, 1.0, 0.2478, 1.0),
-                (6144, 4096, 0.3408, 1.0, 0.327, 1.0),
-                (8192, 8192, 0.172, 1.0, 0.1292, 1.0),
-                (14336, 4096, 0.1378, 1.0, 0.1558, 1.0),
+                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
+                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
+                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
+                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
+                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9774,18 +9854,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7677, 1.0, -0.9957, 1.0),
-                (4096, 14336, -0.5223, 1.0, -0.6655, 1.0),
-                (6144, 4096, -0.5486, 1.0, -0.9569, 1.0),
-                (8192, 8192, -0.3356, 1.0, -0.5491, 1.0),
-                (14336, 4096, -0.3509, 1.0, -0.4533, 1.0),
+                (4096, 4096, -0.7838, 1.0, -0.9954, 1.0),
+                (4096, 14336, -0.5354, 1.0, -0.6697, 1.0),
+                (6144, 4096, -0.5512, 1.0, -0.933, 1.0),
+                (8192, 8192, -0.3394, 1.0, -0.549, 1.0),
+                (14336, 4096, -0.3777, 1.0, -0.4418, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -9815,18 +9895,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7738, 1.0, -1.0173, 1.0),
-                (4096, 14336, -0.3031, 1.0, -0.5754, 1.0),
-                (6144, 4096, -0.5451, 1.0, -0.9667, 1.0),
-                (8192, 8192, -0.1632, 1.0, -0.398, 1.0),
-                (14336, 4096, -0.1812, 1.0, -0.3877, 1.0),
+                (4096, 4096, -0.7946, 1.0, -1.0139, 1.0),
+                (4096, 14336, -0.3436, 1.0, -0.5748, 1.0),
+                (6144, 4096, -0.5547, 1.0, -0.9448, 1.0),
+                (8192, 8192, -0.1678, 1.0, -0.3832, 1.0),
+                (14336, 4096, -0.228, 1.0, -0.4046, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -9841,8 +9921,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 8192),
                 (2048, 1024, 8192),
                 (2880, 1024, 8192),
-                (4096, 1024, 1408),
-                (5760, 1024, 1408),
+                (4096, 1024, 2048),
+                (5760, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -9864,11 +9944,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2884, 1.0, 0.2584, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9885,10 +9965,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 4096),
-                (2048, 23168, 32768),
-                (2880, 1024, 32768),
+                (2048, 16384, 32768),
+                (2880, 1024, 5760),
+                (2880, 11584, 11584),
+                (2880, 23168, 32768),
                 (4096, 1024, 4096),
-                (4096, 16384, 32768),
+                (4096, 23168, 32768),
                 (5760, 1024, 4096),
                 (5760, 11584, 32768),
                 (8192, 1024, 32768),
@@ -9917,11 +9999,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3211, 1.0, 0.2835, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9941,9 +10023,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 32768, 32768),
                 (2880, 1024, 4096),
                 (2880, 23168, 32768),
-                (4096, 1024, 4096),
+                (4096, 1024, 1408),
+                (4096, 2880, 4096),
                 (5760, 1024, 4096),
-                (5760, 16384, 32768),
+                (5760, 23168, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -9970,11 +10053,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3224, 1.0, 0.2911, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9994,8 +10077,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 32768, 32768),
                 (2880, 1024, 4096),
                 (2880, 32768, 32768),
+                (4096, 1024, 1024),
                 (4096, 4096, 4096),
-                (5760, 1024, 2880),
+                (5760, 1024, 1408),
+                (5760, 2880, 2880),
                 (5760, 23168, 32768),
                 (8192, 1024, 4096),
                 (8192, 11584, 32768),
@@ -10025,11 +10110,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.381, 1.0, 0.3401, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10049,6 +10134,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 32768, 32768),
                 (2048, 1024, 2880),
                 (2880, 1024, 4096),
+                (5760, 1024, 1024),
                 (8192, 1024, 1408),
                 (16384, 1024, 1408),
                 (23168, 1024, 1024),
@@ -10075,11 +10161,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.29, 1.0, 0.26, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10095,6 +10181,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 4096),
+                (1408, 32768, 32768),
                 (2048, 1024, 2048),
                 (2880, 1024, 2880),
                 (16384, 1024, 1024),
@@ -10120,11 +10207,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3264, 1.0, 0.2911, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10163,11 +10250,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3265, 1.0, 0.2933, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10183,7 +10270,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 2880),
                 (1024, 11584, 16384),
+                (1024, 32768, 32768),
                 (1408, 1024, 2880),
+                (2048, 1024, 1024),
+                (2880, 1024, 1024),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -10205,11 +10295,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3856, 1.0, 0.3445, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10246,11 +10336,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1371, 1.0, 0.1331, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10287,11 +10377,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0717, 1.0, 0.0111, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10317,61 +10407,22 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=12,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="c4e0cb1d4d5",
-            registers=96,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.4525, 1.0, -0.6642, 1.0),
-                (4096, 14336, -0.2774, 1.0, -0.4271, 1.0),
-                (6144, 4096, -0.2009, 1.0, -0.6071, 1.0),
-                (8192, 8192, -0.0513, 1.0, -0.2065, 1.0),
-                (14336, 4096, 0.003, 1.0, -0.0762, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
-            ),
-            tunables=(
-                ("block_m", 48),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1024, 2048, 32768),
-                (1408, 2048, 32768),
-                (2048, 2048, 23168),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [171]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=13,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
             config_id="cef89d04240",
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4443, 1.0, -0.6509, 1.0),
-                (4096, 14336, -0.2129, 1.0, -0.3451, 1.0),
-                (6144, 4096, -0.1829, 1.0, -0.613, 1.0),
-                (8192, 8192, -0.0175, 1.0, -0.1279, 1.0),
-                (14336, 4096, 0.0305, 1.0, -0.068, 1.0),
+                (4096, 4096, -0.4533, 1.0, -0.6423, 1.0),
+                (4096, 14336, -0.2257, 1.0, -0.3458, 1.0),
+                (6144, 4096, -0.1878, 1.0, -0.5905, 1.0),
+                (8192, 8192, -0.0051, 1.0, -0.128, 1.0),
+                (14336, 4096, 0.0192, 1.0, -0.0699, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -10387,6 +10438,45 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [171]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=13,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4e0cb1d4d5",
+            registers=96,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.4633, 1.0, -0.6685, 1.0),
+                (4096, 14336, -0.2822, 1.0, -0.4184, 1.0),
+                (6144, 4096, -0.1986, 1.0, -0.5816, 1.0),
+                (8192, 8192, -0.0539, 1.0, -0.2036, 1.0),
+                (14336, 4096, 0.0056, 1.0, -0.072, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+            ),
+            tunables=(
+                ("block_m", 48),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1024, 2048, 23168),
+                (1408, 2048, 23168),
+                (2048, 2048, 23168),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [172]
         ShapeCandidate(
             m=128,
@@ -10398,18 +10488,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4068, 1.0, -0.6885, 1.0),
-                (4096, 14336, -0.2507, 1.0, -0.3944, 1.0),
-                (6144, 4096, -0.1398, 1.0, -0.6302, 1.0),
-                (8192, 8192, -0.0309, 1.0, -0.1903, 1.0),
-                (14336, 4096, 0.0663, 1.0, -0.0939, 1.0),
+                (4096, 4096, -0.4152, 1.0, -0.6844, 1.0),
+                (4096, 14336, -0.2524, 1.0, -0.4006, 1.0),
+                (6144, 4096, -0.1381, 1.0, -0.6034, 1.0),
+                (8192, 8192, -0.0339, 1.0, -0.19, 1.0),
+                (14336, 4096, 0.0664, 1.0, -0.0877, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -10438,18 +10528,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4053, 1.0, -0.5489, 1.0),
-                (4096, 14336, -0.2001, 1.0, -0.2686, 1.0),
-                (6144, 4096, -0.1705, 1.0, -0.4968, 1.0),
-                (8192, 8192, 0.0442, 1.0, -0.0737, 1.0),
-                (14336, 4096, 0.0654, 1.0, 0.0614, 1.0),
+                (4096, 4096, -0.4217, 1.0, -0.5514, 1.0),
+                (4096, 14336, -0.1998, 1.0, -0.2629, 1.0),
+                (6144, 4096, -0.1706, 1.0, -0.4666, 1.0),
+                (8192, 8192, 0.041, 1.0, -0.0741, 1.0),
+                (14336, 4096, 0.0609, 1.0, 0.0832, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -10477,18 +10567,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2529, 1.0, -0.5672, 1.0),
-                (4096, 14336, 0.0189, 1.0, -0.2504, 1.0),
-                (6144, 4096, -0.0254, 1.0, -0.4811, 1.0),
-                (8192, 8192, 0.1909, 1.0, -0.0412, 1.0),
-                (14336, 4096, 0.2976, 1.0, 0.1815, 1.0),
+                (4096, 4096, -0.2633, 1.0, -0.567, 1.0),
+                (4096, 14336, 0.0207, 1.0, -0.2499, 1.0),
+                (6144, 4096, -0.0281, 1.0, -0.4627, 1.0),
+                (8192, 8192, 0.1901, 1.0, -0.0406, 1.0),
+                (14336, 4096, 0.2976, 1.0, 0.1689, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10516,18 +10606,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2575, 1.0, -0.4627, 1.0),
-                (4096, 14336, 0.0261, 1.0, -0.2104, 1.0),
-                (6144, 4096, 0.0104, 1.0, -0.3557, 1.0),
-                (8192, 8192, 0.25, 1.0, 0.0541, 1.0),
-                (14336, 4096, 0.3832, 1.0, 0.2599, 1.0),
+                (4096, 4096, -0.2891, 1.0, -0.4683, 1.0),
+                (4096, 14336, 0.012, 1.0, -0.2096, 1.0),
+                (6144, 4096, 0.0085, 1.0, -0.3341, 1.0),
+                (8192, 8192, 0.2523, 1.0, 0.0541, 1.0),
+                (14336, 4096, 0.3735, 1.0, 0.2544, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10561,11 +10651,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.011, 1.0, -0.1001, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10607,11 +10697,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.043, 1.0, -0.2746, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10630,7 +10720,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 23168, 32768),
                 (1408, 23168, 32768),
                 (2048, 11584, 32768),
-                (2880, 11584, 32768),
+                (2880, 8192, 32768),
                 (4096, 11584, 32768),
             ),
         ),
@@ -10646,18 +10736,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2466, 1.0, -0.532, 1.0),
-                (4096, 14336, 0.0146, 1.0, -0.2335, 1.0),
-                (6144, 4096, 0.0063, 1.0, -0.5058, 1.0),
-                (8192, 8192, 0.1573, 1.0, -0.1191, 1.0),
-                (14336, 4096, 0.2146, 1.0, 0.0696, 1.0),
+                (4096, 4096, -0.2506, 1.0, -0.527, 1.0),
+                (4096, 14336, 0.0121, 1.0, -0.2323, 1.0),
+                (6144, 4096, 0.0024, 1.0, -0.4853, 1.0),
+                (8192, 8192, 0.1529, 1.0, -0.1189, 1.0),
+                (14336, 4096, 0.2029, 1.0, 0.0665, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10685,18 +10775,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=116736,
             bias_terms=(
-                (4096, 4096, -0.338, 1.0, -0.4576, 1.0),
-                (4096, 14336, -0.088, 1.0, -0.175, 1.0),
-                (6144, 4096, -0.1073, 1.0, -0.4059, 1.0),
-                (8192, 8192, 0.0303, 1.0, -0.0233, 1.0),
-                (14336, 4096, 0.1094, 1.0, 0.1296, 1.0),
+                (4096, 4096, -0.351, 1.0, -0.4624, 1.0),
+                (4096, 14336, -0.1029, 1.0, -0.1766, 1.0),
+                (6144, 4096, -0.1115, 1.0, -0.3845, 1.0),
+                (8192, 8192, 0.0222, 1.0, -0.02, 1.0),
+                (14336, 4096, 0.0973, 1.0, 0.1352, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -10724,18 +10814,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.6655, 1.0, -0.8036, 1.0),
-                (4096, 14336, -0.4128, 1.0, -0.3439, 1.0),
-                (6144, 4096, -0.4639, 1.0, -0.735, 1.0),
-                (8192, 8192, -0.2242, 1.0, -0.1455, 1.0),
-                (14336, 4096, -0.2419, 1.0, -0.1518, 1.0),
+                (4096, 4096, -0.6772, 1.0, -0.7959, 1.0),
+                (4096, 14336, -0.4226, 1.0, -0.3512, 1.0),
+                (6144, 4096, -0.4727, 1.0, -0.7124, 1.0),
+                (8192, 8192, -0.2345, 1.0, -0.1446, 1.0),
+                (14336, 4096, -0.2588, 1.0, -0.1535, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -10747,9 +10837,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 1024, 11584),
-                (2880, 1024, 11584),
-                (4096, 1024, 11584),
-                (5760, 1024, 11584),
+                (2880, 1024, 16384),
+                (4096, 1024, 16384),
+                (5760, 1024, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -10764,18 +10854,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.386, 1.0, -0.8408, 1.0),
-                (4096, 14336, -0.0031, 1.0, -0.5304, 1.0),
-                (6144, 4096, -0.2218, 1.0, -0.8105, 1.0),
-                (8192, 8192, 0.1587, 1.0, -0.3769, 1.0),
-                (14336, 4096, 0.093, 1.0, -0.2645, 1.0),
+                (4096, 4096, -0.3971, 1.0, -0.8447, 1.0),
+                (4096, 14336, -0.0044, 1.0, -0.5279, 1.0),
+                (6144, 4096, -0.2284, 1.0, -0.7872, 1.0),
+                (8192, 8192, 0.1518, 1.0, -0.3729, 1.0),
+                (14336, 4096, 0.0595, 1.0, -0.258, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -10786,7 +10876,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 16384),
+                (2048, 1024, 11584),
                 (2880, 1024, 16384),
                 (4096, 1024, 16384),
                 (5760, 1024, 16384),
@@ -10804,18 +10894,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6365, 1.0, -1.0146, 1.0),
-                (4096, 14336, -0.4111, 1.0, -0.6706, 1.0),
-                (6144, 4096, -0.451, 1.0, -0.9795, 1.0),
-                (8192, 8192, -0.2357, 1.0, -0.4712, 1.0),
-                (14336, 4096, -0.2727, 1.0, -0.3781, 1.0),
+                (4096, 4096, -0.6539, 1.0, -0.9911, 1.0),
+                (4096, 14336, -0.4103, 1.0, -0.6881, 1.0),
+                (6144, 4096, -0.4535, 1.0, -0.9566, 1.0),
+                (8192, 8192, -0.2387, 1.0, -0.4918, 1.0),
+                (14336, 4096, -0.28, 1.0, -0.3874, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -10844,18 +10934,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4396, 1.0, -0.7129, 1.0),
-                (4096, 14336, -0.2383, 1.0, -0.3778, 1.0),
-                (6144, 4096, -0.2127, 1.0, -0.6382, 1.0),
-                (8192, 8192, 0.0034, 1.0, -0.1062, 1.0),
-                (14336, 4096, 0.0217, 1.0, -0.0439, 1.0),
+                (4096, 4096, -0.4482, 1.0, -0.6868, 1.0),
+                (4096, 14336, -0.2372, 1.0, -0.3877, 1.0),
+                (6144, 4096, -0.2166, 1.0, -0.6162, 1.0),
+                (8192, 8192, -0.006, 1.0, -0.1056, 1.0),
+                (14336, 4096, 0.008, 1.0, -0.0464, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10866,10 +10956,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
+                (2048, 1408, 32768),
+                (2880, 1408, 32768),
+                (4096, 1408, 32768),
+                (5760, 1408, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -10884,18 +10974,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.412, 1.0, -0.7289, 1.0),
-                (4096, 14336, -0.2226, 1.0, -0.4179, 1.0),
-                (6144, 4096, -0.1787, 1.0, -0.6507, 1.0),
-                (8192, 8192, 0.0034, 1.0, -0.16, 1.0),
-                (14336, 4096, 0.0261, 1.0, -0.0719, 1.0),
+                (4096, 4096, -0.4239, 1.0, -0.7264, 1.0),
+                (4096, 14336, -0.2259, 1.0, -0.417, 1.0),
+                (6144, 4096, -0.1793, 1.0, -0.6326, 1.0),
+                (8192, 8192, -0.0003, 1.0, -0.1574, 1.0),
+                (14336, 4096, 0.0142, 1.0, -0.068, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -10924,18 +11014,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.3844, 1.0, -0.6784, 1.0),
-                (4096, 14336, -0.1638, 1.0, -0.4602, 1.0),
-                (6144, 4096, -0.2325, 1.0, -0.646, 1.0),
-                (8192, 8192, 0.0446, 1.0, -0.2268, 1.0),
-                (14336, 4096, 0.0418, 1.0, -0.1064, 1.0),
+                (4096, 4096, -0.3893, 1.0, -0.6805, 1.0),
+                (4096, 14336, -0.1625, 1.0, -0.4598, 1.0),
+                (6144, 4096, -0.231, 1.0, -0.622, 1.0),
+                (8192, 8192, 0.0351, 1.0, -0.2214, 1.0),
+                (14336, 4096, 0.0127, 1.0, -0.1029, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -10964,18 +11054,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=149504,
             bias_terms=(
-                (4096, 4096, -0.2406, 1.0, -0.5859, 1.0),
-                (4096, 14336, -0.0639, 1.0, -0.3219, 1.0),
-                (6144, 4096, 0.0056, 1.0, -0.5165, 1.0),
-                (8192, 8192, 0.1601, 1.0, -0.1493, 1.0),
-                (14336, 4096, 0.2326, 1.0, 0.0641, 1.0),
+                (4096, 4096, -0.2509, 1.0, -0.593, 1.0),
+                (4096, 14336, -0.069, 1.0, -0.3206, 1.0),
+                (6144, 4096, 0.0033, 1.0, -0.4926, 1.0),
+                (8192, 8192, 0.1525, 1.0, -0.1451, 1.0),
+                (14336, 4096, 0.2175, 1.0, 0.0647, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -11003,18 +11093,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7968, 1.0, -0.8891, 1.0),
-                (4096, 14336, -0.5659, 1.0, -0.4886, 1.0),
-                (6144, 4096, -0.4588, 1.0, -0.8008, 1.0),
-                (8192, 8192, -0.0879, 1.0, -0.194, 1.0),
-                (14336, 4096, -0.0958, 1.0, -0.1082, 1.0),
+                (4096, 4096, -0.8071, 1.0, -0.8778, 1.0),
+                (4096, 14336, -0.5757, 1.0, -0.4694, 1.0),
+                (6144, 4096, -0.4592, 1.0, -0.7792, 1.0),
+                (8192, 8192, -0.0924, 1.0, -0.1994, 1.0),
+                (14336, 4096, -0.169, 1.0, -0.115, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -11046,18 +11136,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.9126, 1.0, -1.0286, 1.0),
-                (4096, 14336, -0.6265, 1.0, -0.7552, 1.0),
-                (6144, 4096, -0.3268, 1.0, -0.9086, 1.0),
-                (8192, 8192, 0.0496, 1.0, -0.4232, 1.0),
-                (14336, 4096, 0.0226, 1.0, -0.3206, 1.0),
+                (4096, 4096, -0.9289, 1.0, -1.0291, 1.0),
+                (4096, 14336, -0.6994, 1.0, -0.7566, 1.0),
+                (6144, 4096, -0.331, 1.0, -0.8832, 1.0),
+                (8192, 8192, 0.0472, 1.0, -0.4194, 1.0),
+                (14336, 4096, -0.0944, 1.0, -0.3187, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -11089,18 +11179,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.7326, 1.0, -0.9677, 1.0),
-                (4096, 14336, -0.5023, 1.0, -0.6466, 1.0),
-                (6144, 4096, -0.4124, 1.0, -0.8938, 1.0),
-                (8192, 8192, -0.1564, 1.0, -0.3077, 1.0),
-                (14336, 4096, -0.1337, 1.0, -0.2086, 1.0),
+                (4096, 4096, -0.7448, 1.0, -0.964, 1.0),
+                (4096, 14336, -0.5085, 1.0, -0.6256, 1.0),
+                (6144, 4096, -0.4153, 1.0, -0.8735, 1.0),
+                (8192, 8192, -0.1614, 1.0, -0.3026, 1.0),
+                (14336, 4096, -0.1695, 1.0, -0.2039, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -11139,11 +11229,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2514, 1.0, -0.3311, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11184,11 +11274,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0495, 1.0, 0.1218, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11228,11 +11318,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1111, 1.0, 0.0153, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11265,18 +11355,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.7975, 1.0, -1.1628, 1.0),
-                (4096, 14336, -0.5789, 1.0, -0.877, 1.0),
-                (6144, 4096, -0.5445, 1.0, -0.7301, 1.0),
-                (8192, 8192, -0.402, 1.0, -0.1204, 1.0),
-                (14336, 4096, -0.0989, 1.0, -0.1411, 1.0),
+                (4096, 4096, -0.8049, 1.0, -1.1619, 1.0),
+                (4096, 14336, -0.5813, 1.0, -0.8807, 1.0),
+                (6144, 4096, -0.5476, 1.0, -0.7083, 1.0),
+                (8192, 8192, -0.4042, 1.0, -0.1285, 1.0),
+                (14336, 4096, -0.1092, 1.0, -0.1402, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -11306,18 +11396,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.8278, 1.0, -0.9185, 1.0),
-                (4096, 14336, -0.6009, 1.0, -0.6301, 1.0),
-                (6144, 4096, -0.5761, 1.0, -0.8504, 1.0),
-                (8192, 8192, -0.4284, 1.0, -0.4648, 1.0),
-                (14336, 4096, -0.0894, 1.0, -0.1785, 1.0),
+                (4096, 4096, -0.8388, 1.0, -0.9212, 1.0),
+                (4096, 14336, -0.604, 1.0, -0.6295, 1.0),
+                (6144, 4096, -0.5789, 1.0, -0.828, 1.0),
+                (8192, 8192, -0.4313, 1.0, -0.4602, 1.0),
+                (14336, 4096, -0.1012, 1.0, -0.1806, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 176),
@@ -11354,11 +11444,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3587, 1.0, -0.4893, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11393,18 +11483,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.7626, 1.0, -1.1306, 1.0),
-                (4096, 14336, -0.5492, 1.0, -0.8507, 1.0),
-                (6144, 4096, -0.5057, 1.0, -0.7593, 1.0),
-                (8192, 8192, -0.3604, 1.0, -0.1265, 1.0),
-                (14336, 4096, -0.0588, 1.0, -0.1106, 1.0),
+                (4096, 4096, -0.7682, 1.0, -1.133, 1.0),
+                (4096, 14336, -0.5515, 1.0, -0.8532, 1.0),
+                (6144, 4096, -0.5102, 1.0, -0.7518, 1.0),
+                (8192, 8192, -0.365, 1.0, -0.1285, 1.0),
+                (14336, 4096, -0.0733, 1.0, -0.107, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -11441,11 +11531,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.167, 1.0, -0.226, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11485,11 +11575,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.231, 1.0, -0.3531, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11529,11 +11619,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7993, 1.0, -0.6225, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5462, 1.0, 0.7417, 1.0),
-                (4096, 14336, 0.2478, 1.0, 0.3859, 1.0),
-                (6144, 4096, 0.327, 1.0, 0.6853, 1.0),
-                (8192, 8192, 0.1292, 1.0, 0.274, 1.0),
-                (14336, 4096, 0.1558, 1.0, 0.2148, 1.0),
+                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
+                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
+                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
+                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11563,18 +11653,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.9957, 1.0, -0.866, 1.0),
-                (4096, 14336, -0.6655, 1.0, -0.4709, 1.0),
-                (6144, 4096, -0.9569, 1.0, -0.598, 1.0),
-                (8192, 8192, -0.5491, 1.0, -0.3298, 1.0),
-                (14336, 4096, -0.4533, 1.0, -0.4078, 1.0),
+                (4096, 4096, -0.9954, 1.0, -0.8689, 1.0),
+                (4096, 14336, -0.6697, 1.0, -0.4843, 1.0),
+                (6144, 4096, -0.933, 1.0, -0.6012, 1.0),
+                (8192, 8192, -0.549, 1.0, -0.3225, 1.0),
+                (14336, 4096, -0.4418, 1.0, -0.423, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -11605,18 +11695,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -1.0173, 1.0, -0.883, 1.0),
-                (4096, 14336, -0.5754, 1.0, -0.525, 1.0),
-                (6144, 4096, -0.9667, 1.0, -0.6161, 1.0),
-                (8192, 8192, -0.398, 1.0, -0.3352, 1.0),
-                (14336, 4096, -0.3877, 1.0, -0.4483, 1.0),
+                (4096, 4096, -1.0139, 1.0, -0.8796, 1.0),
+                (4096, 14336, -0.5748, 1.0, -0.49, 1.0),
+                (6144, 4096, -0.9448, 1.0, -0.6257, 1.0),
+                (8192, 8192, -0.3832, 1.0, -0.3669, 1.0),
+                (14336, 4096, -0.4046, 1.0, -0.444, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -11646,18 +11736,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -1.0146, 1.0, -0.8543, 1.0),
-                (4096, 14336, -0.6706, 1.0, -0.559, 1.0),
-                (6144, 4096, -0.9795, 1.0, -0.5886, 1.0),
-                (8192, 8192, -0.4712, 1.0, -0.4178, 1.0),
-                (14336, 4096, -0.3781, 1.0, -0.4373, 1.0),
+                (4096, 4096, -0.9911, 1.0, -0.8536, 1.0),
+                (4096, 14336, -0.6881, 1.0, -0.5551, 1.0),
+                (6144, 4096, -0.9566, 1.0, -0.5903, 1.0),
+                (8192, 8192, -0.4918, 1.0, -0.4193, 1.0),
+                (14336, 4096, -0.3874, 1.0, -0.4379, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11693,11 +11783,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2584, 1.0, 0.223, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11744,11 +11834,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2835, 1.0, 0.2392, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11769,10 +11859,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 2048),
                 (4096, 5760, 32768),
                 (5760, 1024, 1408),
-                (5760, 4096, 11584),
+                (5760, 5760, 11584),
                 (5760, 32768, 32768),
                 (8192, 1024, 1408),
-                (8192, 4096, 32768),
+                (8192, 2880, 32768),
                 (11584, 1024, 1408),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -11798,11 +11888,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2911, 1.0, 0.2543, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11825,7 +11915,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 5760, 32768),
                 (5760, 1024, 1408),
                 (8192, 1024, 1408),
-                (8192, 5760, 8192),
+                (8192, 4096, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -11850,11 +11940,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3401, 1.0, 0.2919, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11877,9 +11967,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 1024),
                 (4096, 5760, 32768),
                 (5760, 1024, 1024),
-                (16384, 1024, 1408),
-                (23168, 1024, 1408),
-                (32768, 1024, 1408),
+                (16384, 1024, 2048),
+                (23168, 1024, 2048),
+                (32768, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -11901,11 +11991,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.26, 1.0, 0.2246, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11947,11 +12037,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2911, 1.0, 0.2496, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11996,11 +12086,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2933, 1.0, 0.2543, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12041,11 +12131,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3445, 1.0, 0.2961, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12085,11 +12175,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1331, 1.0, 0.1283, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12121,18 +12211,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6642, 1.0, -0.4954, 1.0),
-                (4096, 14336, -0.4271, 1.0, -0.1592, 1.0),
-                (6144, 4096, -0.6071, 1.0, -0.1888, 1.0),
-                (8192, 8192, -0.2065, 1.0, 0.0343, 1.0),
-                (14336, 4096, -0.0762, 1.0, -0.0174, 1.0),
+                (4096, 4096, -0.6685, 1.0, -0.4953, 1.0),
+                (4096, 14336, -0.4184, 1.0, -0.1807, 1.0),
+                (6144, 4096, -0.5816, 1.0, -0.1939, 1.0),
+                (8192, 8192, -0.2036, 1.0, 0.0268, 1.0),
+                (14336, 4096, -0.072, 1.0, -0.0184, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -12159,18 +12249,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6885, 1.0, -0.5171, 1.0),
-                (4096, 14336, -0.3944, 1.0, -0.2455, 1.0),
-                (6144, 4096, -0.6302, 1.0, -0.2239, 1.0),
-                (8192, 8192, -0.1903, 1.0, -0.0312, 1.0),
-                (14336, 4096, -0.0939, 1.0, -0.0551, 1.0),
+                (4096, 4096, -0.6844, 1.0, -0.5154, 1.0),
+                (4096, 14336, -0.4006, 1.0, -0.2474, 1.0),
+                (6144, 4096, -0.6034, 1.0, -0.2257, 1.0),
+                (8192, 8192, -0.19, 1.0, -0.0365, 1.0),
+                (14336, 4096, -0.0877, 1.0, -0.0519, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -12205,11 +12295,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1001, 1.0, -0.2574, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12245,18 +12335,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.5489, 1.0, -0.5053, 1.0),
-                (4096, 14336, -0.2686, 1.0, -0.1476, 1.0),
-                (6144, 4096, -0.4968, 1.0, -0.2214, 1.0),
-                (8192, 8192, -0.0737, 1.0, 0.0541, 1.0),
-                (14336, 4096, 0.0614, 1.0, -0.0105, 1.0),
+                (4096, 4096, -0.5514, 1.0, -0.5091, 1.0),
+                (4096, 14336, -0.2629, 1.0, -0.186, 1.0),
+                (6144, 4096, -0.4666, 1.0, -0.2199, 1.0),
+                (8192, 8192, -0.0741, 1.0, 0.0525, 1.0),
+                (14336, 4096, 0.0832, 1.0, -0.0094, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -12290,11 +12380,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2746, 1.0, -0.1474, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12315,7 +12405,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 2880, 32768),
                 (2880, 2880, 32768),
                 (4096, 2880, 32768),
-                (5760, 5760, 32768),
+                (5760, 4096, 32768),
                 (8192, 11584, 32768),
             ),
         ),
@@ -12331,18 +12421,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=116736,
             bias_terms=(
-                (4096, 4096, -0.4576, 1.0, -0.389, 1.0),
-                (4096, 14336, -0.175, 1.0, -0.1599, 1.0),
-                (6144, 4096, -0.4059, 1.0, -0.135, 1.0),
-                (8192, 8192, -0.0233, 1.0, -0.0028, 1.0),
-                (14336, 4096, 0.1296, 1.0, 0.1247, 1.0),
+                (4096, 4096, -0.4624, 1.0, -0.3895, 1.0),
+                (4096, 14336, -0.1766, 1.0, -0.1648, 1.0),
+                (6144, 4096, -0.3845, 1.0, -0.1409, 1.0),
+                (8192, 8192, -0.02, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1352, 1.0, 0.1244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -12370,18 +12460,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.8408, 1.0, -0.7984, 1.0),
-                (4096, 14336, -0.5304, 1.0, -0.4945, 1.0),
-                (6144, 4096, -0.8105, 1.0, -0.5196, 1.0),
-                (8192, 8192, -0.3769, 1.0, -0.2969, 1.0),
-                (14336, 4096, -0.2645, 1.0, -0.3395, 1.0),
+                (4096, 4096, -0.8447, 1.0, -0.7975, 1.0),
+                (4096, 14336, -0.5279, 1.0, -0.4965, 1.0),
+                (6144, 4096, -0.7872, 1.0, -0.5161, 1.0),
+                (8192, 8192, -0.3729, 1.0, -0.3006, 1.0),
+                (14336, 4096, -0.258, 1.0, -0.3523, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -12417,11 +12507,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3311, 1.0, -0.4646, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -12455,18 +12545,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.9677, 1.0, -0.7882, 1.0),
-                (4096, 14336, -0.6466, 1.0, -0.4969, 1.0),
-                (6144, 4096, -0.8938, 1.0, -0.5302, 1.0),
-                (8192, 8192, -0.3077, 1.0, -0.2041, 1.0),
-                (14336, 4096, -0.2086, 1.0, -0.1887, 1.0),
+                (4096, 4096, -0.964, 1.0, -0.7854, 1.0),
+                (4096, 14336, -0.6256, 1.0, -0.4964, 1.0),
+                (6144, 4096, -0.8735, 1.0, -0.5318, 1.0),
+                (8192, 8192, -0.3026, 1.0, -0.2008, 1.0),
+                (14336, 4096, -0.2039, 1.0, -0.1839, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -12495,18 +12585,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6784, 1.0, -0.6287, 1.0),
-                (4096, 14336, -0.4602, 1.0, -0.4151, 1.0),
-                (6144, 4096, -0.646, 1.0, -0.3333, 1.0),
-                (8192, 8192, -0.2268, 1.0, -0.1071, 1.0),
-                (14336, 4096, -0.1064, 1.0, -0.1076, 1.0),
+                (4096, 4096, -0.6805, 1.0, -0.6281, 1.0),
+                (4096, 14336, -0.4598, 1.0, -0.4312, 1.0),
+                (6144, 4096, -0.622, 1.0, -0.334, 1.0),
+                (8192, 8192, -0.2214, 1.0, -0.1089, 1.0),
+                (14336, 4096, -0.1029, 1.0, -0.1001, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -12535,18 +12625,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=174080,
             bias_terms=(
-                (4096, 4096, -0.4788, 1.0, -0.3973, 1.0),
-                (4096, 14336, -0.3013, 1.0, -0.1967, 1.0),
-                (6144, 4096, -0.4068, 1.0, -0.0938, 1.0),
-                (8192, 8192, -0.0663, 1.0, -0.013, 1.0),
-                (14336, 4096, 0.191, 1.0, 0.1405, 1.0),
+                (4096, 4096, -0.4884, 1.0, -0.399, 1.0),
+                (4096, 14336, -0.3012, 1.0, -0.1972, 1.0),
+                (6144, 4096, -0.3888, 1.0, -0.0915, 1.0),
+                (8192, 8192, -0.0625, 1.0, -0.0109, 1.0),
+                (14336, 4096, 0.1958, 1.0, 0.1418, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -12581,11 +12671,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4893, 1.0, -0.5356, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -12618,18 +12708,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -1.0286, 1.0, -0.8833, 1.0),
-                (4096, 14336, -0.7552, 1.0, -0.6129, 1.0),
-                (6144, 4096, -0.9086, 1.0, -0.5816, 1.0),
-                (8192, 8192, -0.4232, 1.0, -0.248, 1.0),
-                (14336, 4096, -0.3206, 1.0, -0.2636, 1.0),
+                (4096, 4096, -1.0291, 1.0, -0.8814, 1.0),
+                (4096, 14336, -0.7566, 1.0, -0.6358, 1.0),
+                (6144, 4096, -0.8832, 1.0, -0.5947, 1.0),
+                (8192, 8192, -0.4194, 1.0, -0.2387, 1.0),
+                (14336, 4096, -0.3187, 1.0, -0.2638, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -12661,18 +12751,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -1.0708, 1.0, -0.8736, 1.0),
-                (4096, 14336, -0.7844, 1.0, -0.4835, 1.0),
-                (6144, 4096, -0.9229, 1.0, -0.5014, 1.0),
-                (8192, 8192, -0.2814, 1.0, -0.1912, 1.0),
-                (14336, 4096, -0.2182, 1.0, -0.1204, 1.0),
+                (4096, 4096, -1.0702, 1.0, -0.8651, 1.0),
+                (4096, 14336, -0.7885, 1.0, -0.4998, 1.0),
+                (6144, 4096, -0.898, 1.0, -0.5027, 1.0),
+                (8192, 8192, -0.2844, 1.0, -0.1759, 1.0),
+                (14336, 4096, -0.2203, 1.0, -0.1247, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -12687,9 +12777,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
-                (16384, 2048, 32768),
-                (23168, 2048, 32768),
-                (32768, 2048, 32768),
+                (16384, 2880, 32768),
+                (23168, 2880, 32768),
+                (32768, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -12711,11 +12801,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.226, 1.0, -0.4826, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12755,11 +12845,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0026, 1.0, -0.281, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12799,11 +12889,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1936, 1.0, -0.2959, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12843,11 +12933,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4503, 1.0, -0.2784, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12885,11 +12975,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4501, 1.0, -0.329, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12924,18 +13014,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.9185, 1.0, -0.9086, 1.0),
-                (4096, 14336, -0.6301, 1.0, -0.6736, 1.0),
-                (6144, 4096, -0.8504, 1.0, -0.581, 1.0),
-                (8192, 8192, -0.4648, 1.0, -0.1153, 1.0),
-                (14336, 4096, -0.1785, 1.0, -0.2411, 1.0),
+                (4096, 4096, -0.9212, 1.0, -0.9071, 1.0),
+                (4096, 14336, -0.6295, 1.0, -0.6723, 1.0),
+                (6144, 4096, -0.828, 1.0, -0.6032, 1.0),
+                (8192, 8192, -0.4602, 1.0, -0.1191, 1.0),
+                (14336, 4096, -0.1806, 1.0, -0.2343, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 176),
@@ -12965,18 +13055,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=211968,
             bias_terms=(
-                (4096, 4096, -0.9577, 1.0, -0.9489, 1.0),
-                (4096, 14336, -0.6635, 1.0, -0.706, 1.0),
-                (6144, 4096, -0.9016, 1.0, -0.5364, 1.0),
-                (8192, 8192, -0.5039, 1.0, -0.0557, 1.0),
-                (14336, 4096, -0.2767, 1.0, -0.1815, 1.0),
+                (4096, 4096, -0.9621, 1.0, -0.9462, 1.0),
+                (4096, 14336, -0.6629, 1.0, -0.7038, 1.0),
+                (6144, 4096, -0.8774, 1.0, -0.5421, 1.0),
+                (8192, 8192, -0.502, 1.0, -0.0568, 1.0),
+                (14336, 4096, -0.2768, 1.0, -0.1887, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 200),
@@ -12987,7 +13077,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (8192, 1024, 4096),
+                (8192, 1024, 2048),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -13006,18 +13096,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -0.9399, 1.0, -0.9358, 1.0),
-                (4096, 14336, -0.6509, 1.0, -0.6952, 1.0),
-                (6144, 4096, -0.8705, 1.0, -0.563, 1.0),
-                (8192, 8192, -0.4756, 1.0, -0.0388, 1.0),
-                (14336, 4096, -0.2086, 1.0, -0.1707, 1.0),
+                (4096, 4096, -0.9407, 1.0, -0.9321, 1.0),
+                (4096, 14336, -0.6497, 1.0, -0.6911, 1.0),
+                (6144, 4096, -0.8499, 1.0, -0.5793, 1.0),
+                (8192, 8192, -0.4735, 1.0, -0.0454, 1.0),
+                (14336, 4096, -0.2062, 1.0, -0.1712, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -13028,7 +13118,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (8192, 1024, 32768),
+                (8192, 1024, 8192),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -13054,11 +13144,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3531, 1.0, -0.2897, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13100,11 +13190,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4915, 1.0, -0.3149, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13138,18 +13228,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.9751, 1.0, -0.964, 1.0),
-                (4096, 14336, -0.6747, 1.0, -0.7164, 1.0),
-                (6144, 4096, -0.9114, 1.0, -0.4982, 1.0),
-                (8192, 8192, -0.5189, 1.0, -0.0338, 1.0),
-                (14336, 4096, -0.2882, 1.0, -0.1761, 1.0),
+                (4096, 4096, -0.9787, 1.0, -0.9606, 1.0),
+                (4096, 14336, -0.6736, 1.0, -0.7162, 1.0),
+                (6144, 4096, -0.8897, 1.0, -0.5081, 1.0),
+                (8192, 8192, -0.5165, 1.0, -0.0353, 1.0),
+                (14336, 4096, -0.2844, 1.0, -0.1875, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7417, 1.0, 0.5424, 1.0),
-                (4096, 14336, 0.3859, 1.0, 0.2571, 1.0),
-                (6144, 4096, 0.6853, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.274, 1.0, 0.1296, 1.0),
-                (14336, 4096, 0.2148, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
+                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
+                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
+                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
+                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -13174,25 +13264,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=0,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="cbb1316b55c",
-            registers=72,
-            smem_bytes=231424,
+            config_id="c94004c5719",
+            registers=64,
+            smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.8543, 1.0, -0.6536, 1.0),
-                (4096, 14336, -0.559, 1.0, -0.4414, 1.0),
-                (6144, 4096, -0.5886, 1.0, -0.8046, 1.0),
-                (8192, 8192, -0.4178, 1.0, -0.2865, 1.0),
-                (14336, 4096, -0.4373, 1.0, -0.4816, 1.0),
+                (4096, 4096, -0.8913, 1.0, -0.6685, 1.0),
+                (4096, 14336, -0.5813, 1.0, -0.4839, 1.0),
+                (6144, 4096, -0.612, 1.0, -0.8166, 1.0),
+                (8192, 8192, -0.118, 1.0, -0.4051, 1.0),
+                (14336, 4096, -0.3671, 1.0, -0.4995, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
-                ("block_m", 64),
+                ("block_m", 56),
                 ("block_n", 64),
                 ("block_k", 128),
                 ("stages", 7),
@@ -13200,11 +13290,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 4096),
-                (1408, 1024, 5760),
-                (2048, 1024, 16384),
-                (2880, 1024, 5760),
-                (4096, 1024, 2880),
+                (1024, 1024, 23168),
+                (1408, 1024, 23168),
+                (2048, 1024, 23168),
+                (2880, 1024, 1408),
+                (4096, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -13215,22 +13305,60 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=1,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
+            config_id="ce2e4d4c14f",
+            registers=52,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.8796, 1.0, -0.6291, 1.0),
+                (4096, 14336, -0.49, 1.0, -0.4347, 1.0),
+                (6144, 4096, -0.6257, 1.0, -0.7772, 1.0),
+                (8192, 8192, -0.3669, 1.0, -0.3775, 1.0),
+                (14336, 4096, -0.444, 1.0, -0.4709, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 16384),
+                (1408, 1024, 16384),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [239]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=2,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
             config_id="c419852ee1e",
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.866, 1.0, -0.6706, 1.0),
-                (4096, 14336, -0.4709, 1.0, -0.4627, 1.0),
-                (6144, 4096, -0.598, 1.0, -0.8202, 1.0),
-                (8192, 8192, -0.3298, 1.0, -0.384, 1.0),
-                (14336, 4096, -0.4078, 1.0, -0.4941, 1.0),
+                (4096, 4096, -0.8689, 1.0, -0.6715, 1.0),
+                (4096, 14336, -0.4843, 1.0, -0.474, 1.0),
+                (6144, 4096, -0.6012, 1.0, -0.8093, 1.0),
+                (8192, 8192, -0.3225, 1.0, -0.3248, 1.0),
+                (14336, 4096, -0.423, 1.0, -0.4867, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -13247,44 +13375,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [239]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=2,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ce2e4d4c14f",
-            registers=52,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.883, 1.0, -0.6261, 1.0),
-                (4096, 14336, -0.525, 1.0, -0.3977, 1.0),
-                (6144, 4096, -0.6161, 1.0, -0.7918, 1.0),
-                (8192, 8192, -0.3352, 1.0, -0.4011, 1.0),
-                (14336, 4096, -0.4483, 1.0, -0.4736, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 16384),
-                (1408, 1024, 16384),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [240]
         ShapeCandidate(
             m=256,
@@ -13292,25 +13382,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=3,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="c94004c5719",
-            registers=64,
-            smem_bytes=217088,
+            config_id="cbb1316b55c",
+            registers=72,
+            smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.8925, 1.0, -0.6636, 1.0),
-                (4096, 14336, -0.5338, 1.0, -0.4808, 1.0),
-                (6144, 4096, -0.6024, 1.0, -0.829, 1.0),
-                (8192, 8192, -0.1081, 1.0, -0.4347, 1.0),
-                (14336, 4096, -0.341, 1.0, -0.491, 1.0),
+                (4096, 4096, -0.8536, 1.0, -0.6582, 1.0),
+                (4096, 14336, -0.5551, 1.0, -0.4379, 1.0),
+                (6144, 4096, -0.5903, 1.0, -0.7944, 1.0),
+                (8192, 8192, -0.4193, 1.0, -0.3092, 1.0),
+                (14336, 4096, -0.4379, 1.0, -0.4781, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
-                ("block_m", 56),
+                ("block_m", 64),
                 ("block_n", 64),
                 ("block_k", 128),
                 ("stages", 7),
@@ -13318,11 +13408,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 23168),
-                (1408, 1024, 23168),
-                (2048, 1024, 23168),
-                (2880, 1024, 1408),
-                (4096, 1024, 1408),
+                (1024, 1024, 4096),
+                (1408, 1024, 5760),
+                (2048, 1024, 16384),
+                (2880, 1024, 5760),
+                (4096, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -13344,11 +13434,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.223, 1.0, 0.2157, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13395,11 +13485,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2392, 1.0, 0.2326, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13445,11 +13535,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2543, 1.0, 0.2447, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13467,8 +13557,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 5760),
                 (1408, 11584, 32768),
                 (2880, 1024, 4096),
-                (4096, 1024, 16384),
-                (5760, 1024, 16384),
+                (4096, 1024, 11584),
+                (5760, 1024, 23168),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -13495,11 +13585,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2919, 1.0, 0.278, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13518,7 +13608,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 23168, 32768),
                 (2880, 2048, 2048),
                 (4096, 2048, 8192),
-                (5760, 1024, 1024),
+                (5760, 1408, 1408),
                 (5760, 4096, 8192),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -13546,11 +13636,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2246, 1.0, 0.2171, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13599,11 +13689,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2496, 1.0, 0.24, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13619,8 +13709,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 32768, 32768),
-                (8192, 1024, 1024),
-                (11584, 1024, 1024),
                 (16384, 1024, 8192),
                 (16384, 32768, 32768),
                 (23168, 1024, 32768),
@@ -13646,11 +13734,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2543, 1.0, 0.2449, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13665,7 +13753,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (16384, 1024, 1024),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
@@ -13689,11 +13776,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2961, 1.0, 0.2814, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13731,11 +13818,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2574, 1.0, -0.1571, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13771,18 +13858,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=116736,
             bias_terms=(
-                (4096, 4096, -0.389, 1.0, -0.2246, 1.0),
-                (4096, 14336, -0.1599, 1.0, -0.0841, 1.0),
-                (6144, 4096, -0.135, 1.0, -0.374, 1.0),
-                (8192, 8192, -0.0028, 1.0, -0.0263, 1.0),
-                (14336, 4096, 0.1247, 1.0, 0.0653, 1.0),
+                (4096, 4096, -0.3895, 1.0, -0.2279, 1.0),
+                (4096, 14336, -0.1648, 1.0, -0.1029, 1.0),
+                (6144, 4096, -0.1409, 1.0, -0.3589, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0106, 1.0),
+                (14336, 4096, 0.1244, 1.0, 0.0633, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -13817,11 +13904,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1283, 1.0, 0.1481, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13857,11 +13944,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0601, 1.0, -0.0852, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13890,18 +13977,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=79,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4329, 1.0, -0.6369, 1.0),
-                (4096, 14336, -0.0631, 1.0, -0.4374, 1.0),
-                (6144, 4096, -0.1029, 1.0, -0.7757, 1.0),
-                (8192, 8192, 0.07, 1.0, -0.3964, 1.0),
-                (14336, 4096, 0.1285, 1.0, -0.4538, 1.0),
+                (4096, 4096, -0.4354, 1.0, -0.644, 1.0),
+                (4096, 14336, -0.0789, 1.0, -0.4576, 1.0),
+                (6144, 4096, -0.1112, 1.0, -0.7632, 1.0),
+                (8192, 8192, 0.0721, 1.0, -0.3798, 1.0),
+                (14336, 4096, 0.1316, 1.0, -0.4456, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -13929,18 +14016,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.7984, 1.0, -0.5146, 1.0),
-                (4096, 14336, -0.4945, 1.0, -0.1173, 1.0),
-                (6144, 4096, -0.5196, 1.0, -0.6454, 1.0),
-                (8192, 8192, -0.2969, 1.0, -0.0122, 1.0),
-                (14336, 4096, -0.3395, 1.0, -0.1671, 1.0),
+                (4096, 4096, -0.7975, 1.0, -0.5262, 1.0),
+                (4096, 14336, -0.4965, 1.0, -0.1621, 1.0),
+                (6144, 4096, -0.5161, 1.0, -0.6328, 1.0),
+                (8192, 8192, -0.3006, 1.0, -0.0171, 1.0),
+                (14336, 4096, -0.3523, 1.0, -0.1485, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -13968,18 +14055,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.7924, 1.0, -0.503, 1.0),
-                (4096, 14336, -0.2814, 1.0, -0.1286, 1.0),
-                (6144, 4096, -0.4921, 1.0, -0.579, 1.0),
-                (8192, 8192, -0.0519, 1.0, -0.0287, 1.0),
-                (14336, 4096, -0.1552, 1.0, -0.174, 1.0),
+                (4096, 4096, -0.7961, 1.0, -0.5205, 1.0),
+                (4096, 14336, -0.3085, 1.0, -0.1734, 1.0),
+                (6144, 4096, -0.4829, 1.0, -0.5879, 1.0),
+                (8192, 8192, -0.0546, 1.0, -0.0051, 1.0),
+                (14336, 4096, -0.1403, 1.0, -0.1665, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -14007,18 +14094,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.5465, 1.0, -0.3091, 1.0),
-                (4096, 14336, -0.2828, 1.0, -0.0694, 1.0),
-                (6144, 4096, -0.2578, 1.0, -0.4276, 1.0),
-                (8192, 8192, -0.0259, 1.0, 0.0547, 1.0),
-                (14336, 4096, -0.0406, 1.0, -0.0623, 1.0),
+                (4096, 4096, -0.5482, 1.0, -0.3372, 1.0),
+                (4096, 14336, -0.2873, 1.0, -0.0979, 1.0),
+                (6144, 4096, -0.2599, 1.0, -0.4237, 1.0),
+                (8192, 8192, -0.0275, 1.0, 0.0756, 1.0),
+                (14336, 4096, -0.0478, 1.0, -0.0545, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -14046,18 +14133,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5262, 1.0, -0.3057, 1.0),
-                (4096, 14336, -0.1854, 1.0, -0.1508, 1.0),
-                (6144, 4096, -0.2162, 1.0, -0.4448, 1.0),
-                (8192, 8192, 0.0485, 1.0, -0.0124, 1.0),
-                (14336, 4096, 0.0327, 1.0, -0.0929, 1.0),
+                (4096, 4096, -0.5235, 1.0, -0.3065, 1.0),
+                (4096, 14336, -0.1728, 1.0, -0.1658, 1.0),
+                (6144, 4096, -0.2218, 1.0, -0.4288, 1.0),
+                (8192, 8192, 0.0397, 1.0, 0.0009, 1.0),
+                (14336, 4096, 0.0366, 1.0, -0.0722, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -14085,18 +14172,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=141312,
             bias_terms=(
-                (4096, 4096, -0.3963, 1.0, -0.2262, 1.0),
-                (4096, 14336, -0.2385, 1.0, -0.1203, 1.0),
-                (6144, 4096, -0.1372, 1.0, -0.3513, 1.0),
-                (8192, 8192, -0.0057, 1.0, -0.0188, 1.0),
-                (14336, 4096, 0.1334, 1.0, 0.0368, 1.0),
+                (4096, 4096, -0.3975, 1.0, -0.241, 1.0),
+                (4096, 14336, -0.2345, 1.0, -0.1466, 1.0),
+                (6144, 4096, -0.1395, 1.0, -0.3328, 1.0),
+                (8192, 8192, -0.0069, 1.0, 0.0045, 1.0),
+                (14336, 4096, 0.1302, 1.0, 0.0455, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -14108,7 +14195,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 8192, 32768),
-                (2048, 11584, 32768),
+                (2048, 16384, 32768),
                 (2880, 8192, 32768),
             ),
         ),
@@ -14124,18 +14211,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=149504,
             bias_terms=(
-                (4096, 4096, -0.4351, 1.0, -0.1281, 1.0),
-                (4096, 14336, -0.2638, 1.0, -0.0858, 1.0),
-                (6144, 4096, -0.1568, 1.0, -0.2854, 1.0),
-                (8192, 8192, -0.035, 1.0, 0.0683, 1.0),
-                (14336, 4096, 0.1144, 1.0, 0.1484, 1.0),
+                (4096, 4096, -0.4337, 1.0, -0.139, 1.0),
+                (4096, 14336, -0.2643, 1.0, -0.0955, 1.0),
+                (6144, 4096, -0.1598, 1.0, -0.2682, 1.0),
+                (8192, 8192, -0.0318, 1.0, 0.0786, 1.0),
+                (14336, 4096, 0.111, 1.0, 0.1556, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -14157,50 +14244,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=256,
             m_end=320,
             rank=23,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ca0cfa76740",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.7882, 1.0, -0.5866, 1.0),
-                (4096, 14336, -0.4969, 1.0, -0.2238, 1.0),
-                (6144, 4096, -0.5302, 1.0, -0.62, 1.0),
-                (8192, 8192, -0.2041, 1.0, -0.1723, 1.0),
-                (14336, 4096, -0.1887, 1.0, -0.2235, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
-            ),
-            tunables=(
-                ("block_m", 72),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2048, 1024, 8192),
-                (2048, 23168, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1408, 23168),
-                (11584, 1408, 23168),
-                (16384, 1408, 23168),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [261]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=24,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c0b50f1dfa3",
@@ -14214,11 +14257,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4646, 1.0, -0.4168, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -14241,6 +14284,49 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [261]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=24,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ca0cfa76740",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.7854, 1.0, -0.6035, 1.0),
+                (4096, 14336, -0.4964, 1.0, -0.3576, 1.0),
+                (6144, 4096, -0.5318, 1.0, -0.6004, 1.0),
+                (8192, 8192, -0.2008, 1.0, -0.1636, 1.0),
+                (14336, 4096, -0.1839, 1.0, -0.2186, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+            ),
+            tunables=(
+                ("block_m", 72),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 23168),
+                (11584, 1024, 23168),
+                (16384, 1024, 23168),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [262]
         ShapeCandidate(
             m=256,
@@ -14252,18 +14338,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=121,
             smem_bytes=209920,
             bias_terms=(
-                (4096, 4096, -0.5386, 1.0, -0.7276, 1.0),
-                (4096, 14336, -0.1963, 1.0, -0.5855, 1.0),
-                (6144, 4096, -0.3578, 1.0, -0.865, 1.0),
-                (8192, 8192, -0.0015, 1.0, -0.4035, 1.0),
-                (14336, 4096, -0.0928, 1.0, -0.4962, 1.0),
+                (4096, 4096, -0.5362, 1.0, -0.7305, 1.0),
+                (4096, 14336, -0.1929, 1.0, -0.5972, 1.0),
+                (6144, 4096, -0.3625, 1.0, -0.8814, 1.0),
+                (8192, 8192, -0.0026, 1.0, -0.3836, 1.0),
+                (14336, 4096, -0.0897, 1.0, -0.4821, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -14292,18 +14378,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7328, 1.0, -0.5307, 1.0),
-                (4096, 14336, -0.2917, 1.0, -0.3443, 1.0),
-                (6144, 4096, -0.4139, 1.0, -0.722, 1.0),
-                (8192, 8192, -0.0386, 1.0, -0.2843, 1.0),
-                (14336, 4096, -0.0848, 1.0, -0.3614, 1.0),
+                (4096, 4096, -0.7529, 1.0, -0.532, 1.0),
+                (4096, 14336, -0.2992, 1.0, -0.3489, 1.0),
+                (6144, 4096, -0.4288, 1.0, -0.706, 1.0),
+                (8192, 8192, -0.0345, 1.0, -0.2826, 1.0),
+                (14336, 4096, -0.0889, 1.0, -0.359, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -14342,11 +14428,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1474, 1.0, -0.2713, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14362,7 +14448,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (2048, 5760, 32768),
+                (2048, 5760, 11584),
+                (2048, 23168, 32768),
                 (2880, 5760, 32768),
                 (4096, 5760, 32768),
                 (5760, 11584, 32768),
@@ -14380,18 +14467,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.5325, 1.0, -0.3295, 1.0),
-                (4096, 14336, -0.389, 1.0, -0.3227, 1.0),
-                (6144, 4096, -0.2224, 1.0, -0.5118, 1.0),
-                (8192, 8192, -0.1542, 1.0, -0.1706, 1.0),
-                (14336, 4096, -0.0307, 1.0, -0.1277, 1.0),
+                (4096, 4096, -0.5294, 1.0, -0.3413, 1.0),
+                (4096, 14336, -0.3791, 1.0, -0.3233, 1.0),
+                (6144, 4096, -0.2258, 1.0, -0.4939, 1.0),
+                (8192, 8192, -0.1566, 1.0, -0.1708, 1.0),
+                (14336, 4096, -0.0292, 1.0, -0.1169, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -14426,11 +14513,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.097, 1.0, -0.3046, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14448,7 +14535,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (2048, 16384, 32768),
                 (2880, 11584, 32768),
-                (4096, 23168, 32768),
+                (4096, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -14470,11 +14557,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2726, 1.0, -0.2917, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14505,18 +14592,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=141312,
             bias_terms=(
-                (4096, 4096, -0.4912, 1.0, -0.3656, 1.0),
-                (4096, 14336, -0.3512, 1.0, -0.2574, 1.0),
-                (6144, 4096, -0.2569, 1.0, -0.5024, 1.0),
-                (8192, 8192, -0.0939, 1.0, -0.0294, 1.0),
-                (14336, 4096, -0.0739, 1.0, -0.1113, 1.0),
+                (4096, 4096, -0.4899, 1.0, -0.377, 1.0),
+                (4096, 14336, -0.3491, 1.0, -0.2901, 1.0),
+                (6144, 4096, -0.2579, 1.0, -0.4862, 1.0),
+                (8192, 8192, -0.0965, 1.0, -0.0377, 1.0),
+                (14336, 4096, -0.0819, 1.0, -0.1067, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -14547,18 +14634,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.8827, 1.0, -0.5761, 1.0),
-                (4096, 14336, -0.6475, 1.0, -0.4409, 1.0),
-                (6144, 4096, -0.5743, 1.0, -0.6873, 1.0),
-                (8192, 8192, -0.2835, 1.0, -0.2353, 1.0),
-                (14336, 4096, -0.3105, 1.0, -0.3356, 1.0),
+                (4096, 4096, -0.8767, 1.0, -0.5783, 1.0),
+                (4096, 14336, -0.6473, 1.0, -0.4479, 1.0),
+                (6144, 4096, -0.5815, 1.0, -0.6743, 1.0),
+                (8192, 8192, -0.2834, 1.0, -0.237, 1.0),
+                (14336, 4096, -0.3021, 1.0, -0.3295, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -14590,18 +14677,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.8503, 1.0, -0.6314, 1.0),
-                (4096, 14336, -0.6164, 1.0, -0.4074, 1.0),
-                (6144, 4096, -0.5412, 1.0, -0.6864, 1.0),
-                (8192, 8192, -0.334, 1.0, -0.168, 1.0),
-                (14336, 4096, -0.3434, 1.0, -0.1684, 1.0),
+                (4096, 4096, -0.8455, 1.0, -0.6307, 1.0),
+                (4096, 14336, -0.6147, 1.0, -0.4641, 1.0),
+                (6144, 4096, -0.5435, 1.0, -0.671, 1.0),
+                (8192, 8192, -0.3336, 1.0, -0.1674, 1.0),
+                (14336, 4096, -0.3351, 1.0, -0.1692, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -14640,11 +14727,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5356, 1.0, -0.4907, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -14671,6 +14758,43 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=256,
             m_end=320,
             rank=35,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cb530ae64c0",
+            registers=168,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.8814, 1.0, -0.5584, 1.0),
+                (4096, 14336, -0.6358, 1.0, -0.3759, 1.0),
+                (6144, 4096, -0.5947, 1.0, -0.6579, 1.0),
+                (8192, 8192, -0.2387, 1.0, -0.073, 1.0),
+                (14336, 4096, -0.2638, 1.0, -0.157, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (5760, 1024, 1024),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [273]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=36,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
@@ -14684,11 +14808,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4826, 1.0, -0.4002, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14710,43 +14834,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [273]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=36,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cb530ae64c0",
-            registers=168,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.8833, 1.0, -0.5302, 1.0),
-                (4096, 14336, -0.6129, 1.0, -0.4252, 1.0),
-                (6144, 4096, -0.5816, 1.0, -0.6104, 1.0),
-                (8192, 8192, -0.248, 1.0, -0.0906, 1.0),
-                (14336, 4096, -0.2636, 1.0, -0.1641, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (5760, 1408, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [274]
         ShapeCandidate(
             m=256,
@@ -14765,11 +14852,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.281, 1.0, -0.1738, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14802,18 +14889,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=149504,
             bias_terms=(
-                (4096, 4096, -0.5322, 1.0, -0.2225, 1.0),
-                (4096, 14336, -0.3809, 1.0, -0.2025, 1.0),
-                (6144, 4096, -0.2903, 1.0, -0.4159, 1.0),
-                (8192, 8192, -0.0591, 1.0, -0.0694, 1.0),
-                (14336, 4096, -0.0776, 1.0, -0.0637, 1.0),
+                (4096, 4096, -0.5349, 1.0, -0.2278, 1.0),
+                (4096, 14336, -0.3803, 1.0, -0.2066, 1.0),
+                (6144, 4096, -0.2959, 1.0, -0.4034, 1.0),
+                (8192, 8192, -0.0555, 1.0, -0.0686, 1.0),
+                (14336, 4096, -0.0812, 1.0, -0.0572, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -14824,7 +14911,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (5760, 23168, 32768),
+                (5760, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -14846,11 +14933,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2897, 1.0, -0.3219, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14892,11 +14979,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3149, 1.0, -0.4594, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14930,18 +15017,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.8507, 1.0, -0.6583, 1.0),
-                (4096, 14336, -0.6108, 1.0, -0.5285, 1.0),
-                (6144, 4096, -0.5389, 1.0, -0.7615, 1.0),
-                (8192, 8192, -0.3873, 1.0, -0.348, 1.0),
-                (14336, 4096, -0.3137, 1.0, -0.3824, 1.0),
+                (4096, 4096, -0.8491, 1.0, -0.6604, 1.0),
+                (4096, 14336, -0.6098, 1.0, -0.5351, 1.0),
+                (6144, 4096, -0.5408, 1.0, -0.744, 1.0),
+                (8192, 8192, -0.3886, 1.0, -0.3491, 1.0),
+                (14336, 4096, -0.3146, 1.0, -0.3712, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5424, 1.0, 0.3465, 1.0),
-                (4096, 14336, 0.2571, 1.0, 0.1353, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.4213, 1.0),
-                (8192, 8192, 0.1296, 1.0, 0.0952, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1968, 1.0),
+                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
+                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
+                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
+                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -14968,18 +15055,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6536, 1.0, -0.4361, 1.0),
-                (4096, 14336, -0.4414, 1.0, -0.2486, 1.0),
-                (6144, 4096, -0.8046, 1.0, -0.4476, 1.0),
-                (8192, 8192, -0.2865, 1.0, -0.1552, 1.0),
-                (14336, 4096, -0.4816, 1.0, -0.3823, 1.0),
+                (4096, 4096, -0.6582, 1.0, -0.4495, 1.0),
+                (4096, 14336, -0.4379, 1.0, -0.2667, 1.0),
+                (6144, 4096, -0.7944, 1.0, -0.4718, 1.0),
+                (8192, 8192, -0.3092, 1.0, -0.0744, 1.0),
+                (14336, 4096, -0.4781, 1.0, -0.4117, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -15007,18 +15094,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.5146, 1.0, -0.4259, 1.0),
-                (4096, 14336, -0.1173, 1.0, -0.266, 1.0),
-                (6144, 4096, -0.6454, 1.0, -0.3506, 1.0),
-                (8192, 8192, -0.0122, 1.0, -0.1746, 1.0),
-                (14336, 4096, -0.1671, 1.0, -0.3411, 1.0),
+                (4096, 4096, -0.5262, 1.0, -0.4431, 1.0),
+                (4096, 14336, -0.1621, 1.0, -0.2632, 1.0),
+                (6144, 4096, -0.6328, 1.0, -0.3641, 1.0),
+                (8192, 8192, -0.0171, 1.0, -0.1946, 1.0),
+                (14336, 4096, -0.1485, 1.0, -0.3646, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -15047,18 +15134,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6706, 1.0, -0.5309, 1.0),
-                (4096, 14336, -0.4627, 1.0, -0.3085, 1.0),
-                (6144, 4096, -0.8202, 1.0, -0.4169, 1.0),
-                (8192, 8192, -0.384, 1.0, -0.1173, 1.0),
-                (14336, 4096, -0.4941, 1.0, -0.3428, 1.0),
+                (4096, 4096, -0.6715, 1.0, -0.5195, 1.0),
+                (4096, 14336, -0.474, 1.0, -0.3247, 1.0),
+                (6144, 4096, -0.8093, 1.0, -0.4143, 1.0),
+                (8192, 8192, -0.3248, 1.0, -0.1625, 1.0),
+                (14336, 4096, -0.4867, 1.0, -0.3393, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -15071,8 +15158,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 8192),
                 (1408, 1024, 8192),
-                (2048, 1024, 2048),
-                (2880, 1024, 2880),
+                (2048, 1024, 1408),
+                (2880, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -15087,18 +15174,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.6636, 1.0, -0.2331, 1.0),
-                (4096, 14336, -0.4808, 1.0, -0.0293, 1.0),
-                (6144, 4096, -0.829, 1.0, -0.1783, 1.0),
-                (8192, 8192, -0.4347, 1.0, 0.0214, 1.0),
-                (14336, 4096, -0.491, 1.0, -0.1333, 1.0),
+                (4096, 4096, -0.6685, 1.0, -0.2488, 1.0),
+                (4096, 14336, -0.4839, 1.0, -0.0417, 1.0),
+                (6144, 4096, -0.8166, 1.0, -0.2058, 1.0),
+                (8192, 8192, -0.4051, 1.0, 0.0202, 1.0),
+                (14336, 4096, -0.4995, 1.0, -0.1338, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -15122,22 +15209,60 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=4,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
+            config_id="ce2e4d4c14f",
+            registers=52,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.6291, 1.0, -0.5079, 1.0),
+                (4096, 14336, -0.4347, 1.0, -0.3287, 1.0),
+                (6144, 4096, -0.7772, 1.0, -0.4537, 1.0),
+                (8192, 8192, -0.3775, 1.0, -0.1582, 1.0),
+                (14336, 4096, -0.4709, 1.0, -0.4957, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 16384),
+                (1408, 1024, 16384),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [284]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=5,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
             config_id="c1c5004278b",
             registers=79,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.6369, 1.0, -0.2219, 1.0),
-                (4096, 14336, -0.4374, 1.0, -0.1129, 1.0),
-                (6144, 4096, -0.7757, 1.0, -0.2106, 1.0),
-                (8192, 8192, -0.3964, 1.0, 0.0112, 1.0),
-                (14336, 4096, -0.4538, 1.0, -0.1019, 1.0),
+                (4096, 4096, -0.644, 1.0, -0.2807, 1.0),
+                (4096, 14336, -0.4576, 1.0, -0.0416, 1.0),
+                (6144, 4096, -0.7632, 1.0, -0.214, 1.0),
+                (8192, 8192, -0.3798, 1.0, 0.0168, 1.0),
+                (14336, 4096, -0.4456, 1.0, -0.0942, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -15152,44 +15277,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [284]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=5,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ce2e4d4c14f",
-            registers=52,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.6261, 1.0, -0.5194, 1.0),
-                (4096, 14336, -0.3977, 1.0, -0.3185, 1.0),
-                (6144, 4096, -0.7918, 1.0, -0.4594, 1.0),
-                (8192, 8192, -0.4011, 1.0, -0.129, 1.0),
-                (14336, 4096, -0.4736, 1.0, -0.4957, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 16384),
-                (1408, 1024, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -15211,11 +15298,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2157, 1.0, 0.2004, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15231,7 +15318,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 1024),
                 (2048, 5760, 32768),
                 (2880, 1024, 1024),
                 (2880, 5760, 32768),
@@ -15239,7 +15325,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 11584, 32768),
                 (8192, 2880, 4096),
                 (8192, 11584, 32768),
-                (11584, 2880, 4096),
                 (11584, 16384, 32768),
                 (16384, 16384, 32768),
                 (23168, 1024, 32768),
@@ -15265,11 +15350,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2326, 1.0, 0.2186, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15286,7 +15371,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 8192, 32768),
-                (2880, 1024, 1024),
                 (2880, 8192, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -15311,11 +15395,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2447, 1.0, 0.2244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15357,11 +15441,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.278, 1.0, 0.2487, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15378,7 +15462,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 1408),
                 (1408, 8192, 32768),
-                (2048, 11584, 32768),
+                (2048, 11584, 11584),
+                (2048, 23168, 32768),
                 (2880, 11584, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -15403,11 +15488,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2171, 1.0, 0.2014, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15424,7 +15509,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 1024),
                 (1408, 11584, 32768),
-                (2880, 16384, 32768),
+                (2880, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -15446,11 +15531,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.24, 1.0, 0.2197, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15464,7 +15549,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1024),
+                (1024, 1024, 1408),
                 (1024, 5760, 32768),
                 (1408, 11584, 11584),
             ),
@@ -15488,11 +15573,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1571, 1.0, -0.3223, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15508,9 +15593,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 1408, 32768),
+                (1024, 2048, 32768),
                 (1408, 1408, 32768),
-                (2048, 1408, 32768),
+                (2048, 2048, 32768),
                 (2880, 1408, 8192),
             ),
         ),
@@ -15533,11 +15618,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2449, 1.0, 0.2252, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15573,11 +15658,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2814, 1.0, 0.2503, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15613,11 +15698,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1481, 1.0, 0.1897, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15646,18 +15731,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=141312,
             bias_terms=(
-                (4096, 4096, -0.2262, 1.0, -0.0703, 1.0),
-                (4096, 14336, -0.1203, 1.0, -0.0766, 1.0),
-                (6144, 4096, -0.3513, 1.0, 0.0622, 1.0),
-                (8192, 8192, -0.0188, 1.0, 0.0294, 1.0),
-                (14336, 4096, 0.0368, 1.0, 0.0853, 1.0),
+                (4096, 4096, -0.241, 1.0, -0.0675, 1.0),
+                (4096, 14336, -0.1466, 1.0, -0.0626, 1.0),
+                (6144, 4096, -0.3328, 1.0, 0.0529, 1.0),
+                (8192, 8192, 0.0045, 1.0, 0.0297, 1.0),
+                (14336, 4096, 0.0455, 1.0, 0.0794, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -15692,11 +15777,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2917, 1.0, -0.3736, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15718,7 +15803,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 5760, 32768),
                 (4096, 5760, 32768),
                 (8192, 5760, 32768),
-                (11584, 5760, 32768),
+                (11584, 8192, 32768),
                 (16384, 8192, 32768),
             ),
         ),
@@ -15741,11 +15826,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4168, 1.0, -0.4786, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -15762,7 +15847,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 1024, 4096),
-                (2048, 1024, 4096),
+                (2048, 1024, 2880),
                 (2880, 1024, 4096),
             ),
         ),
@@ -15785,11 +15870,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2713, 1.0, -0.3049, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15809,7 +15894,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 2048, 32768),
                 (2880, 2048, 2048),
                 (2880, 4096, 32768),
-                (4096, 5760, 32768),
+                (4096, 4096, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -15831,11 +15916,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3046, 1.0, -0.3068, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15854,11 +15939,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 2880, 32768),
                 (2048, 2880, 32768),
                 (2880, 2880, 32768),
-                (4096, 4096, 32768),
+                (4096, 5760, 32768),
                 (5760, 4096, 32768),
                 (8192, 1408, 32768),
                 (11584, 1408, 11584),
-                (16384, 1408, 8192),
+                (16384, 2048, 8192),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -15880,11 +15965,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4907, 1.0, -0.5728, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -15902,7 +15987,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (2048, 1024, 4096),
                 (2880, 1024, 4096),
-                (4096, 1024, 4096),
+                (4096, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -15917,18 +16002,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5307, 1.0, -0.3182, 1.0),
-                (4096, 14336, -0.3443, 1.0, -0.3477, 1.0),
-                (6144, 4096, -0.722, 1.0, -0.2839, 1.0),
-                (8192, 8192, -0.2843, 1.0, -0.1596, 1.0),
-                (14336, 4096, -0.3614, 1.0, -0.2088, 1.0),
+                (4096, 4096, -0.532, 1.0, -0.4313, 1.0),
+                (4096, 14336, -0.3489, 1.0, -0.343, 1.0),
+                (6144, 4096, -0.706, 1.0, -0.2705, 1.0),
+                (8192, 8192, -0.2826, 1.0, -0.1234, 1.0),
+                (14336, 4096, -0.359, 1.0, -0.1819, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -15942,7 +16027,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
-                (5760, 2880, 32768),
+                (5760, 4096, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -15960,18 +16045,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=121,
             smem_bytes=209920,
             bias_terms=(
-                (4096, 4096, -0.7276, 1.0, 0.0379, 1.0),
-                (4096, 14336, -0.5855, 1.0, 0.064, 1.0),
-                (6144, 4096, -0.865, 1.0, 0.0982, 1.0),
-                (8192, 8192, -0.4035, 1.0, 0.1112, 1.0),
-                (14336, 4096, -0.4962, 1.0, 0.146, 1.0),
+                (4096, 4096, -0.7305, 1.0, 0.0416, 1.0),
+                (4096, 14336, -0.5972, 1.0, 0.0886, 1.0),
+                (6144, 4096, -0.8814, 1.0, 0.0986, 1.0),
+                (8192, 8192, -0.3836, 1.0, 0.1442, 1.0),
+                (14336, 4096, -0.4821, 1.0, 0.1467, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -15982,9 +16067,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 1408),
-                (2880, 1024, 4096),
-                (4096, 1024, 2880),
+                (2048, 1024, 2048),
+                (2880, 1024, 2880),
+                (4096, 1024, 2048),
                 (5760, 1024, 2880),
                 (8192, 1024, 1024),
                 (11584, 1024, 1024),
@@ -16002,18 +16087,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.618, 1.0, -0.5169, 1.0),
-                (4096, 14336, -0.4716, 1.0, -0.4288, 1.0),
-                (6144, 4096, -0.7789, 1.0, -0.2942, 1.0),
-                (8192, 8192, -0.3778, 1.0, -0.254, 1.0),
-                (14336, 4096, -0.4098, 1.0, -0.2785, 1.0),
+                (4096, 4096, -0.6254, 1.0, -0.518, 1.0),
+                (4096, 14336, -0.4809, 1.0, -0.4248, 1.0),
+                (6144, 4096, -0.7659, 1.0, -0.3078, 1.0),
+                (8192, 8192, -0.373, 1.0, -0.2262, 1.0),
+                (14336, 4096, -0.387, 1.0, -0.299, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -16047,18 +16132,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5302, 1.0, -0.4157, 1.0),
-                (4096, 14336, -0.4252, 1.0, -0.366, 1.0),
-                (6144, 4096, -0.6104, 1.0, -0.3684, 1.0),
-                (8192, 8192, -0.0906, 1.0, -0.1858, 1.0),
-                (14336, 4096, -0.1641, 1.0, -0.3135, 1.0),
+                (4096, 4096, -0.5584, 1.0, -0.4824, 1.0),
+                (4096, 14336, -0.3759, 1.0, -0.29, 1.0),
+                (6144, 4096, -0.6579, 1.0, -0.3585, 1.0),
+                (8192, 8192, -0.073, 1.0, -0.1818, 1.0),
+                (14336, 4096, -0.157, 1.0, -0.3821, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -16075,7 +16160,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 1024, 8192),
                 (8192, 1024, 2048),
                 (11584, 1024, 2048),
-                (16384, 1024, 1024),
+                (16384, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -16090,18 +16175,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.5866, 1.0, -0.3168, 1.0),
-                (4096, 14336, -0.2238, 1.0, -0.1976, 1.0),
-                (6144, 4096, -0.62, 1.0, -0.1892, 1.0),
-                (8192, 8192, -0.1723, 1.0, -0.0503, 1.0),
-                (14336, 4096, -0.2235, 1.0, -0.1019, 1.0),
+                (4096, 4096, -0.6035, 1.0, -0.3276, 1.0),
+                (4096, 14336, -0.3576, 1.0, -0.1851, 1.0),
+                (6144, 4096, -0.6004, 1.0, -0.2165, 1.0),
+                (8192, 8192, -0.1636, 1.0, -0.0222, 1.0),
+                (14336, 4096, -0.2186, 1.0, -0.1366, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -16112,8 +16197,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 5760, 11584),
-                (2880, 5760, 11584),
+                (2048, 1024, 1408),
+                (2048, 4096, 16384),
+                (2880, 1024, 16384),
+                (4096, 2880, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -16135,11 +16222,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4002, 1.0, -0.6016, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16179,11 +16266,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2502, 1.0, -0.3598, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16199,7 +16286,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2880, 1408, 32768),
+                (2880, 2048, 32768),
                 (4096, 2048, 32768),
                 (5760, 1408, 32768),
             ),
@@ -16223,11 +16310,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3799, 1.0, -0.3803, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16244,7 +16331,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 4096),
+                (5760, 2880, 2880),
                 (8192, 1024, 8192),
+                (11584, 2880, 5760),
                 (16384, 1024, 11584),
             ),
         ),
@@ -16260,18 +16349,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.6065, 1.0, -0.4039, 1.0),
-                (4096, 14336, -0.4689, 1.0, -0.3589, 1.0),
-                (6144, 4096, -0.715, 1.0, -0.3462, 1.0),
-                (8192, 8192, -0.2759, 1.0, -0.2881, 1.0),
-                (14336, 4096, -0.3575, 1.0, -0.3219, 1.0),
+                (4096, 4096, -0.6084, 1.0, -0.4094, 1.0),
+                (4096, 14336, -0.4713, 1.0, -0.3535, 1.0),
+                (6144, 4096, -0.7011, 1.0, -0.3427, 1.0),
+                (8192, 8192, -0.2751, 1.0, -0.2855, 1.0),
+                (14336, 4096, -0.3506, 1.0, -0.3255, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 176),
@@ -16303,18 +16392,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.6583, 1.0, -0.477, 1.0),
-                (4096, 14336, -0.5285, 1.0, -0.4311, 1.0),
-                (6144, 4096, -0.7615, 1.0, -0.4076, 1.0),
-                (8192, 8192, -0.348, 1.0, -0.3387, 1.0),
-                (14336, 4096, -0.3824, 1.0, -0.3291, 1.0),
+                (4096, 4096, -0.6604, 1.0, -0.4792, 1.0),
+                (4096, 14336, -0.5351, 1.0, -0.4266, 1.0),
+                (6144, 4096, -0.744, 1.0, -0.4043, 1.0),
+                (8192, 8192, -0.3491, 1.0, -0.3046, 1.0),
+                (14336, 4096, -0.3712, 1.0, -0.3582, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -16346,18 +16435,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -0.6299, 1.0, -0.4343, 1.0),
-                (4096, 14336, -0.4899, 1.0, -0.3939, 1.0),
-                (6144, 4096, -0.7436, 1.0, -0.3668, 1.0),
-                (8192, 8192, -0.269, 1.0, -0.3194, 1.0),
-                (14336, 4096, -0.3645, 1.0, -0.3259, 1.0),
+                (4096, 4096, -0.63, 1.0, -0.4399, 1.0),
+                (4096, 14336, -0.4969, 1.0, -0.3888, 1.0),
+                (6144, 4096, -0.7273, 1.0, -0.3666, 1.0),
+                (8192, 8192, -0.2569, 1.0, -0.3138, 1.0),
+                (14336, 4096, -0.3587, 1.0, -0.3399, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -16389,18 +16478,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.6613, 1.0, -0.4749, 1.0),
-                (4096, 14336, -0.5174, 1.0, -0.4278, 1.0),
-                (6144, 4096, -0.7811, 1.0, -0.3994, 1.0),
-                (8192, 8192, -0.2741, 1.0, -0.3415, 1.0),
-                (14336, 4096, -0.3436, 1.0, -0.2851, 1.0),
+                (4096, 4096, -0.6597, 1.0, -0.4744, 1.0),
+                (4096, 14336, -0.5233, 1.0, -0.419, 1.0),
+                (6144, 4096, -0.7697, 1.0, -0.4006, 1.0),
+                (8192, 8192, -0.2775, 1.0, -0.3469, 1.0),
+                (14336, 4096, -0.3291, 1.0, -0.3133, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -16432,18 +16521,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.5761, 1.0, -0.4491, 1.0),
-                (4096, 14336, -0.4409, 1.0, -0.4163, 1.0),
-                (6144, 4096, -0.6873, 1.0, -0.3325, 1.0),
-                (8192, 8192, -0.2353, 1.0, -0.1824, 1.0),
-                (14336, 4096, -0.3356, 1.0, -0.1669, 1.0),
+                (4096, 4096, -0.5783, 1.0, -0.4677, 1.0),
+                (4096, 14336, -0.4479, 1.0, -0.4071, 1.0),
+                (6144, 4096, -0.6743, 1.0, -0.3449, 1.0),
+                (8192, 8192, -0.237, 1.0, -0.1893, 1.0),
+                (14336, 4096, -0.3295, 1.0, -0.1923, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -16482,11 +16571,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3219, 1.0, -0.3895, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16506,7 +16595,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
-                (16384, 1024, 5760),
+                (16384, 1024, 1408),
+                (16384, 2880, 5760),
                 (16384, 11584, 32768),
             ),
         ),
@@ -16529,11 +16619,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4594, 1.0, -0.4205, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16569,18 +16659,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.6314, 1.0, -0.4233, 1.0),
-                (4096, 14336, -0.4074, 1.0, -0.3598, 1.0),
-                (6144, 4096, -0.6864, 1.0, -0.374, 1.0),
-                (8192, 8192, -0.168, 1.0, -0.1902, 1.0),
-                (14336, 4096, -0.1684, 1.0, -0.2494, 1.0),
+                (4096, 4096, -0.6307, 1.0, -0.4261, 1.0),
+                (4096, 14336, -0.4641, 1.0, -0.361, 1.0),
+                (6144, 4096, -0.671, 1.0, -0.367, 1.0),
+                (8192, 8192, -0.1674, 1.0, -0.1861, 1.0),
+                (14336, 4096, -0.1692, 1.0, -0.268, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3465, 1.0, 0.1657, 1.0),
-                (4096, 14336, 0.1353, 1.0, 0.04, 1.0),
-                (6144, 4096, 0.4213, 1.0, 0.1241, 1.0),
-                (8192, 8192, 0.0952, 1.0, 0.033, 1.0),
-                (14336, 4096, 0.1968, 1.0, 0.1591, 1.0),
+                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
+                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
+                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
+                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -16616,11 +16706,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3223, 1.0, -0.3018, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16643,7 +16733,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 16384),
+                (11584, 2048, 8192),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -16652,6 +16742,85 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=512,
             m_end=1024,
             rank=1,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c15d5c3560d",
+            registers=80,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.4431, 1.0, -0.2283, 1.0),
+                (4096, 14336, -0.2632, 1.0, -0.012, 1.0),
+                (6144, 4096, -0.3641, 1.0, -0.1865, 1.0),
+                (8192, 8192, -0.1946, 1.0, -0.0219, 1.0),
+                (14336, 4096, -0.3646, 1.0, -0.0754, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 88),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 5),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 11584),
+                (1408, 1024, 11584),
+                (2048, 1024, 2048),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [319]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=2,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c26f61dd7af",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.4313, 1.0, -0.3588, 1.0),
+                (4096, 14336, -0.343, 1.0, -0.3388, 1.0),
+                (6144, 4096, -0.2705, 1.0, -0.3326, 1.0),
+                (8192, 8192, -0.1234, 1.0, -0.146, 1.0),
+                (14336, 4096, -0.1819, 1.0, -0.2065, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1408, 5760),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [320]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=3,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c0b50f1dfa3",
@@ -16665,11 +16834,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4786, 1.0, -0.3975, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -16685,18 +16854,95 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (1024, 1024, 2880),
-                (1408, 1024, 2880),
-                (2048, 1024, 2880),
+                (1024, 1024, 2048),
+                (1408, 1024, 2048),
+                (2048, 1024, 2048),
                 (2880, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [319]
+        # index: [321]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=2,
+            rank=4,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cbb1316b55c",
+            registers=72,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.4495, 1.0, -0.1664, 1.0),
+                (4096, 14336, -0.2667, 1.0, -0.029, 1.0),
+                (6144, 4096, -0.4718, 1.0, -0.1849, 1.0),
+                (8192, 8192, -0.0744, 1.0, -0.0044, 1.0),
+                (14336, 4096, -0.4117, 1.0, -0.0449, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 2880),
+                (1408, 1024, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [322]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=5,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cb85b8b7f99",
+            registers=89,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.4824, 1.0, -0.2044, 1.0),
+                (4096, 14336, -0.2661, 1.0, -0.0016, 1.0),
+                (6144, 4096, -0.3605, 1.0, -0.1595, 1.0),
+                (8192, 8192, -0.1495, 1.0, 0.0303, 1.0),
+                (14336, 4096, -0.3454, 1.0, 0.0126, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 104),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 5),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 4096),
+                (1408, 1024, 4096),
+                (2048, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [323]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=6,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
@@ -16710,11 +16956,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5728, 1.0, -0.5036, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -16730,64 +16976,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (1024, 1024, 5760),
-                (1408, 1024, 5760),
-                (2048, 1024, 5760),
-                (2880, 1024, 5760),
+                (1024, 1024, 1408),
+                (1408, 1024, 4096),
+                (2048, 1024, 4096),
+                (2880, 1024, 2880),
                 (4096, 1024, 4096),
-                (5760, 1024, 2048),
-                (8192, 1024, 2048),
+                (5760, 1024, 1408),
+                (8192, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [320]
+        # index: [324]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=3,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cdf4e070c0a",
-            registers=168,
-            smem_bytes=165888,
-            bias_terms=(
-                (4096, 4096, -0.3875, 1.0, -0.3728, 1.0),
-                (4096, 14336, -0.2482, 1.0, -0.1986, 1.0),
-                (6144, 4096, -0.3488, 1.0, -0.3897, 1.0),
-                (8192, 8192, -0.2179, 1.0, -0.1429, 1.0),
-                (14336, 4096, -0.3821, 1.0, -0.2558, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 32),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 2048),
-                (1408, 1024, 2048),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [321]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=4,
+            rank=7,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1c6218ec00",
@@ -16801,11 +17004,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2004, 1.0, 0.2746, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16821,161 +17024,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [322]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=5,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c8a7f3d4299",
-            registers=61,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.1415, 1.0, -0.1007, 1.0),
-                (4096, 14336, -0.0428, 1.0, -0.0636, 1.0),
-                (6144, 4096, -0.0804, 1.0, -0.0899, 1.0),
-                (8192, 8192, 0.1482, 1.0, 0.152, 1.0),
-                (14336, 4096, 0.2186, 1.0, 0.2969, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [323]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=6,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cdba23ace0e",
-            registers=64,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.3051, 1.0, -0.2675, 1.0),
-                (4096, 14336, 0.0212, 1.0, 0.1357, 1.0),
-                (6144, 4096, -0.1232, 1.0, -0.1496, 1.0),
-                (8192, 8192, 0.2722, 1.0, 0.2638, 1.0),
-                (14336, 4096, 0.2244, 1.0, 0.2924, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [324]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=7,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1083c76623",
-            registers=61,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.0649, 1.0, -0.0228, 1.0),
-                (4096, 14336, 0.0193, 1.0, 0.0625, 1.0),
-                (6144, 4096, -0.0122, 1.0, -0.0085, 1.0),
-                (8192, 8192, 0.3011, 1.0, 0.292, 1.0),
-                (14336, 4096, 0.2487, 1.0, 0.3193, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
+                (2880, 1024, 1024),
+                (4096, 5760, 8192),
+                (5760, 2048, 2048),
+                (5760, 5760, 8192),
+                (5760, 32768, 32768),
+                (8192, 2048, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -16990,6 +17044,147 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=8,
             table="gemm_mma",
             kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            registers=61,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.1415, 1.0, -0.1007, 1.0),
+                (4096, 14336, -0.0428, 1.0, -0.0636, 1.0),
+                (6144, 4096, -0.0804, 1.0, -0.0899, 1.0),
+                (8192, 8192, 0.1482, 1.0, 0.152, 1.0),
+                (14336, 4096, 0.2186, 1.0, 0.2969, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 2880),
+                (1408, 5760, 32768),
+                (2880, 1024, 1024),
+                (8192, 32768, 32768),
+                (11584, 1024, 2048),
+                (11584, 11584, 32768),
+                (16384, 1024, 2048),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [326]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cdba23ace0e",
+            registers=64,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.3051, 1.0, -0.2675, 1.0),
+                (4096, 14336, 0.0212, 1.0, 0.1357, 1.0),
+                (6144, 4096, -0.1232, 1.0, -0.1496, 1.0),
+                (8192, 8192, 0.2722, 1.0, 0.2638, 1.0),
+                (14336, 4096, 0.2244, 1.0, 0.2924, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 2048),
+                (1408, 5760, 5760),
+                (1408, 11584, 32768),
+                (11584, 1024, 1408),
+                (11584, 11584, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [327]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1083c76623",
+            registers=61,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.0649, 1.0, -0.0228, 1.0),
+                (4096, 14336, 0.0193, 1.0, 0.0625, 1.0),
+                (6144, 4096, -0.0122, 1.0, -0.0085, 1.0),
+                (8192, 8192, 0.3011, 1.0, 0.292, 1.0),
+                (14336, 4096, 0.2487, 1.0, 0.3193, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 1408),
+                (1408, 5760, 5760),
+                (1408, 16384, 32768),
+                (23168, 1024, 2880),
+                (32768, 1024, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [328]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
             config_id="cffc1df57a5",
             registers=48,
             smem_bytes=49152,
@@ -17001,11 +17196,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2014, 1.0, 0.2755, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17020,24 +17215,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [326]
+        # index: [329]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=9,
+            rank=12,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1746f9e36f",
@@ -17051,11 +17236,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2197, 1.0, 0.2978, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17069,28 +17254,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 2048),
-                (2048, 5760, 32768),
-                (2880, 1024, 2048),
-                (2880, 8192, 32768),
-                (4096, 1024, 2048),
-                (4096, 5760, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (1024, 2048, 8192),
+                (1024, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [327]
+        # index: [330]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=10,
+            rank=13,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ca68a99a2d1",
@@ -17104,11 +17277,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2252, 1.0, 0.2938, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17122,28 +17295,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 2048),
-                (1408, 5760, 32768),
-                (2048, 1024, 2048),
-                (2048, 8192, 32768),
-                (2880, 1024, 1024),
-                (4096, 5760, 8192),
-                (5760, 5760, 8192),
-                (8192, 2880, 32768),
-                (11584, 1024, 8192),
-                (11584, 23168, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (1024, 2880, 5760),
+                (1024, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [328]
+        # index: [331]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=11,
+            rank=14,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ce994ca2a3e",
@@ -17157,11 +17318,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2503, 1.0, 0.3199, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17175,72 +17336,55 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 8192, 32768),
-                (11584, 1024, 2048),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (1024, 4096, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [329]
+        # index: [332]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=12,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c23f3a3047f",
+            rank=15,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc49eaf5f7a",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=141312,
             bias_terms=(
-                (4096, 4096, -0.4306, 1.0, -0.2524, 1.0),
-                (4096, 14336, -0.3757, 1.0, -0.2733, 1.0),
-                (6144, 4096, -0.3314, 1.0, -0.3516, 1.0),
-                (8192, 8192, -0.2023, 1.0, -0.3264, 1.0),
-                (14336, 4096, -0.3068, 1.0, -0.2862, 1.0),
+                (4096, 4096, -0.1923, 1.0, -0.1048, 1.0),
+                (4096, 14336, -0.2001, 1.0, -0.1082, 1.0),
+                (6144, 4096, -0.1326, 1.0, -0.1096, 1.0),
+                (8192, 8192, -0.0894, 1.0, -0.0707, 1.0),
+                (14336, 4096, -0.1471, 1.0, -0.04, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
+                ("block_m", 144),
+                ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 5),
+                ("stages", 4),
                 ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
+                ("split_k", 2),
             ),
             cells=(
-                (1024, 2880, 32768),
-                (1408, 2880, 32768),
-                (2048, 2880, 32768),
-                (2880, 2880, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 2880, 32768),
-                (16384, 1408, 32768),
-                (23168, 1408, 32768),
-                (32768, 1408, 32768),
+                (1024, 5760, 23168),
+                (1408, 4096, 32768),
+                (2048, 5760, 32768),
+                (2880, 8192, 23168),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [330]
+        # index: [333]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=13,
+            rank=16,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c742626ea16",
@@ -17254,11 +17398,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3736, 1.0, -0.2386, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17274,68 +17418,112 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 4096, 32768),
-                (1408, 4096, 32768),
-                (2048, 4096, 32768),
-                (2880, 5760, 32768),
+                (1024, 8192, 32768),
+                (1408, 8192, 32768),
+                (2048, 11584, 32768),
+                (2880, 32768, 32768),
                 (4096, 11584, 32768),
                 (5760, 11584, 32768),
                 (8192, 11584, 32768),
-                (11584, 11584, 32768),
-                (23168, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [331]
+        # index: [334]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=14,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c746665bfe1",
-            registers=60,
-            smem_bytes=40960,
+            rank=17,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4701e8d43f",
+            registers=168,
+            smem_bytes=141312,
             bias_terms=(
-                (4096, 4096, -0.2358, 1.0, -0.1977, 1.0),
-                (4096, 14336, -0.1024, 1.0, -0.1035, 1.0),
-                (6144, 4096, -0.1431, 1.0, -0.1649, 1.0),
-                (8192, 8192, 0.1878, 1.0, 0.2757, 1.0),
-                (14336, 4096, 0.1897, 1.0, 0.3272, 1.0),
+                (4096, 4096, -0.1219, 1.0, -0.0069, 1.0),
+                (4096, 14336, -0.1377, 1.0, -0.0706, 1.0),
+                (6144, 4096, -0.061, 1.0, 0.003, 1.0),
+                (8192, 8192, -0.033, 1.0, -0.0423, 1.0),
+                (14336, 4096, -0.0225, 1.0, 0.0672, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
-                ("block_m", 16),
-                ("block_n", 64),
+                ("block_m", 144),
+                ("block_n", 128),
                 ("block_k", 64),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
                 ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
+                ("consumers", 2),
+                ("split_k", 3),
             ),
             cells=(
                 (1024, 8192, 32768),
-                (16384, 1024, 1024),
-                (23168, 1024, 1024),
-                (23168, 2880, 23168),
-                (32768, 1024, 1024),
-                (32768, 16384, 32768),
+                (1408, 8192, 32768),
+                (2048, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [332]
+        # index: [335]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=15,
+            rank=18,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c23f3a3047f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4306, 1.0, -0.2524, 1.0),
+                (4096, 14336, -0.3757, 1.0, -0.2733, 1.0),
+                (6144, 4096, -0.3314, 1.0, -0.3516, 1.0),
+                (8192, 8192, -0.2023, 1.0, -0.3264, 1.0),
+                (14336, 4096, -0.3068, 1.0, -0.2862, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 11584, 32768),
+                (1408, 2880, 32768),
+                (2048, 2880, 32768),
+                (2880, 2880, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 2880, 32768),
+                (16384, 2880, 32768),
+                (23168, 4096, 32768),
+                (32768, 4096, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [336]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=19,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
@@ -17349,11 +17537,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.6016, 1.0, -0.5309, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17370,18 +17558,57 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 1024, 4096),
-                (2048, 1024, 4096),
-                (2880, 1024, 4096),
-                (4096, 1024, 4096),
+                (2048, 1024, 2880),
+                (2880, 1024, 2880),
+                (4096, 1024, 2880),
                 (5760, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [333]
+        # index: [337]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=16,
+            rank=20,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cb530ae64c0",
+            registers=168,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.4824, 1.0, -0.381, 1.0),
+                (4096, 14336, -0.29, 1.0, -0.3485, 1.0),
+                (6144, 4096, -0.3585, 1.0, -0.3074, 1.0),
+                (8192, 8192, -0.1818, 1.0, -0.1452, 1.0),
+                (14336, 4096, -0.3821, 1.0, -0.1622, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1408, 2048, 8192),
+                (2048, 2880, 5760),
+                (2880, 4096, 5760),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [338]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=21,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cbb0ccde4b7",
@@ -17395,11 +17622,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3922, 1.0, -0.3009, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17416,11 +17643,95 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 2880, 32768),
-                (2048, 2880, 32768),
-                (2880, 2880, 32768),
-                (4096, 2880, 32768),
+                (2048, 4096, 32768),
+                (2880, 4096, 32768),
+                (4096, 4096, 32768),
                 (5760, 2880, 32768),
                 (8192, 1024, 8192),
+                (11584, 1024, 8192),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [339]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=22,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c8bf147502e",
+            registers=168,
+            smem_bytes=174080,
+            bias_terms=(
+                (4096, 4096, -0.2535, 1.0, -0.1048, 1.0),
+                (4096, 14336, -0.2864, 1.0, -0.2064, 1.0),
+                (6144, 4096, -0.1803, 1.0, -0.0918, 1.0),
+                (8192, 8192, -0.1224, 1.0, -0.1174, 1.0),
+                (14336, 4096, -0.1402, 1.0, -0.0176, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 208),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1408, 4096, 32768),
+                (2048, 5760, 32768),
+                (2880, 8192, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [340]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=23,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cfb20e194d1",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.4094, 1.0, -0.3513, 1.0),
+                (4096, 14336, -0.3535, 1.0, -0.3537, 1.0),
+                (6144, 4096, -0.3427, 1.0, -0.3332, 1.0),
+                (8192, 8192, -0.2855, 1.0, -0.2927, 1.0),
+                (14336, 4096, -0.3255, 1.0, -0.2572, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 176),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 8192),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -17428,42 +17739,37 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [334]
+        # index: [341]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=17,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="ca81defb6d1",
+            rank=24,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c537006da26",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -0.4586, 1.0, -0.417, 1.0),
-                (4096, 14336, -0.3829, 1.0, -0.3688, 1.0),
-                (6144, 4096, -0.35, 1.0, -0.3746, 1.0),
-                (8192, 8192, -0.3195, 1.0, -0.3386, 1.0),
-                (14336, 4096, -0.3895, 1.0, -0.3036, 1.0),
+                (4096, 4096, -0.4399, 1.0, -0.3649, 1.0),
+                (4096, 14336, -0.3888, 1.0, -0.3827, 1.0),
+                (6144, 4096, -0.3666, 1.0, -0.35, 1.0),
+                (8192, 8192, -0.3138, 1.0, -0.2948, 1.0),
+                (14336, 4096, -0.3399, 1.0, -0.2605, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
+                ("block_m", 192),
+                ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 5),
+                ("stages", 4),
                 ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
                 ("split_k", 1),
-                ("tail_split", 0),
             ),
             cells=(
                 (2048, 1024, 32768),
@@ -17473,16 +17779,189 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
-                (23168, 1024, 2048),
-                (32768, 1024, 11584),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [335]
+        # index: [342]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=18,
+            rank=25,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c912339e000",
+            registers=168,
+            smem_bytes=223232,
+            bias_terms=(
+                (4096, 4096, -0.4677, 1.0, -0.3285, 1.0),
+                (4096, 14336, -0.4071, 1.0, -0.3104, 1.0),
+                (6144, 4096, -0.3449, 1.0, -0.291, 1.0),
+                (8192, 8192, -0.1893, 1.0, -0.227, 1.0),
+                (14336, 4096, -0.1923, 1.0, -0.1573, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [343]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=26,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd017f6404d",
+            registers=168,
+            smem_bytes=141312,
+            bias_terms=(
+                (4096, 4096, -0.3998, 1.0, -0.2875, 1.0),
+                (4096, 14336, -0.3344, 1.0, -0.2641, 1.0),
+                (6144, 4096, -0.314, 1.0, -0.2812, 1.0),
+                (8192, 8192, -0.227, 1.0, -0.2234, 1.0),
+                (14336, 4096, -0.3324, 1.0, -0.1953, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 144),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [344]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=27,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc176767297",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.518, 1.0, -0.267, 1.0),
+                (4096, 14336, -0.4248, 1.0, -0.1753, 1.0),
+                (6144, 4096, -0.3078, 1.0, -0.2159, 1.0),
+                (8192, 8192, -0.2262, 1.0, -0.0811, 1.0),
+                (14336, 4096, -0.299, 1.0, -0.0954, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 112),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 7),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 23168),
+                (8192, 1024, 23168),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [345]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=28,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c3a08963e55",
+            registers=168,
+            smem_bytes=211968,
+            bias_terms=(
+                (4096, 4096, -0.4562, 1.0, -0.3933, 1.0),
+                (4096, 14336, -0.4046, 1.0, -0.4026, 1.0),
+                (6144, 4096, -0.3874, 1.0, -0.3432, 1.0),
+                (8192, 8192, -0.3348, 1.0, -0.2372, 1.0),
+                (14336, 4096, -0.3084, 1.0, -0.2671, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 200),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [346]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=29,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
@@ -17496,11 +17975,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4205, 1.0, -0.3181, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1657, 1.0, 0.0617, 1.0),
-                (4096, 14336, 0.04, 1.0, -0.0195, 1.0),
-                (6144, 4096, 0.1241, 1.0, 0.0649, 1.0),
-                (8192, 8192, 0.033, 1.0, -0.006, 1.0),
-                (14336, 4096, 0.1591, 1.0, 0.0099, 1.0),
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17527,7 +18006,132 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [336]
+        # index: [347]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=30,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ca81defb6d1",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4586, 1.0, -0.417, 1.0),
+                (4096, 14336, -0.3829, 1.0, -0.3688, 1.0),
+                (6144, 4096, -0.35, 1.0, -0.3746, 1.0),
+                (8192, 8192, -0.3195, 1.0, -0.3386, 1.0),
+                (14336, 4096, -0.3895, 1.0, -0.3036, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [348]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=31,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd05bed69ad",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.4744, 1.0, -0.3196, 1.0),
+                (4096, 14336, -0.419, 1.0, -0.3195, 1.0),
+                (6144, 4096, -0.4006, 1.0, -0.3009, 1.0),
+                (8192, 8192, -0.3469, 1.0, -0.2756, 1.0),
+                (14336, 4096, -0.3133, 1.0, -0.2204, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 208),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [349]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=32,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4a15955779",
+            registers=168,
+            smem_bytes=182272,
+            bias_terms=(
+                (4096, 4096, -0.4792, 1.0, -0.3699, 1.0),
+                (4096, 14336, -0.4266, 1.0, -0.3746, 1.0),
+                (6144, 4096, -0.4043, 1.0, -0.333, 1.0),
+                (8192, 8192, -0.3046, 1.0, -0.3412, 1.0),
+                (14336, 4096, -0.3582, 1.0, -0.2884, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
+                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
+                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [350]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17545,11 +18149,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5309, 1.0, -0.6055, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17576,7 +18180,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [337]
+        # index: [351]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17594,11 +18198,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3123, 1.0, -0.3758, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17628,7 +18232,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [338]
+        # index: [352]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17646,11 +18250,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5036, 1.0, -0.5597, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -17675,7 +18279,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [339]
+        # index: [353]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17693,11 +18297,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3018, 1.0, -0.3766, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17727,7 +18331,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [340]
+        # index: [354]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17745,11 +18349,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3975, 1.0, -0.4913, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -17770,7 +18374,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [341]
+        # index: [355]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17788,11 +18392,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2746, 1.0, 0.2072, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17820,7 +18424,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [342]
+        # index: [356]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17838,11 +18442,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2969, 1.0, 0.2249, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17870,7 +18474,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [343]
+        # index: [357]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17888,11 +18492,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2924, 1.0, 0.2215, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17922,7 +18526,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [344]
+        # index: [358]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17940,11 +18544,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3193, 1.0, 0.2436, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17977,7 +18581,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [345]
+        # index: [359]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -17995,11 +18599,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2755, 1.0, 0.2076, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18030,7 +18634,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [346]
+        # index: [360]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18048,11 +18652,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2978, 1.0, 0.2271, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18076,7 +18680,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [347]
+        # index: [361]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18094,11 +18698,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2938, 1.0, 0.222, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18119,7 +18723,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [348]
+        # index: [362]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18137,11 +18741,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3199, 1.0, 0.2445, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18159,7 +18763,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [349]
+        # index: [363]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18177,11 +18781,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2862, 1.0, -0.3275, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18210,7 +18814,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [350]
+        # index: [364]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18228,11 +18832,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3009, 1.0, -0.3872, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18262,7 +18866,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [351]
+        # index: [365]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18280,11 +18884,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2386, 1.0, -0.3369, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18313,7 +18917,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [352]
+        # index: [366]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18331,11 +18935,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.246, 1.0, -0.3528, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18362,7 +18966,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [353]
+        # index: [367]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18380,11 +18984,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3172, 1.0, -0.377, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18413,7 +19017,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [354]
+        # index: [368]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18431,11 +19035,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3181, 1.0, -0.3654, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18463,7 +19067,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [355]
+        # index: [369]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18481,11 +19085,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3036, 1.0, -0.3687, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18511,7 +19115,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [356]
+        # index: [370]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18529,11 +19133,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3029, 1.0, -0.3726, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0617, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0195, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.0649, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0099, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
+                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
+                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
+                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
+                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18558,7 +19162,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [357]
+        # index: [371]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -18608,7 +19212,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [358]
+        # index: [372]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -18660,7 +19264,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [359]
+        # index: [373]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -18707,7 +19311,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [360]
+        # index: [374]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -18759,7 +19363,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [361]
+        # index: [375]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -18811,7 +19415,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [362]
+        # index: [376]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -18858,7 +19462,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [363]
+        # index: [377]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -18908,7 +19512,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [364]
+        # index: [378]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -18958,7 +19562,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [365]
+        # index: [379]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19009,7 +19613,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [366]
+        # index: [380]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19064,7 +19668,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [367]
+        # index: [381]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19118,7 +19722,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [368]
+        # index: [382]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19169,7 +19773,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [369]
+        # index: [383]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19216,7 +19820,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [370]
+        # index: [384]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19266,7 +19870,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [371]
+        # index: [385]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19318,7 +19922,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [372]
+        # index: [386]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19362,7 +19966,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [373]
+        # index: [387]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19413,7 +20017,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [374]
+        # index: [388]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19454,7 +20058,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [375]
+        # index: [389]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19495,7 +20099,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [376]
+        # index: [390]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19540,7 +20144,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [377]
+        # index: [391]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19586,7 +20190,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [378]
+        # index: [392]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19638,7 +20242,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [379]
+        # index: [393]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19689,7 +20293,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [380]
+        # index: [394]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19738,7 +20342,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [381]
+        # index: [395]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19788,7 +20392,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [382]
+        # index: [396]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19838,7 +20442,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [383]
+        # index: [397]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19889,7 +20493,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [384]
+        # index: [398]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19941,7 +20545,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [385]
+        # index: [399]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -19993,7 +20597,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [386]
+        # index: [400]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20041,7 +20645,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [387]
+        # index: [401]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20085,7 +20689,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [388]
+        # index: [402]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20132,7 +20736,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [389]
+        # index: [403]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20180,7 +20784,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [390]
+        # index: [404]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20232,7 +20836,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [391]
+        # index: [405]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20284,7 +20888,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [392]
+        # index: [406]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20330,7 +20934,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [393]
+        # index: [407]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20376,7 +20980,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [394]
+        # index: [408]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20421,7 +21025,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [395]
+        # index: [409]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20466,7 +21070,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [396]
+        # index: [410]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20510,7 +21114,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [397]
+        # index: [411]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20551,7 +21155,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [398]
+        # index: [412]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -20591,7 +21195,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [399]
+        # index: [413]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -20635,7 +21239,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [400]
+        # index: [414]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -20686,7 +21290,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [401]
+        # index: [415]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -20738,7 +21342,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [402]
+        # index: [416]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -20782,7 +21386,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [403]
+        # index: [417]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -20825,7 +21429,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [404]
+        # index: [418]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -20876,7 +21480,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [405]
+        # index: [419]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -20919,7 +21523,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [406]
+        # index: [420]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -20969,7 +21573,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [407]
+        # index: [421]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21019,7 +21623,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [408]
+        # index: [422]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21069,7 +21673,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [409]
+        # index: [423]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21120,7 +21724,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [410]
+        # index: [424]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21171,7 +21775,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [411]
+        # index: [425]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21217,7 +21821,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [412]
+        # index: [426]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21265,7 +21869,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [413]
+        # index: [427]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21314,7 +21918,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [414]
+        # index: [428]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21358,7 +21962,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [415]
+        # index: [429]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21405,7 +22009,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [416]
+        # index: [430]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21450,7 +22054,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [417]
+        # index: [431]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21494,7 +22098,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [418]
+        # index: [432]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21540,7 +22144,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [419]
+        # index: [433]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
