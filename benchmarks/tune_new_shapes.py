@@ -3,7 +3,7 @@
 The 24 shapes are (N, K) pairs of model sizes in neither params.yaml nor data/validation_shapes.csv
 (Llama-2-7B's MLP 11008/4096 both ways, Phi-2's 2560/2560 and 10240/2560, Qwen2-1.5B's MLP
 8960/1536 both ways) at M between the tables' buckets (16, 80, 320, 1800). For every table of
-the dispatch list (both families) the script measures, on one GPU, through `tunetable bench
+the dispatch list (every family) the script measures, on one GPU, through `tunetable bench
 --backend cuda` (the project's own harness: cold L2, verified outputs, cuBLAS in the same shard):
 
 * exhaustive: every configuration of the grid on every shape (the reference);
@@ -12,7 +12,7 @@ the dispatch list (both families) the script measures, on one GPU, through `tune
   selector's candidates first, then the model strategy learning from the recorded shapes.
 
 Reported: each mode's wall time (the bench commands, process start included) and the estimate
-the bench printed before starting; per shape the best configuration found over both families,
+the bench printed before starting; per shape the best configuration found over every family,
 as cuBLAS median / median of its own shard, and the budgeted best over the exhaustive best
 (1.0: the budget found the optimum of the same grid).
 
@@ -47,7 +47,8 @@ from tunetable.yamlio import load_yaml_file  # noqa: E402
 NK = [(11008, 4096), (4096, 11008), (2560, 2560), (10240, 2560), (8960, 1536), (1536, 8960)]
 MS = [16, 80, 320, 1800]
 NEW_SHAPES = [(m, n, k) for n, k in NK for m in MS]
-TABLES = ("gemm_mma", "gemm_wgmma")
+# The dispatch list's tables: every family gemm() chooses from.
+TABLES = tuple(load_yaml_file(REPO / "params.yaml")["dispatch"]["gemm_dispatch"]["tables"])
 ESTIMATE = re.compile(r"estimated [0-9.]+ min \((\d+) s\)")
 
 
@@ -143,6 +144,7 @@ def main() -> None:
     geomean = math.exp(sum(math.log(r["budgeted_of_exhaustive"]) for r in rows) / len(rows))
     result = {
         "command": f"python3 benchmarks/tune_new_shapes.py --max-fevals {args.max_fevals}",
+        "git_rev": os.environ.get("TUNETABLE_GIT_REV", "unknown"),
         "shapes": [list(s) for s in NEW_SHAPES], "tables": list(TABLES),
         "search": load_yaml_file(params["budgeted"])["tables"]["gemm_mma"]["search"],
         "timing": timing, "rows": rows,
@@ -156,7 +158,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "tune_new_shapes.json", json.dumps(result, indent=1) + "\n")
     s = result["summary"]
-    print(f"24 new shapes, both families, one GPU: budgeted {s['budgeted_wall_s']:.0f} s (estimated "
+    print(f"24 new shapes, {len(TABLES)} tables, one GPU: budgeted {s['budgeted_wall_s']:.0f} s (estimated "
           f"{timing['budgeted']['estimate_s']} s) vs exhaustive {s['exhaustive_wall_s']:.0f} s (estimated "
           f"{timing['exhaustive']['estimate_s']} s): {s['speedup']:.1f}x faster")
     print(f"tuned table: {s['budgeted_of_exhaustive_geomean']:.3f}x the exhaustive best (geomean), "
