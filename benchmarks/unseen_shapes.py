@@ -62,7 +62,7 @@ TOP_K = (3, 8)   # the best measured among the selector's k best predictions (wh
 
 def normalised(tables: list[TableMeasurements]) -> dict[Shape, dict[tuple[str, str], float]]:
     """Per shape any table measured: (table, config id) -> median / same-shard cuBLAS median, over the tables
-    that measured it (gemm_wgmma_swap's grid stops at M = 1024)."""
+    that measured it (gemm_wgmma_swap's shapes stop at a lower M than the others': params.yaml)."""
     shapes = set.union(*({s for s in t.times if s in t.cublas} for t in tables))
     return {shape: {(t.table, cid): ms / t.cublas[shape] for t in tables if shape in t.times and shape in t.cublas
                     for cid, ms in t.times[shape].items()}
@@ -113,7 +113,7 @@ def neighbour_rows(*, measured: dict[Shape, dict[tuple[str, str], float]],
     """The table's range entry at a left-out M (the best configuration of the next lower measured M of the
     same (N, K): what select's merged range serves there), scored like the selector's pick; with the
     selector's rows for the same shapes. Shapes whose neighbour's winner was not measured there are left
-    out of both (gemm_wgmma_swap's grid stops at M = 1024)."""
+    out of both (gemm_wgmma_swap's shapes stop at a lower M than the others': params.yaml)."""
     picks, same = [], []
     for row in m_rows:
         m, n, k = row["M"], row["N"], row["K"]

@@ -363,7 +363,7 @@ def bias_terms(*, groups: Mapping[tuple[int, int], Sequence[ResidualPoint]], m: 
 def measured_at(terms: Sequence[GroupTerm]) -> bool:
     """Whether some (N, K) measured a configuration at or around M: only then is it a candidate there.
 
-    Beyond a table's measured Ms (gemm_wgmma_swap stops at M = 1024) nothing says how its
+    Beyond a table's measured Ms (gemm_wgmma_swap's stop below the others': params.yaml) nothing says how its
     configurations do, so they are no candidates there.
     """
     return any(term.weight == 1.0 for term in terms)

@@ -141,7 +141,7 @@ def test_the_selector_reads_only_the_tables_recordings(monkeypatch: pytest.Monke
 
 def test_an_unseen_nk_is_served_near_its_measured_best(tables) -> None:
     """Built without (N, K) = (6144, 4096), the picks for its Ms are within 10 % of the best any table measured
-    (gemm_wgmma_swap measures M <= 1024 only)."""
+    (gemm_wgmma_swap measures the lower Ms only)."""
     held = (6144, 4096)
     build = build_selector(tables=[t.without(lambda s: (s[1], s[2]) == held) for t in tables], candidates=8)
     runtime = ShapeSelector(build.candidates)

@@ -127,8 +127,10 @@ def test_a_table_of_workload_shapes_runs_through_the_pipeline(tmp_path: Path) ->
     def use_workload(data: dict) -> None:
         data["tables"]["gemm_mma"]["shapes"] = {"list": "shapes/workload.csv"}
         data["tables"]["gemm_wgmma"]["shapes"] = {"list": [list(s) for s in workload]}
-        if "gemm_wgmma_swap" in data["tables"]:   # its grid (and recording) stop at M = 1024
-            data["tables"]["gemm_wgmma_swap"]["shapes"] = {"list": [list(s) for s in workload if s[0] <= 1024]}
+        if "gemm_wgmma_swap" in data["tables"]:   # its recording stops at its largest M
+            swap = data["tables"]["gemm_wgmma_swap"]
+            top = max(swap["shapes"]["M"])
+            swap["shapes"] = {"list": [list(s) for s in workload if s[0] <= top]}
 
     project = tmp_path / "project"
     (project / "shapes").mkdir(parents=True)
