@@ -43,6 +43,10 @@ VALID = {
     "tail_split_cluster2": {**BASE, "TAIL_SPLIT": 1},
     "tail_split_one_consumer": {**BASE, "BLOCK_M": 64, "BLOCK_N": 128, "STAGES": 8, "CONSUMERS": 1, "CLUSTER_M": 1,
                                 "TAIL_SPLIT": 1},
+    # N tiles that are not a multiple of 32 (a 16-column remainder in the epilogue), with split-K partials.
+    "n144_clusterN_split2": {**BASE, "BLOCK_N": 144, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_N": 2, "SPLIT_K": 2},
+    "n80_one_consumer_tail": {**BASE, "BLOCK_M": 64, "BLOCK_N": 80, "STAGES": 8, "CONSUMERS": 1, "CLUSTER_M": 1,
+                              "TAIL_SPLIT": 1},
 }
 
 
@@ -84,7 +88,8 @@ def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str
         ({"CONSUMERS": 3, "BLOCK_M": 192}, "CONSUMERS in (1, 2)", "CONSUMERS must be 1 or 2"),
         ({"BLOCK_M": 96}, "BLOCK_M % (CONSUMERS * 64) == 0", "BLOCK_M / CONSUMERS must be 64 or 128"),
         ({"BLOCK_M": 512, "BLOCK_N": 64}, "BLOCK_M % (CONSUMERS * 64) == 0", "BLOCK_M / CONSUMERS must be 64 or 128"),
-        ({"BLOCK_N": 96}, "BLOCK_N in (32, 64, 128, 192, 256)", "BLOCK_N must be 32, 64, 128, 192 or 256"),
+        ({"BLOCK_N": 88}, "BLOCK_N % 16 == 0", "BLOCK_N must be a multiple of 16 from 32 to 256"),
+        ({"BLOCK_N": 272, "BLOCK_M": 64, "CONSUMERS": 1}, "BLOCK_N % 16 == 0", "BLOCK_N must be a multiple of 16"),
         ({"BLOCK_K": 32}, "BLOCK_K in (64, 128)", "BLOCK_K must be 64 or 128"),
         ({"BLOCK_M": 256, "STAGES": 2}, "(BLOCK_M // CONSUMERS) * BLOCK_N <= 16384", "consumer tile too large"),
         ({"STAGES": 1}, "2 <= STAGES <= 8", "STAGES must be between 2 and 8"),

@@ -82,7 +82,7 @@ class GemmWgmmaFamily(KernelFamily):
     rules = (
         Rule("CONSUMERS in (1, 2)", "one or two consumer warpgroups"),
         Rule("BLOCK_M % (CONSUMERS * 64) == 0 and BLOCK_M // CONSUMERS in (64, 128)", "m64 slices per consumer"),
-        Rule("BLOCK_N in (32, 64, 128, 192, 256)", "one wgmma n"),
+        Rule("BLOCK_N % 16 == 0 and 32 <= BLOCK_N <= 256", "one wgmma n: 32-256 in steps of 16"),
         Rule("BLOCK_K in (64, 128)", "whole 128-byte swizzle atoms"),
         Rule("(BLOCK_M // CONSUMERS) * BLOCK_N <= 16384", "<= 128 fp32 accumulators per consumer thread"),
         Rule("2 <= STAGES <= 8", "the kernel's stage bound"),
