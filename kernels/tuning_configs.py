@@ -612,7 +612,7 @@ GEMM_MMA_CONFIGS: list[TuningConfig] = [
 
 GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_WGMMA
-        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:39bd688cf3a1, device: NVIDIA H200, date: 2026-12-01
+        # Provenance: [manifests/gemm_wgmma.yaml] params sha256:c83973be216c, device: NVIDIA H200, date: 2026-12-02
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [0]
         WgmmaTuningConfig(
@@ -743,7 +743,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # index: [6]
         WgmmaTuningConfig(
             m=320,
-            m_end=512,
+            m_end=1024,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
@@ -763,33 +763,12 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [7]
         WgmmaTuningConfig(
-            m=512,
-            m_end=1024,
-            n=4096,
-            k=4096,
-            kernel="gemm_wgmma",
-            config_id="cbb0ccde4b7",
-            block_m=128,
-            block_n=128,
-            block_k=64,
-            stages=6,
-            consumers=2,
-            cluster_m=1,
-            cluster_n=1,
-            raster=1,
-            group_m=8,
-            split_k=1,
-            tail_split=0,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [8]
-        WgmmaTuningConfig(
             m=1024,
-            m_end=2147483647,
+            m_end=4096,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c05e6993f39",
+            config_id="c218d6f5726",
             block_m=128,
             block_n=256,
             block_k=64,
@@ -798,7 +777,28 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             cluster_m=1,
             cluster_n=1,
             raster=0,
-            group_m=16,
+            group_m=8,
+            split_k=1,
+            tail_split=0,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [8]
+        WgmmaTuningConfig(
+            m=4096,
+            m_end=2147483647,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c7e7999eabb",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
             split_k=1,
             tail_split=0,
         ),
@@ -810,11 +810,11 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
-            config_id="cc69ccf9300",
+            config_id="c8092dd072c",
             block_m=64,
             block_n=128,
-            block_k=64,
-            stages=8,
+            block_k=128,
+            stages=4,
             consumers=1,
             cluster_m=1,
             cluster_n=1,
@@ -831,11 +831,11 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             n=4096,
             k=14336,
             kernel="gemm_wgmma",
-            config_id="ce9d2033d99",
+            config_id="cfc02855d90",
             block_m=64,
             block_n=64,
             block_k=128,
-            stages=7,
+            stages=6,
             consumers=1,
             cluster_m=1,
             cluster_n=1,
@@ -911,6 +911,27 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
         # index: [14]
         WgmmaTuningConfig(
             m=320,
+            m_end=512,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma",
+            config_id="c23f3a3047f",
+            block_m=128,
+            block_n=192,
+            block_k=64,
+            stages=5,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+            tail_split=1,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [15]
+        WgmmaTuningConfig(
+            m=512,
             m_end=1024,
             n=4096,
             k=14336,
@@ -929,51 +950,9 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [15]
-        WgmmaTuningConfig(
-            m=1024,
-            m_end=4096,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            config_id="c218d6f5726",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=1,
-            cluster_n=1,
-            raster=0,
-            group_m=8,
-            split_k=1,
-            tail_split=0,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
         # index: [16]
         WgmmaTuningConfig(
-            m=4096,
-            m_end=8192,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            config_id="c6d4d453c72",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            cluster_m=2,
-            cluster_n=1,
-            raster=1,
-            group_m=8,
-            split_k=1,
-            tail_split=0,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [17]
-        WgmmaTuningConfig(
-            m=8192,
+            m=1024,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -992,7 +971,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [18]
+        # index: [17]
         WgmmaTuningConfig(
             m=1,
             m_end=32,
@@ -1013,7 +992,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [19]
+        # index: [18]
         WgmmaTuningConfig(
             m=32,
             m_end=64,
@@ -1034,7 +1013,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [20]
+        # index: [19]
         WgmmaTuningConfig(
             m=64,
             m_end=112,
@@ -1055,7 +1034,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [21]
+        # index: [20]
         WgmmaTuningConfig(
             m=112,
             m_end=176,
@@ -1076,7 +1055,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [22]
+        # index: [21]
         WgmmaTuningConfig(
             m=176,
             m_end=320,
@@ -1097,9 +1076,51 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [23]
+        # index: [22]
         WgmmaTuningConfig(
             m=320,
+            m_end=512,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="cf3af49378f",
+            block_m=128,
+            block_n=176,
+            block_k=64,
+            stages=5,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+            tail_split=0,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [23]
+        WgmmaTuningConfig(
+            m=512,
+            m_end=1024,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c62cd169575",
+            block_m=128,
+            block_n=192,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+            tail_split=0,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [24]
+        WgmmaTuningConfig(
+            m=1024,
             m_end=2048,
             n=6144,
             k=4096,
@@ -1118,10 +1139,31 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [24]
+        # index: [25]
         WgmmaTuningConfig(
             m=2048,
             m_end=4096,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            config_id="c05e6993f39",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=1,
+            cluster_n=1,
+            raster=0,
+            group_m=16,
+            split_k=1,
+            tail_split=0,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [26]
+        WgmmaTuningConfig(
+            m=4096,
+            m_end=8192,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
@@ -1139,28 +1181,28 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [25]
+        # index: [27]
         WgmmaTuningConfig(
-            m=4096,
+            m=8192,
             m_end=2147483647,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c7e7999eabb",
+            config_id="c05e6993f39",
             block_m=128,
             block_n=256,
             block_k=64,
             stages=4,
             consumers=2,
-            cluster_m=2,
+            cluster_m=1,
             cluster_n=1,
             raster=0,
-            group_m=8,
+            group_m=16,
             split_k=1,
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [26]
+        # index: [28]
         WgmmaTuningConfig(
             m=1,
             m_end=8,
@@ -1181,7 +1223,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [27]
+        # index: [29]
         WgmmaTuningConfig(
             m=8,
             m_end=64,
@@ -1202,18 +1244,18 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [28]
+        # index: [30]
         WgmmaTuningConfig(
             m=64,
             m_end=112,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
-            config_id="c05b5213896",
+            config_id="c3d61902c94",
             block_m=64,
             block_n=64,
             block_k=128,
-            stages=7,
+            stages=6,
             consumers=1,
             cluster_m=1,
             cluster_n=1,
@@ -1223,7 +1265,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [29]
+        # index: [31]
         WgmmaTuningConfig(
             m=112,
             m_end=176,
@@ -1244,7 +1286,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [30]
+        # index: [32]
         WgmmaTuningConfig(
             m=176,
             m_end=256,
@@ -1265,7 +1307,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [31]
+        # index: [33]
         WgmmaTuningConfig(
             m=256,
             m_end=320,
@@ -1286,18 +1328,18 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [32]
+        # index: [34]
         WgmmaTuningConfig(
             m=320,
             m_end=512,
             n=8192,
             k=8192,
             kernel="gemm_wgmma",
-            config_id="c62cd169575",
+            config_id="ce075fa6ffb",
             block_m=128,
-            block_n=192,
+            block_n=224,
             block_k=64,
-            stages=4,
+            stages=5,
             consumers=2,
             cluster_m=1,
             cluster_n=1,
@@ -1307,7 +1349,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [33]
+        # index: [35]
         WgmmaTuningConfig(
             m=512,
             m_end=2048,
@@ -1328,9 +1370,51 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [34]
+        # index: [36]
         WgmmaTuningConfig(
             m=2048,
+            m_end=4096,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="c7e7999eabb",
+            block_m=128,
+            block_n=256,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=0,
+            group_m=8,
+            split_k=1,
+            tail_split=0,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [37]
+        WgmmaTuningConfig(
+            m=4096,
+            m_end=8192,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            config_id="ce8a49fe873",
+            block_m=128,
+            block_n=224,
+            block_k=64,
+            stages=5,
+            consumers=2,
+            cluster_m=2,
+            cluster_n=1,
+            raster=1,
+            group_m=8,
+            split_k=1,
+            tail_split=0,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma.yaml]
+        # index: [38]
+        WgmmaTuningConfig(
+            m=8192,
             m_end=2147483647,
             n=8192,
             k=8192,
@@ -1349,7 +1433,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [35]
+        # index: [39]
         WgmmaTuningConfig(
             m=1,
             m_end=8,
@@ -1370,7 +1454,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [36]
+        # index: [40]
         WgmmaTuningConfig(
             m=8,
             m_end=64,
@@ -1391,7 +1475,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [37]
+        # index: [41]
         WgmmaTuningConfig(
             m=64,
             m_end=112,
@@ -1412,7 +1496,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [38]
+        # index: [42]
         WgmmaTuningConfig(
             m=112,
             m_end=176,
@@ -1433,28 +1517,28 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [39]
+        # index: [43]
         WgmmaTuningConfig(
             m=176,
             m_end=320,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c218d6f5726",
+            config_id="ce8a49fe873",
             block_m=128,
-            block_n=256,
+            block_n=224,
             block_k=64,
-            stages=4,
+            stages=5,
             consumers=2,
-            cluster_m=1,
+            cluster_m=2,
             cluster_n=1,
-            raster=0,
+            raster=1,
             group_m=8,
             split_k=1,
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [40]
+        # index: [44]
         WgmmaTuningConfig(
             m=320,
             m_end=512,
@@ -1475,49 +1559,49 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [41]
+        # index: [45]
         WgmmaTuningConfig(
             m=512,
             m_end=1024,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c218d6f5726",
+            config_id="ce8a49fe873",
             block_m=128,
-            block_n=256,
+            block_n=224,
             block_k=64,
-            stages=4,
+            stages=5,
             consumers=2,
-            cluster_m=1,
+            cluster_m=2,
             cluster_n=1,
-            raster=0,
+            raster=1,
             group_m=8,
             split_k=1,
             tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [42]
+        # index: [46]
         WgmmaTuningConfig(
             m=1024,
             m_end=2048,
             n=14336,
             k=4096,
             kernel="gemm_wgmma",
-            config_id="c995170dd40",
+            config_id="ce075fa6ffb",
             block_m=128,
-            block_n=128,
+            block_n=224,
             block_k=64,
-            stages=6,
+            stages=5,
             consumers=2,
             cluster_m=1,
             cluster_n=1,
             raster=1,
             group_m=8,
             split_k=1,
-            tail_split=1,
+            tail_split=0,
         ),
         # Automatically generated from [manifests/gemm_wgmma.yaml]
-        # index: [43]
+        # index: [47]
         WgmmaTuningConfig(
             m=2048,
             m_end=2147483647,
@@ -2300,7 +2384,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:7522c07fd10d, device: NVIDIA H200, date: 2026-12-02
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:a43ea9def765, device: NVIDIA H200, date: 2026-12-02
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
@@ -2363,9 +2447,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             m_end=320,
             n=4096,
             k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c802708bac7",
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="c2fec17fa76",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [6]
@@ -2387,21 +2471,32 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="cbb0ccde4b7",
+            config_id="c7d87dbb50c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [8]
         FamilyChoice(
             m=1024,
+            m_end=4096,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c218d6f5726",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [9]
+        FamilyChoice(
+            m=4096,
             m_end=2147483647,
             n=4096,
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c05e6993f39",
+            config_id="c7e7999eabb",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [9]
+        # index: [10]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2412,7 +2507,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [10]
+        # index: [11]
         FamilyChoice(
             m=32,
             m_end=112,
@@ -2423,7 +2518,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ce2e4d4c14f",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [11]
+        # index: [12]
         FamilyChoice(
             m=112,
             m_end=128,
@@ -2434,7 +2529,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c94004c5719",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [12]
+        # index: [13]
         FamilyChoice(
             m=128,
             m_end=176,
@@ -2445,7 +2540,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cbb1316b55c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [13]
+        # index: [14]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2456,7 +2551,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ce318e997ed",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [14]
+        # index: [15]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2467,7 +2562,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c995170dd40",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [15]
+        # index: [16]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2478,7 +2573,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c42319cbc9f",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [16]
+        # index: [17]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -2489,31 +2584,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c7d87dbb50c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [17]
-        FamilyChoice(
-            m=1024,
-            m_end=4096,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c218d6f5726",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [18]
         FamilyChoice(
-            m=4096,
-            m_end=8192,
-            n=4096,
-            k=14336,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c6d4d453c72",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [19]
-        FamilyChoice(
-            m=8192,
+            m=1024,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -2522,7 +2595,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c05e6993f39",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [20]
+        # index: [19]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2533,7 +2606,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [21]
+        # index: [20]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -2544,7 +2617,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9025cc0713",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [22]
+        # index: [21]
         FamilyChoice(
             m=64,
             m_end=112,
@@ -2555,7 +2628,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c3d61902c94",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [23]
+        # index: [22]
         FamilyChoice(
             m=112,
             m_end=176,
@@ -2566,7 +2639,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c802708bac7",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [24]
+        # index: [23]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2577,7 +2650,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb530ae64c0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [25]
+        # index: [24]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2588,7 +2661,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c5be064a1ee",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [26]
+        # index: [25]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2599,9 +2672,20 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c912339e000",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [27]
+        # index: [26]
         FamilyChoice(
             m=512,
+            m_end=1024,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c62cd169575",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [27]
+        FamilyChoice(
+            m=1024,
             m_end=2048,
             n=6144,
             k=4096,
@@ -2618,21 +2702,32 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c218d6f5726",
+            config_id="c05e6993f39",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [29]
         FamilyChoice(
             m=4096,
+            m_end=8192,
+            n=6144,
+            k=4096,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c218d6f5726",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [30]
+        FamilyChoice(
+            m=8192,
             m_end=2147483647,
             n=6144,
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c7e7999eabb",
+            config_id="c05e6993f39",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [31]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2643,7 +2738,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c5d7250bac0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
+        # index: [32]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -2654,7 +2749,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="caa9764be80",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [33]
         FamilyChoice(
             m=64,
             m_end=112,
@@ -2665,7 +2760,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cbb1316b55c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [34]
         FamilyChoice(
             m=112,
             m_end=128,
@@ -2676,7 +2771,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c0b50f1dfa3",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
+        # index: [35]
         FamilyChoice(
             m=128,
             m_end=176,
@@ -2687,7 +2782,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca0cfa76740",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [35]
+        # index: [36]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2698,7 +2793,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb530ae64c0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [36]
+        # index: [37]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2709,7 +2804,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c995170dd40",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [37]
+        # index: [38]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2720,7 +2815,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c912339e000",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [38]
+        # index: [39]
         FamilyChoice(
             m=512,
             m_end=2048,
@@ -2731,9 +2826,31 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c218d6f5726",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [39]
+        # index: [40]
         FamilyChoice(
             m=2048,
+            m_end=4096,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="c7e7999eabb",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [41]
+        FamilyChoice(
+            m=4096,
+            m_end=8192,
+            n=8192,
+            k=8192,
+            kernel="gemm_wgmma",
+            table="gemm_wgmma",
+            config_id="ce8a49fe873",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [42]
+        FamilyChoice(
+            m=8192,
             m_end=2147483647,
             n=8192,
             k=8192,
@@ -2742,7 +2859,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c7e7999eabb",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [40]
+        # index: [43]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2753,7 +2870,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c88f2d930a4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [41]
+        # index: [44]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -2764,7 +2881,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6f7eb1fc6c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [42]
+        # index: [45]
         FamilyChoice(
             m=64,
             m_end=112,
@@ -2775,20 +2892,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca0cfa76740",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [43]
+        # index: [46]
         FamilyChoice(
             m=112,
-            m_end=128,
-            n=14336,
-            k=4096,
-            kernel="gemm_wgmma_swap",
-            table="gemm_wgmma_swap",
-            config_id="cc176767297",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [44]
-        FamilyChoice(
-            m=128,
             m_end=176,
             n=14336,
             k=4096,
@@ -2797,7 +2903,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cbb0ccde4b7",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [45]
+        # index: [47]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2808,7 +2914,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cfb20e194d1",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [46]
+        # index: [48]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2816,10 +2922,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c218d6f5726",
+            config_id="ce8a49fe873",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [47]
+        # index: [49]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2830,7 +2936,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c912339e000",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [48]
+        # index: [50]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -2838,10 +2944,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c218d6f5726",
+            config_id="ce8a49fe873",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [49]
+        # index: [51]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -2849,10 +2955,10 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma",
             table="gemm_wgmma",
-            config_id="c995170dd40",
+            config_id="ce075fa6ffb",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [50]
+        # index: [52]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
@@ -2888,7 +2994,7 @@ BUILDS: dict[str, TableBuild] = {
 
 GEMM_SELECTOR: list[ShapeCandidate] = [
     # BEGIN-TUNING-LIST-GEMM_SELECTOR
-        # Provenance: [manifests/gemm_selector.yaml] params sha256:0cdf44c40787, device: NVIDIA H200, date: 2026-12-02
+        # Provenance: [manifests/gemm_selector.yaml] params sha256:323c4775b362, device: NVIDIA H200, date: 2026-12-02
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [0]
         ShapeCandidate(
@@ -2908,11 +3014,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8503, 1.0, -0.1912, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -2958,11 +3064,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.9461, 1.0, -0.2979, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3008,11 +3114,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8718, 1.0, -0.2203, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3058,11 +3164,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7863, 1.0, -0.1369, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3108,11 +3214,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7861, 1.0, -0.1344, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3158,11 +3264,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.9403, 1.0, -0.2869, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3208,11 +3314,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7496, 1.0, -0.1114, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3258,11 +3364,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7771, 1.0, -0.1291, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3310,11 +3416,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.907, 1.0, -0.2559, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3361,11 +3467,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8358, 1.0, -0.187, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3410,11 +3516,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.9599, 1.0, -0.3126, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3457,11 +3563,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.88, 1.0, -0.2282, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3500,11 +3606,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.729, 1.0, -0.1095, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3542,11 +3648,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8122, 1.0, -0.1607, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3587,11 +3693,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.0827, 1.0, -0.4428, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3632,11 +3738,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.936, 1.0, -0.2894, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3675,11 +3781,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.1048, 1.0, -0.4621, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3717,11 +3823,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.2877, 1.0, -0.6532, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3759,11 +3865,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.1533, 1.0, -0.4953, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3802,11 +3908,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.1471, 1.0, -0.5013, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3845,11 +3951,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.7128, 1.0, -1.0702, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5043, 1.0, 0.5104, 1.0),
-                (4096, 14336, 0.1187, 1.0, 0.1311, 1.0),
-                (6144, 4096, 0.3244, 1.0, 0.2992, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.1161, 1.0, 0.109, 1.0),
+                (4096, 4096, 0.4997, 1.0, 0.5067, 1.0),
+                (4096, 14336, 0.116, 1.0, 0.1299, 1.0),
+                (6144, 4096, 0.3205, 1.0, 0.2957, 1.0),
+                (8192, 8192, 0.0745, 1.0, 0.056, 1.0),
+                (14336, 4096, 0.0948, 1.0, 0.0897, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -3887,11 +3993,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1912, 1.0, 0.4687, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3941,11 +4047,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2829, 1.0, 0.0364, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -3982,11 +4088,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0331, 1.0, 0.1464, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4023,11 +4129,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0184, 1.0, 0.1182, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4066,11 +4172,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2979, 1.0, 0.3835, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4116,11 +4222,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2203, 1.0, 0.4551, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4166,11 +4272,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1369, 1.0, 0.4562, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4216,11 +4322,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1344, 1.0, 0.5172, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4266,11 +4372,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2869, 1.0, 0.3998, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4321,11 +4427,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1114, 1.0, 0.4675, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4372,11 +4478,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1291, 1.0, 0.5288, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4423,11 +4529,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2559, 1.0, 0.1571, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4467,11 +4573,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2819, 1.0, 0.1091, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4509,11 +4615,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1095, 1.0, 0.3798, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4551,11 +4657,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.306, 1.0, 0.2099, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4592,11 +4698,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2247, 1.0, 0.2434, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4634,11 +4740,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1607, 1.0, 0.321, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4679,11 +4785,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.187, 1.0, 0.2398, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4724,11 +4830,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4428, 1.0, -0.0303, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4767,11 +4873,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.191, 1.0, 0.1449, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4809,11 +4915,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4727, 1.0, -0.1033, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -4848,11 +4954,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0915, 1.0, 0.1737, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4890,11 +4996,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4621, 1.0, -0.0438, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4932,11 +5038,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2894, 1.0, -0.0385, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4975,11 +5081,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.6532, 1.0, -0.241, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5017,11 +5123,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4953, 1.0, -0.082, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5059,11 +5165,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.317, 1.0, 0.2088, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5101,11 +5207,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5013, 1.0, -0.0982, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5144,11 +5250,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.0702, 1.0, -0.6761, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5186,11 +5292,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3126, 1.0, 0.3685, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5104, 1.0, 0.5501, 1.0),
-                (4096, 14336, 0.1311, 1.0, 0.1662, 1.0),
-                (6144, 4096, 0.2992, 1.0, 0.3253, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.0733, 1.0),
-                (14336, 4096, 0.109, 1.0, 0.1152, 1.0),
+                (4096, 4096, 0.5067, 1.0, 0.545, 1.0),
+                (4096, 14336, 0.1299, 1.0, 0.1628, 1.0),
+                (6144, 4096, 0.2957, 1.0, 0.321, 1.0),
+                (8192, 8192, 0.056, 1.0, 0.0712, 1.0),
+                (14336, 4096, 0.0897, 1.0, 0.1153, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5226,11 +5332,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0015, 1.0, 0.0864, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -5267,11 +5373,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0181, 1.0, 0.0805, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5308,11 +5414,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0364, 1.0, 0.0566, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -5349,11 +5455,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1743, 1.0, -0.0128, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5390,11 +5496,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0136, 1.0, 0.1522, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -5431,11 +5537,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1033, 1.0, -0.244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -5475,11 +5581,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1182, 1.0, -0.0744, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5516,11 +5622,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3835, 1.0, 0.3563, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5566,11 +5672,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4551, 1.0, 0.3863, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5592,7 +5698,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 1408),
-                (11584, 2880, 32768),
+                (11584, 4096, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -5617,11 +5723,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4562, 1.0, 0.4053, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5637,7 +5743,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 32768),
+                (2048, 1024, 5760),
+                (2048, 16384, 16384),
                 (2880, 1024, 5760),
                 (2880, 16384, 16384),
                 (4096, 1024, 5760),
@@ -5670,11 +5777,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.5172, 1.0, 0.4549, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5690,8 +5797,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 5760),
-                (2048, 16384, 32768),
+                (2048, 1024, 4096),
                 (2880, 1024, 1408),
                 (5760, 1024, 32768),
                 (8192, 1024, 1024),
@@ -5720,11 +5826,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3998, 1.0, 0.3587, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5739,11 +5845,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 1024),
-                (1024, 2880, 32768),
+                (1024, 4096, 32768),
                 (1408, 1024, 1024),
-                (1408, 2880, 32768),
-                (2048, 1024, 4096),
+                (1408, 2880, 4096),
+                (1408, 11584, 16384),
+                (2048, 1024, 2880),
                 (5760, 1024, 1408),
+                (5760, 4096, 8192),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -5768,11 +5876,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1091, 1.0, 0.2534, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5799,28 +5907,28 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=13,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cd475b5338d",
+            config_id="ce71320c79e",
             registers=144,
-            smem_bytes=231424,
+            smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.284, 1.0, -0.0147, 1.0),
-                (4096, 14336, -0.1198, 1.0, -0.0519, 1.0),
-                (6144, 4096, -0.0554, 1.0, 0.104, 1.0),
-                (8192, 8192, 0.057, 1.0, 0.1417, 1.0),
-                (14336, 4096, 0.2352, 1.0, 0.338, 1.0),
+                (4096, 4096, -0.2628, 1.0, -0.017, 1.0),
+                (4096, 14336, -0.1026, 1.0, -0.0443, 1.0),
+                (6144, 4096, -0.0208, 1.0, 0.113, 1.0),
+                (8192, 8192, 0.0562, 1.0, 0.1477, 1.0),
+                (14336, 4096, 0.2146, 1.0, 0.3327, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
                 ("block_n", 64),
                 ("block_k", 128),
-                ("stages", 7),
+                ("stages", 6),
                 ("consumers", 1),
                 ("cluster_m", 1),
                 ("cluster_n", 1),
@@ -5842,6 +5950,50 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=32,
             m_end=64,
             rank=14,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cd475b5338d",
+            registers=144,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.2769, 1.0, -0.0106, 1.0),
+                (4096, 14336, -0.107, 1.0, -0.0462, 1.0),
+                (6144, 4096, -0.0452, 1.0, 0.111, 1.0),
+                (8192, 8192, 0.0629, 1.0, 0.1485, 1.0),
+                (14336, 4096, 0.2367, 1.0, 0.347, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 1),
+                ("split_k", 4),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 2880, 32768),
+                (1408, 4096, 32768),
+                (2048, 4096, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [66]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=15,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1746f9e36f",
@@ -5855,11 +6007,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4687, 1.0, 0.3912, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5874,54 +6026,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 4096, 32768),
-                (1408, 4096, 4096),
-                (1408, 11584, 32768),
                 (2048, 1024, 2048),
                 (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [66]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=15,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ca68a99a2d1",
-            registers=52,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.4413, 1.0, -0.2075, 1.0),
-                (4096, 14336, -0.0995, 1.0, 0.0933, 1.0),
-                (6144, 4096, -0.0562, 1.0, -0.0394, 1.0),
-                (8192, 8192, 0.3835, 1.0, 0.3172, 1.0),
-                (14336, 4096, 0.4675, 1.0, 0.4111, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 4096, 32768),
-                (2048, 1024, 1024),
-                (16384, 2880, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
@@ -5945,11 +6051,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2434, 1.0, 0.3906, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5976,6 +6082,50 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=17,
             table="gemm_mma",
             kernel="gemm_mma",
+            config_id="ca68a99a2d1",
+            registers=52,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.4413, 1.0, -0.2075, 1.0),
+                (4096, 14336, -0.0995, 1.0, 0.0933, 1.0),
+                (6144, 4096, -0.0562, 1.0, -0.0394, 1.0),
+                (8192, 8192, 0.3835, 1.0, 0.3172, 1.0),
+                (14336, 4096, 0.4675, 1.0, 0.4111, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 8192, 32768),
+                (2048, 1024, 1024),
+                (16384, 2880, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [69]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=18,
+            table="gemm_mma",
+            kernel="gemm_mma",
             config_id="ce994ca2a3e",
             registers=50,
             smem_bytes=73728,
@@ -5987,11 +6137,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.5288, 1.0, 0.4684, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6005,50 +6155,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 8192, 32768),
+                (1024, 11584, 16384),
                 (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [69]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=18,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c746665bfe1",
-            registers=60,
-            smem_bytes=40960,
-            bias_terms=(
-                (4096, 4096, -0.5452, 1.0, -0.4642, 1.0),
-                (4096, 14336, -0.183, 1.0, -0.2687, 1.0),
-                (6144, 4096, -0.1802, 1.0, -0.1612, 1.0),
-                (8192, 8192, 0.1157, 1.0, -0.0783, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.2829, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 64),
-                ("block_k", 64),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 11584, 32768),
-                (23168, 1024, 1408),
                 (32768, 1024, 32768),
             ),
         ),
@@ -6058,6 +6166,45 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=32,
             m_end=64,
             rank=19,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd5bd34d3b2",
+            registers=168,
+            smem_bytes=92160,
+            bias_terms=(
+                (4096, 4096, -0.4271, 1.0, -0.1291, 1.0),
+                (4096, 14336, -0.1872, 1.0, 0.0178, 1.0),
+                (6144, 4096, -0.0345, 1.0, 0.0483, 1.0),
+                (8192, 8192, -0.0237, 1.0, 0.176, 1.0),
+                (14336, 4096, 0.1083, 1.0, 0.2436, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
+            ),
+            tunables=(
+                ("block_m", 48),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+            cells=(
+                (1024, 23168, 32768),
+                (1408, 23168, 32768),
+                (2048, 23168, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [71]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=20,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ccf8eaaf314",
@@ -6071,11 +6218,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0648, 1.0, 0.2047, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6092,11 +6239,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [71]
+        # index: [72]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=20,
+            rank=21,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ca5969dd26a",
@@ -6110,11 +6257,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0303, 1.0, 0.2945, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6135,11 +6282,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [72]
+        # index: [73]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=21,
+            rank=22,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c419852ee1e",
@@ -6153,11 +6300,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1434, 1.0, -0.1431, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -6172,15 +6319,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 2048),
+                (11584, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [73]
+        # index: [74]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=22,
+            rank=23,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cbb1316b55c",
@@ -6194,11 +6341,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1256, 1.0, -0.0662, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6217,11 +6364,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [74]
+        # index: [75]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=23,
+            rank=24,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c29ca09a0b5",
@@ -6235,11 +6382,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1337, 1.0, -0.0011, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -6256,11 +6403,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [75]
+        # index: [76]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=24,
+            rank=25,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c17377d83c9",
@@ -6274,11 +6421,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0438, 1.0, 0.304, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6298,11 +6445,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [76]
+        # index: [77]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=25,
+            rank=26,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c9025cc0713",
@@ -6316,11 +6463,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.241, 1.0, -0.3369, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6340,29 +6487,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [77]
+        # index: [78]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=26,
+            rank=27,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c9b322944bc",
             registers=106,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.9143, 1.0, -0.6583, 1.0),
-                (4096, 14336, -0.6116, 1.0, -0.555, 1.0),
-                (6144, 4096, -0.6182, 1.0, -0.4495, 1.0),
-                (8192, 8192, -0.2979, 1.0, -0.1678, 1.0),
-                (14336, 4096, -0.2446, 1.0, -0.0933, 1.0),
+                (4096, 4096, -0.9086, 1.0, -0.6573, 1.0),
+                (4096, 14336, -0.6011, 1.0, -0.5474, 1.0),
+                (6144, 4096, -0.6154, 1.0, -0.4468, 1.0),
+                (8192, 8192, -0.2991, 1.0, -0.1647, 1.0),
+                (14336, 4096, -0.2512, 1.0, -0.0923, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6378,18 +6525,19 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (5760, 1024, 32768),
+                (5760, 1024, 2880),
+                (5760, 11584, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [78]
+        # index: [79]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=27,
+            rank=28,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ca0cfa76740",
@@ -6403,11 +6551,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2986, 1.0, -0.1494, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -6424,11 +6572,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [79]
+        # index: [80]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=28,
+            rank=29,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd0241f326e",
@@ -6442,11 +6590,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.082, 1.0, 0.1848, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6466,29 +6614,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [80]
+        # index: [81]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=29,
+            rank=30,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
             registers=140,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.0322, 1.0, -0.7347, 1.0),
-                (4096, 14336, -0.7967, 1.0, -0.6652, 1.0),
-                (6144, 4096, -0.7088, 1.0, -0.5298, 1.0),
-                (8192, 8192, -0.3772, 1.0, -0.3417, 1.0),
-                (14336, 4096, -0.4498, 1.0, -0.3081, 1.0),
+                (4096, 4096, -1.0265, 1.0, -0.7306, 1.0),
+                (4096, 14336, -0.7888, 1.0, -0.6557, 1.0),
+                (6144, 4096, -0.7058, 1.0, -0.5273, 1.0),
+                (8192, 8192, -0.3732, 1.0, -0.3356, 1.0),
+                (14336, 4096, -0.4532, 1.0, -0.3043, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6510,11 +6658,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [81]
+        # index: [82]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=30,
+            rank=31,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c34d769966c",
@@ -6528,11 +6676,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0982, 1.0, -0.0989, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6553,11 +6701,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [82]
+        # index: [83]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=31,
+            rank=32,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
@@ -6571,11 +6719,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.6761, 1.0, -0.4928, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6596,29 +6744,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [83]
+        # index: [84]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=32,
+            rank=33,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.3404, 1.0, -1.0357, 1.0),
-                (4096, 14336, -1.0475, 1.0, -0.9465, 1.0),
-                (6144, 4096, -0.924, 1.0, -0.8334, 1.0),
-                (8192, 8192, -0.5311, 1.0, -0.5365, 1.0),
-                (14336, 4096, -0.2619, 1.0, -0.194, 1.0),
+                (4096, 4096, -1.334, 1.0, -1.0302, 1.0),
+                (4096, 14336, -1.0392, 1.0, -0.937, 1.0),
+                (6144, 4096, -0.9125, 1.0, -0.8325, 1.0),
+                (8192, 8192, -0.5249, 1.0, -0.5199, 1.0),
+                (14336, 4096, -0.2583, 1.0, -0.1863, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -6640,29 +6788,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [84]
+        # index: [85]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=33,
+            rank=34,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c2c9d4c2a61",
             registers=168,
             smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -1.0145, 1.0, -0.7052, 1.0),
-                (4096, 14336, -0.735, 1.0, -0.5881, 1.0),
-                (6144, 4096, -0.7277, 1.0, -0.5231, 1.0),
-                (8192, 8192, -0.4601, 1.0, -0.3615, 1.0),
-                (14336, 4096, -0.3082, 1.0, -0.1495, 1.0),
+                (4096, 4096, -0.9994, 1.0, -0.6964, 1.0),
+                (4096, 14336, -0.7254, 1.0, -0.578, 1.0),
+                (6144, 4096, -0.7167, 1.0, -0.5202, 1.0),
+                (8192, 8192, -0.4549, 1.0, -0.3528, 1.0),
+                (14336, 4096, -0.3132, 1.0, -0.1426, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6684,11 +6832,52 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [85]
+        # index: [86]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=34,
+            rank=35,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c746665bfe1",
+            registers=60,
+            smem_bytes=40960,
+            bias_terms=(
+                (4096, 4096, -0.5452, 1.0, -0.4642, 1.0),
+                (4096, 14336, -0.183, 1.0, -0.2687, 1.0),
+                (6144, 4096, -0.1802, 1.0, -0.1612, 1.0),
+                (8192, 8192, 0.1157, 1.0, -0.0783, 1.0),
+                (14336, 4096, 0.1571, 1.0, 0.2829, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 64),
+                ("block_k", 64),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (23168, 1024, 1408),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [87]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=36,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd4f5b22aba",
@@ -6702,11 +6891,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2398, 1.0, 0.2648, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6724,11 +6913,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [86]
+        # index: [88]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=35,
+            rank=37,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c20a8f6441c",
@@ -6742,11 +6931,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3685, 1.0, 0.5256, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5501, 1.0, 0.4468, 1.0),
-                (4096, 14336, 0.1662, 1.0, 0.2201, 1.0),
-                (6144, 4096, 0.3253, 1.0, 0.317, 1.0),
-                (8192, 8192, 0.0733, 1.0, 0.129, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.1629, 1.0),
+                (4096, 4096, 0.545, 1.0, 0.4425, 1.0),
+                (4096, 14336, 0.1628, 1.0, 0.2174, 1.0),
+                (6144, 4096, 0.321, 1.0, 0.3138, 1.0),
+                (8192, 8192, 0.0712, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1153, 1.0, 0.16, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6764,7 +6953,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [87]
+        # index: [89]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -6782,11 +6971,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.244, 1.0, -0.3273, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -6806,7 +6995,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [88]
+        # index: [90]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -6824,11 +7013,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0128, 1.0, -0.1214, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6847,7 +7036,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [89]
+        # index: [91]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -6865,11 +7054,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3563, 1.0, 0.3015, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6888,6 +7077,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 2880),
+                (8192, 4096, 5760),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -6895,7 +7085,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [90]
+        # index: [92]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -6913,11 +7103,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3863, 1.0, 0.3336, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6944,7 +7134,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [91]
+        # index: [93]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -6962,11 +7152,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4053, 1.0, 0.3384, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6986,14 +7176,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 23168, 32768),
                 (2880, 1024, 4096),
                 (2880, 23168, 32768),
-                (11584, 1024, 32768),
+                (11584, 2048, 8192),
+                (11584, 32768, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [92]
+        # index: [94]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7011,11 +7202,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4549, 1.0, 0.3953, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7034,15 +7225,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 2048),
                 (2048, 32768, 32768),
                 (2880, 1024, 2880),
-                (11584, 2048, 5760),
-                (11584, 23168, 32768),
+                (11584, 2048, 8192),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [93]
+        # index: [95]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7060,11 +7250,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3587, 1.0, 0.3032, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7082,13 +7272,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 2048),
                 (2880, 1024, 2048),
+                (11584, 4096, 5760),
                 (16384, 5760, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [94]
+        # index: [96]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7106,11 +7297,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3912, 1.0, 0.3389, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7134,7 +7325,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [95]
+        # index: [97]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7152,11 +7343,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4111, 1.0, 0.3428, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7179,7 +7370,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [96]
+        # index: [98]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7197,11 +7388,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4684, 1.0, 0.4016, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7225,7 +7416,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [97]
+        # index: [99]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7243,11 +7434,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2829, 1.0, 0.1652, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7268,7 +7459,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [98]
+        # index: [100]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7286,11 +7477,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2648, 1.0, 0.1089, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7309,7 +7500,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [99]
+        # index: [101]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7327,11 +7518,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0566, 1.0, 0.0407, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -7349,7 +7540,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [100]
+        # index: [102]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7367,11 +7558,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0864, 1.0, 0.0591, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -7389,7 +7580,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [101]
+        # index: [103]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7400,18 +7591,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=144,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.0194, 1.0, -0.1533, 1.0),
-                (4096, 14336, -0.0479, 1.0, 0.1528, 1.0),
-                (6144, 4096, 0.1122, 1.0, 0.2567, 1.0),
-                (8192, 8192, 0.1405, 1.0, 0.3829, 1.0),
-                (14336, 4096, 0.329, 1.0, 0.6239, 1.0),
+                (4096, 4096, -0.017, 1.0, -0.1482, 1.0),
+                (4096, 14336, -0.0443, 1.0, 0.163, 1.0),
+                (6144, 4096, 0.113, 1.0, 0.2683, 1.0),
+                (8192, 8192, 0.1477, 1.0, 0.4027, 1.0),
+                (14336, 4096, 0.3327, 1.0, 0.609, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7433,7 +7624,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [102]
+        # index: [104]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7451,11 +7642,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2534, 1.0, 0.1839, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -7474,7 +7665,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [103]
+        # index: [105]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7485,18 +7676,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.1869, 1.0, -0.2483, 1.0),
-                (4096, 14336, -0.1765, 1.0, -0.1, 1.0),
-                (6144, 4096, -0.2291, 1.0, -0.1106, 1.0),
-                (8192, 8192, -0.0502, 1.0, 0.0, 1.0),
-                (14336, 4096, 0.0043, 1.0, -0.0182, 1.0),
+                (4096, 4096, -0.1818, 1.0, -0.2515, 1.0),
+                (4096, 14336, -0.1717, 1.0, -0.0868, 1.0),
+                (6144, 4096, -0.2248, 1.0, -0.1062, 1.0),
+                (8192, 8192, -0.05, 1.0, 0.0195, 1.0),
+                (14336, 4096, 0.0102, 1.0, -0.0368, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -7517,11 +7708,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 4096, 32768),
                 (2880, 4096, 32768),
                 (4096, 4096, 32768),
-                (5760, 5760, 32768),
+                (5760, 11584, 16384),
+                (5760, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [104]
+        # index: [106]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7539,11 +7731,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.578, 1.0, 0.3503, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -7560,7 +7752,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [105]
+        # index: [107]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7578,11 +7770,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1522, 1.0, 0.102, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -7599,7 +7791,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [106]
+        # index: [108]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7617,11 +7809,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2047, 1.0, 0.3024, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7638,7 +7830,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [107]
+        # index: [109]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7656,11 +7848,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0216, 1.0, -0.2138, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -7678,7 +7870,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [108]
+        # index: [110]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7696,11 +7888,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1431, 1.0, -0.1409, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -7718,7 +7910,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [109]
+        # index: [111]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7736,11 +7928,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0805, 1.0, 0.0318, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7757,7 +7949,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [110]
+        # index: [112]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7775,11 +7967,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.168, 1.0, 0.0768, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -7796,7 +7988,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [111]
+        # index: [113]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7814,11 +8006,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1751, 1.0, 0.1695, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -7835,7 +8027,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [112]
+        # index: [114]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7853,11 +8045,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0662, 1.0, -0.2529, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7869,14 +8061,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 32768),
-                (5760, 1024, 4096),
-                (5760, 16384, 32768),
+                (5760, 1024, 8192),
+                (5760, 23168, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [113]
+        # index: [115]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7887,18 +8079,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=108,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6004, 1.0, -0.9346, 1.0),
-                (4096, 14336, -0.5006, 1.0, -0.7161, 1.0),
-                (6144, 4096, -0.3076, 1.0, -0.5163, 1.0),
-                (8192, 8192, -0.0113, 1.0, -0.2803, 1.0),
-                (14336, 4096, -0.1322, 1.0, -0.2675, 1.0),
+                (4096, 4096, -0.596, 1.0, -0.9287, 1.0),
+                (4096, 14336, -0.4935, 1.0, -0.7122, 1.0),
+                (6144, 4096, -0.3054, 1.0, -0.5105, 1.0),
+                (8192, 8192, -0.005, 1.0, -0.2652, 1.0),
+                (14336, 4096, -0.127, 1.0, -0.2855, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7915,13 +8107,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 4096),
-                (5760, 1024, 11584),
+                (5760, 1024, 23168),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [114]
+        # index: [116]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7939,94 +8131,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0936, 1.0, 0.0484, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 6),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [115]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=28,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cb530ae64c0",
-            registers=168,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.7524, 1.0, -1.0178, 1.0),
-                (4096, 14336, -0.5955, 1.0, -0.6657, 1.0),
-                (6144, 4096, -0.5358, 1.0, -0.32, 1.0),
-                (8192, 8192, -0.2816, 1.0, 0.0241, 1.0),
-                (14336, 4096, -0.2017, 1.0, 0.0025, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (4096, 1024, 1408),
-                (5760, 1024, 8192),
-                (8192, 1024, 11584),
-                (11584, 1024, 16384),
-                (16384, 1024, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [116]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=29,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cdd0adb603c",
-            registers=72,
-            smem_bytes=210944,
-            bias_terms=(
-                (4096, 4096, -0.5056, 1.0, -0.5825, 1.0),
-                (4096, 14336, -0.3374, 1.0, -0.1517, 1.0),
-                (6144, 4096, -0.2193, 1.0, -0.3487, 1.0),
-                (8192, 8192, -0.1444, 1.0, 0.0093, 1.0),
-                (14336, 4096, -0.0907, 1.0, -0.0435, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
-            ),
-            tunables=(
-                ("block_m", 72),
                 ("block_n", 64),
                 ("block_k", 128),
                 ("stages", 6),
@@ -8044,6 +8156,86 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
+            rank=28,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cb530ae64c0",
+            registers=168,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.7524, 1.0, -1.0178, 1.0),
+                (4096, 14336, -0.5955, 1.0, -0.6657, 1.0),
+                (6144, 4096, -0.5358, 1.0, -0.32, 1.0),
+                (8192, 8192, -0.2816, 1.0, 0.0241, 1.0),
+                (14336, 4096, -0.2017, 1.0, 0.0025, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 1408),
+                (5760, 1024, 8192),
+                (8192, 1024, 16384),
+                (11584, 1024, 23168),
+                (16384, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [118]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=29,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cdd0adb603c",
+            registers=72,
+            smem_bytes=210944,
+            bias_terms=(
+                (4096, 4096, -0.5056, 1.0, -0.5825, 1.0),
+                (4096, 14336, -0.3374, 1.0, -0.1517, 1.0),
+                (6144, 4096, -0.2193, 1.0, -0.3487, 1.0),
+                (8192, 8192, -0.1444, 1.0, 0.0093, 1.0),
+                (14336, 4096, -0.0907, 1.0, -0.0435, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
+            ),
+            tunables=(
+                ("block_m", 72),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 6),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [119]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
             rank=30,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
@@ -8058,11 +8250,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0321, 1.0, 0.1596, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -8074,12 +8266,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 2048),
-                (5760, 1024, 1024),
+                (5760, 1024, 2048),
                 (8192, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [118]
+        # index: [120]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8097,11 +8289,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0364, 1.0, 0.0238, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8118,7 +8310,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [119]
+        # index: [121]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8129,18 +8321,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5723, 1.0, -0.6645, 1.0),
-                (4096, 14336, -0.4618, 1.0, -0.4717, 1.0),
-                (6144, 4096, -0.1402, 1.0, -0.1733, 1.0),
-                (8192, 8192, -0.0025, 1.0, -0.0706, 1.0),
-                (14336, 4096, 0.0052, 1.0, 0.0799, 1.0),
+                (4096, 4096, -0.5672, 1.0, -0.6684, 1.0),
+                (4096, 14336, -0.4583, 1.0, -0.4648, 1.0),
+                (6144, 4096, -0.1361, 1.0, -0.1688, 1.0),
+                (8192, 8192, 0.0119, 1.0, -0.0231, 1.0),
+                (14336, 4096, 0.0126, 1.0, 0.0876, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8162,7 +8354,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [120]
+        # index: [122]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8180,11 +8372,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1735, 1.0, -0.0649, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -8202,7 +8394,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [121]
+        # index: [123]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8220,11 +8412,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1494, 1.0, -0.09, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -8241,74 +8433,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [122]
+        # index: [124]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=35,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c9b322944bc",
-            registers=106,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.6583, 1.0, -0.913, 1.0),
-                (4096, 14336, -0.555, 1.0, -0.6988, 1.0),
-                (6144, 4096, -0.4495, 1.0, -0.3246, 1.0),
-                (8192, 8192, -0.1678, 1.0, 0.0464, 1.0),
-                (14336, 4096, -0.0933, 1.0, 0.2523, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 1),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (5760, 1408, 2048),
-                (8192, 1024, 8192),
-                (8192, 16384, 32768),
-                (11584, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [123]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=36,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
             config_id="cec58c42150",
             registers=240,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.715, 1.0, -0.7669, 1.0),
-                (4096, 14336, -0.6718, 1.0, -0.6681, 1.0),
-                (6144, 4096, -0.2855, 1.0, -0.2952, 1.0),
-                (8192, 8192, 0.0002, 1.0, -0.0524, 1.0),
-                (14336, 4096, -0.1145, 1.0, 0.0002, 1.0),
+                (4096, 4096, -0.7052, 1.0, -0.7688, 1.0),
+                (4096, 14336, -0.6701, 1.0, -0.6596, 1.0),
+                (6144, 4096, -0.2792, 1.0, -0.288, 1.0),
+                (8192, 8192, 0.0138, 1.0, -0.0091, 1.0),
+                (14336, 4096, -0.1088, 1.0, -0.0014, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8326,15 +8473,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (5760, 11584, 32768),
                 (8192, 11584, 32768),
-                (11584, 8192, 32768),
+                (11584, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [124]
+        # index: [125]
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=37,
+            rank=36,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cc176767297",
@@ -8348,11 +8495,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1704, 1.0, -0.0388, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -8369,29 +8516,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [125]
+        # index: [126]
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=38,
+            rank=37,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
             registers=140,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7347, 1.0, -1.0395, 1.0),
-                (4096, 14336, -0.6652, 1.0, -0.8432, 1.0),
-                (6144, 4096, -0.5298, 1.0, -0.6509, 1.0),
-                (8192, 8192, -0.3417, 1.0, -0.5097, 1.0),
-                (14336, 4096, -0.3081, 1.0, -0.3759, 1.0),
+                (4096, 4096, -0.7306, 1.0, -1.0391, 1.0),
+                (4096, 14336, -0.6557, 1.0, -0.8371, 1.0),
+                (6144, 4096, -0.5273, 1.0, -0.6439, 1.0),
+                (8192, 8192, -0.3356, 1.0, -0.4908, 1.0),
+                (14336, 4096, -0.3043, 1.0, -0.3864, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8413,7 +8560,53 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [126]
+        # index: [127]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=38,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c9b322944bc",
+            registers=106,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.6573, 1.0, -0.9122, 1.0),
+                (4096, 14336, -0.5474, 1.0, -0.6896, 1.0),
+                (6144, 4096, -0.4468, 1.0, -0.3191, 1.0),
+                (8192, 8192, -0.1647, 1.0, 0.0546, 1.0),
+                (14336, 4096, -0.0923, 1.0, 0.236, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 1),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 2880),
+                (8192, 8192, 8192),
+                (8192, 23168, 32768),
+                (11584, 1024, 2880),
+                (11584, 8192, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [128]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8424,18 +8617,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.0357, 1.0, -1.0712, 1.0),
-                (4096, 14336, -0.9465, 1.0, -0.8476, 1.0),
-                (6144, 4096, -0.8334, 1.0, -0.7331, 1.0),
-                (8192, 8192, -0.5365, 1.0, -0.6216, 1.0),
-                (14336, 4096, -0.194, 1.0, -0.1677, 1.0),
+                (4096, 4096, -1.0302, 1.0, -1.0782, 1.0),
+                (4096, 14336, -0.937, 1.0, -0.841, 1.0),
+                (6144, 4096, -0.8325, 1.0, -0.7271, 1.0),
+                (8192, 8192, -0.5199, 1.0, -0.6059, 1.0),
+                (14336, 4096, -0.1863, 1.0, -0.207, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8457,50 +8650,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [127]
+        # index: [129]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=40,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c4a15955779",
-            registers=168,
-            smem_bytes=182272,
-            bias_terms=(
-                (4096, 4096, -0.727, 1.0, -1.0229, 1.0),
-                (4096, 14336, -0.5622, 1.0, -0.7334, 1.0),
-                (6144, 4096, -0.5598, 1.0, -0.6556, 1.0),
-                (8192, 8192, -0.4035, 1.0, -0.524, 1.0),
-                (14336, 4096, -0.2545, 1.0, -0.2699, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [128]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=41,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
@@ -8514,11 +8668,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4928, 1.0, -0.3162, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8532,39 +8686,77 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 8),
             ),
             cells=(
+                (11584, 1024, 1408),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [129]
+        # index: [130]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=41,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ce640992674",
+            registers=168,
+            smem_bytes=182272,
+            bias_terms=(
+                (4096, 4096, -0.3645, 1.0, -0.6633, 1.0),
+                (4096, 14336, -0.3265, 1.0, -0.4809, 1.0),
+                (6144, 4096, -0.0886, 1.0, -0.3113, 1.0),
+                (8192, 8192, -0.0577, 1.0, -0.2174, 1.0),
+                (14336, 4096, 0.1995, 1.0, -0.0778, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 3),
+            ),
+            cells=(
+                (11584, 11584, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [131]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=42,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="ca81defb6d1",
+            config_id="ce075fa6ffb",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.8511, 1.0, -0.8868, 1.0),
-                (4096, 14336, -0.6978, 1.0, -0.5902, 1.0),
-                (6144, 4096, -0.7182, 1.0, -0.559, 1.0),
-                (8192, 8192, -0.5717, 1.0, -0.4301, 1.0),
-                (14336, 4096, -0.3814, 1.0, -0.245, 1.0),
+                (4096, 4096, -0.8344, 1.0, -0.8767, 1.0),
+                (4096, 14336, -0.6763, 1.0, -0.575, 1.0),
+                (6144, 4096, -0.7089, 1.0, -0.545, 1.0),
+                (8192, 8192, -0.5606, 1.0, -0.4132, 1.0),
+                (14336, 4096, -0.5045, 1.0, -0.3126, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 192),
+                ("block_n", 224),
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
@@ -8582,11 +8774,50 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [130]
+        # index: [132]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=43,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4a15955779",
+            registers=168,
+            smem_bytes=182272,
+            bias_terms=(
+                (4096, 4096, -0.727, 1.0, -1.0229, 1.0),
+                (4096, 14336, -0.5622, 1.0, -0.7334, 1.0),
+                (6144, 4096, -0.5598, 1.0, -0.6556, 1.0),
+                (8192, 8192, -0.4035, 1.0, -0.524, 1.0),
+                (14336, 4096, -0.2545, 1.0, -0.2699, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [133]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=44,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cbb7e888109",
@@ -8600,11 +8831,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.0296, 1.0, -0.8437, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4468, 1.0, 0.6509, 1.0),
-                (4096, 14336, 0.2201, 1.0, 0.2974, 1.0),
-                (6144, 4096, 0.317, 1.0, 0.3379, 1.0),
-                (8192, 8192, 0.129, 1.0, 0.1732, 1.0),
-                (14336, 4096, 0.1629, 1.0, 0.1411, 1.0),
+                (4096, 4096, 0.4425, 1.0, 0.6467, 1.0),
+                (4096, 14336, 0.2174, 1.0, 0.2915, 1.0),
+                (6144, 4096, 0.3138, 1.0, 0.3312, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.1626, 1.0),
+                (14336, 4096, 0.16, 1.0, 0.1484, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8623,7 +8854,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [131]
+        # index: [134]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -8641,11 +8872,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3273, 1.0, -0.228, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -8663,7 +8894,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [132]
+        # index: [135]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -8681,11 +8912,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1409, 1.0, -0.3777, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -8703,7 +8934,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [133]
+        # index: [136]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -8721,11 +8952,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3015, 1.0, 0.2884, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -8736,156 +8967,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("warps_k", 2),
                 ("stages", 4),
                 ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [134]
-        ShapeCandidate(
-            m=112,
-            m_end=128,
-            rank=3,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c8a7f3d4299",
-            registers=61,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.3903, 1.0, -0.4214, 1.0),
-                (4096, 14336, -0.1895, 1.0, -0.2003, 1.0),
-                (6144, 4096, -0.1105, 1.0, -0.1378, 1.0),
-                (8192, 8192, 0.1596, 1.0, 0.1543, 1.0),
-                (14336, 4096, 0.3336, 1.0, 0.3211, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [135]
-        ShapeCandidate(
-            m=112,
-            m_end=128,
-            rank=4,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cdba23ace0e",
-            registers=64,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.4345, 1.0, -0.4923, 1.0),
-                (4096, 14336, -0.05, 1.0, -0.0775, 1.0),
-                (6144, 4096, -0.1574, 1.0, -0.1818, 1.0),
-                (8192, 8192, 0.2685, 1.0, 0.2591, 1.0),
-                (14336, 4096, 0.3384, 1.0, 0.3224, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [136]
-        ShapeCandidate(
-            m=112,
-            m_end=128,
-            rank=5,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1083c76623",
-            registers=61,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.2532, 1.0, -0.2944, 1.0),
-                (4096, 14336, -0.0118, 1.0, -0.0355, 1.0),
-                (6144, 4096, -0.0318, 1.0, -0.0577, 1.0),
-                (8192, 8192, 0.2908, 1.0, 0.2663, 1.0),
-                (14336, 4096, 0.3953, 1.0, 0.381, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 2),
                 ("group_m", 1),
             ),
             cells=(
@@ -8907,6 +8988,156 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=112,
             m_end=128,
+            rank=3,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            registers=61,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.3903, 1.0, -0.4214, 1.0),
+                (4096, 14336, -0.1895, 1.0, -0.2003, 1.0),
+                (6144, 4096, -0.1105, 1.0, -0.1378, 1.0),
+                (8192, 8192, 0.1596, 1.0, 0.1543, 1.0),
+                (14336, 4096, 0.3336, 1.0, 0.3211, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [138]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=4,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cdba23ace0e",
+            registers=64,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.4345, 1.0, -0.4923, 1.0),
+                (4096, 14336, -0.05, 1.0, -0.0775, 1.0),
+                (6144, 4096, -0.1574, 1.0, -0.1818, 1.0),
+                (8192, 8192, 0.2685, 1.0, 0.2591, 1.0),
+                (14336, 4096, 0.3384, 1.0, 0.3224, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [139]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=5,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1083c76623",
+            registers=61,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.2532, 1.0, -0.2944, 1.0),
+                (4096, 14336, -0.0118, 1.0, -0.0355, 1.0),
+                (6144, 4096, -0.0318, 1.0, -0.0577, 1.0),
+                (8192, 8192, 0.2908, 1.0, 0.2663, 1.0),
+                (14336, 4096, 0.3953, 1.0, 0.381, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [140]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
             rank=6,
             table="gemm_mma",
             kernel="gemm_mma",
@@ -8921,11 +9152,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3032, 1.0, 0.29, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -8954,7 +9185,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [138]
+        # index: [141]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -8972,11 +9203,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3389, 1.0, 0.3264, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9005,7 +9236,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [139]
+        # index: [142]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9023,11 +9254,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3428, 1.0, 0.3265, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9060,7 +9291,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [140]
+        # index: [143]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9078,11 +9309,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4016, 1.0, 0.3856, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9105,18 +9336,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 1024),
                 (2880, 23168, 32768),
                 (4096, 1024, 2880),
-                (4096, 11584, 32768),
+                (4096, 16384, 32768),
                 (5760, 1024, 2880),
-                (5760, 11584, 32768),
+                (5760, 16384, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
+                (16384, 2048, 32768),
+                (23168, 2880, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [141]
+        # index: [144]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9134,11 +9365,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1652, 1.0, 0.1371, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9162,15 +9393,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 1408),
                 (5760, 1024, 1408),
                 (8192, 1024, 2880),
-                (8192, 11584, 32768),
+                (8192, 16384, 32768),
                 (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 2880, 32768),
-                (32768, 1024, 32768),
+                (32768, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [142]
+        # index: [145]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9188,11 +9417,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1089, 1.0, 0.0717, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9211,11 +9440,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 1024),
                 (2048, 32768, 32768),
                 (8192, 1024, 1408),
-                (32768, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [143]
+        # index: [146]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9233,11 +9461,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0591, 1.0, 0.0056, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -9254,7 +9482,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [144]
+        # index: [147]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9272,11 +9500,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0407, 1.0, 0.0192, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -9293,7 +9521,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [145]
+        # index: [148]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9311,11 +9539,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3503, 1.0, 0.3735, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -9331,7 +9559,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [146]
+        # index: [149]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9342,18 +9570,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.2483, 1.0, -0.1193, 1.0),
-                (4096, 14336, -0.1, 1.0, -0.0106, 1.0),
-                (6144, 4096, -0.1106, 1.0, -0.0609, 1.0),
-                (8192, 8192, 0.0, 1.0, 0.089, 1.0),
-                (14336, 4096, -0.0182, 1.0, -0.011, 1.0),
+                (4096, 4096, -0.2515, 1.0, -0.1021, 1.0),
+                (4096, 14336, -0.0868, 1.0, -0.0028, 1.0),
+                (6144, 4096, -0.1062, 1.0, -0.0548, 1.0),
+                (8192, 8192, 0.0195, 1.0, 0.0977, 1.0),
+                (14336, 4096, -0.0368, 1.0, -0.0017, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9377,7 +9605,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [147]
+        # index: [150]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9395,11 +9623,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0318, 1.0, 0.0664, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9416,7 +9644,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [148]
+        # index: [151]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9434,11 +9662,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.102, 1.0, 0.0609, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -9455,7 +9683,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [149]
+        # index: [152]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9473,11 +9701,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2529, 1.0, -0.28, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9495,7 +9723,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [150]
+        # index: [153]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9513,11 +9741,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2138, 1.0, -0.0914, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -9535,7 +9763,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [151]
+        # index: [154]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9546,18 +9774,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=108,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.9346, 1.0, -0.7953, 1.0),
-                (4096, 14336, -0.7161, 1.0, -0.6365, 1.0),
-                (6144, 4096, -0.5163, 1.0, -0.4757, 1.0),
-                (8192, 8192, -0.2803, 1.0, -0.1973, 1.0),
-                (14336, 4096, -0.2675, 1.0, -0.2514, 1.0),
+                (4096, 4096, -0.9287, 1.0, -0.7884, 1.0),
+                (4096, 14336, -0.7122, 1.0, -0.626, 1.0),
+                (6144, 4096, -0.5105, 1.0, -0.4693, 1.0),
+                (8192, 8192, -0.2652, 1.0, -0.1835, 1.0),
+                (14336, 4096, -0.2855, 1.0, -0.2475, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9580,7 +9808,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [152]
+        # index: [155]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9591,18 +9819,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7322, 1.0, -0.6493, 1.0),
-                (4096, 14336, -0.4212, 1.0, -0.4111, 1.0),
-                (6144, 4096, -0.2801, 1.0, -0.3184, 1.0),
-                (8192, 8192, -0.0231, 1.0, -0.0379, 1.0),
-                (14336, 4096, 0.0923, 1.0, -0.0495, 1.0),
+                (4096, 4096, -0.7285, 1.0, -0.6386, 1.0),
+                (4096, 14336, -0.416, 1.0, -0.4011, 1.0),
+                (6144, 4096, -0.2738, 1.0, -0.3147, 1.0),
+                (8192, 8192, -0.0212, 1.0, -0.0234, 1.0),
+                (14336, 4096, 0.0705, 1.0, -0.0416, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9618,13 +9846,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (4096, 2048, 8192),
-                (5760, 2048, 8192),
-                (8192, 2048, 8192),
+                (4096, 2048, 11584),
+                (5760, 2048, 11584),
+                (8192, 2048, 11584),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [153]
+        # index: [156]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9635,18 +9863,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6645, 1.0, -0.5265, 1.0),
-                (4096, 14336, -0.4717, 1.0, -0.3896, 1.0),
-                (6144, 4096, -0.1733, 1.0, -0.1285, 1.0),
-                (8192, 8192, -0.0706, 1.0, 0.0134, 1.0),
-                (14336, 4096, 0.0799, 1.0, 0.1111, 1.0),
+                (4096, 4096, -0.6684, 1.0, -0.5179, 1.0),
+                (4096, 14336, -0.4648, 1.0, -0.3801, 1.0),
+                (6144, 4096, -0.1688, 1.0, -0.1237, 1.0),
+                (8192, 8192, -0.0231, 1.0, 0.0447, 1.0),
+                (14336, 4096, 0.0876, 1.0, 0.1244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9668,7 +9896,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [154]
+        # index: [157]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9679,18 +9907,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=140,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.0395, 1.0, -0.9085, 1.0),
-                (4096, 14336, -0.8432, 1.0, -0.7644, 1.0),
-                (6144, 4096, -0.6509, 1.0, -0.6142, 1.0),
-                (8192, 8192, -0.5097, 1.0, -0.4283, 1.0),
-                (14336, 4096, -0.3759, 1.0, -0.3587, 1.0),
+                (4096, 4096, -1.0391, 1.0, -0.8919, 1.0),
+                (4096, 14336, -0.8371, 1.0, -0.7531, 1.0),
+                (6144, 4096, -0.6439, 1.0, -0.6037, 1.0),
+                (8192, 8192, -0.4908, 1.0, -0.4175, 1.0),
+                (14336, 4096, -0.3864, 1.0, -0.3511, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9714,7 +9942,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [155]
+        # index: [158]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9725,18 +9953,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.0712, 1.0, -0.9378, 1.0),
-                (4096, 14336, -0.8476, 1.0, -0.7654, 1.0),
-                (6144, 4096, -0.7331, 1.0, -0.6872, 1.0),
-                (8192, 8192, -0.6216, 1.0, -0.5359, 1.0),
-                (14336, 4096, -0.1677, 1.0, -0.167, 1.0),
+                (4096, 4096, -1.0782, 1.0, -0.9261, 1.0),
+                (4096, 14336, -0.841, 1.0, -0.7578, 1.0),
+                (6144, 4096, -0.7271, 1.0, -0.6806, 1.0),
+                (8192, 8192, -0.6059, 1.0, -0.5212, 1.0),
+                (14336, 4096, -0.207, 1.0, -0.1696, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9758,33 +9986,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [156]
+        # index: [159]
         ShapeCandidate(
             m=112,
             m_end=128,
             rank=25,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="ca81defb6d1",
+            config_id="ce075fa6ffb",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.8868, 1.0, -0.7518, 1.0),
-                (4096, 14336, -0.5902, 1.0, -0.5144, 1.0),
-                (6144, 4096, -0.559, 1.0, -0.5192, 1.0),
-                (8192, 8192, -0.4301, 1.0, -0.3424, 1.0),
-                (14336, 4096, -0.245, 1.0, -0.231, 1.0),
+                (4096, 4096, -0.8767, 1.0, -0.7255, 1.0),
+                (4096, 14336, -0.575, 1.0, -0.4921, 1.0),
+                (6144, 4096, -0.545, 1.0, -0.5037, 1.0),
+                (8192, 8192, -0.4132, 1.0, -0.3311, 1.0),
+                (14336, 4096, -0.3126, 1.0, -0.2759, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 192),
+                ("block_n", 224),
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
@@ -9802,7 +10030,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [157]
+        # index: [160]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9820,11 +10048,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8437, 1.0, -0.7993, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6509, 1.0, 0.5487, 1.0),
-                (4096, 14336, 0.2974, 1.0, 0.2488, 1.0),
-                (6144, 4096, 0.3379, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1732, 1.0, 0.1307, 1.0),
-                (14336, 4096, 0.1411, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9838,12 +10066,57 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 8),
             ),
             cells=(
+                (16384, 1024, 1408),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [158]
+        # index: [161]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=27,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cc4aac1e901",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.8824, 1.0, -0.7302, 1.0),
+                (4096, 14336, -0.5799, 1.0, -0.4953, 1.0),
+                (6144, 4096, -0.5468, 1.0, -0.5055, 1.0),
+                (8192, 8192, -0.4157, 1.0, -0.3316, 1.0),
+                (14336, 4096, -0.2997, 1.0, -0.2589, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.6467, 1.0, 0.5417, 1.0),
+                (4096, 14336, 0.2915, 1.0, 0.2446, 1.0),
+                (6144, 4096, 0.3312, 1.0, 0.3236, 1.0),
+                (8192, 8192, 0.1626, 1.0, 0.126, 1.0),
+                (14336, 4096, 0.1484, 1.0, 0.1541, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 208),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [162]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -9861,11 +10134,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3777, 1.0, -0.4418, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -9884,7 +10157,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [159]
+        # index: [163]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -9902,11 +10175,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.228, 1.0, -0.4046, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -9926,7 +10199,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [160]
+        # index: [164]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -9944,11 +10217,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2884, 1.0, 0.2584, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9969,10 +10242,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 5760),
                 (2880, 11584, 11584),
                 (2880, 23168, 32768),
-                (4096, 1024, 4096),
-                (4096, 23168, 32768),
-                (5760, 1024, 4096),
-                (5760, 11584, 32768),
+                (4096, 1024, 5760),
+                (4096, 23168, 23168),
+                (5760, 1024, 5760),
+                (5760, 16384, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -9981,7 +10254,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [161]
+        # index: [165]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -9999,11 +10272,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3211, 1.0, 0.2835, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10021,10 +10294,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 4096),
                 (2048, 32768, 32768),
-                (2880, 1024, 4096),
+                (2880, 1024, 5760),
                 (2880, 23168, 32768),
                 (4096, 1024, 1408),
-                (4096, 2880, 4096),
+                (4096, 2880, 5760),
                 (5760, 1024, 4096),
                 (5760, 23168, 32768),
                 (8192, 1024, 32768),
@@ -10035,7 +10308,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [162]
+        # index: [166]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10053,11 +10326,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3224, 1.0, 0.2911, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10082,17 +10355,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 1024, 1408),
                 (5760, 2880, 2880),
                 (5760, 23168, 32768),
-                (8192, 1024, 4096),
-                (8192, 11584, 32768),
+                (8192, 1024, 5760),
+                (8192, 16384, 32768),
                 (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 1408),
-                (23168, 4096, 32768),
+                (16384, 1024, 1024),
+                (16384, 2048, 32768),
+                (23168, 1024, 1024),
+                (23168, 2880, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [163]
+        # index: [167]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10110,11 +10384,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.381, 1.0, 0.3401, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10136,14 +10410,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 4096),
                 (5760, 1024, 1024),
                 (8192, 1024, 1408),
-                (16384, 1024, 1408),
+                (16384, 1024, 1024),
                 (23168, 1024, 1024),
-                (32768, 1024, 1408),
-                (32768, 4096, 32768),
+                (32768, 1024, 1024),
+                (32768, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [164]
+        # index: [168]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10161,11 +10435,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.29, 1.0, 0.26, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10184,12 +10458,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 32768, 32768),
                 (2048, 1024, 2048),
                 (2880, 1024, 2880),
-                (16384, 1024, 1024),
                 (32768, 1024, 1024),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [165]
+        # index: [169]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10207,11 +10480,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3264, 1.0, 0.2911, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10232,7 +10505,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [166]
+        # index: [170]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10250,11 +10523,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3265, 1.0, 0.2933, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10277,7 +10550,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [167]
+        # index: [171]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10295,11 +10568,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3856, 1.0, 0.3445, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10318,7 +10591,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [168]
+        # index: [172]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10336,11 +10609,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1371, 1.0, 0.1331, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10359,7 +10632,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [169]
+        # index: [173]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10377,11 +10650,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0717, 1.0, 0.0111, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10400,7 +10673,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [170]
+        # index: [174]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10418,11 +10691,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0192, 1.0, -0.0699, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -10438,7 +10711,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [171]
+        # index: [175]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10456,11 +10729,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0056, 1.0, -0.072, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -10477,7 +10750,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [172]
+        # index: [176]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10495,11 +10768,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0664, 1.0, -0.0877, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -10517,7 +10790,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [173]
+        # index: [177]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10535,11 +10808,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0609, 1.0, 0.0832, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -10552,11 +10825,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 4096, 8192),
                 (1408, 4096, 8192),
-                (2048, 4096, 4096),
+                (2048, 4096, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [174]
+        # index: [178]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10574,11 +10847,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2976, 1.0, 0.1689, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10595,7 +10868,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [175]
+        # index: [179]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10613,11 +10886,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3735, 1.0, 0.2544, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10633,7 +10906,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [176]
+        # index: [180]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10644,18 +10917,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.1193, 1.0, -0.5922, 1.0),
-                (4096, 14336, -0.0106, 1.0, -0.286, 1.0),
-                (6144, 4096, -0.0609, 1.0, -0.8338, 1.0),
-                (8192, 8192, 0.089, 1.0, -0.0825, 1.0),
-                (14336, 4096, -0.011, 1.0, -0.1001, 1.0),
+                (4096, 4096, -0.1021, 1.0, -0.583, 1.0),
+                (4096, 14336, -0.0028, 1.0, -0.2844, 1.0),
+                (6144, 4096, -0.0548, 1.0, -0.8566, 1.0),
+                (8192, 8192, 0.0977, 1.0, -0.0894, 1.0),
+                (14336, 4096, -0.0017, 1.0, -0.1069, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10673,13 +10946,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 16384, 32768),
                 (1408, 11584, 32768),
-                (2048, 5760, 32768),
-                (2880, 5760, 32768),
-                (4096, 5760, 32768),
+                (2048, 8192, 32768),
+                (2880, 8192, 32768),
+                (4096, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [177]
+        # index: [181]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10690,18 +10963,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.2986, 1.0, -0.6866, 1.0),
-                (4096, 14336, -0.0862, 1.0, -0.5104, 1.0),
-                (6144, 4096, -0.1237, 1.0, -0.6484, 1.0),
-                (8192, 8192, -0.2915, 1.0, -0.625, 1.0),
-                (14336, 4096, -0.043, 1.0, -0.2746, 1.0),
+                (4096, 4096, -0.2827, 1.0, -0.6794, 1.0),
+                (4096, 14336, -0.0766, 1.0, -0.5105, 1.0),
+                (6144, 4096, -0.1155, 1.0, -0.6508, 1.0),
+                (8192, 8192, -0.2806, 1.0, -0.6469, 1.0),
+                (14336, 4096, -0.038, 1.0, -0.2739, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10725,7 +10998,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [178]
+        # index: [182]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10743,11 +11016,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2029, 1.0, 0.0665, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10764,7 +11037,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [179]
+        # index: [183]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10782,11 +11055,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0973, 1.0, 0.1352, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -10803,7 +11076,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [180]
+        # index: [184]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10821,11 +11094,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2588, 1.0, -0.1535, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -10843,7 +11116,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [181]
+        # index: [185]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10861,11 +11134,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0595, 1.0, -0.258, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -10883,7 +11156,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [182]
+        # index: [186]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10901,11 +11174,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.28, 1.0, -0.3874, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -10923,7 +11196,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [183]
+        # index: [187]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10941,11 +11214,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.008, 1.0, -0.0464, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10963,7 +11236,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [184]
+        # index: [188]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10981,11 +11254,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0142, 1.0, -0.068, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -11003,7 +11276,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [185]
+        # index: [189]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11021,11 +11294,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0127, 1.0, -0.1029, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -11043,7 +11316,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [186]
+        # index: [190]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11061,11 +11334,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2175, 1.0, 0.0647, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -11082,7 +11355,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [187]
+        # index: [191]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11100,11 +11373,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.169, 1.0, -0.115, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -11125,7 +11398,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [188]
+        # index: [192]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11143,11 +11416,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0944, 1.0, -0.3187, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -11168,7 +11441,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [189]
+        # index: [193]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11186,11 +11459,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1695, 1.0, -0.2039, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -11211,7 +11484,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [190]
+        # index: [194]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11222,18 +11495,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=108,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7953, 1.0, -0.7952, 1.0),
-                (4096, 14336, -0.6365, 1.0, -0.4894, 1.0),
-                (6144, 4096, -0.4757, 1.0, -0.8507, 1.0),
-                (8192, 8192, -0.1973, 1.0, -0.3354, 1.0),
-                (14336, 4096, -0.2514, 1.0, -0.3311, 1.0),
+                (4096, 4096, -0.7884, 1.0, -0.7865, 1.0),
+                (4096, 14336, -0.626, 1.0, -0.4856, 1.0),
+                (6144, 4096, -0.4693, 1.0, -0.8482, 1.0),
+                (8192, 8192, -0.1835, 1.0, -0.3571, 1.0),
+                (14336, 4096, -0.2475, 1.0, -0.3314, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11256,7 +11529,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [191]
+        # index: [195]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11267,18 +11540,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6493, 1.0, -0.4066, 1.0),
-                (4096, 14336, -0.4111, 1.0, -0.0508, 1.0),
-                (6144, 4096, -0.3184, 1.0, -0.372, 1.0),
-                (8192, 8192, -0.0379, 1.0, 0.1171, 1.0),
-                (14336, 4096, -0.0495, 1.0, 0.1218, 1.0),
+                (4096, 4096, -0.6386, 1.0, -0.3947, 1.0),
+                (4096, 14336, -0.4011, 1.0, -0.0486, 1.0),
+                (6144, 4096, -0.3147, 1.0, -0.3666, 1.0),
+                (8192, 8192, -0.0234, 1.0, 0.1034, 1.0),
+                (14336, 4096, -0.0416, 1.0, 0.1244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11295,12 +11568,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 2048, 8192),
-                (5760, 2048, 8192),
-                (8192, 2048, 8192),
+                (5760, 2048, 11584),
+                (8192, 2048, 11584),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [192]
+        # index: [196]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11311,18 +11584,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5265, 1.0, -0.5716, 1.0),
-                (4096, 14336, -0.3896, 1.0, -0.2394, 1.0),
-                (6144, 4096, -0.1285, 1.0, -0.4526, 1.0),
-                (8192, 8192, 0.0134, 1.0, -0.0118, 1.0),
-                (14336, 4096, 0.1111, 1.0, 0.0153, 1.0),
+                (4096, 4096, -0.5179, 1.0, -0.4832, 1.0),
+                (4096, 14336, -0.3801, 1.0, -0.2485, 1.0),
+                (6144, 4096, -0.1237, 1.0, -0.4601, 1.0),
+                (8192, 8192, 0.0447, 1.0, -0.0261, 1.0),
+                (14336, 4096, 0.1244, 1.0, 0.0253, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11338,17 +11611,59 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (4096, 5760, 32768),
-                (5760, 5760, 32768),
-                (8192, 5760, 32768),
+                (4096, 8192, 32768),
+                (5760, 8192, 32768),
+                (8192, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [193]
+        # index: [197]
         ShapeCandidate(
             m=128,
             m_end=176,
             rank=35,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c23f3a3047f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.1008, 1.0, -0.6594, 1.0),
+                (4096, 14336, 0.1344, 1.0, -0.438, 1.0),
+                (6144, 4096, 0.1819, 1.0, -0.6928, 1.0),
+                (8192, 8192, 0.1667, 1.0, -0.6311, 1.0),
+                (14336, 4096, -0.0173, 1.0, -0.1589, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (4096, 32768, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [198]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=36,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c912339e000",
@@ -11362,11 +11677,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1092, 1.0, -0.1402, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -11385,11 +11700,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [194]
+        # index: [199]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=36,
+            rank=37,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cfb20e194d1",
@@ -11403,11 +11718,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1012, 1.0, -0.1806, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 176),
@@ -11426,53 +11741,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [195]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=37,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c5be064a1ee",
-            registers=140,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.9085, 1.0, -1.0873, 1.0),
-                (4096, 14336, -0.7644, 1.0, -0.845, 1.0),
-                (6144, 4096, -0.6142, 1.0, -0.8188, 1.0),
-                (8192, 8192, -0.4283, 1.0, -0.6323, 1.0),
-                (14336, 4096, -0.3587, 1.0, -0.4893, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 2880),
-                (32768, 1024, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [196]
+        # index: [200]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11490,11 +11759,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0733, 1.0, -0.107, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -11513,29 +11782,75 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [197]
+        # index: [201]
         ShapeCandidate(
             m=128,
             m_end=176,
             rank=39,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c5be064a1ee",
+            registers=140,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.8919, 1.0, -1.0768, 1.0),
+                (4096, 14336, -0.7531, 1.0, -0.8388, 1.0),
+                (6144, 4096, -0.6037, 1.0, -0.8243, 1.0),
+                (8192, 8192, -0.4175, 1.0, -0.649, 1.0),
+                (14336, 4096, -0.3511, 1.0, -0.4904, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 2048),
+                (32768, 1024, 2048),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [202]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=40,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.9378, 1.0, -1.2922, 1.0),
-                (4096, 14336, -0.7654, 1.0, -1.0531, 1.0),
-                (6144, 4096, -0.6872, 1.0, -0.8653, 1.0),
-                (8192, 8192, -0.5359, 1.0, -0.3083, 1.0),
-                (14336, 4096, -0.167, 1.0, -0.226, 1.0),
+                (4096, 4096, -0.9261, 1.0, -1.2845, 1.0),
+                (4096, 14336, -0.7578, 1.0, -1.0564, 1.0),
+                (6144, 4096, -0.6806, 1.0, -0.8625, 1.0),
+                (8192, 8192, -0.5212, 1.0, -0.3194, 1.0),
+                (14336, 4096, -0.1696, 1.0, -0.2437, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11557,51 +11872,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [198]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=40,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="ca81defb6d1",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.7518, 1.0, -1.113, 1.0),
-                (4096, 14336, -0.5144, 1.0, -0.8167, 1.0),
-                (6144, 4096, -0.5192, 1.0, -1.0056, 1.0),
-                (8192, 8192, -0.3424, 1.0, -0.6303, 1.0),
-                (14336, 4096, -0.231, 1.0, -0.3531, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (16384, 2048, 32768),
-                (23168, 2048, 32768),
-                (32768, 2048, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [199]
+        # index: [203]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -11619,11 +11890,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7993, 1.0, -0.6225, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5487, 1.0, 0.7437, 1.0),
-                (4096, 14336, 0.2488, 1.0, 0.3852, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.674, 1.0),
-                (8192, 8192, 0.1307, 1.0, 0.273, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.2136, 1.0),
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11637,12 +11908,57 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 8),
             ),
             cells=(
+                (16384, 1024, 1408),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [200]
+        # index: [204]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=42,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce075fa6ffb",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.7255, 1.0, -1.0972, 1.0),
+                (4096, 14336, -0.4921, 1.0, -0.8045, 1.0),
+                (6144, 4096, -0.5037, 1.0, -1.0145, 1.0),
+                (8192, 8192, -0.3311, 1.0, -0.6708, 1.0),
+                (14336, 4096, -0.2759, 1.0, -0.4145, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5417, 1.0, 0.7363, 1.0),
+                (4096, 14336, 0.2446, 1.0, 0.3821, 1.0),
+                (6144, 4096, 0.3236, 1.0, 0.6727, 1.0),
+                (8192, 8192, 0.126, 1.0, 0.2844, 1.0),
+                (14336, 4096, 0.1541, 1.0, 0.2132, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (16384, 1408, 32768),
+                (23168, 1408, 32768),
+                (32768, 1408, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [205]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -11660,11 +11976,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4418, 1.0, -0.423, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -11684,7 +12000,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [201]
+        # index: [206]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -11702,11 +12018,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4046, 1.0, -0.444, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -11725,7 +12041,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [202]
+        # index: [207]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -11743,11 +12059,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3874, 1.0, -0.4379, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11765,7 +12081,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [203]
+        # index: [208]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -11783,11 +12099,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2584, 1.0, 0.223, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11808,15 +12124,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 1408),
-                (11584, 4096, 32768),
+                (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [204]
+        # index: [209]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -11834,11 +12149,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2835, 1.0, 0.2392, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11858,19 +12173,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 32768),
                 (4096, 1024, 2048),
                 (4096, 5760, 32768),
-                (5760, 1024, 1408),
-                (5760, 5760, 11584),
-                (5760, 32768, 32768),
-                (8192, 1024, 1408),
-                (8192, 2880, 32768),
-                (11584, 1024, 1408),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [205]
+        # index: [210]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -11888,11 +12200,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2911, 1.0, 0.2543, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11913,16 +12225,20 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 32768),
                 (4096, 1024, 2048),
                 (4096, 5760, 32768),
-                (5760, 1024, 1408),
-                (8192, 1024, 1408),
-                (8192, 4096, 32768),
+                (5760, 1024, 1024),
+                (5760, 2880, 2880),
+                (5760, 5760, 11584),
+                (5760, 32768, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 1024),
+                (11584, 2880, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [206]
+        # index: [211]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -11940,11 +12256,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3401, 1.0, 0.2919, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -11967,13 +12283,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 1024),
                 (4096, 5760, 32768),
                 (5760, 1024, 1024),
-                (16384, 1024, 2048),
-                (23168, 1024, 2048),
-                (32768, 1024, 2048),
+                (8192, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [207]
+        # index: [212]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -11991,11 +12308,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.26, 1.0, 0.2246, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12016,10 +12333,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 2048),
                 (2880, 5760, 32768),
                 (4096, 32768, 32768),
+                (8192, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [208]
+        # index: [213]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12037,11 +12358,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2911, 1.0, 0.2496, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12065,10 +12386,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 11584, 11584),
                 (2880, 32768, 32768),
                 (4096, 32768, 32768),
+                (8192, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [209]
+        # index: [214]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12086,11 +12408,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2933, 1.0, 0.2543, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12110,10 +12432,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 32768, 32768),
                 (2048, 23168, 32768),
                 (2880, 32768, 32768),
+                (8192, 1024, 1024),
+                (8192, 2880, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [210]
+        # index: [215]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12131,11 +12455,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3445, 1.0, 0.2961, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12157,7 +12481,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [211]
+        # index: [216]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12175,11 +12499,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1331, 1.0, 0.1283, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12200,7 +12524,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [212]
+        # index: [217]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12218,11 +12542,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.072, 1.0, -0.0184, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -12238,7 +12562,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [213]
+        # index: [218]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12256,11 +12580,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0877, 1.0, -0.0519, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -12277,7 +12601,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [214]
+        # index: [219]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12288,18 +12612,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5922, 1.0, -0.4839, 1.0),
-                (4096, 14336, -0.286, 1.0, -0.3341, 1.0),
-                (6144, 4096, -0.8338, 1.0, -0.4922, 1.0),
-                (8192, 8192, -0.0825, 1.0, -0.2679, 1.0),
-                (14336, 4096, -0.1001, 1.0, -0.2574, 1.0),
+                (4096, 4096, -0.583, 1.0, -0.4536, 1.0),
+                (4096, 14336, -0.2844, 1.0, -0.328, 1.0),
+                (6144, 4096, -0.8566, 1.0, -0.4884, 1.0),
+                (8192, 8192, -0.0894, 1.0, -0.2643, 1.0),
+                (14336, 4096, -0.1069, 1.0, -0.2636, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12324,7 +12648,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [215]
+        # index: [220]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12342,11 +12666,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0832, 1.0, -0.0094, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -12362,7 +12686,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [216]
+        # index: [221]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12373,18 +12697,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.6866, 1.0, -0.3882, 1.0),
-                (4096, 14336, -0.5104, 1.0, -0.2721, 1.0),
-                (6144, 4096, -0.6484, 1.0, -0.1749, 1.0),
-                (8192, 8192, -0.625, 1.0, -0.3536, 1.0),
-                (14336, 4096, -0.2746, 1.0, -0.1474, 1.0),
+                (4096, 4096, -0.6794, 1.0, -0.3622, 1.0),
+                (4096, 14336, -0.5105, 1.0, -0.2701, 1.0),
+                (6144, 4096, -0.6508, 1.0, -0.1688, 1.0),
+                (8192, 8192, -0.6469, 1.0, -0.3581, 1.0),
+                (14336, 4096, -0.2739, 1.0, -0.1531, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12406,11 +12730,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 2880, 32768),
                 (4096, 2880, 32768),
                 (5760, 4096, 32768),
-                (8192, 11584, 32768),
+                (8192, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [217]
+        # index: [222]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12428,11 +12752,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1352, 1.0, 0.1244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -12449,7 +12773,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [218]
+        # index: [223]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12467,11 +12791,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.258, 1.0, -0.3523, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -12489,7 +12813,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [219]
+        # index: [224]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12500,18 +12824,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=108,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7952, 1.0, -0.8528, 1.0),
-                (4096, 14336, -0.4894, 1.0, -0.6282, 1.0),
-                (6144, 4096, -0.8507, 1.0, -0.6446, 1.0),
-                (8192, 8192, -0.3354, 1.0, -0.4686, 1.0),
-                (14336, 4096, -0.3311, 1.0, -0.4646, 1.0),
+                (4096, 4096, -0.7865, 1.0, -0.823, 1.0),
+                (4096, 14336, -0.4856, 1.0, -0.6217, 1.0),
+                (6144, 4096, -0.8482, 1.0, -0.6381, 1.0),
+                (8192, 8192, -0.3571, 1.0, -0.4696, 1.0),
+                (14336, 4096, -0.3314, 1.0, -0.4692, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -12534,7 +12858,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [220]
+        # index: [225]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12552,11 +12876,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2039, 1.0, -0.1839, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -12574,7 +12898,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [221]
+        # index: [226]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12592,11 +12916,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1029, 1.0, -0.1001, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -12614,7 +12938,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [222]
+        # index: [227]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12632,11 +12956,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1958, 1.0, 0.1418, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -12653,7 +12977,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [223]
+        # index: [228]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12664,18 +12988,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=140,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.0873, 1.0, -0.9525, 1.0),
-                (4096, 14336, -0.845, 1.0, -0.7566, 1.0),
-                (6144, 4096, -0.8188, 1.0, -0.6246, 1.0),
-                (8192, 8192, -0.6323, 1.0, -0.5666, 1.0),
-                (14336, 4096, -0.4893, 1.0, -0.5356, 1.0),
+                (4096, 4096, -1.0768, 1.0, -0.9226, 1.0),
+                (4096, 14336, -0.8388, 1.0, -0.7553, 1.0),
+                (6144, 4096, -0.8243, 1.0, -0.6139, 1.0),
+                (8192, 8192, -0.649, 1.0, -0.5805, 1.0),
+                (14336, 4096, -0.4904, 1.0, -0.5428, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -12697,7 +13021,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [224]
+        # index: [229]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12715,11 +13039,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3187, 1.0, -0.2638, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -12740,7 +13064,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [225]
+        # index: [230]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12758,11 +13082,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2203, 1.0, -0.1247, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -12777,13 +13101,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
-                (16384, 2880, 32768),
-                (23168, 2880, 32768),
-                (32768, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [226]
+        # index: [231]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12794,18 +13115,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.2922, 1.0, -1.014, 1.0),
-                (4096, 14336, -1.0531, 1.0, -0.8163, 1.0),
-                (6144, 4096, -0.8653, 1.0, -0.6986, 1.0),
-                (8192, 8192, -0.3083, 1.0, -0.465, 1.0),
-                (14336, 4096, -0.226, 1.0, -0.4826, 1.0),
+                (4096, 4096, -1.2845, 1.0, -0.9803, 1.0),
+                (4096, 14336, -1.0564, 1.0, -0.8176, 1.0),
+                (6144, 4096, -0.8625, 1.0, -0.6967, 1.0),
+                (8192, 8192, -0.3194, 1.0, -0.3924, 1.0),
+                (14336, 4096, -0.2437, 1.0, -0.4895, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12821,79 +13142,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (5760, 1024, 2880),
-                (8192, 1024, 2880),
-                (11584, 1024, 2880),
+                (5760, 1024, 2048),
+                (8192, 1024, 2048),
+                (11584, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [227]
+        # index: [232]
         ShapeCandidate(
             m=176,
             m_end=256,
             rank=27,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cbb0ccde4b7",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -1.113, 1.0, -0.8341, 1.0),
-                (4096, 14336, -0.8252, 1.0, -0.5781, 1.0),
-                (6144, 4096, -0.6737, 1.0, -0.5094, 1.0),
-                (8192, 8192, -0.0818, 1.0, -0.2338, 1.0),
-                (14336, 4096, -0.0026, 1.0, -0.281, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (5760, 2048, 32768),
-                (8192, 2048, 32768),
-                (11584, 2048, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [228]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=28,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
             config_id="c7d87dbb50c",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.0755, 1.0, -0.7895, 1.0),
-                (4096, 14336, -0.8179, 1.0, -0.5713, 1.0),
-                (6144, 4096, -0.7091, 1.0, -0.4919, 1.0),
-                (8192, 8192, -0.1393, 1.0, -0.225, 1.0),
-                (14336, 4096, -0.1936, 1.0, -0.2959, 1.0),
+                (4096, 4096, -1.0686, 1.0, -0.7605, 1.0),
+                (4096, 14336, -0.8121, 1.0, -0.5772, 1.0),
+                (6144, 4096, -0.7156, 1.0, -0.4819, 1.0),
+                (8192, 8192, -0.1994, 1.0, -0.2574, 1.0),
+                (14336, 4096, -0.196, 1.0, -0.3059, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12909,35 +13186,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (5760, 2048, 32768),
-                (8192, 2048, 32768),
-                (11584, 2048, 32768),
+                (5760, 1408, 32768),
+                (8192, 1408, 32768),
+                (11584, 1408, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [229]
+        # index: [233]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=29,
+            rank=28,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c3a653654f4",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6271, 1.0, -0.2959, 1.0),
-                (4096, 14336, -0.4944, 1.0, -0.1964, 1.0),
-                (6144, 4096, -0.7256, 1.0, -0.2285, 1.0),
-                (8192, 8192, -0.384, 1.0, -0.1016, 1.0),
-                (14336, 4096, -0.4503, 1.0, -0.2784, 1.0),
+                (4096, 4096, -0.6173, 1.0, -0.2616, 1.0),
+                (4096, 14336, -0.4885, 1.0, -0.198, 1.0),
+                (6144, 4096, -0.7263, 1.0, -0.2198, 1.0),
+                (8192, 8192, -0.4081, 1.0, -0.1026, 1.0),
+                (14336, 4096, -0.4611, 1.0, -0.2852, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12957,33 +13234,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [230]
+        # index: [234]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=30,
+            rank=29,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c8eee738415",
+            config_id="c4bfaedb314",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -1.0955, 1.0, -0.8147, 1.0),
-                (4096, 14336, -0.8088, 1.0, -0.5658, 1.0),
-                (6144, 4096, -0.987, 1.0, -0.5306, 1.0),
-                (8192, 8192, -0.6375, 1.0, -0.3691, 1.0),
-                (14336, 4096, -0.4501, 1.0, -0.329, 1.0),
+                (4096, 4096, -1.0845, 1.0, -0.7828, 1.0),
+                (4096, 14336, -0.8082, 1.0, -0.5721, 1.0),
+                (6144, 4096, -0.9875, 1.0, -0.5235, 1.0),
+                (8192, 8192, -0.6471, 1.0, -0.3586, 1.0),
+                (14336, 4096, -0.4379, 1.0, -0.3406, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 192),
+                ("block_n", 176),
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
@@ -13003,198 +13280,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [231]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=31,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cfb20e194d1",
-            registers=168,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -0.9212, 1.0, -0.9071, 1.0),
-                (4096, 14336, -0.6295, 1.0, -0.6723, 1.0),
-                (6144, 4096, -0.828, 1.0, -0.6032, 1.0),
-                (8192, 8192, -0.4602, 1.0, -0.1191, 1.0),
-                (14336, 4096, -0.1806, 1.0, -0.2343, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
-            ),
-            tunables=(
-                ("block_m", 176),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [232]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=32,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c3a08963e55",
-            registers=168,
-            smem_bytes=211968,
-            bias_terms=(
-                (4096, 4096, -0.9621, 1.0, -0.9462, 1.0),
-                (4096, 14336, -0.6629, 1.0, -0.7038, 1.0),
-                (6144, 4096, -0.8774, 1.0, -0.5421, 1.0),
-                (8192, 8192, -0.502, 1.0, -0.0568, 1.0),
-                (14336, 4096, -0.2768, 1.0, -0.1887, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
-            ),
-            tunables=(
-                ("block_m", 200),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (8192, 1024, 2048),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [233]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=33,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c537006da26",
-            registers=168,
-            smem_bytes=165888,
-            bias_terms=(
-                (4096, 4096, -0.9407, 1.0, -0.9321, 1.0),
-                (4096, 14336, -0.6497, 1.0, -0.6911, 1.0),
-                (6144, 4096, -0.8499, 1.0, -0.5793, 1.0),
-                (8192, 8192, -0.4735, 1.0, -0.0454, 1.0),
-                (14336, 4096, -0.2062, 1.0, -0.1712, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
-            ),
-            tunables=(
-                ("block_m", 192),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (8192, 1024, 8192),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [234]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=34,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="ca81defb6d1",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -1.113, 1.0, -0.8352, 1.0),
-                (4096, 14336, -0.8167, 1.0, -0.5694, 1.0),
-                (6144, 4096, -1.0056, 1.0, -0.5515, 1.0),
-                (8192, 8192, -0.6303, 1.0, -0.3733, 1.0),
-                (14336, 4096, -0.3531, 1.0, -0.2897, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [235]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=35,
+            rank=30,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.117, 1.0, -0.8407, 1.0),
-                (4096, 14336, -0.8052, 1.0, -0.566, 1.0),
-                (6144, 4096, -1.0192, 1.0, -0.5614, 1.0),
-                (8192, 8192, -0.6569, 1.0, -0.3919, 1.0),
-                (14336, 4096, -0.4915, 1.0, -0.3149, 1.0),
+                (4096, 4096, -1.103, 1.0, -0.8022, 1.0),
+                (4096, 14336, -0.7987, 1.0, -0.5669, 1.0),
+                (6144, 4096, -1.0193, 1.0, -0.559, 1.0),
+                (8192, 8192, -0.6798, 1.0, -0.3968, 1.0),
+                (14336, 4096, -0.493, 1.0, -0.323, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13221,7 +13329,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=36,
+            rank=31,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cd05bed69ad",
@@ -13235,11 +13343,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2844, 1.0, -0.1875, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7437, 1.0, 0.5425, 1.0),
-                (4096, 14336, 0.3852, 1.0, 0.2568, 1.0),
-                (6144, 4096, 0.674, 1.0, 0.3283, 1.0),
-                (8192, 8192, 0.273, 1.0, 0.1294, 1.0),
-                (14336, 4096, 0.2136, 1.0, 0.1747, 1.0),
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -13259,6 +13367,126 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [237]
         ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=32,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cfb20e194d1",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.9212, 1.0, -0.9071, 1.0),
+                (4096, 14336, -0.6295, 1.0, -0.6723, 1.0),
+                (6144, 4096, -0.828, 1.0, -0.6032, 1.0),
+                (8192, 8192, -0.4602, 1.0, -0.1191, 1.0),
+                (14336, 4096, -0.1806, 1.0, -0.2343, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
+            ),
+            tunables=(
+                ("block_m", 176),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [238]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=33,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c3a08963e55",
+            registers=168,
+            smem_bytes=211968,
+            bias_terms=(
+                (4096, 4096, -0.9621, 1.0, -0.9462, 1.0),
+                (4096, 14336, -0.6629, 1.0, -0.7038, 1.0),
+                (6144, 4096, -0.8774, 1.0, -0.5421, 1.0),
+                (8192, 8192, -0.502, 1.0, -0.0568, 1.0),
+                (14336, 4096, -0.2768, 1.0, -0.1887, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
+            ),
+            tunables=(
+                ("block_m", 200),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [239]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=34,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c537006da26",
+            registers=168,
+            smem_bytes=165888,
+            bias_terms=(
+                (4096, 4096, -0.9407, 1.0, -0.9321, 1.0),
+                (4096, 14336, -0.6497, 1.0, -0.6911, 1.0),
+                (6144, 4096, -0.8499, 1.0, -0.5793, 1.0),
+                (8192, 8192, -0.4735, 1.0, -0.0454, 1.0),
+                (14336, 4096, -0.2062, 1.0, -0.1712, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7363, 1.0, 0.5297, 1.0),
+                (4096, 14336, 0.3821, 1.0, 0.256, 1.0),
+                (6144, 4096, 0.6727, 1.0, 0.3237, 1.0),
+                (8192, 8192, 0.2844, 1.0, 0.1298, 1.0),
+                (14336, 4096, 0.2132, 1.0, 0.1767, 1.0),
+            ),
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [240]
+        ShapeCandidate(
             m=256,
             m_end=320,
             rank=0,
@@ -13275,11 +13503,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3671, 1.0, -0.4995, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -13290,15 +13518,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 23168),
-                (1408, 1024, 23168),
-                (2048, 1024, 23168),
+                (1024, 1024, 16384),
+                (1408, 1024, 16384),
+                (2048, 1024, 16384),
                 (2880, 1024, 1408),
                 (4096, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [238]
+        # index: [241]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13316,11 +13544,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.444, 1.0, -0.4709, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -13336,7 +13564,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [239]
+        # index: [242]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13354,11 +13582,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.423, 1.0, -0.4867, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -13375,7 +13603,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [240]
+        # index: [243]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13393,11 +13621,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4379, 1.0, -0.4781, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -13408,15 +13636,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 4096),
+                (1024, 1024, 5760),
                 (1408, 1024, 5760),
-                (2048, 1024, 16384),
+                (2048, 1024, 11584),
                 (2880, 1024, 5760),
                 (4096, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [241]
+        # index: [244]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13434,11 +13662,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.223, 1.0, 0.2157, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13455,6 +13683,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 4096),
+                (2048, 23168, 32768),
                 (2880, 1024, 11584),
                 (2880, 23168, 32768),
                 (4096, 1024, 32768),
@@ -13467,7 +13696,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [242]
+        # index: [245]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13485,11 +13714,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2392, 1.0, 0.2326, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13506,7 +13735,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 2048),
-                (2880, 1024, 8192),
+                (2048, 32768, 32768),
+                (2880, 1024, 5760),
+                (2880, 32768, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
@@ -13517,7 +13748,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [243]
+        # index: [246]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13535,11 +13766,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2543, 1.0, 0.2447, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13555,7 +13786,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 5760),
-                (1408, 11584, 32768),
+                (1408, 11584, 11584),
+                (1408, 23168, 32768),
                 (2880, 1024, 4096),
                 (4096, 1024, 11584),
                 (5760, 1024, 23168),
@@ -13567,7 +13799,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [244]
+        # index: [247]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13585,11 +13817,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2919, 1.0, 0.278, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13604,11 +13836,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 2048),
+                (1408, 1024, 2880),
                 (1408, 23168, 32768),
                 (2880, 2048, 2048),
                 (4096, 2048, 8192),
-                (5760, 1408, 1408),
+                (5760, 1024, 1408),
                 (5760, 4096, 8192),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -13618,7 +13850,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [245]
+        # index: [248]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13636,11 +13868,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2246, 1.0, 0.2171, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13671,7 +13903,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [246]
+        # index: [249]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13689,11 +13921,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2496, 1.0, 0.24, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13716,7 +13948,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [247]
+        # index: [250]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13734,11 +13966,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2543, 1.0, 0.2449, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13758,7 +13990,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [248]
+        # index: [251]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13776,11 +14008,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2961, 1.0, 0.2814, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13794,13 +14026,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2048),
-                (1024, 5760, 5760),
+                (1024, 1024, 2880),
                 (1024, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [249]
+        # index: [252]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13811,18 +14042,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4839, 1.0, -0.4583, 1.0),
-                (4096, 14336, -0.3341, 1.0, -0.2816, 1.0),
-                (6144, 4096, -0.4922, 1.0, -0.2814, 1.0),
-                (8192, 8192, -0.2679, 1.0, 0.0015, 1.0),
-                (14336, 4096, -0.2574, 1.0, -0.1571, 1.0),
+                (4096, 4096, -0.4536, 1.0, -0.4281, 1.0),
+                (4096, 14336, -0.328, 1.0, -0.2893, 1.0),
+                (6144, 4096, -0.4884, 1.0, -0.4519, 1.0),
+                (8192, 8192, -0.2643, 1.0, 0.0086, 1.0),
+                (14336, 4096, -0.2636, 1.0, -0.1593, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13838,8 +14069,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 2880, 32768),
-                (1408, 2880, 32768),
+                (1024, 4096, 32768),
+                (1408, 4096, 32768),
                 (2048, 2880, 32768),
                 (2880, 2880, 32768),
                 (4096, 2880, 32768),
@@ -13847,7 +14078,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [250]
+        # index: [253]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13865,11 +14096,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1244, 1.0, 0.0633, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -13886,7 +14117,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [251]
+        # index: [254]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13904,11 +14135,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1283, 1.0, 0.1481, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13926,7 +14157,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [252]
+        # index: [255]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13944,11 +14175,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0601, 1.0, -0.0852, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -13962,11 +14193,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 32768, 32768),
+                (1024, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [253]
+        # index: [256]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -13984,11 +14215,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1316, 1.0, -0.4456, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -14005,7 +14236,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [254]
+        # index: [257]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14023,11 +14254,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3523, 1.0, -0.1485, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -14044,7 +14275,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [255]
+        # index: [258]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14062,11 +14293,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1403, 1.0, -0.1665, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -14083,7 +14314,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [256]
+        # index: [259]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14101,11 +14332,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0478, 1.0, -0.0545, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -14122,7 +14353,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [257]
+        # index: [260]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14140,11 +14371,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0366, 1.0, -0.0722, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -14155,13 +14386,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1408, 5760, 32768),
-                (2048, 5760, 32768),
-                (2880, 5760, 32768),
+                (1408, 5760, 23168),
+                (2048, 5760, 8192),
+                (2048, 16384, 23168),
+                (2880, 5760, 23168),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [258]
+        # index: [261]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14179,11 +14411,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1302, 1.0, 0.0455, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -14195,12 +14427,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 8192, 32768),
-                (2048, 16384, 32768),
+                (2048, 11584, 32768),
                 (2880, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [259]
+        # index: [262]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14218,11 +14450,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.111, 1.0, 0.1556, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -14239,29 +14471,74 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [260]
+        # index: [263]
         ShapeCandidate(
             m=256,
             m_end=320,
             rank=23,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c23f3a3047f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.3733, 1.0, -0.3274, 1.0),
+                (4096, 14336, -0.2641, 1.0, -0.2595, 1.0),
+                (6144, 4096, -0.1865, 1.0, -0.7405, 1.0),
+                (8192, 8192, -0.3484, 1.0, -0.164, 1.0),
+                (14336, 4096, -0.1071, 1.0, -0.3113, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1408, 16384, 32768),
+                (2048, 11584, 32768),
+                (2880, 8192, 32768),
+                (4096, 16384, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [264]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=24,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="c0b50f1dfa3",
             registers=108,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.8528, 1.0, -0.5958, 1.0),
-                (4096, 14336, -0.6282, 1.0, -0.4165, 1.0),
-                (6144, 4096, -0.6446, 1.0, -0.5773, 1.0),
-                (8192, 8192, -0.4686, 1.0, -0.2675, 1.0),
-                (14336, 4096, -0.4646, 1.0, -0.4168, 1.0),
+                (4096, 4096, -0.823, 1.0, -0.5614, 1.0),
+                (4096, 14336, -0.6217, 1.0, -0.4168, 1.0),
+                (6144, 4096, -0.6381, 1.0, -0.7498, 1.0),
+                (8192, 8192, -0.4696, 1.0, -0.2768, 1.0),
+                (14336, 4096, -0.4692, 1.0, -0.4163, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -14284,11 +14561,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [261]
+        # index: [265]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=24,
+            rank=25,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ca0cfa76740",
@@ -14302,11 +14579,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1839, 1.0, -0.2186, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -14327,11 +14604,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [262]
+        # index: [266]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=25,
+            rank=26,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c42319cbc9f",
@@ -14345,11 +14622,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0897, 1.0, -0.4821, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -14367,11 +14644,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [263]
+        # index: [267]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=26,
+            rank=27,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c26f61dd7af",
@@ -14385,11 +14662,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0889, 1.0, -0.359, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -14410,29 +14687,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [264]
+        # index: [268]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=27,
+            rank=28,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c62ed235c0f",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3882, 1.0, -0.6349, 1.0),
-                (4096, 14336, -0.2721, 1.0, -0.5059, 1.0),
-                (6144, 4096, -0.1749, 1.0, -0.4543, 1.0),
-                (8192, 8192, -0.3536, 1.0, -0.1694, 1.0),
-                (14336, 4096, -0.1474, 1.0, -0.2713, 1.0),
+                (4096, 4096, -0.3622, 1.0, -0.5983, 1.0),
+                (4096, 14336, -0.2701, 1.0, -0.5034, 1.0),
+                (6144, 4096, -0.1688, 1.0, -0.6217, 1.0),
+                (8192, 8192, -0.3581, 1.0, -0.1511, 1.0),
+                (14336, 4096, -0.1531, 1.0, -0.2746, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14448,19 +14725,19 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (2048, 5760, 11584),
-                (2048, 23168, 32768),
+                (2048, 5760, 8192),
+                (2048, 16384, 32768),
                 (2880, 5760, 32768),
                 (4096, 5760, 32768),
                 (5760, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [265]
+        # index: [269]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=28,
+            rank=29,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce640992674",
@@ -14474,11 +14751,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0292, 1.0, -0.1169, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -14495,97 +14772,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [266]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=29,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c23f3a3047f",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.3991, 1.0, -0.3631, 1.0),
-                (4096, 14336, -0.2702, 1.0, -0.2307, 1.0),
-                (6144, 4096, -0.1926, 1.0, -0.5705, 1.0),
-                (8192, 8192, -0.3453, 1.0, -0.1475, 1.0),
-                (14336, 4096, -0.097, 1.0, -0.3046, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (2048, 16384, 32768),
-                (2880, 11584, 32768),
-                (4096, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [267]
+        # index: [270]
         ShapeCandidate(
             m=256,
             m_end=320,
             rank=30,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c742626ea16",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.2723, 1.0, -0.4204, 1.0),
-                (4096, 14336, -0.1386, 1.0, -0.3819, 1.0),
-                (6144, 4096, -0.2521, 1.0, -0.6133, 1.0),
-                (8192, 8192, -0.1163, 1.0, -0.3846, 1.0),
-                (14336, 4096, -0.2726, 1.0, -0.2917, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (2048, 32768, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [268]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=31,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cc49eaf5f7a",
@@ -14599,11 +14790,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0819, 1.0, -0.1067, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -14623,11 +14814,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [269]
+        # index: [271]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=32,
+            rank=31,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c912339e000",
@@ -14641,11 +14832,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3021, 1.0, -0.3295, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -14666,11 +14857,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [270]
+        # index: [272]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=33,
+            rank=32,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c7deb9573ee",
@@ -14684,11 +14875,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3351, 1.0, -0.1692, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -14709,29 +14900,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [271]
+        # index: [273]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=34,
+            rank=33,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
             registers=140,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.9525, 1.0, -0.5382, 1.0),
-                (4096, 14336, -0.7566, 1.0, -0.3337, 1.0),
-                (6144, 4096, -0.6246, 1.0, -0.6712, 1.0),
-                (8192, 8192, -0.5666, 1.0, -0.3616, 1.0),
-                (14336, 4096, -0.5356, 1.0, -0.4907, 1.0),
+                (4096, 4096, -0.9226, 1.0, -0.5045, 1.0),
+                (4096, 14336, -0.7553, 1.0, -0.3317, 1.0),
+                (6144, 4096, -0.6139, 1.0, -0.8441, 1.0),
+                (8192, 8192, -0.5805, 1.0, -0.3668, 1.0),
+                (14336, 4096, -0.5428, 1.0, -0.494, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -14753,66 +14944,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [272]
+        # index: [274]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=35,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cb530ae64c0",
-            registers=168,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.8814, 1.0, -0.5584, 1.0),
-                (4096, 14336, -0.6358, 1.0, -0.3759, 1.0),
-                (6144, 4096, -0.5947, 1.0, -0.6579, 1.0),
-                (8192, 8192, -0.2387, 1.0, -0.073, 1.0),
-                (14336, 4096, -0.2638, 1.0, -0.157, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (5760, 1024, 1024),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [273]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=36,
+            rank=34,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.014, 1.0, -0.7184, 1.0),
-                (4096, 14336, -0.8163, 1.0, -0.5888, 1.0),
-                (6144, 4096, -0.6986, 1.0, -0.6659, 1.0),
-                (8192, 8192, -0.465, 1.0, -0.3101, 1.0),
-                (14336, 4096, -0.4826, 1.0, -0.4002, 1.0),
+                (4096, 4096, -0.9803, 1.0, -0.534, 1.0),
+                (4096, 14336, -0.8176, 1.0, -0.4525, 1.0),
+                (6144, 4096, -0.6967, 1.0, -0.8799, 1.0),
+                (8192, 8192, -0.3924, 1.0, -0.327, 1.0),
+                (14336, 4096, -0.4895, 1.0, -0.3997, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14834,29 +14988,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [274]
+        # index: [275]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=37,
+            rank=35,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cbb0ccde4b7",
+            config_id="c7d87dbb50c",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.8341, 1.0, -0.5299, 1.0),
-                (4096, 14336, -0.5781, 1.0, -0.3487, 1.0),
-                (6144, 4096, -0.5094, 1.0, -0.4749, 1.0),
-                (8192, 8192, -0.2338, 1.0, -0.0773, 1.0),
-                (14336, 4096, -0.281, 1.0, -0.1738, 1.0),
+                (4096, 4096, -0.7605, 1.0, -0.612, 1.0),
+                (4096, 14336, -0.5772, 1.0, -0.503, 1.0),
+                (6144, 4096, -0.4819, 1.0, -0.7828, 1.0),
+                (8192, 8192, -0.2574, 1.0, -0.2194, 1.0),
+                (14336, 4096, -0.3059, 1.0, -0.2506, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14865,7 +15019,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("stages", 6),
                 ("consumers", 2),
                 ("cluster_m", 1),
-                ("cluster_n", 1),
+                ("cluster_n", 2),
                 ("raster", 1),
                 ("group_m", 8),
                 ("split_k", 1),
@@ -14878,11 +15032,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [275]
+        # index: [276]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=38,
+            rank=36,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c5cbac11596",
@@ -14896,11 +15050,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0812, 1.0, -0.0572, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -14915,33 +15069,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [276]
+        # index: [277]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=39,
+            rank=37,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="ca81defb6d1",
+            config_id="cf3af49378f",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.8352, 1.0, -0.682, 1.0),
-                (4096, 14336, -0.5694, 1.0, -0.5258, 1.0),
-                (6144, 4096, -0.5515, 1.0, -0.6267, 1.0),
-                (8192, 8192, -0.3733, 1.0, -0.152, 1.0),
-                (14336, 4096, -0.2897, 1.0, -0.3219, 1.0),
+                (4096, 4096, -0.799, 1.0, -0.6554, 1.0),
+                (4096, 14336, -0.5796, 1.0, -0.5262, 1.0),
+                (6144, 4096, -0.5483, 1.0, -0.7508, 1.0),
+                (8192, 8192, -0.3635, 1.0, -0.3659, 1.0),
+                (14336, 4096, -0.3196, 1.0, -0.2327, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 192),
+                ("block_n", 176),
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
@@ -14961,29 +15115,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [277]
+        # index: [278]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=40,
+            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.8407, 1.0, -0.6997, 1.0),
-                (4096, 14336, -0.566, 1.0, -0.5283, 1.0),
-                (6144, 4096, -0.5614, 1.0, -0.6527, 1.0),
-                (8192, 8192, -0.3919, 1.0, -0.4265, 1.0),
-                (14336, 4096, -0.3149, 1.0, -0.4594, 1.0),
+                (4096, 4096, -0.8022, 1.0, -0.6628, 1.0),
+                (4096, 14336, -0.5669, 1.0, -0.5277, 1.0),
+                (6144, 4096, -0.559, 1.0, -0.8231, 1.0),
+                (8192, 8192, -0.3968, 1.0, -0.4305, 1.0),
+                (14336, 4096, -0.323, 1.0, -0.465, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15006,11 +15160,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [278]
+        # index: [279]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=41,
+            rank=39,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c4a15955779",
@@ -15024,11 +15178,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3146, 1.0, -0.3712, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5425, 1.0, 0.3482, 1.0),
-                (4096, 14336, 0.2568, 1.0, 0.1393, 1.0),
-                (6144, 4096, 0.3283, 1.0, 0.413, 1.0),
-                (8192, 8192, 0.1294, 1.0, 0.094, 1.0),
-                (14336, 4096, 0.1747, 1.0, 0.1936, 1.0),
+                (4096, 4096, 0.5297, 1.0, 0.3293, 1.0),
+                (4096, 14336, 0.256, 1.0, 0.1393, 1.0),
+                (6144, 4096, 0.3237, 1.0, 0.4973, 1.0),
+                (8192, 8192, 0.1298, 1.0, 0.0949, 1.0),
+                (14336, 4096, 0.1767, 1.0, 0.1949, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -15044,7 +15198,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [279]
+        # index: [280]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15062,11 +15216,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4781, 1.0, -0.4117, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -15083,7 +15237,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [280]
+        # index: [281]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15101,11 +15255,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1485, 1.0, -0.3646, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -15123,7 +15277,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [281]
+        # index: [282]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15141,11 +15295,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4867, 1.0, -0.3393, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -15158,12 +15312,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 8192),
                 (1408, 1024, 8192),
-                (2048, 1024, 1408),
-                (2880, 1024, 1408),
+                (2048, 1024, 1024),
+                (2880, 1024, 1024),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [282]
+        # index: [283]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15181,11 +15335,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4995, 1.0, -0.1338, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -15196,13 +15350,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
+                (1024, 1024, 23168),
+                (1408, 1024, 23168),
+                (2048, 1024, 23168),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [283]
+        # index: [284]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15220,11 +15374,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4709, 1.0, -0.4957, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -15240,7 +15394,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [284]
+        # index: [285]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15258,11 +15412,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4456, 1.0, -0.0942, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -15280,7 +15434,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [285]
+        # index: [286]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15298,11 +15452,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2157, 1.0, 0.2004, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15318,21 +15472,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 5760, 32768),
-                (2880, 1024, 1024),
+                (2048, 8192, 32768),
                 (2880, 5760, 32768),
-                (5760, 1024, 1024),
-                (5760, 11584, 32768),
-                (8192, 2880, 4096),
-                (8192, 11584, 32768),
-                (11584, 16384, 32768),
-                (16384, 16384, 32768),
+                (4096, 5760, 32768),
+                (8192, 1024, 32768),
+                (11584, 2048, 32768),
+                (16384, 2048, 8192),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [286]
+        # index: [287]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15350,11 +15501,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2326, 1.0, 0.2186, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15372,12 +15523,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 8192, 32768),
                 (2880, 8192, 32768),
+                (4096, 8192, 32768),
+                (8192, 2048, 8192),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [287]
+        # index: [288]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15395,11 +15548,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2447, 1.0, 0.2244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15414,16 +15567,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 2048),
+                (1408, 1024, 1408),
                 (1408, 5760, 32768),
                 (2048, 8192, 32768),
-                (2880, 11584, 32768),
+                (2880, 8192, 32768),
+                (4096, 16384, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [288]
+        # index: [289]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15441,11 +15595,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.278, 1.0, 0.2487, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15462,15 +15616,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 1408),
                 (1408, 8192, 32768),
-                (2048, 11584, 11584),
-                (2048, 23168, 32768),
+                (2048, 11584, 32768),
                 (2880, 11584, 32768),
-                (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [289]
+        # index: [290]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15488,11 +15640,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2171, 1.0, 0.2014, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15509,11 +15661,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 1024),
                 (1408, 11584, 32768),
-                (2880, 23168, 32768),
+                (2048, 16384, 16384),
+                (2048, 32768, 32768),
+                (2880, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [290]
+        # index: [291]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15531,11 +15685,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.24, 1.0, 0.2197, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15551,11 +15705,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 1408),
                 (1024, 5760, 32768),
-                (1408, 11584, 11584),
+                (1408, 11584, 16384),
+                (1408, 32768, 32768),
+                (2048, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [291]
+        # index: [292]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15566,18 +15722,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4583, 1.0, -0.3913, 1.0),
-                (4096, 14336, -0.2816, 1.0, -0.299, 1.0),
-                (6144, 4096, -0.2814, 1.0, -0.2685, 1.0),
-                (8192, 8192, 0.0015, 1.0, -0.2699, 1.0),
-                (14336, 4096, -0.1571, 1.0, -0.3223, 1.0),
+                (4096, 4096, -0.4281, 1.0, -0.3889, 1.0),
+                (4096, 14336, -0.2893, 1.0, -0.3018, 1.0),
+                (6144, 4096, -0.4519, 1.0, -0.268, 1.0),
+                (8192, 8192, 0.0086, 1.0, -0.2614, 1.0),
+                (14336, 4096, -0.1593, 1.0, -0.3164, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15595,12 +15751,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 2048, 32768),
                 (1408, 1408, 32768),
-                (2048, 2048, 32768),
+                (2048, 1408, 32768),
                 (2880, 1408, 8192),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [292]
+        # index: [293]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15618,11 +15774,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2449, 1.0, 0.2252, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15640,7 +15796,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [293]
+        # index: [294]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15658,11 +15814,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2814, 1.0, 0.2503, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15680,7 +15836,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [294]
+        # index: [295]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15698,11 +15854,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1481, 1.0, 0.1897, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15716,46 +15872,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 11584, 11584),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [295]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=16,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c9e7d2d8643",
-            registers=168,
-            smem_bytes=141312,
-            bias_terms=(
-                (4096, 4096, -0.241, 1.0, -0.0675, 1.0),
-                (4096, 14336, -0.1466, 1.0, -0.0626, 1.0),
-                (6144, 4096, -0.3328, 1.0, 0.0529, 1.0),
-                (8192, 8192, 0.0045, 1.0, 0.0297, 1.0),
-                (14336, 4096, 0.0455, 1.0, 0.0794, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
-            ),
-            tunables=(
-                ("block_m", 144),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 4),
-            ),
-            cells=(
-                (1024, 16384, 32768),
-                (1408, 16384, 32768),
-                (2048, 16384, 32768),
+                (1024, 11584, 16384),
+                (1024, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -15763,25 +15881,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=17,
+            rank=16,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c742626ea16",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4204, 1.0, -0.1522, 1.0),
-                (4096, 14336, -0.3819, 1.0, -0.1948, 1.0),
-                (6144, 4096, -0.6133, 1.0, -0.366, 1.0),
-                (8192, 8192, -0.3846, 1.0, -0.2455, 1.0),
-                (14336, 4096, -0.2917, 1.0, -0.3736, 1.0),
+                (4096, 4096, -0.3838, 1.0, -0.1553, 1.0),
+                (4096, 14336, -0.3809, 1.0, -0.1985, 1.0),
+                (6144, 4096, -0.7856, 1.0, -0.3735, 1.0),
+                (8192, 8192, -0.3832, 1.0, -0.2335, 1.0),
+                (14336, 4096, -0.3102, 1.0, -0.3644, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15799,16 +15917,55 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 23168, 32768),
                 (1408, 23168, 32768),
-                (2048, 8192, 32768),
+                (2048, 5760, 32768),
                 (2880, 5760, 32768),
                 (4096, 5760, 32768),
-                (8192, 5760, 32768),
+                (8192, 11584, 32768),
                 (11584, 8192, 32768),
-                (16384, 8192, 32768),
+                (16384, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [297]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=17,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c9e7d2d8643",
+            registers=168,
+            smem_bytes=141312,
+            bias_terms=(
+                (4096, 4096, -0.241, 1.0, -0.0675, 1.0),
+                (4096, 14336, -0.1466, 1.0, -0.0626, 1.0),
+                (6144, 4096, -0.3328, 1.0, 0.0529, 1.0),
+                (8192, 8192, 0.0045, 1.0, 0.0297, 1.0),
+                (14336, 4096, 0.0455, 1.0, 0.0794, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
+            ),
+            tunables=(
+                ("block_m", 144),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+            cells=(
+                (1024, 23168, 32768),
+                (1408, 23168, 32768),
+                (2048, 23168, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [298]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15819,18 +15976,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=108,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5958, 1.0, -0.472, 1.0),
-                (4096, 14336, -0.4165, 1.0, -0.451, 1.0),
-                (6144, 4096, -0.5773, 1.0, -0.4549, 1.0),
-                (8192, 8192, -0.2675, 1.0, -0.3893, 1.0),
-                (14336, 4096, -0.4168, 1.0, -0.4786, 1.0),
+                (4096, 4096, -0.5614, 1.0, -0.4725, 1.0),
+                (4096, 14336, -0.4168, 1.0, -0.4629, 1.0),
+                (6144, 4096, -0.7498, 1.0, -0.46, 1.0),
+                (8192, 8192, -0.2768, 1.0, -0.3821, 1.0),
+                (14336, 4096, -0.4163, 1.0, -0.4759, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -15847,34 +16004,82 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 1024, 4096),
-                (2048, 1024, 2880),
+                (2048, 1024, 4096),
                 (2880, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [298]
+        # index: [299]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=19,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c23f3a3047f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.3274, 1.0, -0.4341, 1.0),
+                (4096, 14336, -0.2595, 1.0, -0.3774, 1.0),
+                (6144, 4096, -0.7405, 1.0, -0.3294, 1.0),
+                (8192, 8192, -0.164, 1.0, -0.1952, 1.0),
+                (14336, 4096, -0.3113, 1.0, -0.2941, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1408, 2048, 32768),
+                (2048, 2880, 32768),
+                (2880, 2048, 32768),
+                (4096, 4096, 32768),
+                (5760, 2880, 32768),
+                (8192, 5760, 32768),
+                (11584, 5760, 5760),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [300]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=20,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="c62ed235c0f",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.6349, 1.0, -0.415, 1.0),
-                (4096, 14336, -0.5059, 1.0, -0.3688, 1.0),
-                (6144, 4096, -0.4543, 1.0, -0.3198, 1.0),
-                (8192, 8192, -0.1694, 1.0, -0.2055, 1.0),
-                (14336, 4096, -0.2713, 1.0, -0.3049, 1.0),
+                (4096, 4096, -0.5983, 1.0, -0.4165, 1.0),
+                (4096, 14336, -0.5034, 1.0, -0.3758, 1.0),
+                (6144, 4096, -0.6217, 1.0, -0.3135, 1.0),
+                (8192, 8192, -0.1511, 1.0, -0.198, 1.0),
+                (14336, 4096, -0.2746, 1.0, -0.2966, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15892,62 +16097,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1408, 2048, 32768),
                 (2048, 2048, 32768),
-                (2880, 2048, 2048),
                 (2880, 4096, 32768),
-                (4096, 4096, 32768),
+                (4096, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [299]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=20,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c23f3a3047f",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.3631, 1.0, -0.4306, 1.0),
-                (4096, 14336, -0.2307, 1.0, -0.3757, 1.0),
-                (6144, 4096, -0.5705, 1.0, -0.3314, 1.0),
-                (8192, 8192, -0.1475, 1.0, -0.2023, 1.0),
-                (14336, 4096, -0.3046, 1.0, -0.3068, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1408, 2880, 32768),
-                (2048, 2880, 32768),
-                (2880, 2880, 32768),
-                (4096, 5760, 32768),
-                (5760, 4096, 32768),
-                (8192, 1408, 32768),
-                (11584, 1408, 11584),
-                (16384, 2048, 8192),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [300]
+        # index: [301]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15958,18 +16113,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=140,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5382, 1.0, -0.6505, 1.0),
-                (4096, 14336, -0.3337, 1.0, -0.6086, 1.0),
-                (6144, 4096, -0.6712, 1.0, -0.5262, 1.0),
-                (8192, 8192, -0.3616, 1.0, -0.5173, 1.0),
-                (14336, 4096, -0.4907, 1.0, -0.5728, 1.0),
+                (4096, 4096, -0.5045, 1.0, -0.6494, 1.0),
+                (4096, 14336, -0.3317, 1.0, -0.6157, 1.0),
+                (6144, 4096, -0.8441, 1.0, -0.5288, 1.0),
+                (8192, 8192, -0.3668, 1.0, -0.5068, 1.0),
+                (14336, 4096, -0.494, 1.0, -0.5724, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -15985,13 +16140,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2048, 1024, 4096),
+                (2048, 1024, 2880),
                 (2880, 1024, 4096),
-                (4096, 1024, 2880),
+                (4096, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [301]
+        # index: [302]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16009,11 +16164,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.359, 1.0, -0.1819, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -16024,7 +16179,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 32768),
+                (2048, 1024, 23168),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 4096, 32768),
@@ -16034,7 +16189,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [302]
+        # index: [303]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16052,11 +16207,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4821, 1.0, 0.1467, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -16069,14 +16224,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (2048, 1024, 2048),
                 (2880, 1024, 2880),
-                (4096, 1024, 2048),
+                (4096, 1024, 4096),
                 (5760, 1024, 2880),
-                (8192, 1024, 1024),
-                (11584, 1024, 1024),
+                (8192, 1024, 1408),
+                (11584, 1024, 1408),
+                (16384, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [303]
+        # index: [304]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16094,11 +16250,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.387, 1.0, -0.299, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -16116,51 +16272,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [304]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=25,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cb530ae64c0",
-            registers=168,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.5584, 1.0, -0.4824, 1.0),
-                (4096, 14336, -0.3759, 1.0, -0.29, 1.0),
-                (6144, 4096, -0.6579, 1.0, -0.3585, 1.0),
-                (8192, 8192, -0.073, 1.0, -0.1818, 1.0),
-                (14336, 4096, -0.157, 1.0, -0.3821, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2048, 1024, 5760),
-                (2880, 1024, 8192),
-                (4096, 1024, 4096),
-                (5760, 1024, 8192),
-                (8192, 1024, 2048),
-                (11584, 1024, 2048),
-                (16384, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -16168,7 +16279,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=26,
+            rank=25,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ca0cfa76740",
@@ -16182,11 +16293,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2186, 1.0, -0.1366, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -16198,13 +16309,53 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 1024, 1408),
-                (2048, 4096, 16384),
-                (2880, 1024, 16384),
-                (4096, 2880, 4096),
+                (2048, 4096, 11584),
+                (2880, 1024, 11584),
+                (4096, 1024, 11584),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [306]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=26,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cb530ae64c0",
+            registers=168,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.5584, 1.0, -0.4824, 1.0),
+                (4096, 14336, -0.3759, 1.0, -0.29, 1.0),
+                (6144, 4096, -0.6579, 1.0, -0.3585, 1.0),
+                (8192, 8192, -0.073, 1.0, -0.1818, 1.0),
+                (14336, 4096, -0.157, 1.0, -0.3821, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 5760),
+                (2880, 1024, 5760),
+                (4096, 1024, 5760),
+                (5760, 1024, 2048),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [307]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16215,18 +16366,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7184, 1.0, -0.5982, 1.0),
-                (4096, 14336, -0.5888, 1.0, -0.5401, 1.0),
-                (6144, 4096, -0.6659, 1.0, -0.5853, 1.0),
-                (8192, 8192, -0.3101, 1.0, -0.514, 1.0),
-                (14336, 4096, -0.4002, 1.0, -0.6016, 1.0),
+                (4096, 4096, -0.534, 1.0, -0.586, 1.0),
+                (4096, 14336, -0.4525, 1.0, -0.5417, 1.0),
+                (6144, 4096, -0.8799, 1.0, -0.5972, 1.0),
+                (8192, 8192, -0.327, 1.0, -0.5062, 1.0),
+                (14336, 4096, -0.3997, 1.0, -0.5977, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16243,12 +16394,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2880, 1024, 1408),
-                (4096, 1024, 1408),
+                (4096, 1024, 2048),
                 (5760, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [307]
+        # index: [308]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16259,18 +16410,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6422, 1.0, -0.3936, 1.0),
-                (4096, 14336, -0.5045, 1.0, -0.3044, 1.0),
-                (6144, 4096, -0.6146, 1.0, -0.4029, 1.0),
-                (8192, 8192, -0.2119, 1.0, -0.2779, 1.0),
-                (14336, 4096, -0.2502, 1.0, -0.3598, 1.0),
+                (4096, 4096, -0.612, 1.0, -0.3935, 1.0),
+                (4096, 14336, -0.503, 1.0, -0.3053, 1.0),
+                (6144, 4096, -0.7828, 1.0, -0.4032, 1.0),
+                (8192, 8192, -0.2194, 1.0, -0.2709, 1.0),
+                (14336, 4096, -0.2506, 1.0, -0.3743, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16286,55 +16437,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2880, 2048, 32768),
-                (4096, 2048, 32768),
-                (5760, 1408, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [308]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=29,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c62cd169575",
-            registers=168,
-            smem_bytes=165888,
-            bias_terms=(
-                (4096, 4096, -0.6835, 1.0, -0.4518, 1.0),
-                (4096, 14336, -0.523, 1.0, -0.3768, 1.0),
-                (6144, 4096, -0.614, 1.0, -0.3445, 1.0),
-                (8192, 8192, -0.1884, 1.0, -0.3013, 1.0),
-                (14336, 4096, -0.3799, 1.0, -0.3803, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (4096, 1024, 4096),
-                (5760, 2880, 2880),
-                (8192, 1024, 8192),
-                (11584, 2880, 5760),
-                (16384, 1024, 11584),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -16342,33 +16447,38 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=30,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cfb20e194d1",
+            rank=29,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cf3af49378f",
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.6084, 1.0, -0.4094, 1.0),
-                (4096, 14336, -0.4713, 1.0, -0.3535, 1.0),
-                (6144, 4096, -0.7011, 1.0, -0.3427, 1.0),
-                (8192, 8192, -0.2751, 1.0, -0.2855, 1.0),
-                (14336, 4096, -0.3506, 1.0, -0.3255, 1.0),
+                (4096, 4096, -0.6554, 1.0, -0.4546, 1.0),
+                (4096, 14336, -0.5262, 1.0, -0.3763, 1.0),
+                (6144, 4096, -0.7508, 1.0, -0.4047, 1.0),
+                (8192, 8192, -0.3659, 1.0, -0.3143, 1.0),
+                (14336, 4096, -0.2327, 1.0, -0.3856, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
-                ("block_m", 176),
-                ("block_n", 128),
+                ("block_m", 128),
+                ("block_n", 176),
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
                 ("split_k", 1),
+                ("tail_split", 0),
             ),
             cells=(
                 (4096, 1024, 32768),
@@ -16385,33 +16495,38 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=31,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c4a15955779",
+            rank=30,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce201761921",
             registers=168,
-            smem_bytes=182272,
+            smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.6604, 1.0, -0.4792, 1.0),
-                (4096, 14336, -0.5351, 1.0, -0.4266, 1.0),
-                (6144, 4096, -0.744, 1.0, -0.4043, 1.0),
-                (8192, 8192, -0.3491, 1.0, -0.3046, 1.0),
-                (14336, 4096, -0.3712, 1.0, -0.3582, 1.0),
+                (4096, 4096, -0.6202, 1.0, -0.4162, 1.0),
+                (4096, 14336, -0.5173, 1.0, -0.3366, 1.0),
+                (6144, 4096, -0.4671, 1.0, -0.4054, 1.0),
+                (8192, 8192, -0.2304, 1.0, -0.2902, 1.0),
+                (14336, 4096, -0.2915, 1.0, -0.3679, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
-                ("block_m", 96),
-                ("block_n", 256),
+                ("block_m", 128),
+                ("block_n", 144),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 6),
                 ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 2),
+                ("raster", 1),
+                ("group_m", 8),
                 ("split_k", 1),
+                ("tail_split", 0),
             ),
             cells=(
                 (4096, 1024, 32768),
@@ -16419,8 +16534,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -16428,31 +16541,31 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=32,
+            rank=31,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="c537006da26",
+            config_id="c912339e000",
             registers=168,
-            smem_bytes=165888,
+            smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.63, 1.0, -0.4399, 1.0),
-                (4096, 14336, -0.4969, 1.0, -0.3888, 1.0),
-                (6144, 4096, -0.7273, 1.0, -0.3666, 1.0),
-                (8192, 8192, -0.2569, 1.0, -0.3138, 1.0),
-                (14336, 4096, -0.3587, 1.0, -0.3399, 1.0),
+                (4096, 4096, -0.5783, 1.0, -0.4677, 1.0),
+                (4096, 14336, -0.4479, 1.0, -0.4071, 1.0),
+                (6144, 4096, -0.6743, 1.0, -0.3449, 1.0),
+                (8192, 8192, -0.237, 1.0, -0.1893, 1.0),
+                (14336, 4096, -0.3295, 1.0, -0.1923, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
-                ("block_m", 192),
+                ("block_m", 160),
                 ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 6),
                 ("consumers", 2),
                 ("split_k", 1),
             ),
@@ -16471,7 +16584,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=33,
+            rank=32,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cd05bed69ad",
@@ -16485,11 +16598,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3291, 1.0, -0.3133, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -16500,7 +16613,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (4096, 1024, 32768),
+                (4096, 1024, 2880),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -16514,42 +16627,40 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=34,
+            rank=33,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="c912339e000",
+            config_id="c537006da26",
             registers=168,
-            smem_bytes=223232,
+            smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -0.5783, 1.0, -0.4677, 1.0),
-                (4096, 14336, -0.4479, 1.0, -0.4071, 1.0),
-                (6144, 4096, -0.6743, 1.0, -0.3449, 1.0),
-                (8192, 8192, -0.237, 1.0, -0.1893, 1.0),
-                (14336, 4096, -0.3295, 1.0, -0.1923, 1.0),
+                (4096, 4096, -0.63, 1.0, -0.4399, 1.0),
+                (4096, 14336, -0.4969, 1.0, -0.3888, 1.0),
+                (6144, 4096, -0.7273, 1.0, -0.3666, 1.0),
+                (8192, 8192, -0.2569, 1.0, -0.3138, 1.0),
+                (14336, 4096, -0.3587, 1.0, -0.3399, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
-                ("block_m", 160),
+                ("block_m", 192),
                 ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 6),
+                ("stages", 4),
                 ("consumers", 2),
                 ("split_k", 1),
             ),
             cells=(
-                (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -16557,73 +16668,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=35,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="ca81defb6d1",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.682, 1.0, -0.4586, 1.0),
-                (4096, 14336, -0.5258, 1.0, -0.3829, 1.0),
-                (6144, 4096, -0.6267, 1.0, -0.35, 1.0),
-                (8192, 8192, -0.152, 1.0, -0.3195, 1.0),
-                (14336, 4096, -0.3219, 1.0, -0.3895, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (4096, 5760, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 1408),
-                (16384, 2880, 5760),
-                (16384, 11584, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [315]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=36,
+            rank=34,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6997, 1.0, -0.4749, 1.0),
-                (4096, 14336, -0.5283, 1.0, -0.4008, 1.0),
-                (6144, 4096, -0.6527, 1.0, -0.4029, 1.0),
-                (8192, 8192, -0.4265, 1.0, -0.2852, 1.0),
-                (14336, 4096, -0.4594, 1.0, -0.4205, 1.0),
+                (4096, 4096, -0.6628, 1.0, -0.4753, 1.0),
+                (4096, 14336, -0.5277, 1.0, -0.408, 1.0),
+                (6144, 4096, -0.8231, 1.0, -0.4109, 1.0),
+                (8192, 8192, -0.4305, 1.0, -0.2744, 1.0),
+                (14336, 4096, -0.465, 1.0, -0.4157, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16648,11 +16711,135 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [315]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=35,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cfb20e194d1",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.6084, 1.0, -0.4094, 1.0),
+                (4096, 14336, -0.4713, 1.0, -0.3535, 1.0),
+                (6144, 4096, -0.7011, 1.0, -0.3427, 1.0),
+                (8192, 8192, -0.2751, 1.0, -0.2855, 1.0),
+                (14336, 4096, -0.3506, 1.0, -0.3255, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
+            ),
+            tunables=(
+                ("block_m", 176),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [316]
         ShapeCandidate(
             m=320,
             m_end=512,
+            rank=36,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4a15955779",
+            registers=168,
+            smem_bytes=182272,
+            bias_terms=(
+                (4096, 4096, -0.6604, 1.0, -0.4792, 1.0),
+                (4096, 14336, -0.5351, 1.0, -0.4266, 1.0),
+                (6144, 4096, -0.744, 1.0, -0.4043, 1.0),
+                (8192, 8192, -0.3491, 1.0, -0.3046, 1.0),
+                (14336, 4096, -0.3712, 1.0, -0.3582, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (5760, 2880, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [317]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
             rank=37,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c62cd169575",
+            registers=168,
+            smem_bytes=165888,
+            bias_terms=(
+                (4096, 4096, -0.652, 1.0, -0.4553, 1.0),
+                (4096, 14336, -0.5257, 1.0, -0.3827, 1.0),
+                (6144, 4096, -0.7053, 1.0, -0.344, 1.0),
+                (8192, 8192, -0.2086, 1.0, -0.3058, 1.0),
+                (14336, 4096, -0.3886, 1.0, -0.375, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 4096),
+                (11584, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [318]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=38,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c7deb9573ee",
@@ -16666,11 +16853,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1692, 1.0, -0.268, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3482, 1.0, 0.1649, 1.0),
-                (4096, 14336, 0.1393, 1.0, 0.0385, 1.0),
-                (6144, 4096, 0.413, 1.0, 0.1238, 1.0),
-                (8192, 8192, 0.094, 1.0, 0.0332, 1.0),
-                (14336, 4096, 0.1936, 1.0, 0.1592, 1.0),
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -16688,29 +16875,320 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [317]
+        # index: [319]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=39,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c26152c9694",
+            registers=168,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.6559, 1.0, -0.4731, 1.0),
+                (4096, 14336, -0.5257, 1.0, -0.4051, 1.0),
+                (6144, 4096, -0.8147, 1.0, -0.3862, 1.0),
+                (8192, 8192, -0.3886, 1.0, -0.2919, 1.0),
+                (14336, 4096, -0.4528, 1.0, -0.3798, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3293, 1.0, 0.1644, 1.0),
+                (4096, 14336, 0.1393, 1.0, 0.041, 1.0),
+                (6144, 4096, 0.4973, 1.0, 0.1246, 1.0),
+                (8192, 8192, 0.0949, 1.0, 0.0318, 1.0),
+                (14336, 4096, 0.1949, 1.0, 0.1586, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [320]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c0b50f1dfa3",
+            registers=108,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4725, 1.0, -0.4181, 1.0),
+                (4096, 14336, -0.4629, 1.0, -0.4303, 1.0),
+                (6144, 4096, -0.46, 1.0, -0.4408, 1.0),
+                (8192, 8192, -0.3821, 1.0, -0.4041, 1.0),
+                (14336, 4096, -0.4759, 1.0, -0.4047, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 2048),
+                (1408, 1024, 2048),
+                (2048, 1024, 2048),
+                (2880, 1024, 1024),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [321]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=1,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c26f61dd7af",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.4313, 1.0, -0.3588, 1.0),
+                (4096, 14336, -0.343, 1.0, -0.3388, 1.0),
+                (6144, 4096, -0.2705, 1.0, -0.3326, 1.0),
+                (8192, 8192, -0.1234, 1.0, -0.146, 1.0),
+                (14336, 4096, -0.1819, 1.0, -0.2065, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 2880, 5760),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [322]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=2,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c15d5c3560d",
+            registers=80,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.4431, 1.0, -0.2283, 1.0),
+                (4096, 14336, -0.2632, 1.0, -0.012, 1.0),
+                (6144, 4096, -0.3641, 1.0, -0.1865, 1.0),
+                (8192, 8192, -0.1946, 1.0, -0.0219, 1.0),
+                (14336, 4096, -0.3646, 1.0, -0.0754, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 88),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 5),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 11584),
+                (1408, 1024, 11584),
+                (2048, 1024, 2048),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [323]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=3,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cbb1316b55c",
+            registers=72,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.4495, 1.0, -0.1664, 1.0),
+                (4096, 14336, -0.2667, 1.0, -0.029, 1.0),
+                (6144, 4096, -0.4718, 1.0, -0.1849, 1.0),
+                (8192, 8192, -0.0744, 1.0, -0.0044, 1.0),
+                (14336, 4096, -0.4117, 1.0, -0.0449, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 2880),
+                (1408, 1024, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [324]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=4,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cb85b8b7f99",
+            registers=89,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.4824, 1.0, -0.2044, 1.0),
+                (4096, 14336, -0.2661, 1.0, -0.0016, 1.0),
+                (6144, 4096, -0.3605, 1.0, -0.1595, 1.0),
+                (8192, 8192, -0.1495, 1.0, 0.0303, 1.0),
+                (14336, 4096, -0.3454, 1.0, 0.0126, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 104),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 5),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 4096),
+                (1408, 1024, 4096),
+                (2048, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [325]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=5,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5be064a1ee",
+            registers=140,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.6494, 1.0, -0.5292, 1.0),
+                (4096, 14336, -0.6157, 1.0, -0.5488, 1.0),
+                (6144, 4096, -0.5288, 1.0, -0.527, 1.0),
+                (8192, 8192, -0.5068, 1.0, -0.5147, 1.0),
+                (14336, 4096, -0.5724, 1.0, -0.5112, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 1408),
+                (1408, 1024, 4096),
+                (2048, 1024, 4096),
+                (2880, 1024, 4096),
+                (4096, 1024, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [326]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=6,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="c995170dd40",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3913, 1.0, -0.372, 1.0),
-                (4096, 14336, -0.299, 1.0, -0.323, 1.0),
-                (6144, 4096, -0.2685, 1.0, -0.3666, 1.0),
-                (8192, 8192, -0.2699, 1.0, -0.3068, 1.0),
-                (14336, 4096, -0.3223, 1.0, -0.3018, 1.0),
+                (4096, 4096, -0.3889, 1.0, -0.367, 1.0),
+                (4096, 14336, -0.3018, 1.0, -0.3227, 1.0),
+                (6144, 4096, -0.268, 1.0, -0.3664, 1.0),
+                (8192, 8192, -0.2614, 1.0, -0.3119, 1.0),
+                (14336, 4096, -0.3164, 1.0, -0.303, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16730,263 +17208,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1408, 32768),
-                (4096, 1024, 32768),
+                (4096, 2048, 32768),
                 (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 2048, 8192),
+                (8192, 2880, 8192),
+                (11584, 8192, 11584),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [318]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=1,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c15d5c3560d",
-            registers=80,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -0.4431, 1.0, -0.2283, 1.0),
-                (4096, 14336, -0.2632, 1.0, -0.012, 1.0),
-                (6144, 4096, -0.3641, 1.0, -0.1865, 1.0),
-                (8192, 8192, -0.1946, 1.0, -0.0219, 1.0),
-                (14336, 4096, -0.3646, 1.0, -0.0754, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
-            ),
-            tunables=(
-                ("block_m", 88),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 5),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 11584),
-                (1408, 1024, 11584),
-                (2048, 1024, 2048),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [319]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=2,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c26f61dd7af",
-            registers=168,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.4313, 1.0, -0.3588, 1.0),
-                (4096, 14336, -0.343, 1.0, -0.3388, 1.0),
-                (6144, 4096, -0.2705, 1.0, -0.3326, 1.0),
-                (8192, 8192, -0.1234, 1.0, -0.146, 1.0),
-                (14336, 4096, -0.1819, 1.0, -0.2065, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
-            ),
-            tunables=(
-                ("block_m", 80),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1408, 5760),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [320]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=3,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c0b50f1dfa3",
-            registers=108,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.472, 1.0, -0.4171, 1.0),
-                (4096, 14336, -0.451, 1.0, -0.4204, 1.0),
-                (6144, 4096, -0.4549, 1.0, -0.4325, 1.0),
-                (8192, 8192, -0.3893, 1.0, -0.3906, 1.0),
-                (14336, 4096, -0.4786, 1.0, -0.3975, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 2048),
-                (1408, 1024, 2048),
-                (2048, 1024, 2048),
-                (2880, 1024, 2048),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [321]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=4,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cbb1316b55c",
-            registers=72,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.4495, 1.0, -0.1664, 1.0),
-                (4096, 14336, -0.2667, 1.0, -0.029, 1.0),
-                (6144, 4096, -0.4718, 1.0, -0.1849, 1.0),
-                (8192, 8192, -0.0744, 1.0, -0.0044, 1.0),
-                (14336, 4096, -0.4117, 1.0, -0.0449, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 2880),
-                (1408, 1024, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [322]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=5,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cb85b8b7f99",
-            registers=89,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -0.4824, 1.0, -0.2044, 1.0),
-                (4096, 14336, -0.2661, 1.0, -0.0016, 1.0),
-                (6144, 4096, -0.3605, 1.0, -0.1595, 1.0),
-                (8192, 8192, -0.1495, 1.0, 0.0303, 1.0),
-                (14336, 4096, -0.3454, 1.0, 0.0126, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
-            ),
-            tunables=(
-                ("block_m", 104),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 5),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 4096),
-                (1408, 1024, 4096),
-                (2048, 1024, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [323]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=6,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c5be064a1ee",
-            registers=140,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.6505, 1.0, -0.5274, 1.0),
-                (4096, 14336, -0.6086, 1.0, -0.537, 1.0),
-                (6144, 4096, -0.5262, 1.0, -0.5158, 1.0),
-                (8192, 8192, -0.5173, 1.0, -0.5087, 1.0),
-                (14336, 4096, -0.5728, 1.0, -0.5036, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 1408),
-                (1408, 1024, 4096),
-                (2048, 1024, 4096),
-                (2880, 1024, 2880),
-                (4096, 1024, 4096),
-                (5760, 1024, 1408),
-                (8192, 1024, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [324]
+        # index: [327]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17004,11 +17233,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2004, 1.0, 0.2746, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17024,20 +17253,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2880, 1024, 1024),
-                (4096, 5760, 8192),
-                (5760, 2048, 2048),
-                (5760, 5760, 8192),
-                (5760, 32768, 32768),
-                (8192, 2048, 32768),
-                (11584, 1024, 32768),
+                (2048, 1024, 1408),
+                (2048, 5760, 5760),
+                (8192, 1024, 2048),
+                (11584, 1024, 5760),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [325]
+        # index: [328]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17055,11 +17281,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2186, 1.0, 0.2969, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17076,17 +17302,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 2880),
                 (1408, 5760, 32768),
-                (2880, 1024, 1024),
-                (8192, 32768, 32768),
-                (11584, 1024, 2048),
-                (11584, 11584, 32768),
-                (16384, 1024, 2048),
-                (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [326]
+        # index: [329]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17104,11 +17324,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2244, 1.0, 0.2924, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17126,14 +17346,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 2048),
                 (1408, 5760, 5760),
                 (1408, 11584, 32768),
-                (11584, 1024, 1408),
-                (11584, 11584, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [327]
+        # index: [330]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17151,11 +17367,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2487, 1.0, 0.3193, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17172,13 +17388,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 1408),
                 (1408, 5760, 5760),
-                (1408, 16384, 32768),
-                (23168, 1024, 2880),
-                (32768, 1024, 2880),
+                (1408, 16384, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [328]
+        # index: [331]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17196,11 +17410,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2014, 1.0, 0.2755, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17218,7 +17432,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [329]
+        # index: [332]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17236,11 +17450,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2197, 1.0, 0.2978, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17255,11 +17469,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 2048, 8192),
-                (1024, 16384, 32768),
+                (1024, 16384, 16384),
+                (1024, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [330]
+        # index: [333]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17277,11 +17492,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2252, 1.0, 0.2938, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17296,11 +17511,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 2880, 5760),
-                (1024, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [331]
+        # index: [334]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17318,11 +17532,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2503, 1.0, 0.3199, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17340,7 +17554,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [332]
+        # index: [335]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17358,11 +17572,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1471, 1.0, -0.04, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -17376,11 +17590,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 5760, 23168),
                 (1408, 4096, 32768),
                 (2048, 5760, 32768),
-                (2880, 8192, 23168),
+                (2880, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [333]
+        # index: [336]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17391,18 +17605,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.1522, 1.0, -0.3453, 1.0),
-                (4096, 14336, -0.1948, 1.0, -0.3078, 1.0),
-                (6144, 4096, -0.366, 1.0, -0.2625, 1.0),
-                (8192, 8192, -0.2455, 1.0, -0.2976, 1.0),
-                (14336, 4096, -0.3736, 1.0, -0.2386, 1.0),
+                (4096, 4096, -0.1553, 1.0, -0.3352, 1.0),
+                (4096, 14336, -0.1985, 1.0, -0.3026, 1.0),
+                (6144, 4096, -0.3735, 1.0, -0.2633, 1.0),
+                (8192, 8192, -0.2335, 1.0, -0.295, 1.0),
+                (14336, 4096, -0.3644, 1.0, -0.2417, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17420,15 +17634,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 8192, 32768),
                 (1408, 8192, 32768),
-                (2048, 11584, 32768),
-                (2880, 32768, 32768),
-                (4096, 11584, 32768),
-                (5760, 11584, 32768),
-                (8192, 11584, 32768),
+                (2048, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [334]
+        # index: [337]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17446,11 +17656,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0225, 1.0, 0.0672, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -17467,7 +17677,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [335]
+        # index: [338]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17478,18 +17688,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4306, 1.0, -0.2524, 1.0),
-                (4096, 14336, -0.3757, 1.0, -0.2733, 1.0),
-                (6144, 4096, -0.3314, 1.0, -0.3516, 1.0),
-                (8192, 8192, -0.2023, 1.0, -0.3264, 1.0),
-                (14336, 4096, -0.3068, 1.0, -0.2862, 1.0),
+                (4096, 4096, -0.4341, 1.0, -0.2498, 1.0),
+                (4096, 14336, -0.3774, 1.0, -0.2738, 1.0),
+                (6144, 4096, -0.3294, 1.0, -0.3499, 1.0),
+                (8192, 8192, -0.1952, 1.0, -0.3251, 1.0),
+                (14336, 4096, -0.2941, 1.0, -0.2861, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17508,40 +17718,74 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 11584, 32768),
                 (1408, 2880, 32768),
                 (2048, 2880, 32768),
-                (2880, 2880, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 2880, 32768),
-                (16384, 2880, 32768),
-                (23168, 4096, 32768),
-                (32768, 4096, 32768),
+                (2880, 4096, 32768),
+                (4096, 4096, 32768),
+                (8192, 11584, 32768),
+                (11584, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [336]
+        # index: [339]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=19,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c9561c11008",
+            registers=168,
+            smem_bytes=174080,
+            bias_terms=(
+                (4096, 4096, -0.1465, 1.0, 0.0137, 1.0),
+                (4096, 14336, -0.1423, 1.0, -0.115, 1.0),
+                (6144, 4096, -0.0505, 1.0, 0.0589, 1.0),
+                (8192, 8192, -0.0519, 1.0, -0.0118, 1.0),
+                (14336, 4096, 0.0051, 1.0, 0.1363, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 208),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 3),
+            ),
+            cells=(
+                (1024, 23168, 32768),
+                (1408, 23168, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [340]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=20,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5982, 1.0, -0.5949, 1.0),
-                (4096, 14336, -0.5401, 1.0, -0.5773, 1.0),
-                (6144, 4096, -0.5853, 1.0, -0.5891, 1.0),
-                (8192, 8192, -0.514, 1.0, -0.5515, 1.0),
-                (14336, 4096, -0.6016, 1.0, -0.5309, 1.0),
+                (4096, 4096, -0.586, 1.0, -0.5869, 1.0),
+                (4096, 14336, -0.5417, 1.0, -0.5758, 1.0),
+                (6144, 4096, -0.5972, 1.0, -0.5895, 1.0),
+                (8192, 8192, -0.5062, 1.0, -0.561, 1.0),
+                (14336, 4096, -0.5977, 1.0, -0.5316, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17558,18 +17802,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 1024, 4096),
-                (2048, 1024, 2880),
+                (2048, 1024, 4096),
                 (2880, 1024, 2880),
-                (4096, 1024, 2880),
-                (5760, 1024, 4096),
+                (4096, 1024, 2048),
+                (5760, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [337]
+        # index: [341]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=20,
+            rank=21,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cb530ae64c0",
@@ -17583,11 +17827,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3821, 1.0, -0.1622, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -17599,34 +17843,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 2048, 8192),
-                (2048, 2880, 5760),
-                (2880, 4096, 5760),
+                (2048, 2048, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [338]
+        # index: [342]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=21,
+            rank=22,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cbb0ccde4b7",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4077, 1.0, -0.3952, 1.0),
-                (4096, 14336, -0.3042, 1.0, -0.3308, 1.0),
-                (6144, 4096, -0.3915, 1.0, -0.3869, 1.0),
-                (8192, 8192, -0.2815, 1.0, -0.3181, 1.0),
-                (14336, 4096, -0.3922, 1.0, -0.3009, 1.0),
+                (4096, 4096, -0.3962, 1.0, -0.3838, 1.0),
+                (4096, 14336, -0.304, 1.0, -0.3331, 1.0),
+                (6144, 4096, -0.4059, 1.0, -0.3873, 1.0),
+                (8192, 8192, -0.2758, 1.0, -0.3225, 1.0),
+                (14336, 4096, -0.3902, 1.0, -0.3159, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17643,23 +17886,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 2880, 32768),
-                (2048, 4096, 32768),
+                (2048, 2880, 32768),
                 (2880, 4096, 32768),
-                (4096, 4096, 32768),
+                (4096, 2880, 32768),
                 (5760, 2880, 32768),
-                (8192, 1024, 8192),
-                (11584, 1024, 8192),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [339]
+        # index: [343]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=22,
+            rank=23,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c8bf147502e",
@@ -17673,11 +17911,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1402, 1.0, -0.0176, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -17690,60 +17928,62 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1408, 4096, 32768),
                 (2048, 5760, 32768),
-                (2880, 8192, 32768),
+                (2880, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [340]
+        # index: [344]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=23,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cfb20e194d1",
+            rank=24,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c0fc9dba2b0",
             registers=168,
-            smem_bytes=196608,
+            smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4094, 1.0, -0.3513, 1.0),
-                (4096, 14336, -0.3535, 1.0, -0.3537, 1.0),
-                (6144, 4096, -0.3427, 1.0, -0.3332, 1.0),
-                (8192, 8192, -0.2855, 1.0, -0.2927, 1.0),
-                (14336, 4096, -0.3255, 1.0, -0.2572, 1.0),
+                (4096, 4096, -0.448, 1.0, -0.4149, 1.0),
+                (4096, 14336, -0.3606, 1.0, -0.3781, 1.0),
+                (6144, 4096, -0.4139, 1.0, -0.394, 1.0),
+                (8192, 8192, -0.3154, 1.0, -0.3353, 1.0),
+                (14336, 4096, -0.3935, 1.0, -0.3104, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
-                ("block_m", 176),
-                ("block_n", 128),
+                ("block_m", 128),
+                ("block_n", 160),
                 ("block_k", 64),
-                ("stages", 5),
+                ("stages", 6),
                 ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
                 ("split_k", 1),
+                ("tail_split", 0),
             ),
             cells=(
-                (2048, 1024, 8192),
+                (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [341]
+        # index: [345]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=24,
+            rank=25,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c537006da26",
@@ -17757,11 +17997,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3399, 1.0, -0.2605, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -17784,79 +18024,42 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [342]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=25,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c912339e000",
-            registers=168,
-            smem_bytes=223232,
-            bias_terms=(
-                (4096, 4096, -0.4677, 1.0, -0.3285, 1.0),
-                (4096, 14336, -0.4071, 1.0, -0.3104, 1.0),
-                (6144, 4096, -0.3449, 1.0, -0.291, 1.0),
-                (8192, 8192, -0.1893, 1.0, -0.227, 1.0),
-                (14336, 4096, -0.1923, 1.0, -0.1573, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
-            ),
-            tunables=(
-                ("block_m", 160),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [343]
+        # index: [346]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=26,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cd017f6404d",
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c9117f86679",
             registers=168,
-            smem_bytes=141312,
+            smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.3998, 1.0, -0.2875, 1.0),
-                (4096, 14336, -0.3344, 1.0, -0.2641, 1.0),
-                (6144, 4096, -0.314, 1.0, -0.2812, 1.0),
-                (8192, 8192, -0.227, 1.0, -0.2234, 1.0),
-                (14336, 4096, -0.3324, 1.0, -0.1953, 1.0),
+                (4096, 4096, -0.4399, 1.0, -0.4117, 1.0),
+                (4096, 14336, -0.3342, 1.0, -0.3652, 1.0),
+                (6144, 4096, -0.4202, 1.0, -0.3903, 1.0),
+                (8192, 8192, -0.3039, 1.0, -0.3396, 1.0),
+                (14336, 4096, -0.3888, 1.0, -0.3156, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
-                ("block_m", 144),
-                ("block_n", 128),
+                ("block_m", 128),
+                ("block_n", 144),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 6),
                 ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
                 ("split_k", 1),
+                ("tail_split", 0),
             ),
             cells=(
                 (2048, 1024, 32768),
@@ -17864,12 +18067,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [344]
+        # index: [347]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17887,11 +18088,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.299, 1.0, -0.0954, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -17905,15 +18106,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
-                (5760, 1024, 23168),
-                (8192, 1024, 23168),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [345]
+        # index: [348]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17931,11 +18130,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3084, 1.0, -0.2671, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 200),
@@ -17957,29 +18156,165 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [346]
+        # index: [349]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=29,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c26152c9694",
+            registers=168,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.4731, 1.0, -0.3993, 1.0),
+                (4096, 14336, -0.4051, 1.0, -0.3666, 1.0),
+                (6144, 4096, -0.3862, 1.0, -0.4007, 1.0),
+                (8192, 8192, -0.2919, 1.0, -0.3329, 1.0),
+                (14336, 4096, -0.3798, 1.0, -0.3044, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2880, 1024, 2048),
+                (4096, 1024, 1408),
+                (4096, 2880, 4096),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [350]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=30,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cfb20e194d1",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.4094, 1.0, -0.3513, 1.0),
+                (4096, 14336, -0.3535, 1.0, -0.3537, 1.0),
+                (6144, 4096, -0.3427, 1.0, -0.3332, 1.0),
+                (8192, 8192, -0.2855, 1.0, -0.2927, 1.0),
+                (14336, 4096, -0.3255, 1.0, -0.2572, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 176),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [351]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=31,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd017f6404d",
+            registers=168,
+            smem_bytes=141312,
+            bias_terms=(
+                (4096, 4096, -0.3998, 1.0, -0.2875, 1.0),
+                (4096, 14336, -0.3344, 1.0, -0.2641, 1.0),
+                (6144, 4096, -0.314, 1.0, -0.2812, 1.0),
+                (8192, 8192, -0.227, 1.0, -0.2234, 1.0),
+                (14336, 4096, -0.3324, 1.0, -0.1953, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 144),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2880, 1024, 2880),
+                (2880, 5760, 32768),
+                (4096, 1408, 1408),
+                (4096, 16384, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [352]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=32,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="c218d6f5726",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4749, 1.0, -0.3823, 1.0),
-                (4096, 14336, -0.4008, 1.0, -0.3268, 1.0),
-                (6144, 4096, -0.4029, 1.0, -0.401, 1.0),
-                (8192, 8192, -0.2852, 1.0, -0.3269, 1.0),
-                (14336, 4096, -0.4205, 1.0, -0.3181, 1.0),
+                (4096, 4096, -0.4753, 1.0, -0.3748, 1.0),
+                (4096, 14336, -0.408, 1.0, -0.3242, 1.0),
+                (6144, 4096, -0.4109, 1.0, -0.4081, 1.0),
+                (8192, 8192, -0.2744, 1.0, -0.3216, 1.0),
+                (14336, 4096, -0.4157, 1.0, -0.3217, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17995,8 +18330,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
+                (2880, 1024, 11584),
+                (4096, 2048, 2048),
+                (4096, 5760, 11584),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -18006,33 +18342,75 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [347]
+        # index: [353]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=30,
+            rank=33,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="ca81defb6d1",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4586, 1.0, -0.417, 1.0),
-                (4096, 14336, -0.3829, 1.0, -0.3688, 1.0),
-                (6144, 4096, -0.35, 1.0, -0.3746, 1.0),
-                (8192, 8192, -0.3195, 1.0, -0.3386, 1.0),
-                (14336, 4096, -0.3895, 1.0, -0.3036, 1.0),
+                (4096, 4096, -0.461, 1.0, -0.4142, 1.0),
+                (4096, 14336, -0.3866, 1.0, -0.3706, 1.0),
+                (6144, 4096, -0.3518, 1.0, -0.3736, 1.0),
+                (8192, 8192, -0.312, 1.0, -0.3353, 1.0),
+                (14336, 4096, -0.385, 1.0, -0.3048, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
                 ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 1024),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [354]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=34,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cf3af49378f",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.4546, 1.0, -0.415, 1.0),
+                (4096, 14336, -0.3763, 1.0, -0.3787, 1.0),
+                (6144, 4096, -0.4047, 1.0, -0.3899, 1.0),
+                (8192, 8192, -0.3143, 1.0, -0.3236, 1.0),
+                (14336, 4096, -0.3856, 1.0, -0.2952, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 176),
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
@@ -18049,14 +18427,110 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [348]
+        # index: [355]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=31,
+            rank=35,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce075fa6ffb",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.4709, 1.0, -0.3997, 1.0),
+                (4096, 14336, -0.405, 1.0, -0.368, 1.0),
+                (6144, 4096, -0.3814, 1.0, -0.3973, 1.0),
+                (8192, 8192, -0.2922, 1.0, -0.3331, 1.0),
+                (14336, 4096, -0.3777, 1.0, -0.298, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [356]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=36,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cc4aac1e901",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.4645, 1.0, -0.4074, 1.0),
+                (4096, 14336, -0.4026, 1.0, -0.373, 1.0),
+                (6144, 4096, -0.3768, 1.0, -0.3922, 1.0),
+                (8192, 8192, -0.2982, 1.0, -0.3377, 1.0),
+                (14336, 4096, -0.3806, 1.0, -0.3075, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 208),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [357]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=37,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cd05bed69ad",
@@ -18070,11 +18544,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3133, 1.0, -0.2204, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -18092,11 +18566,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [349]
+        # index: [358]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=32,
+            rank=38,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c4a15955779",
@@ -18110,11 +18584,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3582, 1.0, -0.2884, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1649, 1.0, 0.0649, 1.0),
-                (4096, 14336, 0.0385, 1.0, -0.0153, 1.0),
-                (6144, 4096, 0.1238, 1.0, 0.071, 1.0),
-                (8192, 8192, 0.0332, 1.0, -0.0021, 1.0),
-                (14336, 4096, 0.1592, 1.0, 0.0143, 1.0),
+                (4096, 4096, 0.1644, 1.0, 0.0644, 1.0),
+                (4096, 14336, 0.041, 1.0, -0.0117, 1.0),
+                (6144, 4096, 0.1246, 1.0, 0.0736, 1.0),
+                (8192, 8192, 0.0318, 1.0, -0.0002, 1.0),
+                (14336, 4096, 0.1586, 1.0, 0.0172, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -18131,7 +18605,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [350]
+        # index: [359]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18142,18 +18616,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5949, 1.0, -0.6272, 1.0),
-                (4096, 14336, -0.5773, 1.0, -0.629, 1.0),
-                (6144, 4096, -0.5891, 1.0, -0.633, 1.0),
-                (8192, 8192, -0.5515, 1.0, -0.6109, 1.0),
-                (14336, 4096, -0.5309, 1.0, -0.6055, 1.0),
+                (4096, 4096, -0.5869, 1.0, -0.6193, 1.0),
+                (4096, 14336, -0.5758, 1.0, -0.6307, 1.0),
+                (6144, 4096, -0.5895, 1.0, -0.6215, 1.0),
+                (8192, 8192, -0.561, 1.0, -0.6148, 1.0),
+                (14336, 4096, -0.5316, 1.0, -0.6072, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18169,48 +18643,44 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (1024, 1024, 4096),
+                (1024, 1024, 5760),
                 (1408, 1024, 4096),
                 (2048, 1024, 4096),
                 (2880, 1024, 4096),
-                (4096, 1024, 1408),
-                (5760, 1024, 1408),
-                (8192, 1024, 1408),
-                (11584, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [351]
+        # index: [360]
         ShapeCandidate(
             m=1024,
             m_end=2048,
             rank=1,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c8eee738415",
+            config_id="cf3af49378f",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.41, 1.0, -0.412, 1.0),
-                (4096, 14336, -0.3668, 1.0, -0.3982, 1.0),
-                (6144, 4096, -0.3712, 1.0, -0.3956, 1.0),
-                (8192, 8192, -0.3428, 1.0, -0.3819, 1.0),
-                (14336, 4096, -0.3123, 1.0, -0.3758, 1.0),
+                (4096, 4096, -0.415, 1.0, -0.4019, 1.0),
+                (4096, 14336, -0.3787, 1.0, -0.3794, 1.0),
+                (6144, 4096, -0.3899, 1.0, -0.3969, 1.0),
+                (8192, 8192, -0.3236, 1.0, -0.3723, 1.0),
+                (14336, 4096, -0.2952, 1.0, -0.3634, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 192),
+                ("block_n", 176),
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
-                ("cluster_m", 2),
+                ("cluster_m", 1),
                 ("cluster_n", 1),
                 ("raster", 1),
                 ("group_m", 8),
@@ -18218,21 +18688,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (1024, 1024, 4096),
+                (1024, 1024, 8192),
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 2880),
+                (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [352]
+        # index: [361]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18243,18 +18713,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=140,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5274, 1.0, -0.5505, 1.0),
-                (4096, 14336, -0.537, 1.0, -0.5437, 1.0),
-                (6144, 4096, -0.5158, 1.0, -0.5708, 1.0),
-                (8192, 8192, -0.5087, 1.0, -0.5464, 1.0),
-                (14336, 4096, -0.5036, 1.0, -0.5597, 1.0),
+                (4096, 4096, -0.5292, 1.0, -0.5469, 1.0),
+                (4096, 14336, -0.5488, 1.0, -0.5574, 1.0),
+                (6144, 4096, -0.527, 1.0, -0.563, 1.0),
+                (8192, 8192, -0.5147, 1.0, -0.5557, 1.0),
+                (14336, 4096, -0.5112, 1.0, -0.5694, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -18272,40 +18742,37 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 4096),
                 (1408, 1024, 4096),
-                (2048, 1024, 4096),
-                (2880, 1024, 1408),
-                (4096, 1024, 1408),
-                (5760, 1024, 1408),
+                (2048, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [353]
+        # index: [362]
         ShapeCandidate(
             m=1024,
             m_end=2048,
             rank=3,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c995170dd40",
+            config_id="c0fc9dba2b0",
             registers=168,
-            smem_bytes=198656,
+            smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.372, 1.0, -0.4026, 1.0),
-                (4096, 14336, -0.323, 1.0, -0.3795, 1.0),
-                (6144, 4096, -0.3666, 1.0, -0.4062, 1.0),
-                (8192, 8192, -0.3068, 1.0, -0.3638, 1.0),
-                (14336, 4096, -0.3018, 1.0, -0.3766, 1.0),
+                (4096, 4096, -0.4149, 1.0, -0.4136, 1.0),
+                (4096, 14336, -0.3781, 1.0, -0.4018, 1.0),
+                (6144, 4096, -0.394, 1.0, -0.3955, 1.0),
+                (8192, 8192, -0.3353, 1.0, -0.3812, 1.0),
+                (14336, 4096, -0.3104, 1.0, -0.3677, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 128),
+                ("block_n", 160),
                 ("block_k", 64),
                 ("stages", 6),
                 ("consumers", 2),
@@ -18314,10 +18781,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("raster", 1),
                 ("group_m", 8),
                 ("split_k", 1),
-                ("tail_split", 1),
+                ("tail_split", 0),
             ),
             cells=(
-                (1024, 1024, 32768),
+                (1024, 1024, 23168),
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
@@ -18325,13 +18792,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
-                (16384, 1024, 11584),
-                (23168, 1408, 2880),
-                (32768, 1408, 2880),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [354]
+        # index: [363]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18342,18 +18809,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=108,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4171, 1.0, -0.4782, 1.0),
-                (4096, 14336, -0.4204, 1.0, -0.4633, 1.0),
-                (6144, 4096, -0.4325, 1.0, -0.4868, 1.0),
-                (8192, 8192, -0.3906, 1.0, -0.4576, 1.0),
-                (14336, 4096, -0.3975, 1.0, -0.4913, 1.0),
+                (4096, 4096, -0.4181, 1.0, -0.4724, 1.0),
+                (4096, 14336, -0.4303, 1.0, -0.4714, 1.0),
+                (6144, 4096, -0.4408, 1.0, -0.4806, 1.0),
+                (8192, 8192, -0.4041, 1.0, -0.455, 1.0),
+                (14336, 4096, -0.4047, 1.0, -0.4994, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -18374,11 +18841,110 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [355]
+        # index: [364]
         ShapeCandidate(
             m=1024,
             m_end=2048,
             rank=5,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c9117f86679",
+            registers=168,
+            smem_bytes=210944,
+            bias_terms=(
+                (4096, 4096, -0.4117, 1.0, -0.4194, 1.0),
+                (4096, 14336, -0.3652, 1.0, -0.3978, 1.0),
+                (6144, 4096, -0.3903, 1.0, -0.4097, 1.0),
+                (8192, 8192, -0.3396, 1.0, -0.3702, 1.0),
+                (14336, 4096, -0.3156, 1.0, -0.3881, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 144),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 2048),
+                (11584, 1024, 2048),
+                (16384, 1024, 2048),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [365]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=6,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c995170dd40",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.367, 1.0, -0.3944, 1.0),
+                (4096, 14336, -0.3227, 1.0, -0.3792, 1.0),
+                (6144, 4096, -0.3664, 1.0, -0.3943, 1.0),
+                (8192, 8192, -0.3119, 1.0, -0.3626, 1.0),
+                (14336, 4096, -0.303, 1.0, -0.3771, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 5760),
+                (4096, 16384, 32768),
+                (5760, 1024, 32768),
+                (8192, 4096, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [366]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=7,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1c6218ec00",
@@ -18392,11 +18958,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2746, 1.0, 0.2072, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18411,24 +18977,20 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
+                (1408, 1024, 2048),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
-                (16384, 1024, 32768),
+                (16384, 2880, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [356]
+        # index: [367]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=6,
+            rank=8,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c8a7f3d4299",
@@ -18442,11 +19004,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2969, 1.0, 0.2249, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18460,25 +19022,20 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
+                (1024, 1024, 2880),
+                (1024, 5760, 32768),
+                (1408, 2048, 2048),
                 (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (11584, 1024, 1408),
+                (11584, 2880, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [357]
+        # index: [368]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=7,
+            rank=9,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cdba23ace0e",
@@ -18492,11 +19049,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2924, 1.0, 0.2215, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18510,27 +19067,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 2048, 2048),
-                (5760, 11584, 32768),
-                (8192, 1024, 2880),
-                (11584, 1024, 32768),
-                (16384, 1024, 2048),
-                (16384, 8192, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (1024, 1024, 2880),
+                (1024, 8192, 32768),
+                (8192, 2880, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [358]
+        # index: [369]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=8,
+            rank=10,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1083c76623",
@@ -18544,11 +19091,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3193, 1.0, 0.2436, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18562,30 +19109,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 2880),
-                (1408, 5760, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 2048, 32768),
-                (5760, 2048, 2048),
-                (8192, 2048, 2048),
-                (11584, 1024, 1024),
-                (11584, 2048, 2048),
-                (11584, 4096, 32768),
-                (16384, 1024, 1408),
-                (16384, 16384, 32768),
-                (23168, 1024, 1408),
-                (23168, 4096, 32768),
-                (32768, 1024, 32768),
+                (1024, 1024, 2048),
+                (1024, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [359]
+        # index: [370]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=9,
+            rank=11,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cffc1df57a5",
@@ -18599,11 +19132,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2755, 1.0, 0.2076, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18617,28 +19150,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2880),
-                (1024, 5760, 32768),
-                (1408, 1024, 2880),
-                (1408, 5760, 32768),
-                (2048, 1024, 2048),
-                (2048, 5760, 32768),
-                (2880, 1024, 2048),
-                (2880, 5760, 8192),
-                (4096, 2048, 2048),
-                (4096, 5760, 8192),
-                (16384, 1024, 1024),
-                (23168, 1024, 1024),
-                (23168, 8192, 32768),
-                (32768, 1024, 1408),
+                (1024, 1024, 2048),
+                (1024, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [360]
+        # index: [371]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=10,
+            rank=12,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1746f9e36f",
@@ -18652,11 +19173,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2978, 1.0, 0.2271, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18670,100 +19191,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2880),
-                (1024, 5760, 32768),
-                (1408, 1024, 2048),
-                (2048, 5760, 32768),
-                (2880, 2048, 2048),
-                (23168, 1024, 1024),
-                (32768, 1024, 1024),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [361]
-        ShapeCandidate(
-            m=1024,
-            m_end=2048,
-            rank=11,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ca68a99a2d1",
-            registers=52,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.272, 1.0, -0.3053, 1.0),
-                (4096, 14336, 0.1127, 1.0, 0.1098, 1.0),
-                (6144, 4096, -0.1449, 1.0, -0.1779, 1.0),
-                (8192, 8192, 0.2649, 1.0, 0.2199, 1.0),
-                (14336, 4096, 0.2938, 1.0, 0.222, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 2048),
-                (1024, 5760, 32768),
-                (1408, 2048, 2048),
-                (2048, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [362]
-        ShapeCandidate(
-            m=1024,
-            m_end=2048,
-            rank=12,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ce994ca2a3e",
-            registers=50,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.0234, 1.0, -0.0547, 1.0),
-                (4096, 14336, 0.0356, 1.0, -0.0093, 1.0),
-                (6144, 4096, -0.0151, 1.0, -0.0387, 1.0),
-                (8192, 8192, 0.2902, 1.0, 0.232, 1.0),
-                (14336, 4096, 0.3199, 1.0, 0.2445, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
                 (1024, 2048, 2048),
+                (1024, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [363]
+        # index: [372]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18774,18 +19207,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.2524, 1.0, -0.396, 1.0),
-                (4096, 14336, -0.2733, 1.0, -0.3917, 1.0),
-                (6144, 4096, -0.3516, 1.0, -0.3782, 1.0),
-                (8192, 8192, -0.3264, 1.0, -0.3351, 1.0),
-                (14336, 4096, -0.2862, 1.0, -0.3275, 1.0),
+                (4096, 4096, -0.2498, 1.0, -0.3855, 1.0),
+                (4096, 14336, -0.2738, 1.0, -0.3912, 1.0),
+                (6144, 4096, -0.3499, 1.0, -0.3653, 1.0),
+                (8192, 8192, -0.3251, 1.0, -0.3353, 1.0),
+                (14336, 4096, -0.2861, 1.0, -0.328, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18801,20 +19234,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 2880, 32768),
+                (1024, 2880, 11584),
                 (1408, 2880, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (16384, 2048, 5760),
-                (23168, 2048, 5760),
-                (32768, 2048, 32768),
+                (2048, 4096, 32768),
+                (2880, 11584, 32768),
+                (4096, 8192, 32768),
+                (5760, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [364]
+        # index: [373]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -18825,18 +19254,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3952, 1.0, -0.4276, 1.0),
-                (4096, 14336, -0.3308, 1.0, -0.3812, 1.0),
-                (6144, 4096, -0.3869, 1.0, -0.4211, 1.0),
-                (8192, 8192, -0.3181, 1.0, -0.37, 1.0),
-                (14336, 4096, -0.3009, 1.0, -0.3872, 1.0),
+                (4096, 4096, -0.3838, 1.0, -0.4135, 1.0),
+                (4096, 14336, -0.3331, 1.0, -0.3835, 1.0),
+                (6144, 4096, -0.3873, 1.0, -0.4085, 1.0),
+                (8192, 8192, -0.3225, 1.0, -0.3707, 1.0),
+                (14336, 4096, -0.3159, 1.0, -0.3877, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18854,41 +19283,78 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 2880, 32768),
                 (1408, 2880, 32768),
-                (2048, 2880, 32768),
+                (2048, 4096, 32768),
                 (2880, 2880, 32768),
-                (4096, 1024, 4096),
-                (5760, 1024, 8192),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [365]
+        # index: [374]
         ShapeCandidate(
             m=1024,
             m_end=2048,
             rank=15,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c62ed235c0f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.2473, 1.0, -0.3788, 1.0),
+                (4096, 14336, -0.2689, 1.0, -0.3881, 1.0),
+                (6144, 4096, -0.348, 1.0, -0.3605, 1.0),
+                (8192, 8192, -0.3292, 1.0, -0.3396, 1.0),
+                (14336, 4096, -0.2925, 1.0, -0.3352, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 2880, 32768),
+                (2048, 2880, 2880),
+                (2048, 5760, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [375]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=16,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="c742626ea16",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3453, 1.0, -0.3774, 1.0),
-                (4096, 14336, -0.3078, 1.0, -0.363, 1.0),
-                (6144, 4096, -0.2625, 1.0, -0.3727, 1.0),
-                (8192, 8192, -0.2976, 1.0, -0.348, 1.0),
-                (14336, 4096, -0.2386, 1.0, -0.3369, 1.0),
+                (4096, 4096, -0.3352, 1.0, -0.3734, 1.0),
+                (4096, 14336, -0.3026, 1.0, -0.3621, 1.0),
+                (6144, 4096, -0.2633, 1.0, -0.3571, 1.0),
+                (8192, 8192, -0.295, 1.0, -0.3497, 1.0),
+                (14336, 4096, -0.2417, 1.0, -0.3391, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18906,40 +19372,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 4096, 32768),
                 (1408, 4096, 32768),
-                (2880, 2880, 32768),
-                (4096, 2880, 32768),
-                (5760, 2880, 32768),
-                (8192, 4096, 32768),
-                (11584, 1408, 32768),
-                (16384, 1408, 32768),
-                (23168, 1408, 32768),
-                (32768, 4096, 32768),
+                (11584, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [366]
+        # index: [376]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=16,
+            rank=17,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c3a653654f4",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3368, 1.0, -0.3745, 1.0),
-                (4096, 14336, -0.3028, 1.0, -0.3633, 1.0),
-                (6144, 4096, -0.2607, 1.0, -0.3733, 1.0),
-                (8192, 8192, -0.3055, 1.0, -0.3615, 1.0),
-                (14336, 4096, -0.246, 1.0, -0.3528, 1.0),
+                (4096, 4096, -0.3293, 1.0, -0.3626, 1.0),
+                (4096, 14336, -0.3007, 1.0, -0.3611, 1.0),
+                (6144, 4096, -0.2627, 1.0, -0.3601, 1.0),
+                (8192, 8192, -0.3003, 1.0, -0.3613, 1.0),
+                (14336, 4096, -0.25, 1.0, -0.3533, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18956,50 +19415,44 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 4096, 32768),
-                (1408, 4096, 32768),
-                (2880, 11584, 32768),
-                (4096, 11584, 32768),
-                (5760, 2880, 32768),
-                (8192, 2880, 32768),
-                (11584, 2880, 32768),
-                (16384, 2880, 32768),
+                (1408, 5760, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [367]
+        # index: [377]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=17,
+            rank=18,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c05e6993f39",
+            config_id="cc4aac1e901",
             registers=168,
-            smem_bytes=198656,
+            smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.3771, 1.0, -0.4178, 1.0),
-                (4096, 14336, -0.3253, 1.0, -0.3845, 1.0),
-                (6144, 4096, -0.4008, 1.0, -0.4161, 1.0),
-                (8192, 8192, -0.3263, 1.0, -0.3793, 1.0),
-                (14336, 4096, -0.3172, 1.0, -0.377, 1.0),
+                (4096, 4096, -0.4074, 1.0, -0.405, 1.0),
+                (4096, 14336, -0.373, 1.0, -0.4041, 1.0),
+                (6144, 4096, -0.3922, 1.0, -0.3884, 1.0),
+                (8192, 8192, -0.3377, 1.0, -0.3713, 1.0),
+                (14336, 4096, -0.3075, 1.0, -0.3659, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 256),
+                ("block_n", 208),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 5),
                 ("consumers", 2),
                 ("cluster_m", 1),
                 ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 16),
+                ("raster", 1),
+                ("group_m", 8),
                 ("split_k", 1),
                 ("tail_split", 0),
             ),
@@ -19017,29 +19470,272 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [368]
+        # index: [378]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=18,
+            rank=19,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5071a2fa93",
+            registers=168,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.3903, 1.0, -0.4021, 1.0),
+                (4096, 14336, -0.3683, 1.0, -0.4105, 1.0),
+                (6144, 4096, -0.3958, 1.0, -0.3937, 1.0),
+                (8192, 8192, -0.3349, 1.0, -0.3855, 1.0),
+                (14336, 4096, -0.3099, 1.0, -0.3739, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 1024, 32768),
+                (2048, 1024, 2048),
+                (2880, 1024, 2048),
+                (2880, 5760, 8192),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [379]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=20,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8eee738415",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4062, 1.0, -0.4017, 1.0),
+                (4096, 14336, -0.3662, 1.0, -0.3995, 1.0),
+                (6144, 4096, -0.3737, 1.0, -0.383, 1.0),
+                (8192, 8192, -0.3409, 1.0, -0.3824, 1.0),
+                (14336, 4096, -0.3136, 1.0, -0.3774, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [380]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=21,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c05e6993f39",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.3709, 1.0, -0.393, 1.0),
+                (4096, 14336, -0.3216, 1.0, -0.3796, 1.0),
+                (6144, 4096, -0.4067, 1.0, -0.389, 1.0),
+                (8192, 8192, -0.32, 1.0, -0.3783, 1.0),
+                (14336, 4096, -0.3226, 1.0, -0.3766, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 16),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 1024, 2880),
+                (1408, 5760, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (11584, 2048, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [381]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=22,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c26152c9694",
+            registers=168,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.3993, 1.0, -0.4068, 1.0),
+                (4096, 14336, -0.3666, 1.0, -0.407, 1.0),
+                (6144, 4096, -0.4007, 1.0, -0.3955, 1.0),
+                (8192, 8192, -0.3329, 1.0, -0.3849, 1.0),
+                (14336, 4096, -0.3044, 1.0, -0.3695, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [382]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=23,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce8a49fe873",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.3934, 1.0, -0.4053, 1.0),
+                (4096, 14336, -0.37, 1.0, -0.407, 1.0),
+                (6144, 4096, -0.3959, 1.0, -0.3959, 1.0),
+                (8192, 8192, -0.3387, 1.0, -0.3814, 1.0),
+                (14336, 4096, -0.3062, 1.0, -0.367, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [383]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=24,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3823, 1.0, -0.4155, 1.0),
-                (4096, 14336, -0.3268, 1.0, -0.386, 1.0),
-                (6144, 4096, -0.401, 1.0, -0.4105, 1.0),
-                (8192, 8192, -0.3269, 1.0, -0.3725, 1.0),
-                (14336, 4096, -0.3181, 1.0, -0.3654, 1.0),
+                (4096, 4096, -0.3748, 1.0, -0.3985, 1.0),
+                (4096, 14336, -0.3242, 1.0, -0.3762, 1.0),
+                (6144, 4096, -0.4081, 1.0, -0.3933, 1.0),
+                (8192, 8192, -0.3216, 1.0, -0.3721, 1.0),
+                (14336, 4096, -0.3217, 1.0, -0.3682, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19055,7 +19751,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2048, 1024, 11584),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
@@ -19067,33 +19762,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [369]
+        # index: [384]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=19,
+            rank=25,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="ca81defb6d1",
+            config_id="ce075fa6ffb",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.417, 1.0, -0.4142, 1.0),
-                (4096, 14336, -0.3688, 1.0, -0.401, 1.0),
-                (6144, 4096, -0.3746, 1.0, -0.3961, 1.0),
-                (8192, 8192, -0.3386, 1.0, -0.3758, 1.0),
-                (14336, 4096, -0.3036, 1.0, -0.3687, 1.0),
+                (4096, 4096, -0.3997, 1.0, -0.4079, 1.0),
+                (4096, 14336, -0.368, 1.0, -0.4058, 1.0),
+                (6144, 4096, -0.3973, 1.0, -0.3938, 1.0),
+                (8192, 8192, -0.3331, 1.0, -0.3782, 1.0),
+                (14336, 4096, -0.298, 1.0, -0.3632, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 192),
+                ("block_n", 224),
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
@@ -19115,29 +19810,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [370]
+        # index: [385]
         ShapeCandidate(
             m=1024,
             m_end=2048,
-            rank=20,
+            rank=26,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c62cd169575",
             registers=168,
             smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -0.4152, 1.0, -0.4137, 1.0),
-                (4096, 14336, -0.3635, 1.0, -0.3991, 1.0),
-                (6144, 4096, -0.3723, 1.0, -0.3973, 1.0),
-                (8192, 8192, -0.3344, 1.0, -0.3816, 1.0),
-                (14336, 4096, -0.3029, 1.0, -0.3726, 1.0),
+                (4096, 4096, -0.4104, 1.0, -0.4061, 1.0),
+                (4096, 14336, -0.3681, 1.0, -0.3958, 1.0),
+                (6144, 4096, -0.3794, 1.0, -0.3799, 1.0),
+                (8192, 8192, -0.3346, 1.0, -0.3817, 1.0),
+                (14336, 4096, -0.3065, 1.0, -0.3746, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0649, 1.0, 0.0293, 1.0),
-                (4096, 14336, -0.0153, 1.0, -0.0269, 1.0),
-                (6144, 4096, 0.071, 1.0, 0.0251, 1.0),
-                (8192, 8192, -0.0021, 1.0, -0.0191, 1.0),
-                (14336, 4096, 0.0143, 1.0, 0.0108, 1.0),
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19153,6 +19848,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
+                (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -19162,7 +19858,55 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [371]
+        # index: [386]
+        ShapeCandidate(
+            m=1024,
+            m_end=2048,
+            rank=27,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cc44b718d5c",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.3974, 1.0, -0.4009, 1.0),
+                (4096, 14336, -0.3717, 1.0, -0.4046, 1.0),
+                (6144, 4096, -0.3874, 1.0, -0.3896, 1.0),
+                (8192, 8192, -0.339, 1.0, -0.3718, 1.0),
+                (14336, 4096, -0.3154, 1.0, -0.3727, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0644, 1.0, 0.0257, 1.0),
+                (4096, 14336, -0.0117, 1.0, -0.0232, 1.0),
+                (6144, 4096, 0.0736, 1.0, 0.0215, 1.0),
+                (8192, 8192, -0.0002, 1.0, -0.0149, 1.0),
+                (14336, 4096, 0.0172, 1.0, 0.0148, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 208),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 11584),
+                (5760, 1024, 11584),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [387]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19173,18 +19917,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4026, 1.0, -0.4503, 1.0),
-                (4096, 14336, -0.3795, 1.0, -0.4255, 1.0),
-                (6144, 4096, -0.4062, 1.0, -0.4431, 1.0),
-                (8192, 8192, -0.3638, 1.0, -0.4219, 1.0),
-                (14336, 4096, -0.3766, 1.0, -0.4122, 1.0),
+                (4096, 4096, -0.3944, 1.0, -0.448, 1.0),
+                (4096, 14336, -0.3792, 1.0, -0.427, 1.0),
+                (6144, 4096, -0.3943, 1.0, -0.4287, 1.0),
+                (8192, 8192, -0.3626, 1.0, -0.4178, 1.0),
+                (14336, 4096, -0.3771, 1.0, -0.4138, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19204,43 +19948,39 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 1408),
-                (16384, 1024, 1408),
+                (4096, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [372]
+        # index: [388]
         ShapeCandidate(
             m=2048,
             m_end=4096,
             rank=1,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c62cd169575",
+            config_id="cf3af49378f",
             registers=168,
-            smem_bytes=165888,
+            smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.4137, 1.0, -0.4571, 1.0),
-                (4096, 14336, -0.3991, 1.0, -0.45, 1.0),
-                (6144, 4096, -0.3973, 1.0, -0.4431, 1.0),
-                (8192, 8192, -0.3816, 1.0, -0.432, 1.0),
-                (14336, 4096, -0.3726, 1.0, -0.4223, 1.0),
+                (4096, 4096, -0.4019, 1.0, -0.4591, 1.0),
+                (4096, 14336, -0.3794, 1.0, -0.4388, 1.0),
+                (6144, 4096, -0.3969, 1.0, -0.4343, 1.0),
+                (8192, 8192, -0.3723, 1.0, -0.4304, 1.0),
+                (14336, 4096, -0.3634, 1.0, -0.4191, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 192),
+                ("block_n", 176),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 5),
                 ("consumers", 2),
                 ("cluster_m", 1),
                 ("cluster_n", 1),
@@ -19250,12 +19990,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (1024, 1024, 5760),
+                (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
-                (5760, 1024, 32768),
+                (5760, 1024, 8192),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -19264,29 +20004,79 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [373]
+        # index: [389]
         ShapeCandidate(
             m=2048,
             m_end=4096,
             rank=2,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="cc44b718d5c",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.4009, 1.0, -0.4476, 1.0),
+                (4096, 14336, -0.4046, 1.0, -0.4326, 1.0),
+                (6144, 4096, -0.3896, 1.0, -0.4374, 1.0),
+                (8192, 8192, -0.3718, 1.0, -0.4341, 1.0),
+                (14336, 4096, -0.3727, 1.0, -0.4225, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 208),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 4096),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [390]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=3,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6272, 1.0, -0.6853, 1.0),
-                (4096, 14336, -0.629, 1.0, -0.6839, 1.0),
-                (6144, 4096, -0.633, 1.0, -0.6763, 1.0),
-                (8192, 8192, -0.6109, 1.0, -0.6736, 1.0),
-                (14336, 4096, -0.6055, 1.0, -0.6569, 1.0),
+                (4096, 4096, -0.6193, 1.0, -0.6795, 1.0),
+                (4096, 14336, -0.6307, 1.0, -0.6846, 1.0),
+                (6144, 4096, -0.6215, 1.0, -0.6643, 1.0),
+                (8192, 8192, -0.6148, 1.0, -0.6684, 1.0),
+                (14336, 4096, -0.6072, 1.0, -0.6601, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19303,48 +20093,93 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 5760),
-                (1408, 1024, 5760),
+                (1408, 1024, 4096),
                 (2048, 1024, 1408),
-                (2880, 1024, 1408),
-                (4096, 1024, 1408),
-                (5760, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [374]
+        # index: [391]
         ShapeCandidate(
             m=2048,
             m_end=4096,
-            rank=3,
+            rank=4,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c05e6993f39",
+            config_id="c0fc9dba2b0",
             registers=168,
-            smem_bytes=198656,
+            smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4178, 1.0, -0.4517, 1.0),
-                (4096, 14336, -0.3845, 1.0, -0.4402, 1.0),
-                (6144, 4096, -0.4161, 1.0, -0.4435, 1.0),
-                (8192, 8192, -0.3793, 1.0, -0.4321, 1.0),
-                (14336, 4096, -0.377, 1.0, -0.4226, 1.0),
+                (4096, 4096, -0.4136, 1.0, -0.4584, 1.0),
+                (4096, 14336, -0.4018, 1.0, -0.444, 1.0),
+                (6144, 4096, -0.3955, 1.0, -0.4342, 1.0),
+                (8192, 8192, -0.3812, 1.0, -0.3959, 1.0),
+                (14336, 4096, -0.3677, 1.0, -0.4228, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 256),
+                ("block_n", 160),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 6),
                 ("consumers", 2),
                 ("cluster_m", 1),
                 ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 16),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 11584),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [392]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=5,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5071a2fa93",
+            registers=168,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.4021, 1.0, -0.4521, 1.0),
+                (4096, 14336, -0.4105, 1.0, -0.452, 1.0),
+                (6144, 4096, -0.3937, 1.0, -0.4354, 1.0),
+                (8192, 8192, -0.3855, 1.0, -0.4377, 1.0),
+                (14336, 4096, -0.3739, 1.0, -0.4214, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
                 ("split_k", 1),
                 ("tail_split", 0),
             ),
@@ -19353,7 +20188,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 32768),
+                (4096, 1024, 16384),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -19363,29 +20198,77 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [375]
+        # index: [393]
         ShapeCandidate(
             m=2048,
             m_end=4096,
-            rank=4,
+            rank=6,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c9117f86679",
+            registers=168,
+            smem_bytes=210944,
+            bias_terms=(
+                (4096, 4096, -0.4194, 1.0, -0.461, 1.0),
+                (4096, 14336, -0.3978, 1.0, -0.4473, 1.0),
+                (6144, 4096, -0.4097, 1.0, -0.441, 1.0),
+                (8192, 8192, -0.3702, 1.0, -0.4243, 1.0),
+                (14336, 4096, -0.3881, 1.0, -0.4308, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 144),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 16384),
+                (1408, 1024, 16384),
+                (2048, 1024, 16384),
+                (2880, 1024, 2880),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [394]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=7,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c7e7999eabb",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4026, 1.0, -0.4516, 1.0),
-                (4096, 14336, -0.3748, 1.0, -0.4396, 1.0),
-                (6144, 4096, -0.3993, 1.0, -0.444, 1.0),
-                (8192, 8192, -0.3787, 1.0, -0.4389, 1.0),
-                (14336, 4096, -0.3786, 1.0, -0.433, 1.0),
+                (4096, 4096, -0.387, 1.0, -0.4468, 1.0),
+                (4096, 14336, -0.3767, 1.0, -0.4381, 1.0),
+                (6144, 4096, -0.3836, 1.0, -0.4319, 1.0),
+                (8192, 8192, -0.378, 1.0, -0.4376, 1.0),
+                (14336, 4096, -0.3767, 1.0, -0.4303, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19402,71 +20285,19 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 11584),
-                (2880, 1024, 11584),
-                (4096, 1024, 5760),
-                (5760, 1024, 5760),
-                (8192, 1024, 5760),
-                (11584, 1024, 32768),
+                (1408, 1024, 2880),
+                (1408, 23168, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [376]
+        # index: [395]
         ShapeCandidate(
             m=2048,
             m_end=4096,
-            rank=5,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cbf42e88406",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.3312, 1.0, -0.3729, 1.0),
-                (4096, 14336, -0.3051, 1.0, -0.3592, 1.0),
-                (6144, 4096, -0.3265, 1.0, -0.3653, 1.0),
-                (8192, 8192, -0.3031, 1.0, -0.3552, 1.0),
-                (14336, 4096, -0.293, 1.0, -0.3467, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
-            ),
-            tunables=(
-                ("block_m", 256),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [377]
-        ShapeCandidate(
-            m=2048,
-            m_end=4096,
-            rank=6,
+            rank=8,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1c6218ec00",
@@ -19480,11 +20311,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2072, 1.0, 0.1644, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -19499,24 +20330,24 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
+                (1408, 1024, 1024),
+                (1408, 23168, 32768),
+                (2048, 1024, 1024),
+                (2880, 1024, 1408),
+                (5760, 1024, 2048),
+                (8192, 1024, 2880),
+                (11584, 1024, 5760),
+                (16384, 1024, 2048),
+                (23168, 1024, 5760),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [378]
+        # index: [396]
         ShapeCandidate(
             m=2048,
             m_end=4096,
-            rank=7,
+            rank=9,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c8a7f3d4299",
@@ -19530,11 +20361,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2249, 1.0, 0.1748, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -19549,24 +20380,19 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (1408, 1024, 1024),
+                (2880, 1024, 1024),
+                (11584, 1024, 2048),
+                (23168, 1024, 2048),
+                (32768, 1024, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [379]
+        # index: [397]
         ShapeCandidate(
             m=2048,
             m_end=4096,
-            rank=8,
+            rank=10,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cdba23ace0e",
@@ -19580,11 +20406,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2215, 1.0, 0.1764, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -19598,26 +20424,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 1024),
-                (4096, 2048, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (1024, 1024, 2880),
+                (1024, 8192, 8192),
+                (1024, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [380]
+        # index: [398]
         ShapeCandidate(
             m=2048,
             m_end=4096,
-            rank=9,
+            rank=11,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1083c76623",
@@ -19631,11 +20448,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2436, 1.0, 0.1895, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -19649,153 +20466,79 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 2880),
-                (1408, 8192, 32768),
-                (2048, 1024, 2048),
-                (2048, 5760, 32768),
-                (2880, 1024, 1024),
-                (2880, 5760, 32768),
-                (4096, 1024, 1024),
-                (4096, 5760, 32768),
-                (5760, 1024, 1024),
-                (5760, 2048, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [381]
-        ShapeCandidate(
-            m=2048,
-            m_end=4096,
-            rank=10,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cffc1df57a5",
-            registers=48,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.2988, 1.0, -0.3499, 1.0),
-                (4096, 14336, 0.096, 1.0, 0.0692, 1.0),
-                (6144, 4096, -0.2249, 1.0, -0.2802, 1.0),
-                (8192, 8192, 0.2086, 1.0, 0.1531, 1.0),
-                (14336, 4096, 0.2076, 1.0, 0.1653, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 4096),
-                (1024, 8192, 32768),
-                (1408, 1024, 1408),
-                (1408, 23168, 32768),
-                (2048, 8192, 32768),
-                (2880, 5760, 32768),
-                (4096, 5760, 32768),
-                (5760, 5760, 32768),
-                (8192, 1024, 1024),
-                (8192, 5760, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 1024),
-                (16384, 2048, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [382]
-        ShapeCandidate(
-            m=2048,
-            m_end=4096,
-            rank=11,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1746f9e36f",
-            registers=50,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.157, 1.0, -0.1816, 1.0),
-                (4096, 14336, -0.1101, 1.0, -0.1566, 1.0),
-                (6144, 4096, -0.1341, 1.0, -0.1822, 1.0),
-                (8192, 8192, 0.0995, 1.0, 0.1259, 1.0),
-                (14336, 4096, 0.2271, 1.0, 0.1761, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 2880),
-                (1024, 8192, 8192),
+                (1024, 1024, 1024),
                 (1024, 23168, 32768),
-                (2880, 16384, 32768),
-                (4096, 8192, 32768),
-                (5760, 8192, 32768),
-                (8192, 8192, 32768),
-                (11584, 1024, 1024),
-                (11584, 2048, 32768),
-                (16384, 1024, 1024),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [383]
+        # index: [399]
         ShapeCandidate(
             m=2048,
             m_end=4096,
             rank=12,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c10a488becd",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.312, 1.0, -0.37, 1.0),
+                (4096, 14336, -0.2983, 1.0, -0.3558, 1.0),
+                (6144, 4096, -0.3088, 1.0, -0.3567, 1.0),
+                (8192, 8192, -0.2977, 1.0, -0.3551, 1.0),
+                (14336, 4096, -0.2997, 1.0, -0.3517, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 256),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1408, 32768),
+                (1408, 1408, 32768),
+                (2048, 4096, 5760),
+                (2048, 11584, 23168),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [400]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=13,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="cbb0ccde4b7",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4276, 1.0, -0.4661, 1.0),
-                (4096, 14336, -0.3812, 1.0, -0.4311, 1.0),
-                (6144, 4096, -0.4211, 1.0, -0.4556, 1.0),
-                (8192, 8192, -0.37, 1.0, -0.4279, 1.0),
-                (14336, 4096, -0.3872, 1.0, -0.4345, 1.0),
+                (4096, 4096, -0.4135, 1.0, -0.4624, 1.0),
+                (4096, 14336, -0.3835, 1.0, -0.4323, 1.0),
+                (6144, 4096, -0.4085, 1.0, -0.4433, 1.0),
+                (8192, 8192, -0.3707, 1.0, -0.4227, 1.0),
+                (14336, 4096, -0.3877, 1.0, -0.4324, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19813,64 +20556,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 4096, 16384),
                 (1408, 4096, 16384),
-                (2880, 1024, 4096),
-                (4096, 1024, 4096),
-                (5760, 1024, 4096),
-                (8192, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [384]
-        ShapeCandidate(
-            m=2048,
-            m_end=4096,
-            rank=13,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c23f3a3047f",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.396, 1.0, -0.408, 1.0),
-                (4096, 14336, -0.3917, 1.0, -0.4113, 1.0),
-                (6144, 4096, -0.3782, 1.0, -0.4243, 1.0),
-                (8192, 8192, -0.3351, 1.0, -0.4034, 1.0),
-                (14336, 4096, -0.3275, 1.0, -0.3912, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1024, 5760, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [385]
+        # index: [401]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -19881,18 +20570,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3745, 1.0, -0.4324, 1.0),
-                (4096, 14336, -0.3633, 1.0, -0.4297, 1.0),
-                (6144, 4096, -0.3733, 1.0, -0.4255, 1.0),
-                (8192, 8192, -0.3615, 1.0, -0.4244, 1.0),
-                (14336, 4096, -0.3528, 1.0, -0.4129, 1.0),
+                (4096, 4096, -0.3626, 1.0, -0.4292, 1.0),
+                (4096, 14336, -0.3611, 1.0, -0.4278, 1.0),
+                (6144, 4096, -0.3601, 1.0, -0.41, 1.0),
+                (8192, 8192, -0.3613, 1.0, -0.4238, 1.0),
+                (14336, 4096, -0.3533, 1.0, -0.4111, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19909,717 +20598,42 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 11584, 32768),
-                (1408, 2048, 32768),
-                (2048, 2048, 32768),
-                (2880, 2048, 32768),
-                (4096, 1408, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1408, 32768),
-                (23168, 1408, 32768),
-                (32768, 1408, 32768),
+                (1408, 5760, 32768),
+                (2048, 5760, 32768),
+                (2880, 4096, 32768),
+                (4096, 23168, 32768),
+                (5760, 2880, 4096),
+                (5760, 11584, 32768),
+                (8192, 11584, 32768),
+                (11584, 8192, 32768),
+                (23168, 8192, 32768),
+                (32768, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [386]
+        # index: [402]
         ShapeCandidate(
             m=2048,
             m_end=4096,
             rank=15,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c7d87dbb50c",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.414, 1.0, -0.468, 1.0),
-                (4096, 14336, -0.3823, 1.0, -0.4345, 1.0),
-                (6144, 4096, -0.4123, 1.0, -0.4602, 1.0),
-                (8192, 8192, -0.3717, 1.0, -0.4321, 1.0),
-                (14336, 4096, -0.3793, 1.0, -0.4387, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 2),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (2048, 1024, 4096),
-                (2880, 1024, 4096),
-                (4096, 1024, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [387]
-        ShapeCandidate(
-            m=2048,
-            m_end=4096,
-            rank=16,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c742626ea16",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.3774, 1.0, -0.4284, 1.0),
-                (4096, 14336, -0.363, 1.0, -0.4177, 1.0),
-                (6144, 4096, -0.3727, 1.0, -0.4155, 1.0),
-                (8192, 8192, -0.348, 1.0, -0.4078, 1.0),
-                (14336, 4096, -0.3369, 1.0, -0.3948, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (2048, 2880, 5760),
-                (2048, 16384, 32768),
-                (2880, 1408, 32768),
-                (4096, 1408, 32768),
-                (5760, 1408, 32768),
-                (8192, 1408, 32768),
-                (11584, 1408, 32768),
-                (16384, 1408, 32768),
-                (23168, 1408, 32768),
-                (32768, 5760, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [388]
-        ShapeCandidate(
-            m=2048,
-            m_end=4096,
-            rank=17,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ca68a99a2d1",
-            registers=52,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.3053, 1.0, -0.3599, 1.0),
-                (4096, 14336, 0.1098, 1.0, 0.0937, 1.0),
-                (6144, 4096, -0.1779, 1.0, -0.2295, 1.0),
-                (8192, 8192, 0.2199, 1.0, 0.1604, 1.0),
-                (14336, 4096, 0.222, 1.0, 0.1769, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (23168, 1024, 1024),
-                (32768, 1024, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [389]
-        ShapeCandidate(
-            m=2048,
-            m_end=4096,
-            rank=18,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ce994ca2a3e",
-            registers=50,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.0547, 1.0, -0.0901, 1.0),
-                (4096, 14336, -0.0093, 1.0, -0.0302, 1.0),
-                (6144, 4096, -0.0387, 1.0, -0.0863, 1.0),
-                (8192, 8192, 0.232, 1.0, 0.1689, 1.0),
-                (14336, 4096, 0.2445, 1.0, 0.1903, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0293, 1.0, 0.0081, 1.0),
-                (4096, 14336, -0.0269, 1.0, -0.035, 1.0),
-                (6144, 4096, 0.0251, 1.0, 0.007, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.0211, 1.0),
-                (14336, 4096, 0.0108, 1.0, -0.0047, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (23168, 1024, 1024),
-                (32768, 1024, 1024),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [390]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=0,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c995170dd40",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.4503, 1.0, -0.5071, 1.0),
-                (4096, 14336, -0.4255, 1.0, -0.4976, 1.0),
-                (6144, 4096, -0.4431, 1.0, -0.4883, 1.0),
-                (8192, 8192, -0.4219, 1.0, -0.5042, 1.0),
-                (14336, 4096, -0.4122, 1.0, -0.4817, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [391]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=1,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c8f0be0c671",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.6853, 1.0, -0.7372, 1.0),
-                (4096, 14336, -0.6839, 1.0, -0.7498, 1.0),
-                (6144, 4096, -0.6763, 1.0, -0.7296, 1.0),
-                (8192, 8192, -0.6736, 1.0, -0.7589, 1.0),
-                (14336, 4096, -0.6569, 1.0, -0.7211, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 2880),
-                (1408, 1024, 2880),
-                (2048, 1024, 2880),
-                (2880, 1024, 1408),
-                (4096, 1024, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [392]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=2,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c7e7999eabb",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.4516, 1.0, -0.5059, 1.0),
-                (4096, 14336, -0.4396, 1.0, -0.5032, 1.0),
-                (6144, 4096, -0.444, 1.0, -0.4997, 1.0),
-                (8192, 8192, -0.4389, 1.0, -0.5206, 1.0),
-                (14336, 4096, -0.433, 1.0, -0.4935, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [393]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=3,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c8eee738415",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.4528, 1.0, -0.5113, 1.0),
-                (4096, 14336, -0.4472, 1.0, -0.5046, 1.0),
-                (6144, 4096, -0.4426, 1.0, -0.4975, 1.0),
-                (8192, 8192, -0.4338, 1.0, -0.5148, 1.0),
-                (14336, 4096, -0.4264, 1.0, -0.4919, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 2880),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 5760),
-                (11584, 1024, 5760),
-                (16384, 1024, 1408),
-                (23168, 1024, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [394]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=4,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cbf42e88406",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.3729, 1.0, -0.4241, 1.0),
-                (4096, 14336, -0.3592, 1.0, -0.4232, 1.0),
-                (6144, 4096, -0.3653, 1.0, -0.4217, 1.0),
-                (8192, 8192, -0.3552, 1.0, -0.4377, 1.0),
-                (14336, 4096, -0.3467, 1.0, -0.4071, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 256),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [395]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=5,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c62cd169575",
-            registers=168,
-            smem_bytes=165888,
-            bias_terms=(
-                (4096, 4096, -0.4571, 1.0, -0.5067, 1.0),
-                (4096, 14336, -0.45, 1.0, -0.5016, 1.0),
-                (6144, 4096, -0.4431, 1.0, -0.5001, 1.0),
-                (8192, 8192, -0.432, 1.0, -0.5089, 1.0),
-                (14336, 4096, -0.4223, 1.0, -0.488, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 5760),
-                (16384, 1024, 5760),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [396]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=6,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1c6218ec00",
-            registers=64,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.3461, 1.0, -0.403, 1.0),
-                (4096, 14336, 0.056, 1.0, -0.0125, 1.0),
-                (6144, 4096, -0.2637, 1.0, -0.3228, 1.0),
-                (8192, 8192, 0.151, 1.0, 0.0568, 1.0),
-                (14336, 4096, 0.1644, 1.0, 0.0868, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [397]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=7,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c8a7f3d4299",
-            registers=61,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.1647, 1.0, -0.2164, 1.0),
-                (4096, 14336, -0.1164, 1.0, -0.21, 1.0),
-                (6144, 4096, -0.1516, 1.0, -0.2091, 1.0),
-                (8192, 8192, 0.1261, 1.0, 0.0394, 1.0),
-                (14336, 4096, 0.1748, 1.0, 0.1027, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 1024),
-                (2048, 4096, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [398]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=8,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cdba23ace0e",
-            registers=64,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.3562, 1.0, -0.4158, 1.0),
-                (4096, 14336, 0.094, 1.0, 0.0094, 1.0),
-                (6144, 4096, -0.2326, 1.0, -0.289, 1.0),
-                (8192, 8192, 0.1614, 1.0, 0.066, 1.0),
-                (14336, 4096, 0.1764, 1.0, 0.1021, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 1024),
-                (1408, 5760, 32768),
-                (2048, 1024, 1024),
-                (2048, 4096, 5760),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 2048, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [399]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=9,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1083c76623",
-            registers=61,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.078, 1.0, -0.1178, 1.0),
-                (4096, 14336, -0.0191, 1.0, -0.093, 1.0),
-                (6144, 4096, -0.0523, 1.0, -0.1077, 1.0),
-                (8192, 8192, 0.1688, 1.0, 0.0727, 1.0),
-                (14336, 4096, 0.1895, 1.0, 0.1175, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 1408),
-                (1024, 4096, 32768),
-                (1408, 1024, 1024),
-                (2880, 1024, 1024),
-                (2880, 4096, 32768),
-                (4096, 11584, 32768),
-                (5760, 2880, 32768),
-                (8192, 2048, 32768),
-                (11584, 2048, 32768),
-                (16384, 1024, 1024),
-                (16384, 2048, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [400]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=10,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cffc1df57a5",
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3499, 1.0, -0.4069, 1.0),
-                (4096, 14336, 0.0692, 1.0, 0.0027, 1.0),
-                (6144, 4096, -0.2802, 1.0, -0.3365, 1.0),
-                (8192, 8192, 0.1531, 1.0, 0.0575, 1.0),
-                (14336, 4096, 0.1653, 1.0, 0.0875, 1.0),
+                (4096, 4096, -0.2988, 1.0, -0.3499, 1.0),
+                (4096, 14336, 0.096, 1.0, 0.0692, 1.0),
+                (6144, 4096, -0.2249, 1.0, -0.2802, 1.0),
+                (8192, 8192, 0.2086, 1.0, 0.1531, 1.0),
+                (14336, 4096, 0.2076, 1.0, 0.1653, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -20633,376 +20647,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1024),
-                (1024, 5760, 32768),
-                (2880, 5760, 32768),
-                (5760, 11584, 32768),
-                (8192, 8192, 32768),
-                (11584, 8192, 32768),
-                (16384, 8192, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [401]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=11,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1746f9e36f",
-            registers=50,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.1816, 1.0, -0.2309, 1.0),
-                (4096, 14336, -0.1566, 1.0, -0.249, 1.0),
-                (6144, 4096, -0.1822, 1.0, -0.2345, 1.0),
-                (8192, 8192, 0.1259, 1.0, 0.027, 1.0),
-                (14336, 4096, 0.1761, 1.0, 0.1035, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 1024),
-                (8192, 11584, 32768),
-                (11584, 8192, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [402]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=12,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cbb0ccde4b7",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.4661, 1.0, -0.5186, 1.0),
-                (4096, 14336, -0.4311, 1.0, -0.5005, 1.0),
-                (6144, 4096, -0.4556, 1.0, -0.5093, 1.0),
-                (8192, 8192, -0.4279, 1.0, -0.5152, 1.0),
-                (14336, 4096, -0.4345, 1.0, -0.4981, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1408, 32768),
-                (1408, 1408, 32768),
-                (2048, 1408, 32768),
-                (4096, 1024, 8192),
-                (5760, 1024, 8192),
-                (8192, 1024, 8192),
+                (1024, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [403]
         ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=13,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c7d87dbb50c",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.468, 1.0, -0.525, 1.0),
-                (4096, 14336, -0.4345, 1.0, -0.5006, 1.0),
-                (6144, 4096, -0.4602, 1.0, -0.5168, 1.0),
-                (8192, 8192, -0.4321, 1.0, -0.5175, 1.0),
-                (14336, 4096, -0.4387, 1.0, -0.5072, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 2),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1408, 4096),
-                (1408, 1024, 4096),
-                (2048, 1024, 2880),
-                (2880, 1024, 2880),
-                (5760, 1024, 1408),
-                (8192, 1024, 1408),
-                (11584, 1024, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [404]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=14,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c3a653654f4",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.4324, 1.0, -0.489, 1.0),
-                (4096, 14336, -0.4297, 1.0, -0.4972, 1.0),
-                (6144, 4096, -0.4255, 1.0, -0.4854, 1.0),
-                (8192, 8192, -0.4244, 1.0, -0.514, 1.0),
-                (14336, 4096, -0.4129, 1.0, -0.4682, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1024, 2048, 32768),
-                (1408, 1408, 32768),
-                (2048, 1408, 32768),
-                (2880, 1408, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 2048, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [405]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=15,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c742626ea16",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.4284, 1.0, -0.4807, 1.0),
-                (4096, 14336, -0.4177, 1.0, -0.4837, 1.0),
-                (6144, 4096, -0.4155, 1.0, -0.4705, 1.0),
-                (8192, 8192, -0.4078, 1.0, -0.4952, 1.0),
-                (14336, 4096, -0.3948, 1.0, -0.4495, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1024, 4096, 32768),
-                (1408, 4096, 32768),
-                (2048, 8192, 32768),
-                (2880, 2048, 32768),
-                (4096, 2048, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1408, 32768),
-                (23168, 4096, 32768),
-                (32768, 4096, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [406]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
+            m=2048,
+            m_end=4096,
             rank=16,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c62ed235c0f",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.4012, 1.0, -0.4857, 1.0),
-                (4096, 14336, -0.4111, 1.0, -0.4958, 1.0),
-                (6144, 4096, -0.4205, 1.0, -0.4813, 1.0),
-                (8192, 8192, -0.4083, 1.0, -0.5033, 1.0),
-                (14336, 4096, -0.396, 1.0, -0.4675, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 2048),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [407]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=17,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c23f3a3047f",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.408, 1.0, -0.4871, 1.0),
-                (4096, 14336, -0.4113, 1.0, -0.4941, 1.0),
-                (6144, 4096, -0.4243, 1.0, -0.4771, 1.0),
-                (8192, 8192, -0.4034, 1.0, -0.4948, 1.0),
-                (14336, 4096, -0.3912, 1.0, -0.4625, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [408]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=18,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c05e6993f39",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4517, 1.0, -0.4995, 1.0),
-                (4096, 14336, -0.4402, 1.0, -0.4961, 1.0),
-                (6144, 4096, -0.4435, 1.0, -0.49, 1.0),
-                (8192, 8192, -0.4321, 1.0, -0.5078, 1.0),
-                (14336, 4096, -0.4226, 1.0, -0.4783, 1.0),
+                (4096, 4096, -0.393, 1.0, -0.4465, 1.0),
+                (4096, 14336, -0.3796, 1.0, -0.439, 1.0),
+                (6144, 4096, -0.389, 1.0, -0.4423, 1.0),
+                (8192, 8192, -0.3783, 1.0, -0.4293, 1.0),
+                (14336, 4096, -0.3766, 1.0, -0.4227, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21018,7 +20689,257 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
                 (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [404]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=17,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c62cd169575",
+            registers=168,
+            smem_bytes=165888,
+            bias_terms=(
+                (4096, 4096, -0.4061, 1.0, -0.4568, 1.0),
+                (4096, 14336, -0.3958, 1.0, -0.4509, 1.0),
+                (6144, 4096, -0.3799, 1.0, -0.4406, 1.0),
+                (8192, 8192, -0.3817, 1.0, -0.4281, 1.0),
+                (14336, 4096, -0.3746, 1.0, -0.4228, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [405]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=18,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c23f3a3047f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.3855, 1.0, -0.4063, 1.0),
+                (4096, 14336, -0.3912, 1.0, -0.4056, 1.0),
+                (6144, 4096, -0.3653, 1.0, -0.4099, 1.0),
+                (8192, 8192, -0.3353, 1.0, -0.3983, 1.0),
+                (14336, 4096, -0.328, 1.0, -0.3899, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1408, 1408, 32768),
+                (2048, 1408, 32768),
+                (2880, 1408, 32768),
+                (4096, 4096, 32768),
+                (5760, 5760, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [406]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=19,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce8a49fe873",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.4053, 1.0, -0.4531, 1.0),
+                (4096, 14336, -0.407, 1.0, -0.4461, 1.0),
+                (6144, 4096, -0.3959, 1.0, -0.4287, 1.0),
+                (8192, 8192, -0.3814, 1.0, -0.4284, 1.0),
+                (14336, 4096, -0.367, 1.0, -0.4248, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [407]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=20,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8eee738415",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4017, 1.0, -0.4546, 1.0),
+                (4096, 14336, -0.3995, 1.0, -0.4482, 1.0),
+                (6144, 4096, -0.383, 1.0, -0.4246, 1.0),
+                (8192, 8192, -0.3824, 1.0, -0.4344, 1.0),
+                (14336, 4096, -0.3774, 1.0, -0.4258, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2048, 1024, 1024),
+                (2048, 2048, 4096),
+                (2048, 23168, 32768),
+                (2880, 1024, 2880),
+                (2880, 16384, 32768),
+                (4096, 1024, 1024),
+                (5760, 1024, 2880),
+                (8192, 1024, 8192),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [408]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=21,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cbf42e88406",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.3151, 1.0, -0.3685, 1.0),
+                (4096, 14336, -0.2999, 1.0, -0.3601, 1.0),
+                (6144, 4096, -0.3093, 1.0, -0.3511, 1.0),
+                (8192, 8192, -0.3035, 1.0, -0.3512, 1.0),
+                (14336, 4096, -0.2986, 1.0, -0.3441, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 256),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2048, 1408, 2880),
+                (2048, 8192, 8192),
+                (2048, 32768, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -21027,27 +20948,74 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [409]
         ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=19,
+            m=2048,
+            m_end=4096,
+            rank=22,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c3052acd391",
+            config_id="ce075fa6ffb",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.4079, 1.0, -0.4519, 1.0),
+                (4096, 14336, -0.4058, 1.0, -0.4429, 1.0),
+                (6144, 4096, -0.3938, 1.0, -0.425, 1.0),
+                (8192, 8192, -0.3782, 1.0, -0.4166, 1.0),
+                (14336, 4096, -0.3632, 1.0, -0.4134, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2880, 2048, 11584),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [410]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=23,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c742626ea16",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4507, 1.0, -0.504, 1.0),
-                (4096, 14336, -0.4317, 1.0, -0.4968, 1.0),
-                (6144, 4096, -0.4382, 1.0, -0.4916, 1.0),
-                (8192, 8192, -0.4264, 1.0, -0.5087, 1.0),
-                (14336, 4096, -0.4168, 1.0, -0.4804, 1.0),
+                (4096, 4096, -0.3734, 1.0, -0.425, 1.0),
+                (4096, 14336, -0.3621, 1.0, -0.4177, 1.0),
+                (6144, 4096, -0.3571, 1.0, -0.402, 1.0),
+                (8192, 8192, -0.3497, 1.0, -0.4057, 1.0),
+                (14336, 4096, -0.3391, 1.0, -0.3933, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21060,9 +21028,60 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("raster", 1),
                 ("group_m", 8),
                 ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (2880, 4096, 32768),
+                (4096, 5760, 32768),
+                (5760, 4096, 32768),
+                (8192, 4096, 32768),
+                (11584, 2880, 32768),
+                (16384, 2880, 32768),
+                (23168, 2880, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [411]
+        ShapeCandidate(
+            m=2048,
+            m_end=4096,
+            rank=24,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c26152c9694",
+            registers=168,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.4068, 1.0, -0.4512, 1.0),
+                (4096, 14336, -0.407, 1.0, -0.4472, 1.0),
+                (6144, 4096, -0.3955, 1.0, -0.4328, 1.0),
+                (8192, 8192, -0.3849, 1.0, -0.4196, 1.0),
+                (14336, 4096, -0.3695, 1.0, -0.4137, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
                 ("tail_split", 0),
             ),
             cells=(
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -21070,154 +21089,77 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [410]
+        # index: [412]
         ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=20,
+            m=2048,
+            m_end=4096,
+            rank=25,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c10a488becd",
+            config_id="cc4aac1e901",
             registers=168,
-            smem_bytes=198656,
+            smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.372, 1.0, -0.4255, 1.0),
-                (4096, 14336, -0.3533, 1.0, -0.4176, 1.0),
-                (6144, 4096, -0.366, 1.0, -0.4175, 1.0),
-                (8192, 8192, -0.3577, 1.0, -0.434, 1.0),
-                (14336, 4096, -0.3512, 1.0, -0.4113, 1.0),
+                (4096, 4096, -0.405, 1.0, -0.4463, 1.0),
+                (4096, 14336, -0.4041, 1.0, -0.4305, 1.0),
+                (6144, 4096, -0.3884, 1.0, -0.4316, 1.0),
+                (8192, 8192, -0.3713, 1.0, -0.4253, 1.0),
+                (14336, 4096, -0.3659, 1.0, -0.4176, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0257, 1.0, 0.0106, 1.0),
+                (4096, 14336, -0.0232, 1.0, -0.0302, 1.0),
+                (6144, 4096, 0.0215, 1.0, 0.0035, 1.0),
+                (8192, 8192, -0.0149, 1.0, -0.0151, 1.0),
+                (14336, 4096, 0.0148, 1.0, 0.0004, 1.0),
             ),
             tunables=(
-                ("block_m", 256),
-                ("block_n", 128),
+                ("block_m", 128),
+                ("block_n", 208),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 5),
                 ("consumers", 2),
                 ("cluster_m", 1),
                 ("cluster_n", 1),
-                ("raster", 0),
+                ("raster", 1),
                 ("group_m", 8),
                 ("split_k", 1),
                 ("tail_split", 0),
             ),
             cells=(
+                (4096, 1408, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [411]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=21,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ca68a99a2d1",
-            registers=52,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.3599, 1.0, -0.4195, 1.0),
-                (4096, 14336, 0.0937, 1.0, 0.0149, 1.0),
-                (6144, 4096, -0.2295, 1.0, -0.2893, 1.0),
-                (8192, 8192, 0.1604, 1.0, 0.0667, 1.0),
-                (14336, 4096, 0.1769, 1.0, 0.1022, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (23168, 2048, 2880),
-                (32768, 1024, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [412]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=22,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ce994ca2a3e",
-            registers=50,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.0901, 1.0, -0.1437, 1.0),
-                (4096, 14336, -0.0302, 1.0, -0.1032, 1.0),
-                (6144, 4096, -0.0863, 1.0, -0.1456, 1.0),
-                (8192, 8192, 0.1689, 1.0, 0.0723, 1.0),
-                (14336, 4096, 0.1903, 1.0, 0.1173, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0081, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.035, 1.0, -0.0208, 1.0),
-                (6144, 4096, 0.007, 1.0, -0.0059, 1.0),
-                (8192, 8192, -0.0211, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0047, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (32768, 1024, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [413]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
+            m=4096,
+            m_end=8192,
             rank=0,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cbb0ccde4b7",
+            config_id="c995170dd40",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5186, 1.0, -0.5186, 1.0),
-                (4096, 14336, -0.5005, 1.0, -0.5005, 1.0),
-                (6144, 4096, -0.5093, 1.0, -0.5093, 1.0),
-                (8192, 8192, -0.5152, 1.0, -0.5152, 1.0),
-                (14336, 4096, -0.4981, 1.0, -0.4981, 1.0),
+                (4096, 4096, -0.448, 1.0, -0.5035, 1.0),
+                (4096, 14336, -0.427, 1.0, -0.4916, 1.0),
+                (6144, 4096, -0.4287, 1.0, -0.4885, 1.0),
+                (8192, 8192, -0.4178, 1.0, -0.5014, 1.0),
+                (14336, 4096, -0.4138, 1.0, -0.4835, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21230,7 +21172,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("raster", 1),
                 ("group_m", 8),
                 ("split_k", 1),
-                ("tail_split", 0),
+                ("tail_split", 1),
             ),
             cells=(
                 (1024, 1024, 32768),
@@ -21241,35 +21183,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [414]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
+            m=4096,
+            m_end=8192,
             rank=1,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="cbf42e88406",
+            config_id="c4bfaedb314",
             registers=168,
-            smem_bytes=198656,
+            smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.4241, 1.0, -0.4241, 1.0),
-                (4096, 14336, -0.4232, 1.0, -0.4232, 1.0),
-                (6144, 4096, -0.4217, 1.0, -0.4217, 1.0),
-                (8192, 8192, -0.4377, 1.0, -0.4377, 1.0),
-                (14336, 4096, -0.4071, 1.0, -0.4071, 1.0),
+                (4096, 4096, -0.451, 1.0, -0.51, 1.0),
+                (4096, 14336, -0.4351, 1.0, -0.4999, 1.0),
+                (6144, 4096, -0.4284, 1.0, -0.4939, 1.0),
+                (8192, 8192, -0.4334, 1.0, -0.5137, 1.0),
+                (14336, 4096, -0.4219, 1.0, -0.4886, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
             ),
             tunables=(
-                ("block_m", 256),
-                ("block_n", 128),
+                ("block_m", 128),
+                ("block_n", 176),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 5),
                 ("consumers", 2),
-                ("cluster_m", 1),
+                ("cluster_m", 2),
                 ("cluster_n", 1),
                 ("raster", 1),
                 ("group_m", 8),
@@ -21280,229 +21222,89 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (2880, 1024, 2880),
+                (5760, 1024, 2048),
+                (8192, 1024, 2048),
+                (11584, 1024, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [415]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
+            m=4096,
+            m_end=8192,
             rank=2,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c7e7999eabb",
+            config_id="cc44b718d5c",
             registers=168,
-            smem_bytes=198656,
+            smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.5059, 1.0, -0.5059, 1.0),
-                (4096, 14336, -0.5032, 1.0, -0.5032, 1.0),
-                (6144, 4096, -0.4997, 1.0, -0.4997, 1.0),
-                (8192, 8192, -0.5206, 1.0, -0.5206, 1.0),
-                (14336, 4096, -0.4935, 1.0, -0.4935, 1.0),
+                (4096, 4096, -0.4476, 1.0, -0.505, 1.0),
+                (4096, 14336, -0.4326, 1.0, -0.4975, 1.0),
+                (6144, 4096, -0.4374, 1.0, -0.4992, 1.0),
+                (8192, 8192, -0.4341, 1.0, -0.5233, 1.0),
+                (14336, 4096, -0.4225, 1.0, -0.491, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 256),
+                ("block_n", 208),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 5),
                 ("consumers", 2),
                 ("cluster_m", 2),
                 ("cluster_n", 1),
-                ("raster", 0),
+                ("raster", 1),
                 ("group_m", 8),
                 ("split_k", 1),
                 ("tail_split", 0),
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
+                (1408, 1024, 2880),
+                (1408, 11584, 32768),
+                (2048, 1024, 1408),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (23168, 1024, 4096),
+                (32768, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [416]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
+            m=4096,
+            m_end=8192,
             rank=3,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c995170dd40",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.5071, 1.0, -0.5071, 1.0),
-                (4096, 14336, -0.4976, 1.0, -0.4976, 1.0),
-                (6144, 4096, -0.4883, 1.0, -0.4883, 1.0),
-                (8192, 8192, -0.5042, 1.0, -0.5042, 1.0),
-                (14336, 4096, -0.4817, 1.0, -0.4817, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [417]
-        ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=4,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c7d87dbb50c",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.525, 1.0, -0.525, 1.0),
-                (4096, 14336, -0.5006, 1.0, -0.5006, 1.0),
-                (6144, 4096, -0.5168, 1.0, -0.5168, 1.0),
-                (8192, 8192, -0.5175, 1.0, -0.5175, 1.0),
-                (14336, 4096, -0.5072, 1.0, -0.5072, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 2),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 2048),
-                (1408, 1024, 2048),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [418]
-        ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=5,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c3a653654f4",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.489, 1.0, -0.489, 1.0),
-                (4096, 14336, -0.4972, 1.0, -0.4972, 1.0),
-                (6144, 4096, -0.4854, 1.0, -0.4854, 1.0),
-                (8192, 8192, -0.514, 1.0, -0.514, 1.0),
-                (14336, 4096, -0.4682, 1.0, -0.4682, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 2048, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [419]
-        ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=6,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7372, 1.0, -0.7372, 1.0),
-                (4096, 14336, -0.7498, 1.0, -0.7498, 1.0),
-                (6144, 4096, -0.7296, 1.0, -0.7296, 1.0),
-                (8192, 8192, -0.7589, 1.0, -0.7589, 1.0),
-                (14336, 4096, -0.7211, 1.0, -0.7211, 1.0),
+                (4096, 4096, -0.6795, 1.0, -0.7369, 1.0),
+                (4096, 14336, -0.6846, 1.0, -0.7499, 1.0),
+                (6144, 4096, -0.6643, 1.0, -0.7318, 1.0),
+                (8192, 8192, -0.6684, 1.0, -0.7653, 1.0),
+                (14336, 4096, -0.6601, 1.0, -0.7218, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21518,51 +21320,148 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (1024, 1024, 1408),
-                (1408, 1024, 1408),
+                (1024, 1024, 2880),
+                (1408, 1024, 2048),
+                (2048, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [420]
+        # index: [417]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=7,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1c6218ec00",
-            registers=64,
-            smem_bytes=49152,
+            m=4096,
+            m_end=8192,
+            rank=4,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c9117f86679",
+            registers=168,
+            smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.403, 1.0, -0.403, 1.0),
-                (4096, 14336, -0.0125, 1.0, -0.0125, 1.0),
-                (6144, 4096, -0.3228, 1.0, -0.3228, 1.0),
-                (8192, 8192, 0.0568, 1.0, 0.0568, 1.0),
-                (14336, 4096, 0.0868, 1.0, 0.0868, 1.0),
+                (4096, 4096, -0.461, 1.0, -0.5183, 1.0),
+                (4096, 14336, -0.4473, 1.0, -0.5036, 1.0),
+                (6144, 4096, -0.441, 1.0, -0.505, 1.0),
+                (8192, 8192, -0.4243, 1.0, -0.5153, 1.0),
+                (14336, 4096, -0.4308, 1.0, -0.4959, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
             ),
             tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
+                ("block_m", 128),
+                ("block_n", 144),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
                 ("split_k", 1),
-                ("group_m", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 16384),
+                (1408, 1024, 8192),
+                (2048, 1024, 11584),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [418]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=5,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c0fc9dba2b0",
+            registers=168,
+            smem_bytes=223232,
+            bias_terms=(
+                (4096, 4096, -0.4584, 1.0, -0.4878, 1.0),
+                (4096, 14336, -0.444, 1.0, -0.4948, 1.0),
+                (6144, 4096, -0.4342, 1.0, -0.4873, 1.0),
+                (8192, 8192, -0.3959, 1.0, -0.5037, 1.0),
+                (14336, 4096, -0.4228, 1.0, -0.4921, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 160),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 2880),
+                (1408, 1024, 5760),
+                (2048, 1024, 4096),
+                (2880, 1024, 8192),
+                (4096, 1024, 2880),
+                (5760, 1024, 1408),
+                (5760, 2880, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [419]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=6,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c10a488becd",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.37, 1.0, -0.4214, 1.0),
+                (4096, 14336, -0.3558, 1.0, -0.4171, 1.0),
+                (6144, 4096, -0.3567, 1.0, -0.4159, 1.0),
+                (8192, 8192, -0.3551, 1.0, -0.4423, 1.0),
+                (14336, 4096, -0.3517, 1.0, -0.4128, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 256),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
             ),
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
-                (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
@@ -21573,40 +21472,93 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [421]
+        # index: [420]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=8,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c8a7f3d4299",
-            registers=61,
-            smem_bytes=49152,
+            m=4096,
+            m_end=8192,
+            rank=7,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5071a2fa93",
+            registers=168,
+            smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.2164, 1.0, -0.2164, 1.0),
-                (4096, 14336, -0.21, 1.0, -0.21, 1.0),
-                (6144, 4096, -0.2091, 1.0, -0.2091, 1.0),
-                (8192, 8192, 0.0394, 1.0, 0.0394, 1.0),
-                (14336, 4096, 0.1027, 1.0, 0.1027, 1.0),
+                (4096, 4096, -0.4521, 1.0, -0.4808, 1.0),
+                (4096, 14336, -0.452, 1.0, -0.4815, 1.0),
+                (6144, 4096, -0.4354, 1.0, -0.4953, 1.0),
+                (8192, 8192, -0.4377, 1.0, -0.5123, 1.0),
+                (14336, 4096, -0.4214, 1.0, -0.4883, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
             ),
             tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
                 ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 16384),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [421]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=8,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c7e7999eabb",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4468, 1.0, -0.5036, 1.0),
+                (4096, 14336, -0.4381, 1.0, -0.4989, 1.0),
+                (6144, 4096, -0.4319, 1.0, -0.4976, 1.0),
+                (8192, 8192, -0.4376, 1.0, -0.5201, 1.0),
+                (14336, 4096, -0.4303, 1.0, -0.4924, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
             ),
             cells=(
                 (1024, 1024, 32768),
@@ -21625,27 +21577,823 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [422]
         ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
+            m=4096,
+            m_end=8192,
             rank=9,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cf3af49378f",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.4591, 1.0, -0.4648, 1.0),
+                (4096, 14336, -0.4388, 1.0, -0.5034, 1.0),
+                (6144, 4096, -0.4343, 1.0, -0.4973, 1.0),
+                (8192, 8192, -0.4304, 1.0, -0.512, 1.0),
+                (14336, 4096, -0.4191, 1.0, -0.4895, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 176),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 1408),
+                (1408, 23168, 32768),
+                (16384, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [423]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1c6218ec00",
+            registers=64,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.3461, 1.0, -0.403, 1.0),
+                (4096, 14336, 0.056, 1.0, -0.0125, 1.0),
+                (6144, 4096, -0.2637, 1.0, -0.3228, 1.0),
+                (8192, 8192, 0.151, 1.0, 0.0568, 1.0),
+                (14336, 4096, 0.1644, 1.0, 0.0868, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 1024),
+                (1024, 5760, 32768),
+                (2880, 1024, 1408),
+                (4096, 1024, 2048),
+                (5760, 5760, 32768),
+                (8192, 1024, 1024),
+                (8192, 2880, 32768),
+                (11584, 8192, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [424]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            registers=61,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.1647, 1.0, -0.2164, 1.0),
+                (4096, 14336, -0.1164, 1.0, -0.21, 1.0),
+                (6144, 4096, -0.1516, 1.0, -0.2091, 1.0),
+                (8192, 8192, 0.1261, 1.0, 0.0394, 1.0),
+                (14336, 4096, 0.1748, 1.0, 0.1027, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 1024),
+                (1024, 23168, 32768),
+                (2880, 1024, 1408),
+                (4096, 1024, 1408),
+                (5760, 8192, 32768),
+                (11584, 8192, 32768),
+                (16384, 2048, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [425]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=12,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cbb0ccde4b7",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4624, 1.0, -0.5167, 1.0),
+                (4096, 14336, -0.4323, 1.0, -0.4951, 1.0),
+                (6144, 4096, -0.4433, 1.0, -0.508, 1.0),
+                (8192, 8192, -0.4227, 1.0, -0.5169, 1.0),
+                (14336, 4096, -0.4324, 1.0, -0.4977, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1408, 32768),
+                (1408, 2048, 32768),
+                (2048, 2048, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [426]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=13,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c7d87dbb50c",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4648, 1.0, -0.5254, 1.0),
+                (4096, 14336, -0.4347, 1.0, -0.493, 1.0),
+                (6144, 4096, -0.4544, 1.0, -0.5159, 1.0),
+                (8192, 8192, -0.432, 1.0, -0.513, 1.0),
+                (14336, 4096, -0.4404, 1.0, -0.5072, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 2),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1408, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [427]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=14,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c3a653654f4",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4292, 1.0, -0.4872, 1.0),
+                (4096, 14336, -0.4278, 1.0, -0.4943, 1.0),
+                (6144, 4096, -0.41, 1.0, -0.4837, 1.0),
+                (8192, 8192, -0.4238, 1.0, -0.5132, 1.0),
+                (14336, 4096, -0.4111, 1.0, -0.4655, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 4096, 32768),
+                (1408, 2880, 32768),
+                (2048, 2880, 32768),
+                (2880, 2048, 32768),
+                (4096, 2880, 32768),
+                (5760, 2048, 32768),
+                (8192, 1408, 32768),
+                (11584, 1408, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 2880, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [428]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=15,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c742626ea16",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.425, 1.0, -0.476, 1.0),
+                (4096, 14336, -0.4177, 1.0, -0.4811, 1.0),
+                (6144, 4096, -0.402, 1.0, -0.4707, 1.0),
+                (8192, 8192, -0.4057, 1.0, -0.4959, 1.0),
+                (14336, 4096, -0.3933, 1.0, -0.4498, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 4096, 32768),
+                (1408, 8192, 32768),
+                (2048, 16384, 32768),
+                (2880, 2880, 32768),
+                (4096, 2048, 32768),
+                (5760, 1408, 32768),
+                (8192, 1408, 32768),
+                (11584, 2048, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [429]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=16,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cc4aac1e901",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.4463, 1.0, -0.4988, 1.0),
+                (4096, 14336, -0.4305, 1.0, -0.4962, 1.0),
+                (6144, 4096, -0.4316, 1.0, -0.4972, 1.0),
+                (8192, 8192, -0.4253, 1.0, -0.5148, 1.0),
+                (14336, 4096, -0.4176, 1.0, -0.4848, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 208),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [430]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=17,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c62cd169575",
+            registers=168,
+            smem_bytes=165888,
+            bias_terms=(
+                (4096, 4096, -0.4568, 1.0, -0.5013, 1.0),
+                (4096, 14336, -0.4509, 1.0, -0.5045, 1.0),
+                (6144, 4096, -0.4406, 1.0, -0.4999, 1.0),
+                (8192, 8192, -0.4281, 1.0, -0.5109, 1.0),
+                (14336, 4096, -0.4228, 1.0, -0.4903, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 1024, 8192),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (16384, 1024, 1408),
+                (23168, 1024, 1408),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [431]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=18,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c62ed235c0f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.3983, 1.0, -0.4879, 1.0),
+                (4096, 14336, -0.4074, 1.0, -0.4914, 1.0),
+                (6144, 4096, -0.4075, 1.0, -0.4793, 1.0),
+                (8192, 8192, -0.4064, 1.0, -0.4988, 1.0),
+                (14336, 4096, -0.3937, 1.0, -0.4678, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1408, 4096, 32768),
+                (2048, 11584, 11584),
+                (2880, 11584, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [432]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=19,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8eee738415",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4546, 1.0, -0.51, 1.0),
+                (4096, 14336, -0.4482, 1.0, -0.5012, 1.0),
+                (6144, 4096, -0.4246, 1.0, -0.4978, 1.0),
+                (8192, 8192, -0.4344, 1.0, -0.5133, 1.0),
+                (14336, 4096, -0.4258, 1.0, -0.4913, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 11584, 32768),
+                (2880, 1024, 2048),
+                (2880, 4096, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 1024),
+                (5760, 4096, 32768),
+                (8192, 1024, 1024),
+                (11584, 1024, 1408),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [433]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=20,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce8a49fe873",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.4531, 1.0, -0.5044, 1.0),
+                (4096, 14336, -0.4461, 1.0, -0.4999, 1.0),
+                (6144, 4096, -0.4287, 1.0, -0.4996, 1.0),
+                (8192, 8192, -0.4284, 1.0, -0.5146, 1.0),
+                (14336, 4096, -0.4248, 1.0, -0.4947, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 5760),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [434]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=21,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c23f3a3047f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4063, 1.0, -0.4802, 1.0),
+                (4096, 14336, -0.4056, 1.0, -0.4905, 1.0),
+                (6144, 4096, -0.4099, 1.0, -0.4809, 1.0),
+                (8192, 8192, -0.3983, 1.0, -0.4964, 1.0),
+                (14336, 4096, -0.3899, 1.0, -0.4665, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (2048, 5760, 8192),
+                (2048, 16384, 32768),
+                (2880, 2048, 32768),
+                (4096, 4096, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [435]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=22,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce075fa6ffb",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.4519, 1.0, -0.4673, 1.0),
+                (4096, 14336, -0.4429, 1.0, -0.4792, 1.0),
+                (6144, 4096, -0.425, 1.0, -0.4806, 1.0),
+                (8192, 8192, -0.4166, 1.0, -0.5006, 1.0),
+                (14336, 4096, -0.4134, 1.0, -0.4815, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (5760, 1024, 5760),
+                (8192, 1024, 32768),
+                (11584, 1024, 5760),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [436]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=23,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c26152c9694",
+            registers=168,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.4512, 1.0, -0.4238, 1.0),
+                (4096, 14336, -0.4472, 1.0, -0.46, 1.0),
+                (6144, 4096, -0.4328, 1.0, -0.4924, 1.0),
+                (8192, 8192, -0.4196, 1.0, -0.4828, 1.0),
+                (14336, 4096, -0.4137, 1.0, -0.4814, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [437]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=24,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c05e6993f39",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4465, 1.0, -0.4943, 1.0),
+                (4096, 14336, -0.439, 1.0, -0.4923, 1.0),
+                (6144, 4096, -0.4423, 1.0, -0.4909, 1.0),
+                (8192, 8192, -0.4293, 1.0, -0.5087, 1.0),
+                (14336, 4096, -0.4227, 1.0, -0.4786, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 16),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [438]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=25,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c3052acd391",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4457, 1.0, -0.4969, 1.0),
+                (4096, 14336, -0.43, 1.0, -0.4941, 1.0),
+                (6144, 4096, -0.4249, 1.0, -0.491, 1.0),
+                (8192, 8192, -0.4223, 1.0, -0.512, 1.0),
+                (14336, 4096, -0.416, 1.0, -0.4793, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (11584, 1024, 1024),
+                (11584, 4096, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [439]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=26,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cdba23ace0e",
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.4158, 1.0, -0.4158, 1.0),
-                (4096, 14336, 0.0094, 1.0, 0.0094, 1.0),
-                (6144, 4096, -0.289, 1.0, -0.289, 1.0),
-                (8192, 8192, 0.066, 1.0, 0.066, 1.0),
-                (14336, 4096, 0.1021, 1.0, 0.1021, 1.0),
+                (4096, 4096, -0.3562, 1.0, -0.4158, 1.0),
+                (4096, 14336, 0.094, 1.0, 0.0094, 1.0),
+                (6144, 4096, -0.2326, 1.0, -0.289, 1.0),
+                (8192, 8192, 0.1614, 1.0, 0.066, 1.0),
+                (14336, 4096, 0.1764, 1.0, 0.1021, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -21657,6 +22405,368 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("stages", 6),
                 ("split_k", 1),
                 ("group_m", 1),
+            ),
+            cells=(
+                (16384, 5760, 32768),
+                (23168, 2048, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [440]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=27,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1083c76623",
+            registers=61,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.078, 1.0, -0.1178, 1.0),
+                (4096, 14336, -0.0191, 1.0, -0.093, 1.0),
+                (6144, 4096, -0.0523, 1.0, -0.1077, 1.0),
+                (8192, 8192, 0.1688, 1.0, 0.0727, 1.0),
+                (14336, 4096, 0.1895, 1.0, 0.1175, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (23168, 5760, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [441]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=28,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cffc1df57a5",
+            registers=48,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.3499, 1.0, -0.4069, 1.0),
+                (4096, 14336, 0.0692, 1.0, 0.0027, 1.0),
+                (6144, 4096, -0.2802, 1.0, -0.3365, 1.0),
+                (8192, 8192, 0.1531, 1.0, 0.0575, 1.0),
+                (14336, 4096, 0.1653, 1.0, 0.0875, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (32768, 1024, 2048),
+                (32768, 5760, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [442]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=29,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1746f9e36f",
+            registers=50,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.1816, 1.0, -0.2309, 1.0),
+                (4096, 14336, -0.1566, 1.0, -0.249, 1.0),
+                (6144, 4096, -0.1822, 1.0, -0.2345, 1.0),
+                (8192, 8192, 0.1259, 1.0, 0.027, 1.0),
+                (14336, 4096, 0.1761, 1.0, 0.1035, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0106, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0302, 1.0, -0.0138, 1.0),
+                (6144, 4096, 0.0035, 1.0, -0.0018, 1.0),
+                (8192, 8192, -0.0151, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0004, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (32768, 8192, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [443]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=0,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c4bfaedb314",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.51, 1.0, -0.51, 1.0),
+                (4096, 14336, -0.4999, 1.0, -0.4999, 1.0),
+                (6144, 4096, -0.4939, 1.0, -0.4939, 1.0),
+                (8192, 8192, -0.5137, 1.0, -0.5137, 1.0),
+                (14336, 4096, -0.4886, 1.0, -0.4886, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 176),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (8192, 1024, 8192),
+                (11584, 1024, 8192),
+                (16384, 1024, 8192),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [444]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=1,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cbf42e88406",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4211, 1.0, -0.4211, 1.0),
+                (4096, 14336, -0.4266, 1.0, -0.4266, 1.0),
+                (6144, 4096, -0.4214, 1.0, -0.4214, 1.0),
+                (8192, 8192, -0.4428, 1.0, -0.4428, 1.0),
+                (14336, 4096, -0.4071, 1.0, -0.4071, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 256),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [445]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=2,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cc44b718d5c",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.505, 1.0, -0.505, 1.0),
+                (4096, 14336, -0.4975, 1.0, -0.4975, 1.0),
+                (6144, 4096, -0.4992, 1.0, -0.4992, 1.0),
+                (8192, 8192, -0.5233, 1.0, -0.5233, 1.0),
+                (14336, 4096, -0.491, 1.0, -0.491, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 208),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [446]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=3,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5071a2fa93",
+            registers=168,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.4808, 1.0, -0.4808, 1.0),
+                (4096, 14336, -0.4815, 1.0, -0.4815, 1.0),
+                (6144, 4096, -0.4953, 1.0, -0.4953, 1.0),
+                (8192, 8192, -0.5123, 1.0, -0.5123, 1.0),
+                (14336, 4096, -0.4883, 1.0, -0.4883, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [447]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=4,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c7e7999eabb",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.5036, 1.0, -0.5036, 1.0),
+                (4096, 14336, -0.4989, 1.0, -0.4989, 1.0),
+                (6144, 4096, -0.4976, 1.0, -0.4976, 1.0),
+                (8192, 8192, -0.5201, 1.0, -0.5201, 1.0),
+                (14336, 4096, -0.4924, 1.0, -0.4924, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
             ),
             cells=(
                 (1024, 1024, 32768),
@@ -21673,7 +22783,243 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [423]
+        # index: [448]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=5,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c9117f86679",
+            registers=168,
+            smem_bytes=210944,
+            bias_terms=(
+                (4096, 4096, -0.5183, 1.0, -0.5183, 1.0),
+                (4096, 14336, -0.5036, 1.0, -0.5036, 1.0),
+                (6144, 4096, -0.505, 1.0, -0.505, 1.0),
+                (8192, 8192, -0.5153, 1.0, -0.5153, 1.0),
+                (14336, 4096, -0.4959, 1.0, -0.4959, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 144),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 4096),
+                (1408, 1024, 4096),
+                (2048, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [449]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=6,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8f0be0c671",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.7369, 1.0, -0.7369, 1.0),
+                (4096, 14336, -0.7499, 1.0, -0.7499, 1.0),
+                (6144, 4096, -0.7318, 1.0, -0.7318, 1.0),
+                (8192, 8192, -0.7653, 1.0, -0.7653, 1.0),
+                (14336, 4096, -0.7218, 1.0, -0.7218, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1024, 1024, 1408),
+                (1408, 1024, 1408),
+                (2048, 1024, 1408),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [450]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=7,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1c6218ec00",
+            registers=64,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.403, 1.0, -0.403, 1.0),
+                (4096, 14336, -0.0125, 1.0, -0.0125, 1.0),
+                (6144, 4096, -0.3228, 1.0, -0.3228, 1.0),
+                (8192, 8192, 0.0568, 1.0, 0.0568, 1.0),
+                (14336, 4096, 0.0868, 1.0, 0.0868, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 2048, 2048),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [451]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=8,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            registers=61,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.2164, 1.0, -0.2164, 1.0),
+                (4096, 14336, -0.21, 1.0, -0.21, 1.0),
+                (6144, 4096, -0.2091, 1.0, -0.2091, 1.0),
+                (8192, 8192, 0.0394, 1.0, 0.0394, 1.0),
+                (14336, 4096, 0.1027, 1.0, 0.1027, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 11584, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [452]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cdba23ace0e",
+            registers=64,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.4158, 1.0, -0.4158, 1.0),
+                (4096, 14336, 0.0094, 1.0, 0.0094, 1.0),
+                (6144, 4096, -0.289, 1.0, -0.289, 1.0),
+                (8192, 8192, 0.066, 1.0, 0.066, 1.0),
+                (14336, 4096, 0.1021, 1.0, 0.1021, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 2880),
+                (1408, 5760, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 1408),
+                (5760, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [453]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21691,11 +23037,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1175, 1.0, 0.1175, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -21709,14 +23055,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 1024),
-                (1408, 2048, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
+                (1024, 1024, 2880),
+                (1024, 5760, 32768),
+                (1408, 2048, 2048),
+                (2880, 1024, 1408),
+                (5760, 1024, 1408),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -21724,7 +23067,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [424]
+        # index: [454]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -21742,11 +23085,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0875, 1.0, 0.0875, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -21760,44 +23103,133 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1024),
-                (1024, 2048, 32768),
-                (1408, 2880, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
+                (1024, 1024, 1408),
+                (11584, 11584, 32768),
+                (16384, 1024, 2048),
+                (16384, 11584, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [425]
+        # index: [455]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
             rank=12,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c995170dd40",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.5035, 1.0, -0.5035, 1.0),
+                (4096, 14336, -0.4916, 1.0, -0.4916, 1.0),
+                (6144, 4096, -0.4885, 1.0, -0.4885, 1.0),
+                (8192, 8192, -0.5014, 1.0, -0.5014, 1.0),
+                (14336, 4096, -0.4835, 1.0, -0.4835, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 2048, 32768),
+                (1408, 2880, 32768),
+                (2048, 2880, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [456]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=13,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c3a653654f4",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4872, 1.0, -0.4872, 1.0),
+                (4096, 14336, -0.4943, 1.0, -0.4943, 1.0),
+                (6144, 4096, -0.4837, 1.0, -0.4837, 1.0),
+                (8192, 8192, -0.5132, 1.0, -0.5132, 1.0),
+                (14336, 4096, -0.4655, 1.0, -0.4655, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 2048, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 2880, 32768),
+                (23168, 2880, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [457]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=14,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="c742626ea16",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4807, 1.0, -0.4807, 1.0),
-                (4096, 14336, -0.4837, 1.0, -0.4837, 1.0),
-                (6144, 4096, -0.4705, 1.0, -0.4705, 1.0),
-                (8192, 8192, -0.4952, 1.0, -0.4952, 1.0),
-                (14336, 4096, -0.4495, 1.0, -0.4495, 1.0),
+                (4096, 4096, -0.476, 1.0, -0.476, 1.0),
+                (4096, 14336, -0.4811, 1.0, -0.4811, 1.0),
+                (6144, 4096, -0.4707, 1.0, -0.4707, 1.0),
+                (8192, 8192, -0.4959, 1.0, -0.4959, 1.0),
+                (14336, 4096, -0.4498, 1.0, -0.4498, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21813,85 +23245,38 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 1408, 32768),
-                (1408, 1408, 32768),
-                (2880, 4096, 32768),
-                (4096, 4096, 32768),
-                (5760, 4096, 32768),
+                (1024, 4096, 32768),
+                (1408, 4096, 32768),
+                (2048, 5760, 32768),
+                (2880, 2048, 32768),
+                (4096, 2048, 32768),
+                (5760, 2048, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [426]
+        # index: [458]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
-            rank=13,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1746f9e36f",
-            registers=50,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.2309, 1.0, -0.2309, 1.0),
-                (4096, 14336, -0.249, 1.0, -0.249, 1.0),
-                (6144, 4096, -0.2345, 1.0, -0.2345, 1.0),
-                (8192, 8192, 0.027, 1.0, 0.027, 1.0),
-                (14336, 4096, 0.1035, 1.0, 0.1035, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 2880, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 2880),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [427]
-        ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=14,
+            rank=15,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8eee738415",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.5113, 1.0, -0.5113, 1.0),
-                (4096, 14336, -0.5046, 1.0, -0.5046, 1.0),
-                (6144, 4096, -0.4975, 1.0, -0.4975, 1.0),
-                (8192, 8192, -0.5148, 1.0, -0.5148, 1.0),
-                (14336, 4096, -0.4919, 1.0, -0.4919, 1.0),
+                (4096, 4096, -0.51, 1.0, -0.51, 1.0),
+                (4096, 14336, -0.5012, 1.0, -0.5012, 1.0),
+                (6144, 4096, -0.4978, 1.0, -0.4978, 1.0),
+                (8192, 8192, -0.5133, 1.0, -0.5133, 1.0),
+                (14336, 4096, -0.4913, 1.0, -0.4913, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21913,174 +23298,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 1408),
-                (16384, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [428]
-        ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=15,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c62ed235c0f",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.4857, 1.0, -0.4857, 1.0),
-                (4096, 14336, -0.4958, 1.0, -0.4958, 1.0),
-                (6144, 4096, -0.4813, 1.0, -0.4813, 1.0),
-                (8192, 8192, -0.5033, 1.0, -0.5033, 1.0),
-                (14336, 4096, -0.4675, 1.0, -0.4675, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [429]
+        # index: [459]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
             rank=16,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ca68a99a2d1",
-            registers=52,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.4195, 1.0, -0.4195, 1.0),
-                (4096, 14336, 0.0149, 1.0, 0.0149, 1.0),
-                (6144, 4096, -0.2893, 1.0, -0.2893, 1.0),
-                (8192, 8192, 0.0667, 1.0, 0.0667, 1.0),
-                (14336, 4096, 0.1022, 1.0, 0.1022, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (2880, 1024, 32768),
-                (4096, 1024, 1024),
-                (5760, 1024, 2880),
-                (8192, 1024, 1024),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [430]
-        ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=17,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ce994ca2a3e",
-            registers=50,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.1437, 1.0, -0.1437, 1.0),
-                (4096, 14336, -0.1032, 1.0, -0.1032, 1.0),
-                (6144, 4096, -0.1456, 1.0, -0.1456, 1.0),
-                (8192, 8192, 0.0723, 1.0, 0.0723, 1.0),
-                (14336, 4096, 0.1173, 1.0, 0.1173, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (2880, 1024, 2880),
-                (5760, 1024, 1024),
-                (11584, 2048, 32768),
-                (16384, 2048, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [431]
-        ShapeCandidate(
-            m=8192,
-            m_end=2147483647,
-            rank=18,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c23f3a3047f",
+            config_id="ce075fa6ffb",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.4871, 1.0, -0.4871, 1.0),
-                (4096, 14336, -0.4941, 1.0, -0.4941, 1.0),
-                (6144, 4096, -0.4771, 1.0, -0.4771, 1.0),
-                (8192, 8192, -0.4948, 1.0, -0.4948, 1.0),
-                (14336, 4096, -0.4625, 1.0, -0.4625, 1.0),
+                (4096, 4096, -0.4673, 1.0, -0.4673, 1.0),
+                (4096, 14336, -0.4792, 1.0, -0.4792, 1.0),
+                (6144, 4096, -0.4806, 1.0, -0.4806, 1.0),
+                (8192, 8192, -0.5006, 1.0, -0.5006, 1.0),
+                (14336, 4096, -0.4815, 1.0, -0.4815, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
-                ("block_n", 192),
+                ("block_n", 224),
                 ("block_k", 64),
                 ("stages", 5),
                 ("consumers", 2),
@@ -22089,16 +23336,111 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("raster", 1),
                 ("group_m", 8),
                 ("split_k", 1),
-                ("tail_split", 1),
+                ("tail_split", 0),
             ),
             cells=(
-                (4096, 1408, 32768),
-                (5760, 1408, 32768),
-                (8192, 1408, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [432]
+        # index: [460]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=17,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce8a49fe873",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.5044, 1.0, -0.5044, 1.0),
+                (4096, 14336, -0.4999, 1.0, -0.4999, 1.0),
+                (6144, 4096, -0.4996, 1.0, -0.4996, 1.0),
+                (8192, 8192, -0.5146, 1.0, -0.5146, 1.0),
+                (14336, 4096, -0.4947, 1.0, -0.4947, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [461]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=18,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c26152c9694",
+            registers=168,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.4238, 1.0, -0.4238, 1.0),
+                (4096, 14336, -0.46, 1.0, -0.46, 1.0),
+                (6144, 4096, -0.4924, 1.0, -0.4924, 1.0),
+                (8192, 8192, -0.4828, 1.0, -0.4828, 1.0),
+                (14336, 4096, -0.4814, 1.0, -0.4814, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 240),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [462]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -22109,18 +23451,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.504, 1.0, -0.504, 1.0),
-                (4096, 14336, -0.4968, 1.0, -0.4968, 1.0),
-                (6144, 4096, -0.4916, 1.0, -0.4916, 1.0),
-                (8192, 8192, -0.5087, 1.0, -0.5087, 1.0),
-                (14336, 4096, -0.4804, 1.0, -0.4804, 1.0),
+                (4096, 4096, -0.4969, 1.0, -0.4969, 1.0),
+                (4096, 14336, -0.4941, 1.0, -0.4941, 1.0),
+                (6144, 4096, -0.491, 1.0, -0.491, 1.0),
+                (8192, 8192, -0.512, 1.0, -0.512, 1.0),
+                (14336, 4096, -0.4793, 1.0, -0.4793, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -22144,11 +23486,179 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [433]
+        # index: [463]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
             rank=20,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cc4aac1e901",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.4988, 1.0, -0.4988, 1.0),
+                (4096, 14336, -0.4962, 1.0, -0.4962, 1.0),
+                (6144, 4096, -0.4972, 1.0, -0.4972, 1.0),
+                (8192, 8192, -0.5148, 1.0, -0.5148, 1.0),
+                (14336, 4096, -0.4848, 1.0, -0.4848, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 208),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [464]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=21,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1746f9e36f",
+            registers=50,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.2309, 1.0, -0.2309, 1.0),
+                (4096, 14336, -0.249, 1.0, -0.249, 1.0),
+                (6144, 4096, -0.2345, 1.0, -0.2345, 1.0),
+                (8192, 8192, 0.027, 1.0, 0.027, 1.0),
+                (14336, 4096, 0.1035, 1.0, 0.1035, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [465]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=22,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ca68a99a2d1",
+            registers=52,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.4195, 1.0, -0.4195, 1.0),
+                (4096, 14336, 0.0149, 1.0, 0.0149, 1.0),
+                (6144, 4096, -0.2893, 1.0, -0.2893, 1.0),
+                (8192, 8192, 0.0667, 1.0, 0.0667, 1.0),
+                (14336, 4096, 0.1022, 1.0, 0.1022, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [466]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=23,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ce994ca2a3e",
+            registers=50,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.1437, 1.0, -0.1437, 1.0),
+                (4096, 14336, -0.1032, 1.0, -0.1032, 1.0),
+                (6144, 4096, -0.1456, 1.0, -0.1456, 1.0),
+                (8192, 8192, 0.0723, 1.0, 0.0723, 1.0),
+                (14336, 4096, 0.1173, 1.0, 0.1173, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (23168, 1024, 2048),
+                (23168, 5760, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [467]
+        ShapeCandidate(
+            m=8192,
+            m_end=2147483647,
+            rank=24,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c746665bfe1",
@@ -22162,11 +23672,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2187, 1.0, 0.2187, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, -0.0008, 1.0, -0.0008, 1.0),
-                (4096, 14336, -0.0208, 1.0, -0.0208, 1.0),
-                (6144, 4096, -0.0059, 1.0, -0.0059, 1.0),
-                (8192, 8192, 0.0055, 1.0, 0.0055, 1.0),
-                (14336, 4096, -0.0044, 1.0, -0.0044, 1.0),
+                (4096, 4096, 0.0026, 1.0, 0.0026, 1.0),
+                (4096, 14336, -0.0138, 1.0, -0.0138, 1.0),
+                (6144, 4096, -0.0018, 1.0, -0.0018, 1.0),
+                (8192, 8192, 0.0117, 1.0, 0.0117, 1.0),
+                (14336, 4096, 0.0018, 1.0, 0.0018, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -22180,7 +23690,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (23168, 1024, 1408),
                 (32768, 1024, 32768),
             ),
         ),
