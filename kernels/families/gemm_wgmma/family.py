@@ -80,11 +80,12 @@ class GemmWgmmaFamily(KernelFamily):
     entry_type = WgmmaTuningConfig
     perf_model = "persistent"
     rules = (
-        Rule("CONSUMERS in (1, 2)", "one or two consumer warpgroups"),
+        Rule("CONSUMERS in (1, 2, 3)", "one to three consumer warpgroups"),
         Rule("BLOCK_M % (CONSUMERS * 64) == 0 and BLOCK_M // CONSUMERS in (64, 128)", "m64 slices per consumer"),
         Rule("BLOCK_N % 16 == 0 and 32 <= BLOCK_N <= 256", "one wgmma n: 32-256 in steps of 16"),
         Rule("BLOCK_K in (64, 128)", "whole 128-byte swizzle atoms"),
-        Rule("(BLOCK_M // CONSUMERS) * BLOCK_N <= 16384", "<= 128 fp32 accumulators per consumer thread"),
+        Rule("(BLOCK_M // CONSUMERS) * BLOCK_N <= 24576", "<= 192 fp32 accumulators per consumer thread"),
+        Rule("CONSUMERS < 3 or BLOCK_N <= 192", "<= 96 accumulators with three consumers (128 registers at 512 threads)"),
         Rule("2 <= STAGES <= 8", "the kernel's stage bound"),
         Rule("CLUSTER_M in (1, 2) and CLUSTER_N in (1, 2)", "clusters of at most 2 x 2"),
         Rule("RASTER in (0, 1)", "down M first or along N first"),

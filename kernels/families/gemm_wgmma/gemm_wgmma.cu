@@ -10,9 +10,11 @@
 //     BLOCK_N x BLOCK_K tiles of A and B with TMA (cp.async.bulk.tensor, 128-byte swizzle)
 //     into a STAGES-deep ring of shared-memory stages, each guarded by a "full" and an "empty"
 //     mbarrier; setmaxnreg gives its registers to the consumers;
-//   * CONSUMERS warpgroups each own BLOCK_M / CONSUMERS rows of the tile and issue
-//     wgmma.mma_async m64nBLOCK_Nk16 straight from shared memory, keeping one k-tile of wgmma
-//     in flight while they release the stage before it;
+//   * CONSUMERS (1-3) warpgroups each own BLOCK_M / CONSUMERS rows of the tile (one or two m64
+//     slices) and issue wgmma.mma_async m64nBLOCK_Nk16 straight from shared memory, keeping one k-tile
+//     of wgmma in flight while they release the stage before it; setmaxnreg gives the producer's
+//     registers to them (two: up to 192 accumulators, 256 x 192 tiles; three: 192-row tiles for
+//     M = 129-192 or 333 -> two tiles, at most 96 accumulators: ptxas refuses a wider fragment at 512 threads);
 //   * persistent: the grid is at most one block per SM; blocks walk the work items (tiles x
 //     SPLIT_K) with a GROUP_M raster (RASTER 0: down M first, 1: along N first) for L2 reuse;
 //   * thread-block clusters of CLUSTER_M x CLUSTER_N blocks share operand tiles: A tiles are
@@ -68,13 +70,20 @@ constexpr int kAccRegs = kSlices * BLOCK_N / 2;        // fp32 accumulators per 
 constexpr int kSlotVecs = BLOCK_N / 8 * 128;           // float4s of one m64 slice's split-K partials
 constexpr int kFinishBatch = splitk_finish_batch(kThreads, kAccRegs);  // loads in flight in the split-K sum
 
-static_assert(CONSUMERS == 1 || CONSUMERS == 2, "CONSUMERS must be 1 or 2 warpgroups");
+static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "CONSUMERS must be 1, 2 or 3 warpgroups");
 static_assert(BLOCK_M % (CONSUMERS * 64) == 0 && (kSlices == 1 || kSlices == 2),
               "BLOCK_M / CONSUMERS must be 64 or 128 (one or two m64 wgmma slices per consumer)");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 32 && BLOCK_N <= 256,
               "BLOCK_N must be a multiple of 16 from 32 to 256 (the wgmma n of one instruction)");
 static_assert(BLOCK_K == 64 || BLOCK_K == 128, "BLOCK_K must be 64 or 128 (whole 128-byte swizzle atoms)");
-static_assert(kAccRegs <= 128, "consumer tile too large: (BLOCK_M / CONSUMERS) * BLOCK_N / 128 accumulators must be <= 128");
+// setmaxnreg moves the producer's registers to the consumers: 40 + 2 x 232 (CUTLASS's split) or, with four
+// warpgroups, 24 + 3 x 160 (of 512 per 128-thread slot). ptxas still checks each wgmma against the 128
+// registers of 512 threads (an m64n208 fragment does not compile), so three consumers stop at m64n192.
+constexpr int kProducerRegs = CONSUMERS == 3 ? 24 : 40;
+constexpr int kConsumerRegs = CONSUMERS == 3 ? 160 : 232;
+constexpr int kMaxAccRegs = CONSUMERS == 3 ? 96 : 192;
+static_assert(kAccRegs <= kMaxAccRegs,
+              "consumer tile too large: (BLOCK_M / CONSUMERS) * BLOCK_N / 128 accumulators must be <= 192 (<= 96 with 3 consumers)");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be between 2 and 8");
 static_assert(2 * STAGES * 8 + 2 * 16 <= kBarrierBytes, "barrier area too small");
 static_assert(kSmemBytes <= 232448, "shared memory STAGES*(BLOCK_M+BLOCK_N)*BLOCK_K*2 + 2048 exceeds the 227 KB per-block limit");
@@ -312,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
 
   if (warpgroup == 0) {
     // Producer: one thread issues every TMA load.
-    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if constexpr (CONSUMERS > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tmap_b)) : "memory");
@@ -355,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
     }
   } else {
     // Consumers: wgmma over this warpgroup's rows, one k-tile in flight.
-    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    if constexpr (CONSUMERS > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     const int consumer = warpgroup - 1;
     const int t = threadIdx.x % 128;
     float acc[kSlices][BLOCK_N / 2];
