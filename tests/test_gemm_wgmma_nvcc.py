@@ -47,6 +47,12 @@ VALID = {
     "n144_clusterN_split2": {**BASE, "BLOCK_N": 144, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_N": 2, "SPLIT_K": 2},
     "n80_one_consumer_tail": {**BASE, "BLOCK_M": 64, "BLOCK_N": 80, "STAGES": 8, "CONSUMERS": 1, "CLUSTER_M": 1,
                               "TAIL_SPLIT": 1},
+    # Two m64 slices per consumer at 192 accumulators (256 x 192), three consumers (192-row tiles) at the widest
+    # fragment they hold, in 2 x 1 clusters, and split along K.
+    "two_slices_256x192": {**BASE, "BLOCK_M": 256, "BLOCK_N": 192, "CLUSTER_M": 1},
+    "three_consumers_192x192_cluster2": {**BASE, "BLOCK_M": 192, "BLOCK_N": 192, "CONSUMERS": 3},
+    "three_consumers_192x128_split4": {**BASE, "BLOCK_M": 192, "BLOCK_N": 128, "STAGES": 5, "CONSUMERS": 3,
+                                       "CLUSTER_M": 1, "SPLIT_K": 4},
 }
 
 
@@ -85,13 +91,16 @@ def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str
 @pytest.mark.parametrize(
     "change,rule,message",
     [
-        ({"CONSUMERS": 3, "BLOCK_M": 192}, "CONSUMERS in (1, 2)", "CONSUMERS must be 1 or 2"),
+        ({"CONSUMERS": 4, "BLOCK_M": 256}, "CONSUMERS in (1, 2, 3)", "CONSUMERS must be 1, 2 or 3"),
         ({"BLOCK_M": 96}, "BLOCK_M % (CONSUMERS * 64) == 0", "BLOCK_M / CONSUMERS must be 64 or 128"),
         ({"BLOCK_M": 512, "BLOCK_N": 64}, "BLOCK_M % (CONSUMERS * 64) == 0", "BLOCK_M / CONSUMERS must be 64 or 128"),
         ({"BLOCK_N": 88}, "BLOCK_N % 16 == 0", "BLOCK_N must be a multiple of 16 from 32 to 256"),
         ({"BLOCK_N": 272, "BLOCK_M": 64, "CONSUMERS": 1}, "BLOCK_N % 16 == 0", "BLOCK_N must be a multiple of 16"),
         ({"BLOCK_K": 32}, "BLOCK_K in (64, 128)", "BLOCK_K must be 64 or 128"),
-        ({"BLOCK_M": 256, "STAGES": 2}, "(BLOCK_M // CONSUMERS) * BLOCK_N <= 16384", "consumer tile too large"),
+        ({"BLOCK_M": 256, "STAGES": 2}, "(BLOCK_M // CONSUMERS) * BLOCK_N <= 24576", "consumer tile too large"),
+        # Three consumers: ptxas fits an m64n192 fragment in the 128 registers of 512 threads, not n208.
+        ({"CONSUMERS": 3, "BLOCK_M": 192, "BLOCK_N": 208, "CLUSTER_M": 1}, "CONSUMERS < 3 or BLOCK_N <= 192",
+         "(<= 96 with 3 consumers)"),
         ({"STAGES": 1}, "2 <= STAGES <= 8", "STAGES must be between 2 and 8"),
         ({"STAGES": 5}, "SMEM_BYTES <= 232448", "exceeds the 227 KB per-block limit"),
         ({"CLUSTER_N": 4}, "CLUSTER_M in (1, 2) and CLUSTER_N in (1, 2)", "CLUSTER_M and CLUSTER_N must be 1 or 2"),
