@@ -98,6 +98,13 @@ PADDING_EXPONENT: float = 0.3
 # (at 0.1, PADDING_EXPONENT 0.2 / 0.45: 1.34 / 1.31 %, [2.38 / 2.02 %]). 0.1 has the lowest regret of both. Read
 # after, on the validation recordings: gemm()'s pick 0.937x the exhaustive best at 0, 0.05 and 0.1 (0.948x at 0.15,
 # 0.954x at 0.25).
+# Both swept again on the recordings of gemm_wgmma v11 (51f809283766; benchmarks/unseen_shapes.py's folds, as above):
+#   0.3 / 0.1   90.0 % / 2.02 %  [84.3 % / 2.64 %]
+#   PADDING 0.2 / 0.4 / 0.5   [84.3 / 82.9 / 82.9 % / 3.13 / 2.83 / 2.76 %]
+#   M_TILES 0 / 0.2   [84.3 / 82.9 % / 3.13 / 2.83 %]  (leave-one-(N, K)-out 90.0 % / 2.02-2.06 % at every setting)
+# so both stay; OUTSIDE_DECAY 0.5 / 2 changed no pick, 12 probes per range [81.4 % / 3.26 %]. Read after, on the
+# validation recordings: 66.7 % / 4.41 % at 0.3 / 0.1, 70.0-73.3 % / 4.25-4.32 % at PADDING 0.4-0.5 or M_TILES 0.2
+# (gemm() 0.958x / 0.959x the exhaustive best): not chosen on them.
 M_TILES_EXPONENT: float = 0.1
 # The (N, K) lattice of the shortlists: each M range has one per point (ShapeCandidate.cells), and a shape is
 # scored on the shortlist of the point nearest its (N, K): 1024 ... 32768 (LLM projections) in half octaves.
