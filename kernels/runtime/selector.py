@@ -70,6 +70,12 @@ ModelFn = Callable[[int, int, int], float]
 #   6           90.0 % / 2.06 %  (91.4 % / 1.63 %)
 # The gain of a scale is one to three shapes of 70 and changed sign with the re-recording; unweighted is the
 # setting that keeps >= 90 % on both recordings. Shortlists of 10 / 14 give 84.3 % / 90.0 % now: 12 stays.
+# Tried at gemm_wgmma v11 (51f809283766) and not kept: instead of a mean, a weighted least-squares plane in
+# (log2 N, log2 K) through each configuration's terms, its slopes shrunk by a ridge (leave-one-(N, K)-out, the
+# folds above, cut the residual's error by a fifth once the shift common to all configurations is removed):
+# ridge 0.5 / 1: 85.7 % / 3.23 % and 90.0 % / 2.17 % [84.3 % / 2.72 % and 2.70 %] against 90.0 % / 2.02 %
+# [84.3 % / 2.64 %]; extrapolated beyond the five recorded (N, K) the planes pick worse (the validation recordings,
+# read after: 6.84 % / 5.80 % geomean regret against 4.41 %).
 BIAS_NK_SCALE: float | None = None
 # cuBLAS's time on a shape: an (N', K') weighs e^(-d / 0.5). Leave-one-(N, K)-out on the recordings: median
 # error 4.3 % (8.3 % unweighted); 0.25-2 give 4.9-6.6 %.
