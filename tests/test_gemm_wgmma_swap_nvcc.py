@@ -60,8 +60,11 @@ def failed_rule(defines: dict[str, int]) -> str | None:
         ({"BLOCK_M": 200 + 4}, "BLOCK_M % 8 == 0", "BLOCK_M is the wgmma n"),
         ({"BLOCK_M": 264, "SPLIT_K": 1}, "BLOCK_M % 8 == 0", "BLOCK_M is the wgmma n"),
         ({"BLOCK_K": 32}, "BLOCK_K in (64, 128)", "BLOCK_K must be 64 or 128"),
-        ({"BLOCK_N": 256, "BLOCK_M": 160, "SPLIT_K": 1, "STAGES": 2}, "(BLOCK_N // CONSUMERS) * BLOCK_M <= 16384",
+        ({"BLOCK_N": 256, "BLOCK_M": 200, "SPLIT_K": 1, "STAGES": 2}, "(BLOCK_N // CONSUMERS) * BLOCK_M <= 24576",
          "consumer tile too large"),
+        # 160 accumulators fit one consumer thread, not with the split-K sum's batches beside them.
+        ({"BLOCK_N": 256, "BLOCK_M": 160, "SPLIT_K": 2, "STAGES": 2}, "SPLIT_K == 1 or",
+         "split-K tiles hold at most 128 accumulators"),
         ({"STAGES": 1}, "2 <= STAGES <= 8", "STAGES must be between 2 and 8"),
         ({"STAGES": 8}, "SMEM_BYTES <= 232448", "exceeds the 227 KB per-block limit"),
         ({"SPLIT_K": 17}, "1 <= SPLIT_K <= 16", "SPLIT_K must be between 1 and 16"),
@@ -89,6 +92,17 @@ def test_split_k_never_spills_up_to_the_largest_consumer_tile(block_m: int, spli
     defines = {**BASE, "BLOCK_M": block_m, "SPLIT_K": split_k}
     assert failed_rule(defines) is None
     proc = nvcc(defines=with_derived(defines), out=tmp_path / "split.cubin")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    main = main_function(parse_ptxas(proc.stdout + proc.stderr), entry=FAMILY.entry)
+    assert (main.spill_stores, main.spill_loads, main.stack_bytes) == (0, 0, 0), main
+
+
+@pytest.mark.parametrize("block_m", [160, 168, 192])
+def test_two_slice_consumers_hold_up_to_192_accumulators_without_spills(block_m: int, tmp_path: Path) -> None:
+    """256 rows of N by up to 192 columns of M (two m64 slices per consumer): admitted, and ptxas spills none."""
+    defines = {**BASE, "BLOCK_M": block_m, "BLOCK_N": 256, "SPLIT_K": 1}
+    assert failed_rule(defines) is None
+    proc = nvcc(defines=with_derived(defines), out=tmp_path / "wide.cubin")
     assert proc.returncode == 0, proc.stderr[-1500:]
     main = main_function(parse_ptxas(proc.stdout + proc.stderr), entry=FAMILY.entry)
     assert (main.spill_stores, main.spill_loads, main.stack_bytes) == (0, 0, 0), main

@@ -59,7 +59,9 @@ static_assert(BLOCK_N % (CONSUMERS * 64) == 0 && (kSlices == 1 || kSlices == 2),
               "BLOCK_N / CONSUMERS must be 64 or 128 (one or two m64 wgmma slices per consumer)");
 static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= 256, "BLOCK_M is the wgmma n: a multiple of 8, 8-256");
 static_assert(BLOCK_K == 64 || BLOCK_K == 128, "BLOCK_K must be 64 or 128 (whole 128-byte swizzle atoms)");
-static_assert(kAccRegs <= 128, "consumer tile too large: (BLOCK_N / CONSUMERS) * BLOCK_M / 128 accumulators must be <= 128");
+static_assert(kAccRegs <= 192, "consumer tile too large: (BLOCK_N / CONSUMERS) * BLOCK_M / 128 accumulators must be <= 192");
+// The split-K sum batches its partial loads in the registers the accumulators leave: past 128 ptxas spills.
+static_assert(SPLIT_K == 1 || kAccRegs <= 128, "split-K tiles hold at most 128 accumulators per consumer thread");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be between 2 and 8");
 static_assert(2 * STAGES * 8 + 2 * 16 <= kBarrierBytes, "barrier area too small");
 static_assert(kSmemBytes <= 232448, "shared memory STAGES*(BLOCK_M+BLOCK_N)*BLOCK_K*2 + 2048 exceeds the 227 KB per-block limit");
