@@ -1647,12 +1647,12 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 
 GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_SWAP
-        # Provenance: [manifests/gemm_wgmma_swap.yaml] params sha256:bfa90ef45c61, device: NVIDIA H200, date: 2026-12-02
+        # Provenance: [manifests/gemm_wgmma_swap.yaml] params sha256:e6d1d808db04, device: NVIDIA H200, date: 2026-12-03
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [0]
         SwapTuningConfig(
             m=1,
-            m_end=8,
+            m_end=32,
             n=4096,
             k=4096,
             kernel="gemm_wgmma_swap",
@@ -1666,22 +1666,6 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [1]
-        SwapTuningConfig(
-            m=8,
-            m_end=32,
-            n=4096,
-            k=4096,
-            kernel="gemm_wgmma_swap",
-            config_id="cef89d04240",
-            block_m=40,
-            block_n=64,
-            block_k=128,
-            stages=8,
-            consumers=1,
-            split_k=2,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [2]
         SwapTuningConfig(
             m=32,
             m_end=112,
@@ -1697,7 +1681,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [3]
+        # index: [2]
         SwapTuningConfig(
             m=112,
             m_end=128,
@@ -1713,7 +1697,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [4]
+        # index: [3]
         SwapTuningConfig(
             m=128,
             m_end=176,
@@ -1729,7 +1713,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [5]
+        # index: [4]
         SwapTuningConfig(
             m=176,
             m_end=256,
@@ -1745,7 +1729,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [6]
+        # index: [5]
         SwapTuningConfig(
             m=256,
             m_end=320,
@@ -1761,7 +1745,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [7]
+        # index: [6]
         SwapTuningConfig(
             m=320,
             m_end=512,
@@ -1777,7 +1761,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [8]
+        # index: [7]
         SwapTuningConfig(
             m=512,
             m_end=1024,
@@ -1793,7 +1777,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [9]
+        # index: [8]
         SwapTuningConfig(
             m=1024,
             m_end=2147483647,
@@ -1809,20 +1793,36 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [10]
+        # index: [9]
         SwapTuningConfig(
             m=1,
+            m_end=8,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            config_id="c652b3c0fdf",
+            block_m=16,
+            block_n=128,
+            block_k=64,
+            stages=4,
+            consumers=2,
+            split_k=4,
+        ),
+        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
+        # index: [10]
+        SwapTuningConfig(
+            m=8,
             m_end=32,
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
-            config_id="cf67b7e3bfe",
+            config_id="cf2bc6431ea",
             block_m=16,
             block_n=128,
             block_k=128,
             stages=4,
             consumers=1,
-            split_k=4,
+            split_k=3,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [11]
@@ -1896,13 +1896,13 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
-            config_id="c2fec17fa76",
+            config_id="ca5d62fc26a",
             block_m=128,
-            block_n=64,
-            block_k=128,
+            block_n=128,
+            block_k=64,
             stages=4,
-            consumers=1,
-            split_k=1,
+            consumers=2,
+            split_k=2,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [16]
@@ -2120,8 +2120,8 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=8192,
             k=8192,
             kernel="gemm_wgmma_swap",
-            config_id="ce2e4d4c14f",
-            block_m=40,
+            config_id="c419852ee1e",
+            block_m=48,
             block_n=64,
             block_k=128,
             stages=8,
@@ -2360,11 +2360,11 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=14336,
             k=4096,
             kernel="gemm_wgmma_swap",
-            config_id="c912339e000",
+            config_id="c96c7331b58",
             block_m=160,
-            block_n=128,
+            block_n=256,
             block_k=64,
-            stages=6,
+            stages=4,
             consumers=2,
             split_k=1,
         ),
@@ -2376,9 +2376,9 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=14336,
             k=4096,
             kernel="gemm_wgmma_swap",
-            config_id="c96391b7ace",
-            block_m=128,
-            block_n=256,
+            config_id="cd57ea8e1dc",
+            block_m=256,
+            block_n=128,
             block_k=64,
             stages=4,
             consumers=2,
@@ -2392,9 +2392,9 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=14336,
             k=4096,
             kernel="gemm_wgmma_swap",
-            config_id="c48c2374c70",
-            block_m=128,
-            block_n=128,
+            config_id="c96c7331b58",
+            block_m=160,
+            block_n=256,
             block_k=64,
             stages=4,
             consumers=2,
@@ -2405,7 +2405,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:94ea18bcbab3, device: NVIDIA H200, date: 2026-12-03
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:fd25cbede2f6, device: NVIDIA H200, date: 2026-12-03
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
@@ -2542,6 +2542,17 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # index: [12]
         FamilyChoice(
             m=32,
+            m_end=64,
+            n=4096,
+            k=14336,
+            kernel="gemm_mma",
+            table="gemm_mma",
+            config_id="ca5969dd26a",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [13]
+        FamilyChoice(
+            m=64,
             m_end=112,
             n=4096,
             k=14336,
@@ -2550,7 +2561,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ce2e4d4c14f",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [13]
+        # index: [14]
         FamilyChoice(
             m=112,
             m_end=128,
@@ -2561,7 +2572,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c94004c5719",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [14]
+        # index: [15]
         FamilyChoice(
             m=128,
             m_end=176,
@@ -2572,7 +2583,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cbb1316b55c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [15]
+        # index: [16]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2583,7 +2594,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ce318e997ed",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [16]
+        # index: [17]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2594,7 +2605,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c995170dd40",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [17]
+        # index: [18]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2605,7 +2616,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c42319cbc9f",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [18]
+        # index: [19]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -2616,7 +2627,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c7d87dbb50c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [19]
+        # index: [20]
         FamilyChoice(
             m=1024,
             m_end=4096,
@@ -2627,7 +2638,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c218d6f5726",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [20]
+        # index: [21]
         FamilyChoice(
             m=4096,
             m_end=8192,
@@ -2638,7 +2649,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6d4d453c72",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [21]
+        # index: [22]
         FamilyChoice(
             m=8192,
             m_end=2147483647,
@@ -2649,7 +2660,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c05e6993f39",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [22]
+        # index: [23]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2660,7 +2671,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [23]
+        # index: [24]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -2671,7 +2682,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9025cc0713",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [24]
+        # index: [25]
         FamilyChoice(
             m=64,
             m_end=112,
@@ -2682,7 +2693,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c3d61902c94",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [25]
+        # index: [26]
         FamilyChoice(
             m=112,
             m_end=176,
@@ -2693,7 +2704,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c802708bac7",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [26]
+        # index: [27]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2704,7 +2715,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb530ae64c0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [27]
+        # index: [28]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2715,7 +2726,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c5be064a1ee",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [28]
+        # index: [29]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2726,7 +2737,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c912339e000",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [29]
+        # index: [30]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -2737,7 +2748,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca81defb6d1",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [31]
         FamilyChoice(
             m=1024,
             m_end=2147483647,
@@ -2748,7 +2759,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6f7f84261b",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
+        # index: [32]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2759,7 +2770,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c5d7250bac0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [33]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -2770,7 +2781,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="caa9764be80",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [34]
         FamilyChoice(
             m=64,
             m_end=112,
@@ -2781,7 +2792,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cbb1316b55c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
+        # index: [35]
         FamilyChoice(
             m=112,
             m_end=128,
@@ -2792,7 +2803,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c0b50f1dfa3",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [35]
+        # index: [36]
         FamilyChoice(
             m=128,
             m_end=176,
@@ -2803,7 +2814,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca0cfa76740",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [36]
+        # index: [37]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2814,7 +2825,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb530ae64c0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [37]
+        # index: [38]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2825,7 +2836,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c995170dd40",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [38]
+        # index: [39]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2836,7 +2847,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c912339e000",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [39]
+        # index: [40]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -2847,7 +2858,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c218d6f5726",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [40]
+        # index: [41]
         FamilyChoice(
             m=1024,
             m_end=2048,
@@ -2858,7 +2869,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c05e6993f39",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [41]
+        # index: [42]
         FamilyChoice(
             m=2048,
             m_end=4096,
@@ -2869,7 +2880,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c218d6f5726",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [42]
+        # index: [43]
         FamilyChoice(
             m=4096,
             m_end=8192,
@@ -2880,7 +2891,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ce8a49fe873",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [43]
+        # index: [44]
         FamilyChoice(
             m=8192,
             m_end=2147483647,
@@ -2891,7 +2902,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c4b6ea49e86",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [44]
+        # index: [45]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2902,7 +2913,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c88f2d930a4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [45]
+        # index: [46]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -2913,7 +2924,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6f7eb1fc6c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [46]
+        # index: [47]
         FamilyChoice(
             m=64,
             m_end=112,
@@ -2924,20 +2935,9 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca0cfa76740",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [47]
-        FamilyChoice(
-            m=112,
-            m_end=128,
-            n=14336,
-            k=4096,
-            kernel="gemm_wgmma_swap",
-            table="gemm_wgmma_swap",
-            config_id="cc176767297",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [48]
         FamilyChoice(
-            m=128,
+            m=112,
             m_end=176,
             n=14336,
             k=4096,
@@ -2976,7 +2976,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             k=4096,
             kernel="gemm_wgmma_swap",
             table="gemm_wgmma_swap",
-            config_id="c912339e000",
+            config_id="c96c7331b58",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [52]
@@ -3026,7 +3026,7 @@ BUILDS: dict[str, TableBuild] = {
 
 GEMM_SELECTOR: list[ShapeCandidate] = [
     # BEGIN-TUNING-LIST-GEMM_SELECTOR
-        # Provenance: [manifests/gemm_selector.yaml] params sha256:2072bde548ec, device: NVIDIA H200, date: 2026-12-03
+        # Provenance: [manifests/gemm_selector.yaml] params sha256:0bfc3ea81ca3, device: NVIDIA H200, date: 2026-12-03
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [0]
         ShapeCandidate(
@@ -3046,11 +3046,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8503, 1.0, -0.1912, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3096,11 +3096,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.9461, 1.0, -0.2979, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3146,11 +3146,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8718, 1.0, -0.2203, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3196,11 +3196,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7863, 1.0, -0.1369, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3246,11 +3246,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7861, 1.0, -0.1344, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3296,11 +3296,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.9403, 1.0, -0.2869, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3346,11 +3346,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7496, 1.0, -0.1114, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3396,11 +3396,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7771, 1.0, -0.1291, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3448,11 +3448,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.907, 1.0, -0.2559, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3499,11 +3499,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8358, 1.0, -0.187, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3548,11 +3548,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.9599, 1.0, -0.3126, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3595,11 +3595,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.88, 1.0, -0.2282, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3638,11 +3638,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.729, 1.0, -0.1095, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3680,11 +3680,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8122, 1.0, -0.1607, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3725,11 +3725,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.0827, 1.0, -0.4428, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3770,11 +3770,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.936, 1.0, -0.2894, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3813,11 +3813,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.1048, 1.0, -0.4621, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3855,11 +3855,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.2877, 1.0, -0.6532, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3897,11 +3897,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.1533, 1.0, -0.4953, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3940,11 +3940,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.1471, 1.0, -0.5013, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3983,11 +3983,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.7128, 1.0, -1.0702, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5039, 1.0, 0.5079, 1.0),
-                (4096, 14336, 0.1108, 1.0, 0.1257, 1.0),
-                (6144, 4096, 0.3246, 1.0, 0.2976, 1.0),
-                (8192, 8192, 0.0714, 1.0, 0.0524, 1.0),
-                (14336, 4096, 0.0928, 1.0, 0.0835, 1.0),
+                (4096, 4096, 0.504, 1.0, 0.5015, 1.0),
+                (4096, 14336, 0.1028, 1.0, 0.1173, 1.0),
+                (6144, 4096, 0.3212, 1.0, 0.2935, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.0444, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0777, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -4025,11 +4025,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1912, 1.0, 0.4687, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4046,13 +4046,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 5760),
                 (1408, 1024, 4096),
                 (2048, 1024, 5760),
-                (2880, 1024, 4096),
-                (2880, 11584, 16384),
-                (4096, 2048, 2048),
-                (4096, 11584, 16384),
-                (5760, 1024, 2048),
-                (5760, 4096, 4096),
-                (5760, 11584, 32768),
+                (2880, 1024, 32768),
+                (4096, 2048, 32768),
+                (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -4072,18 +4068,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7806, 1.0, -0.4463, 1.0),
-                (4096, 14336, -0.5193, 1.0, -0.1837, 1.0),
-                (6144, 4096, -0.4636, 1.0, -0.116, 1.0),
-                (8192, 8192, -0.3775, 1.0, -0.0451, 1.0),
-                (14336, 4096, -0.2829, 1.0, 0.0364, 1.0),
+                (4096, 4096, -0.7725, 1.0, -0.4336, 1.0),
+                (4096, 14336, -0.5027, 1.0, -0.1673, 1.0),
+                (6144, 4096, -0.4584, 1.0, -0.1136, 1.0),
+                (8192, 8192, -0.3559, 1.0, -0.0298, 1.0),
+                (14336, 4096, -0.2682, 1.0, 0.0534, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -4098,7 +4094,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 4096),
+                (4096, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -4120,11 +4116,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0331, 1.0, 0.1464, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4150,6 +4146,47 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=3,
             table="gemm_mma",
             kernel="gemm_mma",
+            config_id="c6f2643bfbf",
+            registers=96,
+            smem_bytes=147456,
+            bias_terms=(
+                (4096, 4096, -0.6505, 1.0, -0.167, 1.0),
+                (4096, 14336, -0.4311, 1.0, 0.0485, 1.0),
+                (6144, 4096, -0.455, 1.0, 0.0529, 1.0),
+                (8192, 8192, -0.3679, 1.0, 0.1201, 1.0),
+                (14336, 4096, -0.306, 1.0, 0.2099, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
+            ),
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 6),
+                ("split_k", 8),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [25]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=4,
+            table="gemm_mma",
+            kernel="gemm_mma",
             config_id="cc0194c80a4",
             registers=76,
             smem_bytes=122880,
@@ -4161,11 +4198,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0184, 1.0, 0.1182, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4186,11 +4223,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [25]
+        # index: [26]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=4,
+            rank=5,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1c6218ec00",
@@ -4204,11 +4241,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2979, 1.0, 0.3835, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4236,11 +4273,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [26]
+        # index: [27]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=5,
+            rank=6,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c8a7f3d4299",
@@ -4254,11 +4291,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2203, 1.0, 0.4551, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4286,11 +4323,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [27]
+        # index: [28]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=6,
+            rank=7,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cdba23ace0e",
@@ -4304,11 +4341,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1369, 1.0, 0.4562, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4336,11 +4373,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [28]
+        # index: [29]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=7,
+            rank=8,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1083c76623",
@@ -4354,11 +4391,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1344, 1.0, 0.5172, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4373,8 +4410,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
+                (1408, 1024, 1408),
+                (1408, 5760, 32768),
+                (2048, 1024, 1408),
+                (2048, 5760, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
@@ -4386,11 +4425,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [29]
+        # index: [30]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=8,
+            rank=9,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cffc1df57a5",
@@ -4404,11 +4443,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2869, 1.0, 0.3998, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4427,9 +4466,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 1408),
                 (1408, 5760, 5760),
                 (2048, 1024, 1024),
-                (2048, 5760, 11584),
+                (2048, 5760, 32768),
                 (2880, 1024, 1024),
-                (2880, 2048, 16384),
+                (2880, 2048, 32768),
                 (4096, 1024, 1024),
                 (4096, 2048, 32768),
                 (5760, 1024, 32768),
@@ -4441,11 +4480,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [30]
+        # index: [31]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=9,
+            rank=10,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ca68a99a2d1",
@@ -4459,11 +4498,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1114, 1.0, 0.4675, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4482,7 +4521,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
-                (5760, 1024, 2880),
+                (5760, 1024, 32768),
                 (8192, 1024, 1024),
                 (8192, 11584, 32768),
                 (11584, 1024, 32768),
@@ -4492,11 +4531,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [31]
+        # index: [32]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=10,
+            rank=11,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ce994ca2a3e",
@@ -4510,11 +4549,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1291, 1.0, 0.5288, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4534,54 +4573,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 2048, 32768),
                 (2048, 1024, 1024),
                 (2048, 2048, 32768),
-                (2880, 2048, 2048),
+                (2880, 5760, 16384),
+                (4096, 4096, 32768),
                 (5760, 1024, 1024),
                 (11584, 11584, 32768),
                 (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [32]
-        ShapeCandidate(
-            m=8,
-            m_end=32,
-            rank=11,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c746665bfe1",
-            registers=60,
-            smem_bytes=40960,
-            bias_terms=(
-                (4096, 4096, -0.6708, 1.0, -0.5452, 1.0),
-                (4096, 14336, -0.3027, 1.0, -0.183, 1.0),
-                (6144, 4096, -0.3588, 1.0, -0.1802, 1.0),
-                (8192, 8192, -0.0512, 1.0, 0.1157, 1.0),
-                (14336, 4096, -0.2559, 1.0, 0.1571, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 64),
-                ("block_k", 64),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 1024),
-                (1408, 1024, 1024),
-                (16384, 5760, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
@@ -4605,11 +4601,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2819, 1.0, 0.1091, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4647,11 +4643,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1095, 1.0, 0.3798, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4678,47 +4674,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=14,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="c6f2643bfbf",
-            registers=96,
-            smem_bytes=147456,
-            bias_terms=(
-                (4096, 4096, -0.6505, 1.0, -0.167, 1.0),
-                (4096, 14336, -0.4311, 1.0, 0.0485, 1.0),
-                (6144, 4096, -0.455, 1.0, 0.0529, 1.0),
-                (8192, 8192, -0.3679, 1.0, 0.1201, 1.0),
-                (14336, 4096, -0.306, 1.0, 0.2099, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
-            ),
-            tunables=(
-                ("block_m", 32),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
-                ("stages", 6),
-                ("split_k", 8),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1408, 32768),
-                (1408, 1408, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [36]
-        ShapeCandidate(
-            m=8,
-            m_end=32,
-            rank=15,
-            table="gemm_mma",
-            kernel="gemm_mma",
             config_id="cd029ceb7c9",
             registers=64,
             smem_bytes=98304,
@@ -4730,11 +4685,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2247, 1.0, 0.2434, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4751,6 +4706,48 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 8192, 32768),
                 (1408, 8192, 32768),
                 (2048, 8192, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [36]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=15,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c65fa54968e",
+            registers=64,
+            smem_bytes=65536,
+            bias_terms=(
+                (4096, 4096, -0.7289, 1.0, -0.2827, 1.0),
+                (4096, 14336, -0.4857, 1.0, -0.0646, 1.0),
+                (6144, 4096, -0.5463, 1.0, -0.0743, 1.0),
+                (8192, 8192, -0.1628, 1.0, 0.2414, 1.0),
+                (14336, 4096, -0.2289, 1.0, 0.2221, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
+            ),
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1408, 2048, 4096),
+                (2048, 2048, 4096),
+                (2880, 2048, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -4772,11 +4769,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1607, 1.0, 0.321, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4792,7 +4789,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1408, 23168, 32768),
                 (2048, 1024, 1408),
-                (2048, 16384, 32768),
+                (2048, 23168, 32768),
                 (2880, 1024, 1408),
                 (2880, 23168, 32768),
                 (4096, 1024, 1408),
@@ -4817,11 +4814,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.187, 1.0, 0.2398, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4862,11 +4859,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4428, 1.0, -0.0303, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4898,18 +4895,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=149504,
             bias_terms=(
-                (4096, 4096, -0.4766, 1.0, -0.3788, 1.0),
-                (4096, 14336, -0.2241, 1.0, -0.1182, 1.0),
-                (6144, 4096, -0.3694, 1.0, 0.0165, 1.0),
-                (8192, 8192, -0.2156, 1.0, 0.0351, 1.0),
-                (14336, 4096, -0.191, 1.0, 0.1449, 1.0),
+                (4096, 4096, -0.4676, 1.0, -0.3603, 1.0),
+                (4096, 14336, -0.2124, 1.0, -0.1097, 1.0),
+                (6144, 4096, -0.3664, 1.0, 0.02, 1.0),
+                (8192, 8192, -0.191, 1.0, 0.0491, 1.0),
+                (14336, 4096, -0.1801, 1.0, 0.1638, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4920,12 +4917,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (2048, 23168, 32768),
-                (2880, 1408, 8192),
-                (2880, 23168, 32768),
-                (4096, 1408, 8192),
-                (4096, 23168, 32768),
-                (5760, 1408, 8192),
+                (2880, 1408, 2880),
+                (4096, 1408, 2880),
+                (5760, 1408, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -4934,45 +4928,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=8,
             m_end=32,
             rank=20,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ce2e4d4c14f",
-            registers=52,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.6737, 1.0, -0.5017, 1.0),
-                (4096, 14336, -0.3587, 1.0, -0.1979, 1.0),
-                (6144, 4096, -0.5602, 1.0, -0.2516, 1.0),
-                (8192, 8192, -0.4568, 1.0, -0.1358, 1.0),
-                (14336, 4096, -0.4727, 1.0, -0.1033, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2880, 2880, 32768),
-                (4096, 2880, 32768),
-                (5760, 2880, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [42]
-        ShapeCandidate(
-            m=8,
-            m_end=32,
-            rank=21,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c6b5f09d0e5",
@@ -4986,11 +4941,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0915, 1.0, 0.1737, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5004,17 +4959,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (2880, 5760, 32768),
-                (4096, 5760, 32768),
-                (5760, 5760, 32768),
+                (2880, 4096, 32768),
+                (4096, 4096, 32768),
+                (5760, 4096, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [43]
+        # index: [42]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=22,
+            rank=21,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c17377d83c9",
@@ -5028,11 +4983,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4621, 1.0, -0.0438, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5052,11 +5007,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [44]
+        # index: [43]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=23,
+            rank=22,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c5d7250bac0",
@@ -5070,11 +5025,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2894, 1.0, -0.0385, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5095,11 +5050,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [45]
+        # index: [44]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=24,
+            rank=23,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c9025cc0713",
@@ -5113,11 +5068,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.6532, 1.0, -0.241, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5137,11 +5092,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [46]
+        # index: [45]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=25,
+            rank=24,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd0241f326e",
@@ -5155,11 +5110,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4953, 1.0, -0.082, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5179,11 +5134,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [47]
+        # index: [46]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=26,
+            rank=25,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c88f2d930a4",
@@ -5197,11 +5152,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.317, 1.0, 0.2088, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5221,11 +5176,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [48]
+        # index: [47]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=27,
+            rank=26,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c34d769966c",
@@ -5239,11 +5194,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5013, 1.0, -0.0982, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5264,11 +5219,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [49]
+        # index: [48]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=28,
+            rank=27,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
@@ -5282,11 +5237,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.0702, 1.0, -0.6761, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5301,6 +5256,48 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [49]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=28,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c746665bfe1",
+            registers=60,
+            smem_bytes=40960,
+            bias_terms=(
+                (4096, 4096, -0.6708, 1.0, -0.5452, 1.0),
+                (4096, 14336, -0.3027, 1.0, -0.183, 1.0),
+                (6144, 4096, -0.3588, 1.0, -0.1802, 1.0),
+                (8192, 8192, -0.0512, 1.0, 0.1157, 1.0),
+                (14336, 4096, -0.2559, 1.0, 0.1571, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 64),
+                ("block_k", 64),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (16384, 5760, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
@@ -5324,11 +5321,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3126, 1.0, 0.3685, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5079, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.1257, 1.0, 0.1591, 1.0),
-                (6144, 4096, 0.2976, 1.0, 0.3243, 1.0),
-                (8192, 8192, 0.0524, 1.0, 0.0674, 1.0),
-                (14336, 4096, 0.0835, 1.0, 0.1093, 1.0),
+                (4096, 4096, 0.5015, 1.0, 0.5403, 1.0),
+                (4096, 14336, 0.1173, 1.0, 0.152, 1.0),
+                (6144, 4096, 0.2935, 1.0, 0.3207, 1.0),
+                (8192, 8192, 0.0444, 1.0, 0.0599, 1.0),
+                (14336, 4096, 0.0777, 1.0, 0.102, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5357,18 +5354,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4958, 1.0, -0.2968, 1.0),
-                (4096, 14336, -0.2368, 1.0, -0.1217, 1.0),
-                (6144, 4096, -0.1564, 1.0, -0.0699, 1.0),
-                (8192, 8192, -0.0893, 1.0, 0.058, 1.0),
-                (14336, 4096, -0.0015, 1.0, 0.0864, 1.0),
+                (4096, 4096, -0.4821, 1.0, -0.267, 1.0),
+                (4096, 14336, -0.2219, 1.0, -0.1327, 1.0),
+                (6144, 4096, -0.1542, 1.0, -0.0668, 1.0),
+                (8192, 8192, -0.0731, 1.0, 0.0648, 1.0),
+                (14336, 4096, 0.0147, 1.0, 0.099, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -5398,18 +5395,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5135, 1.0, -0.2664, 1.0),
-                (4096, 14336, -0.223, 1.0, -0.1647, 1.0),
-                (6144, 4096, -0.1759, 1.0, 0.0033, 1.0),
-                (8192, 8192, -0.0443, 1.0, -0.0177, 1.0),
-                (14336, 4096, 0.0181, 1.0, 0.0805, 1.0),
+                (4096, 4096, -0.4973, 1.0, -0.2529, 1.0),
+                (4096, 14336, -0.2038, 1.0, -0.1607, 1.0),
+                (6144, 4096, -0.166, 1.0, 0.0063, 1.0),
+                (8192, 8192, -0.0196, 1.0, -0.015, 1.0),
+                (14336, 4096, 0.0359, 1.0, 0.0915, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5421,7 +5418,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 2880),
-                (1408, 1024, 4096),
+                (1408, 1024, 2880),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
@@ -5433,47 +5430,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=32,
             m_end=64,
             rank=2,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cef89d04240",
-            registers=80,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.4463, 1.0, -0.3148, 1.0),
-                (4096, 14336, -0.1837, 1.0, -0.2145, 1.0),
-                (6144, 4096, -0.116, 1.0, -0.1374, 1.0),
-                (8192, 8192, -0.0451, 1.0, -0.0268, 1.0),
-                (14336, 4096, 0.0364, 1.0, 0.0566, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1024, 1024, 8192),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [54]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=3,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c85e9750469",
@@ -5487,11 +5443,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1743, 1.0, -0.0128, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5510,6 +5466,47 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [54]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=3,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cef89d04240",
+            registers=80,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.4336, 1.0, -0.2963, 1.0),
+                (4096, 14336, -0.1673, 1.0, -0.2171, 1.0),
+                (6144, 4096, -0.1136, 1.0, -0.1387, 1.0),
+                (8192, 8192, -0.0298, 1.0, -0.0171, 1.0),
+                (14336, 4096, 0.0534, 1.0, 0.0719, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1024, 1024, 8192),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [55]
         ShapeCandidate(
             m=32,
@@ -5521,18 +5518,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.5223, 1.0, -0.263, 1.0),
-                (4096, 14336, -0.2576, 1.0, -0.0393, 1.0),
-                (6144, 4096, -0.1736, 1.0, -0.0236, 1.0),
-                (8192, 8192, -0.0903, 1.0, 0.1072, 1.0),
-                (14336, 4096, -0.0136, 1.0, 0.1522, 1.0),
+                (4096, 4096, -0.5033, 1.0, -0.2591, 1.0),
+                (4096, 14336, -0.2424, 1.0, -0.0399, 1.0),
+                (6144, 4096, -0.1682, 1.0, -0.0189, 1.0),
+                (8192, 8192, -0.0726, 1.0, 0.1172, 1.0),
+                (14336, 4096, 0.0062, 1.0, 0.1687, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -5562,18 +5559,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5017, 1.0, -0.5056, 1.0),
-                (4096, 14336, -0.1979, 1.0, -0.3346, 1.0),
-                (6144, 4096, -0.2516, 1.0, -0.4159, 1.0),
-                (8192, 8192, -0.1358, 1.0, -0.1919, 1.0),
-                (14336, 4096, -0.1033, 1.0, -0.244, 1.0),
+                (4096, 4096, -0.4949, 1.0, -0.5019, 1.0),
+                (4096, 14336, -0.1873, 1.0, -0.3362, 1.0),
+                (6144, 4096, -0.251, 1.0, -0.4222, 1.0),
+                (8192, 8192, -0.1132, 1.0, -0.1829, 1.0),
+                (14336, 4096, -0.0862, 1.0, -0.2343, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -5613,11 +5610,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1182, 1.0, -0.0744, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5643,6 +5640,95 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=7,
             table="gemm_mma",
             kernel="gemm_mma",
+            config_id="ca5969dd26a",
+            registers=63,
+            smem_bytes=98304,
+            bias_terms=(
+                (4096, 4096, -0.4117, 1.0, -0.3341, 1.0),
+                (4096, 14336, -0.1207, 1.0, -0.1407, 1.0),
+                (6144, 4096, -0.174, 1.0, 0.1158, 1.0),
+                (8192, 8192, -0.0246, 1.0, 0.2733, 1.0),
+                (14336, 4096, -0.0303, 1.0, 0.2945, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
+            ),
+            tunables=(
+                ("block_m", 32),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 1408),
+                (1408, 1024, 1408),
+                (2048, 1024, 1408),
+                (2048, 2880, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 5760),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [59]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=8,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cbb1316b55c",
+            registers=72,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.5346, 1.0, -0.5083, 1.0),
+                (4096, 14336, -0.1162, 1.0, -0.37, 1.0),
+                (6144, 4096, -0.2836, 1.0, -0.1759, 1.0),
+                (8192, 8192, -0.124, 1.0, -0.1135, 1.0),
+                (14336, 4096, -0.1099, 1.0, -0.0482, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 1408),
+                (1408, 1024, 1408),
+                (2048, 1024, 1408),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [60]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
             config_id="c1c6218ec00",
             registers=64,
             smem_bytes=49152,
@@ -5654,11 +5740,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3835, 1.0, 0.3563, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5686,11 +5772,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [59]
+        # index: [61]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=8,
+            rank=10,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c8a7f3d4299",
@@ -5704,11 +5790,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4551, 1.0, 0.3863, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5729,111 +5815,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 2048),
-                (11584, 4096, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [60]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=9,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cdba23ace0e",
-            registers=64,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.4533, 1.0, -0.1923, 1.0),
-                (4096, 14336, -0.1433, 1.0, 0.0655, 1.0),
-                (6144, 4096, -0.07, 1.0, -0.0548, 1.0),
-                (8192, 8192, 0.3479, 1.0, 0.3077, 1.0),
-                (14336, 4096, 0.4562, 1.0, 0.4053, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 5760),
-                (2880, 16384, 16384),
-                (4096, 1024, 5760),
-                (5760, 1024, 32768),
-                (8192, 1024, 1024),
-                (8192, 8192, 32768),
-                (11584, 1024, 1024),
-                (11584, 5760, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [61]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=10,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1083c76623",
-            registers=61,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.049, 1.0, -0.0808, 1.0),
-                (4096, 14336, 0.3185, 1.0, 0.0875, 1.0),
-                (6144, 4096, 0.111, 1.0, 0.0766, 1.0),
-                (8192, 8192, 0.4349, 1.0, 0.3937, 1.0),
-                (14336, 4096, 0.5172, 1.0, 0.4549, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 5760),
-                (2048, 16384, 16384),
-                (2880, 1024, 4096),
-                (5760, 1024, 32768),
-                (8192, 1024, 1024),
-                (11584, 11584, 32768),
+                (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -5847,22 +5829,22 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=11,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="cffc1df57a5",
-            registers=48,
-            smem_bytes=49152,
+            config_id="cdba23ace0e",
+            registers=64,
+            smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.3785, 1.0, -0.4199, 1.0),
-                (4096, 14336, -0.0025, 1.0, -0.1588, 1.0),
-                (6144, 4096, -0.0496, 1.0, 0.0098, 1.0),
-                (8192, 8192, 0.0795, 1.0, 0.1424, 1.0),
-                (14336, 4096, 0.3998, 1.0, 0.3587, 1.0),
+                (4096, 4096, -0.4533, 1.0, -0.1923, 1.0),
+                (4096, 14336, -0.1433, 1.0, 0.0655, 1.0),
+                (6144, 4096, -0.07, 1.0, -0.0548, 1.0),
+                (8192, 8192, 0.3479, 1.0, 0.3077, 1.0),
+                (14336, 4096, 0.4562, 1.0, 0.4053, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5870,19 +5852,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("block_k", 128),
                 ("warps_m", 1),
                 ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 4),
+                ("warps_k", 2),
+                ("stages", 6),
                 ("split_k", 1),
                 ("group_m", 1),
             ),
             cells=(
                 (1024, 1024, 1024),
-                (1024, 2880, 32768),
+                (1024, 2048, 32768),
                 (1408, 1024, 1024),
-                (1408, 2880, 32768),
-                (2048, 1024, 4096),
-                (5760, 1024, 1024),
-                (5760, 4096, 11584),
+                (1408, 2048, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 1408),
+                (2880, 5760, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 1408),
+                (8192, 8192, 32768),
+                (11584, 1024, 1408),
+                (11584, 5760, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
@@ -5907,11 +5895,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1091, 1.0, 0.2534, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5949,11 +5937,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2396, 1.0, 0.3586, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5972,6 +5960,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 2048, 32768),
                 (1408, 2048, 32768),
                 (2048, 2048, 32768),
+                (2880, 2048, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -5980,6 +5969,104 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=32,
             m_end=64,
             rank=14,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1083c76623",
+            registers=61,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.049, 1.0, -0.0808, 1.0),
+                (4096, 14336, 0.3185, 1.0, 0.0875, 1.0),
+                (6144, 4096, 0.111, 1.0, 0.0766, 1.0),
+                (8192, 8192, 0.4349, 1.0, 0.3937, 1.0),
+                (14336, 4096, 0.5172, 1.0, 0.4549, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 2048, 32768),
+                (1408, 2880, 32768),
+                (2048, 1024, 5760),
+                (2048, 16384, 32768),
+                (2880, 1024, 1408),
+                (5760, 1024, 32768),
+                (8192, 1024, 1024),
+                (11584, 11584, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [66]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=15,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cffc1df57a5",
+            registers=48,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.3785, 1.0, -0.4199, 1.0),
+                (4096, 14336, -0.0025, 1.0, -0.1588, 1.0),
+                (6144, 4096, -0.0496, 1.0, 0.0098, 1.0),
+                (8192, 8192, 0.0795, 1.0, 0.1424, 1.0),
+                (14336, 4096, 0.3998, 1.0, 0.3587, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 2880, 32768),
+                (1408, 4096, 32768),
+                (2048, 1024, 1024),
+                (2048, 2048, 2048),
+                (5760, 1024, 1408),
+                (5760, 8192, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [67]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=16,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1746f9e36f",
@@ -5993,11 +6080,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4687, 1.0, 0.3912, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6012,19 +6099,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 4096, 32768),
-                (1408, 11584, 16384),
-                (2048, 1024, 2048),
+                (1408, 11584, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [66]
+        # index: [68]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=15,
+            rank=17,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ca68a99a2d1",
@@ -6038,11 +6124,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4675, 1.0, 0.4111, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6057,18 +6143,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 4096, 32768),
-                (2048, 1024, 1024),
                 (16384, 2048, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [67]
+        # index: [69]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=16,
+            rank=18,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd029ceb7c9",
@@ -6082,11 +6167,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2434, 1.0, 0.3906, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6106,11 +6191,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [68]
+        # index: [70]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=17,
+            rank=19,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ce994ca2a3e",
@@ -6124,11 +6209,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.5288, 1.0, 0.4684, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6148,11 +6233,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [69]
+        # index: [71]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=18,
+            rank=20,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c746665bfe1",
@@ -6166,11 +6251,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1571, 1.0, 0.2829, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6184,74 +6269,77 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 11584, 16384),
+                (1024, 11584, 32768),
                 (23168, 1024, 2048),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [70]
+        # index: [72]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=19,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cd5bd34d3b2",
-            registers=168,
-            smem_bytes=92160,
+            rank=21,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c65fa54968e",
+            registers=64,
+            smem_bytes=65536,
             bias_terms=(
-                (4096, 4096, -0.4271, 1.0, -0.1291, 1.0),
-                (4096, 14336, -0.1872, 1.0, 0.0178, 1.0),
-                (6144, 4096, -0.0345, 1.0, 0.0483, 1.0),
-                (8192, 8192, -0.0237, 1.0, 0.176, 1.0),
-                (14336, 4096, 0.1083, 1.0, 0.2436, 1.0),
+                (4096, 4096, -0.2827, 1.0, 0.0747, 1.0),
+                (4096, 14336, -0.0646, 1.0, 0.2046, 1.0),
+                (6144, 4096, -0.0743, 1.0, 0.058, 1.0),
+                (8192, 8192, 0.2414, 1.0, 0.353, 1.0),
+                (14336, 4096, 0.2221, 1.0, 0.4352, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
-                ("block_m", 48),
-                ("block_n", 128),
-                ("block_k", 64),
+                ("block_m", 32),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
                 ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 4),
+                ("split_k", 2),
+                ("group_m", 1),
             ),
             cells=(
-                (1024, 23168, 32768),
-                (1408, 23168, 32768),
-                (2048, 23168, 32768),
+                (1408, 2048, 4096),
+                (2048, 2048, 4096),
+                (2880, 2048, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [71]
+        # index: [73]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=20,
+            rank=22,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ccf8eaaf314",
             registers=168,
             smem_bytes=100352,
             bias_terms=(
-                (4096, 4096, -0.4799, 1.0, -0.1804, 1.0),
-                (4096, 14336, -0.2539, 1.0, -0.1002, 1.0),
-                (6144, 4096, -0.0793, 1.0, 0.1288, 1.0),
-                (8192, 8192, -0.08, 1.0, 0.0592, 1.0),
-                (14336, 4096, 0.0648, 1.0, 0.2047, 1.0),
+                (4096, 4096, -0.4691, 1.0, -0.1729, 1.0),
+                (4096, 14336, -0.2392, 1.0, -0.0977, 1.0),
+                (6144, 4096, -0.0744, 1.0, 0.1322, 1.0),
+                (8192, 8192, -0.0707, 1.0, 0.0646, 1.0),
+                (14336, 4096, 0.0896, 1.0, 0.2199, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6268,72 +6356,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [72]
+        # index: [74]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=21,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ca5969dd26a",
-            registers=63,
-            smem_bytes=98304,
-            bias_terms=(
-                (4096, 4096, -0.4117, 1.0, -0.3341, 1.0),
-                (4096, 14336, -0.1207, 1.0, -0.1407, 1.0),
-                (6144, 4096, -0.174, 1.0, 0.1158, 1.0),
-                (8192, 8192, -0.0246, 1.0, 0.2733, 1.0),
-                (14336, 4096, -0.0303, 1.0, 0.2945, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
-            ),
-            tunables=(
-                ("block_m", 32),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (2048, 2880, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 5760),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [73]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=22,
+            rank=23,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c419852ee1e",
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5497, 1.0, -0.4385, 1.0),
-                (4096, 14336, -0.2391, 1.0, -0.1006, 1.0),
-                (6144, 4096, -0.2938, 1.0, -0.3818, 1.0),
-                (8192, 8192, -0.19, 1.0, 0.0156, 1.0),
-                (14336, 4096, -0.1434, 1.0, -0.1431, 1.0),
+                (4096, 4096, -0.5426, 1.0, -0.4251, 1.0),
+                (4096, 14336, -0.2161, 1.0, -0.0996, 1.0),
+                (6144, 4096, -0.2889, 1.0, -0.382, 1.0),
+                (8192, 8192, -0.1689, 1.0, 0.0227, 1.0),
+                (14336, 4096, -0.1224, 1.0, -0.1283, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -6348,48 +6393,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [74]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=23,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cbb1316b55c",
-            registers=72,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.5519, 1.0, -0.5163, 1.0),
-                (4096, 14336, -0.1393, 1.0, -0.3642, 1.0),
-                (6144, 4096, -0.2863, 1.0, -0.1694, 1.0),
-                (8192, 8192, -0.1445, 1.0, -0.1152, 1.0),
-                (14336, 4096, -0.1256, 1.0, -0.0662, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2880, 1024, 11584),
-                (2880, 23168, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
+                (11584, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -6398,45 +6402,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             m=32,
             m_end=64,
             rank=24,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c29ca09a0b5",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.5626, 1.0, -0.2687, 1.0),
-                (4096, 14336, -0.2694, 1.0, -0.1426, 1.0),
-                (6144, 4096, -0.3198, 1.0, -0.1077, 1.0),
-                (8192, 8192, -0.2158, 1.0, -0.0499, 1.0),
-                (14336, 4096, -0.1337, 1.0, -0.0011, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
-            ),
-            tunables=(
-                ("block_m", 72),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 2),
-            ),
-            cells=(
-                (2880, 8192, 32768),
-                (4096, 8192, 32768),
-                (5760, 8192, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [76]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=25,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c17377d83c9",
@@ -6450,11 +6415,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0438, 1.0, 0.304, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6474,11 +6439,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [77]
+        # index: [76]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=26,
+            rank=25,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c9025cc0713",
@@ -6492,11 +6457,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.241, 1.0, -0.3369, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6516,11 +6481,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [78]
+        # index: [77]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=27,
+            rank=26,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c9b322944bc",
@@ -6534,11 +6499,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2287, 1.0, -0.0909, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6554,37 +6519,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (5760, 1024, 2880),
-                (5760, 16384, 32768),
+                (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [79]
+        # index: [78]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=28,
+            rank=27,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ca0cfa76740",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.8526, 1.0, -0.5638, 1.0),
-                (4096, 14336, -0.4913, 1.0, -0.4036, 1.0),
-                (6144, 4096, -0.5541, 1.0, -0.3504, 1.0),
-                (8192, 8192, -0.1983, 1.0, -0.1105, 1.0),
-                (14336, 4096, -0.2986, 1.0, -0.1494, 1.0),
+                (4096, 4096, -0.8349, 1.0, -0.55, 1.0),
+                (4096, 14336, -0.4688, 1.0, -0.402, 1.0),
+                (6144, 4096, -0.5516, 1.0, -0.3542, 1.0),
+                (8192, 8192, -0.1682, 1.0, -0.1096, 1.0),
+                (14336, 4096, -0.2849, 1.0, -0.1382, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -6595,17 +6559,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (5760, 1408, 32768),
-                (8192, 1408, 32768),
-                (11584, 1408, 32768),
+                (5760, 2048, 32768),
+                (8192, 2048, 32768),
+                (11584, 2048, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [80]
+        # index: [79]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=29,
+            rank=28,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd0241f326e",
@@ -6619,11 +6583,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.082, 1.0, 0.1848, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6643,11 +6607,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [81]
+        # index: [80]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=30,
+            rank=29,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
@@ -6661,11 +6625,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4272, 1.0, -0.2947, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6687,11 +6651,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [82]
+        # index: [81]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=31,
+            rank=30,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c34d769966c",
@@ -6705,11 +6669,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0982, 1.0, -0.0989, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6730,11 +6694,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [83]
+        # index: [82]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=32,
+            rank=31,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
@@ -6748,11 +6712,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.6761, 1.0, -0.4928, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6773,11 +6737,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [84]
+        # index: [83]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=33,
+            rank=32,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
@@ -6791,11 +6755,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2336, 1.0, -0.1766, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -6817,11 +6781,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [85]
+        # index: [84]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=34,
+            rank=33,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c2c9d4c2a61",
@@ -6835,11 +6799,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2952, 1.0, -0.1337, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6861,11 +6825,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [86]
+        # index: [85]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=35,
+            rank=34,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd4f5b22aba",
@@ -6879,11 +6843,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2398, 1.0, 0.2648, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6901,11 +6865,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [87]
+        # index: [86]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=36,
+            rank=35,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c20a8f6441c",
@@ -6919,11 +6883,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3685, 1.0, 0.5256, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.4465, 1.0),
-                (4096, 14336, 0.1591, 1.0, 0.2157, 1.0),
-                (6144, 4096, 0.3243, 1.0, 0.3163, 1.0),
-                (8192, 8192, 0.0674, 1.0, 0.1265, 1.0),
-                (14336, 4096, 0.1093, 1.0, 0.1571, 1.0),
+                (4096, 4096, 0.5403, 1.0, 0.4397, 1.0),
+                (4096, 14336, 0.152, 1.0, 0.213, 1.0),
+                (6144, 4096, 0.3207, 1.0, 0.3146, 1.0),
+                (8192, 8192, 0.0599, 1.0, 0.1232, 1.0),
+                (14336, 4096, 0.102, 1.0, 0.1511, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6941,7 +6905,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [88]
+        # index: [87]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -6952,18 +6916,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5056, 1.0, -0.8365, 1.0),
-                (4096, 14336, -0.3346, 1.0, -0.5219, 1.0),
-                (6144, 4096, -0.4159, 1.0, -0.5211, 1.0),
-                (8192, 8192, -0.1919, 1.0, -0.3498, 1.0),
-                (14336, 4096, -0.244, 1.0, -0.3273, 1.0),
+                (4096, 4096, -0.5019, 1.0, -0.837, 1.0),
+                (4096, 14336, -0.3362, 1.0, -0.514, 1.0),
+                (6144, 4096, -0.4222, 1.0, -0.5133, 1.0),
+                (8192, 8192, -0.1829, 1.0, -0.3432, 1.0),
+                (14336, 4096, -0.2343, 1.0, -0.309, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -6983,7 +6947,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [89]
+        # index: [88]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7001,11 +6965,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0128, 1.0, -0.1214, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -7024,7 +6988,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [90]
+        # index: [89]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7042,11 +7006,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3563, 1.0, 0.3015, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7065,7 +7029,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 2880),
-                (8192, 4096, 8192),
+                (4096, 5760, 5760),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -7073,7 +7037,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [91]
+        # index: [90]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7091,11 +7055,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3863, 1.0, 0.3336, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7111,10 +7075,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 11584),
-                (2048, 23168, 32768),
-                (2880, 1024, 11584),
-                (2880, 23168, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
                 (4096, 1024, 1024),
                 (4096, 2048, 2048),
                 (11584, 1024, 32768),
@@ -7124,7 +7086,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [92]
+        # index: [91]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7142,11 +7104,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4053, 1.0, 0.3384, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7163,17 +7125,19 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 2880),
-                (2048, 23168, 32768),
-                (2880, 1024, 4096),
+                (2048, 5760, 5760),
+                (2048, 32768, 32768),
+                (2880, 1024, 5760),
                 (2880, 23168, 32768),
                 (11584, 1024, 8192),
+                (11584, 32768, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [93]
+        # index: [92]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7191,11 +7155,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4549, 1.0, 0.3953, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7212,16 +7176,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 2048),
-                (2048, 32768, 32768),
                 (2880, 1024, 2880),
-                (11584, 2048, 8192),
+                (11584, 2048, 5760),
                 (16384, 2048, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [94]
+        # index: [93]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7239,11 +7202,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3587, 1.0, 0.3032, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7258,18 +7221,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 11584),
-                (1408, 23168, 32768),
+                (1408, 1024, 32768),
                 (2048, 1024, 2048),
                 (2880, 1024, 2048),
-                (11584, 4096, 5760),
                 (16384, 5760, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [95]
+        # index: [94]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7287,11 +7248,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3912, 1.0, 0.3389, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7307,7 +7268,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 5760),
-                (1408, 23168, 32768),
                 (2048, 1024, 2048),
                 (2880, 1024, 2048),
                 (23168, 1024, 32768),
@@ -7315,7 +7275,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [96]
+        # index: [95]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7333,11 +7293,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4111, 1.0, 0.3428, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7351,8 +7311,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 11584),
-                (1024, 23168, 32768),
+                (1024, 1024, 8192),
+                (1024, 32768, 32768),
                 (1408, 1024, 2048),
                 (2048, 1024, 1024),
                 (2880, 1024, 1024),
@@ -7361,7 +7321,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [97]
+        # index: [96]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7379,11 +7339,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4684, 1.0, 0.4016, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7399,7 +7359,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 2048),
                 (1024, 4096, 4096),
-                (1024, 32768, 32768),
                 (1408, 1024, 2048),
                 (2048, 1024, 1024),
                 (2880, 1024, 1024),
@@ -7407,7 +7366,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [98]
+        # index: [97]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7425,11 +7384,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2829, 1.0, 0.1652, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7450,7 +7409,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [99]
+        # index: [98]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7468,11 +7427,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2648, 1.0, 0.1089, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7491,7 +7450,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [100]
+        # index: [99]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7502,18 +7461,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.3148, 1.0, -0.5181, 1.0),
-                (4096, 14336, -0.2145, 1.0, -0.3564, 1.0),
-                (6144, 4096, -0.1374, 1.0, -0.1752, 1.0),
-                (8192, 8192, -0.0268, 1.0, -0.1357, 1.0),
-                (14336, 4096, 0.0566, 1.0, 0.0407, 1.0),
+                (4096, 4096, -0.2963, 1.0, -0.5142, 1.0),
+                (4096, 14336, -0.2171, 1.0, -0.3371, 1.0),
+                (6144, 4096, -0.1387, 1.0, -0.1646, 1.0),
+                (8192, 8192, -0.0171, 1.0, -0.1389, 1.0),
+                (14336, 4096, 0.0719, 1.0, 0.0641, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -7531,7 +7490,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [101]
+        # index: [100]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7542,18 +7501,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.2968, 1.0, -0.5144, 1.0),
-                (4096, 14336, -0.1217, 1.0, -0.262, 1.0),
-                (6144, 4096, -0.0699, 1.0, -0.1769, 1.0),
-                (8192, 8192, 0.058, 1.0, 0.0062, 1.0),
-                (14336, 4096, 0.0864, 1.0, 0.0591, 1.0),
+                (4096, 4096, -0.267, 1.0, -0.5175, 1.0),
+                (4096, 14336, -0.1327, 1.0, -0.2521, 1.0),
+                (6144, 4096, -0.0668, 1.0, -0.1705, 1.0),
+                (8192, 8192, 0.0648, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.099, 1.0, 0.0748, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -7564,14 +7523,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1024, 1408, 8192),
+                (1024, 1408, 11584),
                 (1408, 1408, 16384),
                 (2048, 1408, 16384),
                 (2880, 1408, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [102]
+        # index: [101]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7589,11 +7548,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3586, 1.0, 0.6278, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7615,7 +7574,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [103]
+        # index: [102]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7633,11 +7592,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2534, 1.0, 0.1839, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -7656,7 +7615,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [104]
+        # index: [103]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7674,11 +7633,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0192, 1.0, -0.0143, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -7699,11 +7658,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 4096, 32768),
                 (2880, 4096, 32768),
                 (4096, 4096, 32768),
-                (5760, 11584, 16384),
+                (5760, 5760, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [105]
+        # index: [104]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7714,18 +7673,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, 0.0386, 1.0, -0.3995, 1.0),
-                (4096, 14336, 0.0294, 1.0, -0.0593, 1.0),
-                (6144, 4096, 0.2465, 1.0, -0.0159, 1.0),
-                (8192, 8192, 0.2784, 1.0, 0.1647, 1.0),
-                (14336, 4096, 0.578, 1.0, 0.3503, 1.0),
+                (4096, 4096, 0.0552, 1.0, -0.4183, 1.0),
+                (4096, 14336, 0.0365, 1.0, -0.0382, 1.0),
+                (6144, 4096, 0.2535, 1.0, 0.0022, 1.0),
+                (8192, 8192, 0.2953, 1.0, 0.1849, 1.0),
+                (14336, 4096, 0.5984, 1.0, 0.388, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -7742,7 +7701,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [106]
+        # index: [105]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7760,11 +7719,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3543, 1.0, 0.63, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7784,29 +7743,68 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [107]
+        # index: [106]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=19,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
+            config_id="c3b9235a613",
+            registers=168,
+            smem_bytes=108544,
+            bias_terms=(
+                (4096, 4096, 0.0114, 1.0, -0.3989, 1.0),
+                (4096, 14336, 0.1013, 1.0, -0.0479, 1.0),
+                (6144, 4096, 0.1851, 1.0, -0.0741, 1.0),
+                (8192, 8192, 0.142, 1.0, 0.1216, 1.0),
+                (14336, 4096, 0.4226, 1.0, 0.2823, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
+            ),
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 6),
+            ),
+            cells=(
+                (1024, 23168, 32768),
+                (1408, 23168, 32768),
+                (2048, 23168, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [107]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=20,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
             config_id="ce1d8517da2",
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.263, 1.0, -0.4916, 1.0),
-                (4096, 14336, -0.0393, 1.0, -0.2789, 1.0),
-                (6144, 4096, -0.0236, 1.0, -0.1312, 1.0),
-                (8192, 8192, 0.1072, 1.0, -0.0463, 1.0),
-                (14336, 4096, 0.1522, 1.0, 0.102, 1.0),
+                (4096, 4096, -0.2591, 1.0, -0.494, 1.0),
+                (4096, 14336, -0.0399, 1.0, -0.2644, 1.0),
+                (6144, 4096, -0.0189, 1.0, -0.1219, 1.0),
+                (8192, 8192, 0.1172, 1.0, -0.0373, 1.0),
+                (14336, 4096, 0.1687, 1.0, 0.125, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -7817,9 +7815,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1408, 2880, 16384),
-                (2048, 2880, 16384),
-                (2880, 2880, 16384),
+                (1408, 2880, 11584),
+                (2048, 2880, 11584),
+                (2880, 2880, 11584),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -7827,25 +7825,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=20,
+            rank=21,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ccf8eaaf314",
             registers=168,
             smem_bytes=100352,
             bias_terms=(
-                (4096, 4096, -0.1804, 1.0, -0.2832, 1.0),
-                (4096, 14336, -0.1002, 1.0, 0.0517, 1.0),
-                (6144, 4096, 0.1288, 1.0, 0.0724, 1.0),
-                (8192, 8192, 0.0592, 1.0, 0.2085, 1.0),
-                (14336, 4096, 0.2047, 1.0, 0.3024, 1.0),
+                (4096, 4096, -0.1729, 1.0, -0.2779, 1.0),
+                (4096, 14336, -0.0977, 1.0, 0.0709, 1.0),
+                (6144, 4096, 0.1322, 1.0, 0.0929, 1.0),
+                (8192, 8192, 0.0646, 1.0, 0.2202, 1.0),
+                (14336, 4096, 0.2199, 1.0, 0.3388, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7866,25 +7864,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=21,
+            rank=22,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c94004c5719",
             registers=64,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.3668, 1.0, -0.7139, 1.0),
-                (4096, 14336, 0.0152, 1.0, -0.4175, 1.0),
-                (6144, 4096, -0.3244, 1.0, -0.4328, 1.0),
-                (8192, 8192, 0.1213, 1.0, -0.2108, 1.0),
-                (14336, 4096, -0.0216, 1.0, -0.2138, 1.0),
+                (4096, 4096, -0.3525, 1.0, -0.7209, 1.0),
+                (4096, 14336, 0.0226, 1.0, -0.4156, 1.0),
+                (6144, 4096, -0.3251, 1.0, -0.4281, 1.0),
+                (8192, 8192, 0.1096, 1.0, -0.2186, 1.0),
+                (14336, 4096, -0.0076, 1.0, -0.2008, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -7906,25 +7904,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=22,
+            rank=23,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c419852ee1e",
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4385, 1.0, -0.7357, 1.0),
-                (4096, 14336, -0.1006, 1.0, -0.317, 1.0),
-                (6144, 4096, -0.3818, 1.0, -0.3985, 1.0),
-                (8192, 8192, 0.0156, 1.0, -0.0621, 1.0),
-                (14336, 4096, -0.1431, 1.0, -0.1409, 1.0),
+                (4096, 4096, -0.4251, 1.0, -0.7299, 1.0),
+                (4096, 14336, -0.0996, 1.0, -0.2775, 1.0),
+                (6144, 4096, -0.382, 1.0, -0.3964, 1.0),
+                (8192, 8192, 0.0227, 1.0, -0.0636, 1.0),
+                (14336, 4096, -0.1283, 1.0, -0.1181, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -7946,25 +7944,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=23,
+            rank=24,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c4294405075",
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.2664, 1.0, -0.5568, 1.0),
-                (4096, 14336, -0.1647, 1.0, -0.3216, 1.0),
-                (6144, 4096, 0.0033, 1.0, -0.1986, 1.0),
-                (8192, 8192, -0.0177, 1.0, -0.0489, 1.0),
-                (14336, 4096, 0.0805, 1.0, 0.0318, 1.0),
+                (4096, 4096, -0.2529, 1.0, -0.5547, 1.0),
+                (4096, 14336, -0.1607, 1.0, -0.303, 1.0),
+                (6144, 4096, 0.0063, 1.0, -0.1885, 1.0),
+                (8192, 8192, -0.015, 1.0, -0.0505, 1.0),
+                (14336, 4096, 0.0915, 1.0, 0.0536, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7985,25 +7983,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=24,
+            rank=25,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c724aa25570",
             registers=168,
             smem_bytes=116736,
             bias_terms=(
-                (4096, 4096, -0.2354, 1.0, -0.4794, 1.0),
-                (4096, 14336, -0.1814, 1.0, -0.164, 1.0),
-                (6144, 4096, 0.0928, 1.0, -0.1546, 1.0),
-                (8192, 8192, -0.0024, 1.0, -0.0383, 1.0),
-                (14336, 4096, 0.168, 1.0, 0.0768, 1.0),
+                (4096, 4096, -0.2213, 1.0, -0.4745, 1.0),
+                (4096, 14336, -0.1846, 1.0, -0.1512, 1.0),
+                (6144, 4096, 0.0973, 1.0, -0.141, 1.0),
+                (8192, 8192, 0.0015, 1.0, -0.0279, 1.0),
+                (14336, 4096, 0.1873, 1.0, 0.1048, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8024,25 +8022,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=25,
+            rank=26,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c260a1d8963",
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2172, 1.0, -0.3986, 1.0),
-                (4096, 14336, -0.1451, 1.0, -0.0702, 1.0),
-                (6144, 4096, 0.1135, 1.0, -0.05, 1.0),
-                (8192, 8192, 0.0231, 1.0, 0.0796, 1.0),
-                (14336, 4096, 0.1751, 1.0, 0.1695, 1.0),
+                (4096, 4096, -0.2028, 1.0, -0.3857, 1.0),
+                (4096, 14336, -0.1469, 1.0, -0.0454, 1.0),
+                (6144, 4096, 0.1154, 1.0, -0.0313, 1.0),
+                (8192, 8192, 0.0279, 1.0, 0.0866, 1.0),
+                (14336, 4096, 0.1937, 1.0, 0.2003, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -8053,9 +8051,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 4),
             ),
             cells=(
-                (2048, 5760, 32768),
-                (2880, 5760, 32768),
-                (4096, 5760, 32768),
+                (2048, 8192, 32768),
+                (2880, 8192, 32768),
+                (4096, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -8063,25 +8061,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=26,
+            rank=27,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cbb1316b55c",
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5163, 1.0, -0.7669, 1.0),
-                (4096, 14336, -0.3642, 1.0, -0.4591, 1.0),
-                (6144, 4096, -0.1694, 1.0, -0.4967, 1.0),
-                (8192, 8192, -0.1152, 1.0, -0.2082, 1.0),
-                (14336, 4096, -0.0662, 1.0, -0.2529, 1.0),
+                (4096, 4096, -0.5083, 1.0, -0.7664, 1.0),
+                (4096, 14336, -0.37, 1.0, -0.4379, 1.0),
+                (6144, 4096, -0.1759, 1.0, -0.491, 1.0),
+                (8192, 8192, -0.1135, 1.0, -0.215, 1.0),
+                (14336, 4096, -0.0482, 1.0, -0.2405, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8093,8 +8091,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 32768),
-                (5760, 1024, 8192),
-                (5760, 23168, 32768),
+                (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 1408),
             ),
@@ -8104,7 +8101,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=27,
+            rank=28,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c0b50f1dfa3",
@@ -8118,11 +8115,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1149, 1.0, -0.2669, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8139,7 +8136,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 4096),
-                (5760, 1024, 32768),
+                (5760, 1024, 16384),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
             ),
@@ -8149,25 +8146,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=28,
+            rank=29,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c1c5004278b",
             registers=79,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.5661, 1.0, -0.5067, 1.0),
-                (4096, 14336, -0.3835, 1.0, -0.0731, 1.0),
-                (6144, 4096, -0.2212, 1.0, -0.2903, 1.0),
-                (8192, 8192, -0.1489, 1.0, 0.1151, 1.0),
-                (14336, 4096, -0.0936, 1.0, 0.0484, 1.0),
+                (4096, 4096, -0.5514, 1.0, -0.5011, 1.0),
+                (4096, 14336, -0.388, 1.0, -0.0521, 1.0),
+                (6144, 4096, -0.2179, 1.0, -0.2847, 1.0),
+                (8192, 8192, -0.1468, 1.0, 0.1063, 1.0),
+                (14336, 4096, -0.0838, 1.0, 0.0684, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -8188,25 +8185,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=29,
+            rank=30,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cb530ae64c0",
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7524, 1.0, -1.0178, 1.0),
-                (4096, 14336, -0.5955, 1.0, -0.6657, 1.0),
-                (6144, 4096, -0.5358, 1.0, -0.32, 1.0),
-                (8192, 8192, -0.2816, 1.0, 0.0241, 1.0),
-                (14336, 4096, -0.2017, 1.0, 0.0025, 1.0),
+                (4096, 4096, -0.7304, 1.0, -1.037, 1.0),
+                (4096, 14336, -0.5869, 1.0, -0.6556, 1.0),
+                (6144, 4096, -0.5376, 1.0, -0.3183, 1.0),
+                (8192, 8192, -0.2743, 1.0, 0.0262, 1.0),
+                (14336, 4096, -0.1894, 1.0, 0.0267, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8218,9 +8215,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 1408),
-                (5760, 1024, 11584),
+                (5760, 1024, 8192),
                 (8192, 1024, 16384),
-                (11584, 1024, 32768),
+                (11584, 1024, 23168),
                 (16384, 1024, 4096),
             ),
         ),
@@ -8229,25 +8226,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=30,
+            rank=31,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cdd0adb603c",
             registers=72,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.5056, 1.0, -0.5825, 1.0),
-                (4096, 14336, -0.3374, 1.0, -0.1517, 1.0),
-                (6144, 4096, -0.2193, 1.0, -0.3487, 1.0),
-                (8192, 8192, -0.1444, 1.0, 0.0093, 1.0),
-                (14336, 4096, -0.0907, 1.0, -0.0435, 1.0),
+                (4096, 4096, -0.4952, 1.0, -0.5839, 1.0),
+                (4096, 14336, -0.3397, 1.0, -0.1361, 1.0),
+                (6144, 4096, -0.2202, 1.0, -0.3415, 1.0),
+                (8192, 8192, -0.1392, 1.0, 0.0326, 1.0),
+                (14336, 4096, -0.0809, 1.0, -0.0205, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -8259,7 +8256,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 32768),
-                (5760, 1024, 32768),
+                (5760, 1024, 4096),
+                (5760, 23168, 32768),
                 (8192, 1024, 32768),
             ),
         ),
@@ -8268,25 +8266,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=31,
+            rank=32,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c15d5c3560d",
             registers=80,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.5648, 1.0, -0.4022, 1.0),
-                (4096, 14336, -0.3645, 1.0, 0.0648, 1.0),
-                (6144, 4096, -0.1775, 1.0, -0.2142, 1.0),
-                (8192, 8192, -0.0633, 1.0, 0.2039, 1.0),
-                (14336, 4096, -0.0321, 1.0, 0.1596, 1.0),
+                (4096, 4096, -0.5454, 1.0, -0.4003, 1.0),
+                (4096, 14336, -0.3596, 1.0, 0.0849, 1.0),
+                (6144, 4096, -0.1747, 1.0, -0.206, 1.0),
+                (8192, 8192, -0.0621, 1.0, 0.2135, 1.0),
+                (14336, 4096, -0.0178, 1.0, 0.1798, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -8298,7 +8296,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 2048),
-                (5760, 1024, 2048),
+                (5760, 1024, 1408),
                 (8192, 1024, 2048),
             ),
         ),
@@ -8307,25 +8305,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=32,
+            rank=33,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce318e997ed",
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.462, 1.0, -0.4859, 1.0),
-                (4096, 14336, -0.3587, 1.0, -0.264, 1.0),
-                (6144, 4096, -0.1271, 1.0, -0.2882, 1.0),
-                (8192, 8192, -0.1212, 1.0, 0.0612, 1.0),
-                (14336, 4096, -0.0364, 1.0, 0.0238, 1.0),
+                (4096, 4096, -0.4471, 1.0, -0.4836, 1.0),
+                (4096, 14336, -0.3543, 1.0, -0.2417, 1.0),
+                (6144, 4096, -0.1255, 1.0, -0.2799, 1.0),
+                (8192, 8192, -0.1181, 1.0, 0.0644, 1.0),
+                (14336, 4096, -0.0254, 1.0, 0.0464, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8346,7 +8344,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=33,
+            rank=34,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="ca194a3e256",
@@ -8360,11 +8358,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0212, 1.0, 0.0864, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8390,25 +8388,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=34,
+            rank=35,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c26f61dd7af",
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.6423, 1.0, -0.9489, 1.0),
-                (4096, 14336, -0.4942, 1.0, -0.6592, 1.0),
-                (6144, 4096, -0.4381, 1.0, -0.3933, 1.0),
-                (8192, 8192, -0.1905, 1.0, -0.0352, 1.0),
-                (14336, 4096, -0.1735, 1.0, -0.0649, 1.0),
+                (4096, 4096, -0.6274, 1.0, -0.9462, 1.0),
+                (4096, 14336, -0.4919, 1.0, -0.6494, 1.0),
+                (6144, 4096, -0.4388, 1.0, -0.3899, 1.0),
+                (8192, 8192, -0.1898, 1.0, -0.0402, 1.0),
+                (14336, 4096, -0.1637, 1.0, -0.0455, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -8430,25 +8428,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=35,
+            rank=36,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ca0cfa76740",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.5638, 1.0, -0.8825, 1.0),
-                (4096, 14336, -0.4036, 1.0, -0.5904, 1.0),
-                (6144, 4096, -0.3504, 1.0, -0.4475, 1.0),
-                (8192, 8192, -0.1105, 1.0, -0.1145, 1.0),
-                (14336, 4096, -0.1494, 1.0, -0.09, 1.0),
+                (4096, 4096, -0.55, 1.0, -0.8819, 1.0),
+                (4096, 14336, -0.402, 1.0, -0.5766, 1.0),
+                (6144, 4096, -0.3542, 1.0, -0.4393, 1.0),
+                (8192, 8192, -0.1096, 1.0, -0.112, 1.0),
+                (14336, 4096, -0.1382, 1.0, -0.0745, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -8469,7 +8467,53 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=36,
+            rank=37,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c9b322944bc",
+            registers=106,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.655, 1.0, -0.9183, 1.0),
+                (4096, 14336, -0.5403, 1.0, -0.6803, 1.0),
+                (6144, 4096, -0.4469, 1.0, -0.3263, 1.0),
+                (8192, 8192, -0.163, 1.0, 0.0741, 1.0),
+                (14336, 4096, -0.0909, 1.0, 0.2607, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 1),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (5760, 2048, 2048),
+                (8192, 1024, 8192),
+                (8192, 23168, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 1408),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [125]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cec58c42150",
@@ -8483,11 +8527,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0954, 1.0, 0.0072, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8503,35 +8547,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (5760, 16384, 32768),
+                (5760, 11584, 32768),
                 (8192, 11584, 32768),
                 (11584, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [125]
+        # index: [126]
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=37,
+            rank=39,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cc176767297",
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.8357, 1.0, -0.8488, 1.0),
-                (4096, 14336, -0.6845, 1.0, -0.5791, 1.0),
-                (6144, 4096, -0.6197, 1.0, -0.4794, 1.0),
-                (8192, 8192, -0.3284, 1.0, -0.3311, 1.0),
-                (14336, 4096, -0.1704, 1.0, -0.0388, 1.0),
+                (4096, 4096, -0.8154, 1.0, -0.8415, 1.0),
+                (4096, 14336, -0.675, 1.0, -0.5616, 1.0),
+                (6144, 4096, -0.6217, 1.0, -0.4723, 1.0),
+                (8192, 8192, -0.3237, 1.0, -0.3395, 1.0),
+                (14336, 4096, -0.1581, 1.0, -0.0186, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -8548,11 +8592,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [126]
+        # index: [127]
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=38,
+            rank=40,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
@@ -8566,11 +8610,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2947, 1.0, -0.3696, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8592,90 +8636,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [127]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=39,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c9b322944bc",
-            registers=106,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.655, 1.0, -0.9183, 1.0),
-                (4096, 14336, -0.5403, 1.0, -0.6803, 1.0),
-                (6144, 4096, -0.4469, 1.0, -0.3263, 1.0),
-                (8192, 8192, -0.163, 1.0, 0.0741, 1.0),
-                (14336, 4096, -0.0909, 1.0, 0.2607, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 1),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (8192, 1024, 2880),
-                (11584, 1024, 2880),
-                (11584, 11584, 32768),
-                (16384, 1024, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [128]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=40,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ce640992674",
-            registers=168,
-            smem_bytes=182272,
-            bias_terms=(
-                (4096, 4096, -0.3645, 1.0, -0.6633, 1.0),
-                (4096, 14336, -0.3265, 1.0, -0.4809, 1.0),
-                (6144, 4096, -0.0886, 1.0, -0.3113, 1.0),
-                (8192, 8192, -0.0577, 1.0, -0.2174, 1.0),
-                (14336, 4096, 0.1995, 1.0, -0.0778, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 3),
-            ),
-            cells=(
-                (8192, 23168, 32768),
-                (11584, 11584, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [129]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8693,11 +8654,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1766, 1.0, -0.1619, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8719,11 +8680,48 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [130]
+        # index: [129]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=42,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ce640992674",
+            registers=168,
+            smem_bytes=182272,
+            bias_terms=(
+                (4096, 4096, -0.3407, 1.0, -0.6697, 1.0),
+                (4096, 14336, -0.326, 1.0, -0.4631, 1.0),
+                (6144, 4096, -0.0925, 1.0, -0.3042, 1.0),
+                (8192, 8192, -0.057, 1.0, -0.2634, 1.0),
+                (14336, 4096, 0.2166, 1.0, -0.054, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 3),
+            ),
+            cells=(
+                (11584, 11584, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [130]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=43,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="ce075fa6ffb",
@@ -8737,11 +8735,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4959, 1.0, -0.2958, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8767,7 +8765,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=43,
+            rank=44,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
@@ -8781,11 +8779,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4928, 1.0, -0.3162, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8809,25 +8807,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=44,
+            rank=45,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c4a15955779",
             registers=168,
             smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.727, 1.0, -1.0229, 1.0),
-                (4096, 14336, -0.5622, 1.0, -0.7334, 1.0),
-                (6144, 4096, -0.5598, 1.0, -0.6556, 1.0),
-                (8192, 8192, -0.4035, 1.0, -0.524, 1.0),
-                (14336, 4096, -0.2545, 1.0, -0.2699, 1.0),
+                (4096, 4096, -0.7022, 1.0, -1.0073, 1.0),
+                (4096, 14336, -0.5472, 1.0, -0.709, 1.0),
+                (6144, 4096, -0.5552, 1.0, -0.6438, 1.0),
+                (8192, 8192, -0.3901, 1.0, -0.5238, 1.0),
+                (14336, 4096, -0.2452, 1.0, -0.2486, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8848,7 +8846,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=45,
+            rank=46,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cbb7e888109",
@@ -8862,11 +8860,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -1.0296, 1.0, -0.8437, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4465, 1.0, 0.6553, 1.0),
-                (4096, 14336, 0.2157, 1.0, 0.2901, 1.0),
-                (6144, 4096, 0.3163, 1.0, 0.3357, 1.0),
-                (8192, 8192, 0.1265, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1571, 1.0, 0.1368, 1.0),
+                (4096, 4096, 0.4397, 1.0, 0.6521, 1.0),
+                (4096, 14336, 0.213, 1.0, 0.2796, 1.0),
+                (6144, 4096, 0.3146, 1.0, 0.33, 1.0),
+                (8192, 8192, 0.1232, 1.0, 0.1617, 1.0),
+                (14336, 4096, 0.1511, 1.0, 0.1254, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8896,18 +8894,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.8365, 1.0, -0.7946, 1.0),
-                (4096, 14336, -0.5219, 1.0, -0.3436, 1.0),
-                (6144, 4096, -0.5211, 1.0, -0.5547, 1.0),
-                (8192, 8192, -0.3498, 1.0, -0.1678, 1.0),
-                (14336, 4096, -0.3273, 1.0, -0.228, 1.0),
+                (4096, 4096, -0.837, 1.0, -0.7856, 1.0),
+                (4096, 14336, -0.514, 1.0, -0.3148, 1.0),
+                (6144, 4096, -0.5133, 1.0, -0.5559, 1.0),
+                (8192, 8192, -0.3432, 1.0, -0.1642, 1.0),
+                (14336, 4096, -0.309, 1.0, -0.2081, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -8936,18 +8934,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7357, 1.0, -0.7838, 1.0),
-                (4096, 14336, -0.317, 1.0, -0.5354, 1.0),
-                (6144, 4096, -0.3985, 1.0, -0.5512, 1.0),
-                (8192, 8192, -0.0621, 1.0, -0.3394, 1.0),
-                (14336, 4096, -0.1409, 1.0, -0.3777, 1.0),
+                (4096, 4096, -0.7299, 1.0, -0.7906, 1.0),
+                (4096, 14336, -0.2775, 1.0, -0.5258, 1.0),
+                (6144, 4096, -0.3964, 1.0, -0.5522, 1.0),
+                (8192, 8192, -0.0636, 1.0, -0.3326, 1.0),
+                (14336, 4096, -0.1181, 1.0, -0.3709, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -8983,11 +8981,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3015, 1.0, 0.2884, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9033,11 +9031,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3336, 1.0, 0.3211, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9083,11 +9081,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3384, 1.0, 0.3224, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9133,11 +9131,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3953, 1.0, 0.381, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9183,11 +9181,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3032, 1.0, 0.29, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9234,11 +9232,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3389, 1.0, 0.3264, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9285,11 +9283,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3428, 1.0, 0.3265, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9340,11 +9338,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.4016, 1.0, 0.3856, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9360,7 +9358,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 1408),
-                (1408, 8192, 8192),
                 (1408, 23168, 32768),
                 (2048, 1024, 1024),
                 (2048, 23168, 32768),
@@ -9396,11 +9393,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1652, 1.0, 0.1371, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9450,11 +9447,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1089, 1.0, 0.0717, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9488,18 +9485,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5144, 1.0, -0.4633, 1.0),
-                (4096, 14336, -0.262, 1.0, -0.2822, 1.0),
-                (6144, 4096, -0.1769, 1.0, -0.1986, 1.0),
-                (8192, 8192, 0.0062, 1.0, -0.0539, 1.0),
-                (14336, 4096, 0.0591, 1.0, 0.0056, 1.0),
+                (4096, 4096, -0.5175, 1.0, -0.4615, 1.0),
+                (4096, 14336, -0.2521, 1.0, -0.2687, 1.0),
+                (6144, 4096, -0.1705, 1.0, -0.1977, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0443, 1.0),
+                (14336, 4096, 0.0748, 1.0, 0.0188, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -9527,18 +9524,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5181, 1.0, -0.4533, 1.0),
-                (4096, 14336, -0.3564, 1.0, -0.2257, 1.0),
-                (6144, 4096, -0.1752, 1.0, -0.1878, 1.0),
-                (8192, 8192, -0.1357, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.0407, 1.0, 0.0192, 1.0),
+                (4096, 4096, -0.5142, 1.0, -0.4399, 1.0),
+                (4096, 14336, -0.3371, 1.0, -0.201, 1.0),
+                (6144, 4096, -0.1646, 1.0, -0.1757, 1.0),
+                (8192, 8192, -0.1389, 1.0, -0.0056, 1.0),
+                (14336, 4096, 0.0641, 1.0, 0.0474, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -9566,18 +9563,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.3995, 1.0, -0.2891, 1.0),
-                (4096, 14336, -0.0593, 1.0, 0.012, 1.0),
-                (6144, 4096, -0.0159, 1.0, 0.0085, 1.0),
-                (8192, 8192, 0.1647, 1.0, 0.2523, 1.0),
-                (14336, 4096, 0.3503, 1.0, 0.3735, 1.0),
+                (4096, 4096, -0.4183, 1.0, -0.2662, 1.0),
+                (4096, 14336, -0.0382, 1.0, 0.0382, 1.0),
+                (6144, 4096, 0.0022, 1.0, 0.0363, 1.0),
+                (8192, 8192, 0.1849, 1.0, 0.2588, 1.0),
+                (14336, 4096, 0.388, 1.0, 0.4078, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -9611,11 +9608,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0143, 1.0, 0.0108, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9632,7 +9629,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 11584, 32768),
-                (1408, 11584, 32768),
+                (1408, 8192, 32768),
                 (2048, 5760, 32768),
                 (2880, 5760, 32768),
                 (4096, 5760, 32768),
@@ -9650,18 +9647,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5568, 1.0, -0.4152, 1.0),
-                (4096, 14336, -0.3216, 1.0, -0.2524, 1.0),
-                (6144, 4096, -0.1986, 1.0, -0.1381, 1.0),
-                (8192, 8192, -0.0489, 1.0, -0.0339, 1.0),
-                (14336, 4096, 0.0318, 1.0, 0.0664, 1.0),
+                (4096, 4096, -0.5547, 1.0, -0.4179, 1.0),
+                (4096, 14336, -0.303, 1.0, -0.2464, 1.0),
+                (6144, 4096, -0.1885, 1.0, -0.1407, 1.0),
+                (8192, 8192, -0.0505, 1.0, -0.0278, 1.0),
+                (14336, 4096, 0.0536, 1.0, 0.079, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9689,18 +9686,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4916, 1.0, -0.4217, 1.0),
-                (4096, 14336, -0.2789, 1.0, -0.1998, 1.0),
-                (6144, 4096, -0.1312, 1.0, -0.1706, 1.0),
-                (8192, 8192, -0.0463, 1.0, 0.041, 1.0),
-                (14336, 4096, 0.102, 1.0, 0.0609, 1.0),
+                (4096, 4096, -0.494, 1.0, -0.4227, 1.0),
+                (4096, 14336, -0.2644, 1.0, -0.1907, 1.0),
+                (6144, 4096, -0.1219, 1.0, -0.1667, 1.0),
+                (8192, 8192, -0.0373, 1.0, 0.0417, 1.0),
+                (14336, 4096, 0.125, 1.0, 0.0812, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -9728,18 +9725,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7669, 1.0, -0.6539, 1.0),
-                (4096, 14336, -0.4591, 1.0, -0.4103, 1.0),
-                (6144, 4096, -0.4967, 1.0, -0.4535, 1.0),
-                (8192, 8192, -0.2082, 1.0, -0.2387, 1.0),
-                (14336, 4096, -0.2529, 1.0, -0.28, 1.0),
+                (4096, 4096, -0.7664, 1.0, -0.6579, 1.0),
+                (4096, 14336, -0.4379, 1.0, -0.4147, 1.0),
+                (6144, 4096, -0.491, 1.0, -0.4474, 1.0),
+                (8192, 8192, -0.215, 1.0, -0.2354, 1.0),
+                (14336, 4096, -0.2405, 1.0, -0.26, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9768,18 +9765,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.7139, 1.0, -0.6178, 1.0),
-                (4096, 14336, -0.4175, 1.0, -0.2377, 1.0),
-                (6144, 4096, -0.4328, 1.0, -0.3521, 1.0),
-                (8192, 8192, -0.2108, 1.0, -0.0127, 1.0),
-                (14336, 4096, -0.2138, 1.0, -0.0914, 1.0),
+                (4096, 4096, -0.7209, 1.0, -0.6168, 1.0),
+                (4096, 14336, -0.4156, 1.0, -0.1979, 1.0),
+                (6144, 4096, -0.4281, 1.0, -0.3518, 1.0),
+                (8192, 8192, -0.2186, 1.0, -0.0002, 1.0),
+                (14336, 4096, -0.2008, 1.0, -0.0721, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -9815,11 +9812,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2669, 1.0, -0.2448, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9860,11 +9857,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0951, 1.0, -0.0336, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9904,11 +9901,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0864, 1.0, 0.13, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9948,11 +9945,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3696, 1.0, -0.3459, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9992,11 +9989,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1619, 1.0, -0.1503, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10036,11 +10033,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2958, 1.0, -0.2739, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10080,11 +10077,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.8437, 1.0, -0.7993, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6553, 1.0, 0.5492, 1.0),
-                (4096, 14336, 0.2901, 1.0, 0.2458, 1.0),
-                (6144, 4096, 0.3357, 1.0, 0.3278, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.1267, 1.0),
-                (14336, 4096, 0.1368, 1.0, 0.1511, 1.0),
+                (4096, 4096, 0.6521, 1.0, 0.5501, 1.0),
+                (4096, 14336, 0.2796, 1.0, 0.2394, 1.0),
+                (6144, 4096, 0.33, 1.0, 0.3266, 1.0),
+                (8192, 8192, 0.1617, 1.0, 0.1227, 1.0),
+                (14336, 4096, 0.1254, 1.0, 0.1463, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10115,18 +10112,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7838, 1.0, -0.9954, 1.0),
-                (4096, 14336, -0.5354, 1.0, -0.6697, 1.0),
-                (6144, 4096, -0.5512, 1.0, -0.933, 1.0),
-                (8192, 8192, -0.3394, 1.0, -0.549, 1.0),
-                (14336, 4096, -0.3777, 1.0, -0.4418, 1.0),
+                (4096, 4096, -0.7906, 1.0, -1.0114, 1.0),
+                (4096, 14336, -0.5258, 1.0, -0.6726, 1.0),
+                (6144, 4096, -0.5522, 1.0, -0.9741, 1.0),
+                (8192, 8192, -0.3326, 1.0, -0.565, 1.0),
+                (14336, 4096, -0.3709, 1.0, -0.4271, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -10137,11 +10134,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 4096),
+                (1024, 1024, 5760),
                 (1408, 1024, 16384),
                 (2048, 1024, 16384),
                 (2880, 1024, 16384),
-                (4096, 1024, 2880),
+                (4096, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -10156,18 +10153,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7946, 1.0, -1.0139, 1.0),
-                (4096, 14336, -0.3436, 1.0, -0.5748, 1.0),
-                (6144, 4096, -0.5547, 1.0, -0.9448, 1.0),
-                (8192, 8192, -0.1678, 1.0, -0.3832, 1.0),
-                (14336, 4096, -0.228, 1.0, -0.4046, 1.0),
+                (4096, 4096, -0.7856, 1.0, -1.0117, 1.0),
+                (4096, 14336, -0.3148, 1.0, -0.5902, 1.0),
+                (6144, 4096, -0.5559, 1.0, -0.9812, 1.0),
+                (8192, 8192, -0.1642, 1.0, -0.3683, 1.0),
+                (14336, 4096, -0.2081, 1.0, -0.376, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -10180,7 +10177,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 5760),
                 (1408, 1024, 8192),
-                (2048, 1024, 8192),
+                (2048, 1024, 5760),
                 (2880, 1024, 8192),
                 (4096, 1024, 2048),
                 (5760, 1024, 2048),
@@ -10205,11 +10202,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2884, 1.0, 0.2584, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10230,9 +10227,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 4096),
                 (2880, 11584, 32768),
                 (4096, 1024, 4096),
-                (4096, 23168, 32768),
+                (4096, 16384, 32768),
                 (5760, 1024, 5760),
-                (5760, 23168, 32768),
+                (5760, 16384, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -10259,11 +10256,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3211, 1.0, 0.2835, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10282,7 +10279,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 4096),
                 (2048, 11584, 32768),
                 (2880, 1024, 4096),
-                (2880, 23168, 32768),
+                (2880, 16384, 32768),
                 (4096, 1024, 1408),
                 (4096, 2880, 4096),
                 (4096, 23168, 32768),
@@ -10314,11 +10311,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3224, 1.0, 0.2911, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10339,7 +10336,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 4096),
                 (2880, 23168, 32768),
                 (4096, 1024, 1024),
-                (4096, 4096, 4096),
                 (4096, 32768, 32768),
                 (5760, 1024, 1408),
                 (5760, 2880, 2880),
@@ -10371,11 +10367,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.381, 1.0, 0.3401, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10399,7 +10395,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (5760, 1024, 1024),
                 (8192, 1024, 1408),
                 (16384, 1024, 32768),
-                (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
@@ -10422,11 +10417,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.29, 1.0, 0.26, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10448,7 +10443,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 2880),
                 (2880, 23168, 32768),
                 (16384, 2048, 32768),
-                (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
@@ -10471,11 +10465,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3264, 1.0, 0.2911, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10489,7 +10483,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 32768),
+                (1024, 1024, 4096),
+                (1024, 8192, 32768),
                 (1408, 1024, 4096),
                 (2048, 1024, 1408),
                 (2880, 1024, 2048),
@@ -10516,11 +10511,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3265, 1.0, 0.2933, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10561,11 +10556,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3856, 1.0, 0.3445, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10579,7 +10574,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2048),
+                (1024, 1024, 2880),
                 (1408, 1024, 2048),
             ),
         ),
@@ -10602,11 +10597,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1371, 1.0, 0.1331, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10643,11 +10638,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0717, 1.0, 0.0111, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10677,18 +10672,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4533, 1.0, -0.6423, 1.0),
-                (4096, 14336, -0.2257, 1.0, -0.3458, 1.0),
-                (6144, 4096, -0.1878, 1.0, -0.5905, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.128, 1.0),
-                (14336, 4096, 0.0192, 1.0, -0.0699, 1.0),
+                (4096, 4096, -0.4399, 1.0, -0.6506, 1.0),
+                (4096, 14336, -0.201, 1.0, -0.35, 1.0),
+                (6144, 4096, -0.1757, 1.0, -0.6239, 1.0),
+                (8192, 8192, -0.0056, 1.0, -0.1069, 1.0),
+                (14336, 4096, 0.0474, 1.0, -0.0369, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -10715,18 +10710,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4633, 1.0, -0.6685, 1.0),
-                (4096, 14336, -0.2822, 1.0, -0.4184, 1.0),
-                (6144, 4096, -0.1986, 1.0, -0.5816, 1.0),
-                (8192, 8192, -0.0539, 1.0, -0.2036, 1.0),
-                (14336, 4096, 0.0056, 1.0, -0.072, 1.0),
+                (4096, 4096, -0.4615, 1.0, -0.6719, 1.0),
+                (4096, 14336, -0.2687, 1.0, -0.425, 1.0),
+                (6144, 4096, -0.1977, 1.0, -0.6175, 1.0),
+                (8192, 8192, -0.0443, 1.0, -0.1929, 1.0),
+                (14336, 4096, 0.0188, 1.0, -0.0427, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -10754,18 +10749,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4152, 1.0, -0.6844, 1.0),
-                (4096, 14336, -0.2524, 1.0, -0.4006, 1.0),
-                (6144, 4096, -0.1381, 1.0, -0.6034, 1.0),
-                (8192, 8192, -0.0339, 1.0, -0.19, 1.0),
-                (14336, 4096, 0.0664, 1.0, -0.0877, 1.0),
+                (4096, 4096, -0.4179, 1.0, -0.6912, 1.0),
+                (4096, 14336, -0.2464, 1.0, -0.3933, 1.0),
+                (6144, 4096, -0.1407, 1.0, -0.6362, 1.0),
+                (8192, 8192, -0.0278, 1.0, -0.1858, 1.0),
+                (14336, 4096, 0.079, 1.0, -0.0643, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -10776,7 +10771,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1024, 2880, 32768),
+                (1024, 4096, 32768),
                 (1408, 2880, 32768),
                 (2048, 2880, 32768),
                 (2880, 2880, 16384),
@@ -10794,18 +10789,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4217, 1.0, -0.5514, 1.0),
-                (4096, 14336, -0.1998, 1.0, -0.2629, 1.0),
-                (6144, 4096, -0.1706, 1.0, -0.4666, 1.0),
-                (8192, 8192, 0.041, 1.0, -0.0741, 1.0),
-                (14336, 4096, 0.0609, 1.0, 0.0832, 1.0),
+                (4096, 4096, -0.4227, 1.0, -0.5554, 1.0),
+                (4096, 14336, -0.1907, 1.0, -0.2565, 1.0),
+                (6144, 4096, -0.1667, 1.0, -0.4999, 1.0),
+                (8192, 8192, 0.0417, 1.0, -0.057, 1.0),
+                (14336, 4096, 0.0812, 1.0, 0.0791, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -10818,7 +10813,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 4096, 8192),
                 (1408, 4096, 8192),
-                (2048, 4096, 4096),
+                (2048, 4096, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -10833,18 +10828,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2633, 1.0, -0.567, 1.0),
-                (4096, 14336, 0.0207, 1.0, -0.2499, 1.0),
-                (6144, 4096, -0.0281, 1.0, -0.4627, 1.0),
-                (8192, 8192, 0.1901, 1.0, -0.0406, 1.0),
-                (14336, 4096, 0.2976, 1.0, 0.1689, 1.0),
+                (4096, 4096, -0.2671, 1.0, -0.5621, 1.0),
+                (4096, 14336, 0.0376, 1.0, -0.2475, 1.0),
+                (6144, 4096, -0.0145, 1.0, -0.489, 1.0),
+                (8192, 8192, 0.2071, 1.0, -0.0342, 1.0),
+                (14336, 4096, 0.3149, 1.0, 0.225, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10872,18 +10867,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2891, 1.0, -0.4683, 1.0),
-                (4096, 14336, 0.012, 1.0, -0.2096, 1.0),
-                (6144, 4096, 0.0085, 1.0, -0.3341, 1.0),
-                (8192, 8192, 0.2523, 1.0, 0.0541, 1.0),
-                (14336, 4096, 0.3735, 1.0, 0.2544, 1.0),
+                (4096, 4096, -0.2662, 1.0, -0.4827, 1.0),
+                (4096, 14336, 0.0382, 1.0, -0.1997, 1.0),
+                (6144, 4096, 0.0363, 1.0, -0.3577, 1.0),
+                (8192, 8192, 0.2588, 1.0, 0.0508, 1.0),
+                (14336, 4096, 0.4078, 1.0, 0.2932, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10917,11 +10912,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0108, 1.0, -0.0862, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10963,11 +10958,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0283, 1.0, -0.2555, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11000,18 +10995,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2506, 1.0, -0.527, 1.0),
-                (4096, 14336, 0.0121, 1.0, -0.2323, 1.0),
-                (6144, 4096, 0.0024, 1.0, -0.4853, 1.0),
-                (8192, 8192, 0.1529, 1.0, -0.1189, 1.0),
-                (14336, 4096, 0.2029, 1.0, 0.0665, 1.0),
+                (4096, 4096, -0.2467, 1.0, -0.5396, 1.0),
+                (4096, 14336, 0.0319, 1.0, -0.2231, 1.0),
+                (6144, 4096, 0.0133, 1.0, -0.5152, 1.0),
+                (8192, 8192, 0.1689, 1.0, -0.1093, 1.0),
+                (14336, 4096, 0.2285, 1.0, 0.0957, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -11023,7 +11018,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 5760, 32768),
-                (2048, 5760, 32768),
+                (2048, 8192, 32768),
                 (2880, 5760, 32768),
             ),
         ),
@@ -11046,11 +11041,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.0384, 1.0, -0.214, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -11070,7 +11065,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 5760, 32768),
                 (2880, 5760, 32768),
                 (4096, 5760, 32768),
-                (5760, 11584, 32768),
+                (5760, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -11085,18 +11080,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.6772, 1.0, -0.7959, 1.0),
-                (4096, 14336, -0.4226, 1.0, -0.3512, 1.0),
-                (6144, 4096, -0.4727, 1.0, -0.7124, 1.0),
-                (8192, 8192, -0.2345, 1.0, -0.1446, 1.0),
-                (14336, 4096, -0.2588, 1.0, -0.1535, 1.0),
+                (4096, 4096, -0.6839, 1.0, -0.7843, 1.0),
+                (4096, 14336, -0.4014, 1.0, -0.3488, 1.0),
+                (6144, 4096, -0.4594, 1.0, -0.748, 1.0),
+                (8192, 8192, -0.22, 1.0, -0.1728, 1.0),
+                (14336, 4096, -0.2402, 1.0, -0.1295, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -11108,9 +11103,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 1024, 11584),
-                (2880, 1024, 16384),
-                (4096, 1024, 16384),
-                (5760, 1024, 16384),
+                (2880, 1024, 11584),
+                (4096, 1024, 11584),
+                (5760, 1024, 11584),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -11125,18 +11120,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.3971, 1.0, -0.8447, 1.0),
-                (4096, 14336, -0.0044, 1.0, -0.5279, 1.0),
-                (6144, 4096, -0.2284, 1.0, -0.7872, 1.0),
-                (8192, 8192, 0.1518, 1.0, -0.3729, 1.0),
-                (14336, 4096, 0.0595, 1.0, -0.258, 1.0),
+                (4096, 4096, -0.4024, 1.0, -0.8572, 1.0),
+                (4096, 14336, 0.0149, 1.0, -0.5368, 1.0),
+                (6144, 4096, -0.2123, 1.0, -0.8242, 1.0),
+                (8192, 8192, 0.1612, 1.0, -0.377, 1.0),
+                (14336, 4096, 0.1045, 1.0, -0.2649, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -11147,7 +11142,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 5760),
+                (2048, 1024, 8192),
                 (2880, 1024, 16384),
                 (4096, 1024, 16384),
                 (5760, 1024, 16384),
@@ -11165,18 +11160,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6539, 1.0, -0.9911, 1.0),
-                (4096, 14336, -0.4103, 1.0, -0.6881, 1.0),
-                (6144, 4096, -0.4535, 1.0, -0.9566, 1.0),
-                (8192, 8192, -0.2387, 1.0, -0.4918, 1.0),
-                (14336, 4096, -0.28, 1.0, -0.3874, 1.0),
+                (4096, 4096, -0.6579, 1.0, -1.0202, 1.0),
+                (4096, 14336, -0.4147, 1.0, -0.6842, 1.0),
+                (6144, 4096, -0.4474, 1.0, -0.9941, 1.0),
+                (8192, 8192, -0.2354, 1.0, -0.4605, 1.0),
+                (14336, 4096, -0.26, 1.0, -0.3639, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11205,18 +11200,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4482, 1.0, -0.6868, 1.0),
-                (4096, 14336, -0.2372, 1.0, -0.3877, 1.0),
-                (6144, 4096, -0.2166, 1.0, -0.6162, 1.0),
-                (8192, 8192, -0.006, 1.0, -0.1056, 1.0),
-                (14336, 4096, 0.008, 1.0, -0.0464, 1.0),
+                (4096, 4096, -0.454, 1.0, -0.7026, 1.0),
+                (4096, 14336, -0.2238, 1.0, -0.3762, 1.0),
+                (6144, 4096, -0.2046, 1.0, -0.6481, 1.0),
+                (8192, 8192, -0.0017, 1.0, -0.1089, 1.0),
+                (14336, 4096, 0.0305, 1.0, -0.0314, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -11245,18 +11240,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4239, 1.0, -0.7264, 1.0),
-                (4096, 14336, -0.2259, 1.0, -0.417, 1.0),
-                (6144, 4096, -0.1793, 1.0, -0.6326, 1.0),
-                (8192, 8192, -0.0003, 1.0, -0.1574, 1.0),
-                (14336, 4096, 0.0142, 1.0, -0.068, 1.0),
+                (4096, 4096, -0.4381, 1.0, -0.7251, 1.0),
+                (4096, 14336, -0.214, 1.0, -0.4259, 1.0),
+                (6144, 4096, -0.1701, 1.0, -0.6646, 1.0),
+                (8192, 8192, 0.0033, 1.0, -0.1546, 1.0),
+                (14336, 4096, 0.0305, 1.0, -0.0407, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -11285,18 +11280,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.3893, 1.0, -0.6805, 1.0),
-                (4096, 14336, -0.1625, 1.0, -0.4598, 1.0),
-                (6144, 4096, -0.231, 1.0, -0.622, 1.0),
-                (8192, 8192, 0.0351, 1.0, -0.2214, 1.0),
-                (14336, 4096, 0.0127, 1.0, -0.1029, 1.0),
+                (4096, 4096, -0.3988, 1.0, -0.6957, 1.0),
+                (4096, 14336, -0.1459, 1.0, -0.4681, 1.0),
+                (6144, 4096, -0.2164, 1.0, -0.6576, 1.0),
+                (8192, 8192, 0.0468, 1.0, -0.2314, 1.0),
+                (14336, 4096, 0.0493, 1.0, -0.0953, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -11324,18 +11319,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.8071, 1.0, -0.8778, 1.0),
-                (4096, 14336, -0.5757, 1.0, -0.4694, 1.0),
-                (6144, 4096, -0.4592, 1.0, -0.7792, 1.0),
-                (8192, 8192, -0.0924, 1.0, -0.1994, 1.0),
-                (14336, 4096, -0.169, 1.0, -0.115, 1.0),
+                (4096, 4096, -0.8104, 1.0, -0.8967, 1.0),
+                (4096, 14336, -0.564, 1.0, -0.459, 1.0),
+                (6144, 4096, -0.4675, 1.0, -0.8175, 1.0),
+                (8192, 8192, -0.0851, 1.0, -0.1437, 1.0),
+                (14336, 4096, -0.1133, 1.0, -0.0302, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -11364,18 +11359,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.9289, 1.0, -1.0291, 1.0),
-                (4096, 14336, -0.6994, 1.0, -0.7566, 1.0),
-                (6144, 4096, -0.331, 1.0, -0.8832, 1.0),
-                (8192, 8192, 0.0472, 1.0, -0.4194, 1.0),
-                (14336, 4096, -0.0944, 1.0, -0.3187, 1.0),
+                (4096, 4096, -0.9389, 1.0, -1.0374, 1.0),
+                (4096, 14336, -0.6182, 1.0, -0.757, 1.0),
+                (6144, 4096, -0.3367, 1.0, -0.9258, 1.0),
+                (8192, 8192, 0.0581, 1.0, -0.4457, 1.0),
+                (14336, 4096, -0.0134, 1.0, -0.2859, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -11404,18 +11399,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.7448, 1.0, -0.964, 1.0),
-                (4096, 14336, -0.5085, 1.0, -0.6256, 1.0),
-                (6144, 4096, -0.4153, 1.0, -0.8735, 1.0),
-                (8192, 8192, -0.1614, 1.0, -0.3026, 1.0),
-                (14336, 4096, -0.1695, 1.0, -0.2039, 1.0),
+                (4096, 4096, -0.7491, 1.0, -0.9749, 1.0),
+                (4096, 14336, -0.4947, 1.0, -0.6238, 1.0),
+                (6144, 4096, -0.4217, 1.0, -0.8992, 1.0),
+                (8192, 8192, -0.1573, 1.0, -0.2157, 1.0),
+                (14336, 4096, -0.1503, 1.0, -0.1648, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -11451,11 +11446,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2448, 1.0, -0.2929, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11496,11 +11491,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0336, 1.0, 0.1497, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11517,7 +11512,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 2048, 8192),
-                (5760, 2048, 8192),
+                (5760, 2048, 11584),
                 (8192, 2048, 11584),
             ),
         ),
@@ -11540,11 +11535,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.13, 1.0, 0.0421, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11577,18 +11572,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.8049, 1.0, -1.1619, 1.0),
-                (4096, 14336, -0.5813, 1.0, -0.8807, 1.0),
-                (6144, 4096, -0.5476, 1.0, -0.7083, 1.0),
-                (8192, 8192, -0.4042, 1.0, -0.1285, 1.0),
-                (14336, 4096, -0.1092, 1.0, -0.1402, 1.0),
+                (4096, 4096, -0.8079, 1.0, -1.1668, 1.0),
+                (4096, 14336, -0.5603, 1.0, -0.8751, 1.0),
+                (6144, 4096, -0.5497, 1.0, -0.7453, 1.0),
+                (8192, 8192, -0.3996, 1.0, -0.1279, 1.0),
+                (14336, 4096, -0.0798, 1.0, -0.1173, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -11603,7 +11598,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -11618,18 +11612,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.8388, 1.0, -0.9212, 1.0),
-                (4096, 14336, -0.604, 1.0, -0.6295, 1.0),
-                (6144, 4096, -0.5789, 1.0, -0.828, 1.0),
-                (8192, 8192, -0.4313, 1.0, -0.4602, 1.0),
-                (14336, 4096, -0.1012, 1.0, -0.1806, 1.0),
+                (4096, 4096, -0.8388, 1.0, -0.924, 1.0),
+                (4096, 14336, -0.5841, 1.0, -0.6282, 1.0),
+                (6144, 4096, -0.5812, 1.0, -0.8653, 1.0),
+                (8192, 8192, -0.4243, 1.0, -0.4698, 1.0),
+                (14336, 4096, -0.0757, 1.0, -0.1626, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 176),
@@ -11659,18 +11653,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.7682, 1.0, -1.133, 1.0),
-                (4096, 14336, -0.5515, 1.0, -0.8532, 1.0),
-                (6144, 4096, -0.5102, 1.0, -0.7518, 1.0),
-                (8192, 8192, -0.365, 1.0, -0.1285, 1.0),
-                (14336, 4096, -0.0733, 1.0, -0.107, 1.0),
+                (4096, 4096, -0.7722, 1.0, -1.1391, 1.0),
+                (4096, 14336, -0.5335, 1.0, -0.8468, 1.0),
+                (6144, 4096, -0.5111, 1.0, -0.7614, 1.0),
+                (8192, 8192, -0.3624, 1.0, -0.1286, 1.0),
+                (14336, 4096, -0.055, 1.0, -0.0754, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -11685,7 +11679,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -11707,11 +11700,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3459, 1.0, -0.48, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11751,11 +11744,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1503, 1.0, -0.1987, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11795,11 +11788,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3838, 1.0, -0.3384, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -11839,11 +11832,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.7993, 1.0, -0.6225, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11881,11 +11874,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2739, 1.0, -0.3935, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5492, 1.0, 0.7513, 1.0),
-                (4096, 14336, 0.2458, 1.0, 0.3862, 1.0),
-                (6144, 4096, 0.3278, 1.0, 0.6959, 1.0),
-                (8192, 8192, 0.1267, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.1511, 1.0, 0.2035, 1.0),
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11909,6 +11902,82 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [203]
         ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=42,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cae350573ae",
+            registers=168,
+            smem_bytes=219136,
+            bias_terms=(
+                (4096, 4096, -0.7967, 1.0, -1.1631, 1.0),
+                (4096, 14336, -0.5362, 1.0, -0.8572, 1.0),
+                (6144, 4096, -0.5505, 1.0, -1.1144, 1.0),
+                (8192, 8192, -0.3975, 1.0, -0.7195, 1.0),
+                (14336, 4096, -0.3408, 1.0, -0.5178, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
+            ),
+            tunables=(
+                ("block_m", 168),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [204]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=43,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c96c7331b58",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.783, 1.0, -1.1527, 1.0),
+                (4096, 14336, -0.5235, 1.0, -0.8449, 1.0),
+                (6144, 4096, -0.5329, 1.0, -1.1004, 1.0),
+                (8192, 8192, -0.3832, 1.0, -0.7045, 1.0),
+                (14336, 4096, -0.321, 1.0, -0.5051, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5501, 1.0, 0.7521, 1.0),
+                (4096, 14336, 0.2394, 1.0, 0.3831, 1.0),
+                (6144, 4096, 0.3266, 1.0, 0.7113, 1.0),
+                (8192, 8192, 0.1227, 1.0, 0.2728, 1.0),
+                (14336, 4096, 0.1463, 1.0, 0.1903, 1.0),
+            ),
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [205]
+        ShapeCandidate(
             m=176,
             m_end=256,
             rank=0,
@@ -11918,18 +11987,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.9954, 1.0, -0.8689, 1.0),
-                (4096, 14336, -0.6697, 1.0, -0.4843, 1.0),
-                (6144, 4096, -0.933, 1.0, -0.6012, 1.0),
-                (8192, 8192, -0.549, 1.0, -0.3225, 1.0),
-                (14336, 4096, -0.4418, 1.0, -0.423, 1.0),
+                (4096, 4096, -1.0114, 1.0, -0.7525, 1.0),
+                (4096, 14336, -0.6726, 1.0, -0.4742, 1.0),
+                (6144, 4096, -0.9741, 1.0, -0.6216, 1.0),
+                (8192, 8192, -0.565, 1.0, -0.2509, 1.0),
+                (14336, 4096, -0.4271, 1.0, -0.4034, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -11944,34 +12013,74 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 16384),
                 (2048, 1024, 16384),
                 (2880, 1024, 16384),
-                (4096, 1024, 4096),
+                (4096, 1024, 2048),
                 (5760, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [204]
+        # index: [206]
         ShapeCandidate(
             m=176,
             m_end=256,
             rank=1,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
+            config_id="cbb1316b55c",
+            registers=72,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -1.0202, 1.0, -0.7508, 1.0),
+                (4096, 14336, -0.6842, 1.0, -0.5534, 1.0),
+                (6144, 4096, -0.9941, 1.0, -0.6006, 1.0),
+                (8192, 8192, -0.4605, 1.0, -0.4139, 1.0),
+                (14336, 4096, -0.3639, 1.0, -0.4348, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 4096),
+                (1408, 1024, 8192),
+                (2048, 1024, 8192),
+                (2880, 1024, 8192),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [207]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=2,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
             config_id="ce2e4d4c14f",
             registers=52,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -1.0139, 1.0, -0.8796, 1.0),
-                (4096, 14336, -0.5748, 1.0, -0.49, 1.0),
-                (6144, 4096, -0.9448, 1.0, -0.6257, 1.0),
-                (8192, 8192, -0.3832, 1.0, -0.3669, 1.0),
-                (14336, 4096, -0.4046, 1.0, -0.444, 1.0),
+                (4096, 4096, -1.0117, 1.0, -0.7732, 1.0),
+                (4096, 14336, -0.5902, 1.0, -0.4565, 1.0),
+                (6144, 4096, -0.9812, 1.0, -0.6326, 1.0),
+                (8192, 8192, -0.3683, 1.0, -0.2416, 1.0),
+                (14336, 4096, -0.376, 1.0, -0.4439, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -11990,47 +12099,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [205]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=2,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cbb1316b55c",
-            registers=72,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.9911, 1.0, -0.8536, 1.0),
-                (4096, 14336, -0.6881, 1.0, -0.5551, 1.0),
-                (6144, 4096, -0.9566, 1.0, -0.5903, 1.0),
-                (8192, 8192, -0.4918, 1.0, -0.4193, 1.0),
-                (14336, 4096, -0.3874, 1.0, -0.4379, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 5760),
-                (1408, 1024, 8192),
-                (2048, 1024, 8192),
-                (2880, 1024, 8192),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [206]
+        # index: [208]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12048,11 +12117,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2584, 1.0, 0.223, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12080,7 +12149,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [207]
+        # index: [209]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12098,11 +12167,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2835, 1.0, 0.2392, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12120,10 +12189,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 2048),
-                (4096, 5760, 32768),
-                (5760, 1024, 1408),
-                (5760, 2880, 11584),
+                (4096, 1024, 32768),
+                (5760, 1024, 16384),
                 (5760, 32768, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 1024),
@@ -12134,7 +12201,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [208]
+        # index: [210]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12152,11 +12219,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2911, 1.0, 0.2543, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12187,7 +12254,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [209]
+        # index: [211]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12205,11 +12272,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3401, 1.0, 0.2919, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12230,14 +12297,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2880, 1024, 2048),
                 (2880, 5760, 32768),
                 (4096, 1024, 1024),
-                (4096, 23168, 32768),
+                (4096, 8192, 8192),
+                (4096, 16384, 32768),
                 (5760, 1024, 1024),
+                (5760, 8192, 8192),
                 (8192, 1024, 32768),
                 (23168, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [210]
+        # index: [212]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12255,11 +12324,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.26, 1.0, 0.2246, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12278,13 +12347,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 2048),
                 (2048, 11584, 32768),
                 (2880, 1024, 2048),
-                (2880, 11584, 32768),
+                (2880, 8192, 32768),
                 (4096, 32768, 32768),
                 (8192, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [211]
+        # index: [213]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12302,11 +12371,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2911, 1.0, 0.2496, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12321,7 +12390,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 2880),
-                (1024, 8192, 32768),
+                (1024, 5760, 32768),
                 (1408, 1024, 2880),
                 (1408, 16384, 32768),
                 (2048, 1024, 1024),
@@ -12332,7 +12401,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [212]
+        # index: [214]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12350,11 +12419,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2933, 1.0, 0.2543, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12368,9 +12437,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2880),
+                (1024, 1024, 2048),
                 (1024, 8192, 32768),
-                (1408, 1024, 2880),
+                (1408, 1024, 2048),
                 (1408, 23168, 32768),
                 (2048, 16384, 32768),
                 (2880, 32768, 32768),
@@ -12379,7 +12448,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [213]
+        # index: [215]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12397,11 +12466,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3445, 1.0, 0.2961, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12423,7 +12492,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [214]
+        # index: [216]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12441,11 +12510,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1331, 1.0, 0.1283, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12459,15 +12528,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1408),
+                (1024, 1024, 2048),
                 (1024, 16384, 32768),
-                (1408, 1024, 1408),
+                (1408, 1024, 2048),
                 (1408, 32768, 32768),
                 (2048, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [215]
+        # index: [217]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12478,18 +12547,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6685, 1.0, -0.4953, 1.0),
-                (4096, 14336, -0.4184, 1.0, -0.1807, 1.0),
-                (6144, 4096, -0.5816, 1.0, -0.1939, 1.0),
-                (8192, 8192, -0.2036, 1.0, 0.0268, 1.0),
-                (14336, 4096, -0.072, 1.0, -0.0184, 1.0),
+                (4096, 4096, -0.6719, 1.0, -0.3851, 1.0),
+                (4096, 14336, -0.425, 1.0, -0.1404, 1.0),
+                (6144, 4096, -0.6175, 1.0, -0.2118, 1.0),
+                (8192, 8192, -0.1929, 1.0, 0.0606, 1.0),
+                (14336, 4096, -0.0427, 1.0, -0.0048, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -12500,12 +12569,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1024, 2048, 16384),
-                (1408, 2048, 16384),
+                (1024, 2880, 16384),
+                (1408, 2880, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [216]
+        # index: [218]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12516,18 +12585,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6844, 1.0, -0.5154, 1.0),
-                (4096, 14336, -0.4006, 1.0, -0.2474, 1.0),
-                (6144, 4096, -0.6034, 1.0, -0.2257, 1.0),
-                (8192, 8192, -0.19, 1.0, -0.0365, 1.0),
-                (14336, 4096, -0.0877, 1.0, -0.0519, 1.0),
+                (4096, 4096, -0.6912, 1.0, -0.4056, 1.0),
+                (4096, 14336, -0.3933, 1.0, -0.2364, 1.0),
+                (6144, 4096, -0.6362, 1.0, -0.2327, 1.0),
+                (8192, 8192, -0.1858, 1.0, -0.008, 1.0),
+                (14336, 4096, -0.0643, 1.0, -0.043, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -12544,7 +12613,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [217]
+        # index: [219]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12562,1610 +12631,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.0862, 1.0, -0.2751, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1024, 4096, 32768),
-                (1408, 4096, 32768),
-                (2048, 2880, 32768),
-                (2880, 2880, 32768),
-                (4096, 2880, 32768),
-                (5760, 2048, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [218]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=15,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ce1d8517da2",
-            registers=115,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -0.5514, 1.0, -0.5091, 1.0),
-                (4096, 14336, -0.2629, 1.0, -0.186, 1.0),
-                (6144, 4096, -0.4666, 1.0, -0.2199, 1.0),
-                (8192, 8192, -0.0741, 1.0, 0.0525, 1.0),
-                (14336, 4096, 0.0832, 1.0, -0.0094, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 56),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1024, 4096, 8192),
-                (1408, 4096, 8192),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [219]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=16,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c62ed235c0f",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.6953, 1.0, -0.4013, 1.0),
-                (4096, 14336, -0.5165, 1.0, -0.2604, 1.0),
-                (6144, 4096, -0.6864, 1.0, -0.1803, 1.0),
-                (8192, 8192, -0.6297, 1.0, -0.3435, 1.0),
-                (14336, 4096, -0.2555, 1.0, -0.1776, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1024, 23168, 32768),
-                (1408, 11584, 32768),
-                (2048, 2880, 32768),
-                (2880, 2880, 32768),
-                (4096, 2880, 32768),
-                (5760, 4096, 32768),
-                (8192, 8192, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [220]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=17,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cd4f5b22aba",
-            registers=60,
-            smem_bytes=40960,
-            bias_terms=(
-                (4096, 4096, -0.385, 1.0, -0.3995, 1.0),
-                (4096, 14336, -0.197, 1.0, -0.2334, 1.0),
-                (6144, 4096, -0.1568, 1.0, -0.2328, 1.0),
-                (8192, 8192, -0.0062, 1.0, -0.0501, 1.0),
-                (14336, 4096, 0.0111, 1.0, -0.0601, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 64),
-                ("block_k", 64),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
-                ("stages", 4),
-                ("split_k", 4),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 32768, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [221]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=18,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c4ce6985cb8",
-            registers=128,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.449, 1.0, -0.4093, 1.0),
-                (4096, 14336, -0.2559, 1.0, -0.133, 1.0),
-                (6144, 4096, -0.5618, 1.0, -0.2944, 1.0),
-                (8192, 8192, -0.1453, 1.0, 0.061, 1.0),
-                (14336, 4096, -0.214, 1.0, -0.0931, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 192),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 3),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1408, 11584, 32768),
-                (2048, 5760, 32768),
-                (2880, 5760, 32768),
-                (4096, 5760, 32768),
-                (5760, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [222]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=19,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c15d5c3560d",
-            registers=80,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -0.8447, 1.0, -0.7975, 1.0),
-                (4096, 14336, -0.5279, 1.0, -0.4965, 1.0),
-                (6144, 4096, -0.7872, 1.0, -0.5161, 1.0),
-                (8192, 8192, -0.3729, 1.0, -0.3006, 1.0),
-                (14336, 4096, -0.258, 1.0, -0.3523, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 88),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 5),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2048, 1024, 11584),
-                (2880, 1024, 23168),
-                (4096, 1024, 23168),
-                (5760, 1024, 23168),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [223]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=20,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c0b50f1dfa3",
-            registers=108,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.7863, 1.0, -0.8613, 1.0),
-                (4096, 14336, -0.4598, 1.0, -0.6259, 1.0),
-                (6144, 4096, -0.8698, 1.0, -0.651, 1.0),
-                (8192, 8192, -0.3235, 1.0, -0.4559, 1.0),
-                (14336, 4096, -0.2929, 1.0, -0.494, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (2048, 1024, 4096),
-                (2880, 1024, 4096),
-                (4096, 1024, 4096),
-                (5760, 1024, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [224]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=21,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ca0cfa76740",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.964, 1.0, -0.7854, 1.0),
-                (4096, 14336, -0.6256, 1.0, -0.4964, 1.0),
-                (6144, 4096, -0.8735, 1.0, -0.5318, 1.0),
-                (8192, 8192, -0.3026, 1.0, -0.2008, 1.0),
-                (14336, 4096, -0.2039, 1.0, -0.1839, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 72),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2048, 1024, 4096),
-                (2880, 1024, 8192),
-                (4096, 1024, 8192),
-                (5760, 1024, 8192),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [225]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=22,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ce318e997ed",
-            registers=168,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.6805, 1.0, -0.6281, 1.0),
-                (4096, 14336, -0.4598, 1.0, -0.4312, 1.0),
-                (6144, 4096, -0.622, 1.0, -0.334, 1.0),
-                (8192, 8192, -0.2214, 1.0, -0.1089, 1.0),
-                (14336, 4096, -0.1029, 1.0, -0.1001, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 2),
-            ),
-            cells=(
-                (2048, 1408, 8192),
-                (2880, 1408, 32768),
-                (4096, 1408, 32768),
-                (5760, 1408, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [226]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=23,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c44949d6c6c",
-            registers=168,
-            smem_bytes=174080,
-            bias_terms=(
-                (4096, 4096, -0.4884, 1.0, -0.399, 1.0),
-                (4096, 14336, -0.3012, 1.0, -0.1972, 1.0),
-                (6144, 4096, -0.3888, 1.0, -0.0915, 1.0),
-                (8192, 8192, -0.0625, 1.0, -0.0109, 1.0),
-                (14336, 4096, 0.1958, 1.0, 0.1418, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 208),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 4),
-            ),
-            cells=(
-                (2880, 11584, 32768),
-                (4096, 11584, 32768),
-                (5760, 11584, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [227]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=24,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c5be064a1ee",
-            registers=140,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -1.097, 1.0, -0.9574, 1.0),
-                (4096, 14336, -0.8389, 1.0, -0.743, 1.0),
-                (6144, 4096, -0.8298, 1.0, -0.6273, 1.0),
-                (8192, 8192, -0.6409, 1.0, -0.5564, 1.0),
-                (14336, 4096, -0.48, 1.0, -0.5676, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [228]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=25,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cb530ae64c0",
-            registers=168,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -1.0291, 1.0, -0.8814, 1.0),
-                (4096, 14336, -0.7566, 1.0, -0.6358, 1.0),
-                (6144, 4096, -0.8832, 1.0, -0.5947, 1.0),
-                (8192, 8192, -0.4194, 1.0, -0.2387, 1.0),
-                (14336, 4096, -0.3187, 1.0, -0.2638, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [229]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=26,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cc176767297",
-            registers=168,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -1.0702, 1.0, -0.8651, 1.0),
-                (4096, 14336, -0.7885, 1.0, -0.4998, 1.0),
-                (6144, 4096, -0.898, 1.0, -0.5027, 1.0),
-                (8192, 8192, -0.2844, 1.0, -0.1759, 1.0),
-                (14336, 4096, -0.2203, 1.0, -0.1247, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 112),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 7),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (4096, 1024, 16384),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [230]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=27,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c8f0be0c671",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -1.3083, 1.0, -1.018, 1.0),
-                (4096, 14336, -1.0633, 1.0, -0.8095, 1.0),
-                (6144, 4096, -0.9094, 1.0, -0.7136, 1.0),
-                (8192, 8192, -0.2862, 1.0, -0.3547, 1.0),
-                (14336, 4096, -0.1987, 1.0, -0.5041, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (5760, 1024, 2048),
-                (8192, 1024, 2048),
-                (11584, 1024, 2048),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [231]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=28,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c7d87dbb50c",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -1.0884, 1.0, -0.7995, 1.0),
-                (4096, 14336, -0.8226, 1.0, -0.5667, 1.0),
-                (6144, 4096, -0.7549, 1.0, -0.5037, 1.0),
-                (8192, 8192, -0.1662, 1.0, -0.2282, 1.0),
-                (14336, 4096, -0.143, 1.0, -0.311, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 2),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (5760, 1408, 32768),
-                (8192, 1408, 32768),
-                (11584, 1408, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [232]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=29,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c3a653654f4",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.6345, 1.0, -0.2929, 1.0),
-                (4096, 14336, -0.4974, 1.0, -0.1935, 1.0),
-                (6144, 4096, -0.7653, 1.0, -0.2325, 1.0),
-                (8192, 8192, -0.3866, 1.0, -0.0892, 1.0),
-                (14336, 4096, -0.4375, 1.0, -0.3129, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (5760, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [233]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=30,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c4bfaedb314",
-            registers=168,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -1.1126, 1.0, -0.8195, 1.0),
-                (4096, 14336, -0.8162, 1.0, -0.5609, 1.0),
-                (6144, 4096, -1.0293, 1.0, -0.5384, 1.0),
-                (8192, 8192, -0.637, 1.0, -0.3467, 1.0),
-                (14336, 4096, -0.4216, 1.0, -0.3699, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 176),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [234]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=31,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c05e6993f39",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -1.1309, 1.0, -0.8441, 1.0),
-                (4096, 14336, -0.8097, 1.0, -0.5565, 1.0),
-                (6144, 4096, -1.0618, 1.0, -0.575, 1.0),
-                (8192, 8192, -0.6575, 1.0, -0.3782, 1.0),
-                (14336, 4096, -0.4782, 1.0, -0.3436, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 16),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [235]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=32,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cd05bed69ad",
-            registers=168,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -0.9787, 1.0, -0.9606, 1.0),
-                (4096, 14336, -0.6736, 1.0, -0.7162, 1.0),
-                (6144, 4096, -0.8897, 1.0, -0.5081, 1.0),
-                (8192, 8192, -0.5165, 1.0, -0.0353, 1.0),
-                (14336, 4096, -0.2844, 1.0, -0.1875, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 208),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [236]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=33,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cfa063dff86",
-            registers=128,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.9863, 1.0, -0.9608, 1.0),
-                (4096, 14336, -0.6659, 1.0, -0.6798, 1.0),
-                (6144, 4096, -0.9129, 1.0, -0.4104, 1.0),
-                (8192, 8192, -0.5033, 1.0, 0.0845, 1.0),
-                (14336, 4096, -0.2571, 1.0, -0.1093, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 192),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 3),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [237]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=34,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c3a08963e55",
-            registers=168,
-            smem_bytes=211968,
-            bias_terms=(
-                (4096, 4096, -0.9621, 1.0, -0.9462, 1.0),
-                (4096, 14336, -0.6629, 1.0, -0.7038, 1.0),
-                (6144, 4096, -0.8774, 1.0, -0.5421, 1.0),
-                (8192, 8192, -0.502, 1.0, -0.0568, 1.0),
-                (14336, 4096, -0.2768, 1.0, -0.1887, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 200),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [238]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=35,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cfb20e194d1",
-            registers=168,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -0.9212, 1.0, -0.9071, 1.0),
-                (4096, 14336, -0.6295, 1.0, -0.6723, 1.0),
-                (6144, 4096, -0.828, 1.0, -0.6032, 1.0),
-                (8192, 8192, -0.4602, 1.0, -0.1191, 1.0),
-                (14336, 4096, -0.1806, 1.0, -0.2343, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 176),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [239]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=36,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c218d6f5726",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -1.1285, 1.0, -0.8422, 1.0),
-                (4096, 14336, -0.8075, 1.0, -0.5552, 1.0),
-                (6144, 4096, -1.0621, 1.0, -0.5743, 1.0),
-                (8192, 8192, -0.6572, 1.0, -0.3795, 1.0),
-                (14336, 4096, -0.4784, 1.0, -0.3495, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [240]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=37,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c34181426db",
-            registers=128,
-            smem_bytes=190464,
-            bias_terms=(
-                (4096, 4096, -0.9842, 1.0, -0.9633, 1.0),
-                (4096, 14336, -0.6549, 1.0, -0.6736, 1.0),
-                (6144, 4096, -0.9126, 1.0, -0.6894, 1.0),
-                (8192, 8192, -0.5083, 1.0, -0.4679, 1.0),
-                (14336, 4096, -0.3384, 1.0, -0.3593, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 192),
-                ("block_n", 176),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 3),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [241]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=38,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cfa864bf771",
-            registers=168,
-            smem_bytes=223232,
-            bias_terms=(
-                (4096, 4096, -1.0527, 1.0, -0.7717, 1.0),
-                (4096, 14336, -0.727, 1.0, -0.475, 1.0),
-                (6144, 4096, -0.9854, 1.0, -0.5036, 1.0),
-                (8192, 8192, -0.584, 1.0, -0.3097, 1.0),
-                (14336, 4096, -0.4416, 1.0, -0.3197, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7513, 1.0, 0.5441, 1.0),
-                (4096, 14336, 0.3862, 1.0, 0.2522, 1.0),
-                (6144, 4096, 0.6959, 1.0, 0.3292, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.1227, 1.0),
-                (14336, 4096, 0.2035, 1.0, 0.1828, 1.0),
-            ),
-            tunables=(
-                ("block_m", 256),
-                ("block_n", 176),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [242]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=0,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c94004c5719",
-            registers=64,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -0.8913, 1.0, -0.6685, 1.0),
-                (4096, 14336, -0.5813, 1.0, -0.4839, 1.0),
-                (6144, 4096, -0.612, 1.0, -0.8166, 1.0),
-                (8192, 8192, -0.118, 1.0, -0.4051, 1.0),
-                (14336, 4096, -0.3671, 1.0, -0.4995, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 56),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 16384),
-                (1408, 1024, 16384),
-                (2048, 1024, 16384),
-                (2880, 1024, 1408),
-                (4096, 1024, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [243]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=1,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ce2e4d4c14f",
-            registers=52,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.8796, 1.0, -0.6291, 1.0),
-                (4096, 14336, -0.49, 1.0, -0.4347, 1.0),
-                (6144, 4096, -0.6257, 1.0, -0.7772, 1.0),
-                (8192, 8192, -0.3669, 1.0, -0.3775, 1.0),
-                (14336, 4096, -0.444, 1.0, -0.4709, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 16384),
-                (1408, 1024, 16384),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [244]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=2,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c419852ee1e",
-            registers=63,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.8689, 1.0, -0.6715, 1.0),
-                (4096, 14336, -0.4843, 1.0, -0.474, 1.0),
-                (6144, 4096, -0.6012, 1.0, -0.8093, 1.0),
-                (8192, 8192, -0.3225, 1.0, -0.3248, 1.0),
-                (14336, 4096, -0.423, 1.0, -0.4867, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 48),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 11584),
-                (1408, 1024, 11584),
-                (2048, 1024, 11584),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [245]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=3,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cbb1316b55c",
-            registers=72,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.8536, 1.0, -0.6582, 1.0),
-                (4096, 14336, -0.5551, 1.0, -0.4379, 1.0),
-                (6144, 4096, -0.5903, 1.0, -0.7944, 1.0),
-                (8192, 8192, -0.4193, 1.0, -0.3092, 1.0),
-                (14336, 4096, -0.4379, 1.0, -0.4781, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 4096),
-                (1408, 1024, 5760),
-                (2048, 1024, 11584),
-                (2880, 1024, 5760),
-                (4096, 1024, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [246]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=4,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1c6218ec00",
-            registers=64,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.5557, 1.0, -0.4782, 1.0),
-                (4096, 14336, -0.2915, 1.0, -0.2316, 1.0),
-                (6144, 4096, -0.3464, 1.0, -0.2902, 1.0),
-                (8192, 8192, 0.179, 1.0, 0.1958, 1.0),
-                (14336, 4096, 0.223, 1.0, 0.2157, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 4096),
-                (2880, 1024, 11584),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [247]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=5,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c8a7f3d4299",
-            registers=61,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.405, 1.0, -0.3202, 1.0),
-                (4096, 14336, -0.235, 1.0, -0.1731, 1.0),
-                (6144, 4096, -0.216, 1.0, -0.1724, 1.0),
-                (8192, 8192, 0.1336, 1.0, 0.1383, 1.0),
-                (14336, 4096, 0.2392, 1.0, 0.2326, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 2048),
-                (2880, 1024, 5760),
-                (4096, 1024, 16384),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [248]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=6,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cdba23ace0e",
-            registers=64,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.5283, 1.0, -0.4564, 1.0),
-                (4096, 14336, -0.185, 1.0, -0.1186, 1.0),
-                (6144, 4096, -0.2761, 1.0, -0.2269, 1.0),
-                (8192, 8192, 0.2153, 1.0, 0.2336, 1.0),
-                (14336, 4096, 0.2543, 1.0, 0.2447, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 5760),
-                (1408, 11584, 32768),
-                (2880, 1024, 4096),
-                (4096, 1024, 11584),
-                (5760, 1024, 23168),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [249]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=7,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1083c76623",
-            registers=61,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.3086, 1.0, -0.2301, 1.0),
-                (4096, 14336, -0.1637, 1.0, -0.1048, 1.0),
-                (6144, 4096, -0.15, 1.0, -0.1056, 1.0),
-                (8192, 8192, 0.249, 1.0, 0.2658, 1.0),
-                (14336, 4096, 0.2919, 1.0, 0.278, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 2048),
-                (2880, 2048, 2048),
-                (4096, 2048, 8192),
-                (5760, 1024, 1024),
-                (5760, 2880, 8192),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [250]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=8,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cffc1df57a5",
-            registers=48,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.5559, 1.0, -0.4791, 1.0),
-                (4096, 14336, -0.2636, 1.0, -0.1842, 1.0),
-                (6144, 4096, -0.3489, 1.0, -0.2931, 1.0),
-                (8192, 8192, 0.1867, 1.0, 0.2026, 1.0),
-                (14336, 4096, 0.2246, 1.0, 0.2171, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 2048),
-                (4096, 4096, 4096),
-                (5760, 5760, 8192),
-                (8192, 1024, 1024),
-                (8192, 2880, 32768),
-                (11584, 1024, 1024),
-                (11584, 2880, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [251]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=9,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1746f9e36f",
-            registers=50,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.4128, 1.0, -0.3338, 1.0),
-                (4096, 14336, -0.2381, 1.0, -0.1772, 1.0),
-                (6144, 4096, -0.2491, 1.0, -0.205, 1.0),
-                (8192, 8192, 0.1464, 1.0, 0.1486, 1.0),
-                (14336, 4096, 0.2496, 1.0, 0.24, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [252]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=10,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ca68a99a2d1",
-            registers=52,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.5324, 1.0, -0.4596, 1.0),
-                (4096, 14336, -0.26, 1.0, -0.1861, 1.0),
-                (6144, 4096, -0.2662, 1.0, -0.2195, 1.0),
-                (8192, 8192, 0.2204, 1.0, 0.2384, 1.0),
-                (14336, 4096, 0.2543, 1.0, 0.2449, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (23168, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [253]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=11,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ce994ca2a3e",
-            registers=50,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.318, 1.0, -0.2432, 1.0),
-                (4096, 14336, -0.1797, 1.0, -0.1227, 1.0),
-                (6144, 4096, -0.1804, 1.0, -0.1311, 1.0),
-                (8192, 8192, 0.2532, 1.0, 0.266, 1.0),
-                (14336, 4096, 0.2961, 1.0, 0.2814, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 2048),
-                (1024, 5760, 5760),
-                (1024, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [254]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=12,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c995170dd40",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.4916, 1.0, -0.4714, 1.0),
-                (4096, 14336, -0.3307, 1.0, -0.2742, 1.0),
-                (6144, 4096, -0.4986, 1.0, -0.4588, 1.0),
-                (8192, 8192, -0.2601, 1.0, 0.0024, 1.0),
-                (14336, 4096, -0.2751, 1.0, -0.1308, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14190,68 +12660,155 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [255]
+        # index: [220]
         ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=13,
+            m=176,
+            m_end=256,
+            rank=15,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="c724aa25570",
-            registers=168,
-            smem_bytes=116736,
+            config_id="ce1d8517da2",
+            registers=115,
+            smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.3895, 1.0, -0.2279, 1.0),
-                (4096, 14336, -0.1648, 1.0, -0.1029, 1.0),
-                (6144, 4096, -0.1409, 1.0, -0.3589, 1.0),
-                (8192, 8192, -0.0002, 1.0, -0.0106, 1.0),
-                (14336, 4096, 0.1244, 1.0, 0.0633, 1.0),
+                (4096, 4096, -0.5554, 1.0, -0.3952, 1.0),
+                (4096, 14336, -0.2565, 1.0, -0.1235, 1.0),
+                (6144, 4096, -0.4999, 1.0, -0.2513, 1.0),
+                (8192, 8192, -0.057, 1.0, 0.0877, 1.0),
+                (14336, 4096, 0.0791, 1.0, 0.007, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
-                ("block_m", 96),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 4),
+                ("block_m", 56),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 2),
             ),
             cells=(
-                (1024, 8192, 32768),
-                (1408, 8192, 32768),
-                (2048, 8192, 32768),
+                (1024, 4096, 8192),
+                (1408, 4096, 8192),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [256]
+        # index: [221]
         ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=14,
+            m=176,
+            m_end=256,
+            rank=16,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c62ed235c0f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.6953, 1.0, -0.4013, 1.0),
+                (4096, 14336, -0.5165, 1.0, -0.2604, 1.0),
+                (6144, 4096, -0.6864, 1.0, -0.1803, 1.0),
+                (8192, 8192, -0.6297, 1.0, -0.3435, 1.0),
+                (14336, 4096, -0.2555, 1.0, -0.1776, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 23168, 32768),
+                (1408, 11584, 32768),
+                (2048, 2880, 32768),
+                (2880, 2880, 32768),
+                (4096, 2880, 32768),
+                (5760, 4096, 32768),
+                (8192, 8192, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [222]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=17,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cd4f5b22aba",
+            registers=60,
+            smem_bytes=40960,
+            bias_terms=(
+                (4096, 4096, -0.385, 1.0, -0.3995, 1.0),
+                (4096, 14336, -0.197, 1.0, -0.2334, 1.0),
+                (6144, 4096, -0.1568, 1.0, -0.2328, 1.0),
+                (8192, 8192, -0.0062, 1.0, -0.0501, 1.0),
+                (14336, 4096, 0.0111, 1.0, -0.0601, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 64),
+                ("block_k", 64),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 4),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 32768, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [223]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=18,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c4ce6985cb8",
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4093, 1.0, -0.3163, 1.0),
-                (4096, 14336, -0.133, 1.0, -0.1541, 1.0),
-                (6144, 4096, -0.2944, 1.0, -0.505, 1.0),
-                (8192, 8192, 0.061, 1.0, -0.0379, 1.0),
-                (14336, 4096, -0.0931, 1.0, -0.3096, 1.0),
+                (4096, 4096, -0.449, 1.0, -0.4093, 1.0),
+                (4096, 14336, -0.2559, 1.0, -0.133, 1.0),
+                (6144, 4096, -0.5618, 1.0, -0.2944, 1.0),
+                (8192, 8192, -0.1453, 1.0, 0.061, 1.0),
+                (14336, 4096, -0.214, 1.0, -0.0931, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -14267,438 +12824,37 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 23168, 32768),
-                (1408, 23168, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [257]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=15,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c746665bfe1",
-            registers=60,
-            smem_bytes=40960,
-            bias_terms=(
-                (4096, 4096, -0.4029, 1.0, -0.3491, 1.0),
-                (4096, 14336, -0.1315, 1.0, -0.1221, 1.0),
-                (6144, 4096, -0.1773, 1.0, -0.1663, 1.0),
-                (8192, 8192, 0.0954, 1.0, 0.1251, 1.0),
-                (14336, 4096, 0.1283, 1.0, 0.1481, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 64),
-                ("block_k", 64),
-                ("warps_m", 1),
-                ("warps_n", 4),
-                ("warps_k", 1),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 23168, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [258]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=16,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c1c5004278b",
-            registers=79,
-            smem_bytes=223232,
-            bias_terms=(
-                (4096, 4096, -0.4354, 1.0, -0.644, 1.0),
-                (4096, 14336, -0.0789, 1.0, -0.4576, 1.0),
-                (6144, 4096, -0.1112, 1.0, -0.7632, 1.0),
-                (8192, 8192, 0.0721, 1.0, -0.3798, 1.0),
-                (14336, 4096, 0.1316, 1.0, -0.4456, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 80),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 6),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [259]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=17,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c15d5c3560d",
-            registers=80,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -0.7975, 1.0, -0.5262, 1.0),
-                (4096, 14336, -0.4965, 1.0, -0.1621, 1.0),
-                (6144, 4096, -0.5161, 1.0, -0.6328, 1.0),
-                (8192, 8192, -0.3006, 1.0, -0.0171, 1.0),
-                (14336, 4096, -0.3523, 1.0, -0.1485, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 88),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 5),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1408, 1024, 8192),
-                (2048, 1024, 5760),
-                (2880, 1024, 8192),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [260]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=18,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cdd0adb603c",
-            registers=72,
-            smem_bytes=210944,
-            bias_terms=(
-                (4096, 4096, -0.7961, 1.0, -0.5205, 1.0),
-                (4096, 14336, -0.3085, 1.0, -0.1734, 1.0),
-                (6144, 4096, -0.4829, 1.0, -0.5879, 1.0),
-                (8192, 8192, -0.0546, 1.0, -0.0051, 1.0),
-                (14336, 4096, -0.1403, 1.0, -0.1665, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 72),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 6),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1408, 1024, 4096),
-                (2048, 1024, 4096),
-                (2880, 1024, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [261]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=19,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c29ca09a0b5",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.5482, 1.0, -0.3372, 1.0),
-                (4096, 14336, -0.2873, 1.0, -0.0979, 1.0),
-                (6144, 4096, -0.2599, 1.0, -0.4237, 1.0),
-                (8192, 8192, -0.0275, 1.0, 0.0756, 1.0),
-                (14336, 4096, -0.0478, 1.0, -0.0545, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 72),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1408, 2880, 16384),
-                (2048, 2880, 16384),
-                (2880, 2880, 16384),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [262]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=20,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c807354d2c4",
-            registers=168,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.5235, 1.0, -0.3065, 1.0),
-                (4096, 14336, -0.1728, 1.0, -0.1658, 1.0),
-                (6144, 4096, -0.2218, 1.0, -0.4288, 1.0),
-                (8192, 8192, 0.0397, 1.0, 0.0009, 1.0),
-                (14336, 4096, 0.0366, 1.0, -0.0722, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 80),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1408, 5760, 32768),
-                (2048, 5760, 8192),
-                (2048, 16384, 32768),
+                (1408, 11584, 32768),
+                (2048, 5760, 32768),
                 (2880, 5760, 32768),
+                (4096, 5760, 32768),
+                (5760, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [263]
+        # index: [224]
         ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=21,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c9e7d2d8643",
-            registers=168,
-            smem_bytes=141312,
-            bias_terms=(
-                (4096, 4096, -0.3975, 1.0, -0.241, 1.0),
-                (4096, 14336, -0.2345, 1.0, -0.1466, 1.0),
-                (6144, 4096, -0.1395, 1.0, -0.3328, 1.0),
-                (8192, 8192, -0.0069, 1.0, 0.0045, 1.0),
-                (14336, 4096, 0.1302, 1.0, 0.0455, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 144),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 4),
-            ),
-            cells=(
-                (1408, 8192, 32768),
-                (2048, 11584, 32768),
-                (2880, 8192, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [264]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=22,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cd03c3b7976",
-            registers=168,
-            smem_bytes=149504,
-            bias_terms=(
-                (4096, 4096, -0.4337, 1.0, -0.139, 1.0),
-                (4096, 14336, -0.2643, 1.0, -0.0955, 1.0),
-                (6144, 4096, -0.1598, 1.0, -0.2682, 1.0),
-                (8192, 8192, -0.0318, 1.0, 0.0786, 1.0),
-                (14336, 4096, 0.111, 1.0, 0.1556, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 160),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 4),
-            ),
-            cells=(
-                (1408, 16384, 32768),
-                (2048, 23168, 32768),
-                (2880, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [265]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=23,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c23f3a3047f",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.4, 1.0, -0.3619, 1.0),
-                (4096, 14336, -0.2699, 1.0, -0.2089, 1.0),
-                (6144, 4096, -0.1998, 1.0, -0.7476, 1.0),
-                (8192, 8192, -0.3432, 1.0, -0.1494, 1.0),
-                (14336, 4096, -0.1249, 1.0, -0.2911, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1408, 23168, 32768),
-                (2048, 11584, 32768),
-                (2880, 8192, 32768),
-                (4096, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [266]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=24,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c742626ea16",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.2618, 1.0, -0.424, 1.0),
-                (4096, 14336, -0.1297, 1.0, -0.3813, 1.0),
-                (6144, 4096, -0.2539, 1.0, -0.7898, 1.0),
-                (8192, 8192, -0.1017, 1.0, -0.372, 1.0),
-                (14336, 4096, -0.3063, 1.0, -0.2802, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (1408, 23168, 32768),
-                (2048, 23168, 32768),
-                (2880, 23168, 32768),
-                (4096, 23168, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [267]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=25,
+            m=176,
+            m_end=256,
+            rank=19,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c0b50f1dfa3",
             registers=108,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.8613, 1.0, -0.6056, 1.0),
-                (4096, 14336, -0.6259, 1.0, -0.409, 1.0),
-                (6144, 4096, -0.651, 1.0, -0.7576, 1.0),
-                (8192, 8192, -0.4559, 1.0, -0.255, 1.0),
-                (14336, 4096, -0.494, 1.0, -0.4009, 1.0),
+                (4096, 4096, -0.7863, 1.0, -0.8613, 1.0),
+                (4096, 14336, -0.4598, 1.0, -0.6259, 1.0),
+                (6144, 4096, -0.8698, 1.0, -0.651, 1.0),
+                (8192, 8192, -0.3235, 1.0, -0.4559, 1.0),
+                (14336, 4096, -0.2929, 1.0, -0.494, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -14721,29 +12877,1976 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [268]
+        # index: [225]
         ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=26,
+            m=176,
+            m_end=256,
+            rank=20,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c15d5c3560d",
+            registers=80,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.8572, 1.0, -0.6887, 1.0),
+                (4096, 14336, -0.5368, 1.0, -0.4321, 1.0),
+                (6144, 4096, -0.8242, 1.0, -0.5315, 1.0),
+                (8192, 8192, -0.377, 1.0, -0.2827, 1.0),
+                (14336, 4096, -0.2649, 1.0, -0.3409, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 88),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 5),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 11584),
+                (2880, 1024, 23168),
+                (4096, 1024, 23168),
+                (5760, 1024, 23168),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [226]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=21,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ca0cfa76740",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.7854, 1.0, -0.6035, 1.0),
-                (4096, 14336, -0.4964, 1.0, -0.3576, 1.0),
-                (6144, 4096, -0.5318, 1.0, -0.6004, 1.0),
-                (8192, 8192, -0.2008, 1.0, -0.1636, 1.0),
-                (14336, 4096, -0.1839, 1.0, -0.2186, 1.0),
+                (4096, 4096, -0.9749, 1.0, -0.692, 1.0),
+                (4096, 14336, -0.6238, 1.0, -0.5049, 1.0),
+                (6144, 4096, -0.8992, 1.0, -0.5101, 1.0),
+                (8192, 8192, -0.2157, 1.0, -0.1814, 1.0),
+                (14336, 4096, -0.1648, 1.0, -0.174, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 72),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 4096),
+                (2880, 1024, 5760),
+                (4096, 1024, 5760),
+                (5760, 1024, 5760),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [227]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=22,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ce318e997ed",
+            registers=168,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.6957, 1.0, -0.5008, 1.0),
+                (4096, 14336, -0.4681, 1.0, -0.3628, 1.0),
+                (6144, 4096, -0.6576, 1.0, -0.3402, 1.0),
+                (8192, 8192, -0.2314, 1.0, -0.0876, 1.0),
+                (14336, 4096, -0.0953, 1.0, -0.0922, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+            cells=(
+                (2048, 1408, 8192),
+                (2880, 1408, 32768),
+                (4096, 1408, 32768),
+                (5760, 1408, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [228]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=23,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c44949d6c6c",
+            registers=168,
+            smem_bytes=174080,
+            bias_terms=(
+                (4096, 4096, -0.4954, 1.0, -0.2901, 1.0),
+                (4096, 14336, -0.3054, 1.0, -0.1854, 1.0),
+                (6144, 4096, -0.421, 1.0, -0.1, 1.0),
+                (8192, 8192, -0.0696, 1.0, 0.0242, 1.0),
+                (14336, 4096, 0.2122, 1.0, 0.1572, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 208),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+            cells=(
+                (2880, 11584, 32768),
+                (4096, 11584, 32768),
+                (5760, 11584, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [229]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=24,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5be064a1ee",
+            registers=140,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -1.097, 1.0, -0.9574, 1.0),
+                (4096, 14336, -0.8389, 1.0, -0.743, 1.0),
+                (6144, 4096, -0.8298, 1.0, -0.6273, 1.0),
+                (8192, 8192, -0.6409, 1.0, -0.5564, 1.0),
+                (14336, 4096, -0.48, 1.0, -0.5676, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [230]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=25,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cb530ae64c0",
+            registers=168,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -1.0374, 1.0, -0.7791, 1.0),
+                (4096, 14336, -0.757, 1.0, -0.6147, 1.0),
+                (6144, 4096, -0.9258, 1.0, -0.608, 1.0),
+                (8192, 8192, -0.4457, 1.0, -0.2326, 1.0),
+                (14336, 4096, -0.2859, 1.0, -0.2494, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [231]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=26,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc176767297",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -1.0785, 1.0, -0.7746, 1.0),
+                (4096, 14336, -0.7862, 1.0, -0.4224, 1.0),
+                (6144, 4096, -0.9288, 1.0, -0.5143, 1.0),
+                (8192, 8192, -0.279, 1.0, -0.1806, 1.0),
+                (14336, 4096, -0.2016, 1.0, -0.1026, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 112),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 7),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 11584),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [232]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=27,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8f0be0c671",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -1.3083, 1.0, -1.018, 1.0),
+                (4096, 14336, -1.0633, 1.0, -0.8095, 1.0),
+                (6144, 4096, -0.9094, 1.0, -0.7136, 1.0),
+                (8192, 8192, -0.2862, 1.0, -0.3547, 1.0),
+                (14336, 4096, -0.1987, 1.0, -0.5041, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (5760, 1024, 2048),
+                (8192, 1024, 2048),
+                (11584, 1024, 2048),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [233]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=28,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c7d87dbb50c",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -1.0884, 1.0, -0.7995, 1.0),
+                (4096, 14336, -0.8226, 1.0, -0.5667, 1.0),
+                (6144, 4096, -0.7549, 1.0, -0.5037, 1.0),
+                (8192, 8192, -0.1662, 1.0, -0.2282, 1.0),
+                (14336, 4096, -0.143, 1.0, -0.311, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 2),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (5760, 1408, 32768),
+                (8192, 1408, 32768),
+                (11584, 1408, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [234]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=29,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c3a653654f4",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.6345, 1.0, -0.2929, 1.0),
+                (4096, 14336, -0.4974, 1.0, -0.1935, 1.0),
+                (6144, 4096, -0.7653, 1.0, -0.2325, 1.0),
+                (8192, 8192, -0.3866, 1.0, -0.0892, 1.0),
+                (14336, 4096, -0.4375, 1.0, -0.3129, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (5760, 16384, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [235]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=30,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c4bfaedb314",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -1.1126, 1.0, -0.8195, 1.0),
+                (4096, 14336, -0.8162, 1.0, -0.5609, 1.0),
+                (6144, 4096, -1.0293, 1.0, -0.5384, 1.0),
+                (8192, 8192, -0.637, 1.0, -0.3467, 1.0),
+                (14336, 4096, -0.4216, 1.0, -0.3699, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 176),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [236]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=31,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c05e6993f39",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -1.1309, 1.0, -0.8441, 1.0),
+                (4096, 14336, -0.8097, 1.0, -0.5565, 1.0),
+                (6144, 4096, -1.0618, 1.0, -0.575, 1.0),
+                (8192, 8192, -0.6575, 1.0, -0.3782, 1.0),
+                (14336, 4096, -0.4782, 1.0, -0.3436, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 16),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [237]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=32,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd05bed69ad",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.9781, 1.0, -0.8528, 1.0),
+                (4096, 14336, -0.6727, 1.0, -0.6969, 1.0),
+                (6144, 4096, -0.9248, 1.0, -0.5038, 1.0),
+                (8192, 8192, -0.5248, 1.0, 0.0036, 1.0),
+                (14336, 4096, -0.263, 1.0, -0.1681, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 208),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [238]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=33,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cfa063dff86",
+            registers=128,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.9863, 1.0, -0.9608, 1.0),
+                (4096, 14336, -0.6659, 1.0, -0.6798, 1.0),
+                (6144, 4096, -0.9129, 1.0, -0.4104, 1.0),
+                (8192, 8192, -0.5033, 1.0, 0.0845, 1.0),
+                (14336, 4096, -0.2571, 1.0, -0.1093, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 3),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [239]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=34,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c3a08963e55",
+            registers=168,
+            smem_bytes=211968,
+            bias_terms=(
+                (4096, 4096, -0.9627, 1.0, -0.8412, 1.0),
+                (4096, 14336, -0.6601, 1.0, -0.6864, 1.0),
+                (6144, 4096, -0.9141, 1.0, -0.5597, 1.0),
+                (8192, 8192, -0.51, 1.0, -0.0164, 1.0),
+                (14336, 4096, -0.2652, 1.0, -0.1726, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 200),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [240]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=35,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cfb20e194d1",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.924, 1.0, -0.8026, 1.0),
+                (4096, 14336, -0.6282, 1.0, -0.6524, 1.0),
+                (6144, 4096, -0.8653, 1.0, -0.5968, 1.0),
+                (8192, 8192, -0.4698, 1.0, -0.0856, 1.0),
+                (14336, 4096, -0.1626, 1.0, -0.2111, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 176),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [241]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=36,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c218d6f5726",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -1.1285, 1.0, -0.8422, 1.0),
+                (4096, 14336, -0.8075, 1.0, -0.5552, 1.0),
+                (6144, 4096, -1.0621, 1.0, -0.5743, 1.0),
+                (8192, 8192, -0.6572, 1.0, -0.3795, 1.0),
+                (14336, 4096, -0.4784, 1.0, -0.3495, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 0),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [242]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=37,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c34181426db",
+            registers=128,
+            smem_bytes=190464,
+            bias_terms=(
+                (4096, 4096, -0.9842, 1.0, -0.9633, 1.0),
+                (4096, 14336, -0.6549, 1.0, -0.6736, 1.0),
+                (6144, 4096, -0.9126, 1.0, -0.6894, 1.0),
+                (8192, 8192, -0.5083, 1.0, -0.4679, 1.0),
+                (14336, 4096, -0.3384, 1.0, -0.3593, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 176),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 3),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [243]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=38,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cfa864bf771",
+            registers=168,
+            smem_bytes=223232,
+            bias_terms=(
+                (4096, 4096, -1.0527, 1.0, -0.7717, 1.0),
+                (4096, 14336, -0.727, 1.0, -0.475, 1.0),
+                (6144, 4096, -0.9854, 1.0, -0.5036, 1.0),
+                (8192, 8192, -0.584, 1.0, -0.3097, 1.0),
+                (14336, 4096, -0.4416, 1.0, -0.3197, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7521, 1.0, 0.5069, 1.0),
+                (4096, 14336, 0.3831, 1.0, 0.2453, 1.0),
+                (6144, 4096, 0.7113, 1.0, 0.3298, 1.0),
+                (8192, 8192, 0.2728, 1.0, 0.111, 1.0),
+                (14336, 4096, 0.1903, 1.0, 0.1771, 1.0),
+            ),
+            tunables=(
+                ("block_m", 256),
+                ("block_n", 176),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [244]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=0,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c94004c5719",
+            registers=64,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.7877, 1.0, -0.6325, 1.0),
+                (4096, 14336, -0.5299, 1.0, -0.4753, 1.0),
+                (6144, 4096, -0.6106, 1.0, -0.8555, 1.0),
+                (8192, 8192, -0.1486, 1.0, -0.4228, 1.0),
+                (14336, 4096, -0.3242, 1.0, -0.4872, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 56),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 16384),
+                (1408, 1024, 16384),
+                (2048, 1024, 16384),
+                (2880, 1024, 1408),
+                (4096, 1024, 1408),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [245]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=1,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c419852ee1e",
+            registers=63,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.7525, 1.0, -0.6362, 1.0),
+                (4096, 14336, -0.4742, 1.0, -0.4579, 1.0),
+                (6144, 4096, -0.6216, 1.0, -0.8493, 1.0),
+                (8192, 8192, -0.2509, 1.0, -0.3672, 1.0),
+                (14336, 4096, -0.4034, 1.0, -0.4764, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 48),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 16384),
+                (1408, 1024, 16384),
+                (2048, 1024, 11584),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [246]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=2,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cbb1316b55c",
+            registers=72,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.7508, 1.0, -0.629, 1.0),
+                (4096, 14336, -0.5534, 1.0, -0.4196, 1.0),
+                (6144, 4096, -0.6006, 1.0, -0.8395, 1.0),
+                (8192, 8192, -0.4139, 1.0, -0.283, 1.0),
+                (14336, 4096, -0.4348, 1.0, -0.4775, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 4096),
+                (1408, 1024, 5760),
+                (2048, 1024, 11584),
+                (2880, 1024, 5760),
+                (4096, 1024, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [247]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=3,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ce2e4d4c14f",
+            registers=52,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.7732, 1.0, -0.5958, 1.0),
+                (4096, 14336, -0.4565, 1.0, -0.385, 1.0),
+                (6144, 4096, -0.6326, 1.0, -0.818, 1.0),
+                (8192, 8192, -0.2416, 1.0, -0.3549, 1.0),
+                (14336, 4096, -0.4439, 1.0, -0.4588, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 11584),
+                (1408, 1024, 11584),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [248]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=4,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1c6218ec00",
+            registers=64,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.5557, 1.0, -0.4782, 1.0),
+                (4096, 14336, -0.2915, 1.0, -0.2316, 1.0),
+                (6144, 4096, -0.3464, 1.0, -0.2902, 1.0),
+                (8192, 8192, 0.179, 1.0, 0.1958, 1.0),
+                (14336, 4096, 0.223, 1.0, 0.2157, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 4096),
+                (2048, 23168, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [249]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=5,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            registers=61,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.405, 1.0, -0.3202, 1.0),
+                (4096, 14336, -0.235, 1.0, -0.1731, 1.0),
+                (6144, 4096, -0.216, 1.0, -0.1724, 1.0),
+                (8192, 8192, 0.1336, 1.0, 0.1383, 1.0),
+                (14336, 4096, 0.2392, 1.0, 0.2326, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 2048),
+                (2048, 32768, 32768),
+                (2880, 1024, 4096),
+                (2880, 32768, 32768),
+                (4096, 1024, 16384),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [250]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=6,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cdba23ace0e",
+            registers=64,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.5283, 1.0, -0.4564, 1.0),
+                (4096, 14336, -0.185, 1.0, -0.1186, 1.0),
+                (6144, 4096, -0.2761, 1.0, -0.2269, 1.0),
+                (8192, 8192, 0.2153, 1.0, 0.2336, 1.0),
+                (14336, 4096, 0.2543, 1.0, 0.2447, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 2048),
+                (1408, 11584, 32768),
+                (2880, 1024, 4096),
+                (4096, 1024, 8192),
+                (5760, 1024, 16384),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [251]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=7,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1083c76623",
+            registers=61,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.3086, 1.0, -0.2301, 1.0),
+                (4096, 14336, -0.1637, 1.0, -0.1048, 1.0),
+                (6144, 4096, -0.15, 1.0, -0.1056, 1.0),
+                (8192, 8192, 0.249, 1.0, 0.2658, 1.0),
+                (14336, 4096, 0.2919, 1.0, 0.278, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 2048),
+                (1408, 32768, 32768),
+                (2880, 2048, 2048),
+                (4096, 2048, 8192),
+                (5760, 1024, 1024),
+                (5760, 2880, 8192),
+                (8192, 1024, 32768),
+                (11584, 1024, 1024),
+                (11584, 2880, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [252]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=8,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cffc1df57a5",
+            registers=48,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.5559, 1.0, -0.4791, 1.0),
+                (4096, 14336, -0.2636, 1.0, -0.1842, 1.0),
+                (6144, 4096, -0.3489, 1.0, -0.2931, 1.0),
+                (8192, 8192, 0.1867, 1.0, 0.2026, 1.0),
+                (14336, 4096, 0.2246, 1.0, 0.2171, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 2048),
+                (4096, 4096, 4096),
+                (5760, 5760, 8192),
+                (8192, 1024, 1024),
+                (8192, 2880, 32768),
+                (23168, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [253]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=9,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1746f9e36f",
+            registers=50,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.4128, 1.0, -0.3338, 1.0),
+                (4096, 14336, -0.2381, 1.0, -0.1772, 1.0),
+                (6144, 4096, -0.2491, 1.0, -0.205, 1.0),
+                (8192, 8192, 0.1464, 1.0, 0.1486, 1.0),
+                (14336, 4096, 0.2496, 1.0, 0.24, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [254]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ca68a99a2d1",
+            registers=52,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.5324, 1.0, -0.4596, 1.0),
+                (4096, 14336, -0.26, 1.0, -0.1861, 1.0),
+                (6144, 4096, -0.2662, 1.0, -0.2195, 1.0),
+                (8192, 8192, 0.2204, 1.0, 0.2384, 1.0),
+                (14336, 4096, 0.2543, 1.0, 0.2449, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 2048),
+                (1024, 5760, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [255]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ce994ca2a3e",
+            registers=50,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.318, 1.0, -0.2432, 1.0),
+                (4096, 14336, -0.1797, 1.0, -0.1227, 1.0),
+                (6144, 4096, -0.1804, 1.0, -0.1311, 1.0),
+                (8192, 8192, 0.2532, 1.0, 0.266, 1.0),
+                (14336, 4096, 0.2961, 1.0, 0.2814, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 2048),
+                (1024, 16384, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [256]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=12,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c995170dd40",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.4916, 1.0, -0.4714, 1.0),
+                (4096, 14336, -0.3307, 1.0, -0.2742, 1.0),
+                (6144, 4096, -0.4986, 1.0, -0.4588, 1.0),
+                (8192, 8192, -0.2601, 1.0, 0.0024, 1.0),
+                (14336, 4096, -0.2751, 1.0, -0.1308, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 2880, 32768),
+                (1408, 2880, 32768),
+                (2048, 2880, 32768),
+                (2880, 2880, 32768),
+                (4096, 2880, 32768),
+                (5760, 2880, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [257]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=13,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4294405075",
+            registers=122,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.4056, 1.0, -0.2398, 1.0),
+                (4096, 14336, -0.2364, 1.0, -0.0448, 1.0),
+                (6144, 4096, -0.2327, 1.0, -0.4453, 1.0),
+                (8192, 8192, -0.008, 1.0, 0.093, 1.0),
+                (14336, 4096, -0.043, 1.0, -0.0388, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1024, 2880, 5760),
+                (1408, 2880, 5760),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [258]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=14,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c724aa25570",
+            registers=168,
+            smem_bytes=116736,
+            bias_terms=(
+                (4096, 4096, -0.2689, 1.0, -0.1674, 1.0),
+                (4096, 14336, -0.1376, 1.0, -0.0639, 1.0),
+                (6144, 4096, -0.1462, 1.0, -0.3912, 1.0),
+                (8192, 8192, 0.0394, 1.0, -0.0024, 1.0),
+                (14336, 4096, 0.1424, 1.0, 0.0861, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+            cells=(
+                (1024, 8192, 32768),
+                (1408, 8192, 32768),
+                (2048, 11584, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [259]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=15,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c4ce6985cb8",
+            registers=128,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4093, 1.0, -0.3163, 1.0),
+                (4096, 14336, -0.133, 1.0, -0.1541, 1.0),
+                (6144, 4096, -0.2944, 1.0, -0.505, 1.0),
+                (8192, 8192, 0.061, 1.0, -0.0379, 1.0),
+                (14336, 4096, -0.0931, 1.0, -0.3096, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 3),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 23168, 32768),
+                (1408, 23168, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [260]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=16,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c746665bfe1",
+            registers=60,
+            smem_bytes=40960,
+            bias_terms=(
+                (4096, 4096, -0.4029, 1.0, -0.3491, 1.0),
+                (4096, 14336, -0.1315, 1.0, -0.1221, 1.0),
+                (6144, 4096, -0.1773, 1.0, -0.1663, 1.0),
+                (8192, 8192, 0.0954, 1.0, 0.1251, 1.0),
+                (14336, 4096, 0.1283, 1.0, 0.1481, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 64),
+                ("block_k", 64),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 23168, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [261]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=17,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c15d5c3560d",
+            registers=80,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.6887, 1.0, -0.4783, 1.0),
+                (4096, 14336, -0.4321, 1.0, -0.1304, 1.0),
+                (6144, 4096, -0.5315, 1.0, -0.6681, 1.0),
+                (8192, 8192, -0.2827, 1.0, 0.0043, 1.0),
+                (14336, 4096, -0.3409, 1.0, -0.1355, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 88),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 5),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1408, 1024, 8192),
+                (2048, 1024, 8192),
+                (2880, 1024, 8192),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [262]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=18,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c1c5004278b",
+            registers=79,
+            smem_bytes=223232,
+            bias_terms=(
+                (4096, 4096, -0.3308, 1.0, -0.6032, 1.0),
+                (4096, 14336, -0.0559, 1.0, -0.4385, 1.0),
+                (6144, 4096, -0.0793, 1.0, -0.806, 1.0),
+                (8192, 8192, 0.1182, 1.0, -0.3886, 1.0),
+                (14336, 4096, 0.1438, 1.0, -0.437, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 6),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [263]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=19,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cdd0adb603c",
+            registers=72,
+            smem_bytes=210944,
+            bias_terms=(
+                (4096, 4096, -0.6853, 1.0, -0.4658, 1.0),
+                (4096, 14336, -0.2534, 1.0, -0.1745, 1.0),
+                (6144, 4096, -0.4858, 1.0, -0.6582, 1.0),
+                (8192, 8192, -0.0265, 1.0, -0.0037, 1.0),
+                (14336, 4096, -0.133, 1.0, -0.1523, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 72),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 6),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1408, 1024, 4096),
+                (2048, 1024, 4096),
+                (2880, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [264]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=20,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c29ca09a0b5",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4448, 1.0, -0.2835, 1.0),
+                (4096, 14336, -0.269, 1.0, -0.1058, 1.0),
+                (6144, 4096, -0.2536, 1.0, -0.4715, 1.0),
+                (8192, 8192, 0.0048, 1.0, 0.0826, 1.0),
+                (14336, 4096, -0.0368, 1.0, -0.0423, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 72),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1408, 2880, 16384),
+                (2048, 2880, 16384),
+                (2880, 2880, 16384),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [265]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=21,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c807354d2c4",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.413, 1.0, -0.2631, 1.0),
+                (4096, 14336, -0.1625, 1.0, -0.1427, 1.0),
+                (6144, 4096, -0.1968, 1.0, -0.4692, 1.0),
+                (8192, 8192, 0.0661, 1.0, -0.0049, 1.0),
+                (14336, 4096, 0.0541, 1.0, -0.0818, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1408, 5760, 23168),
+                (2048, 5760, 8192),
+                (2048, 16384, 23168),
+                (2880, 5760, 23168),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [266]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=22,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c9e7d2d8643",
+            registers=168,
+            smem_bytes=141312,
+            bias_terms=(
+                (4096, 4096, -0.291, 1.0, -0.1926, 1.0),
+                (4096, 14336, -0.2212, 1.0, -0.1149, 1.0),
+                (6144, 4096, -0.1407, 1.0, -0.3657, 1.0),
+                (8192, 8192, 0.0188, 1.0, 0.0092, 1.0),
+                (14336, 4096, 0.1437, 1.0, 0.0613, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 144),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+            cells=(
+                (1408, 8192, 32768),
+                (2048, 11584, 32768),
+                (2880, 8192, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [267]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=23,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c23f3a3047f",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4, 1.0, -0.3619, 1.0),
+                (4096, 14336, -0.2699, 1.0, -0.2089, 1.0),
+                (6144, 4096, -0.1998, 1.0, -0.7476, 1.0),
+                (8192, 8192, -0.3432, 1.0, -0.1494, 1.0),
+                (14336, 4096, -0.1249, 1.0, -0.2911, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1408, 16384, 32768),
+                (2048, 11584, 32768),
+                (2880, 5760, 32768),
+                (4096, 11584, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [268]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=24,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd03c3b7976",
+            registers=168,
+            smem_bytes=149504,
+            bias_terms=(
+                (4096, 4096, -0.3206, 1.0, -0.0908, 1.0),
+                (4096, 14336, -0.2473, 1.0, -0.068, 1.0),
+                (6144, 4096, -0.1652, 1.0, -0.2993, 1.0),
+                (8192, 8192, -0.0051, 1.0, 0.0921, 1.0),
+                (14336, 4096, 0.1246, 1.0, 0.1699, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 4),
+            ),
+            cells=(
+                (1408, 23168, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [269]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=25,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c742626ea16",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.2618, 1.0, -0.424, 1.0),
+                (4096, 14336, -0.1297, 1.0, -0.3813, 1.0),
+                (6144, 4096, -0.2539, 1.0, -0.7898, 1.0),
+                (8192, 8192, -0.1017, 1.0, -0.372, 1.0),
+                (14336, 4096, -0.3063, 1.0, -0.2802, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1408, 23168, 32768),
+                (2048, 23168, 32768),
+                (2880, 23168, 32768),
+                (4096, 23168, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [270]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=26,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c0b50f1dfa3",
+            registers=108,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.8613, 1.0, -0.6056, 1.0),
+                (4096, 14336, -0.6259, 1.0, -0.409, 1.0),
+                (6144, 4096, -0.651, 1.0, -0.7576, 1.0),
+                (8192, 8192, -0.4559, 1.0, -0.255, 1.0),
+                (14336, 4096, -0.494, 1.0, -0.4009, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2048, 1024, 4096),
+                (2880, 1024, 4096),
+                (4096, 1024, 4096),
+                (5760, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [271]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=27,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ca0cfa76740",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.692, 1.0, -0.5573, 1.0),
+                (4096, 14336, -0.5049, 1.0, -0.3004, 1.0),
+                (6144, 4096, -0.5101, 1.0, -0.6992, 1.0),
+                (8192, 8192, -0.1814, 1.0, -0.1324, 1.0),
+                (14336, 4096, -0.174, 1.0, -0.2005, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -14761,29 +14864,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [269]
+        # index: [272]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=27,
+            rank=28,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c42319cbc9f",
             registers=121,
             smem_bytes=209920,
             bias_terms=(
-                (4096, 4096, -0.5362, 1.0, -0.7305, 1.0),
-                (4096, 14336, -0.1929, 1.0, -0.5972, 1.0),
-                (6144, 4096, -0.3625, 1.0, -0.8814, 1.0),
-                (8192, 8192, -0.0026, 1.0, -0.3836, 1.0),
-                (14336, 4096, -0.0897, 1.0, -0.4821, 1.0),
+                (4096, 4096, -0.4198, 1.0, -0.7012, 1.0),
+                (4096, 14336, -0.1665, 1.0, -0.5855, 1.0),
+                (6144, 4096, -0.338, 1.0, -0.9357, 1.0),
+                (8192, 8192, 0.0233, 1.0, -0.3918, 1.0),
+                (14336, 4096, -0.0678, 1.0, -0.483, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -14801,29 +14904,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [270]
+        # index: [273]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=28,
+            rank=29,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c26f61dd7af",
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7529, 1.0, -0.532, 1.0),
-                (4096, 14336, -0.2992, 1.0, -0.3489, 1.0),
-                (6144, 4096, -0.4288, 1.0, -0.706, 1.0),
-                (8192, 8192, -0.0345, 1.0, -0.2826, 1.0),
-                (14336, 4096, -0.0889, 1.0, -0.359, 1.0),
+                (4096, 4096, -0.6165, 1.0, -0.5061, 1.0),
+                (4096, 14336, -0.2634, 1.0, -0.3443, 1.0),
+                (6144, 4096, -0.408, 1.0, -0.7526, 1.0),
+                (8192, 8192, -0.0004, 1.0, -0.2861, 1.0),
+                (14336, 4096, -0.0717, 1.0, -0.3629, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -14841,11 +14944,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [271]
+        # index: [274]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=29,
+            rank=30,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c62ed235c0f",
@@ -14859,11 +14962,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1776, 1.0, -0.2341, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14887,29 +14990,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [272]
+        # index: [275]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=30,
+            rank=31,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce640992674",
             registers=168,
             smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.5294, 1.0, -0.3413, 1.0),
-                (4096, 14336, -0.3791, 1.0, -0.3233, 1.0),
-                (6144, 4096, -0.2258, 1.0, -0.4939, 1.0),
-                (8192, 8192, -0.1566, 1.0, -0.1708, 1.0),
-                (14336, 4096, -0.0292, 1.0, -0.1169, 1.0),
+                (4096, 4096, -0.4236, 1.0, -0.2938, 1.0),
+                (4096, 14336, -0.3737, 1.0, -0.3067, 1.0),
+                (6144, 4096, -0.2291, 1.0, -0.5317, 1.0),
+                (8192, 8192, -0.1339, 1.0, -0.1614, 1.0),
+                (14336, 4096, -0.0175, 1.0, -0.1064, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -14926,29 +15029,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [273]
+        # index: [276]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=31,
+            rank=32,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cc49eaf5f7a",
             registers=168,
             smem_bytes=141312,
             bias_terms=(
-                (4096, 4096, -0.4899, 1.0, -0.377, 1.0),
-                (4096, 14336, -0.3491, 1.0, -0.2901, 1.0),
-                (6144, 4096, -0.2579, 1.0, -0.4862, 1.0),
-                (8192, 8192, -0.0965, 1.0, -0.0377, 1.0),
-                (14336, 4096, -0.0819, 1.0, -0.1067, 1.0),
+                (4096, 4096, -0.3821, 1.0, -0.3352, 1.0),
+                (4096, 14336, -0.342, 1.0, -0.2861, 1.0),
+                (6144, 4096, -0.2471, 1.0, -0.5289, 1.0),
+                (8192, 8192, -0.082, 1.0, -0.0055, 1.0),
+                (14336, 4096, -0.0764, 1.0, -0.0884, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -14965,29 +15068,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [274]
+        # index: [277]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=32,
+            rank=33,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c912339e000",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.8767, 1.0, -0.5783, 1.0),
-                (4096, 14336, -0.6473, 1.0, -0.4479, 1.0),
-                (6144, 4096, -0.5815, 1.0, -0.6743, 1.0),
-                (8192, 8192, -0.2834, 1.0, -0.237, 1.0),
-                (14336, 4096, -0.3021, 1.0, -0.3295, 1.0),
+                (4096, 4096, -0.7714, 1.0, -0.5412, 1.0),
+                (4096, 14336, -0.6282, 1.0, -0.4214, 1.0),
+                (6144, 4096, -0.5926, 1.0, -0.7175, 1.0),
+                (8192, 8192, -0.2603, 1.0, -0.2381, 1.0),
+                (14336, 4096, -0.2807, 1.0, -0.3294, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -15008,29 +15111,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [275]
+        # index: [278]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=33,
+            rank=34,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c7deb9573ee",
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.8455, 1.0, -0.6307, 1.0),
-                (4096, 14336, -0.6147, 1.0, -0.4641, 1.0),
-                (6144, 4096, -0.5435, 1.0, -0.671, 1.0),
-                (8192, 8192, -0.3336, 1.0, -0.1674, 1.0),
-                (14336, 4096, -0.3351, 1.0, -0.1692, 1.0),
+                (4096, 4096, -0.7415, 1.0, -0.6275, 1.0),
+                (4096, 14336, -0.5965, 1.0, -0.463, 1.0),
+                (6144, 4096, -0.5548, 1.0, -0.7294, 1.0),
+                (8192, 8192, -0.3296, 1.0, -0.1415, 1.0),
+                (14336, 4096, -0.3357, 1.0, -0.1525, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -15051,11 +15154,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [276]
+        # index: [279]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=34,
+            rank=35,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
@@ -15069,11 +15172,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5676, 1.0, -0.4899, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -15095,11 +15198,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [277]
+        # index: [280]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=35,
+            rank=36,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
@@ -15113,11 +15216,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5041, 1.0, -0.3756, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15139,11 +15242,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [278]
+        # index: [281]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=36,
+            rank=37,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c7d87dbb50c",
@@ -15157,11 +15260,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.311, 1.0, -0.2272, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15183,29 +15286,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [279]
+        # index: [282]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=37,
+            rank=38,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c5cbac11596",
             registers=168,
             smem_bytes=149504,
             bias_terms=(
-                (4096, 4096, -0.5349, 1.0, -0.2278, 1.0),
-                (4096, 14336, -0.3803, 1.0, -0.2066, 1.0),
-                (6144, 4096, -0.2959, 1.0, -0.4034, 1.0),
-                (8192, 8192, -0.0555, 1.0, -0.0686, 1.0),
-                (14336, 4096, -0.0812, 1.0, -0.0572, 1.0),
+                (4096, 4096, -0.4224, 1.0, -0.182, 1.0),
+                (4096, 14336, -0.3698, 1.0, -0.1873, 1.0),
+                (6144, 4096, -0.2854, 1.0, -0.4406, 1.0),
+                (8192, 8192, -0.0348, 1.0, -0.0484, 1.0),
+                (14336, 4096, -0.0835, 1.0, -0.0596, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -15216,15 +15319,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (5760, 32768, 32768),
+                (5760, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [280]
+        # index: [283]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=38,
+            rank=39,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="ccbee94bf20",
@@ -15238,11 +15341,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4296, 1.0, -0.4139, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -15264,11 +15367,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [281]
+        # index: [284]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=39,
+            rank=40,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cf3af49378f",
@@ -15282,11 +15385,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.338, 1.0, -0.2149, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15309,11 +15412,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [282]
+        # index: [285]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=40,
+            rank=41,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c34181426db",
@@ -15327,11 +15430,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3593, 1.0, -0.4155, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -15350,14 +15453,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [283]
+        # index: [286]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=41,
+            rank=42,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
@@ -15371,11 +15476,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3495, 1.0, -0.4597, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15398,11 +15503,51 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [284]
+        # index: [287]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=42,
+            rank=43,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c96c7331b58",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.7561, 1.0, -0.5245, 1.0),
+                (4096, 14336, -0.599, 1.0, -0.3966, 1.0),
+                (6144, 4096, -0.5923, 1.0, -0.7259, 1.0),
+                (8192, 8192, -0.4222, 1.0, -0.318, 1.0),
+                (14336, 4096, -0.3626, 1.0, -0.2817, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
+            ),
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [288]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=44,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfa864bf771",
@@ -15416,11 +15561,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3197, 1.0, -0.4283, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -15442,29 +15587,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [285]
+        # index: [289]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=43,
+            rank=45,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c4a15955779",
             registers=168,
             smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.8491, 1.0, -0.6604, 1.0),
-                (4096, 14336, -0.6098, 1.0, -0.5351, 1.0),
-                (6144, 4096, -0.5408, 1.0, -0.744, 1.0),
-                (8192, 8192, -0.3886, 1.0, -0.3491, 1.0),
-                (14336, 4096, -0.3146, 1.0, -0.3712, 1.0),
+                (4096, 4096, -0.7401, 1.0, -0.6144, 1.0),
+                (4096, 14336, -0.5912, 1.0, -0.5004, 1.0),
+                (6144, 4096, -0.5429, 1.0, -0.7859, 1.0),
+                (8192, 8192, -0.3608, 1.0, -0.3373, 1.0),
+                (14336, 4096, -0.3075, 1.0, -0.3631, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5441, 1.0, 0.3518, 1.0),
-                (4096, 14336, 0.2522, 1.0, 0.1358, 1.0),
-                (6144, 4096, 0.3292, 1.0, 0.5014, 1.0),
-                (8192, 8192, 0.1227, 1.0, 0.0859, 1.0),
-                (14336, 4096, 0.1828, 1.0, 0.1859, 1.0),
+                (4096, 4096, 0.5069, 1.0, 0.3304, 1.0),
+                (4096, 14336, 0.2453, 1.0, 0.1192, 1.0),
+                (6144, 4096, 0.3298, 1.0, 0.5195, 1.0),
+                (8192, 8192, 0.111, 1.0, 0.0737, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1784, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -15480,7 +15625,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [286]
+        # index: [290]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15491,18 +15636,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6582, 1.0, -0.4495, 1.0),
-                (4096, 14336, -0.4379, 1.0, -0.2667, 1.0),
-                (6144, 4096, -0.7944, 1.0, -0.4718, 1.0),
-                (8192, 8192, -0.3092, 1.0, -0.0744, 1.0),
-                (14336, 4096, -0.4781, 1.0, -0.4117, 1.0),
+                (4096, 4096, -0.629, 1.0, -0.4258, 1.0),
+                (4096, 14336, -0.4196, 1.0, -0.1508, 1.0),
+                (6144, 4096, -0.8395, 1.0, -0.4516, 1.0),
+                (8192, 8192, -0.283, 1.0, -0.2052, 1.0),
+                (14336, 4096, -0.4775, 1.0, -0.4225, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -15519,7 +15664,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [287]
+        # index: [291]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15530,18 +15675,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.5262, 1.0, -0.4431, 1.0),
-                (4096, 14336, -0.1621, 1.0, -0.2632, 1.0),
-                (6144, 4096, -0.6328, 1.0, -0.3641, 1.0),
-                (8192, 8192, -0.0171, 1.0, -0.1946, 1.0),
-                (14336, 4096, -0.1485, 1.0, -0.3646, 1.0),
+                (4096, 4096, -0.4783, 1.0, -0.4147, 1.0),
+                (4096, 14336, -0.1304, 1.0, -0.2459, 1.0),
+                (6144, 4096, -0.6681, 1.0, -0.3763, 1.0),
+                (8192, 8192, 0.0043, 1.0, -0.2168, 1.0),
+                (14336, 4096, -0.1355, 1.0, -0.3548, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -15559,7 +15704,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [288]
+        # index: [292]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15570,18 +15715,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6715, 1.0, -0.5195, 1.0),
-                (4096, 14336, -0.474, 1.0, -0.3247, 1.0),
-                (6144, 4096, -0.8093, 1.0, -0.4143, 1.0),
-                (8192, 8192, -0.3248, 1.0, -0.1625, 1.0),
-                (14336, 4096, -0.4867, 1.0, -0.3393, 1.0),
+                (4096, 4096, -0.6362, 1.0, -0.4886, 1.0),
+                (4096, 14336, -0.4579, 1.0, -0.294, 1.0),
+                (6144, 4096, -0.8493, 1.0, -0.4018, 1.0),
+                (8192, 8192, -0.3672, 1.0, -0.1818, 1.0),
+                (14336, 4096, -0.4764, 1.0, -0.3289, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -15594,12 +15739,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 8192),
                 (1408, 1024, 8192),
-                (2048, 1024, 1024),
+                (2048, 1024, 1408),
                 (2880, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [289]
+        # index: [293]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15610,18 +15755,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.6685, 1.0, -0.2488, 1.0),
-                (4096, 14336, -0.4839, 1.0, -0.0417, 1.0),
-                (6144, 4096, -0.8166, 1.0, -0.2058, 1.0),
-                (8192, 8192, -0.4051, 1.0, 0.0202, 1.0),
-                (14336, 4096, -0.4995, 1.0, -0.1338, 1.0),
+                (4096, 4096, -0.6325, 1.0, -0.214, 1.0),
+                (4096, 14336, -0.4753, 1.0, -0.0077, 1.0),
+                (6144, 4096, -0.8555, 1.0, -0.2084, 1.0),
+                (8192, 8192, -0.4228, 1.0, 0.0031, 1.0),
+                (14336, 4096, -0.4872, 1.0, -0.1275, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -15638,67 +15783,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [290]
+        # index: [294]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=4,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="ce2e4d4c14f",
-            registers=52,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.6291, 1.0, -0.5079, 1.0),
-                (4096, 14336, -0.4347, 1.0, -0.3287, 1.0),
-                (6144, 4096, -0.7772, 1.0, -0.4537, 1.0),
-                (8192, 8192, -0.3775, 1.0, -0.1582, 1.0),
-                (14336, 4096, -0.4709, 1.0, -0.4957, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 16384),
-                (1408, 1024, 16384),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [291]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=5,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
             config_id="c1c5004278b",
             registers=79,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.644, 1.0, -0.2807, 1.0),
-                (4096, 14336, -0.4576, 1.0, -0.0416, 1.0),
-                (6144, 4096, -0.7632, 1.0, -0.214, 1.0),
-                (8192, 8192, -0.3798, 1.0, 0.0168, 1.0),
-                (14336, 4096, -0.4456, 1.0, -0.0942, 1.0),
+                (4096, 4096, -0.6032, 1.0, -0.2699, 1.0),
+                (4096, 14336, -0.4385, 1.0, -0.0258, 1.0),
+                (6144, 4096, -0.806, 1.0, -0.2117, 1.0),
+                (8192, 8192, -0.3886, 1.0, 0.0031, 1.0),
+                (14336, 4096, -0.437, 1.0, -0.0766, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -15716,7 +15823,45 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [292]
+        # index: [295]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=5,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ce2e4d4c14f",
+            registers=52,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.5958, 1.0, -0.5014, 1.0),
+                (4096, 14336, -0.385, 1.0, -0.3016, 1.0),
+                (6144, 4096, -0.818, 1.0, -0.4457, 1.0),
+                (8192, 8192, -0.3549, 1.0, -0.2038, 1.0),
+                (14336, 4096, -0.4588, 1.0, -0.4841, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 11584),
+                (1408, 1024, 11584),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [296]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15734,11 +15879,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2157, 1.0, 0.2004, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15754,6 +15899,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
+                (2048, 1024, 1024),
                 (2048, 8192, 32768),
                 (2880, 1024, 1024),
                 (2880, 5760, 32768),
@@ -15761,14 +15907,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 5760, 32768),
                 (5760, 1024, 1024),
                 (8192, 8192, 32768),
-                (11584, 1024, 32768),
+                (11584, 8192, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [293]
+        # index: [297]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15786,11 +15932,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2326, 1.0, 0.2186, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15807,16 +15953,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 8192, 32768),
+                (2880, 1024, 1024),
                 (2880, 8192, 32768),
+                (4096, 1024, 1024),
                 (4096, 8192, 32768),
-                (11584, 8192, 32768),
                 (16384, 1024, 32768),
-                (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [294]
+        # index: [298]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15834,11 +15980,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2447, 1.0, 0.2244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15858,12 +16004,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 8192, 32768),
                 (2880, 8192, 32768),
                 (4096, 16384, 32768),
-                (16384, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [295]
+        # index: [299]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15881,11 +16026,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.278, 1.0, 0.2487, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15902,13 +16047,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 1408),
                 (1408, 8192, 32768),
-                (2048, 11584, 16384),
-                (2048, 32768, 32768),
+                (2048, 11584, 32768),
                 (2880, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [296]
+        # index: [300]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15926,11 +16070,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2171, 1.0, 0.2014, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15946,15 +16090,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 1024),
-                (1408, 11584, 16384),
-                (1408, 32768, 32768),
+                (1408, 11584, 32768),
                 (2048, 16384, 16384),
                 (2048, 32768, 32768),
                 (2880, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [297]
+        # index: [301]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15972,11 +16115,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.24, 1.0, 0.2197, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -15993,10 +16136,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 1408),
                 (1024, 5760, 32768),
                 (1408, 11584, 16384),
+                (1408, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [298]
+        # index: [302]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16014,11 +16158,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1308, 1.0, -0.3074, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16041,7 +16185,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [299]
+        # index: [303]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16059,11 +16203,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2449, 1.0, 0.2252, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16078,10 +16222,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 5760, 32768),
+                (1408, 16384, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [300]
+        # index: [304]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16099,11 +16244,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2814, 1.0, 0.2503, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16121,7 +16266,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [301]
+        # index: [305]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16139,11 +16284,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.1481, 1.0, 0.1897, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16157,16 +16302,56 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 11584, 16384),
-                (1024, 32768, 32768),
+                (1024, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [302]
+        # index: [306]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=16,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="cd4f5b22aba",
+            registers=60,
+            smem_bytes=40960,
+            bias_terms=(
+                (4096, 4096, -0.3209, 1.0, -0.1552, 1.0),
+                (4096, 14336, -0.1838, 1.0, -0.0793, 1.0),
+                (6144, 4096, -0.1947, 1.0, -0.1144, 1.0),
+                (8192, 8192, -0.0461, 1.0, -0.0377, 1.0),
+                (14336, 4096, -0.0852, 1.0, -0.138, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 64),
+                ("block_k", 64),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
+                ("stages", 4),
+                ("split_k", 4),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 16384, 16384),
+                (1024, 32768, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [307]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=17,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c4ce6985cb8",
@@ -16180,11 +16365,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3096, 1.0, -0.2666, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -16206,46 +16391,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [303]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=17,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c9e7d2d8643",
-            registers=168,
-            smem_bytes=141312,
-            bias_terms=(
-                (4096, 4096, -0.241, 1.0, -0.0675, 1.0),
-                (4096, 14336, -0.1466, 1.0, -0.0626, 1.0),
-                (6144, 4096, -0.3328, 1.0, 0.0529, 1.0),
-                (8192, 8192, 0.0045, 1.0, 0.0297, 1.0),
-                (14336, 4096, 0.0455, 1.0, 0.0794, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
-            ),
-            tunables=(
-                ("block_m", 144),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 4),
-            ),
-            cells=(
-                (1024, 23168, 32768),
-                (1408, 23168, 32768),
-                (2048, 23168, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [304]
+        # index: [308]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16263,11 +16409,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4009, 1.0, -0.4627, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -16289,7 +16435,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [305]
+        # index: [309]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16307,11 +16453,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2911, 1.0, -0.2944, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16336,7 +16482,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [306]
+        # index: [310]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16354,11 +16500,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2341, 1.0, -0.3001, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16381,7 +16527,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [307]
+        # index: [311]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16399,11 +16545,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2802, 1.0, -0.3586, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16427,7 +16573,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [308]
+        # index: [312]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16445,11 +16591,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4899, 1.0, -0.5562, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -16465,13 +16611,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2048, 1024, 2048),
+                (2048, 1024, 2880),
                 (2880, 1024, 4096),
                 (4096, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [309]
+        # index: [313]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16482,18 +16628,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.532, 1.0, -0.4313, 1.0),
-                (4096, 14336, -0.3489, 1.0, -0.343, 1.0),
-                (6144, 4096, -0.706, 1.0, -0.2705, 1.0),
-                (8192, 8192, -0.2826, 1.0, -0.1234, 1.0),
-                (14336, 4096, -0.359, 1.0, -0.1819, 1.0),
+                (4096, 4096, -0.5061, 1.0, -0.3824, 1.0),
+                (4096, 14336, -0.3443, 1.0, -0.2538, 1.0),
+                (6144, 4096, -0.7526, 1.0, -0.3001, 1.0),
+                (8192, 8192, -0.2861, 1.0, -0.1355, 1.0),
+                (14336, 4096, -0.3629, 1.0, -0.1721, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -16504,14 +16650,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 23168),
+                (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 4096, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [310]
+        # index: [314]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16522,18 +16668,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=121,
             smem_bytes=209920,
             bias_terms=(
-                (4096, 4096, -0.7305, 1.0, 0.0416, 1.0),
-                (4096, 14336, -0.5972, 1.0, 0.0886, 1.0),
-                (6144, 4096, -0.8814, 1.0, 0.0986, 1.0),
-                (8192, 8192, -0.3836, 1.0, 0.1442, 1.0),
-                (14336, 4096, -0.4821, 1.0, 0.1467, 1.0),
+                (4096, 4096, -0.7012, 1.0, 0.0535, 1.0),
+                (4096, 14336, -0.5855, 1.0, 0.0928, 1.0),
+                (6144, 4096, -0.9357, 1.0, 0.1362, 1.0),
+                (8192, 8192, -0.3918, 1.0, 0.1112, 1.0),
+                (14336, 4096, -0.483, 1.0, 0.1589, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -16551,7 +16697,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [311]
+        # index: [315]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16562,18 +16708,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.6254, 1.0, -0.518, 1.0),
-                (4096, 14336, -0.4809, 1.0, -0.4248, 1.0),
-                (6144, 4096, -0.7659, 1.0, -0.3078, 1.0),
-                (8192, 8192, -0.373, 1.0, -0.2262, 1.0),
-                (14336, 4096, -0.387, 1.0, -0.299, 1.0),
+                (4096, 4096, -0.5834, 1.0, -0.5051, 1.0),
+                (4096, 14336, -0.461, 1.0, -0.4077, 1.0),
+                (6144, 4096, -0.8116, 1.0, -0.3343, 1.0),
+                (8192, 8192, -0.3681, 1.0, -0.2575, 1.0),
+                (14336, 4096, -0.3943, 1.0, -0.2912, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -16593,7 +16739,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [312]
+        # index: [316]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16604,18 +16750,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5584, 1.0, -0.4824, 1.0),
-                (4096, 14336, -0.3759, 1.0, -0.29, 1.0),
-                (6144, 4096, -0.6579, 1.0, -0.3585, 1.0),
-                (8192, 8192, -0.073, 1.0, -0.1818, 1.0),
-                (14336, 4096, -0.157, 1.0, -0.3821, 1.0),
+                (4096, 4096, -0.5271, 1.0, -0.4593, 1.0),
+                (4096, 14336, -0.3633, 1.0, -0.2609, 1.0),
+                (6144, 4096, -0.711, 1.0, -0.3721, 1.0),
+                (8192, 8192, -0.064, 1.0, -0.1723, 1.0),
+                (14336, 4096, -0.1483, 1.0, -0.356, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -16633,7 +16779,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [313]
+        # index: [317]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16644,18 +16790,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.6035, 1.0, -0.3276, 1.0),
-                (4096, 14336, -0.3576, 1.0, -0.1851, 1.0),
-                (6144, 4096, -0.6004, 1.0, -0.2165, 1.0),
-                (8192, 8192, -0.1636, 1.0, -0.0222, 1.0),
-                (14336, 4096, -0.2186, 1.0, -0.1366, 1.0),
+                (4096, 4096, -0.5573, 1.0, -0.3218, 1.0),
+                (4096, 14336, -0.3004, 1.0, -0.0945, 1.0),
+                (6144, 4096, -0.6992, 1.0, -0.2056, 1.0),
+                (8192, 8192, -0.1324, 1.0, -0.0342, 1.0),
+                (14336, 4096, -0.2005, 1.0, -0.13, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -16666,14 +16812,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 1408),
-                (2048, 2880, 11584),
-                (2880, 1024, 11584),
-                (4096, 1024, 11584),
+                (2048, 4096, 11584),
+                (2880, 2880, 11584),
+                (4096, 1408, 11584),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [314]
+        # index: [318]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16691,11 +16836,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3756, 1.0, -0.587, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16711,13 +16856,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2880, 1024, 1408),
-                (4096, 1024, 2048),
+                (2880, 1024, 2048),
+                (4096, 1024, 2880),
                 (5760, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [315]
+        # index: [319]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16735,11 +16880,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2272, 1.0, -0.3665, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16755,13 +16900,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2880, 2048, 32768),
+                (2880, 1408, 32768),
                 (4096, 1408, 32768),
                 (5760, 1408, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [316]
+        # index: [320]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16779,11 +16924,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2149, 1.0, -0.3792, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16806,7 +16951,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [317]
+        # index: [321]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16824,11 +16969,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2677, 1.0, -0.355, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16850,7 +16995,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [318]
+        # index: [322]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16861,18 +17006,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.5783, 1.0, -0.4677, 1.0),
-                (4096, 14336, -0.4479, 1.0, -0.4071, 1.0),
-                (6144, 4096, -0.6743, 1.0, -0.3449, 1.0),
-                (8192, 8192, -0.237, 1.0, -0.1893, 1.0),
-                (14336, 4096, -0.3295, 1.0, -0.1923, 1.0),
+                (4096, 4096, -0.5412, 1.0, -0.4632, 1.0),
+                (4096, 14336, -0.4214, 1.0, -0.3979, 1.0),
+                (6144, 4096, -0.7175, 1.0, -0.4047, 1.0),
+                (8192, 8192, -0.2381, 1.0, -0.1547, 1.0),
+                (14336, 4096, -0.3294, 1.0, -0.1755, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -16893,7 +17038,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [319]
+        # index: [323]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16904,18 +17049,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.6597, 1.0, -0.4744, 1.0),
-                (4096, 14336, -0.5233, 1.0, -0.419, 1.0),
-                (6144, 4096, -0.7697, 1.0, -0.4006, 1.0),
-                (8192, 8192, -0.2775, 1.0, -0.3469, 1.0),
-                (14336, 4096, -0.3291, 1.0, -0.3133, 1.0),
+                (4096, 4096, -0.6221, 1.0, -0.4607, 1.0),
+                (4096, 14336, -0.4922, 1.0, -0.4063, 1.0),
+                (6144, 4096, -0.8136, 1.0, -0.3875, 1.0),
+                (8192, 8192, -0.2437, 1.0, -0.3429, 1.0),
+                (14336, 4096, -0.3325, 1.0, -0.3098, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -16926,7 +17071,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (4096, 1024, 2880),
+                (4096, 1024, 2048),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -16936,52 +17081,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [320]
+        # index: [324]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=34,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c537006da26",
-            registers=168,
-            smem_bytes=165888,
-            bias_terms=(
-                (4096, 4096, -0.63, 1.0, -0.4399, 1.0),
-                (4096, 14336, -0.4969, 1.0, -0.3888, 1.0),
-                (6144, 4096, -0.7273, 1.0, -0.3666, 1.0),
-                (8192, 8192, -0.2569, 1.0, -0.3138, 1.0),
-                (14336, 4096, -0.3587, 1.0, -0.3399, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
-            ),
-            tunables=(
-                ("block_m", 192),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [321]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=35,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c05e6993f39",
@@ -16995,11 +17099,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4559, 1.0, -0.4027, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17024,7 +17128,48 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [322]
+        # index: [325]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=35,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c537006da26",
+            registers=168,
+            smem_bytes=165888,
+            bias_terms=(
+                (4096, 4096, -0.5914, 1.0, -0.4248, 1.0),
+                (4096, 14336, -0.4642, 1.0, -0.3744, 1.0),
+                (6144, 4096, -0.7695, 1.0, -0.353, 1.0),
+                (8192, 8192, -0.2371, 1.0, -0.3136, 1.0),
+                (14336, 4096, -0.3544, 1.0, -0.3398, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
+            ),
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [326]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -17035,18 +17180,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.6084, 1.0, -0.4094, 1.0),
-                (4096, 14336, -0.4713, 1.0, -0.3535, 1.0),
-                (6144, 4096, -0.7011, 1.0, -0.3427, 1.0),
-                (8192, 8192, -0.2751, 1.0, -0.2855, 1.0),
-                (14336, 4096, -0.3506, 1.0, -0.3255, 1.0),
+                (4096, 4096, -0.5699, 1.0, -0.3951, 1.0),
+                (4096, 14336, -0.4481, 1.0, -0.3465, 1.0),
+                (6144, 4096, -0.7424, 1.0, -0.3327, 1.0),
+                (8192, 8192, -0.2709, 1.0, -0.2856, 1.0),
+                (14336, 4096, -0.3481, 1.0, -0.3281, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 176),
@@ -17066,50 +17211,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [323]
+        # index: [327]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=37,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c4a15955779",
-            registers=168,
-            smem_bytes=182272,
-            bias_terms=(
-                (4096, 4096, -0.6604, 1.0, -0.4792, 1.0),
-                (4096, 14336, -0.5351, 1.0, -0.4266, 1.0),
-                (6144, 4096, -0.744, 1.0, -0.4043, 1.0),
-                (8192, 8192, -0.3491, 1.0, -0.3046, 1.0),
-                (14336, 4096, -0.3712, 1.0, -0.3582, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (5760, 2880, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [324]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c62cd169575",
@@ -17123,11 +17229,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3658, 1.0, -0.3677, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17143,16 +17249,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
+                (5760, 2880, 32768),
                 (8192, 1024, 5760),
                 (11584, 1024, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [325]
+        # index: [328]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=39,
+            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c41f0c287f8",
@@ -17166,11 +17273,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4129, 1.0, -0.403, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -17191,11 +17298,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [326]
+        # index: [329]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=40,
+            rank=39,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfa864bf771",
@@ -17209,11 +17316,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4283, 1.0, -0.3184, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -17237,11 +17344,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [327]
+        # index: [330]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=41,
+            rank=40,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c34181426db",
@@ -17255,11 +17362,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4155, 1.0, -0.3854, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -17283,7 +17390,47 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [328]
+        # index: [331]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=41,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c96c7331b58",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.5245, 1.0, -0.499, 1.0),
+                (4096, 14336, -0.3966, 1.0, -0.4395, 1.0),
+                (6144, 4096, -0.7259, 1.0, -0.4207, 1.0),
+                (8192, 8192, -0.318, 1.0, -0.3459, 1.0),
+                (14336, 4096, -0.2817, 1.0, -0.4294, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
+            ),
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [332]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -17294,18 +17441,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.6307, 1.0, -0.4261, 1.0),
-                (4096, 14336, -0.4641, 1.0, -0.361, 1.0),
-                (6144, 4096, -0.671, 1.0, -0.367, 1.0),
-                (8192, 8192, -0.1674, 1.0, -0.1861, 1.0),
-                (14336, 4096, -0.1692, 1.0, -0.268, 1.0),
+                (4096, 4096, -0.6275, 1.0, -0.4232, 1.0),
+                (4096, 14336, -0.463, 1.0, -0.358, 1.0),
+                (6144, 4096, -0.7294, 1.0, -0.3951, 1.0),
+                (8192, 8192, -0.1415, 1.0, -0.1852, 1.0),
+                (14336, 4096, -0.1525, 1.0, -0.2555, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -17319,15 +17466,52 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [329]
+        # index: [333]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=43,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cae350573ae",
+            registers=168,
+            smem_bytes=219136,
+            bias_terms=(
+                (4096, 4096, -0.5396, 1.0, -0.5121, 1.0),
+                (4096, 14336, -0.4132, 1.0, -0.4532, 1.0),
+                (6144, 4096, -0.7394, 1.0, -0.4358, 1.0),
+                (8192, 8192, -0.3294, 1.0, -0.3676, 1.0),
+                (14336, 4096, -0.2999, 1.0, -0.4512, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
+            ),
+            tunables=(
+                ("block_m", 168),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [334]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=44,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
@@ -17341,11 +17525,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4597, 1.0, -0.4022, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3518, 1.0, 0.1625, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.0338, 1.0),
-                (6144, 4096, 0.5014, 1.0, 0.1208, 1.0),
-                (8192, 8192, 0.0859, 1.0, 0.0267, 1.0),
-                (14336, 4096, 0.1859, 1.0, 0.1518, 1.0),
+                (4096, 4096, 0.3304, 1.0, 0.1579, 1.0),
+                (4096, 14336, 0.1192, 1.0, 0.0267, 1.0),
+                (6144, 4096, 0.5195, 1.0, 0.1145, 1.0),
+                (8192, 8192, 0.0737, 1.0, 0.0231, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1468, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17366,7 +17550,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [330]
+        # index: [335]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17384,11 +17568,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3074, 1.0, -0.299, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17415,7 +17599,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [331]
+        # index: [336]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17426,18 +17610,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.4431, 1.0, -0.2283, 1.0),
-                (4096, 14336, -0.2632, 1.0, -0.012, 1.0),
-                (6144, 4096, -0.3641, 1.0, -0.1865, 1.0),
-                (8192, 8192, -0.1946, 1.0, -0.0219, 1.0),
-                (14336, 4096, -0.3646, 1.0, -0.0754, 1.0),
+                (4096, 4096, -0.4147, 1.0, -0.2234, 1.0),
+                (4096, 14336, -0.2459, 1.0, -0.0123, 1.0),
+                (6144, 4096, -0.3763, 1.0, -0.1693, 1.0),
+                (8192, 8192, -0.2168, 1.0, -0.0074, 1.0),
+                (14336, 4096, -0.3548, 1.0, -0.0568, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -17448,13 +17632,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 5760),
-                (1408, 1024, 5760),
+                (1024, 1024, 4096),
+                (1408, 1024, 4096),
                 (2048, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [332]
+        # index: [337]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17465,18 +17649,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4313, 1.0, -0.3588, 1.0),
-                (4096, 14336, -0.343, 1.0, -0.3388, 1.0),
-                (6144, 4096, -0.2705, 1.0, -0.3326, 1.0),
-                (8192, 8192, -0.1234, 1.0, -0.146, 1.0),
-                (14336, 4096, -0.1819, 1.0, -0.2065, 1.0),
+                (4096, 4096, -0.3824, 1.0, -0.3699, 1.0),
+                (4096, 14336, -0.2538, 1.0, -0.3355, 1.0),
+                (6144, 4096, -0.3001, 1.0, -0.3209, 1.0),
+                (8192, 8192, -0.1355, 1.0, -0.1471, 1.0),
+                (14336, 4096, -0.1721, 1.0, -0.1905, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -17490,12 +17674,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
-                (2880, 1024, 1024),
                 (2880, 2048, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [333]
+        # index: [338]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17513,11 +17696,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4627, 1.0, -0.3865, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -17540,7 +17723,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [334]
+        # index: [339]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17551,18 +17734,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=72,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4495, 1.0, -0.1664, 1.0),
-                (4096, 14336, -0.2667, 1.0, -0.029, 1.0),
-                (6144, 4096, -0.4718, 1.0, -0.1849, 1.0),
-                (8192, 8192, -0.0744, 1.0, -0.0044, 1.0),
-                (14336, 4096, -0.4117, 1.0, -0.0449, 1.0),
+                (4096, 4096, -0.4258, 1.0, -0.1758, 1.0),
+                (4096, 14336, -0.1508, 1.0, -0.0259, 1.0),
+                (6144, 4096, -0.4516, 1.0, -0.1695, 1.0),
+                (8192, 8192, -0.2052, 1.0, 0.0101, 1.0),
+                (14336, 4096, -0.4225, 1.0, -0.0214, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -17578,7 +17761,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [335]
+        # index: [340]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17589,18 +17772,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=89,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4824, 1.0, -0.2044, 1.0),
-                (4096, 14336, -0.2661, 1.0, -0.0016, 1.0),
-                (6144, 4096, -0.3605, 1.0, -0.1595, 1.0),
-                (8192, 8192, -0.1495, 1.0, 0.0303, 1.0),
-                (14336, 4096, -0.3454, 1.0, 0.0126, 1.0),
+                (4096, 4096, -0.4607, 1.0, -0.1912, 1.0),
+                (4096, 14336, -0.2472, 1.0, 0.0217, 1.0),
+                (6144, 4096, -0.3818, 1.0, -0.1358, 1.0),
+                (8192, 8192, -0.1877, 1.0, 0.0404, 1.0),
+                (14336, 4096, -0.3314, 1.0, 0.0349, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 104),
@@ -17617,7 +17800,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [336]
+        # index: [341]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17635,11 +17818,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2004, 1.0, 0.2746, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17654,12 +17837,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 32768),
+                (1408, 1024, 2880),
+                (1408, 5760, 32768),
                 (2048, 1024, 1024),
+                (2880, 1024, 1024),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [337]
+        # index: [342]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17677,11 +17862,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2186, 1.0, 0.2969, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17701,7 +17886,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [338]
+        # index: [343]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17719,11 +17904,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2244, 1.0, 0.2924, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17743,7 +17928,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [339]
+        # index: [344]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17761,11 +17946,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2487, 1.0, 0.3193, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17781,11 +17966,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 1024),
-                (1408, 16384, 16384),
+                (1408, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [340]
+        # index: [345]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17803,11 +17988,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2014, 1.0, 0.2755, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17825,7 +18010,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [341]
+        # index: [346]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17843,11 +18028,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2197, 1.0, 0.2978, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17861,12 +18046,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 16384),
-                (1024, 32768, 32768),
+                (1024, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [342]
+        # index: [347]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17884,11 +18068,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2666, 1.0, -0.1709, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -17907,10 +18091,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 2880, 32768),
                 (1408, 2880, 32768),
                 (2048, 2880, 32768),
+                (16384, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [343]
+        # index: [348]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17928,11 +18113,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2252, 1.0, 0.2938, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -17947,10 +18132,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 4096, 8192),
+                (1024, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [344]
+        # index: [349]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -17961,18 +18147,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=141312,
             bias_terms=(
-                (4096, 4096, -0.1923, 1.0, -0.1048, 1.0),
-                (4096, 14336, -0.2001, 1.0, -0.1082, 1.0),
-                (6144, 4096, -0.1326, 1.0, -0.1096, 1.0),
-                (8192, 8192, -0.0894, 1.0, -0.0707, 1.0),
-                (14336, 4096, -0.1471, 1.0, -0.04, 1.0),
+                (4096, 4096, -0.171, 1.0, -0.1166, 1.0),
+                (4096, 14336, -0.1883, 1.0, -0.1062, 1.0),
+                (6144, 4096, -0.1155, 1.0, -0.0878, 1.0),
+                (8192, 8192, -0.089, 1.0, -0.0454, 1.0),
+                (14336, 4096, -0.1418, 1.0, -0.0195, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -17983,14 +18169,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1024, 5760, 23168),
+                (1024, 5760, 11584),
                 (1408, 4096, 32768),
                 (2048, 5760, 32768),
-                (2880, 8192, 32768),
+                (2880, 8192, 23168),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [345]
+        # index: [350]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -18008,11 +18194,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2503, 1.0, 0.3199, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18026,11 +18212,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 8192, 8192),
+                (1024, 5760, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [346]
+        # index: [351]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -18048,11 +18234,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3586, 1.0, -0.2353, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18068,13 +18254,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 11584, 32768),
-                (1408, 8192, 32768),
-                (2048, 11584, 32768),
+                (1024, 8192, 32768),
+                (1408, 5760, 32768),
+                (2048, 8192, 32768),
+                (2880, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [347]
+        # index: [352]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -18092,11 +18279,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2944, 1.0, -0.2824, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18121,49 +18308,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [348]
+        # index: [353]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=18,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c9561c11008",
-            registers=168,
-            smem_bytes=174080,
-            bias_terms=(
-                (4096, 4096, -0.1465, 1.0, 0.0137, 1.0),
-                (4096, 14336, -0.1423, 1.0, -0.115, 1.0),
-                (6144, 4096, -0.0505, 1.0, 0.0589, 1.0),
-                (8192, 8192, -0.0519, 1.0, -0.0118, 1.0),
-                (14336, 4096, 0.0051, 1.0, 0.1363, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
-            ),
-            tunables=(
-                ("block_m", 208),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 3),
-            ),
-            cells=(
-                (1024, 23168, 32768),
-                (1408, 23168, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [349]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=19,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
@@ -18177,11 +18326,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5562, 1.0, -0.4761, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -18197,18 +18346,19 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (1408, 1024, 2880),
+                (1408, 1024, 4096),
                 (2048, 1024, 4096),
                 (2880, 1024, 2880),
-                (4096, 1024, 2880),
+                (4096, 1024, 1408),
+                (4096, 2880, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [350]
+        # index: [354]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=20,
+            rank=19,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
@@ -18222,11 +18372,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.587, 1.0, -0.5277, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18245,34 +18395,34 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 4096),
                 (2048, 1024, 4096),
                 (2880, 1024, 2880),
-                (4096, 1024, 2880),
+                (4096, 1024, 2048),
                 (5760, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [351]
+        # index: [355]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=21,
+            rank=20,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cb530ae64c0",
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4824, 1.0, -0.381, 1.0),
-                (4096, 14336, -0.29, 1.0, -0.3485, 1.0),
-                (6144, 4096, -0.3585, 1.0, -0.3074, 1.0),
-                (8192, 8192, -0.1818, 1.0, -0.1452, 1.0),
-                (14336, 4096, -0.3821, 1.0, -0.1622, 1.0),
+                (4096, 4096, -0.4593, 1.0, -0.398, 1.0),
+                (4096, 14336, -0.2609, 1.0, -0.3337, 1.0),
+                (6144, 4096, -0.3721, 1.0, -0.3126, 1.0),
+                (8192, 8192, -0.1723, 1.0, -0.1511, 1.0),
+                (14336, 4096, -0.356, 1.0, -0.1386, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -18283,16 +18433,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1408, 1408, 11584),
-                (2048, 1408, 8192),
+                (1408, 1408, 8192),
+                (2048, 1408, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [352]
+        # index: [356]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=22,
+            rank=21,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cbb0ccde4b7",
@@ -18306,11 +18456,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3793, 1.0, -0.313, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18329,33 +18479,32 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 2880, 32768),
                 (2048, 2880, 32768),
                 (2880, 4096, 32768),
-                (4096, 4096, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [353]
+        # index: [357]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=23,
+            rank=22,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c8bf147502e",
             registers=168,
             smem_bytes=174080,
             bias_terms=(
-                (4096, 4096, -0.2535, 1.0, -0.1048, 1.0),
-                (4096, 14336, -0.2864, 1.0, -0.2064, 1.0),
-                (6144, 4096, -0.1803, 1.0, -0.0918, 1.0),
-                (8192, 8192, -0.1224, 1.0, -0.1174, 1.0),
-                (14336, 4096, -0.1402, 1.0, -0.0176, 1.0),
+                (4096, 4096, -0.2302, 1.0, -0.0997, 1.0),
+                (4096, 14336, -0.2725, 1.0, -0.2064, 1.0),
+                (6144, 4096, -0.1491, 1.0, -0.0797, 1.0),
+                (8192, 8192, -0.1115, 1.0, -0.1157, 1.0),
+                (14336, 4096, -0.1248, 1.0, -0.009, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -18368,15 +18517,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1408, 4096, 32768),
                 (2048, 5760, 32768),
-                (2880, 16384, 32768),
+                (2880, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [354]
+        # index: [358]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=24,
+            rank=23,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c0fc9dba2b0",
@@ -18390,11 +18539,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3797, 1.0, -0.3067, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18415,33 +18564,32 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [355]
+        # index: [359]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=25,
+            rank=24,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c537006da26",
             registers=168,
             smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -0.4399, 1.0, -0.3649, 1.0),
-                (4096, 14336, -0.3888, 1.0, -0.3827, 1.0),
-                (6144, 4096, -0.3666, 1.0, -0.35, 1.0),
-                (8192, 8192, -0.3138, 1.0, -0.2948, 1.0),
-                (14336, 4096, -0.3399, 1.0, -0.2605, 1.0),
+                (4096, 4096, -0.4248, 1.0, -0.3861, 1.0),
+                (4096, 14336, -0.3744, 1.0, -0.3804, 1.0),
+                (6144, 4096, -0.353, 1.0, -0.3357, 1.0),
+                (8192, 8192, -0.3136, 1.0, -0.2725, 1.0),
+                (14336, 4096, -0.3398, 1.0, -0.241, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -18454,16 +18602,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 32768),
+                (4096, 2048, 32768),
                 (5760, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [356]
+        # index: [360]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=26,
+            rank=25,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c9117f86679",
@@ -18477,11 +18625,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3868, 1.0, -0.3142, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18503,29 +18651,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [357]
+        # index: [361]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=27,
+            rank=26,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cc176767297",
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.518, 1.0, -0.267, 1.0),
-                (4096, 14336, -0.4248, 1.0, -0.1753, 1.0),
-                (6144, 4096, -0.3078, 1.0, -0.2159, 1.0),
-                (8192, 8192, -0.2262, 1.0, -0.0811, 1.0),
-                (14336, 4096, -0.299, 1.0, -0.0954, 1.0),
+                (4096, 4096, -0.5051, 1.0, -0.2911, 1.0),
+                (4096, 14336, -0.4077, 1.0, -0.1592, 1.0),
+                (6144, 4096, -0.3343, 1.0, -0.2032, 1.0),
+                (8192, 8192, -0.2575, 1.0, -0.0714, 1.0),
+                (14336, 4096, -0.2912, 1.0, -0.0753, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 112),
@@ -18538,33 +18686,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 32768),
+                (4096, 2048, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [358]
+        # index: [362]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=28,
+            rank=27,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c3a08963e55",
             registers=168,
             smem_bytes=211968,
             bias_terms=(
-                (4096, 4096, -0.4562, 1.0, -0.3933, 1.0),
-                (4096, 14336, -0.4046, 1.0, -0.4026, 1.0),
-                (6144, 4096, -0.3874, 1.0, -0.3432, 1.0),
-                (8192, 8192, -0.3348, 1.0, -0.2372, 1.0),
-                (14336, 4096, -0.3084, 1.0, -0.2671, 1.0),
+                (4096, 4096, -0.444, 1.0, -0.4048, 1.0),
+                (4096, 14336, -0.3942, 1.0, -0.3986, 1.0),
+                (6144, 4096, -0.3772, 1.0, -0.321, 1.0),
+                (8192, 8192, -0.3358, 1.0, -0.2214, 1.0),
+                (14336, 4096, -0.3011, 1.0, -0.2426, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 200),
@@ -18586,11 +18734,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [359]
+        # index: [363]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=29,
+            rank=28,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c4932cae871",
@@ -18604,11 +18752,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3904, 1.0, -0.312, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -18635,29 +18783,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [360]
+        # index: [364]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=30,
+            rank=29,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cfb20e194d1",
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.4094, 1.0, -0.3513, 1.0),
-                (4096, 14336, -0.3535, 1.0, -0.3537, 1.0),
-                (6144, 4096, -0.3427, 1.0, -0.3332, 1.0),
-                (8192, 8192, -0.2855, 1.0, -0.2927, 1.0),
-                (14336, 4096, -0.3255, 1.0, -0.2572, 1.0),
+                (4096, 4096, -0.3951, 1.0, -0.364, 1.0),
+                (4096, 14336, -0.3465, 1.0, -0.3512, 1.0),
+                (6144, 4096, -0.3327, 1.0, -0.3201, 1.0),
+                (8192, 8192, -0.2856, 1.0, -0.2922, 1.0),
+                (14336, 4096, -0.3281, 1.0, -0.25, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 176),
@@ -18670,38 +18818,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (2880, 1024, 32768),
                 (4096, 1024, 1408),
-                (4096, 32768, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
+                (4096, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [361]
+        # index: [365]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=31,
+            rank=30,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cd017f6404d",
             registers=168,
             smem_bytes=141312,
             bias_terms=(
-                (4096, 4096, -0.3998, 1.0, -0.2875, 1.0),
-                (4096, 14336, -0.3344, 1.0, -0.2641, 1.0),
-                (6144, 4096, -0.314, 1.0, -0.2812, 1.0),
-                (8192, 8192, -0.227, 1.0, -0.2234, 1.0),
-                (14336, 4096, -0.3324, 1.0, -0.1953, 1.0),
+                (4096, 4096, -0.3881, 1.0, -0.2898, 1.0),
+                (4096, 14336, -0.3231, 1.0, -0.2478, 1.0),
+                (6144, 4096, -0.3503, 1.0, -0.2643, 1.0),
+                (8192, 8192, -0.2453, 1.0, -0.1856, 1.0),
+                (14336, 4096, -0.3263, 1.0, -0.1737, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -18712,16 +18855,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2880, 1024, 11584),
-                (5760, 2048, 32768),
+                (2880, 1024, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [362]
+        # index: [366]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=32,
+            rank=31,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c34181426db",
@@ -18735,11 +18877,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3854, 1.0, -0.324, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -18765,11 +18907,99 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [363]
+        # index: [367]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=32,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ca81defb6d1",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.455, 1.0, -0.4161, 1.0),
+                (4096, 14336, -0.3779, 1.0, -0.3654, 1.0),
+                (6144, 4096, -0.353, 1.0, -0.3662, 1.0),
+                (8192, 8192, -0.3083, 1.0, -0.3356, 1.0),
+                (14336, 4096, -0.3767, 1.0, -0.3022, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 1408),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [368]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=33,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce075fa6ffb",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.4656, 1.0, -0.4063, 1.0),
+                (4096, 14336, -0.3885, 1.0, -0.3637, 1.0),
+                (6144, 4096, -0.3786, 1.0, -0.3871, 1.0),
+                (8192, 8192, -0.2929, 1.0, -0.3306, 1.0),
+                (14336, 4096, -0.3735, 1.0, -0.2975, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 16384),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [369]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=34,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cf3af49378f",
@@ -18783,11 +19013,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3792, 1.0, -0.2974, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18813,57 +19043,96 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [364]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=34,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="ce075fa6ffb",
-            registers=168,
-            smem_bytes=227328,
-            bias_terms=(
-                (4096, 4096, -0.4656, 1.0, -0.4063, 1.0),
-                (4096, 14336, -0.3885, 1.0, -0.3637, 1.0),
-                (6144, 4096, -0.3786, 1.0, -0.3871, 1.0),
-                (8192, 8192, -0.2929, 1.0, -0.3306, 1.0),
-                (14336, 4096, -0.3735, 1.0, -0.2975, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 224),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (4096, 1024, 23168),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [365]
+        # index: [370]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=35,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c96c7331b58",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.499, 1.0, -0.3749, 1.0),
+                (4096, 14336, -0.4395, 1.0, -0.3657, 1.0),
+                (6144, 4096, -0.4207, 1.0, -0.3394, 1.0),
+                (8192, 8192, -0.3459, 1.0, -0.3341, 1.0),
+                (14336, 4096, -0.4294, 1.0, -0.2601, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
+            ),
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 32768),
+                (5760, 2048, 32768),
+                (8192, 1024, 2048),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [371]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=36,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cae350573ae",
+            registers=168,
+            smem_bytes=219136,
+            bias_terms=(
+                (4096, 4096, -0.5121, 1.0, -0.3866, 1.0),
+                (4096, 14336, -0.4532, 1.0, -0.385, 1.0),
+                (6144, 4096, -0.4358, 1.0, -0.3576, 1.0),
+                (8192, 8192, -0.3676, 1.0, -0.354, 1.0),
+                (14336, 4096, -0.4512, 1.0, -0.2778, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
+            ),
+            tunables=(
+                ("block_m", 168),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [372]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=37,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c41f0c287f8",
@@ -18877,11 +19146,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.403, 1.0, -0.3287, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -18906,11 +19175,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [366]
+        # index: [373]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=36,
+            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c05e6993f39",
@@ -18924,11 +19193,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4027, 1.0, -0.3133, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18946,64 +19215,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 2048),
-                (11584, 8192, 32768),
+                (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [367]
+        # index: [374]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=37,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c6f7f84261b",
-            registers=168,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.402, 1.0, -0.3457, 1.0),
-                (4096, 14336, -0.3139, 1.0, -0.3153, 1.0),
-                (6144, 4096, -0.3471, 1.0, -0.289, 1.0),
-                (8192, 8192, -0.2619, 1.0, -0.2739, 1.0),
-                (14336, 4096, -0.3151, 1.0, -0.2387, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
-            ),
-            tunables=(
-                ("block_m", 256),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [368]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=38,
+            rank=39,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfa864bf771",
@@ -19017,11 +19240,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3184, 1.0, -0.2389, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -19045,11 +19268,57 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [369]
+        # index: [375]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=39,
+            rank=40,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c6f7f84261b",
+            registers=168,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.402, 1.0, -0.3457, 1.0),
+                (4096, 14336, -0.3139, 1.0, -0.3153, 1.0),
+                (6144, 4096, -0.3471, 1.0, -0.289, 1.0),
+                (8192, 8192, -0.2619, 1.0, -0.2739, 1.0),
+                (14336, 4096, -0.3151, 1.0, -0.2387, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
+            ),
+            tunables=(
+                ("block_m", 256),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 8192),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [376]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=41,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cc4aac1e901",
@@ -19063,11 +19332,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3787, 1.0, -0.3065, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19083,19 +19352,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (8192, 1024, 2048),
-                (11584, 1024, 5760),
-                (11584, 23168, 32768),
+                (11584, 1024, 32768),
                 (16384, 1024, 32768),
+                (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [370]
+        # index: [377]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=40,
+            rank=42,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
@@ -19109,11 +19377,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4022, 1.0, -0.3143, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
+                (4096, 4096, 0.1579, 1.0, 0.0608, 1.0),
+                (4096, 14336, 0.0267, 1.0, -0.021, 1.0),
+                (6144, 4096, 0.1145, 1.0, 0.0583, 1.0),
+                (8192, 8192, 0.0231, 1.0, -0.0113, 1.0),
+                (14336, 4096, 0.1468, 1.0, 0.0044, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19129,92 +19397,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (11584, 2880, 5760),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [371]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=41,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cd05bed69ad",
-            registers=168,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -0.4744, 1.0, -0.3196, 1.0),
-                (4096, 14336, -0.419, 1.0, -0.3195, 1.0),
-                (6144, 4096, -0.4006, 1.0, -0.3009, 1.0),
-                (8192, 8192, -0.3469, 1.0, -0.2756, 1.0),
-                (14336, 4096, -0.3133, 1.0, -0.2204, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
-            ),
-            tunables=(
-                ("block_m", 208),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (11584, 8192, 16384),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [372]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=42,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c4a15955779",
-            registers=168,
-            smem_bytes=182272,
-            bias_terms=(
-                (4096, 4096, -0.4792, 1.0, -0.3699, 1.0),
-                (4096, 14336, -0.4266, 1.0, -0.3746, 1.0),
-                (6144, 4096, -0.4043, 1.0, -0.333, 1.0),
-                (8192, 8192, -0.3046, 1.0, -0.3412, 1.0),
-                (14336, 4096, -0.3582, 1.0, -0.2884, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1625, 1.0, 0.0629, 1.0),
-                (4096, 14336, 0.0338, 1.0, -0.0173, 1.0),
-                (6144, 4096, 0.1208, 1.0, 0.0658, 1.0),
-                (8192, 8192, 0.0267, 1.0, -0.0055, 1.0),
-                (14336, 4096, 0.1518, 1.0, 0.011, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [373]
+        # index: [378]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19232,11 +19420,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.5277, 1.0, -0.6087, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19259,7 +19447,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [374]
+        # index: [379]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19277,11 +19465,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2974, 1.0, -0.3688, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19307,7 +19495,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [375]
+        # index: [380]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19325,11 +19513,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.4761, 1.0, -0.5552, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -19351,7 +19539,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [376]
+        # index: [381]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19369,11 +19557,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3142, 1.0, -0.3889, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19397,7 +19585,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [377]
+        # index: [382]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19415,11 +19603,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.299, 1.0, -0.3776, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19445,7 +19633,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [378]
+        # index: [383]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19463,11 +19651,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3067, 1.0, -0.3694, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19490,7 +19678,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [379]
+        # index: [384]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19508,11 +19696,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3865, 1.0, -0.4954, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -19533,7 +19721,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [380]
+        # index: [385]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19551,11 +19739,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2746, 1.0, 0.2072, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -19578,7 +19766,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [381]
+        # index: [386]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19596,11 +19784,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2969, 1.0, 0.2249, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -19621,7 +19809,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [382]
+        # index: [387]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19639,11 +19827,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2924, 1.0, 0.2215, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -19662,7 +19850,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [383]
+        # index: [388]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19680,11 +19868,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.3193, 1.0, 0.2436, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -19703,7 +19891,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [384]
+        # index: [389]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19721,11 +19909,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, 0.2755, 1.0, 0.2076, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -19746,7 +19934,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [385]
+        # index: [390]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19764,11 +19952,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.1709, 1.0, -0.3216, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -19791,7 +19979,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [386]
+        # index: [391]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19809,11 +19997,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2913, 1.0, -0.3389, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19835,7 +20023,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [387]
+        # index: [392]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19853,11 +20041,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.313, 1.0, -0.3907, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19879,7 +20067,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [388]
+        # index: [393]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19897,11 +20085,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2353, 1.0, -0.3411, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19923,7 +20111,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [389]
+        # index: [394]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19941,11 +20129,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2446, 1.0, -0.3541, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19966,7 +20154,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [390]
+        # index: [395]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19984,11 +20172,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.312, 1.0, -0.3522, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20017,7 +20205,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [391]
+        # index: [396]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20035,11 +20223,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3065, 1.0, -0.3672, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20067,7 +20255,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [392]
+        # index: [397]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20085,11 +20273,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.251, 1.0, -0.3529, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20109,7 +20297,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [393]
+        # index: [398]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20127,11 +20315,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3095, 1.0, -0.3805, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20152,7 +20340,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [394]
+        # index: [399]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20170,11 +20358,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3287, 1.0, -0.3597, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20202,7 +20390,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [395]
+        # index: [400]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20220,11 +20408,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2323, 1.0, -0.3048, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -20252,7 +20440,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [396]
+        # index: [401]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20270,11 +20458,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3037, 1.0, -0.3716, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20299,7 +20487,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [397]
+        # index: [402]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20317,11 +20505,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2824, 1.0, -0.3344, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20342,7 +20530,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [398]
+        # index: [403]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20360,11 +20548,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2387, 1.0, -0.3062, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -20391,7 +20579,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [399]
+        # index: [404]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20409,11 +20597,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3143, 1.0, -0.3714, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20440,7 +20628,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [400]
+        # index: [405]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20458,11 +20646,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3023, 1.0, -0.3782, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20484,7 +20672,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [401]
+        # index: [406]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20502,11 +20690,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2975, 1.0, -0.3623, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20528,7 +20716,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [402]
+        # index: [407]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20546,11 +20734,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3308, 1.0, -0.3619, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20576,7 +20764,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [403]
+        # index: [408]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20594,11 +20782,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.2389, 1.0, -0.296, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -20624,7 +20812,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [404]
+        # index: [409]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20642,11 +20830,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.324, 1.0, -0.3475, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20669,7 +20857,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [405]
+        # index: [410]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20687,11 +20875,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3, 1.0, -0.3692, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20713,7 +20901,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [406]
+        # index: [411]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20731,11 +20919,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.3356, 1.0, -0.3657, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20758,7 +20946,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [407]
+        # index: [412]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20776,11 +20964,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (14336, 4096, -0.235, 1.0, -0.3092, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0629, 1.0, 0.0195, 1.0),
-                (4096, 14336, -0.0173, 1.0, -0.0311, 1.0),
-                (6144, 4096, 0.0658, 1.0, 0.0202, 1.0),
-                (8192, 8192, -0.0055, 1.0, -0.0221, 1.0),
-                (14336, 4096, 0.011, 1.0, 0.0087, 1.0),
+                (4096, 4096, 0.0608, 1.0, 0.0195, 1.0),
+                (4096, 14336, -0.021, 1.0, -0.0311, 1.0),
+                (6144, 4096, 0.0583, 1.0, 0.0202, 1.0),
+                (8192, 8192, -0.0113, 1.0, -0.0221, 1.0),
+                (14336, 4096, 0.0044, 1.0, 0.0087, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -20801,7 +20989,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [408]
+        # index: [413]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -20847,7 +21035,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [409]
+        # index: [414]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -20896,7 +21084,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [410]
+        # index: [415]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -20946,7 +21134,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [411]
+        # index: [416]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -20996,7 +21184,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [412]
+        # index: [417]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21040,7 +21228,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [413]
+        # index: [418]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21088,7 +21276,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [414]
+        # index: [419]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21134,7 +21322,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [415]
+        # index: [420]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21180,7 +21368,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [416]
+        # index: [421]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21228,7 +21416,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [417]
+        # index: [422]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21281,7 +21469,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [418]
+        # index: [423]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21331,7 +21519,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [419]
+        # index: [424]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21374,7 +21562,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [420]
+        # index: [425]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21418,7 +21606,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [421]
+        # index: [426]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21460,7 +21648,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [422]
+        # index: [427]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21505,7 +21693,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [423]
+        # index: [428]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21552,7 +21740,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [424]
+        # index: [429]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21599,7 +21787,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [425]
+        # index: [430]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21643,7 +21831,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [426]
+        # index: [431]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21694,7 +21882,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [427]
+        # index: [432]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21744,7 +21932,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [428]
+        # index: [433]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21788,7 +21976,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [429]
+        # index: [434]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21834,7 +22022,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [430]
+        # index: [435]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21879,7 +22067,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [431]
+        # index: [436]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21926,7 +22114,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [432]
+        # index: [437]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21973,7 +22161,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [433]
+        # index: [438]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22021,7 +22209,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [434]
+        # index: [439]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22065,7 +22253,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [435]
+        # index: [440]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22109,7 +22297,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [436]
+        # index: [441]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22153,7 +22341,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [437]
+        # index: [442]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22193,7 +22381,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [438]
+        # index: [443]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22233,7 +22421,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [439]
+        # index: [444]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22278,7 +22466,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [440]
+        # index: [445]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22324,7 +22512,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [441]
+        # index: [446]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22376,7 +22564,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [442]
+        # index: [447]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22430,7 +22618,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [443]
+        # index: [448]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22476,7 +22664,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [444]
+        # index: [449]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22522,7 +22710,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [445]
+        # index: [450]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22569,7 +22757,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [446]
+        # index: [451]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22615,7 +22803,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [447]
+        # index: [452]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22659,7 +22847,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [448]
+        # index: [453]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22703,7 +22891,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [449]
+        # index: [454]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22749,7 +22937,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [450]
+        # index: [455]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22795,7 +22983,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [451]
+        # index: [456]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22840,7 +23028,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [452]
+        # index: [457]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22885,7 +23073,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [453]
+        # index: [458]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22933,7 +23121,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [454]
+        # index: [459]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22979,7 +23167,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [455]
+        # index: [460]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23021,7 +23209,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [456]
+        # index: [461]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23072,7 +23260,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [457]
+        # index: [462]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23122,7 +23310,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [458]
+        # index: [463]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23172,7 +23360,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [459]
+        # index: [464]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23218,7 +23406,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [460]
+        # index: [465]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23262,7 +23450,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [461]
+        # index: [466]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23306,7 +23494,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [462]
+        # index: [467]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23348,7 +23536,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [463]
+        # index: [468]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23392,7 +23580,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [464]
+        # index: [469]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23439,7 +23627,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [465]
+        # index: [470]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23486,7 +23674,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [466]
+        # index: [471]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23529,7 +23717,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [467]
+        # index: [472]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23571,7 +23759,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [468]
+        # index: [473]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23615,7 +23803,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [469]
+        # index: [474]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23660,7 +23848,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [470]
+        # index: [475]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23704,7 +23892,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [471]
+        # index: [476]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23745,7 +23933,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [472]
+        # index: [477]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23785,7 +23973,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [473]
+        # index: [478]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23825,7 +24013,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [474]
+        # index: [479]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -23868,7 +24056,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [475]
+        # index: [480]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -23912,7 +24100,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [476]
+        # index: [481]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -23959,7 +24147,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [477]
+        # index: [482]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24011,7 +24199,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [478]
+        # index: [483]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24057,7 +24245,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [479]
+        # index: [484]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24104,7 +24292,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [480]
+        # index: [485]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24151,7 +24339,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [481]
+        # index: [486]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24195,7 +24383,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [482]
+        # index: [487]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24245,7 +24433,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [483]
+        # index: [488]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24295,7 +24483,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [484]
+        # index: [489]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24344,7 +24532,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [485]
+        # index: [490]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24391,7 +24579,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [486]
+        # index: [491]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24433,7 +24621,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [487]
+        # index: [492]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24478,7 +24666,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [488]
+        # index: [493]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24525,7 +24713,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [489]
+        # index: [494]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24571,7 +24759,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [490]
+        # index: [495]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24622,7 +24810,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [491]
+        # index: [496]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24669,7 +24857,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [492]
+        # index: [497]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24713,7 +24901,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [493]
+        # index: [498]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24763,7 +24951,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [494]
+        # index: [499]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24809,7 +24997,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [495]
+        # index: [500]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24856,7 +25044,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [496]
+        # index: [501]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24900,7 +25088,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [497]
+        # index: [502]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24943,7 +25131,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [498]
+        # index: [503]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24985,7 +25173,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [499]
+        # index: [504]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
