@@ -45,6 +45,7 @@ from tunetable.selector import (  # noqa: E402
     build_selector,
     cublas_seconds,
     load_table_measurements,
+    shared_yardstick,
 )
 
 Shape = tuple[int, int, int]
@@ -61,8 +62,10 @@ TOP_K = (3, 8)   # the best measured among the selector's k best predictions (wh
 
 
 def normalised(tables: list[TableMeasurements]) -> dict[Shape, dict[tuple[str, str], float]]:
-    """Per shape any table measured: (table, config id) -> median / same-shard cuBLAS median, over the tables
-    that measured it (gemm_wgmma_swap's shapes stop at a lower M than the others': params.yaml)."""
+    """Per shape any table measured: (table, config id) -> median / cuBLAS yardstick (the tables' rows pooled, in
+    each recording's session scale: tunetable.baseline), over the tables that measured it (gemm_wgmma_swap's
+    shapes stop at a lower M than the others': params.yaml)."""
+    tables = list(shared_yardstick(tables))
     shapes = set.union(*({s for s in t.times if s in t.cublas} for t in tables))
     return {shape: {(t.table, cid): ms / t.cublas[shape] for t in tables if shape in t.times and shape in t.cublas
                     for cid, ms in t.times[shape].items()}

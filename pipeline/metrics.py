@@ -5,7 +5,8 @@ holds M) names a configuration; its measured median at that shape (from the rank
 the table's time there. The metrics JSON feeds ``dvc metrics diff``; the CSV feeds ``dvc plots``.
 
 A dispatch list gets the same metrics: per shape its entry names a table and a configuration, and
-that table's ranked rows give the time and the cuBLAS median of the same shard (the list's basis).
+that table's ranked rows give the time and the cuBLAS median of the same shard (what every table's
+metrics report; the list was selected against the tables' shared yardstick, tunetable.baseline).
 
 "speedup" means one thing in every output: cuBLAS time / the table's time (> 1 beats cuBLAS);
 "slowdown_vs_best" is the table's time / the fastest measured at the shape (>= 1).
@@ -100,7 +101,7 @@ def dispatch_shape_results(
     """A dispatch list at every shape: the table its entry names, and that table's measured time there.
 
     ``ranked``: table name -> its ranked ok rows (polars). Times, cuBLAS and best come from the named
-    table's own rows at the shape (the same shard), as the list was selected. Each table's rows are split
+    table's own rows at the shape (the same shard), as every table's metrics report them. Each table's rows are split
     by shape once (per shape, a split of the whole table made thousands of shapes quadratic).
     """
     by_table: dict[str, dict[tuple[int, int, int], pl.DataFrame]] = {}

@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 import polars as pl
 
+from tunetable.baseline import pooled_baselines
 from tunetable.errors import TuneTableError
 from tunetable.manifest import Manifest, lookup, manifest_ranges
 from tunetable.rank import ranked_parameters, valid_time
@@ -265,11 +266,12 @@ def build_manifest(*, table: str, kernel: str, ranked: pl.DataFrame,
 # --- cross-family dispatch lists ---------------------------------------------------------------
 #
 # Per measured shape, each table's *selected* winner (the manifest entry covering the shape, i.e.
-# what the runtime runs) is judged by its speedup over the cuBLAS baseline of its own shard:
-# cuBLAS median / winner median. Two tables are usually measured in separate sessions; each
-# session's cuBLAS rows absorb that session's clocks and thermals, so the ratio compares across
-# sessions where raw medians would not. The table with the highest speedup serves the shape; a
-# tie (within the list's tie tolerance, exact by default) goes to the table listed first.
+# what the runtime runs) is judged by its speedup over the shape's cuBLAS yardstick: yardstick /
+# winner median. Two tables are usually measured in separate sessions; the yardstick pools every
+# table's cuBLAS row of the shape, in each recording's session scale (tunetable.baseline), so that
+# a session's clocks and thermals are corrected and one shard's cuBLAS mode (bimodal at some small
+# shapes) is not. The table with the highest speedup serves the shape; a tie (within the list's tie
+# tolerance, exact by default) goes to the table listed first.
 
 DISPATCH_KEYS = ("M", "M_END", "N", "K", "KERNEL", "TABLE", "CONFIG_ID")
 
@@ -286,7 +288,7 @@ class TableResults:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A table's selected winner at one measured shape, with the same shard's cuBLAS median."""
+    """A table's selected winner at one measured shape, with the shape's cuBLAS yardstick for its table."""
 
     table: str
     kernel: str
@@ -316,6 +318,21 @@ def table_candidates(*, results: TableResults) -> dict[tuple[int, int, int], Can
             candidates[(m, n, k)] = Candidate(table=results.name, kernel=str(entry.values["KERNEL"]),
                                               config_id=entry.config_id, median_ms=measured[0], cublas_ms=measured[1])
     return candidates
+
+
+def table_baselines(*, ranked: pl.DataFrame) -> dict[tuple[int, int, int], float]:
+    """(M, N, K) -> a table's cuBLAS median there (its shard's row), from its ranked rows."""
+    rows = eligible_rows(ranked=ranked).filter(pl.col("cublas_ms").is_not_null())
+    return {(int(m), int(n), int(k)): float(ms) for m, n, k, ms in rows.select("M", "N", "K", "cublas_ms").iter_rows()}
+
+
+def against_yardstick(*, candidates: dict[str, dict[tuple[int, int, int], Candidate]],
+                      baselines: dict[str, dict[tuple[int, int, int], float]]
+                      ) -> dict[str, dict[tuple[int, int, int], Candidate]]:
+    """The candidates with each cuBLAS median replaced by the yardstick the tables share (tunetable.baseline)."""
+    pooled = pooled_baselines(baselines=baselines)
+    return {name: {shape: replace(c, cublas_ms=pooled[name][shape]) for shape, c in per_table.items()}
+            for name, per_table in candidates.items()}
 
 
 def choose_tables(*, candidates: dict[str, dict[tuple[int, int, int], Candidate]], order: tuple[str, ...],
@@ -376,7 +393,8 @@ def dispatch_provenance(*, name: str, tables: list[TableResults],
     provenance: dict[str, Any] = {
         "table": name,
         "tables": ",".join(t.name for t in tables),
-        "basis": "cuBLAS median / selected winner median, both from the same shard",
+        "basis": "cuBLAS yardstick (every table's row of the shape pooled, in each recording's session scale) / "
+                 "selected winner median",
         "device": union("device"),
         "driver": union("driver"),
         "date": max(known) if known else "unknown",
@@ -394,14 +412,16 @@ def build_dispatch_manifest(*, name: str, tables: list[TableResults], tolerance:
     for results in tables:
         check_manifest_matches(results=results)
     order = tuple(t.name for t in tables)
-    chosen = choose_tables(candidates={t.name: table_candidates(results=t) for t in tables}, order=order,
-                           tolerance=tolerance)
+    candidates = against_yardstick(candidates={t.name: table_candidates(results=t) for t in tables},
+                                   baselines={t.name: table_baselines(ranked=t.ranked) for t in tables})
+    chosen = choose_tables(candidates=candidates, order=order, tolerance=tolerance)
     entries = dispatch_entries(chosen=chosen)
     defaults, own = split_defaults(entries=entries)
     tie = f"within {tolerance:g} (relative)" if tolerance else "exact ties"
     header = [f"tunetable dispatch manifest {name}: generated by `tunetable select --dispatch`; do not edit by hand.",
               (f"Per shape, the table ({', '.join(order)}) whose selected winner has the highest speedup over the "
-               f"cuBLAS baseline of its own shard; {tie} go to the table listed first.")]
+               f"shape's cuBLAS yardstick (every table's row pooled, in each recording's session scale); {tie} go to "
+               f"the table listed first.")]
     return manifest_text(header=header,
                          top={"provenance": dispatch_provenance(name=name, tables=tables, chosen=chosen)},
                          defaults=defaults, anchor="defaults", list_key="params", entries=own)

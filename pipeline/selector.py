@@ -7,13 +7,14 @@ What the runtime predicts (tunetable.kernels.runtime.selector) for a configurati
 The perf model (times the runtime's ``m_fit_factor``: ``model_function``) carries what
 depends on N and K (tiles, waves, split-K traffic) and on how M fills the tiles. ``bias_c`` is
 learned here from the recordings: at every measured shape of c's table, the residual
-``log(median / same-shard cuBLAS median) - log(model / floor)``; per recorded (N', K') those
+``log(median / cuBLAS yardstick) - log(model / floor)``; per recorded (N', K') those
 residuals are interpolated in log M (its term), and ``bias_c(M, N, K)`` is the mean of the terms,
 each weighted by e^-1 per octave of M beyond the Ms its (N', K') measured, times
 e^(-d / BIAS_NK_SCALE) at d octaves from (N, K) to (N', K') (None: 1, every (N', K') alike). The runtime's
 ``nk_closeness`` / ``nk_shares`` / ``nk_mean`` combine the terms for both the build and the runtime.
-Dividing by the cuBLAS median of the same shard puts both families on one yardstick, as the
-dispatch list does.
+The yardstick is each recording's cuBLAS rows pooled over every table that measured the shape, in that
+recording's session scale (``tunetable.baseline``), as the dispatch list compares tables: one shard's
+cuBLAS row can sit on either of two modes at some small shapes, and would move the families' biases apart.
 
 The anchors are the measured Ms of every table; between two anchors the bias is linear in log M.
 Each M range between anchors keeps, per point of an (N, K) lattice (1024 to 32768 in half octaves), a
@@ -40,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from tunetable.baseline import pooled_baselines
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import ShapeCandidate
@@ -116,7 +118,7 @@ class TableMeasurements:
     provenance: Mapping[str, Any]
     configs: tuple[SelectorConfig, ...]
     times: Mapping[Shape, Mapping[str, float]]   # shape -> config id -> median ms (ok rows only)
-    cublas: Mapping[Shape, float]                # shape -> cuBLAS median ms of the same shard
+    cublas: Mapping[Shape, float]                # shape -> cuBLAS median ms (the shard's, or a shared yardstick)
 
     def without(self, drop: Callable[[Shape], bool]) -> "TableMeasurements":
         """The same measurements minus every shape ``drop`` says (leave-out evaluation)."""
@@ -316,6 +318,12 @@ def load_table_measurements(*, root: Path, spec: Any) -> TableMeasurements:
                                     provenance=provenance(table=spec.name, ranked=ranked))
 
 
+def shared_yardstick(tables: Sequence[TableMeasurements]) -> tuple[TableMeasurements, ...]:
+    """The tables with each cuBLAS row replaced by the yardstick every table shares (``tunetable.baseline``)."""
+    pooled = pooled_baselines(baselines={table.table: table.cublas for table in tables})
+    return tuple(replace(table, cublas=pooled[table.table]) for table in tables)
+
+
 # --- the bias: what the recordings say about the model -----------------------------------------
 
 def anchors_of(tables: Sequence[TableMeasurements]) -> tuple[int, ...]:
@@ -407,7 +415,7 @@ def cublas_seconds(*, tables: Sequence[TableMeasurements], shape: Shape) -> floa
     distance to the shape's (N, K) in octaves (log2 N, log2 K): cuBLAS's efficiency follows N and K.
     """
     m, n, k = shape
-    terms = cublas_terms(tables=tables, m=m)
+    terms = cublas_terms(tables=shared_yardstick(tables), m=m)
     if not terms:
         return None
     near = near_terms(terms, n=n, k=k, scale=CUBLAS_NK_SCALE)
@@ -488,7 +496,8 @@ def term_arrays(*, groups_per_anchor: Sequence[Sequence[GroupTerm]],
 
 
 def selector_model(*, tables: Sequence[TableMeasurements]) -> SelectorModel:
-    """Every configuration of every table with its terms at every anchor."""
+    """Every configuration of every table with its terms at every anchor (against the shared cuBLAS yardstick)."""
+    tables = shared_yardstick(tables)
     anchors = anchors_of(tables)
     configs = tuple(config for table in tables for config in table.configs)
     models = tuple(config.model() for config in configs)
@@ -594,8 +603,9 @@ def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> 
     provenance: dict[str, Any] = {
         "table": name,
         "tables": ",".join(t.table for t in build.tables),
-        "basis": "log(median / same-shard cuBLAS) - log(perf model / roofline floor) per (N, K), linear in log M "
-                 "between anchors; at a shape their mean weighted by e^(-octaves beyond the (N, K)'s Ms) x "
+        "basis": "log(median / cuBLAS yardstick, the tables' rows pooled) - log(perf model / roofline floor) "
+                 "per (N, K), linear in log M between anchors; at a shape their mean weighted by "
+                 "e^(-octaves beyond the (N, K)'s Ms) x "
                  + (f"e^(-(N, K) distance in octaves / {BIAS_NK_SCALE})" if BIAS_NK_SCALE else "1 for every (N, K)")
                  + f" (cuBLAS: e^(-distance / {CUBLAS_NK_SCALE}))",
         "device": ",".join(devices),

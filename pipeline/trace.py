@@ -30,7 +30,8 @@ from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, SelectorSpec, TableSpec
 from tunetable.rank import read_parquet_file, read_ranked
 from tunetable.results import journal_of
-from tunetable.select import Candidate, choose_tables, data_hash
+from tunetable.baseline import pooled_baselines
+from tunetable.select import Candidate, choose_tables, data_hash, table_baselines
 
 GENERATED = "# Automatically generated from ["
 INDEX = re.compile(r"#\s*index:\s*\[(\d+)\]")
@@ -262,16 +263,22 @@ class TableSource:
 
 @dataclass(frozen=True)
 class Measured:
-    """A configuration's median and the cuBLAS median of the same shard."""
+    """A configuration's median, the cuBLAS yardstick it is compared against and the same shard's cuBLAS row."""
 
     median_ms: float
-    cublas_ms: float
+    cublas_ms: float            # the tables' shared yardstick at the shape (tunetable.baseline), else the shard's
     measured_key: str | None    # content key of the cuda run that measured it
+    shard_cublas_ms: float | None = None    # the same shard's cuBLAS row (None: the same as cublas_ms)
 
     @property
     def speedup(self) -> float:
-        """cuBLAS median / configuration median (the dispatch list's basis)."""
+        """cuBLAS yardstick / configuration median (the dispatch list's basis)."""
         return self.cublas_ms / self.median_ms
+
+    @property
+    def shard_speedup(self) -> float:
+        """The same shard's cuBLAS median / configuration median (what the shard's rows alone say)."""
+        return (self.shard_cublas_ms if self.shard_cublas_ms is not None else self.cublas_ms) / self.median_ms
 
 
 @dataclass(frozen=True)
@@ -369,8 +376,10 @@ def table_source(*, root: Path, spec: TableSpec) -> TableSource:
     return replace(source, data_hash=data_hash(ranked=source.ranked))
 
 
-def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str) -> Measured | None:
-    """A configuration's verified median at one shape and the same shard's cuBLAS median (None: not measured)."""
+def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str,
+             yardstick: Mapping[tuple[int, int, int], float] | None = None) -> Measured | None:
+    """A configuration's verified median at one shape and the cuBLAS median (None: not measured): the table's
+    ``yardstick`` at the shape when given (``select --dispatch``'s basis), else the same shard's."""
 
     if source.ranked is None:
         return None
@@ -381,17 +390,21 @@ def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str) -> 
         return None
     row = rows.row(0, named=True)
     key = row.get("measured_key")
-    return Measured(median_ms=float(row["median_ms"]), cublas_ms=float(row["cublas_ms"]),
-                    measured_key=str(key) if key is not None else None)
+    shard = float(row["cublas_ms"])
+    return Measured(median_ms=float(row["median_ms"]),
+                    cublas_ms=yardstick.get((m, n, k), shard) if yardstick is not None else shard,
+                    measured_key=str(key) if key is not None else None, shard_cublas_ms=shard)
 
 
-def _candidate(*, source: TableSource, entries: Sequence[ManifestEntry], m: int, n: int, k: int) -> CandidateAtM:
+def _candidate(*, source: TableSource, entries: Sequence[ManifestEntry], m: int, n: int, k: int,
+               yardstick: Mapping[tuple[int, int, int], float]) -> CandidateAtM:
     """What one table's manifest picks at a shape and its measurement (empty when no entry covers it)."""
     entry = lookup(entries, m=m, n=n, k=k)
     if entry is None:
         return CandidateAtM(table=source.table, entry_index=None, config_id=None, measured=None)
     return CandidateAtM(table=source.table, entry_index=entry.index, config_id=entry.config_id,
-                        measured=measured(source=source, m=m, n=n, k=k, config_id=entry.config_id))
+                        measured=measured(source=source, m=m, n=n, k=k, config_id=entry.config_id,
+                                          yardstick=yardstick))
 
 
 def rule_pick(*, candidates: Sequence[CandidateAtM], order: Sequence[str], tolerance: float) -> str | None:
@@ -416,13 +429,16 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
         raise TuneTableError(f"entry names table '{chosen}', not one of this list's tables ({', '.join(spec.tables)})",
                              path=spec.codegen.manifest, where=f"params[{index}]")
     sources = {name: table_source(root=root, spec=tables[name]) for name in spec.tables}
+    # The cuBLAS yardstick the tables share, as `select --dispatch` compares them (tunetable.baseline).
+    yardsticks = pooled_baselines(baselines={name: table_baselines(ranked=source.ranked) if source.ranked is not None
+                                             else {} for name, source in sources.items()})
     selected = {name: load_ranges(root / tables[name].codegen.manifest)[1] for name in spec.tables}
     m_values = sorted({m for name in spec.tables for m in tables[name].m_values_of(entry.n, entry.k)
                        if entry.m <= m < entry.m_end})
     decisions = []
     for m in m_values:
-        candidates = tuple(_candidate(source=sources[name], entries=selected[name], m=m, n=entry.n, k=entry.k)
-                           for name in spec.tables)
+        candidates = tuple(_candidate(source=sources[name], entries=selected[name], m=m, n=entry.n, k=entry.k,
+                                      yardstick=yardsticks[name]) for name in spec.tables)
         decisions.append(DecisionAtM(m=m, candidates=candidates,
                                      rule_pick=rule_pick(candidates=candidates, order=spec.tables,
                                                          tolerance=spec.tie_tolerance)))
@@ -440,7 +456,7 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
 #
 # A selector entry is one candidate of one M range. Its BIAS_TERMS come from the residuals of its
 # configuration in its table's recording (pipeline/selector.py): per (N, K), the measured median over
-# the same shard's cuBLAS median against the perf model, at the range's end anchors, with its weight.
+# the tables' shared cuBLAS yardstick against the perf model, at the range's end anchors, with its weight.
 
 
 @dataclass(frozen=True)
@@ -553,7 +569,10 @@ def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, Table
     if table not in spec.tables:
         raise TuneTableError(f"entry names table '{table}', not one of the selector's ({', '.join(spec.tables)})",
                              path=spec.codegen.manifest, where=f"params[{index}]")
-    measurements = building.load_table_measurements(root=root, spec=tables[table])
+    # Every table of the selector: the bias is against the cuBLAS yardstick they share (tunetable.baseline).
+    shared = building.shared_yardstick([building.load_table_measurements(root=root, spec=tables[name])
+                                        for name in spec.tables])
+    measurements = next(t for t in shared if t.table == table)
     config = next((c for c in measurements.configs if c.config_id == entry.get("CONFIG_ID")), None)
     if config is None:
         raise TuneTableError(f"configuration {entry.get('CONFIG_ID')} is not in table {table}'s recording",

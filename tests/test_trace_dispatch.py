@@ -1,16 +1,20 @@
 """`tunetable trace` on the dispatch list, on the committed manifests and H200 recordings.
 
 Every figure checked here is recomputed from the committed recordings' rows (cuBLAS median /
-selected winner median of the same shape), never invented. A project copy without results reads
+selected winner median of the same shape; the shared cuBLAS yardstick by a least-squares solve of
+log cuBLAS = scale + level over the recordings' rows, independent of tunetable.baseline's
+alternating means), never invented. A project copy without results reads
 the recordings; a copy replayed by the real `snakemake` reads its ranked tables, then its raw shards.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from pipeline_repo import (
@@ -75,6 +79,29 @@ def recording_speedup(*, path: Path, m: int, n: int, k: int, config_id: str) -> 
     return float(cublas[0]) / float(winner[0])
 
 
+def yardsticks_by_lstsq(shapes: dict[str, set[tuple[int, int, int]]],
+                        recordings: dict[str, Path]) -> dict[str, dict[tuple[int, int, int], float]]:
+    """Per table and shape, exp(scale + level) of the least-squares fit of log cuBLAS over the tables' rows
+    (the scales summing to zero), from each recording's cuBLAS rows of its table's shapes."""
+    rows = []
+    for name, path in recordings.items():
+        frame = pl.read_parquet(path).filter((pl.col("kind") == "baseline") & (pl.col("status") == "ok"))
+        rows += [(name, (int(m), int(n), int(k)), math.log(float(ms)))
+                 for m, n, k, ms in frame.select("M", "N", "K", "median_ms").iter_rows() if (m, n, k) in shapes[name]]
+    names = sorted(recordings)
+    every = sorted({shape for _, shape, _ in rows})
+    column = {**{name: i for i, name in enumerate(names)}, **{s: len(names) + i for i, s in enumerate(every)}}
+    design = np.zeros((len(rows) + 1, len(column)))
+    target = np.zeros(len(rows) + 1)
+    for i, (name, shape, value) in enumerate(rows):
+        design[i, column[name]] = design[i, column[shape]] = 1.0
+        target[i] = value
+    design[-1, : len(names)] = 1.0   # the scales sum to zero
+    solution = np.linalg.lstsq(design, target, rcond=None)[0]
+    return {name: {shape: math.exp(solution[column[name]] + solution[column[shape]])
+                   for owner, shape, _ in rows if owner == name} for name in names}
+
+
 def trace_all(root: Path, *, recordings: dict[str, str] | None = None,
               first: int | None = None) -> list[trace.DispatchTrace]:
     """Every entry (or the ``first`` few) of the dispatch list traced; ``recordings`` overrides tables' recordings."""
@@ -92,6 +119,7 @@ def check_against_recordings(root: Path, results: list[trace.DispatchTrace], *, 
     specs = {s.name: s for s in table_specs(params)}
     selected = {name: load_ranges(root / s.codegen.manifest)[1] for name, s in specs.items()}
     listed = load_yaml_file(root / "manifests" / f"{DISPATCH}.yaml")
+    yardsticks = yardsticks_by_lstsq({name: set(specs[name].shapes()) for name in LISTED}, RECORDINGS)
     assert [r.entry.index for r in results] == list(range(len(listed["params"])))
     for result, raw in zip(results, listed["params"]):
         assert (result.table, result.config_id) == (raw["TABLE"], raw["CONFIG_ID"])
@@ -108,8 +136,10 @@ def check_against_recordings(root: Path, results: list[trace.DispatchTrace], *, 
                 if decision.m not in specs[candidate.table].m_values:  # a table that never measured this M
                     assert candidate.measured is None and candidate.table != result.table, (decision.m, candidate)
                     continue
-                assert candidate.measured.speedup == recording_speedup(
+                assert candidate.measured.shard_speedup == recording_speedup(
                     path=RECORDINGS[candidate.table], m=decision.m, n=n, k=k, config_id=entry.config_id)
+                assert candidate.measured.cublas_ms == pytest.approx(
+                    yardsticks[candidate.table][(decision.m, n, k)], rel=1e-6)
             chosen = next(c for c in decision.candidates if c.table == result.table)
             assert chosen.config_id == result.config_id
             assert chosen.measured.speedup == max(c.measured.speedup for c in decision.candidates if c.measured)
@@ -223,7 +253,7 @@ def test_another_measurement_is_named_as_such(tmp_path: Path) -> None:
                     assert candidate.measured is None, shape
                     unmeasured += 1
                     continue
-                assert candidate.measured.speedup == recording_speedup(path=REPO / RERUN, **shape)
+                assert candidate.measured.shard_speedup == recording_speedup(path=REPO / RERUN, **shape)
     # The rerun measured the v1 kernel's grid, whose configuration ids (no WARPS_K) the v3 list never
     # names: its candidates must show no figure at all rather than the list's own.
     assert unmeasured > 0

@@ -14,7 +14,7 @@ from tunetable.kernels.runtime.decide import dispatcher
 from tunetable.kernels.runtime.selector import SELECTOR
 from tunetable.kernels.tuning_configs import SELECTORS
 from tunetable.params import load_params, selector_specs, table_spec
-from tunetable.selector import cublas_seconds, load_table_measurements, selector_model
+from tunetable.selector import cublas_seconds, load_table_measurements, selector_model, shared_yardstick
 from tunetable.shapes import ShapeCount, read_workload
 from tunetable.suggest import measured_times, suggest, workload_totals
 
@@ -95,6 +95,7 @@ def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path
     tables = [load_table_measurements(root=root, spec=table_spec(params, name, path=params_path)) for name in names
               if table_spec(params, name, path=params_path).recording
               and (root / table_spec(params, name, path=params_path).recording).is_file()]
+    tables = list(shared_yardstick(tables))  # measured speedups against the yardstick the selector uses
     model = selector_model(tables=tables) if tables else None
     families = [FAMILIES[name] for name in sorted({spec.family for spec in map(
         lambda t: table_spec(params, t, path=params_path), params["tables"])}) if name in FAMILIES]

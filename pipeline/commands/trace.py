@@ -32,7 +32,7 @@ Examples:
 SHARD_COLUMNS = ("status", "median_ms", "sm_clock_mhz", "power_w", "device", "driver", "backend", "time", "git_rev",
                  "measured_key")
 CANDIDATE_COLUMNS = ("M", "table", "entry", "config_id", "median_ms", "cublas_ms", "speedup_vs_cublas",
-                     "measured_key")
+                     "shard_cublas_ms", "shard_speedup", "measured_key")
 
 
 def _cell(value: object) -> str:
@@ -88,12 +88,17 @@ def _print_trace(console: Console, result) -> None:
 
 
 def _candidate_cells(decision, candidate) -> list[str]:
-    """The cells of one dispatch-list candidate: M, table, entry, config, times, speedup, measured key."""
+    """The cells of one dispatch-list candidate: M, table, entry, config, times, speedups, measured key.
+
+    cublas_ms / speedup_vs_cublas: against the tables' shared yardstick (the list's basis); shard_*: against the
+    same shard's cuBLAS row, what the shard alone says.
+    """
     found = candidate.measured
     return [
         str(decision.m), candidate.table, "-" if candidate.entry_index is None else f"params[{candidate.entry_index}]",
         _cell(candidate.config_id), _cell(found and found.median_ms), _cell(found and found.cublas_ms),
-        f"{found.speedup:.3f}x" if found else "(not measured)", _cell(found and found.measured_key),
+        f"{found.speedup:.3f}x" if found else "(not measured)", _cell(found and found.shard_cublas_ms),
+        f"{found.shard_speedup:.3f}x" if found else "-", _cell(found and found.measured_key),
     ]
 
 
@@ -136,8 +141,9 @@ def _print_dispatch(console: Console, result) -> None:
     console.print(f"\n[bold]dispatch[/bold] {result.manifest} params[{entry.index}]: M [{entry.m}, {entry.m_end}) "
                   f"N={entry.n} K={entry.k} -> table {result.table}, config {result.config_id}")
     tie = f"within {result.tie_tolerance:g} (relative)" if result.tie_tolerance else "exact ties"
-    console.print(f"rule: per measured shape, the highest cuBLAS median / selected winner median of the same shard; "
-                  f"{tie} go to the first of {', '.join(result.tables)}", markup=False)
+    console.print(f"rule: per measured shape, the highest cuBLAS yardstick (every table's row pooled, in each "
+                  f"recording's session scale) / selected winner median; {tie} go to the first of "
+                  f"{', '.join(result.tables)}", markup=False)
     if result.provenance:
         console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
     console.print("\n[bold]measurements[/bold]")
