@@ -3,9 +3,10 @@
 Leave-one-(N, K)-out: for every (N, K) of the recordings, the selector is built (exactly as
 `tunetable select --selector` builds it) from every table's recording minus that pair's rows,
 then picks a table and configuration for each M of the pair. Each pick is scored by what the
-recordings measured: the pick's median over the same shard's cuBLAS median, divided by the best
-such ratio of any configuration of any table at that shape (the same-shard cuBLAS rows are the
-yardstick across tables measured in different sessions). Regret = that quotient - 1.
+recordings measured: the pick's median over the shape's cuBLAS yardstick (every table's cuBLAS row
+of the shape pooled, in each recording's session scale: tunetable.baseline, the yardstick across
+tables measured in different sessions), divided by the best such ratio of any configuration of any
+table at that shape. Regret = that quotient - 1.
 
 Also: leave-one-M-out (M between the anchors that remain: users' M fall between buckets), the
 same model scored over every configuration instead of the runtime's shortlist, the host time of
@@ -15,6 +16,8 @@ the selector built from every table's recording on those shapes, a truly held-ou
 
     python3 benchmarks/unseen_shapes.py [--out benchmarks/results] [--candidates N (default: params.yaml)]
 Writes unseen_shapes.json under --out. Last line: ``unseen shapes: P% within 5%, geomean regret R%``.
+With --timing-only: only the host time of a first decision, in a process that has just built the selector
+(as an application pays it), written to unseen_shapes_timing.json.
 """
 
 from __future__ import annotations
@@ -277,12 +280,23 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
                          math.log(r["best_speedup_vs_cublas"]) for r in rows))}}
 
 
+def timing_line(t: dict[str, Any]) -> str:
+    """The host-time figures as one printed line."""
+    return (f"host time per new shape: median {t['first_median_us']:.1f} µs wall (p99 {t['first_p99_us']:.1f}), "
+            f"{t['first_cpu_median_us']:.1f} µs CPU ({t['shapes']} shapes, load {t['host_load_1min']:.1f} on "
+            f"{t['host_cpus']} CPUs); memoised {t['memoised_us']:.2f} µs; a workload's {t['workload_shapes']} shapes "
+            f"({len(WORKLOAD_NK)} (N, K)): {t['workload_first_cpu_median_us']:.1f} µs CPU; fastest of {t['repeats']} "
+            f"repeats, CPU medians {', '.join(f'{v:.1f}' for v in t['repeat_cpu_medians_us'])} µs")
+
+
 def main() -> None:
     """Run both leave-out evaluations, the timing and the validation figure; print and write them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--candidates", type=int, default=None,
                         help="shortlist size per M range (default: params.yaml selector.<name>.candidates)")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="only the host time per first decision, right after building the selector")
     args = parser.parse_args()
     params = load_params(REPO / "params.yaml")
     spec = selector_spec(params, SELECTOR)
@@ -290,6 +304,14 @@ def main() -> None:
     if args.candidates is None:
         args.candidates = spec.candidates
     tables = [load_table_measurements(root=REPO, spec=table_spec(params, name)) for name in names]
+    if args.timing_only:
+        timed = timing(build_candidates=build_selector(tables=tables, candidates=args.candidates).candidates)
+        args.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out / "unseen_shapes_timing.json",
+                          json.dumps({"command": f"python3 benchmarks/unseen_shapes.py --timing-only --candidates "
+                                                 f"{args.candidates}", "timing": timed}, indent=1) + "\n")
+        print(timing_line(timed))
+        return
     measured = normalised(tables)
     started = time.perf_counter()
     nk_rows: list[dict[str, Any]] = []
@@ -348,12 +370,7 @@ def main() -> None:
     for row in misses:
         print(f"  miss ({row['fold']}): M={row['M']} picked {row['table']} {row['config_id']}, best "
               f"{row['best_table']} {row['best_config_id']}: +{row['regret']:.1%}")
-    t = result["timing"]
-    print(f"host time per new shape: median {t['first_median_us']:.1f} µs wall (p99 {t['first_p99_us']:.1f}), "
-          f"{t['first_cpu_median_us']:.1f} µs CPU ({t['shapes']} shapes, load {t['host_load_1min']:.1f} on "
-          f"{t['host_cpus']} CPUs); memoised {t['memoised_us']:.2f} µs; a workload's {t['workload_shapes']} shapes "
-          f"({len(WORKLOAD_NK)} (N, K)): {t['workload_first_cpu_median_us']:.1f} µs CPU; fastest of {t['repeats']} "
-          f"repeats, CPU medians {', '.join(f'{v:.1f}' for v in t['repeat_cpu_medians_us'])} µs")
+    print(timing_line(result["timing"]))
     if result["validation"] is None:
         print(f"validation recordings absent ({VALIDATION}): no held-out figure")
     else:
