@@ -101,7 +101,7 @@ def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str
         # Three consumers: ptxas fits an m64n192 fragment in the 128 registers of 512 threads, not n208.
         ({"CONSUMERS": 3, "BLOCK_M": 192, "BLOCK_N": 208, "CLUSTER_M": 1},
          "CONSUMERS < 3 or (BLOCK_M // CONSUMERS) * BLOCK_N <= 12288", "(<= 96 with 3 consumers)"),
-        ({"STAGES": 1}, "2 <= STAGES <= 8", "STAGES must be between 2 and 8"),
+        ({"STAGES": 1}, "2 <= STAGES <= 16", "STAGES must be between 2 and 16"),
         ({"STAGES": 5}, "SMEM_BYTES <= 232448", "exceeds the 227 KB per-block limit"),
         ({"CLUSTER_N": 4}, "CLUSTER_M in (1, 2) and CLUSTER_N in (1, 2)", "CLUSTER_M and CLUSTER_N must be 1 or 2"),
         ({"RASTER": 2}, "RASTER in (0, 1)", "RASTER must be 0"),

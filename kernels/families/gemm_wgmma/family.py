@@ -87,7 +87,7 @@ class GemmWgmmaFamily(KernelFamily):
         Rule("(BLOCK_M // CONSUMERS) * BLOCK_N <= 24576", "<= 192 fp32 accumulators per consumer thread"),
         Rule("CONSUMERS < 3 or (BLOCK_M // CONSUMERS) * BLOCK_N <= 12288",
              "<= 96 accumulators with three consumers (128 registers at 512 threads)"),
-        Rule("2 <= STAGES <= 8", "the kernel's stage bound"),
+        Rule("2 <= STAGES <= 16", "the kernel's stage bound"),
         Rule("CLUSTER_M in (1, 2) and CLUSTER_N in (1, 2)", "clusters of at most 2 x 2"),
         Rule("RASTER in (0, 1)", "down M first or along N first"),
         Rule("GROUP_M >= 1", "raster groups of at least one tile"),

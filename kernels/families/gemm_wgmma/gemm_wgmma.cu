@@ -84,7 +84,8 @@ constexpr int kConsumerRegs = CONSUMERS == 3 ? 160 : 232;
 constexpr int kMaxAccRegs = CONSUMERS == 3 ? 96 : 192;
 static_assert(kAccRegs <= kMaxAccRegs,
               "consumer tile too large: (BLOCK_M / CONSUMERS) * BLOCK_N / 128 accumulators must be <= 192 (<= 96 with 3 consumers)");
-static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be between 2 and 8");
+// Up to 16: skinny tiles keep as many bytes in flight as the 227 KB allow (cuBLAS runs 64 x 64 tiles in 13 stages).
+static_assert(STAGES >= 2 && STAGES <= 16, "STAGES must be between 2 and 16");
 static_assert(2 * STAGES * 8 + 2 * 16 <= kBarrierBytes, "barrier area too small");
 static_assert(kSmemBytes <= 232448, "shared memory STAGES*(BLOCK_M+BLOCK_N)*BLOCK_K*2 + 2048 exceeds the 227 KB per-block limit");
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "CLUSTER_M and CLUSTER_N must be 1 or 2");
@@ -113,7 +114,7 @@ using namespace gemm_wgmma_cfg;
 // ran 25 % slower than single blocks (benchmarks/notes_gemm_wgmma.md).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
   if constexpr (kClusterSize == 1) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+    mbar_arrive(bar);
   } else {
     asm volatile(
         "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
