@@ -287,15 +287,14 @@ __device__ __forceinline__ void store_tile_bf16(const float (&acc)[kSlices][BLOC
 #ifndef STAGED_EPILOGUE
 #define STAGED_EPILOGUE 0
 #endif
-// Staged epilogue: each consumer warp writes its 16 rows x kEpiCols of the tile to its own scratch in the A
-// part of the held stage (rows padded by 16 bytes: the eight row addresses of one stmatrix hit distinct banks),
-// then reads back whole 16-byte runs, eight lanes per row.
-constexpr int kEpiPitch64 = 64 * 2 + 16;
-constexpr int kEpiCols = (BLOCK_N >= 64 && CONSUMERS * 4 * 16 * kEpiPitch64 <= kStageBytesA) ? 64 : 32;
-constexpr int kEpiPitch = kEpiCols * 2 + 16;
-constexpr int kEpiWarpBytes = 16 * kEpiPitch;
-static_assert(STAGED_EPILOGUE == 0 || CONSUMERS * 4 * kEpiWarpBytes <= kStageBytesA,
-              "the staged epilogue's scratch must fit in the A part of one stage");
+// Staged epilogue: each consumer warp writes 16 rows x 64 columns of its part of the tile at a time (2 KB) to
+// its own scratch inside this consumer's own rows of A in the held stage (whose wgmma are done; the other
+// consumers may still read theirs), 128-byte rows with the 16-byte chunks XOR-swizzled by row (the eight row
+// addresses of one stmatrix hit distinct banks), then reads back whole 16-byte runs, eight lanes per row.
+constexpr int kEpiCols = 64;
+constexpr int kEpiWarpBytes = 16 * 128;
+static_assert(STAGED_EPILOGUE == 0 || 4 * kEpiWarpBytes <= kWgRows * 128,
+              "the staged epilogue's scratch must fit in one consumer's rows of A");
 
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
@@ -317,7 +316,8 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[kSlices][BL
   const uint32_t mine = scratch + warp * kEpiWarpBytes;
   const int mat = lane / 8;                            // which matrix this lane addresses
   const int srow = lane % 8 + (mat & 1) * 8;            // matrices 0, 2: rows 0-7; 1, 3: rows 8-15
-  const uint32_t lane_addr = mine + srow * kEpiPitch + (mat >> 1) * 16;  // matrices 2, 3: the next 8 columns
+  const uint32_t row_addr = mine + srow * 128;
+  const int chunk0 = mat >> 1;                          // matrices 2, 3: the next 8 columns
 #pragma unroll
   for (int s = 0; s < kSlices; ++s) {
 #pragma unroll
@@ -327,7 +327,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[kSlices][BL
       for (int q = 0; q < kPairs; ++q) {
         const int j = c0 / 8 + 2 * q;  // first 8-column block of the pair
         if (j < BLOCK_N / 8) {
-          stmatrix_x4(lane_addr + q * 32, pack_bf16x2(acc[s][4 * j], acc[s][4 * j + 1]),
+          stmatrix_x4(row_addr + (((2 * q + chunk0) ^ (srow % 8)) * 16), pack_bf16x2(acc[s][4 * j], acc[s][4 * j + 1]),
                       pack_bf16x2(acc[s][4 * j + 2], acc[s][4 * j + 3]),
                       pack_bf16x2(acc[s][4 * j + 4], acc[s][4 * j + 5]),
                       pack_bf16x2(acc[s][4 * j + 6], acc[s][4 * j + 7]));
@@ -341,7 +341,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[kSlices][BL
         const int i = lane + 32 * k;
         if (i < 16 * runs_per_row) {
           const int r = i / runs_per_row, seg = i % runs_per_row;
-          const uint4 v = ld_shared_v4(mine + r * kEpiPitch + seg * 16);
+          const uint4 v = ld_shared_v4(mine + r * 128 + ((seg ^ (r % 8)) * 16));
           const int row = row0 + s * 64 + warp * 16 + r;
           const int col = col0 + c0 + seg * 8;
           if (row < M && col < N) *reinterpret_cast<uint4*>(C + (size_t)row * N + col) = v;
@@ -488,7 +488,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
       const int col0 = item.tile_n * BLOCK_N;
       if (staged) {
         store_tile_staged(acc, C, M, N, row0, col0,
-                          smem_a + previous * kStageBytesA + consumer * 4 * kEpiWarpBytes);
+                          smem_a + previous * kStageBytesA + consumer * kWgRows * 128);
         // Every warp of this consumer is done with the scratch, and the generic-proxy writes are ordered before
         // the TMA refill (async proxy) of the stage.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
