@@ -14,6 +14,9 @@ WORK=/tmp/tunetable-probe
 rm -rf "$WORK"  # a warm machine keeps /tmp: only this call's runs go into the archive and the comparison
 mkdir -p "$FINAL_OUT" "$WORK"
 source scripts/device_env.sh
+# Probe variants of a kernel are patches against it (benchmarks/versions/*.patch): write their sources.
+patches=(benchmarks/versions/*.patch)
+if [ -e "${patches[0]}" ]; then python3 scripts/apply_patch.py "${patches[@]}" || echo "a patch did not apply: its probe lines fail"; fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv | tee "$WORK/device.txt"
 while read -r name args; do
   [[ -z "$name" || "$name" == \#* ]] && continue

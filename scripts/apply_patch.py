@@ -1,0 +1,88 @@
+"""Write a probe variant of a kernel: apply a one-file unified diff (benchmarks/versions/*.patch) to its base.
+
+    python3 scripts/apply_patch.py benchmarks/versions/x.patch   # writes benchmarks/versions/x.cu
+
+The patch's `---` line names the base file (relative to the repository root). Every context and removed line
+must match the base exactly; anything else stops with one line naming the patch and the hunk's line.
+Probe variants live as patches so that the tree holds one copy of each kernel (scripts/device_probe.sh).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+class PatchError(Exception):
+    """A patch that does not apply; the message names the patch and the line."""
+
+
+def apply_unified(*, base: list[str], patch: list[str], name: str) -> list[str]:
+    """The base's lines with every hunk of a one-file unified diff applied."""
+    out: list[str] = []
+    position = 0  # next base line (0-based) not yet copied
+    index = 2     # past the --- / +++ header
+    while index < len(patch):
+        match = HUNK.match(patch[index])
+        if not match:
+            raise PatchError(f"{name}:{index + 1}: expected a hunk header '@@ -a,b +c,d @@'")
+        start = int(match.group(1)) - 1 if match.group(2) != "0" else int(match.group(1))
+        if start < position:
+            raise PatchError(f"{name}:{index + 1}: hunks out of order")
+        out.extend(base[position:start])
+        position = start
+        index += 1
+        while index < len(patch) and not patch[index].startswith("@@"):
+            line = patch[index]
+            kind, text = line[:1], line[1:]
+            if kind in (" ", "-"):
+                if position >= len(base) or base[position] != text:
+                    raise PatchError(f"{name}:{index + 1}: the base differs here (line {position + 1} of the base)")
+                if kind == " ":
+                    out.append(text)
+                position += 1
+            elif kind == "+":
+                out.append(text)
+            elif line.startswith("\\"):
+                pass  # "\ No newline at end of file"
+            else:
+                raise PatchError(f"{name}:{index + 1}: not a diff line")
+            index += 1
+    out.extend(base[position:])
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """Apply each named patch to its base and write the result beside it (.cu); 1 if any did not apply."""
+    if not argv:
+        print("usage: apply_patch.py PATCH...", file=sys.stderr)
+        return 2
+    status = 0
+    for arg in argv:
+        patch_path = Path(arg)
+        lines = patch_path.read_text().splitlines()
+        if len(lines) < 2 or not lines[0].startswith("--- ") or not lines[1].startswith("+++ "):
+            print(f"apply_patch: {patch_path}:1: expected '--- BASE' and '+++ TARGET' header lines", file=sys.stderr)
+            status = 1
+            continue
+        base_path = REPO / lines[0][4:].split("\t")[0].strip()
+        try:
+            result = apply_unified(base=base_path.read_text().splitlines(), patch=lines, name=str(patch_path))
+        except (PatchError, OSError) as error:
+            print(f"apply_patch: {error}", file=sys.stderr)
+            status = 1
+            continue
+        target = patch_path.with_suffix(".cu")
+        temporary = target.with_name(f".{target.name}.tmp")
+        temporary.write_text("\n".join(result) + "\n")
+        temporary.replace(target)
+        print(f"wrote {target} from {base_path.name}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
