@@ -3,7 +3,8 @@
     python3 scripts/apply_patch.py benchmarks/versions/x.patch   # writes benchmarks/versions/x.cu
 
 The patch's `---` line names the base file (relative to the repository root). Every context and removed line
-must match the base exactly; anything else stops with one line naming the patch and the hunk's line.
+must match the base exactly; a patch that does not apply gets one line naming it and the place, writes nothing,
+and makes the exit status 1 (the other patches are still written).
 Probe variants live as patches so that the tree holds one copy of each kernel (scripts/device_probe.sh).
 """
 
@@ -14,6 +15,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tunetable.atomic import atomic_write_text  # noqa: E402
+
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -77,9 +82,7 @@ def main(argv: list[str]) -> int:
             status = 1
             continue
         target = patch_path.with_suffix(".cu")
-        temporary = target.with_name(f".{target.name}.tmp")
-        temporary.write_text("\n".join(result) + "\n")
-        temporary.replace(target)
+        atomic_write_text(target, "\n".join(result) + "\n")
         print(f"wrote {target} from {base_path.name}")
     return status
 
