@@ -27,6 +27,10 @@
 //     order, many loads in flight, and writes C:
 //     deterministic, and no second kernel launch. The counters follow the partials in the
 //     workspace, start zeroed (the host clears new workspaces) and are reset by that last split;
+//   * whole tiles are stored through shared memory: stmatrix writes the accumulator fragment (its
+//     native layout) into the consumer's own rows of A in the tile's last stage, held until the store
+//     is done, then each warp writes whole 16-byte runs of 128-byte rows (benchmarks/notes_gemm_wgmma.md
+//     v13: +1.3-2.2 % at large M, up to +5 % on one-consumer rings, against the in-register transpose);
 //   * TAIL_SPLIT = 1 (a last wave that would leave SMs idle): the full waves' tiles go whole; each of
 //     the R tiles of the last partial wave is split along K into min(U / R, k-tiles, 8) equal runs (U: clusters), all
 //     in one last round, split s of every tile on neighbouring clusters (the same k-tiles of a shared
@@ -96,6 +100,9 @@ static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K must be between 1 and 16")
 static_assert(TAIL_SPLIT == 0 || TAIL_SPLIT == 1, "TAIL_SPLIT must be 0 or 1");
 static_assert(TAIL_SPLIT == 0 || SPLIT_K == 1, "TAIL_SPLIT splits K itself: SPLIT_K must be 1");
 constexpr bool kPartials = SPLIT_K > 1 || TAIL_SPLIT == 1;  // some tiles are summed from fp32 partials
+// Three consumers keep the in-register store in a kernel with partials: the tail split's 192 x 128 spilled
+// 4 bytes with both stores in it.
+constexpr bool kStagedStore = !(CONSUMERS == 3 && kPartials);
 constexpr int kMaxTailSplits = 8;  // the last split reads the others' partials: more would cost more than they save
 #ifdef SMEM_BYTES
 static_assert(SMEM_BYTES == kSmemBytes, "SMEM_BYTES define disagrees with the kernel's shared-memory formula");
@@ -280,6 +287,70 @@ __device__ __forceinline__ void store_tile_bf16(const float (&acc)[kSlices][BLOC
   }
 }
 
+// Staged store: each consumer warp writes 16 rows x 64 columns of its part of the tile at a time (2 KB) to its
+// own scratch inside this consumer's own rows of A in the held stage (whose wgmma are done; the other consumers
+// may still read theirs), 128-byte rows with the 16-byte chunks XOR-swizzled by row (the eight row addresses
+// of one stmatrix hit distinct banks), then reads back whole 16-byte runs, eight lanes per row.
+constexpr int kEpiCols = 64;
+constexpr int kEpiWarpBytes = 16 * 128;
+static_assert(4 * kEpiWarpBytes <= kWgRows * 128, "the staged store's scratch must fit in one consumer's rows of A");
+
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
+// The accumulator fragment of an m64nN wgmma is, per 8 x 8 block, the stmatrix fragment: thread t holds row
+// t/4 (+8), columns 2*(t%4), +1 of block j. One stmatrix.x4 writes blocks j, j+1 for both row halves.
+__device__ __forceinline__ void store_tile_staged(const float (&acc)[kSlices][BLOCK_N / 2], __nv_bfloat16* __restrict__ C,
+                                                  int M, int N, int row0, int col0, uint32_t scratch) {
+  const int t = threadIdx.x % 128;
+  const int warp = t / 32, lane = t % 32;
+  const uint32_t mine = scratch + warp * kEpiWarpBytes;
+  const int mat = lane / 8;                            // which matrix this lane addresses
+  const int srow = lane % 8 + (mat & 1) * 8;            // matrices 0, 2: rows 0-7; 1, 3: rows 8-15
+  const uint32_t row_addr = mine + srow * 128;
+  const int chunk0 = mat >> 1;                          // matrices 2, 3: the next 8 columns
+#pragma unroll
+  for (int s = 0; s < kSlices; ++s) {
+#pragma unroll
+    for (int c0 = 0; c0 < BLOCK_N; c0 += kEpiCols) {
+      constexpr int kPairs = kEpiCols / 16;
+#pragma unroll
+      for (int q = 0; q < kPairs; ++q) {
+        const int j = c0 / 8 + 2 * q;  // first 8-column block of the pair
+        if (j < BLOCK_N / 8) {
+          stmatrix_x4(row_addr + (((2 * q + chunk0) ^ (srow % 8)) * 16), pack_bf16x2(acc[s][4 * j], acc[s][4 * j + 1]),
+                      pack_bf16x2(acc[s][4 * j + 2], acc[s][4 * j + 3]),
+                      pack_bf16x2(acc[s][4 * j + 4], acc[s][4 * j + 5]),
+                      pack_bf16x2(acc[s][4 * j + 6], acc[s][4 * j + 7]));
+        }
+      }
+      __syncwarp();
+      const int width = BLOCK_N - c0 < kEpiCols ? BLOCK_N - c0 : kEpiCols;  // 16, 32, 48 or 64
+      const int runs_per_row = width / 8;
+#pragma unroll
+      for (int k = 0; k < kEpiCols / 16; ++k) {
+        const int i = lane + 32 * k;
+        if (i < 16 * runs_per_row) {
+          const int r = i / runs_per_row, seg = i % runs_per_row;
+          const uint4 v = ld_shared_v4(mine + r * 128 + ((seg ^ (r % 8)) * 16));
+          const int row = row0 + s * 64 + warp * 16 + r;
+          const int col = col0 + c0 + seg * 8;
+          if (row < M && col < N) *reinterpret_cast<uint4*>(C + (size_t)row * N + col) = v;
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
 // --- the kernel ----------------------------------------------------------------------------------------
 
 // Only a real cluster is launched as one: gemm_wgmma_swap's single blocks ran 5-8 % slower at M >= 112
@@ -406,12 +477,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
       wgmma_wait<0>();
 #pragma unroll
       for (int s = 0; s < kSlices; ++s) fence_registers(acc[s]);
-      if (previous >= 0 && t < kClusterSize) mbar_arrive_cluster(empty(previous), t);
+      const bool padding = item.tile_m >= schedule.tiles_m || item.tile_n >= schedule.tiles_n;  // cluster padding
+      // A whole tile's last stage is held as the staged store's scratch and released after the store.
+      const bool staged = kStagedStore && !padding && previous >= 0 && (!kPartials || item.splits == 1);
+      if (!staged && previous >= 0 && t < kClusterSize) mbar_arrive_cluster(empty(previous), t);
 
-      if (item.tile_m >= schedule.tiles_m || item.tile_n >= schedule.tiles_n) continue;  // cluster padding
+      if (padding) continue;
       const int row0 = item.tile_m * BLOCK_M + consumer * kWgRows;
       const int col0 = item.tile_n * BLOCK_N;
-      if (!kPartials || item.splits == 1) {
+      if (staged) {
+        store_tile_staged(acc, C, M, N, row0, col0, smem_a + previous * kStageBytesA + consumer * kWgRows * 128);
+        // Every warp of this consumer is done with the scratch, and its generic-proxy writes are ordered before
+        // the TMA refill (async proxy) of the stage.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory");
+        if (t < kClusterSize) mbar_arrive_cluster(empty(previous), t);
+      } else if (!kPartials || item.splits == 1) {
         store_tile_bf16(acc, C, M, N, row0, col0);
       } else {
         // Fragment-native partials (common/splitk.cuh): one slot per (split, tile, consumer, slice).
