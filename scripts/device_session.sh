@@ -61,13 +61,27 @@ from tunetable.shardkey import shard_key
 p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cuda'))"
 }
 
+measured_shards() {  # the shard files of this call's shapes (SHAPES, or the table's in params.yaml) that exist
+  python3 -c "
+import sys
+from tunetable.params import load_params, table_spec
+from tunetable.paths import raw_shard
+spec = table_spec(load_params('params.yaml'), '$TABLE')
+given = [tuple(int(v) for v in s.split(',')) for s in sys.argv[2:]]
+for m, n, k in given or spec.shapes():
+    path = raw_shard('$TABLE', sys.argv[1], m, n, k)
+    if path.exists():
+        print(path)
+" "$1" ${SHAPES:-}
+}
+
 if [ "$STAGE" = all ] || [ "$STAGE" = bench ] || [ "$STAGE" = trust ]; then
   step bench "$OUT/bench.log" timeout "${BENCH_TIMEOUT_S:-560}" \
     python3 -m tunetable bench --table "$TABLE" --backend cuda "${SHAPE_ARGS[@]}"
   KEY=$(content_key)
   note "content key $KEY"
-  shopt -s nullglob
-  SHARDS=(results/raw/"$TABLE"/"$KEY"/*.pkl)
+  # This call's shapes only: a warm machine keeps the shards of an earlier call under the same key.
+  mapfile -t SHARDS < <(measured_shards "$KEY")
   note "${#SHARDS[@]} shards measured"
   if [ "${#SHARDS[@]}" -gt 0 ]; then
     step record "$OUT/bench.log" python3 -m tunetable record --table "$TABLE" --name "$RECORDING" "${SHARDS[@]}"

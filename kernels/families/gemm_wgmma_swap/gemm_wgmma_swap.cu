@@ -19,8 +19,12 @@
 //     (common/splitk.cuh's fragment-native slots: coalesced float4s, never out of range), and the
 //     last split of a tile to count in sums them in split order, many loads in flight, and writes C:
 //     deterministic, one launch.
-//   * the epilogue writes C transposed: the 8 lanes that hold one column of the C^T tile write 8
-//     consecutive elements of one row of C.
+//   * the epilogue writes C transposed. Whole tiles (SPLIT_K = 1) go through shared memory:
+//     stmatrix.trans puts each 8 x 8 block of the C^T fragment there as rows of C, inside the
+//     consumer's own rows of B in the tile's last stage (held until the store is done), then whole
+//     16-byte runs along N go to C (benchmarks/notes_gemm_wgmma_swap.md v7: +2.7-7.3 % per
+//     configuration against the 2-byte stores). The split-K finish keeps the 2-byte store: the 8
+//     lanes that hold one column of the C^T tile write 8 consecutive elements of one row of C.
 //
 // Tunables are -D defines; combinations that cannot work fail here with a static_assert.
 
@@ -29,6 +33,7 @@
 #include <stdint.h>
 
 #include "common/hopper.cuh"
+#include "common/quad_store.cuh"
 #include "common/splitk.cuh"
 #include "common/wgmma_ops.cuh"
 
@@ -131,6 +136,79 @@ __device__ __forceinline__ void store_transposed(const float (&acc)[kSlices][BLO
   }
 }
 
+// Staged transposed store: per m64 slice, in chunks of 64 columns of C^T (rows m of C), the consumer's four
+// warps write their 16 rows of C^T with stmatrix.trans as 16-byte pieces of rows of C (128-byte rows: 64
+// values of n, the 16-byte chunks XOR-swizzled by row so that the eight row addresses of one stmatrix hit
+// distinct banks) into its own rows of B in the held stage (8 KB), then every thread copies 16-byte runs:
+// eight lanes write one whole 128-byte line of a row of C.
+constexpr int kEpiRows = 64;  // rows of C (columns of C^T) per chunk
+static_assert(kEpiRows * 128 <= kWgRows * 128, "the staged store's chunk must fit in one consumer's rows of B");
+
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ void stmatrix_x2_trans(uint32_t addr, uint32_t r0, uint32_t r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(addr), "r"(r0), "r"(r1)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
+// Thread t holds C^T[16 w + t/4 (+8)][8 j + 2 (t%4), +1] of its warp w: the stmatrix fragment of 8 x 8 block
+// (j, half); .trans stores the block's column c as the 16 bytes of shared row 8 j + c.
+__device__ __forceinline__ void store_transposed_staged(const float (&acc)[kSlices][BLOCK_M / 2], int consumer,
+                                                        __nv_bfloat16* __restrict__ C, int M, int N, int m0, int n0,
+                                                        uint32_t scratch) {
+  const int t = threadIdx.x % 128;
+  const int warp = t / 32, lane = t % 32;
+  const int mat = lane / 8, r = lane % 8;  // the matrix this lane addresses and its row (a row of C)
+  const auto consumer_sync = [consumer] { asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory"); };
+#pragma unroll
+  for (int s = 0; s < kSlices; ++s) {
+    const int n_slice = n0 + consumer * kWgRows + s * 64;  // this slice's first n
+#pragma unroll
+    for (int c0 = 0; c0 < BLOCK_M; c0 += kEpiRows) {
+      // Write: blocks j = c0/8 .. of this chunk, two per stmatrix.x4 (both halves of each), an odd last one by x2.
+#pragma unroll
+      for (int q = 0; q < kEpiRows / 16; ++q) {
+        const int j = c0 / 8 + 2 * q;
+        const int jj = j + (mat >> 1);                      // this lane's block
+        const int row = jj * 8 - c0 + r;                    // its shared row (a row of C, chunk-relative)
+        const int chunk = 2 * warp + (mat & 1);             // the 16-byte piece of the row: 8 values of n
+        const uint32_t addr = scratch + row * 128 + ((chunk ^ (row % 8)) * 16);
+        if (j + 1 < BLOCK_M / 8) {
+          stmatrix_x4_trans(addr, pack_bf16x2(acc[s][4 * j], acc[s][4 * j + 1]),
+                            pack_bf16x2(acc[s][4 * j + 2], acc[s][4 * j + 3]),
+                            pack_bf16x2(acc[s][4 * j + 4], acc[s][4 * j + 5]),
+                            pack_bf16x2(acc[s][4 * j + 6], acc[s][4 * j + 7]));
+        } else if (j < BLOCK_M / 8) {
+          stmatrix_x2_trans(addr, pack_bf16x2(acc[s][4 * j], acc[s][4 * j + 1]),
+                            pack_bf16x2(acc[s][4 * j + 2], acc[s][4 * j + 3]));  // lanes 0-15 address it
+        }
+      }
+      consumer_sync();
+      // Read back: rows of C m0 + c0 .. (at most kEpiRows), 8 runs of 16 bytes each (64 values of n).
+      const int rows = BLOCK_M - c0 < kEpiRows ? BLOCK_M - c0 : kEpiRows;
+#pragma unroll
+      for (int k = 0; k < kEpiRows * 8 / 128; ++k) {
+        const int i = t + 128 * k;
+        const int row = i / 8, chunk = i % 8;
+        if (row < rows) {
+          const uint4 v = ld_shared_v4(scratch + row * 128 + ((chunk ^ (row % 8)) * 16));
+          const int m = m0 + c0 + row, n = n_slice + chunk * 8;
+          if (m < M && n < N) *reinterpret_cast<uint4*>(C + (size_t)m * N + n) = v;
+        }
+      }
+      consumer_sync();
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_swap(const __grid_constant__ CUtensorMap tmap_b, const __grid_constant__ CUtensorMap tmap_a,
                     __nv_bfloat16* __restrict__ C, float* __restrict__ workspace, int M, int N, int K) {
@@ -226,12 +304,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
 #pragma unroll
       for (int s = 0; s < kSlices; ++s) fence_registers(acc[s]);
-      if (previous >= 0 && t == 0) mbar_arrive(empty(previous));
+      // A whole tile's last stage is held as the staged store's scratch and released after the store.
+      if (SPLIT_K > 1 && previous >= 0 && t == 0) mbar_arrive(empty(previous));
 
       const int m0 = item.tile_m * BLOCK_M;
       const int n0 = item.tile_n * BLOCK_N;
-      if constexpr (SPLIT_K == 1) {
-        store_transposed(acc, consumer, C, M, N, m0, n0);
+      if constexpr (SPLIT_K == 1) {  // K >= 8: every whole tile has a last k-tile, so previous >= 0
+        store_transposed_staged(acc, consumer, C, M, N, m0, n0, smem_b + previous * kStageBytesB + consumer * kWgRows * 128);
+        // The consumer's generic-proxy writes to the scratch are ordered before the TMA refill (async proxy).
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory");
+        if (t == 0) mbar_arrive(empty(previous));
       } else {
         // Fragment-native partials (common/splitk.cuh): one slot per (split, tile, consumer, slice).
         const int lane_row = (t / 32) * 16 + (t % 32) / 4;  // this thread's first row of each m64 slice
