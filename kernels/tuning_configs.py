@@ -1542,7 +1542,7 @@ GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 
 GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
     # BEGIN-TUNING-LIST-GEMM_SWAP
-        # Provenance: [manifests/gemm_wgmma_swap.yaml] params sha256:e6d1d808db04, device: NVIDIA H200, date: 2026-12-03
+        # Provenance: [manifests/gemm_wgmma_swap.yaml] params sha256:c458ceb56448, device: NVIDIA H200, date: 2026-12-04
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [0]
         SwapTuningConfig(
@@ -1663,11 +1663,11 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_wgmma_swap",
-            config_id="c48c2374c70",
-            block_m=128,
+            config_id="c7deb9573ee",
+            block_m=144,
             block_n=128,
             block_k=64,
-            stages=4,
+            stages=6,
             consumers=2,
             split_k=1,
         ),
@@ -1679,9 +1679,9 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=4096,
             k=4096,
             kernel="gemm_wgmma_swap",
-            config_id="c96391b7ace",
-            block_m=128,
-            block_n=256,
+            config_id="cd57ea8e1dc",
+            block_m=256,
+            block_n=128,
             block_k=64,
             stages=4,
             consumers=2,
@@ -1695,12 +1695,12 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
-            config_id="c652b3c0fdf",
+            config_id="cf67b7e3bfe",
             block_m=16,
             block_n=128,
-            block_k=64,
+            block_k=128,
             stages=4,
-            consumers=2,
+            consumers=1,
             split_k=4,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
@@ -1711,13 +1711,13 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=4096,
             k=14336,
             kernel="gemm_wgmma_swap",
-            config_id="cf2bc6431ea",
+            config_id="c652b3c0fdf",
             block_m=16,
             block_n=128,
-            block_k=128,
+            block_k=64,
             stages=4,
-            consumers=1,
-            split_k=3,
+            consumers=2,
+            split_k=4,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [11]
@@ -1967,11 +1967,11 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=6144,
             k=4096,
             kernel="gemm_wgmma_swap",
-            config_id="c96391b7ace",
-            block_m=128,
-            block_n=256,
+            config_id="cc176767297",
+            block_m=112,
+            block_n=128,
             block_k=64,
-            stages=4,
+            stages=7,
             consumers=2,
             split_k=1,
         ),
@@ -2015,8 +2015,8 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             n=8192,
             k=8192,
             kernel="gemm_wgmma_swap",
-            config_id="c419852ee1e",
-            block_m=48,
+            config_id="ce2e4d4c14f",
+            block_m=40,
             block_n=64,
             block_k=128,
             stages=8,
@@ -2123,7 +2123,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
         # index: [36]
         SwapTuningConfig(
             m=512,
-            m_end=1024,
+            m_end=2147483647,
             n=8192,
             k=8192,
             kernel="gemm_wgmma_swap",
@@ -2137,22 +2137,6 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
         # index: [37]
-        SwapTuningConfig(
-            m=1024,
-            m_end=2147483647,
-            n=8192,
-            k=8192,
-            kernel="gemm_wgmma_swap",
-            config_id="c96391b7ace",
-            block_m=128,
-            block_n=256,
-            block_k=64,
-            stages=4,
-            consumers=2,
-            split_k=1,
-        ),
-        # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [38]
         SwapTuningConfig(
             m=1,
             m_end=32,
@@ -2168,7 +2152,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [39]
+        # index: [38]
         SwapTuningConfig(
             m=32,
             m_end=112,
@@ -2184,7 +2168,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [40]
+        # index: [39]
         SwapTuningConfig(
             m=112,
             m_end=128,
@@ -2200,7 +2184,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [41]
+        # index: [40]
         SwapTuningConfig(
             m=128,
             m_end=176,
@@ -2216,7 +2200,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [42]
+        # index: [41]
         SwapTuningConfig(
             m=176,
             m_end=256,
@@ -2232,7 +2216,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [43]
+        # index: [42]
         SwapTuningConfig(
             m=256,
             m_end=320,
@@ -2248,7 +2232,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [44]
+        # index: [43]
         SwapTuningConfig(
             m=320,
             m_end=512,
@@ -2264,7 +2248,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [45]
+        # index: [44]
         SwapTuningConfig(
             m=512,
             m_end=1024,
@@ -2280,7 +2264,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
             split_k=1,
         ),
         # Automatically generated from [manifests/gemm_wgmma_swap.yaml]
-        # index: [46]
+        # index: [45]
         SwapTuningConfig(
             m=1024,
             m_end=2147483647,
@@ -2300,7 +2284,7 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:2787316bdfa1, device: NVIDIA H200, date: 2026-12-04
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:79c2709b1793, device: NVIDIA H200, date: 2026-12-04
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(
@@ -2393,6 +2377,17 @@ GEMM_DISPATCH: list[FamilyChoice] = [
         # index: [8]
         FamilyChoice(
             m=1024,
+            m_end=2048,
+            n=4096,
+            k=4096,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="cd57ea8e1dc",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [9]
+        FamilyChoice(
+            m=2048,
             m_end=4096,
             n=4096,
             k=4096,
@@ -2401,7 +2396,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c218d6f5726",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [9]
+        # index: [10]
         FamilyChoice(
             m=4096,
             m_end=8192,
@@ -2412,7 +2407,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c7e7999eabb",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [10]
+        # index: [11]
         FamilyChoice(
             m=8192,
             m_end=2147483647,
@@ -2423,7 +2418,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c05e6993f39",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [11]
+        # index: [12]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2434,7 +2429,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [12]
+        # index: [13]
         FamilyChoice(
             m=32,
             m_end=112,
@@ -2445,7 +2440,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ce2e4d4c14f",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [13]
+        # index: [14]
         FamilyChoice(
             m=112,
             m_end=128,
@@ -2456,7 +2451,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c94004c5719",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [14]
+        # index: [15]
         FamilyChoice(
             m=128,
             m_end=176,
@@ -2467,7 +2462,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cbb1316b55c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [15]
+        # index: [16]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2478,7 +2473,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ce318e997ed",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [16]
+        # index: [17]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2489,7 +2484,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c995170dd40",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [17]
+        # index: [18]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2500,7 +2495,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c42319cbc9f",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [18]
+        # index: [19]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -2511,9 +2506,20 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c7d87dbb50c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [19]
+        # index: [20]
         FamilyChoice(
             m=1024,
+            m_end=2048,
+            n=4096,
+            k=14336,
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="cd57ea8e1dc",
+        ),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [21]
+        FamilyChoice(
+            m=2048,
             m_end=2147483647,
             n=4096,
             k=14336,
@@ -2522,7 +2528,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c05e6993f39",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [20]
+        # index: [22]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2533,7 +2539,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cdba23ace0e",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [21]
+        # index: [23]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -2544,18 +2550,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9025cc0713",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [22]
+        # index: [24]
         FamilyChoice(
             m=64,
             m_end=112,
             n=6144,
             k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c35a6eee8da",
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="cdd0adb603c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [23]
+        # index: [25]
         FamilyChoice(
             m=112,
             m_end=176,
@@ -2566,7 +2572,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c8d4278d47a",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [24]
+        # index: [26]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2577,7 +2583,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb530ae64c0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [25]
+        # index: [27]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2588,7 +2594,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c92851483c1",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [26]
+        # index: [28]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2599,7 +2605,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c912339e000",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [27]
+        # index: [29]
         FamilyChoice(
             m=512,
             m_end=1024,
@@ -2610,7 +2616,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ca81defb6d1",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [28]
+        # index: [30]
         FamilyChoice(
             m=1024,
             m_end=2147483647,
@@ -2621,7 +2627,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6f7f84261b",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [29]
+        # index: [31]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2632,7 +2638,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c5d7250bac0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [30]
+        # index: [32]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -2643,18 +2649,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="caa9764be80",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [31]
+        # index: [33]
         FamilyChoice(
             m=64,
             m_end=112,
             n=8192,
             k=8192,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c05b5213896",
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="cbb1316b55c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [32]
+        # index: [34]
         FamilyChoice(
             m=112,
             m_end=176,
@@ -2665,7 +2671,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c0b50f1dfa3",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [33]
+        # index: [35]
         FamilyChoice(
             m=176,
             m_end=256,
@@ -2676,7 +2682,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="cb530ae64c0",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [34]
+        # index: [36]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2687,7 +2693,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c995170dd40",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [35]
+        # index: [37]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2698,29 +2704,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c912339e000",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [36]
+        # index: [38]
         FamilyChoice(
             m=512,
-            m_end=1024,
-            n=8192,
-            k=8192,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c05e6993f39",
-        ),
-        # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [37]
-        FamilyChoice(
-            m=1024,
             m_end=2048,
             n=8192,
             k=8192,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c218d6f5726",
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="cd57ea8e1dc",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [38]
+        # index: [39]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
@@ -2731,7 +2726,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c7e7999eabb",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [39]
+        # index: [40]
         FamilyChoice(
             m=1,
             m_end=32,
@@ -2742,7 +2737,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c88f2d930a4",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [40]
+        # index: [41]
         FamilyChoice(
             m=32,
             m_end=64,
@@ -2753,18 +2748,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c6f7eb1fc6c",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [41]
+        # index: [42]
         FamilyChoice(
             m=64,
             m_end=112,
             n=14336,
             k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="c9b322944bc",
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="ca0cfa76740",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [42]
+        # index: [43]
         FamilyChoice(
             m=112,
             m_end=176,
@@ -2775,18 +2770,18 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c9cdc065492",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [43]
+        # index: [44]
         FamilyChoice(
             m=176,
             m_end=256,
             n=14336,
             k=4096,
-            kernel="gemm_wgmma",
-            table="gemm_wgmma",
-            config_id="cfa063dff86",
+            kernel="gemm_wgmma_swap",
+            table="gemm_wgmma_swap",
+            config_id="cfb20e194d1",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [44]
+        # index: [45]
         FamilyChoice(
             m=256,
             m_end=320,
@@ -2797,7 +2792,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ce075fa6ffb",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [45]
+        # index: [46]
         FamilyChoice(
             m=320,
             m_end=512,
@@ -2808,7 +2803,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="c96c7331b58",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [46]
+        # index: [47]
         FamilyChoice(
             m=512,
             m_end=2048,
@@ -2819,7 +2814,7 @@ GEMM_DISPATCH: list[FamilyChoice] = [
             config_id="ce8a49fe873",
         ),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
-        # index: [47]
+        # index: [48]
         FamilyChoice(
             m=2048,
             m_end=2147483647,
@@ -2855,7 +2850,7 @@ BUILDS: dict[str, TableBuild] = {
 
 GEMM_SELECTOR: list[ShapeCandidate] = [
     # BEGIN-TUNING-LIST-GEMM_SELECTOR
-        # Provenance: [manifests/gemm_selector.yaml] params sha256:cd4efb807226, device: NVIDIA H200, date: 2026-12-04
+        # Provenance: [manifests/gemm_selector.yaml] params sha256:b6d95478de26, device: NVIDIA H200, date: 2026-12-04
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [0]
         ShapeCandidate(
@@ -2868,18 +2863,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -1.1858, 1.0, -0.5485, 1.0),
-                (4096, 14336, -0.9204, 1.0, -0.2962, 1.0),
-                (6144, 4096, -1.0515, 1.0, -0.3846, 1.0),
-                (8192, 8192, -0.8618, 1.0, -0.216, 1.0),
-                (14336, 4096, -0.846, 1.0, -0.1875, 1.0),
+                (4096, 4096, -1.182, 1.0, -0.5481, 1.0),
+                (4096, 14336, -0.9247, 1.0, -0.3017, 1.0),
+                (6144, 4096, -1.0493, 1.0, -0.3829, 1.0),
+                (8192, 8192, -0.8636, 1.0, -0.2204, 1.0),
+                (14336, 4096, -0.8673, 1.0, -0.191, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -2918,18 +2913,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -1.1786, 1.0, -0.5437, 1.0),
-                (4096, 14336, -0.8169, 1.0, -0.2017, 1.0),
-                (6144, 4096, -1.0812, 1.0, -0.4204, 1.0),
-                (8192, 8192, -0.9255, 1.0, -0.2745, 1.0),
-                (14336, 4096, -0.9418, 1.0, -0.2943, 1.0),
+                (4096, 4096, -1.1748, 1.0, -0.5433, 1.0),
+                (4096, 14336, -0.8212, 1.0, -0.2071, 1.0),
+                (6144, 4096, -1.079, 1.0, -0.4187, 1.0),
+                (8192, 8192, -0.9273, 1.0, -0.279, 1.0),
+                (14336, 4096, -0.9631, 1.0, -0.2977, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -2968,18 +2963,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -1.2044, 1.0, -0.5676, 1.0),
-                (4096, 14336, -0.9231, 1.0, -0.2997, 1.0),
-                (6144, 4096, -1.0649, 1.0, -0.4002, 1.0),
-                (8192, 8192, -0.8795, 1.0, -0.2201, 1.0),
-                (14336, 4096, -0.8675, 1.0, -0.2166, 1.0),
+                (4096, 4096, -1.2006, 1.0, -0.5671, 1.0),
+                (4096, 14336, -0.9274, 1.0, -0.3052, 1.0),
+                (6144, 4096, -1.0627, 1.0, -0.3985, 1.0),
+                (8192, 8192, -0.8813, 1.0, -0.2246, 1.0),
+                (14336, 4096, -0.8889, 1.0, -0.2201, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3018,18 +3013,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -1.2542, 1.0, -0.6202, 1.0),
-                (4096, 14336, -0.9465, 1.0, -0.3299, 1.0),
-                (6144, 4096, -1.1346, 1.0, -0.4684, 1.0),
-                (8192, 8192, -0.9411, 1.0, -0.2862, 1.0),
-                (14336, 4096, -0.782, 1.0, -0.1333, 1.0),
+                (4096, 4096, -1.2504, 1.0, -0.6197, 1.0),
+                (4096, 14336, -0.9508, 1.0, -0.3354, 1.0),
+                (6144, 4096, -1.1325, 1.0, -0.4667, 1.0),
+                (8192, 8192, -0.9429, 1.0, -0.2907, 1.0),
+                (14336, 4096, -0.8033, 1.0, -0.1367, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3068,18 +3063,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -1.2086, 1.0, -0.5814, 1.0),
-                (4096, 14336, -0.9368, 1.0, -0.3153, 1.0),
-                (6144, 4096, -1.0476, 1.0, -0.3839, 1.0),
-                (8192, 8192, -0.7725, 1.0, -0.1199, 1.0),
-                (14336, 4096, -0.7818, 1.0, -0.1307, 1.0),
+                (4096, 4096, -1.2047, 1.0, -0.5809, 1.0),
+                (4096, 14336, -0.9411, 1.0, -0.3208, 1.0),
+                (6144, 4096, -1.0455, 1.0, -0.3822, 1.0),
+                (8192, 8192, -0.7743, 1.0, -0.1244, 1.0),
+                (14336, 4096, -0.8031, 1.0, -0.1342, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3118,18 +3113,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -1.1594, 1.0, -0.5247, 1.0),
-                (4096, 14336, -0.8018, 1.0, -0.1841, 1.0),
-                (6144, 4096, -1.0664, 1.0, -0.4056, 1.0),
-                (8192, 8192, -0.9198, 1.0, -0.2683, 1.0),
-                (14336, 4096, -0.936, 1.0, -0.2833, 1.0),
+                (4096, 4096, -1.1556, 1.0, -0.5243, 1.0),
+                (4096, 14336, -0.8061, 1.0, -0.1895, 1.0),
+                (6144, 4096, -1.0642, 1.0, -0.4039, 1.0),
+                (8192, 8192, -0.9217, 1.0, -0.2728, 1.0),
+                (14336, 4096, -0.9573, 1.0, -0.2867, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3168,18 +3163,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -1.245, 1.0, -0.6068, 1.0),
-                (4096, 14336, -0.9462, 1.0, -0.3273, 1.0),
-                (6144, 4096, -1.1197, 1.0, -0.4547, 1.0),
-                (8192, 8192, -0.9401, 1.0, -0.2833, 1.0),
-                (14336, 4096, -0.7453, 1.0, -0.1077, 1.0),
+                (4096, 4096, -1.2412, 1.0, -0.6064, 1.0),
+                (4096, 14336, -0.9505, 1.0, -0.3328, 1.0),
+                (6144, 4096, -1.1175, 1.0, -0.453, 1.0),
+                (8192, 8192, -0.9419, 1.0, -0.2878, 1.0),
+                (14336, 4096, -0.7666, 1.0, -0.1112, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3218,18 +3213,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -1.2075, 1.0, -0.5703, 1.0),
-                (4096, 14336, -0.9394, 1.0, -0.3191, 1.0),
-                (6144, 4096, -1.0399, 1.0, -0.3711, 1.0),
-                (8192, 8192, -0.7452, 1.0, -0.0998, 1.0),
-                (14336, 4096, -0.7728, 1.0, -0.1254, 1.0),
+                (4096, 4096, -1.2037, 1.0, -0.5698, 1.0),
+                (4096, 14336, -0.9438, 1.0, -0.3245, 1.0),
+                (6144, 4096, -1.0377, 1.0, -0.3694, 1.0),
+                (8192, 8192, -0.747, 1.0, -0.1043, 1.0),
+                (14336, 4096, -0.7941, 1.0, -0.1289, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3270,18 +3265,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -1.3097, 1.0, -0.6728, 1.0),
-                (4096, 14336, -0.9226, 1.0, -0.3035, 1.0),
-                (6144, 4096, -1.0425, 1.0, -0.3753, 1.0),
-                (8192, 8192, -0.7072, 1.0, -0.0489, 1.0),
-                (14336, 4096, -0.9027, 1.0, -0.2522, 1.0),
+                (4096, 4096, -1.3059, 1.0, -0.6723, 1.0),
+                (4096, 14336, -0.927, 1.0, -0.309, 1.0),
+                (6144, 4096, -1.0403, 1.0, -0.3736, 1.0),
+                (8192, 8192, -0.709, 1.0, -0.0534, 1.0),
+                (14336, 4096, -0.9241, 1.0, -0.2557, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3321,18 +3316,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -1.1859, 1.0, -0.5575, 1.0),
-                (4096, 14336, -0.9036, 1.0, -0.2836, 1.0),
-                (6144, 4096, -1.06, 1.0, -0.3889, 1.0),
-                (8192, 8192, -0.8922, 1.0, -0.2271, 1.0),
-                (14336, 4096, -0.8315, 1.0, -0.1833, 1.0),
+                (4096, 4096, -1.1821, 1.0, -0.557, 1.0),
+                (4096, 14336, -0.9079, 1.0, -0.289, 1.0),
+                (6144, 4096, -1.0578, 1.0, -0.3873, 1.0),
+                (8192, 8192, -0.894, 1.0, -0.2316, 1.0),
+                (14336, 4096, -0.8529, 1.0, -0.1868, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3370,18 +3365,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=74,
             smem_bytes=81920,
             bias_terms=(
-                (4096, 4096, -1.4605, 1.0, -0.8258, 1.0),
-                (4096, 14336, -1.0902, 1.0, -0.4765, 1.0),
-                (6144, 4096, -1.1146, 1.0, -0.4495, 1.0),
-                (8192, 8192, -0.9181, 1.0, -0.2713, 1.0),
-                (14336, 4096, -0.9556, 1.0, -0.3089, 1.0),
+                (4096, 4096, -1.4567, 1.0, -0.8253, 1.0),
+                (4096, 14336, -1.0945, 1.0, -0.4819, 1.0),
+                (6144, 4096, -1.1124, 1.0, -0.4478, 1.0),
+                (8192, 8192, -0.92, 1.0, -0.2758, 1.0),
+                (14336, 4096, -0.9769, 1.0, -0.3124, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3417,18 +3412,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=74,
             smem_bytes=81920,
             bias_terms=(
-                (4096, 4096, -1.2027, 1.0, -0.5734, 1.0),
-                (4096, 14336, -0.9182, 1.0, -0.2996, 1.0),
-                (6144, 4096, -1.0666, 1.0, -0.3973, 1.0),
-                (8192, 8192, -0.8875, 1.0, -0.2428, 1.0),
-                (14336, 4096, -0.8757, 1.0, -0.2246, 1.0),
+                (4096, 4096, -1.1989, 1.0, -0.5729, 1.0),
+                (4096, 14336, -0.9225, 1.0, -0.3051, 1.0),
+                (6144, 4096, -1.0644, 1.0, -0.3957, 1.0),
+                (8192, 8192, -0.8893, 1.0, -0.2473, 1.0),
+                (14336, 4096, -0.897, 1.0, -0.2281, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3460,18 +3455,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=76,
             smem_bytes=81920,
             bias_terms=(
-                (4096, 4096, -1.0266, 1.0, -0.4101, 1.0),
-                (4096, 14336, -0.8814, 1.0, -0.2456, 1.0),
-                (6144, 4096, -0.8723, 1.0, -0.2288, 1.0),
-                (8192, 8192, -0.8052, 1.0, -0.1425, 1.0),
-                (14336, 4096, -0.7247, 1.0, -0.1058, 1.0),
+                (4096, 4096, -1.0228, 1.0, -0.4096, 1.0),
+                (4096, 14336, -0.8858, 1.0, -0.2511, 1.0),
+                (6144, 4096, -0.8702, 1.0, -0.2271, 1.0),
+                (8192, 8192, -0.807, 1.0, -0.147, 1.0),
+                (14336, 4096, -0.746, 1.0, -0.1093, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3502,18 +3497,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=76,
             smem_bytes=81920,
             bias_terms=(
-                (4096, 4096, -1.2116, 1.0, -0.5798, 1.0),
-                (4096, 14336, -0.9509, 1.0, -0.3217, 1.0),
-                (6144, 4096, -0.9422, 1.0, -0.2856, 1.0),
-                (8192, 8192, -0.8516, 1.0, -0.1918, 1.0),
-                (14336, 4096, -0.8079, 1.0, -0.157, 1.0),
+                (4096, 4096, -1.2078, 1.0, -0.5793, 1.0),
+                (4096, 14336, -0.9552, 1.0, -0.3272, 1.0),
+                (6144, 4096, -0.94, 1.0, -0.284, 1.0),
+                (8192, 8192, -0.8534, 1.0, -0.1962, 1.0),
+                (14336, 4096, -0.8292, 1.0, -0.1605, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3547,18 +3542,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=63,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -1.4337, 1.0, -0.7964, 1.0),
-                (4096, 14336, -1.1355, 1.0, -0.5185, 1.0),
-                (6144, 4096, -1.2489, 1.0, -0.608, 1.0),
-                (8192, 8192, -1.1361, 1.0, -0.468, 1.0),
-                (14336, 4096, -1.0784, 1.0, -0.4391, 1.0),
+                (4096, 4096, -1.4299, 1.0, -0.7959, 1.0),
+                (4096, 14336, -1.1398, 1.0, -0.5239, 1.0),
+                (6144, 4096, -1.2467, 1.0, -0.6063, 1.0),
+                (8192, 8192, -1.1379, 1.0, -0.4725, 1.0),
+                (14336, 4096, -1.0997, 1.0, -0.4426, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3592,18 +3587,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=74,
             smem_bytes=122880,
             bias_terms=(
-                (4096, 4096, -1.5578, 1.0, -0.9269, 1.0),
-                (4096, 14336, -1.194, 1.0, -0.5823, 1.0),
-                (6144, 4096, -1.1568, 1.0, -0.4919, 1.0),
-                (8192, 8192, -0.9476, 1.0, -0.2965, 1.0),
-                (14336, 4096, -0.9317, 1.0, -0.2857, 1.0),
+                (4096, 4096, -1.554, 1.0, -0.9265, 1.0),
+                (4096, 14336, -1.1983, 1.0, -0.5878, 1.0),
+                (6144, 4096, -1.1546, 1.0, -0.4902, 1.0),
+                (8192, 8192, -0.9494, 1.0, -0.3009, 1.0),
+                (14336, 4096, -0.953, 1.0, -0.2892, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3635,18 +3630,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=79,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -1.5989, 1.0, -0.9645, 1.0),
-                (4096, 14336, -1.2578, 1.0, -0.6443, 1.0),
-                (6144, 4096, -1.2777, 1.0, -0.6277, 1.0),
-                (8192, 8192, -1.1239, 1.0, -0.4674, 1.0),
-                (14336, 4096, -1.1005, 1.0, -0.4584, 1.0),
+                (4096, 4096, -1.5951, 1.0, -0.964, 1.0),
+                (4096, 14336, -1.2621, 1.0, -0.6497, 1.0),
+                (6144, 4096, -1.2756, 1.0, -0.626, 1.0),
+                (8192, 8192, -1.1257, 1.0, -0.4719, 1.0),
+                (14336, 4096, -1.1219, 1.0, -0.4619, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3677,18 +3672,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=92,
             smem_bytes=147456,
             bias_terms=(
-                (4096, 4096, -1.8212, 1.0, -1.2173, 1.0),
-                (4096, 14336, -1.4605, 1.0, -0.8679, 1.0),
-                (6144, 4096, -1.599, 1.0, -0.9547, 1.0),
-                (8192, 8192, -1.2026, 1.0, -0.5426, 1.0),
-                (14336, 4096, -1.2835, 1.0, -0.6496, 1.0),
+                (4096, 4096, -1.8174, 1.0, -1.2168, 1.0),
+                (4096, 14336, -1.4648, 1.0, -0.8733, 1.0),
+                (6144, 4096, -1.5969, 1.0, -0.953, 1.0),
+                (8192, 8192, -1.2045, 1.0, -0.547, 1.0),
+                (14336, 4096, -1.3048, 1.0, -0.653, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3719,18 +3714,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=92,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -1.8089, 1.0, -1.2033, 1.0),
-                (4096, 14336, -1.4431, 1.0, -0.8516, 1.0),
-                (6144, 4096, -1.5643, 1.0, -0.9063, 1.0),
-                (8192, 8192, -1.1674, 1.0, -0.519, 1.0),
-                (14336, 4096, -1.149, 1.0, -0.4917, 1.0),
+                (4096, 4096, -1.8051, 1.0, -1.2028, 1.0),
+                (4096, 14336, -1.4474, 1.0, -0.857, 1.0),
+                (6144, 4096, -1.5622, 1.0, -0.9046, 1.0),
+                (8192, 8192, -1.1692, 1.0, -0.5235, 1.0),
+                (14336, 4096, -1.1703, 1.0, -0.4951, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3762,18 +3757,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=114,
             smem_bytes=163840,
             bias_terms=(
-                (4096, 4096, -1.8175, 1.0, -1.2041, 1.0),
-                (4096, 14336, -1.4523, 1.0, -0.8506, 1.0),
-                (6144, 4096, -1.608, 1.0, -0.9701, 1.0),
-                (8192, 8192, -1.3627, 1.0, -0.7371, 1.0),
-                (14336, 4096, -1.1428, 1.0, -0.4976, 1.0),
+                (4096, 4096, -1.8137, 1.0, -1.2036, 1.0),
+                (4096, 14336, -1.4566, 1.0, -0.856, 1.0),
+                (6144, 4096, -1.6058, 1.0, -0.9684, 1.0),
+                (8192, 8192, -1.3645, 1.0, -0.7415, 1.0),
+                (14336, 4096, -1.1641, 1.0, -0.5011, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -3805,18 +3800,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=173,
             smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -2.0719, 1.0, -1.4484, 1.0),
-                (4096, 14336, -1.7259, 1.0, -1.1214, 1.0),
-                (6144, 4096, -1.8067, 1.0, -1.1611, 1.0),
-                (8192, 8192, -1.5084, 1.0, -0.8656, 1.0),
-                (14336, 4096, -1.368, 1.0, -0.7413, 1.0),
+                (4096, 4096, -2.0688, 1.0, -1.4487, 1.0),
+                (4096, 14336, -1.731, 1.0, -1.1276, 1.0),
+                (6144, 4096, -1.8053, 1.0, -1.1601, 1.0),
+                (8192, 8192, -1.511, 1.0, -0.8709, 1.0),
+                (14336, 4096, -1.3901, 1.0, -0.7455, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -3849,18 +3844,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=141,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -2.2532, 1.0, -1.6432, 1.0),
-                (4096, 14336, -1.8763, 1.0, -1.2798, 1.0),
-                (6144, 4096, -2.0658, 1.0, -1.4293, 1.0),
-                (8192, 8192, -1.8489, 1.0, -1.2151, 1.0),
-                (14336, 4096, -1.7085, 1.0, -1.0665, 1.0),
+                (4096, 4096, -2.2493, 1.0, -1.6427, 1.0),
+                (4096, 14336, -1.8806, 1.0, -1.2853, 1.0),
+                (6144, 4096, -2.0636, 1.0, -1.4276, 1.0),
+                (8192, 8192, -1.8507, 1.0, -1.2196, 1.0),
+                (14336, 4096, -1.7298, 1.0, -1.07, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5052, 1.0, 0.5048, 1.0),
-                (4096, 14336, 0.1114, 1.0, 0.1236, 1.0),
-                (6144, 4096, 0.3229, 1.0, 0.2965, 1.0),
-                (8192, 8192, 0.0684, 1.0, 0.0481, 1.0),
-                (14336, 4096, 0.0926, 1.0, 0.0821, 1.0),
+                (4096, 4096, 0.5044, 1.0, 0.5074, 1.0),
+                (4096, 14336, 0.1188, 1.0, 0.1322, 1.0),
+                (6144, 4096, 0.3238, 1.0, 0.2979, 1.0),
+                (8192, 8192, 0.0733, 1.0, 0.0557, 1.0),
+                (14336, 4096, 0.117, 1.0, 0.0887, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -3891,18 +3886,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5485, 1.0, -0.3192, 1.0),
-                (4096, 14336, -0.2962, 1.0, -0.0287, 1.0),
-                (6144, 4096, -0.3846, 1.0, 0.1955, 1.0),
-                (8192, 8192, -0.216, 1.0, 0.2162, 1.0),
-                (14336, 4096, -0.1875, 1.0, 0.4724, 1.0),
+                (4096, 4096, -0.5481, 1.0, -0.319, 1.0),
+                (4096, 14336, -0.3017, 1.0, -0.0316, 1.0),
+                (6144, 4096, -0.3829, 1.0, 0.1963, 1.0),
+                (8192, 8192, -0.2204, 1.0, 0.2117, 1.0),
+                (14336, 4096, -0.191, 1.0, 0.4625, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -3919,9 +3914,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 5760),
                 (1408, 1024, 4096),
                 (2048, 1024, 5760),
-                (2880, 1024, 32768),
-                (4096, 2048, 32768),
-                (5760, 1024, 32768),
+                (2880, 1024, 16384),
+                (4096, 2048, 2048),
+                (4096, 5760, 32768),
+                (5760, 1024, 2048),
+                (5760, 4096, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -3941,18 +3938,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7747, 1.0, -0.4386, 1.0),
-                (4096, 14336, -0.5085, 1.0, -0.1704, 1.0),
-                (6144, 4096, -0.4494, 1.0, -0.1033, 1.0),
-                (8192, 8192, -0.3582, 1.0, -0.036, 1.0),
-                (14336, 4096, -0.2669, 1.0, 0.0483, 1.0),
+                (4096, 4096, -0.7817, 1.0, -0.4459, 1.0),
+                (4096, 14336, -0.5175, 1.0, -0.1762, 1.0),
+                (6144, 4096, -0.4536, 1.0, -0.1071, 1.0),
+                (8192, 8192, -0.3691, 1.0, -0.0398, 1.0),
+                (14336, 4096, -0.275, 1.0, 0.0337, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -3967,7 +3964,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 2880),
+                (4096, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -3982,18 +3979,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=76,
             smem_bytes=122880,
             bias_terms=(
-                (4096, 4096, -0.3274, 1.0, -0.289, 1.0),
-                (4096, 14336, -0.1517, 1.0, -0.0671, 1.0),
-                (6144, 4096, -0.141, 1.0, -0.0421, 1.0),
-                (8192, 8192, -0.0237, 1.0, 0.0641, 1.0),
-                (14336, 4096, 0.0368, 1.0, 0.1501, 1.0),
+                (4096, 4096, -0.3269, 1.0, -0.2888, 1.0),
+                (4096, 14336, -0.1571, 1.0, -0.0699, 1.0),
+                (6144, 4096, -0.1393, 1.0, -0.0413, 1.0),
+                (8192, 8192, -0.0282, 1.0, 0.0597, 1.0),
+                (14336, 4096, 0.0333, 1.0, 0.1402, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4023,18 +4020,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=147456,
             bias_terms=(
-                (4096, 4096, -0.6524, 1.0, -0.163, 1.0),
-                (4096, 14336, -0.4319, 1.0, 0.0461, 1.0),
-                (6144, 4096, -0.4715, 1.0, 0.0374, 1.0),
-                (8192, 8192, -0.3655, 1.0, 0.1218, 1.0),
-                (14336, 4096, -0.3024, 1.0, 0.2136, 1.0),
+                (4096, 4096, -0.6519, 1.0, -0.1628, 1.0),
+                (4096, 14336, -0.4374, 1.0, 0.0432, 1.0),
+                (6144, 4096, -0.4699, 1.0, 0.0382, 1.0),
+                (8192, 8192, -0.37, 1.0, 0.1173, 1.0),
+                (14336, 4096, -0.3058, 1.0, 0.2037, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4064,18 +4061,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=76,
             smem_bytes=122880,
             bias_terms=(
-                (4096, 4096, -0.3913, 1.0, -0.3443, 1.0),
-                (4096, 14336, -0.2374, 1.0, -0.1549, 1.0),
-                (6144, 4096, -0.1977, 1.0, -0.092, 1.0),
-                (8192, 8192, -0.1104, 1.0, 0.0565, 1.0),
-                (14336, 4096, -0.0148, 1.0, 0.1218, 1.0),
+                (4096, 4096, -0.3908, 1.0, -0.3441, 1.0),
+                (4096, 14336, -0.2429, 1.0, -0.1577, 1.0),
+                (6144, 4096, -0.196, 1.0, -0.0912, 1.0),
+                (8192, 8192, -0.1149, 1.0, 0.0521, 1.0),
+                (14336, 4096, -0.0182, 1.0, 0.1119, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4107,18 +4104,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5437, 1.0, -0.3863, 1.0),
-                (4096, 14336, -0.2017, 1.0, -0.0277, 1.0),
-                (6144, 4096, -0.4204, 1.0, -0.069, 1.0),
-                (8192, 8192, -0.2745, 1.0, 0.0808, 1.0),
-                (14336, 4096, -0.2943, 1.0, 0.3872, 1.0),
+                (4096, 4096, -0.5433, 1.0, -0.3861, 1.0),
+                (4096, 14336, -0.2071, 1.0, -0.0306, 1.0),
+                (6144, 4096, -0.4187, 1.0, -0.0682, 1.0),
+                (8192, 8192, -0.279, 1.0, 0.0764, 1.0),
+                (14336, 4096, -0.2977, 1.0, 0.3773, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4157,18 +4154,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5676, 1.0, -0.3489, 1.0),
-                (4096, 14336, -0.2997, 1.0, -0.0378, 1.0),
-                (6144, 4096, -0.4002, 1.0, 0.1355, 1.0),
-                (8192, 8192, -0.2201, 1.0, 0.1987, 1.0),
-                (14336, 4096, -0.2166, 1.0, 0.4588, 1.0),
+                (4096, 4096, -0.5671, 1.0, -0.3487, 1.0),
+                (4096, 14336, -0.3052, 1.0, -0.0407, 1.0),
+                (6144, 4096, -0.3985, 1.0, 0.1363, 1.0),
+                (8192, 8192, -0.2246, 1.0, 0.1942, 1.0),
+                (14336, 4096, -0.2201, 1.0, 0.4489, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4207,18 +4204,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.6202, 1.0, -0.4493, 1.0),
-                (4096, 14336, -0.3299, 1.0, -0.1457, 1.0),
-                (6144, 4096, -0.4684, 1.0, -0.0856, 1.0),
-                (8192, 8192, -0.2862, 1.0, 0.3496, 1.0),
-                (14336, 4096, -0.1333, 1.0, 0.4598, 1.0),
+                (4096, 4096, -0.6197, 1.0, -0.4491, 1.0),
+                (4096, 14336, -0.3354, 1.0, -0.1486, 1.0),
+                (6144, 4096, -0.4667, 1.0, -0.0848, 1.0),
+                (8192, 8192, -0.2907, 1.0, 0.3451, 1.0),
+                (14336, 4096, -0.1367, 1.0, 0.4499, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4257,18 +4254,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.5814, 1.0, -0.045, 1.0),
-                (4096, 14336, -0.3153, 1.0, 0.316, 1.0),
-                (6144, 4096, -0.3839, 1.0, 0.0954, 1.0),
-                (8192, 8192, -0.1199, 1.0, 0.4365, 1.0),
-                (14336, 4096, -0.1307, 1.0, 0.5209, 1.0),
+                (4096, 4096, -0.5809, 1.0, -0.0448, 1.0),
+                (4096, 14336, -0.3208, 1.0, 0.3131, 1.0),
+                (6144, 4096, -0.3822, 1.0, 0.0962, 1.0),
+                (8192, 8192, -0.1244, 1.0, 0.4321, 1.0),
+                (14336, 4096, -0.1342, 1.0, 0.511, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4283,10 +4280,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 1408),
-                (1408, 5760, 32768),
-                (2048, 1024, 1408),
-                (2048, 5760, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
@@ -4309,18 +4304,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5247, 1.0, -0.3745, 1.0),
-                (4096, 14336, -0.1841, 1.0, -0.005, 1.0),
-                (6144, 4096, -0.4056, 1.0, -0.0651, 1.0),
-                (8192, 8192, -0.2683, 1.0, 0.0812, 1.0),
-                (14336, 4096, -0.2833, 1.0, 0.4034, 1.0),
+                (4096, 4096, -0.5243, 1.0, -0.3743, 1.0),
+                (4096, 14336, -0.1895, 1.0, -0.0079, 1.0),
+                (6144, 4096, -0.4039, 1.0, -0.0643, 1.0),
+                (8192, 8192, -0.2728, 1.0, 0.0768, 1.0),
+                (14336, 4096, -0.2867, 1.0, 0.3935, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4364,18 +4359,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.6068, 1.0, -0.4373, 1.0),
-                (4096, 14336, -0.3273, 1.0, -0.1019, 1.0),
-                (6144, 4096, -0.4547, 1.0, -0.0717, 1.0),
-                (8192, 8192, -0.2833, 1.0, 0.3851, 1.0),
-                (14336, 4096, -0.1077, 1.0, 0.4712, 1.0),
+                (4096, 4096, -0.6064, 1.0, -0.437, 1.0),
+                (4096, 14336, -0.3328, 1.0, -0.1048, 1.0),
+                (6144, 4096, -0.453, 1.0, -0.0709, 1.0),
+                (8192, 8192, -0.2878, 1.0, 0.3807, 1.0),
+                (14336, 4096, -0.1112, 1.0, 0.4613, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4394,7 +4389,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
-                (5760, 1024, 32768),
+                (5760, 1024, 2880),
                 (8192, 1024, 1024),
                 (8192, 11584, 32768),
                 (11584, 1024, 5760),
@@ -4416,18 +4411,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.5703, 1.0, 0.0068, 1.0),
-                (4096, 14336, -0.3191, 1.0, 0.3296, 1.0),
-                (6144, 4096, -0.3711, 1.0, 0.1197, 1.0),
-                (8192, 8192, -0.0998, 1.0, 0.4441, 1.0),
-                (14336, 4096, -0.1254, 1.0, 0.5324, 1.0),
+                (4096, 4096, -0.5698, 1.0, 0.007, 1.0),
+                (4096, 14336, -0.3245, 1.0, 0.3267, 1.0),
+                (6144, 4096, -0.3694, 1.0, 0.1205, 1.0),
+                (8192, 8192, -0.1043, 1.0, 0.4397, 1.0),
+                (14336, 4096, -0.1289, 1.0, 0.5225, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4447,8 +4442,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 2048, 32768),
                 (2048, 1024, 1024),
                 (2048, 2048, 32768),
-                (2880, 5760, 16384),
-                (4096, 4096, 32768),
+                (2880, 2048, 2048),
                 (5760, 1024, 1024),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -4467,18 +4461,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.5655, 1.0, -0.1487, 1.0),
-                (4096, 14336, -0.4231, 1.0, 0.0301, 1.0),
-                (6144, 4096, -0.3752, 1.0, 0.054, 1.0),
-                (8192, 8192, -0.3145, 1.0, 0.1258, 1.0),
-                (14336, 4096, -0.2783, 1.0, 0.1128, 1.0),
+                (4096, 4096, -0.565, 1.0, -0.1485, 1.0),
+                (4096, 14336, -0.4285, 1.0, 0.0272, 1.0),
+                (6144, 4096, -0.3735, 1.0, 0.0548, 1.0),
+                (8192, 8192, -0.319, 1.0, 0.1213, 1.0),
+                (14336, 4096, -0.2818, 1.0, 0.1029, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4509,18 +4503,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=76,
             smem_bytes=81920,
             bias_terms=(
-                (4096, 4096, -0.4101, 1.0, -0.0122, 1.0),
-                (4096, 14336, -0.2456, 1.0, 0.1701, 1.0),
-                (6144, 4096, -0.2288, 1.0, 0.1921, 1.0),
-                (8192, 8192, -0.1425, 1.0, 0.2972, 1.0),
-                (14336, 4096, -0.1058, 1.0, 0.3834, 1.0),
+                (4096, 4096, -0.4096, 1.0, -0.0119, 1.0),
+                (4096, 14336, -0.2511, 1.0, 0.1672, 1.0),
+                (6144, 4096, -0.2271, 1.0, 0.1929, 1.0),
+                (8192, 8192, -0.147, 1.0, 0.2928, 1.0),
+                (14336, 4096, -0.1093, 1.0, 0.3735, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4551,18 +4545,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.7424, 1.0, -0.2686, 1.0),
-                (4096, 14336, -0.5038, 1.0, -0.0581, 1.0),
-                (6144, 4096, -0.357, 1.0, 0.0771, 1.0),
-                (8192, 8192, -0.355, 1.0, 0.1108, 1.0),
-                (14336, 4096, -0.221, 1.0, 0.247, 1.0),
+                (4096, 4096, -0.7419, 1.0, -0.2684, 1.0),
+                (4096, 14336, -0.5093, 1.0, -0.061, 1.0),
+                (6144, 4096, -0.3553, 1.0, 0.078, 1.0),
+                (8192, 8192, -0.3595, 1.0, 0.1064, 1.0),
+                (14336, 4096, -0.2245, 1.0, 0.2371, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4589,64 +4583,22 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             rank=15,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="c65fa54968e",
-            registers=64,
-            smem_bytes=65536,
-            bias_terms=(
-                (4096, 4096, -0.7308, 1.0, -0.2787, 1.0),
-                (4096, 14336, -0.4865, 1.0, -0.0671, 1.0),
-                (6144, 4096, -0.5628, 1.0, -0.0899, 1.0),
-                (8192, 8192, -0.1604, 1.0, 0.2431, 1.0),
-                (14336, 4096, -0.2253, 1.0, 0.2257, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
-            ),
-            tunables=(
-                ("block_m", 32),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1408, 2048, 4096),
-                (2048, 2048, 4096),
-                (2880, 2048, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [38]
-        ShapeCandidate(
-            m=8,
-            m_end=32,
-            rank=16,
-            table="gemm_mma",
-            kernel="gemm_mma",
             config_id="c1b13410289",
             registers=76,
             smem_bytes=81920,
             bias_terms=(
-                (4096, 4096, -0.5798, 1.0, -0.1274, 1.0),
-                (4096, 14336, -0.3217, 1.0, 0.1385, 1.0),
-                (6144, 4096, -0.2856, 1.0, 0.1018, 1.0),
-                (8192, 8192, -0.1918, 1.0, 0.2344, 1.0),
-                (14336, 4096, -0.157, 1.0, 0.3246, 1.0),
+                (4096, 4096, -0.5793, 1.0, -0.1272, 1.0),
+                (4096, 14336, -0.3272, 1.0, 0.1356, 1.0),
+                (6144, 4096, -0.284, 1.0, 0.1026, 1.0),
+                (8192, 8192, -0.1962, 1.0, 0.23, 1.0),
+                (14336, 4096, -0.1605, 1.0, 0.3147, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4669,29 +4621,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [39]
+        # index: [38]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=17,
+            rank=16,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd4f5b22aba",
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.5575, 1.0, -0.2416, 1.0),
-                (4096, 14336, -0.2836, 1.0, 0.0815, 1.0),
-                (6144, 4096, -0.3889, 1.0, 0.1993, 1.0),
-                (8192, 8192, -0.2271, 1.0, 0.2292, 1.0),
-                (14336, 4096, -0.1833, 1.0, 0.2435, 1.0),
+                (4096, 4096, -0.557, 1.0, -0.2414, 1.0),
+                (4096, 14336, -0.289, 1.0, 0.0786, 1.0),
+                (6144, 4096, -0.3873, 1.0, 0.2001, 1.0),
+                (8192, 8192, -0.2316, 1.0, 0.2248, 1.0),
+                (14336, 4096, -0.1868, 1.0, 0.2336, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4713,29 +4665,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [40]
+        # index: [39]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=18,
+            rank=17,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ca5969dd26a",
             registers=63,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.7964, 1.0, -0.4077, 1.0),
-                (4096, 14336, -0.5185, 1.0, -0.1231, 1.0),
-                (6144, 4096, -0.608, 1.0, -0.1896, 1.0),
-                (8192, 8192, -0.468, 1.0, -0.0229, 1.0),
-                (14336, 4096, -0.4391, 1.0, -0.0267, 1.0),
+                (4096, 4096, -0.7959, 1.0, -0.4075, 1.0),
+                (4096, 14336, -0.5239, 1.0, -0.126, 1.0),
+                (6144, 4096, -0.6063, 1.0, -0.1887, 1.0),
+                (8192, 8192, -0.4725, 1.0, -0.0273, 1.0),
+                (14336, 4096, -0.4426, 1.0, -0.0366, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4756,29 +4708,107 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [40]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=18,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c7310d41e9a",
+            registers=60,
+            smem_bytes=149504,
+            bias_terms=(
+                (4096, 4096, -0.4758, 1.0, -0.3756, 1.0),
+                (4096, 14336, -0.22, 1.0, -0.1126, 1.0),
+                (6144, 4096, -0.36, 1.0, 0.0231, 1.0),
+                (8192, 8192, -0.201, 1.0, 0.0386, 1.0),
+                (14336, 4096, -0.1852, 1.0, 0.1431, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 128),
+                ("block_k", 128),
+                ("stages", 4),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+            cells=(
+                (2880, 1408, 2880),
+                (4096, 1408, 2880),
+                (5760, 1408, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [41]
         ShapeCandidate(
             m=8,
             m_end=32,
             rank=19,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ce2e4d4c14f",
+            registers=48,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.6816, 1.0, -0.5118, 1.0),
+                (4096, 14336, -0.3608, 1.0, -0.2006, 1.0),
+                (6144, 4096, -0.5631, 1.0, -0.2574, 1.0),
+                (8192, 8192, -0.4546, 1.0, -0.1278, 1.0),
+                (14336, 4096, -0.4834, 1.0, -0.1163, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2880, 2880, 32768),
+                (4096, 2880, 32768),
+                (5760, 2880, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [42]
+        ShapeCandidate(
+            m=8,
+            m_end=32,
+            rank=20,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c6b5f09d0e5",
             registers=74,
             smem_bytes=122880,
             bias_terms=(
-                (4096, 4096, -0.5804, 1.0, -0.4341, 1.0),
-                (4096, 14336, -0.3178, 1.0, -0.1848, 1.0),
-                (6144, 4096, -0.3181, 1.0, -0.1473, 1.0),
-                (8192, 8192, -0.1845, 1.0, 0.1896, 1.0),
-                (14336, 4096, -0.0878, 1.0, 0.1774, 1.0),
+                (4096, 4096, -0.58, 1.0, -0.4339, 1.0),
+                (4096, 14336, -0.3233, 1.0, -0.1876, 1.0),
+                (6144, 4096, -0.3164, 1.0, -0.1465, 1.0),
+                (8192, 8192, -0.189, 1.0, 0.1851, 1.0),
+                (14336, 4096, -0.0913, 1.0, 0.1675, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4792,35 +4822,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (2880, 1408, 32768),
-                (4096, 1408, 32768),
-                (5760, 1408, 32768),
+                (2880, 4096, 32768),
+                (4096, 4096, 32768),
+                (5760, 4096, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [42]
+        # index: [43]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=20,
+            rank=21,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c17377d83c9",
             registers=79,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.9645, 1.0, -0.5596, 1.0),
-                (4096, 14336, -0.6443, 1.0, -0.2423, 1.0),
-                (6144, 4096, -0.6277, 1.0, -0.2048, 1.0),
-                (8192, 8192, -0.4674, 1.0, -0.0297, 1.0),
-                (14336, 4096, -0.4584, 1.0, -0.0402, 1.0),
+                (4096, 4096, -0.964, 1.0, -0.5594, 1.0),
+                (4096, 14336, -0.6497, 1.0, -0.2452, 1.0),
+                (6144, 4096, -0.626, 1.0, -0.2039, 1.0),
+                (8192, 8192, -0.4719, 1.0, -0.0341, 1.0),
+                (14336, 4096, -0.4619, 1.0, -0.0501, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4840,29 +4870,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [43]
+        # index: [44]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=21,
+            rank=22,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c5d7250bac0",
             registers=74,
             smem_bytes=122880,
             bias_terms=(
-                (4096, 4096, -0.9269, 1.0, -0.637, 1.0),
-                (4096, 14336, -0.5823, 1.0, -0.3211, 1.0),
-                (6144, 4096, -0.4919, 1.0, -0.4156, 1.0),
-                (8192, 8192, -0.2965, 1.0, 0.0815, 1.0),
-                (14336, 4096, -0.2857, 1.0, -0.0349, 1.0),
+                (4096, 4096, -0.9265, 1.0, -0.6368, 1.0),
+                (4096, 14336, -0.5878, 1.0, -0.324, 1.0),
+                (6144, 4096, -0.4902, 1.0, -0.4148, 1.0),
+                (8192, 8192, -0.3009, 1.0, 0.0771, 1.0),
+                (14336, 4096, -0.2892, 1.0, -0.0448, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -4883,29 +4913,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [44]
+        # index: [45]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=22,
+            rank=23,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c9025cc0713",
             registers=92,
             smem_bytes=147456,
             bias_terms=(
-                (4096, 4096, -1.2173, 1.0, -0.8339, 1.0),
-                (4096, 14336, -0.8679, 1.0, -0.4883, 1.0),
-                (6144, 4096, -0.9547, 1.0, -0.5415, 1.0),
-                (8192, 8192, -0.5426, 1.0, -0.1192, 1.0),
-                (14336, 4096, -0.6496, 1.0, -0.2374, 1.0),
+                (4096, 4096, -1.2168, 1.0, -0.8337, 1.0),
+                (4096, 14336, -0.8733, 1.0, -0.4912, 1.0),
+                (6144, 4096, -0.953, 1.0, -0.5406, 1.0),
+                (8192, 8192, -0.547, 1.0, -0.1236, 1.0),
+                (14336, 4096, -0.653, 1.0, -0.2473, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4925,29 +4955,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [45]
+        # index: [46]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=23,
+            rank=24,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd0241f326e",
             registers=92,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -1.2033, 1.0, -0.816, 1.0),
-                (4096, 14336, -0.8516, 1.0, -0.4803, 1.0),
-                (6144, 4096, -0.9063, 1.0, -0.4873, 1.0),
-                (8192, 8192, -0.519, 1.0, -0.1046, 1.0),
-                (14336, 4096, -0.4917, 1.0, -0.0784, 1.0),
+                (4096, 4096, -1.2028, 1.0, -0.8158, 1.0),
+                (4096, 14336, -0.857, 1.0, -0.4832, 1.0),
+                (6144, 4096, -0.9046, 1.0, -0.4865, 1.0),
+                (8192, 8192, -0.5235, 1.0, -0.109, 1.0),
+                (14336, 4096, -0.4951, 1.0, -0.0883, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -4967,29 +4997,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [46]
+        # index: [47]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=24,
+            rank=25,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c88f2d930a4",
             registers=90,
             smem_bytes=147456,
             bias_terms=(
-                (4096, 4096, -0.9171, 1.0, -0.793, 1.0),
-                (4096, 14336, -0.5493, 1.0, -0.4343, 1.0),
-                (6144, 4096, -0.6661, 1.0, -0.3723, 1.0),
-                (8192, 8192, -0.3087, 1.0, 0.0818, 1.0),
-                (14336, 4096, -0.3133, 1.0, 0.2125, 1.0),
+                (4096, 4096, -0.9166, 1.0, -0.7927, 1.0),
+                (4096, 14336, -0.5548, 1.0, -0.4372, 1.0),
+                (6144, 4096, -0.6644, 1.0, -0.3715, 1.0),
+                (8192, 8192, -0.3132, 1.0, 0.0773, 1.0),
+                (14336, 4096, -0.3168, 1.0, 0.2026, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5009,29 +5039,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [47]
+        # index: [48]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=25,
+            rank=26,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c34d769966c",
             registers=114,
             smem_bytes=163840,
             bias_terms=(
-                (4096, 4096, -1.2041, 1.0, -0.8247, 1.0),
-                (4096, 14336, -0.8506, 1.0, -0.4787, 1.0),
-                (6144, 4096, -0.9701, 1.0, -0.5869, 1.0),
-                (8192, 8192, -0.7371, 1.0, -0.3386, 1.0),
-                (14336, 4096, -0.4976, 1.0, -0.0946, 1.0),
+                (4096, 4096, -1.2036, 1.0, -0.8244, 1.0),
+                (4096, 14336, -0.856, 1.0, -0.4815, 1.0),
+                (6144, 4096, -0.9684, 1.0, -0.5861, 1.0),
+                (8192, 8192, -0.7415, 1.0, -0.343, 1.0),
+                (14336, 4096, -0.5011, 1.0, -0.1045, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5052,29 +5082,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [48]
+        # index: [49]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=26,
+            rank=27,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c2c9d4c2a61",
             registers=173,
             smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -1.4484, 1.0, -1.0771, 1.0),
-                (4096, 14336, -1.1214, 1.0, -0.7406, 1.0),
-                (6144, 4096, -1.1611, 1.0, -0.7795, 1.0),
-                (8192, 8192, -0.8656, 1.0, -0.4861, 1.0),
-                (14336, 4096, -0.7413, 1.0, -0.3511, 1.0),
+                (4096, 4096, -1.4487, 1.0, -1.0776, 1.0),
+                (4096, 14336, -1.1276, 1.0, -0.7443, 1.0),
+                (6144, 4096, -1.1601, 1.0, -0.7794, 1.0),
+                (8192, 8192, -0.8709, 1.0, -0.4913, 1.0),
+                (14336, 4096, -0.7455, 1.0, -0.3618, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5096,29 +5126,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [49]
+        # index: [50]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=27,
+            rank=28,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
             registers=141,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -1.6432, 1.0, -1.3048, 1.0),
-                (4096, 14336, -1.2798, 1.0, -0.9411, 1.0),
-                (6144, 4096, -1.4293, 1.0, -1.0753, 1.0),
-                (8192, 8192, -1.2151, 1.0, -0.8421, 1.0),
-                (14336, 4096, -1.0665, 1.0, -0.6725, 1.0),
+                (4096, 4096, -1.6427, 1.0, -1.3046, 1.0),
+                (4096, 14336, -1.2853, 1.0, -0.944, 1.0),
+                (6144, 4096, -1.4276, 1.0, -1.0745, 1.0),
+                (8192, 8192, -1.2196, 1.0, -0.8465, 1.0),
+                (14336, 4096, -1.07, 1.0, -0.6824, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5138,29 +5168,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [50]
+        # index: [51]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=28,
+            rank=29,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c746665bfe1",
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.6728, 1.0, -0.5412, 1.0),
-                (4096, 14336, -0.3035, 1.0, -0.1855, 1.0),
-                (6144, 4096, -0.3753, 1.0, -0.1957, 1.0),
-                (8192, 8192, -0.0489, 1.0, 0.1174, 1.0),
-                (14336, 4096, -0.2522, 1.0, 0.1608, 1.0),
+                (4096, 4096, -0.6723, 1.0, -0.541, 1.0),
+                (4096, 14336, -0.309, 1.0, -0.1884, 1.0),
+                (6144, 4096, -0.3736, 1.0, -0.1949, 1.0),
+                (8192, 8192, -0.0534, 1.0, 0.1129, 1.0),
+                (14336, 4096, -0.2557, 1.0, 0.1509, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5181,29 +5211,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [51]
+        # index: [52]
         ShapeCandidate(
             m=8,
             m_end=32,
-            rank=29,
+            rank=30,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c20a8f6441c",
             registers=74,
             smem_bytes=81920,
             bias_terms=(
-                (4096, 4096, -0.8258, 1.0, -0.6144, 1.0),
-                (4096, 14336, -0.4765, 1.0, -0.284, 1.0),
-                (6144, 4096, -0.4495, 1.0, -0.0936, 1.0),
-                (8192, 8192, -0.2713, 1.0, -0.0836, 1.0),
-                (14336, 4096, -0.3089, 1.0, 0.3721, 1.0),
+                (4096, 4096, -0.8253, 1.0, -0.6142, 1.0),
+                (4096, 14336, -0.4819, 1.0, -0.2869, 1.0),
+                (6144, 4096, -0.4478, 1.0, -0.0927, 1.0),
+                (8192, 8192, -0.2758, 1.0, -0.088, 1.0),
+                (14336, 4096, -0.3124, 1.0, 0.3622, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5048, 1.0, 0.5427, 1.0),
-                (4096, 14336, 0.1236, 1.0, 0.1585, 1.0),
-                (6144, 4096, 0.2965, 1.0, 0.3227, 1.0),
-                (8192, 8192, 0.0481, 1.0, 0.0653, 1.0),
-                (14336, 4096, 0.0821, 1.0, 0.1087, 1.0),
+                (4096, 4096, 0.5074, 1.0, 0.5455, 1.0),
+                (4096, 14336, 0.1322, 1.0, 0.1645, 1.0),
+                (6144, 4096, 0.2979, 1.0, 0.325, 1.0),
+                (8192, 8192, 0.0557, 1.0, 0.0728, 1.0),
+                (14336, 4096, 0.0887, 1.0, 0.1218, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5221,7 +5251,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [52]
+        # index: [53]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5232,18 +5262,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.487, 1.0, -0.2683, 1.0),
-                (4096, 14336, -0.2249, 1.0, -0.1272, 1.0),
-                (6144, 4096, -0.144, 1.0, -0.0588, 1.0),
-                (8192, 8192, -0.0793, 1.0, 0.0749, 1.0),
-                (14336, 4096, 0.0096, 1.0, 0.0974, 1.0),
+                (4096, 4096, -0.4929, 1.0, -0.2771, 1.0),
+                (4096, 14336, -0.229, 1.0, -0.121, 1.0),
+                (6144, 4096, -0.1475, 1.0, -0.0724, 1.0),
+                (8192, 8192, -0.088, 1.0, 0.0436, 1.0),
+                (14336, 4096, -0.0062, 1.0, 0.0922, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -5262,7 +5292,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [53]
+        # index: [54]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5273,18 +5303,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5023, 1.0, -0.2543, 1.0),
-                (4096, 14336, -0.2068, 1.0, -0.1552, 1.0),
-                (6144, 4096, -0.1557, 1.0, 0.0143, 1.0),
-                (8192, 8192, -0.0259, 1.0, -0.0049, 1.0),
-                (14336, 4096, 0.0309, 1.0, 0.0899, 1.0),
+                (4096, 4096, -0.5097, 1.0, -0.2664, 1.0),
+                (4096, 14336, -0.2188, 1.0, -0.1607, 1.0),
+                (6144, 4096, -0.1588, 1.0, 0.01, 1.0),
+                (8192, 8192, -0.039, 1.0, -0.0052, 1.0),
+                (14336, 4096, 0.0089, 1.0, 0.085, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5303,7 +5333,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [54]
+        # index: [55]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5314,18 +5344,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=100,
             smem_bytes=147456,
             bias_terms=(
-                (4096, 4096, -0.2128, 1.0, -0.3775, 1.0),
-                (4096, 14336, -0.0207, 1.0, -0.3789, 1.0),
-                (6144, 4096, -0.0006, 1.0, -0.1688, 1.0),
-                (8192, 8192, 0.0947, 1.0, -0.1424, 1.0),
-                (14336, 4096, 0.1779, 1.0, -0.0177, 1.0),
+                (4096, 4096, -0.2125, 1.0, -0.3754, 1.0),
+                (4096, 14336, -0.0235, 1.0, -0.3779, 1.0),
+                (6144, 4096, 0.0003, 1.0, -0.1666, 1.0),
+                (8192, 8192, 0.0903, 1.0, -0.1449, 1.0),
+                (14336, 4096, 0.168, 1.0, -0.0211, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5344,7 +5374,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [55]
+        # index: [56]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5355,18 +5385,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4386, 1.0, -0.2977, 1.0),
-                (4096, 14336, -0.1704, 1.0, -0.2117, 1.0),
-                (6144, 4096, -0.1033, 1.0, -0.1307, 1.0),
-                (8192, 8192, -0.036, 1.0, -0.007, 1.0),
-                (14336, 4096, 0.0483, 1.0, 0.0703, 1.0),
+                (4096, 4096, -0.4459, 1.0, -0.3107, 1.0),
+                (4096, 14336, -0.1762, 1.0, -0.2152, 1.0),
+                (6144, 4096, -0.1071, 1.0, -0.1359, 1.0),
+                (8192, 8192, -0.0398, 1.0, -0.0172, 1.0),
+                (14336, 4096, 0.0337, 1.0, 0.0581, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -5385,7 +5415,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [56]
+        # index: [57]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5396,18 +5426,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.5083, 1.0, -0.2604, 1.0),
-                (4096, 14336, -0.2455, 1.0, -0.0344, 1.0),
-                (6144, 4096, -0.1579, 1.0, -0.0109, 1.0),
-                (8192, 8192, -0.0788, 1.0, 0.1273, 1.0),
-                (14336, 4096, 0.0011, 1.0, 0.1671, 1.0),
+                (4096, 4096, -0.5131, 1.0, -0.2587, 1.0),
+                (4096, 14336, -0.2479, 1.0, -0.0361, 1.0),
+                (6144, 4096, -0.1659, 1.0, -0.0074, 1.0),
+                (8192, 8192, -0.0878, 1.0, 0.1128, 1.0),
+                (14336, 4096, -0.0281, 1.0, 0.1569, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -5426,7 +5456,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [57]
+        # index: [58]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5434,21 +5464,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce2e4d4c14f",
-            registers=52,
+            registers=48,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4999, 1.0, -0.5032, 1.0),
-                (4096, 14336, -0.1903, 1.0, -0.3307, 1.0),
-                (6144, 4096, -0.2407, 1.0, -0.4142, 1.0),
-                (8192, 8192, -0.1195, 1.0, -0.1728, 1.0),
-                (14336, 4096, -0.0913, 1.0, -0.2359, 1.0),
+                (4096, 4096, -0.5118, 1.0, -0.5188, 1.0),
+                (4096, 14336, -0.2006, 1.0, -0.3388, 1.0),
+                (6144, 4096, -0.2574, 1.0, -0.438, 1.0),
+                (8192, 8192, -0.1278, 1.0, -0.2025, 1.0),
+                (14336, 4096, -0.1163, 1.0, -0.2599, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -5466,11 +5496,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (11584, 1024, 1408),
+                (11584, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [58]
+        # index: [59]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5481,18 +5511,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=76,
             smem_bytes=122880,
             bias_terms=(
-                (4096, 4096, -0.3443, 1.0, -0.3796, 1.0),
-                (4096, 14336, -0.1549, 1.0, -0.3716, 1.0),
-                (6144, 4096, -0.092, 1.0, -0.2626, 1.0),
-                (8192, 8192, 0.0565, 1.0, -0.1721, 1.0),
-                (14336, 4096, 0.1218, 1.0, -0.0792, 1.0),
+                (4096, 4096, -0.3441, 1.0, -0.3775, 1.0),
+                (4096, 14336, -0.1577, 1.0, -0.3706, 1.0),
+                (6144, 4096, -0.0912, 1.0, -0.2604, 1.0),
+                (8192, 8192, 0.0521, 1.0, -0.1746, 1.0),
+                (14336, 4096, 0.1119, 1.0, -0.0826, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5511,29 +5541,72 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [59]
+        # index: [60]
         ShapeCandidate(
             m=32,
             m_end=64,
             rank=7,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cbb1316b55c",
+            registers=68,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.5578, 1.0, -0.5164, 1.0),
+                (4096, 14336, -0.1378, 1.0, -0.3645, 1.0),
+                (6144, 4096, -0.2834, 1.0, -0.1877, 1.0),
+                (8192, 8192, -0.1484, 1.0, -0.1242, 1.0),
+                (14336, 4096, -0.1254, 1.0, -0.0739, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 1408),
+                (1408, 1024, 1408),
+                (2048, 1024, 1408),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [61]
+        ShapeCandidate(
+            m=32,
+            m_end=64,
+            rank=8,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="ca5969dd26a",
             registers=63,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.4077, 1.0, -0.3325, 1.0),
-                (4096, 14336, -0.1231, 1.0, -0.1491, 1.0),
-                (6144, 4096, -0.1896, 1.0, 0.1015, 1.0),
-                (8192, 8192, -0.0229, 1.0, 0.2576, 1.0),
-                (14336, 4096, -0.0267, 1.0, 0.2896, 1.0),
+                (4096, 4096, -0.4075, 1.0, -0.3303, 1.0),
+                (4096, 14336, -0.126, 1.0, -0.1481, 1.0),
+                (6144, 4096, -0.1887, 1.0, 0.1037, 1.0),
+                (8192, 8192, -0.0273, 1.0, 0.2552, 1.0),
+                (14336, 4096, -0.0366, 1.0, 0.2862, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5557,55 +5630,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [60]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=8,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c05b5213896",
-            registers=92,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.5448, 1.0, -0.4999, 1.0),
-                (4096, 14336, -0.1359, 1.0, -0.3566, 1.0),
-                (6144, 4096, -0.2865, 1.0, -0.1859, 1.0),
-                (8192, 8192, -0.1361, 1.0, -0.112, 1.0),
-                (14336, 4096, -0.0936, 1.0, -0.0476, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 1),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 1408),
-                (1408, 1024, 1408),
-                (2048, 1024, 1408),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [61]
+        # index: [62]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5616,18 +5641,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3863, 1.0, -0.4664, 1.0),
-                (4096, 14336, -0.0277, 1.0, -0.2041, 1.0),
-                (6144, 4096, -0.069, 1.0, -0.0441, 1.0),
-                (8192, 8192, 0.0808, 1.0, 0.1146, 1.0),
-                (14336, 4096, 0.3872, 1.0, 0.3514, 1.0),
+                (4096, 4096, -0.3861, 1.0, -0.4642, 1.0),
+                (4096, 14336, -0.0306, 1.0, -0.2031, 1.0),
+                (6144, 4096, -0.0682, 1.0, -0.0419, 1.0),
+                (8192, 8192, 0.0764, 1.0, 0.1121, 1.0),
+                (14336, 4096, 0.3773, 1.0, 0.348, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5656,7 +5681,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [62]
+        # index: [63]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5667,18 +5692,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3489, 1.0, -0.2584, 1.0),
-                (4096, 14336, -0.0378, 1.0, -0.1526, 1.0),
-                (6144, 4096, 0.1355, 1.0, -0.0105, 1.0),
-                (8192, 8192, 0.1987, 1.0, 0.1658, 1.0),
-                (14336, 4096, 0.4588, 1.0, 0.3815, 1.0),
+                (4096, 4096, -0.3487, 1.0, -0.2562, 1.0),
+                (4096, 14336, -0.0407, 1.0, -0.1516, 1.0),
+                (6144, 4096, 0.1363, 1.0, -0.0082, 1.0),
+                (8192, 8192, 0.1942, 1.0, 0.1633, 1.0),
+                (14336, 4096, 0.4489, 1.0, 0.3781, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5696,7 +5721,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 16384),
+                (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 1024),
                 (8192, 2880, 32768),
@@ -5708,7 +5733,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [63]
+        # index: [64]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5719,18 +5744,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.4493, 1.0, -0.1908, 1.0),
-                (4096, 14336, -0.1457, 1.0, 0.0571, 1.0),
-                (6144, 4096, -0.0856, 1.0, -0.0691, 1.0),
-                (8192, 8192, 0.3496, 1.0, 0.2921, 1.0),
-                (14336, 4096, 0.4598, 1.0, 0.4004, 1.0),
+                (4096, 4096, -0.4491, 1.0, -0.1886, 1.0),
+                (4096, 14336, -0.1486, 1.0, 0.0581, 1.0),
+                (6144, 4096, -0.0848, 1.0, -0.0668, 1.0),
+                (8192, 8192, 0.3451, 1.0, 0.2896, 1.0),
+                (14336, 4096, 0.4499, 1.0, 0.397, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5750,19 +5775,19 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 2048, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 1408),
-                (2880, 8192, 16384),
+                (2880, 5760, 32768),
                 (4096, 1024, 1408),
                 (5760, 1024, 32768),
                 (8192, 1024, 1024),
                 (8192, 5760, 32768),
-                (11584, 2048, 32768),
+                (11584, 2880, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [64]
+        # index: [65]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5773,18 +5798,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.1487, 1.0, 0.0308, 1.0),
-                (4096, 14336, 0.0301, 1.0, 0.1049, 1.0),
-                (6144, 4096, 0.054, 1.0, 0.1153, 1.0),
-                (8192, 8192, 0.1258, 1.0, 0.1803, 1.0),
-                (14336, 4096, 0.1128, 1.0, 0.2485, 1.0),
+                (4096, 4096, -0.1485, 1.0, 0.033, 1.0),
+                (4096, 14336, 0.0272, 1.0, 0.1059, 1.0),
+                (6144, 4096, 0.0548, 1.0, 0.1175, 1.0),
+                (8192, 8192, 0.1213, 1.0, 0.1778, 1.0),
+                (14336, 4096, 0.1029, 1.0, 0.2452, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -5804,7 +5829,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [65]
+        # index: [66]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5815,18 +5840,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=144,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.2857, 1.0, -0.0178, 1.0),
-                (4096, 14336, -0.1126, 1.0, -0.0519, 1.0),
-                (6144, 4096, -0.0517, 1.0, 0.1131, 1.0),
-                (8192, 8192, 0.0541, 1.0, 0.1573, 1.0),
-                (14336, 4096, 0.2191, 1.0, 0.3472, 1.0),
+                (4096, 4096, -0.2862, 1.0, -0.0164, 1.0),
+                (4096, 14336, -0.1162, 1.0, -0.0516, 1.0),
+                (6144, 4096, -0.0517, 1.0, 0.1146, 1.0),
+                (8192, 8192, 0.0489, 1.0, 0.154, 1.0),
+                (14336, 4096, 0.2084, 1.0, 0.3431, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -5845,11 +5870,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 2048, 32768),
                 (1408, 2048, 32768),
                 (2048, 2048, 32768),
-                (2880, 2048, 5760),
+                (2880, 2048, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [66]
+        # index: [67]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5860,18 +5885,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.045, 1.0, -0.0793, 1.0),
-                (4096, 14336, 0.316, 1.0, 0.0791, 1.0),
-                (6144, 4096, 0.0954, 1.0, 0.0624, 1.0),
-                (8192, 8192, 0.4365, 1.0, 0.378, 1.0),
-                (14336, 4096, 0.5209, 1.0, 0.45, 1.0),
+                (4096, 4096, -0.0448, 1.0, -0.0771, 1.0),
+                (4096, 14336, 0.3131, 1.0, 0.0801, 1.0),
+                (6144, 4096, 0.0962, 1.0, 0.0646, 1.0),
+                (8192, 8192, 0.4321, 1.0, 0.3756, 1.0),
+                (14336, 4096, 0.511, 1.0, 0.4466, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5891,15 +5916,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 16384, 32768),
                 (2880, 1024, 1408),
                 (5760, 1024, 1408),
-                (5760, 5760, 23168),
-                (11584, 2880, 32768),
+                (5760, 5760, 32768),
+                (11584, 4096, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [67]
+        # index: [68]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5910,18 +5935,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3745, 1.0, -0.4183, 1.0),
-                (4096, 14336, -0.005, 1.0, -0.1672, 1.0),
-                (6144, 4096, -0.0651, 1.0, -0.0045, 1.0),
-                (8192, 8192, 0.0812, 1.0, 0.1268, 1.0),
-                (14336, 4096, 0.4034, 1.0, 0.3538, 1.0),
+                (4096, 4096, -0.3743, 1.0, -0.4162, 1.0),
+                (4096, 14336, -0.0079, 1.0, -0.1662, 1.0),
+                (6144, 4096, -0.0643, 1.0, -0.0023, 1.0),
+                (8192, 8192, 0.0768, 1.0, 0.1243, 1.0),
+                (14336, 4096, 0.3935, 1.0, 0.3504, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5939,7 +5964,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 4096, 32768),
                 (2048, 1024, 1024),
                 (2048, 2048, 2048),
-                (5760, 8192, 16384),
+                (5760, 8192, 32768),
                 (11584, 4096, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -5947,7 +5972,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [68]
+        # index: [69]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -5958,18 +5983,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3192, 1.0, -0.2156, 1.0),
-                (4096, 14336, -0.0287, 1.0, -0.1161, 1.0),
-                (6144, 4096, 0.1955, 1.0, 0.0327, 1.0),
-                (8192, 8192, 0.2162, 1.0, 0.1792, 1.0),
-                (14336, 4096, 0.4724, 1.0, 0.3863, 1.0),
+                (4096, 4096, -0.319, 1.0, -0.2134, 1.0),
+                (4096, 14336, -0.0316, 1.0, -0.1151, 1.0),
+                (6144, 4096, 0.1963, 1.0, 0.0349, 1.0),
+                (8192, 8192, 0.2117, 1.0, 0.1767, 1.0),
+                (14336, 4096, 0.4625, 1.0, 0.3829, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -5993,7 +6018,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [69]
+        # index: [70]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -6004,18 +6029,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.4373, 1.0, -0.2059, 1.0),
-                (4096, 14336, -0.1019, 1.0, 0.085, 1.0),
-                (6144, 4096, -0.0717, 1.0, -0.0536, 1.0),
-                (8192, 8192, 0.3851, 1.0, 0.3016, 1.0),
-                (14336, 4096, 0.4712, 1.0, 0.4063, 1.0),
+                (4096, 4096, -0.437, 1.0, -0.2038, 1.0),
+                (4096, 14336, -0.1048, 1.0, 0.0859, 1.0),
+                (6144, 4096, -0.0709, 1.0, -0.0514, 1.0),
+                (8192, 8192, 0.3807, 1.0, 0.2991, 1.0),
+                (14336, 4096, 0.4613, 1.0, 0.4029, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6036,7 +6061,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [70]
+        # index: [71]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -6047,18 +6072,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.2686, 1.0, -0.1017, 1.0),
-                (4096, 14336, -0.0581, 1.0, -0.0086, 1.0),
-                (6144, 4096, 0.0771, 1.0, 0.1404, 1.0),
-                (8192, 8192, 0.1108, 1.0, 0.3833, 1.0),
-                (14336, 4096, 0.247, 1.0, 0.3857, 1.0),
+                (4096, 4096, -0.2684, 1.0, -0.0996, 1.0),
+                (4096, 14336, -0.061, 1.0, -0.0077, 1.0),
+                (6144, 4096, 0.078, 1.0, 0.1426, 1.0),
+                (8192, 8192, 0.1064, 1.0, 0.3808, 1.0),
+                (14336, 4096, 0.2371, 1.0, 0.3823, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6078,7 +6103,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [71]
+        # index: [72]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -6089,18 +6114,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, 0.0068, 1.0, -0.0247, 1.0),
-                (4096, 14336, 0.3296, 1.0, 0.0958, 1.0),
-                (6144, 4096, 0.1197, 1.0, 0.0697, 1.0),
-                (8192, 8192, 0.4441, 1.0, 0.3845, 1.0),
-                (14336, 4096, 0.5324, 1.0, 0.4635, 1.0),
+                (4096, 4096, 0.007, 1.0, -0.0226, 1.0),
+                (4096, 14336, 0.3267, 1.0, 0.0968, 1.0),
+                (6144, 4096, 0.1205, 1.0, 0.072, 1.0),
+                (8192, 8192, 0.4397, 1.0, 0.382, 1.0),
+                (14336, 4096, 0.5225, 1.0, 0.4601, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6120,7 +6145,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [72]
+        # index: [73]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -6131,18 +6156,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.5412, 1.0, -0.4626, 1.0),
-                (4096, 14336, -0.1855, 1.0, -0.277, 1.0),
-                (6144, 4096, -0.1957, 1.0, -0.1754, 1.0),
-                (8192, 8192, 0.1174, 1.0, -0.0939, 1.0),
-                (14336, 4096, 0.1608, 1.0, 0.278, 1.0),
+                (4096, 4096, -0.541, 1.0, -0.4604, 1.0),
+                (4096, 14336, -0.1884, 1.0, -0.2761, 1.0),
+                (6144, 4096, -0.1949, 1.0, -0.1732, 1.0),
+                (8192, 8192, 0.1129, 1.0, -0.0964, 1.0),
+                (14336, 4096, 0.1509, 1.0, 0.2746, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6162,7 +6187,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [73]
+        # index: [74]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -6173,18 +6198,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=65536,
             bias_terms=(
-                (4096, 4096, -0.2787, 1.0, 0.0762, 1.0),
-                (4096, 14336, -0.0671, 1.0, 0.1962, 1.0),
-                (6144, 4096, -0.0899, 1.0, 0.0437, 1.0),
-                (8192, 8192, 0.2431, 1.0, 0.3374, 1.0),
-                (14336, 4096, 0.2257, 1.0, 0.4303, 1.0),
+                (4096, 4096, -0.2785, 1.0, 0.0784, 1.0),
+                (4096, 14336, -0.07, 1.0, 0.1972, 1.0),
+                (6144, 4096, -0.089, 1.0, 0.046, 1.0),
+                (8192, 8192, 0.2387, 1.0, 0.3349, 1.0),
+                (14336, 4096, 0.2158, 1.0, 0.4269, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6204,7 +6229,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [74]
+        # index: [75]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -6215,18 +6240,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=100352,
             bias_terms=(
-                (4096, 4096, -0.474, 1.0, -0.1742, 1.0),
-                (4096, 14336, -0.2422, 1.0, -0.0922, 1.0),
-                (6144, 4096, -0.0641, 1.0, 0.1401, 1.0),
-                (8192, 8192, -0.0769, 1.0, 0.0747, 1.0),
-                (14336, 4096, 0.0846, 1.0, 0.2183, 1.0),
+                (4096, 4096, -0.4796, 1.0, -0.1748, 1.0),
+                (4096, 14336, -0.2454, 1.0, -0.0994, 1.0),
+                (6144, 4096, -0.072, 1.0, 0.1373, 1.0),
+                (8192, 8192, -0.0771, 1.0, 0.0665, 1.0),
+                (14336, 4096, 0.0554, 1.0, 0.2066, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6243,7 +6268,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [75]
+        # index: [76]
         ShapeCandidate(
             m=32,
             m_end=64,
@@ -6251,21 +6276,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c419852ee1e",
-            registers=63,
+            registers=60,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5475, 1.0, -0.4264, 1.0),
-                (4096, 14336, -0.2191, 1.0, -0.0941, 1.0),
-                (6144, 4096, -0.2787, 1.0, -0.374, 1.0),
-                (8192, 8192, -0.1751, 1.0, 0.0328, 1.0),
-                (14336, 4096, -0.1274, 1.0, -0.1299, 1.0),
+                (4096, 4096, -0.5649, 1.0, -0.4491, 1.0),
+                (4096, 14336, -0.245, 1.0, -0.1006, 1.0),
+                (6144, 4096, -0.3052, 1.0, -0.3988, 1.0),
+                (8192, 8192, -0.1824, 1.0, -0.0074, 1.0),
+                (14336, 4096, -0.1601, 1.0, -0.1513, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -6283,73 +6308,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [76]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=24,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c972c858f79",
-            registers=214,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.5332, 1.0, -0.2267, 1.0),
-                (4096, 14336, -0.2339, 1.0, -0.1035, 1.0),
-                (6144, 4096, -0.3177, 1.0, -0.1066, 1.0),
-                (8192, 8192, -0.1953, 1.0, -0.036, 1.0),
-                (14336, 4096, -0.1097, 1.0, 0.057, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 128),
-                ("block_k", 128),
-                ("stages", 4),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 1),
-                ("split_k", 2),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (2880, 23168, 32768),
-                (4096, 23168, 32768),
-                (5760, 23168, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [77]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=25,
+            rank=24,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c17377d83c9",
             registers=79,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.5596, 1.0, -0.3381, 1.0),
-                (4096, 14336, -0.2423, 1.0, -0.1403, 1.0),
-                (6144, 4096, -0.2048, 1.0, 0.1029, 1.0),
-                (8192, 8192, -0.0297, 1.0, 0.2601, 1.0),
-                (14336, 4096, -0.0402, 1.0, 0.2992, 1.0),
+                (4096, 4096, -0.5594, 1.0, -0.3359, 1.0),
+                (4096, 14336, -0.2452, 1.0, -0.1393, 1.0),
+                (6144, 4096, -0.2039, 1.0, 0.1052, 1.0),
+                (8192, 8192, -0.0341, 1.0, 0.2576, 1.0),
+                (14336, 4096, -0.0501, 1.0, 0.2958, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6373,25 +6354,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=26,
+            rank=25,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cb3a90e9540",
             registers=69,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.6649, 1.0, -0.5032, 1.0),
-                (4096, 14336, -0.291, 1.0, -0.316, 1.0),
-                (6144, 4096, -0.2761, 1.0, -0.1724, 1.0),
-                (8192, 8192, -0.1446, 1.0, -0.1116, 1.0),
-                (14336, 4096, -0.1025, 1.0, -0.0508, 1.0),
+                (4096, 4096, -0.6655, 1.0, -0.5018, 1.0),
+                (4096, 14336, -0.2946, 1.0, -0.3158, 1.0),
+                (6144, 4096, -0.276, 1.0, -0.1709, 1.0),
+                (8192, 8192, -0.1498, 1.0, -0.1148, 1.0),
+                (14336, 4096, -0.1132, 1.0, -0.0549, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6417,25 +6398,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=27,
+            rank=26,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c35a6eee8da",
             registers=112,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.8768, 1.0, -0.6489, 1.0),
-                (4096, 14336, -0.5109, 1.0, -0.4917, 1.0),
-                (6144, 4096, -0.5213, 1.0, -0.3598, 1.0),
-                (8192, 8192, -0.1361, 1.0, -0.0329, 1.0),
-                (14336, 4096, -0.123, 1.0, 0.0312, 1.0),
+                (4096, 4096, -0.8774, 1.0, -0.6475, 1.0),
+                (4096, 14336, -0.5146, 1.0, -0.4915, 1.0),
+                (6144, 4096, -0.5213, 1.0, -0.3584, 1.0),
+                (8192, 8192, -0.1413, 1.0, -0.0362, 1.0),
+                (14336, 4096, -0.1336, 1.0, 0.0271, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6461,25 +6442,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=28,
+            rank=27,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c9025cc0713",
             registers=92,
             smem_bytes=147456,
             bias_terms=(
-                (4096, 4096, -0.8339, 1.0, -0.7414, 1.0),
-                (4096, 14336, -0.4883, 1.0, -0.5984, 1.0),
-                (6144, 4096, -0.5415, 1.0, -0.6212, 1.0),
-                (8192, 8192, -0.1192, 1.0, -0.2684, 1.0),
-                (14336, 4096, -0.2374, 1.0, -0.3418, 1.0),
+                (4096, 4096, -0.8337, 1.0, -0.7392, 1.0),
+                (4096, 14336, -0.4912, 1.0, -0.5974, 1.0),
+                (6144, 4096, -0.5406, 1.0, -0.619, 1.0),
+                (8192, 8192, -0.1236, 1.0, -0.2709, 1.0),
+                (14336, 4096, -0.2473, 1.0, -0.3452, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6503,25 +6484,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=29,
+            rank=28,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c9b322944bc",
             registers=123,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.9628, 1.0, -0.7142, 1.0),
-                (4096, 14336, -0.6199, 1.0, -0.5558, 1.0),
-                (6144, 4096, -0.6639, 1.0, -0.4918, 1.0),
-                (8192, 8192, -0.3226, 1.0, -0.1886, 1.0),
-                (14336, 4096, -0.2752, 1.0, -0.1228, 1.0),
+                (4096, 4096, -0.9633, 1.0, -0.7128, 1.0),
+                (4096, 14336, -0.6236, 1.0, -0.5556, 1.0),
+                (6144, 4096, -0.6638, 1.0, -0.4904, 1.0),
+                (8192, 8192, -0.3278, 1.0, -0.1918, 1.0),
+                (14336, 4096, -0.2859, 1.0, -0.127, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6547,67 +6528,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=30,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c3ef087150d",
-            registers=212,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.6376, 1.0, -0.332, 1.0),
-                (4096, 14336, -0.3665, 1.0, -0.2317, 1.0),
-                (6144, 4096, -0.3073, 1.0, -0.0853, 1.0),
-                (8192, 8192, -0.2013, 1.0, -0.0424, 1.0),
-                (14336, 4096, -0.1141, 1.0, 0.0395, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 1),
-                ("split_k", 2),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (5760, 32768, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [83]
-        ShapeCandidate(
-            m=32,
-            m_end=64,
-            rank=31,
+            rank=29,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c7c8e634b10",
             registers=139,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.9905, 1.0, -0.7435, 1.0),
-                (4096, 14336, -0.6439, 1.0, -0.5884, 1.0),
-                (6144, 4096, -0.6924, 1.0, -0.5444, 1.0),
-                (8192, 8192, -0.3917, 1.0, -0.2437, 1.0),
-                (14336, 4096, -0.2452, 1.0, -0.1012, 1.0),
+                (4096, 4096, -0.991, 1.0, -0.7421, 1.0),
+                (4096, 14336, -0.6475, 1.0, -0.5882, 1.0),
+                (6144, 4096, -0.6923, 1.0, -0.5429, 1.0),
+                (8192, 8192, -0.3969, 1.0, -0.247, 1.0),
+                (14336, 4096, -0.2559, 1.0, -0.1053, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6630,29 +6569,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [84]
+        # index: [83]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=32,
+            rank=30,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd0241f326e",
             registers=92,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.816, 1.0, -0.7525, 1.0),
-                (4096, 14336, -0.4803, 1.0, -0.5861, 1.0),
-                (6144, 4096, -0.4873, 1.0, -0.2646, 1.0),
-                (8192, 8192, -0.1046, 1.0, -0.0512, 1.0),
-                (14336, 4096, -0.0784, 1.0, 0.1799, 1.0),
+                (4096, 4096, -0.8158, 1.0, -0.7503, 1.0),
+                (4096, 14336, -0.4832, 1.0, -0.5851, 1.0),
+                (6144, 4096, -0.4865, 1.0, -0.2624, 1.0),
+                (8192, 8192, -0.109, 1.0, -0.0537, 1.0),
+                (14336, 4096, -0.0883, 1.0, 0.1765, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6672,29 +6611,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [85]
+        # index: [84]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=33,
+            rank=31,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
             registers=155,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.1012, 1.0, -0.8012, 1.0),
-                (4096, 14336, -0.8145, 1.0, -0.6885, 1.0),
-                (6144, 4096, -0.7698, 1.0, -0.5905, 1.0),
-                (8192, 8192, -0.4061, 1.0, -0.3578, 1.0),
-                (14336, 4096, -0.5066, 1.0, -0.3606, 1.0),
+                (4096, 4096, -1.1018, 1.0, -0.7998, 1.0),
+                (4096, 14336, -0.8182, 1.0, -0.6883, 1.0),
+                (6144, 4096, -0.7697, 1.0, -0.5891, 1.0),
+                (8192, 8192, -0.4113, 1.0, -0.3611, 1.0),
+                (14336, 4096, -0.5173, 1.0, -0.3648, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6716,29 +6655,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [86]
+        # index: [85]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=34,
+            rank=32,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c34d769966c",
             registers=114,
             smem_bytes=163840,
             bias_terms=(
-                (4096, 4096, -0.8247, 1.0, -0.7832, 1.0),
-                (4096, 14336, -0.4787, 1.0, -0.6075, 1.0),
-                (6144, 4096, -0.5869, 1.0, -0.5969, 1.0),
-                (8192, 8192, -0.3386, 1.0, -0.2224, 1.0),
-                (14336, 4096, -0.0946, 1.0, -0.1038, 1.0),
+                (4096, 4096, -0.8244, 1.0, -0.781, 1.0),
+                (4096, 14336, -0.4815, 1.0, -0.6065, 1.0),
+                (6144, 4096, -0.5861, 1.0, -0.5947, 1.0),
+                (8192, 8192, -0.343, 1.0, -0.2249, 1.0),
+                (14336, 4096, -0.1045, 1.0, -0.1072, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -6759,29 +6698,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [87]
+        # index: [86]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=35,
+            rank=33,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
             registers=141,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -1.3048, 1.0, -0.9818, 1.0),
-                (4096, 14336, -0.9411, 1.0, -0.8082, 1.0),
-                (6144, 4096, -1.0753, 1.0, -0.8428, 1.0),
-                (8192, 8192, -0.8421, 1.0, -0.6693, 1.0),
-                (14336, 4096, -0.6725, 1.0, -0.4977, 1.0),
+                (4096, 4096, -1.3046, 1.0, -0.9797, 1.0),
+                (4096, 14336, -0.944, 1.0, -0.8073, 1.0),
+                (6144, 4096, -1.0745, 1.0, -0.8406, 1.0),
+                (8192, 8192, -0.8465, 1.0, -0.6718, 1.0),
+                (14336, 4096, -0.6824, 1.0, -0.5011, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6802,29 +6741,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [88]
+        # index: [87]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=36,
+            rank=34,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.4178, 1.0, -1.1145, 1.0),
-                (4096, 14336, -1.0683, 1.0, -0.9603, 1.0),
-                (6144, 4096, -0.9672, 1.0, -0.8974, 1.0),
-                (8192, 8192, -0.5483, 1.0, -0.5585, 1.0),
-                (14336, 4096, -0.2894, 1.0, -0.227, 1.0),
+                (4096, 4096, -1.4184, 1.0, -1.1131, 1.0),
+                (4096, 14336, -1.072, 1.0, -0.9601, 1.0),
+                (6144, 4096, -0.9672, 1.0, -0.896, 1.0),
+                (8192, 8192, -0.5535, 1.0, -0.5618, 1.0),
+                (14336, 4096, -0.3001, 1.0, -0.2312, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -6846,29 +6785,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [89]
+        # index: [88]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=37,
+            rank=35,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c2c9d4c2a61",
             registers=173,
             smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -1.0771, 1.0, -0.7755, 1.0),
-                (4096, 14336, -0.7406, 1.0, -0.6075, 1.0),
-                (6144, 4096, -0.7795, 1.0, -0.5813, 1.0),
-                (8192, 8192, -0.4861, 1.0, -0.3811, 1.0),
-                (14336, 4096, -0.3511, 1.0, -0.1812, 1.0),
+                (4096, 4096, -1.0776, 1.0, -0.7741, 1.0),
+                (4096, 14336, -0.7443, 1.0, -0.6073, 1.0),
+                (6144, 4096, -0.7794, 1.0, -0.5798, 1.0),
+                (8192, 8192, -0.4913, 1.0, -0.3843, 1.0),
+                (14336, 4096, -0.3618, 1.0, -0.1854, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -6890,29 +6829,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [90]
+        # index: [89]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=38,
+            rank=36,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cd4f5b22aba",
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.2416, 1.0, -0.0856, 1.0),
-                (4096, 14336, 0.0815, 1.0, 0.0708, 1.0),
-                (6144, 4096, 0.1993, 1.0, 0.0953, 1.0),
-                (8192, 8192, 0.2292, 1.0, 0.1954, 1.0),
-                (14336, 4096, 0.2435, 1.0, 0.2599, 1.0),
+                (4096, 4096, -0.2414, 1.0, -0.0834, 1.0),
+                (4096, 14336, 0.0786, 1.0, 0.0718, 1.0),
+                (6144, 4096, 0.2001, 1.0, 0.0976, 1.0),
+                (8192, 8192, 0.2248, 1.0, 0.1929, 1.0),
+                (14336, 4096, 0.2336, 1.0, 0.2565, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6930,29 +6869,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [91]
+        # index: [90]
         ShapeCandidate(
             m=32,
             m_end=64,
-            rank=39,
+            rank=37,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c20a8f6441c",
             registers=74,
             smem_bytes=81920,
             bias_terms=(
-                (4096, 4096, -0.6144, 1.0, -0.3779, 1.0),
-                (4096, 14336, -0.284, 1.0, -0.2066, 1.0),
-                (6144, 4096, -0.0936, 1.0, 0.0888, 1.0),
-                (8192, 8192, -0.0836, 1.0, 0.1786, 1.0),
-                (14336, 4096, 0.3721, 1.0, 0.5208, 1.0),
+                (4096, 4096, -0.6142, 1.0, -0.3757, 1.0),
+                (4096, 14336, -0.2869, 1.0, -0.2057, 1.0),
+                (6144, 4096, -0.0927, 1.0, 0.091, 1.0),
+                (8192, 8192, -0.088, 1.0, 0.1761, 1.0),
+                (14336, 4096, 0.3622, 1.0, 0.5174, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5427, 1.0, 0.4411, 1.0),
-                (4096, 14336, 0.1585, 1.0, 0.218, 1.0),
-                (6144, 4096, 0.3227, 1.0, 0.3172, 1.0),
-                (8192, 8192, 0.0653, 1.0, 0.124, 1.0),
-                (14336, 4096, 0.1087, 1.0, 0.1569, 1.0),
+                (4096, 4096, 0.5455, 1.0, 0.4421, 1.0),
+                (4096, 14336, 0.1645, 1.0, 0.2202, 1.0),
+                (6144, 4096, 0.325, 1.0, 0.3181, 1.0),
+                (8192, 8192, 0.0728, 1.0, 0.1296, 1.0),
+                (14336, 4096, 0.1218, 1.0, 0.1634, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -6970,7 +6909,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [92]
+        # index: [91]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -6978,21 +6917,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce2e4d4c14f",
-            registers=52,
+            registers=48,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5032, 1.0, -0.8328, 1.0),
-                (4096, 14336, -0.3307, 1.0, -0.5202, 1.0),
-                (6144, 4096, -0.4142, 1.0, -0.5109, 1.0),
-                (8192, 8192, -0.1728, 1.0, -0.3363, 1.0),
-                (14336, 4096, -0.2359, 1.0, -0.3097, 1.0),
+                (4096, 4096, -0.5188, 1.0, -0.8492, 1.0),
+                (4096, 14336, -0.3388, 1.0, -0.512, 1.0),
+                (6144, 4096, -0.438, 1.0, -0.5355, 1.0),
+                (8192, 8192, -0.2025, 1.0, -0.3564, 1.0),
+                (14336, 4096, -0.2599, 1.0, -0.3404, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -7005,14 +6944,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 2880),
                 (1408, 1024, 4096),
-                (2048, 1024, 23168),
+                (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [93]
+        # index: [92]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7023,18 +6962,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=100,
             smem_bytes=147456,
             bias_terms=(
-                (4096, 4096, -0.3775, 1.0, -0.5341, 1.0),
-                (4096, 14336, -0.3789, 1.0, -0.463, 1.0),
-                (6144, 4096, -0.1688, 1.0, -0.303, 1.0),
-                (8192, 8192, -0.1424, 1.0, -0.2371, 1.0),
-                (14336, 4096, -0.0177, 1.0, -0.115, 1.0),
+                (4096, 4096, -0.3754, 1.0, -0.5262, 1.0),
+                (4096, 14336, -0.3779, 1.0, -0.4644, 1.0),
+                (6144, 4096, -0.1666, 1.0, -0.3016, 1.0),
+                (8192, 8192, -0.1449, 1.0, -0.2379, 1.0),
+                (14336, 4096, -0.0211, 1.0, -0.1158, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -7053,7 +6992,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [94]
+        # index: [93]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7064,18 +7003,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.4664, 1.0, -0.5658, 1.0),
-                (4096, 14336, -0.2041, 1.0, -0.2382, 1.0),
-                (6144, 4096, -0.0441, 1.0, -0.2161, 1.0),
-                (8192, 8192, 0.1146, 1.0, 0.1823, 1.0),
-                (14336, 4096, 0.3514, 1.0, 0.3079, 1.0),
+                (4096, 4096, -0.4642, 1.0, -0.5578, 1.0),
+                (4096, 14336, -0.2031, 1.0, -0.2396, 1.0),
+                (6144, 4096, -0.0419, 1.0, -0.2147, 1.0),
+                (8192, 8192, 0.1121, 1.0, 0.1815, 1.0),
+                (14336, 4096, 0.348, 1.0, 0.3071, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7093,9 +7032,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 1024),
-                (4096, 2048, 2880),
-                (4096, 5760, 5760),
+                (4096, 1024, 5760),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -7103,7 +7040,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [95]
+        # index: [94]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7114,18 +7051,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.2584, 1.0, -0.3875, 1.0),
-                (4096, 14336, -0.1526, 1.0, -0.1911, 1.0),
-                (6144, 4096, -0.0105, 1.0, -0.1097, 1.0),
-                (8192, 8192, 0.1658, 1.0, 0.1631, 1.0),
-                (14336, 4096, 0.3815, 1.0, 0.34, 1.0),
+                (4096, 4096, -0.2562, 1.0, -0.3796, 1.0),
+                (4096, 14336, -0.1516, 1.0, -0.1925, 1.0),
+                (6144, 4096, -0.0082, 1.0, -0.1083, 1.0),
+                (8192, 8192, 0.1633, 1.0, 0.1623, 1.0),
+                (14336, 4096, 0.3781, 1.0, 0.3393, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7144,6 +7081,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 1024),
+                (4096, 2048, 2880),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -7151,7 +7089,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [96]
+        # index: [95]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7162,18 +7100,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.1908, 1.0, -0.4318, 1.0),
-                (4096, 14336, 0.0571, 1.0, -0.0515, 1.0),
-                (6144, 4096, -0.0691, 1.0, -0.1566, 1.0),
-                (8192, 8192, 0.2921, 1.0, 0.272, 1.0),
-                (14336, 4096, 0.4004, 1.0, 0.3447, 1.0),
+                (4096, 4096, -0.1886, 1.0, -0.4238, 1.0),
+                (4096, 14336, 0.0581, 1.0, -0.053, 1.0),
+                (6144, 4096, -0.0668, 1.0, -0.1552, 1.0),
+                (8192, 8192, 0.2896, 1.0, 0.2713, 1.0),
+                (14336, 4096, 0.397, 1.0, 0.344, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7190,10 +7128,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 2880),
-                (2048, 5760, 8192),
+                (2048, 5760, 5760),
                 (2048, 23168, 32768),
                 (2880, 1024, 5760),
                 (2880, 23168, 32768),
+                (4096, 1024, 1024),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -7201,7 +7140,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [97]
+        # index: [96]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7212,18 +7151,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.0793, 1.0, -0.2505, 1.0),
-                (4096, 14336, 0.0791, 1.0, -0.0134, 1.0),
-                (6144, 4096, 0.0624, 1.0, -0.031, 1.0),
-                (8192, 8192, 0.378, 1.0, 0.2944, 1.0),
-                (14336, 4096, 0.45, 1.0, 0.4016, 1.0),
+                (4096, 4096, -0.0771, 1.0, -0.2425, 1.0),
+                (4096, 14336, 0.0801, 1.0, -0.0148, 1.0),
+                (6144, 4096, 0.0646, 1.0, -0.0296, 1.0),
+                (8192, 8192, 0.3756, 1.0, 0.2936, 1.0),
+                (14336, 4096, 0.4466, 1.0, 0.4009, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7240,19 +7179,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 2048),
-                (2048, 32768, 32768),
                 (2880, 1024, 2880),
-                (11584, 1024, 1408),
-                (11584, 5760, 8192),
-                (11584, 23168, 32768),
-                (16384, 1024, 1408),
+                (11584, 1024, 1024),
+                (11584, 5760, 32768),
+                (16384, 1024, 1024),
                 (16384, 2880, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [98]
+        # index: [97]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7263,18 +7200,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.4183, 1.0, -0.5393, 1.0),
-                (4096, 14336, -0.1672, 1.0, -0.2089, 1.0),
-                (6144, 4096, -0.0045, 1.0, -0.2013, 1.0),
-                (8192, 8192, 0.1268, 1.0, 0.1775, 1.0),
-                (14336, 4096, 0.3538, 1.0, 0.3096, 1.0),
+                (4096, 4096, -0.4162, 1.0, -0.5313, 1.0),
+                (4096, 14336, -0.1662, 1.0, -0.2103, 1.0),
+                (6144, 4096, -0.0023, 1.0, -0.1999, 1.0),
+                (8192, 8192, 0.1243, 1.0, 0.1767, 1.0),
+                (14336, 4096, 0.3504, 1.0, 0.3089, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7298,7 +7235,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [99]
+        # index: [98]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7309,18 +7246,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.2156, 1.0, -0.3584, 1.0),
-                (4096, 14336, -0.1161, 1.0, -0.1738, 1.0),
-                (6144, 4096, 0.0327, 1.0, -0.0932, 1.0),
-                (8192, 8192, 0.1792, 1.0, 0.1685, 1.0),
-                (14336, 4096, 0.3863, 1.0, 0.3453, 1.0),
+                (4096, 4096, -0.2134, 1.0, -0.3504, 1.0),
+                (4096, 14336, -0.1151, 1.0, -0.1752, 1.0),
+                (6144, 4096, 0.0349, 1.0, -0.0918, 1.0),
+                (8192, 8192, 0.1767, 1.0, 0.1677, 1.0),
+                (14336, 4096, 0.3829, 1.0, 0.3445, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7337,14 +7274,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 5760),
                 (1408, 23168, 32768),
-                (2048, 1024, 1408),
+                (2048, 1024, 2048),
                 (2880, 1024, 2048),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [100]
+        # index: [99]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7355,18 +7292,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.2059, 1.0, -0.442, 1.0),
-                (4096, 14336, 0.085, 1.0, -0.0753, 1.0),
-                (6144, 4096, -0.0536, 1.0, -0.1432, 1.0),
-                (8192, 8192, 0.3016, 1.0, 0.2715, 1.0),
-                (14336, 4096, 0.4063, 1.0, 0.3492, 1.0),
+                (4096, 4096, -0.2038, 1.0, -0.434, 1.0),
+                (4096, 14336, 0.0859, 1.0, -0.0767, 1.0),
+                (6144, 4096, -0.0514, 1.0, -0.1418, 1.0),
+                (8192, 8192, 0.2991, 1.0, 0.2707, 1.0),
+                (14336, 4096, 0.4029, 1.0, 0.3484, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7390,7 +7327,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [101]
+        # index: [100]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7401,18 +7338,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.0247, 1.0, -0.2405, 1.0),
-                (4096, 14336, 0.0958, 1.0, -0.0126, 1.0),
-                (6144, 4096, 0.0697, 1.0, -0.0386, 1.0),
-                (8192, 8192, 0.3845, 1.0, 0.2975, 1.0),
-                (14336, 4096, 0.4635, 1.0, 0.4079, 1.0),
+                (4096, 4096, -0.0226, 1.0, -0.2325, 1.0),
+                (4096, 14336, 0.0968, 1.0, -0.014, 1.0),
+                (6144, 4096, 0.072, 1.0, -0.0372, 1.0),
+                (8192, 8192, 0.382, 1.0, 0.2967, 1.0),
+                (14336, 4096, 0.4601, 1.0, 0.4072, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7426,17 +7363,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1408),
+                (1024, 1024, 2048),
                 (1024, 4096, 4096),
                 (1024, 32768, 32768),
-                (1408, 1024, 1408),
+                (1408, 1024, 2048),
                 (2048, 1024, 1024),
                 (2880, 1024, 1024),
-                (32768, 1024, 2880),
+                (32768, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [102]
+        # index: [101]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7447,18 +7384,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.4626, 1.0, -0.5715, 1.0),
-                (4096, 14336, -0.277, 1.0, -0.2665, 1.0),
-                (6144, 4096, -0.1754, 1.0, -0.0034, 1.0),
-                (8192, 8192, -0.0939, 1.0, 0.0791, 1.0),
-                (14336, 4096, 0.278, 1.0, 0.1716, 1.0),
+                (4096, 4096, -0.4604, 1.0, -0.5635, 1.0),
+                (4096, 14336, -0.2761, 1.0, -0.2679, 1.0),
+                (6144, 4096, -0.1732, 1.0, -0.002, 1.0),
+                (8192, 8192, -0.0964, 1.0, 0.0783, 1.0),
+                (14336, 4096, 0.2746, 1.0, 0.1708, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7479,7 +7416,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [103]
+        # index: [102]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7490,18 +7427,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.0856, 1.0, -0.315, 1.0),
-                (4096, 14336, 0.0708, 1.0, -0.1203, 1.0),
-                (6144, 4096, 0.0953, 1.0, -0.0525, 1.0),
-                (8192, 8192, 0.1954, 1.0, 0.0693, 1.0),
-                (14336, 4096, 0.2599, 1.0, 0.1152, 1.0),
+                (4096, 4096, -0.0834, 1.0, -0.307, 1.0),
+                (4096, 14336, 0.0718, 1.0, -0.1217, 1.0),
+                (6144, 4096, 0.0976, 1.0, -0.0511, 1.0),
+                (8192, 8192, 0.1929, 1.0, 0.0685, 1.0),
+                (14336, 4096, 0.2565, 1.0, 0.1145, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -7520,7 +7457,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [104]
+        # index: [103]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7531,18 +7468,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.2977, 1.0, -0.5101, 1.0),
-                (4096, 14336, -0.2117, 1.0, -0.3432, 1.0),
-                (6144, 4096, -0.1307, 1.0, -0.1622, 1.0),
-                (8192, 8192, -0.007, 1.0, -0.132, 1.0),
-                (14336, 4096, 0.0703, 1.0, 0.0634, 1.0),
+                (4096, 4096, -0.3107, 1.0, -0.5194, 1.0),
+                (4096, 14336, -0.2152, 1.0, -0.3653, 1.0),
+                (6144, 4096, -0.1359, 1.0, -0.1701, 1.0),
+                (8192, 8192, -0.0172, 1.0, -0.1344, 1.0),
+                (14336, 4096, 0.0581, 1.0, 0.0445, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -7560,7 +7497,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [105]
+        # index: [104]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7571,18 +7508,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.2683, 1.0, -0.5134, 1.0),
-                (4096, 14336, -0.1272, 1.0, -0.2582, 1.0),
-                (6144, 4096, -0.0588, 1.0, -0.1682, 1.0),
-                (8192, 8192, 0.0749, 1.0, -0.0045, 1.0),
-                (14336, 4096, 0.0974, 1.0, 0.0741, 1.0),
+                (4096, 4096, -0.2771, 1.0, -0.5186, 1.0),
+                (4096, 14336, -0.121, 1.0, -0.2711, 1.0),
+                (6144, 4096, -0.0724, 1.0, -0.1769, 1.0),
+                (8192, 8192, 0.0436, 1.0, -0.0125, 1.0),
+                (14336, 4096, 0.0922, 1.0, 0.0512, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -7600,7 +7537,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [106]
+        # index: [105]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7611,18 +7548,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=144,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.0245, 1.0, -0.1611, 1.0),
-                (4096, 14336, -0.0471, 1.0, 0.1558, 1.0),
-                (6144, 4096, 0.1157, 1.0, 0.2473, 1.0),
-                (8192, 8192, 0.1576, 1.0, 0.3903, 1.0),
-                (14336, 4096, 0.341, 1.0, 0.6174, 1.0),
+                (4096, 4096, -0.0231, 1.0, -0.157, 1.0),
+                (4096, 14336, -0.0469, 1.0, 0.1513, 1.0),
+                (6144, 4096, 0.1171, 1.0, 0.2479, 1.0),
+                (8192, 8192, 0.1543, 1.0, 0.3923, 1.0),
+                (14336, 4096, 0.3369, 1.0, 0.6093, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7638,13 +7575,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (1024, 2048, 32768),
-                (1408, 2048, 32768),
-                (2048, 2048, 32768),
+                (1024, 2880, 32768),
+                (1408, 2880, 32768),
+                (2048, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [107]
+        # index: [106]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7655,18 +7592,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, 0.0308, 1.0, -0.2098, 1.0),
-                (4096, 14336, 0.1049, 1.0, -0.0796, 1.0),
-                (6144, 4096, 0.1153, 1.0, 0.0202, 1.0),
-                (8192, 8192, 0.1803, 1.0, 0.0841, 1.0),
-                (14336, 4096, 0.2485, 1.0, 0.1902, 1.0),
+                (4096, 4096, 0.033, 1.0, -0.2018, 1.0),
+                (4096, 14336, 0.1059, 1.0, -0.081, 1.0),
+                (6144, 4096, 0.1175, 1.0, 0.0216, 1.0),
+                (8192, 8192, 0.1778, 1.0, 0.0834, 1.0),
+                (14336, 4096, 0.2452, 1.0, 0.1895, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 32),
@@ -7685,7 +7622,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [108]
+        # index: [107]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7696,18 +7633,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.1882, 1.0, -0.2455, 1.0),
-                (4096, 14336, -0.1718, 1.0, -0.0942, 1.0),
-                (6144, 4096, -0.2247, 1.0, -0.1151, 1.0),
-                (8192, 8192, -0.0398, 1.0, -0.0083, 1.0),
-                (14336, 4096, -0.004, 1.0, -0.0399, 1.0),
+                (4096, 4096, -0.1868, 1.0, -0.2413, 1.0),
+                (4096, 14336, -0.1716, 1.0, -0.0987, 1.0),
+                (6144, 4096, -0.2232, 1.0, -0.1145, 1.0),
+                (8192, 8192, -0.0431, 1.0, -0.0063, 1.0),
+                (14336, 4096, -0.0082, 1.0, -0.048, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -7728,11 +7665,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 4096, 32768),
                 (2880, 4096, 32768),
                 (4096, 4096, 32768),
-                (5760, 5760, 23168),
+                (5760, 8192, 8192),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [109]
+        # index: [108]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7743,18 +7680,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, 0.0539, 1.0, -0.4142, 1.0),
-                (4096, 14336, 0.0419, 1.0, -0.0443, 1.0),
-                (6144, 4096, 0.2615, 1.0, 0.0045, 1.0),
-                (8192, 8192, 0.3054, 1.0, 0.1918, 1.0),
-                (14336, 4096, 0.5968, 1.0, 0.3873, 1.0),
+                (4096, 4096, 0.0415, 1.0, -0.4178, 1.0),
+                (4096, 14336, 0.0306, 1.0, -0.0593, 1.0),
+                (6144, 4096, 0.2523, 1.0, -0.0127, 1.0),
+                (8192, 8192, 0.2906, 1.0, 0.1613, 1.0),
+                (14336, 4096, 0.579, 1.0, 0.3596, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -7771,7 +7708,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [110]
+        # index: [109]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7782,18 +7719,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.2604, 1.0, -0.4899, 1.0),
-                (4096, 14336, -0.0344, 1.0, -0.2705, 1.0),
-                (6144, 4096, -0.0109, 1.0, -0.1195, 1.0),
-                (8192, 8192, 0.1273, 1.0, -0.0304, 1.0),
-                (14336, 4096, 0.1671, 1.0, 0.1242, 1.0),
+                (4096, 4096, -0.2587, 1.0, -0.4959, 1.0),
+                (4096, 14336, -0.0361, 1.0, -0.2817, 1.0),
+                (6144, 4096, -0.0074, 1.0, -0.1295, 1.0),
+                (8192, 8192, 0.1128, 1.0, -0.0366, 1.0),
+                (14336, 4096, 0.1569, 1.0, 0.1031, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -7810,7 +7747,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [111]
+        # index: [110]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7821,18 +7758,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=100352,
             bias_terms=(
-                (4096, 4096, -0.1742, 1.0, -0.2737, 1.0),
-                (4096, 14336, -0.0922, 1.0, 0.0647, 1.0),
-                (6144, 4096, 0.1401, 1.0, 0.0953, 1.0),
-                (8192, 8192, 0.0747, 1.0, 0.2271, 1.0),
-                (14336, 4096, 0.2183, 1.0, 0.3381, 1.0),
+                (4096, 4096, -0.1748, 1.0, -0.2823, 1.0),
+                (4096, 14336, -0.0994, 1.0, 0.0534, 1.0),
+                (6144, 4096, 0.1373, 1.0, 0.0793, 1.0),
+                (8192, 8192, 0.0665, 1.0, 0.2164, 1.0),
+                (14336, 4096, 0.2066, 1.0, 0.3178, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7849,7 +7786,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [112]
+        # index: [111]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7857,21 +7794,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c94004c5719",
-            registers=64,
+            registers=66,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.3538, 1.0, -0.7168, 1.0),
-                (4096, 14336, 0.0281, 1.0, -0.4218, 1.0),
-                (6144, 4096, -0.3172, 1.0, -0.4257, 1.0),
-                (8192, 8192, 0.1197, 1.0, -0.2117, 1.0),
-                (14336, 4096, -0.0092, 1.0, -0.2015, 1.0),
+                (4096, 4096, -0.3704, 1.0, -0.7291, 1.0),
+                (4096, 14336, 0.0144, 1.0, -0.4258, 1.0),
+                (6144, 4096, -0.3328, 1.0, -0.4559, 1.0),
+                (8192, 8192, 0.0996, 1.0, -0.2482, 1.0),
+                (14336, 4096, -0.0151, 1.0, -0.2462, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -7882,14 +7819,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 5760),
+                (2048, 1024, 8192),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [113]
+        # index: [112]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7897,21 +7834,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c419852ee1e",
-            registers=63,
+            registers=60,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4264, 1.0, -0.7258, 1.0),
-                (4096, 14336, -0.0941, 1.0, -0.2837, 1.0),
-                (6144, 4096, -0.374, 1.0, -0.394, 1.0),
-                (8192, 8192, 0.0328, 1.0, -0.0567, 1.0),
-                (14336, 4096, -0.1299, 1.0, -0.1188, 1.0),
+                (4096, 4096, -0.4491, 1.0, -0.7476, 1.0),
+                (4096, 14336, -0.1006, 1.0, -0.3103, 1.0),
+                (6144, 4096, -0.3988, 1.0, -0.4089, 1.0),
+                (8192, 8192, -0.0074, 1.0, -0.0635, 1.0),
+                (14336, 4096, -0.1513, 1.0, -0.1516, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -7929,7 +7866,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [114]
+        # index: [113]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7940,18 +7877,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.2543, 1.0, -0.5506, 1.0),
-                (4096, 14336, -0.1552, 1.0, -0.3091, 1.0),
-                (6144, 4096, 0.0143, 1.0, -0.1861, 1.0),
-                (8192, 8192, -0.0049, 1.0, -0.0436, 1.0),
-                (14336, 4096, 0.0899, 1.0, 0.0528, 1.0),
+                (4096, 4096, -0.2664, 1.0, -0.5543, 1.0),
+                (4096, 14336, -0.1607, 1.0, -0.321, 1.0),
+                (6144, 4096, 0.01, 1.0, -0.199, 1.0),
+                (8192, 8192, -0.0052, 1.0, -0.0535, 1.0),
+                (14336, 4096, 0.085, 1.0, 0.0369, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -7968,7 +7905,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [115]
+        # index: [114]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -7979,18 +7916,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=116736,
             bias_terms=(
-                (4096, 4096, -0.2227, 1.0, -0.4703, 1.0),
-                (4096, 14336, -0.1791, 1.0, -0.1574, 1.0),
-                (6144, 4096, 0.1053, 1.0, -0.1386, 1.0),
-                (8192, 8192, 0.0116, 1.0, -0.021, 1.0),
-                (14336, 4096, 0.1856, 1.0, 0.1041, 1.0),
+                (4096, 4096, -0.2304, 1.0, -0.4785, 1.0),
+                (4096, 14336, -0.179, 1.0, -0.1662, 1.0),
+                (6144, 4096, 0.101, 1.0, -0.1479, 1.0),
+                (8192, 8192, 0.0063, 1.0, -0.0384, 1.0),
+                (14336, 4096, 0.1733, 1.0, 0.0919, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8007,7 +7944,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [116]
+        # index: [115]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8018,18 +7955,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2041, 1.0, -0.3816, 1.0),
-                (4096, 14336, -0.1414, 1.0, -0.0515, 1.0),
-                (6144, 4096, 0.1234, 1.0, -0.0289, 1.0),
-                (8192, 8192, 0.038, 1.0, 0.0935, 1.0),
-                (14336, 4096, 0.1921, 1.0, 0.1996, 1.0),
+                (4096, 4096, -0.2079, 1.0, -0.3953, 1.0),
+                (4096, 14336, -0.1434, 1.0, -0.0686, 1.0),
+                (6144, 4096, 0.1159, 1.0, -0.0434, 1.0),
+                (8192, 8192, 0.0295, 1.0, 0.0766, 1.0),
+                (14336, 4096, 0.1784, 1.0, 0.1741, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -8046,29 +7983,69 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [117]
+        # index: [116]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=25,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cbb1316b55c",
+            registers=68,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.5164, 1.0, -0.7676, 1.0),
+                (4096, 14336, -0.3645, 1.0, -0.4517, 1.0),
+                (6144, 4096, -0.1877, 1.0, -0.5204, 1.0),
+                (8192, 8192, -0.1242, 1.0, -0.2301, 1.0),
+                (14336, 4096, -0.0739, 1.0, -0.2715, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 23168),
+                (5760, 1024, 5760),
+                (5760, 11584, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [117]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=26,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8d4278d47a",
             registers=114,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4475, 1.0, -0.8954, 1.0),
-                (4096, 14336, -0.23, 1.0, -0.6313, 1.0),
-                (6144, 4096, -0.1543, 1.0, -0.4258, 1.0),
-                (8192, 8192, -0.1348, 1.0, -0.4232, 1.0),
-                (14336, 4096, -0.106, 1.0, -0.3376, 1.0),
+                (4096, 4096, -0.4461, 1.0, -0.8913, 1.0),
+                (4096, 14336, -0.2298, 1.0, -0.6358, 1.0),
+                (6144, 4096, -0.1529, 1.0, -0.4253, 1.0),
+                (8192, 8192, -0.138, 1.0, -0.4212, 1.0),
+                (14336, 4096, -0.1101, 1.0, -0.3457, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8094,64 +8071,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=26,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cbb1316b55c",
-            registers=72,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.5096, 1.0, -0.7623, 1.0),
-                (4096, 14336, -0.3645, 1.0, -0.4441, 1.0),
-                (6144, 4096, -0.1679, 1.0, -0.4886, 1.0),
-                (8192, 8192, -0.1034, 1.0, -0.2082, 1.0),
-                (14336, 4096, -0.0499, 1.0, -0.2412, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (4096, 1024, 4096),
-                (5760, 1024, 4096),
-                (5760, 32768, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [119]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
             rank=27,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c1c5004278b",
-            registers=79,
+            registers=78,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.5527, 1.0, -0.497, 1.0),
-                (4096, 14336, -0.3825, 1.0, -0.0583, 1.0),
-                (6144, 4096, -0.2099, 1.0, -0.2823, 1.0),
-                (8192, 8192, -0.1367, 1.0, 0.1132, 1.0),
-                (14336, 4096, -0.0854, 1.0, 0.0677, 1.0),
+                (4096, 4096, -0.574, 1.0, -0.5063, 1.0),
+                (4096, 14336, -0.3883, 1.0, -0.0764, 1.0),
+                (6144, 4096, -0.2394, 1.0, -0.3036, 1.0),
+                (8192, 8192, -0.1651, 1.0, 0.1064, 1.0),
+                (14336, 4096, -0.112, 1.0, 0.0608, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -8168,108 +8106,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [120]
+        # index: [119]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=28,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="cdd0adb603c",
-            registers=72,
-            smem_bytes=210944,
-            bias_terms=(
-                (4096, 4096, -0.4965, 1.0, -0.5797, 1.0),
-                (4096, 14336, -0.3343, 1.0, -0.1422, 1.0),
-                (6144, 4096, -0.2122, 1.0, -0.3391, 1.0),
-                (8192, 8192, -0.1291, 1.0, 0.0395, 1.0),
-                (14336, 4096, -0.0825, 1.0, -0.0212, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
-            ),
-            tunables=(
-                ("block_m", 72),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 6),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (4096, 1024, 32768),
-                (5760, 1024, 2880),
-                (5760, 32768, 32768),
-                (8192, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [121]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=29,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c15d5c3560d",
-            registers=80,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -0.5467, 1.0, -0.3961, 1.0),
-                (4096, 14336, -0.3541, 1.0, 0.0788, 1.0),
-                (6144, 4096, -0.1667, 1.0, -0.2036, 1.0),
-                (8192, 8192, -0.0521, 1.0, 0.2204, 1.0),
-                (14336, 4096, -0.0194, 1.0, 0.1791, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
-            ),
-            tunables=(
-                ("block_m", 88),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 5),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (4096, 1024, 2048),
-                (5760, 1024, 1024),
-                (8192, 1024, 1024),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [122]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=30,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
             config_id="cb530ae64c0",
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7317, 1.0, -1.0329, 1.0),
-                (4096, 14336, -0.5814, 1.0, -0.6618, 1.0),
-                (6144, 4096, -0.5296, 1.0, -0.3159, 1.0),
-                (8192, 8192, -0.2642, 1.0, 0.0331, 1.0),
-                (14336, 4096, -0.191, 1.0, 0.026, 1.0),
+                (4096, 4096, -0.7796, 1.0, -1.0776, 1.0),
+                (4096, 14336, -0.6054, 1.0, -0.6433, 1.0),
+                (6144, 4096, -0.5739, 1.0, -0.3443, 1.0),
+                (8192, 8192, -0.2874, 1.0, 0.0238, 1.0),
+                (14336, 4096, -0.2249, 1.0, -0.0433, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8281,80 +8140,112 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (4096, 1024, 1408),
-                (5760, 1024, 11584),
-                (8192, 1024, 11584),
-                (11584, 1024, 16384),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
                 (16384, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [123]
+        # index: [120]
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=31,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c05b5213896",
-            registers=92,
-            smem_bytes=231424,
+            rank=29,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cdd0adb603c",
+            registers=72,
+            smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.4999, 1.0, -0.5278, 1.0),
-                (4096, 14336, -0.3566, 1.0, -0.1955, 1.0),
-                (6144, 4096, -0.1859, 1.0, -0.2723, 1.0),
-                (8192, 8192, -0.112, 1.0, 0.1919, 1.0),
-                (14336, 4096, -0.0476, 1.0, 0.1499, 1.0),
+                (4096, 4096, -0.5156, 1.0, -0.5875, 1.0),
+                (4096, 14336, -0.3362, 1.0, -0.1536, 1.0),
+                (6144, 4096, -0.2389, 1.0, -0.3462, 1.0),
+                (8192, 8192, -0.1552, 1.0, 0.0066, 1.0),
+                (14336, 4096, -0.1084, 1.0, -0.0305, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
-                ("block_m", 64),
+                ("block_m", 72),
                 ("block_n", 64),
                 ("block_k", 128),
-                ("stages", 7),
+                ("stages", 6),
                 ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 1),
                 ("split_k", 1),
-                ("tail_split", 0),
             ),
             cells=(
                 (4096, 1024, 32768),
-                (5760, 5760, 23168),
+                (5760, 1024, 32768),
                 (8192, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [124]
+        # index: [121]
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=32,
+            rank=30,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c15d5c3560d",
+            registers=84,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.567, 1.0, -0.407, 1.0),
+                (4096, 14336, -0.3655, 1.0, 0.0601, 1.0),
+                (6144, 4096, -0.1896, 1.0, -0.2178, 1.0),
+                (8192, 8192, -0.0679, 1.0, 0.2088, 1.0),
+                (14336, 4096, -0.0439, 1.0, 0.1669, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
+            ),
+            tunables=(
+                ("block_m", 88),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 5),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 2048),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [122]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=31,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce318e997ed",
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4484, 1.0, -0.4795, 1.0),
-                (4096, 14336, -0.3488, 1.0, -0.2478, 1.0),
-                (6144, 4096, -0.1175, 1.0, -0.2775, 1.0),
-                (8192, 8192, -0.1081, 1.0, 0.0713, 1.0),
-                (14336, 4096, -0.0271, 1.0, 0.0457, 1.0),
+                (4096, 4096, -0.4432, 1.0, -0.4833, 1.0),
+                (4096, 14336, -0.3575, 1.0, -0.2605, 1.0),
+                (6144, 4096, -0.1273, 1.0, -0.2854, 1.0),
+                (8192, 8192, -0.1205, 1.0, 0.0487, 1.0),
+                (14336, 4096, -0.0323, 1.0, 0.0315, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -8371,7 +8262,44 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [125]
+        # index: [123]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=32,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c807354d2c4",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.3407, 1.0, -0.519, 1.0),
+                (4096, 14336, -0.2239, 1.0, -0.2708, 1.0),
+                (6144, 4096, -0.1195, 1.0, -0.2392, 1.0),
+                (8192, 8192, -0.0956, 1.0, 0.0074, 1.0),
+                (14336, 4096, -0.0117, 1.0, 0.0237, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
+            ),
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+            cells=(
+                (4096, 32768, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [124]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8382,18 +8310,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.6287, 1.0, -0.942, 1.0),
-                (4096, 14336, -0.4864, 1.0, -0.6555, 1.0),
-                (6144, 4096, -0.4309, 1.0, -0.3875, 1.0),
-                (8192, 8192, -0.1797, 1.0, -0.0333, 1.0),
-                (14336, 4096, -0.1653, 1.0, -0.0462, 1.0),
+                (4096, 4096, -0.6654, 1.0, -0.9801, 1.0),
+                (4096, 14336, -0.5001, 1.0, -0.6648, 1.0),
+                (6144, 4096, -0.4725, 1.0, -0.425, 1.0),
+                (8192, 8192, -0.2038, 1.0, -0.0476, 1.0),
+                (14336, 4096, -0.1939, 1.0, -0.1138, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -8411,7 +8339,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [126]
+        # index: [125]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8422,18 +8350,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=126,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6498, 1.0, -0.9871, 1.0),
-                (4096, 14336, -0.5034, 1.0, -0.712, 1.0),
-                (6144, 4096, -0.356, 1.0, -0.5664, 1.0),
-                (8192, 8192, -0.0191, 1.0, -0.3087, 1.0),
-                (14336, 4096, -0.1685, 1.0, -0.3201, 1.0),
+                (4096, 4096, -0.6484, 1.0, -0.983, 1.0),
+                (4096, 14336, -0.5032, 1.0, -0.7164, 1.0),
+                (6144, 4096, -0.3545, 1.0, -0.5659, 1.0),
+                (8192, 8192, -0.0224, 1.0, -0.3067, 1.0),
+                (14336, 4096, -0.1727, 1.0, -0.3282, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8455,7 +8383,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [127]
+        # index: [126]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8466,18 +8394,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=112,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.6489, 1.0, -0.7858, 1.0),
-                (4096, 14336, -0.4917, 1.0, -0.537, 1.0),
-                (6144, 4096, -0.3598, 1.0, -0.2212, 1.0),
-                (8192, 8192, -0.0329, 1.0, -0.1451, 1.0),
-                (14336, 4096, 0.0312, 1.0, 0.1485, 1.0),
+                (4096, 4096, -0.6475, 1.0, -0.7817, 1.0),
+                (4096, 14336, -0.4915, 1.0, -0.5414, 1.0),
+                (6144, 4096, -0.3584, 1.0, -0.2206, 1.0),
+                (8192, 8192, -0.0362, 1.0, -0.143, 1.0),
+                (14336, 4096, 0.0271, 1.0, 0.1404, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8493,9 +8421,49 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (5760, 1024, 2880),
+                (5760, 1024, 2048),
                 (8192, 1024, 2880),
                 (11584, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [127]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=36,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ca0cfa76740",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.5884, 1.0, -0.9141, 1.0),
+                (4096, 14336, -0.4124, 1.0, -0.6001, 1.0),
+                (6144, 4096, -0.3845, 1.0, -0.4785, 1.0),
+                (8192, 8192, -0.1234, 1.0, -0.1119, 1.0),
+                (14336, 4096, -0.1711, 1.0, -0.1395, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
+            ),
+            tunables=(
+                ("block_m", 72),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (5760, 1024, 1024),
+                (5760, 2880, 16384),
+                (8192, 1024, 16384),
+                (11584, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
@@ -8503,25 +8471,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=36,
+            rank=37,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c9b322944bc",
             registers=123,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7142, 1.0, -0.9671, 1.0),
-                (4096, 14336, -0.5558, 1.0, -0.7084, 1.0),
-                (6144, 4096, -0.4918, 1.0, -0.3769, 1.0),
-                (8192, 8192, -0.1886, 1.0, 0.0273, 1.0),
-                (14336, 4096, -0.1228, 1.0, 0.2325, 1.0),
+                (4096, 4096, -0.7128, 1.0, -0.963, 1.0),
+                (4096, 14336, -0.5556, 1.0, -0.7129, 1.0),
+                (6144, 4096, -0.4904, 1.0, -0.3763, 1.0),
+                (8192, 8192, -0.1918, 1.0, 0.0293, 1.0),
+                (14336, 4096, -0.127, 1.0, 0.2244, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8537,7 +8505,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (5760, 4096, 32768),
+                (5760, 23168, 32768),
                 (8192, 4096, 32768),
                 (11584, 2880, 32768),
             ),
@@ -8547,86 +8515,42 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=37,
+            rank=38,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="ca0cfa76740",
+            config_id="cc176767297",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.5513, 1.0, -0.8777, 1.0),
-                (4096, 14336, -0.3965, 1.0, -0.5827, 1.0),
-                (6144, 4096, -0.3462, 1.0, -0.437, 1.0),
-                (8192, 8192, -0.0996, 1.0, -0.1051, 1.0),
-                (14336, 4096, -0.1399, 1.0, -0.0752, 1.0),
+                (4096, 4096, -0.8562, 1.0, -0.886, 1.0),
+                (4096, 14336, -0.6896, 1.0, -0.5898, 1.0),
+                (6144, 4096, -0.6587, 1.0, -0.5359, 1.0),
+                (8192, 8192, -0.3329, 1.0, -0.3462, 1.0),
+                (14336, 4096, -0.1938, 1.0, -0.0573, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
-                ("block_m", 72),
+                ("block_m", 112),
                 ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 8),
+                ("stages", 7),
                 ("consumers", 2),
                 ("split_k", 1),
             ),
             cells=(
-                (5760, 4096, 4096),
                 (8192, 1024, 32768),
-                (11584, 1024, 32768),
+                (11584, 1408, 32768),
+                (16384, 1408, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
         # index: [130]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
-            rank=38,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cec58c42150",
-            registers=240,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.7157, 1.0, -0.7805, 1.0),
-                (4096, 14336, -0.6659, 1.0, -0.662, 1.0),
-                (6144, 4096, -0.283, 1.0, -0.2904, 1.0),
-                (8192, 8192, 0.0156, 1.0, -0.0179, 1.0),
-                (14336, 4096, -0.1079, 1.0, -0.0067, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 2),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (5760, 16384, 32768),
-                (8192, 16384, 32768),
-                (11584, 11584, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [131]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8637,18 +8561,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=155,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.8012, 1.0, -1.1142, 1.0),
-                (4096, 14336, -0.6885, 1.0, -0.8727, 1.0),
-                (6144, 4096, -0.5905, 1.0, -0.7211, 1.0),
-                (8192, 8192, -0.3578, 1.0, -0.5371, 1.0),
-                (14336, 4096, -0.3606, 1.0, -0.4349, 1.0),
+                (4096, 4096, -0.7998, 1.0, -1.1101, 1.0),
+                (4096, 14336, -0.6883, 1.0, -0.8772, 1.0),
+                (6144, 4096, -0.5891, 1.0, -0.7206, 1.0),
+                (8192, 8192, -0.3611, 1.0, -0.5351, 1.0),
+                (14336, 4096, -0.3648, 1.0, -0.443, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8670,7 +8594,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [132]
+        # index: [131]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8681,18 +8605,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=139,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7435, 1.0, -1.0105, 1.0),
-                (4096, 14336, -0.5884, 1.0, -0.7464, 1.0),
-                (6144, 4096, -0.5444, 1.0, -0.4558, 1.0),
-                (8192, 8192, -0.2437, 1.0, 0.0056, 1.0),
-                (14336, 4096, -0.1012, 1.0, 0.1389, 1.0),
+                (4096, 4096, -0.7421, 1.0, -1.0064, 1.0),
+                (4096, 14336, -0.5882, 1.0, -0.7509, 1.0),
+                (6144, 4096, -0.5429, 1.0, -0.4552, 1.0),
+                (8192, 8192, -0.247, 1.0, 0.0076, 1.0),
+                (14336, 4096, -0.1053, 1.0, 0.1308, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8714,46 +8638,44 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [133]
+        # index: [132]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=41,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="cc176767297",
+            config_id="ce640992674",
             registers=168,
-            smem_bytes=217088,
+            smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.8167, 1.0, -0.8374, 1.0),
-                (4096, 14336, -0.6695, 1.0, -0.5678, 1.0),
-                (6144, 4096, -0.6137, 1.0, -0.4699, 1.0),
-                (8192, 8192, -0.3136, 1.0, -0.3326, 1.0),
-                (14336, 4096, -0.1597, 1.0, -0.0193, 1.0),
+                (4096, 4096, -0.3595, 1.0, -0.6677, 1.0),
+                (4096, 14336, -0.3284, 1.0, -0.4807, 1.0),
+                (6144, 4096, -0.0894, 1.0, -0.3034, 1.0),
+                (8192, 8192, -0.0578, 1.0, -0.2387, 1.0),
+                (14336, 4096, 0.2116, 1.0, -0.0784, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
-                ("block_m", 112),
-                ("block_n", 128),
+                ("block_m", 96),
+                ("block_n", 256),
                 ("block_k", 64),
-                ("stages", 7),
+                ("stages", 4),
                 ("consumers", 2),
-                ("split_k", 1),
+                ("split_k", 3),
             ),
             cells=(
-                (8192, 1408, 32768),
-                (11584, 2048, 32768),
-                (16384, 2048, 32768),
+                (8192, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [134]
+        # index: [133]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8764,18 +8686,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.1145, 1.0, -1.1551, 1.0),
-                (4096, 14336, -0.9603, 1.0, -0.868, 1.0),
-                (6144, 4096, -0.8974, 1.0, -0.8049, 1.0),
-                (8192, 8192, -0.5585, 1.0, -0.6546, 1.0),
-                (14336, 4096, -0.227, 1.0, -0.2197, 1.0),
+                (4096, 4096, -1.1131, 1.0, -1.151, 1.0),
+                (4096, 14336, -0.9601, 1.0, -0.8725, 1.0),
+                (6144, 4096, -0.896, 1.0, -0.8044, 1.0),
+                (8192, 8192, -0.5618, 1.0, -0.6526, 1.0),
+                (14336, 4096, -0.2312, 1.0, -0.2278, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8794,11 +8716,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
-                (32768, 4096, 32768),
+                (32768, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [135]
+        # index: [134]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8809,18 +8731,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.877, 1.0, -0.9114, 1.0),
-                (4096, 14336, -0.692, 1.0, -0.5877, 1.0),
-                (6144, 4096, -0.7425, 1.0, -0.5848, 1.0),
-                (8192, 8192, -0.5719, 1.0, -0.4399, 1.0),
-                (14336, 4096, -0.5313, 1.0, -0.3294, 1.0),
+                (4096, 4096, -0.8757, 1.0, -0.9073, 1.0),
+                (4096, 14336, -0.6918, 1.0, -0.5922, 1.0),
+                (6144, 4096, -0.7411, 1.0, -0.5842, 1.0),
+                (8192, 8192, -0.5752, 1.0, -0.4379, 1.0),
+                (14336, 4096, -0.5354, 1.0, -0.3375, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8842,29 +8764,68 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [136]
+        # index: [135]
         ShapeCandidate(
             m=64,
             m_end=112,
             rank=44,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4a15955779",
+            registers=168,
+            smem_bytes=182272,
+            bias_terms=(
+                (4096, 4096, -0.7705, 1.0, -1.0829, 1.0),
+                (4096, 14336, -0.5923, 1.0, -0.7685, 1.0),
+                (6144, 4096, -0.6219, 1.0, -0.7367, 1.0),
+                (8192, 8192, -0.4427, 1.0, -0.5725, 1.0),
+                (14336, 4096, -0.3118, 1.0, -0.3083, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [136]
+        ShapeCandidate(
+            m=64,
+            m_end=112,
+            rank=45,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c540ba05a15",
             registers=141,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -0.9818, 1.0, -1.1192, 1.0),
-                (4096, 14336, -0.8082, 1.0, -0.8803, 1.0),
-                (6144, 4096, -0.8428, 1.0, -0.8932, 1.0),
-                (8192, 8192, -0.6693, 1.0, -0.7057, 1.0),
-                (14336, 4096, -0.4977, 1.0, -0.3098, 1.0),
+                (4096, 4096, -0.9797, 1.0, -1.1112, 1.0),
+                (4096, 14336, -0.8073, 1.0, -0.8817, 1.0),
+                (6144, 4096, -0.8406, 1.0, -0.8917, 1.0),
+                (8192, 8192, -0.6718, 1.0, -0.7065, 1.0),
+                (14336, 4096, -0.5011, 1.0, -0.3105, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -8888,45 +8849,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=64,
             m_end=112,
-            rank=45,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c4a15955779",
-            registers=168,
-            smem_bytes=182272,
-            bias_terms=(
-                (4096, 4096, -0.7035, 1.0, -1.0032, 1.0),
-                (4096, 14336, -0.5417, 1.0, -0.7151, 1.0),
-                (6144, 4096, -0.5472, 1.0, -0.6414, 1.0),
-                (8192, 8192, -0.38, 1.0, -0.5169, 1.0),
-                (14336, 4096, -0.2468, 1.0, -0.2493, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [138]
-        ShapeCandidate(
-            m=64,
-            m_end=112,
             rank=46,
             table="gemm_mma",
             kernel="gemm_mma",
@@ -8934,18 +8856,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=221,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -1.3933, 1.0, -1.2936, 1.0),
-                (4096, 14336, -1.2079, 1.0, -1.0485, 1.0),
-                (6144, 4096, -1.2659, 1.0, -1.0847, 1.0),
-                (8192, 8192, -1.1, 1.0, -0.912, 1.0),
-                (14336, 4096, -1.0345, 1.0, -0.8373, 1.0),
+                (4096, 4096, -1.3912, 1.0, -1.2856, 1.0),
+                (4096, 14336, -1.2069, 1.0, -1.0499, 1.0),
+                (6144, 4096, -1.2637, 1.0, -1.0833, 1.0),
+                (8192, 8192, -1.1025, 1.0, -0.9127, 1.0),
+                (14336, 4096, -1.0379, 1.0, -0.838, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -8964,7 +8886,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [139]
+        # index: [138]
         ShapeCandidate(
             m=64,
             m_end=112,
@@ -8975,18 +8897,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.882, 1.0, -0.9144, 1.0),
-                (4096, 14336, -0.6839, 1.0, -0.5832, 1.0),
-                (6144, 4096, -0.746, 1.0, -0.5879, 1.0),
-                (8192, 8192, -0.5706, 1.0, -0.4358, 1.0),
-                (14336, 4096, -0.5375, 1.0, -0.3354, 1.0),
+                (4096, 4096, -0.8806, 1.0, -0.9102, 1.0),
+                (4096, 14336, -0.6837, 1.0, -0.5877, 1.0),
+                (6144, 4096, -0.7446, 1.0, -0.5874, 1.0),
+                (8192, 8192, -0.5739, 1.0, -0.4338, 1.0),
+                (14336, 4096, -0.5416, 1.0, -0.3435, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.4411, 1.0, 0.6489, 1.0),
-                (4096, 14336, 0.218, 1.0, 0.288, 1.0),
-                (6144, 4096, 0.3172, 1.0, 0.3327, 1.0),
-                (8192, 8192, 0.124, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.1569, 1.0, 0.1316, 1.0),
+                (4096, 4096, 0.4421, 1.0, 0.6486, 1.0),
+                (4096, 14336, 0.2202, 1.0, 0.2963, 1.0),
+                (6144, 4096, 0.3181, 1.0, 0.336, 1.0),
+                (8192, 8192, 0.1296, 1.0, 0.1657, 1.0),
+                (14336, 4096, 0.1634, 1.0, 0.1435, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9006,7 +8928,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [140]
+        # index: [139]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9014,21 +8936,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce2e4d4c14f",
-            registers=52,
+            registers=48,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.8328, 1.0, -0.7761, 1.0),
-                (4096, 14336, -0.5202, 1.0, -0.3209, 1.0),
-                (6144, 4096, -0.5109, 1.0, -0.5564, 1.0),
-                (8192, 8192, -0.3363, 1.0, -0.1637, 1.0),
-                (14336, 4096, -0.3097, 1.0, -0.212, 1.0),
+                (4096, 4096, -0.8492, 1.0, -0.8059, 1.0),
+                (4096, 14336, -0.512, 1.0, -0.5183, 1.0),
+                (6144, 4096, -0.5355, 1.0, -0.5859, 1.0),
+                (8192, 8192, -0.3564, 1.0, -0.2905, 1.0),
+                (14336, 4096, -0.3404, 1.0, -0.3667, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -9040,13 +8962,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 2880),
-                (1408, 1024, 5760),
-                (2048, 1024, 5760),
-                (2880, 1024, 5760),
+                (1408, 1024, 8192),
+                (2048, 1024, 8192),
+                (2880, 1024, 8192),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [141]
+        # index: [140]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9054,21 +8976,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c419852ee1e",
-            registers=63,
+            registers=60,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7258, 1.0, -0.7811, 1.0),
-                (4096, 14336, -0.2837, 1.0, -0.532, 1.0),
-                (6144, 4096, -0.394, 1.0, -0.5527, 1.0),
-                (8192, 8192, -0.0567, 1.0, -0.3321, 1.0),
-                (14336, 4096, -0.1188, 1.0, -0.3749, 1.0),
+                (4096, 4096, -0.7476, 1.0, -0.7954, 1.0),
+                (4096, 14336, -0.3103, 1.0, -0.5306, 1.0),
+                (6144, 4096, -0.4089, 1.0, -0.5801, 1.0),
+                (8192, 8192, -0.0635, 1.0, -0.3692, 1.0),
+                (14336, 4096, -0.1516, 1.0, -0.4091, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -9086,7 +9008,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [142]
+        # index: [141]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9097,18 +9019,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5658, 1.0, -0.5895, 1.0),
-                (4096, 14336, -0.2382, 1.0, -0.2464, 1.0),
-                (6144, 4096, -0.2161, 1.0, -0.2572, 1.0),
-                (8192, 8192, 0.1823, 1.0, 0.1985, 1.0),
-                (14336, 4096, 0.3079, 1.0, 0.2975, 1.0),
+                (4096, 4096, -0.5578, 1.0, -0.5802, 1.0),
+                (4096, 14336, -0.2396, 1.0, -0.2483, 1.0),
+                (6144, 4096, -0.2147, 1.0, -0.2559, 1.0),
+                (8192, 8192, 0.1815, 1.0, 0.1981, 1.0),
+                (14336, 4096, 0.3071, 1.0, 0.2974, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9119,6 +9041,56 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("warps_k", 2),
                 ("stages", 4),
                 ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [142]
+        ShapeCandidate(
+            m=112,
+            m_end=128,
+            rank=3,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            registers=61,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.3796, 1.0, -0.409, 1.0),
+                (4096, 14336, -0.1925, 1.0, -0.2023, 1.0),
+                (6144, 4096, -0.1083, 1.0, -0.1322, 1.0),
+                (8192, 8192, 0.1623, 1.0, 0.1621, 1.0),
+                (14336, 4096, 0.3393, 1.0, 0.33, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
                 ("group_m", 1),
             ),
             cells=(
@@ -9140,25 +9112,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=112,
             m_end=128,
-            rank=3,
+            rank=4,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="c8a7f3d4299",
-            registers=61,
-            smem_bytes=49152,
+            config_id="cdba23ace0e",
+            registers=64,
+            smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.3875, 1.0, -0.4184, 1.0),
-                (4096, 14336, -0.1911, 1.0, -0.2003, 1.0),
-                (6144, 4096, -0.1097, 1.0, -0.1334, 1.0),
-                (8192, 8192, 0.1631, 1.0, 0.1625, 1.0),
-                (14336, 4096, 0.34, 1.0, 0.3301, 1.0),
+                (4096, 4096, -0.4238, 1.0, -0.4799, 1.0),
+                (4096, 14336, -0.053, 1.0, -0.0795, 1.0),
+                (6144, 4096, -0.1552, 1.0, -0.1762, 1.0),
+                (8192, 8192, 0.2713, 1.0, 0.2669, 1.0),
+                (14336, 4096, 0.344, 1.0, 0.3314, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9167,8 +9139,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("warps_m", 1),
                 ("warps_n", 2),
                 ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 2),
+                ("stages", 6),
+                ("split_k", 1),
                 ("group_m", 1),
             ),
             cells=(
@@ -9190,25 +9162,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=112,
             m_end=128,
-            rank=4,
+            rank=5,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="cdba23ace0e",
-            registers=64,
+            config_id="c1083c76623",
+            registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.4318, 1.0, -0.4893, 1.0),
-                (4096, 14336, -0.0515, 1.0, -0.0775, 1.0),
-                (6144, 4096, -0.1566, 1.0, -0.1774, 1.0),
-                (8192, 8192, 0.272, 1.0, 0.2673, 1.0),
-                (14336, 4096, 0.3447, 1.0, 0.3314, 1.0),
+                (4096, 4096, -0.2425, 1.0, -0.282, 1.0),
+                (4096, 14336, -0.0148, 1.0, -0.0374, 1.0),
+                (6144, 4096, -0.0296, 1.0, -0.0521, 1.0),
+                (8192, 8192, 0.2936, 1.0, 0.274, 1.0),
+                (14336, 4096, 0.4009, 1.0, 0.39, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9218,7 +9190,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("warps_n", 2),
                 ("warps_k", 2),
                 ("stages", 6),
-                ("split_k", 1),
+                ("split_k", 2),
                 ("group_m", 1),
             ),
             cells=(
@@ -9240,56 +9212,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=112,
             m_end=128,
-            rank=5,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1083c76623",
-            registers=61,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.2505, 1.0, -0.2914, 1.0),
-                (4096, 14336, -0.0134, 1.0, -0.0355, 1.0),
-                (6144, 4096, -0.031, 1.0, -0.0533, 1.0),
-                (8192, 8192, 0.2944, 1.0, 0.2744, 1.0),
-                (14336, 4096, 0.4016, 1.0, 0.3901, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [146]
-        ShapeCandidate(
-            m=112,
-            m_end=128,
             rank=6,
             table="gemm_mma",
             kernel="gemm_mma",
@@ -9297,18 +9219,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5393, 1.0, -0.5682, 1.0),
-                (4096, 14336, -0.2089, 1.0, -0.2188, 1.0),
-                (6144, 4096, -0.2013, 1.0, -0.2483, 1.0),
-                (8192, 8192, 0.1775, 1.0, 0.1896, 1.0),
-                (14336, 4096, 0.3096, 1.0, 0.299, 1.0),
+                (4096, 4096, -0.5313, 1.0, -0.5588, 1.0),
+                (4096, 14336, -0.2103, 1.0, -0.2208, 1.0),
+                (6144, 4096, -0.1999, 1.0, -0.247, 1.0),
+                (8192, 8192, 0.1767, 1.0, 0.1892, 1.0),
+                (14336, 4096, 0.3089, 1.0, 0.2989, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9325,7 +9247,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 2048),
-                (2048, 8192, 32768),
+                (2048, 11584, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
@@ -9337,7 +9259,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [147]
+        # index: [146]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9348,18 +9270,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3584, 1.0, -0.3925, 1.0),
-                (4096, 14336, -0.1738, 1.0, -0.1876, 1.0),
-                (6144, 4096, -0.0932, 1.0, -0.1233, 1.0),
-                (8192, 8192, 0.1685, 1.0, 0.166, 1.0),
-                (14336, 4096, 0.3453, 1.0, 0.3355, 1.0),
+                (4096, 4096, -0.3504, 1.0, -0.3831, 1.0),
+                (4096, 14336, -0.1752, 1.0, -0.1895, 1.0),
+                (6144, 4096, -0.0918, 1.0, -0.122, 1.0),
+                (8192, 8192, 0.1677, 1.0, 0.1656, 1.0),
+                (14336, 4096, 0.3445, 1.0, 0.3354, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9377,8 +9299,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 1408),
                 (2048, 11584, 32768),
-                (2880, 1024, 4096),
-                (2880, 8192, 32768),
+                (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
@@ -9389,7 +9310,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [148]
+        # index: [147]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9400,18 +9321,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.442, 1.0, -0.4983, 1.0),
-                (4096, 14336, -0.0753, 1.0, -0.1135, 1.0),
-                (6144, 4096, -0.1432, 1.0, -0.1646, 1.0),
-                (8192, 8192, 0.2715, 1.0, 0.2643, 1.0),
-                (14336, 4096, 0.3492, 1.0, 0.3355, 1.0),
+                (4096, 4096, -0.434, 1.0, -0.4889, 1.0),
+                (4096, 14336, -0.0767, 1.0, -0.1155, 1.0),
+                (6144, 4096, -0.1418, 1.0, -0.1633, 1.0),
+                (8192, 8192, 0.2707, 1.0, 0.2639, 1.0),
+                (14336, 4096, 0.3484, 1.0, 0.3354, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9427,12 +9348,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 2048),
-                (1408, 5760, 8192),
+                (1408, 5760, 5760),
                 (1408, 23168, 32768),
-                (2048, 1024, 1024),
+                (2048, 1024, 1408),
                 (2048, 11584, 32768),
                 (2880, 1024, 2048),
-                (2880, 23168, 32768),
+                (2880, 11584, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
@@ -9443,7 +9364,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [149]
+        # index: [148]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9454,18 +9375,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.2405, 1.0, -0.292, 1.0),
-                (4096, 14336, -0.0126, 1.0, -0.0384, 1.0),
-                (6144, 4096, -0.0386, 1.0, -0.0645, 1.0),
-                (8192, 8192, 0.2975, 1.0, 0.2767, 1.0),
-                (14336, 4096, 0.4079, 1.0, 0.3946, 1.0),
+                (4096, 4096, -0.2325, 1.0, -0.2826, 1.0),
+                (4096, 14336, -0.014, 1.0, -0.0404, 1.0),
+                (6144, 4096, -0.0372, 1.0, -0.0633, 1.0),
+                (8192, 8192, 0.2967, 1.0, 0.2763, 1.0),
+                (14336, 4096, 0.4072, 1.0, 0.3946, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9482,14 +9403,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 1408),
                 (1408, 23168, 32768),
-                (2048, 1024, 1024),
+                (2048, 1024, 1408),
                 (2048, 23168, 32768),
-                (2880, 1024, 1024),
+                (2880, 1024, 1408),
                 (2880, 23168, 32768),
-                (4096, 1024, 4096),
-                (4096, 23168, 32768),
-                (5760, 1024, 4096),
-                (5760, 23168, 32768),
+                (4096, 1024, 16384),
+                (5760, 1024, 16384),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -9498,7 +9417,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [150]
+        # index: [149]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9509,18 +9428,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.5715, 1.0, -0.5974, 1.0),
-                (4096, 14336, -0.2665, 1.0, -0.2639, 1.0),
-                (6144, 4096, -0.0034, 1.0, 0.0376, 1.0),
-                (8192, 8192, 0.0791, 1.0, 0.1204, 1.0),
-                (14336, 4096, 0.1716, 1.0, 0.1461, 1.0),
+                (4096, 4096, -0.5635, 1.0, -0.5881, 1.0),
+                (4096, 14336, -0.2679, 1.0, -0.2659, 1.0),
+                (6144, 4096, -0.002, 1.0, 0.0388, 1.0),
+                (8192, 8192, 0.0783, 1.0, 0.12, 1.0),
+                (14336, 4096, 0.1708, 1.0, 0.1461, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9536,11 +9455,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 1408),
                 (1024, 4096, 8192),
-                (1024, 23168, 32768),
-                (1408, 1024, 1024),
-                (1408, 23168, 32768),
+                (1024, 32768, 32768),
+                (1408, 1024, 1408),
+                (1408, 32768, 32768),
                 (2048, 23168, 32768),
-                (2880, 23168, 32768),
                 (4096, 1024, 4096),
                 (8192, 1024, 4096),
                 (11584, 1024, 32768),
@@ -9550,7 +9468,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [151]
+        # index: [150]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9561,18 +9479,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.315, 1.0, -0.3697, 1.0),
-                (4096, 14336, -0.1203, 1.0, -0.1659, 1.0),
-                (6144, 4096, -0.0525, 1.0, -0.0878, 1.0),
-                (8192, 8192, 0.0693, 1.0, 0.0392, 1.0),
-                (14336, 4096, 0.1152, 1.0, 0.0807, 1.0),
+                (4096, 4096, -0.307, 1.0, -0.3603, 1.0),
+                (4096, 14336, -0.1217, 1.0, -0.1679, 1.0),
+                (6144, 4096, -0.0511, 1.0, -0.0866, 1.0),
+                (8192, 8192, 0.0685, 1.0, 0.0388, 1.0),
+                (14336, 4096, 0.1145, 1.0, 0.0806, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -9586,10 +9504,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1024),
+                (1024, 1024, 1408),
                 (1024, 4096, 8192),
-                (1408, 1024, 1024),
-                (2048, 23168, 32768),
+                (1408, 1024, 1408),
+                (2048, 32768, 32768),
                 (16384, 1024, 32768),
                 (23168, 11584, 32768),
                 (32768, 1024, 1408),
@@ -9597,7 +9515,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [152]
+        # index: [151]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9608,18 +9526,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5134, 1.0, -0.452, 1.0),
-                (4096, 14336, -0.2582, 1.0, -0.2749, 1.0),
-                (6144, 4096, -0.1682, 1.0, -0.1983, 1.0),
-                (8192, 8192, -0.0045, 1.0, -0.0438, 1.0),
-                (14336, 4096, 0.0741, 1.0, 0.0148, 1.0),
+                (4096, 4096, -0.5186, 1.0, -0.4516, 1.0),
+                (4096, 14336, -0.2711, 1.0, -0.3151, 1.0),
+                (6144, 4096, -0.1769, 1.0, -0.2098, 1.0),
+                (8192, 8192, -0.0125, 1.0, -0.077, 1.0),
+                (14336, 4096, 0.0512, 1.0, 0.0078, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -9630,13 +9548,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1024, 1408, 16384),
-                (1408, 1408, 16384),
-                (2048, 1408, 16384),
+                (1024, 2048, 23168),
+                (1408, 2048, 23168),
+                (2048, 2048, 23168),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [153]
+        # index: [152]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9647,18 +9565,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=80,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5101, 1.0, -0.4304, 1.0),
-                (4096, 14336, -0.3432, 1.0, -0.2072, 1.0),
-                (6144, 4096, -0.1622, 1.0, -0.1763, 1.0),
-                (8192, 8192, -0.132, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.0634, 1.0, 0.0435, 1.0),
+                (4096, 4096, -0.5194, 1.0, -0.4443, 1.0),
+                (4096, 14336, -0.3653, 1.0, -0.2136, 1.0),
+                (6144, 4096, -0.1701, 1.0, -0.1788, 1.0),
+                (8192, 8192, -0.1344, 1.0, -0.0064, 1.0),
+                (14336, 4096, 0.0445, 1.0, 0.0239, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -9675,7 +9593,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [154]
+        # index: [153]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9686,18 +9604,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.4142, 1.0, -0.2567, 1.0),
-                (4096, 14336, -0.0443, 1.0, 0.0321, 1.0),
-                (6144, 4096, 0.0045, 1.0, 0.0357, 1.0),
-                (8192, 8192, 0.1918, 1.0, 0.2593, 1.0),
-                (14336, 4096, 0.3873, 1.0, 0.4038, 1.0),
+                (4096, 4096, -0.4178, 1.0, -0.263, 1.0),
+                (4096, 14336, -0.0593, 1.0, 0.0331, 1.0),
+                (6144, 4096, -0.0127, 1.0, 0.0286, 1.0),
+                (8192, 8192, 0.1613, 1.0, 0.2477, 1.0),
+                (14336, 4096, 0.3596, 1.0, 0.3694, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -9713,7 +9631,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [155]
+        # index: [154]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9724,18 +9642,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.2455, 1.0, -0.1208, 1.0),
-                (4096, 14336, -0.0942, 1.0, -0.0017, 1.0),
-                (6144, 4096, -0.1151, 1.0, -0.0694, 1.0),
-                (8192, 8192, -0.0083, 1.0, 0.0775, 1.0),
-                (14336, 4096, -0.0399, 1.0, -0.023, 1.0),
+                (4096, 4096, -0.2413, 1.0, -0.1122, 1.0),
+                (4096, 14336, -0.0987, 1.0, -0.0044, 1.0),
+                (6144, 4096, -0.1145, 1.0, -0.0689, 1.0),
+                (8192, 8192, -0.0063, 1.0, 0.0763, 1.0),
+                (14336, 4096, -0.048, 1.0, -0.0239, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -9759,7 +9677,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [156]
+        # index: [155]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9770,18 +9688,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5506, 1.0, -0.4084, 1.0),
-                (4096, 14336, -0.3091, 1.0, -0.2525, 1.0),
-                (6144, 4096, -0.1861, 1.0, -0.1412, 1.0),
-                (8192, 8192, -0.0436, 1.0, -0.0273, 1.0),
-                (14336, 4096, 0.0528, 1.0, 0.0751, 1.0),
+                (4096, 4096, -0.5543, 1.0, -0.4101, 1.0),
+                (4096, 14336, -0.321, 1.0, -0.2531, 1.0),
+                (6144, 4096, -0.199, 1.0, -0.1525, 1.0),
+                (8192, 8192, -0.0535, 1.0, -0.0325, 1.0),
+                (14336, 4096, 0.0369, 1.0, 0.0633, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9792,13 +9710,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1408, 1408, 16384),
-                (2048, 1408, 16384),
-                (2880, 1408, 16384),
+                (1408, 2048, 16384),
+                (2048, 2048, 16384),
+                (2880, 2048, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [157]
+        # index: [156]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9809,18 +9727,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=115,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4899, 1.0, -0.4132, 1.0),
-                (4096, 14336, -0.2705, 1.0, -0.1969, 1.0),
-                (6144, 4096, -0.1195, 1.0, -0.1673, 1.0),
-                (8192, 8192, -0.0304, 1.0, 0.0422, 1.0),
-                (14336, 4096, 0.1242, 1.0, 0.0772, 1.0),
+                (4096, 4096, -0.4959, 1.0, -0.4079, 1.0),
+                (4096, 14336, -0.2817, 1.0, -0.192, 1.0),
+                (6144, 4096, -0.1295, 1.0, -0.1766, 1.0),
+                (8192, 8192, -0.0366, 1.0, 0.0373, 1.0),
+                (14336, 4096, 0.1031, 1.0, 0.0669, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -9837,7 +9755,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [158]
+        # index: [157]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9845,21 +9763,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cbb1316b55c",
-            registers=72,
+            registers=68,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7623, 1.0, -0.6484, 1.0),
-                (4096, 14336, -0.4441, 1.0, -0.4209, 1.0),
-                (6144, 4096, -0.4886, 1.0, -0.448, 1.0),
-                (8192, 8192, -0.2082, 1.0, -0.2349, 1.0),
-                (14336, 4096, -0.2412, 1.0, -0.2639, 1.0),
+                (4096, 4096, -0.7676, 1.0, -0.6496, 1.0),
+                (4096, 14336, -0.4517, 1.0, -0.4278, 1.0),
+                (6144, 4096, -0.5204, 1.0, -0.4877, 1.0),
+                (8192, 8192, -0.2301, 1.0, -0.2478, 1.0),
+                (14336, 4096, -0.2715, 1.0, -0.3057, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9871,13 +9789,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 1024, 8192),
-                (2880, 1024, 16384),
-                (4096, 1024, 16384),
-                (5760, 1024, 16384),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [159]
+        # index: [158]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9885,21 +9803,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c94004c5719",
-            registers=64,
+            registers=66,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.7168, 1.0, -0.6073, 1.0),
-                (4096, 14336, -0.4218, 1.0, -0.2041, 1.0),
-                (6144, 4096, -0.4257, 1.0, -0.3524, 1.0),
-                (8192, 8192, -0.2117, 1.0, 0.0003, 1.0),
-                (14336, 4096, -0.2015, 1.0, -0.076, 1.0),
+                (4096, 4096, -0.7291, 1.0, -0.6201, 1.0),
+                (4096, 14336, -0.4258, 1.0, -0.2522, 1.0),
+                (6144, 4096, -0.4559, 1.0, -0.3776, 1.0),
+                (8192, 8192, -0.2482, 1.0, -0.0221, 1.0),
+                (14336, 4096, -0.2462, 1.0, -0.0923, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -9917,7 +9835,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [160]
+        # index: [159]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9928,18 +9846,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=94,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6315, 1.0, -0.5031, 1.0),
-                (4096, 14336, -0.3365, 1.0, -0.2723, 1.0),
-                (6144, 4096, -0.3877, 1.0, -0.3536, 1.0),
-                (8192, 8192, -0.1201, 1.0, -0.1337, 1.0),
-                (14336, 4096, -0.1532, 1.0, -0.1619, 1.0),
+                (4096, 4096, -0.6274, 1.0, -0.4945, 1.0),
+                (4096, 14336, -0.341, 1.0, -0.275, 1.0),
+                (6144, 4096, -0.3872, 1.0, -0.3531, 1.0),
+                (8192, 8192, -0.1181, 1.0, -0.1349, 1.0),
+                (14336, 4096, -0.1613, 1.0, -0.1628, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -9955,13 +9873,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2880, 5760, 32768),
-                (4096, 5760, 32768),
-                (5760, 5760, 32768),
+                (2880, 23168, 32768),
+                (4096, 23168, 32768),
+                (5760, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [161]
+        # index: [160]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -9972,18 +9890,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=114,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.8954, 1.0, -0.75, 1.0),
-                (4096, 14336, -0.6313, 1.0, -0.5453, 1.0),
-                (6144, 4096, -0.4258, 1.0, -0.3833, 1.0),
-                (8192, 8192, -0.4232, 1.0, -0.3516, 1.0),
-                (14336, 4096, -0.3376, 1.0, -0.3173, 1.0),
+                (4096, 4096, -0.8913, 1.0, -0.7414, 1.0),
+                (4096, 14336, -0.6358, 1.0, -0.548, 1.0),
+                (6144, 4096, -0.4253, 1.0, -0.3829, 1.0),
+                (8192, 8192, -0.4212, 1.0, -0.3528, 1.0),
+                (14336, 4096, -0.3457, 1.0, -0.3181, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -10005,7 +9923,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [162]
+        # index: [161]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -10016,18 +9934,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=126,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.9871, 1.0, -0.8467, 1.0),
-                (4096, 14336, -0.712, 1.0, -0.6342, 1.0),
-                (6144, 4096, -0.5664, 1.0, -0.5163, 1.0),
-                (8192, 8192, -0.3087, 1.0, -0.2353, 1.0),
-                (14336, 4096, -0.3201, 1.0, -0.293, 1.0),
+                (4096, 4096, -0.983, 1.0, -0.8381, 1.0),
+                (4096, 14336, -0.7164, 1.0, -0.6369, 1.0),
+                (6144, 4096, -0.5659, 1.0, -0.5159, 1.0),
+                (8192, 8192, -0.3067, 1.0, -0.2364, 1.0),
+                (14336, 4096, -0.3282, 1.0, -0.2938, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -10049,7 +9967,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [163]
+        # index: [162]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -10060,18 +9978,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=155,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.1142, 1.0, -0.9764, 1.0),
-                (4096, 14336, -0.8727, 1.0, -0.7894, 1.0),
-                (6144, 4096, -0.7211, 1.0, -0.6769, 1.0),
-                (8192, 8192, -0.5371, 1.0, -0.4679, 1.0),
-                (14336, 4096, -0.4349, 1.0, -0.4133, 1.0),
+                (4096, 4096, -1.1101, 1.0, -0.9678, 1.0),
+                (4096, 14336, -0.8772, 1.0, -0.7922, 1.0),
+                (6144, 4096, -0.7206, 1.0, -0.6765, 1.0),
+                (8192, 8192, -0.5351, 1.0, -0.469, 1.0),
+                (14336, 4096, -0.443, 1.0, -0.4142, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -10095,7 +10013,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [164]
+        # index: [163]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -10106,18 +10024,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=202752,
             bias_terms=(
-                (4096, 4096, -0.9172, 1.0, -0.7789, 1.0),
-                (4096, 14336, -0.615, 1.0, -0.534, 1.0),
-                (6144, 4096, -0.5155, 1.0, -0.4701, 1.0),
-                (8192, 8192, -0.2598, 1.0, -0.2043, 1.0),
-                (14336, 4096, -0.1508, 1.0, -0.1295, 1.0),
+                (4096, 4096, -0.9131, 1.0, -0.7703, 1.0),
+                (4096, 14336, -0.6195, 1.0, -0.5368, 1.0),
+                (6144, 4096, -0.5149, 1.0, -0.4697, 1.0),
+                (8192, 8192, -0.2578, 1.0, -0.2055, 1.0),
+                (14336, 4096, -0.1589, 1.0, -0.1304, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10137,7 +10055,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [165]
+        # index: [164]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -10148,18 +10066,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.1551, 1.0, -1.0161, 1.0),
-                (4096, 14336, -0.868, 1.0, -0.7864, 1.0),
-                (6144, 4096, -0.8049, 1.0, -0.7571, 1.0),
-                (8192, 8192, -0.6546, 1.0, -0.5765, 1.0),
-                (14336, 4096, -0.2197, 1.0, -0.214, 1.0),
+                (4096, 4096, -1.151, 1.0, -1.0075, 1.0),
+                (4096, 14336, -0.8725, 1.0, -0.7891, 1.0),
+                (6144, 4096, -0.8044, 1.0, -0.7566, 1.0),
+                (8192, 8192, -0.6526, 1.0, -0.5776, 1.0),
+                (14336, 4096, -0.2278, 1.0, -0.2148, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10182,7 +10100,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [166]
+        # index: [165]
         ShapeCandidate(
             m=112,
             m_end=128,
@@ -10193,18 +10111,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=221,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -1.2936, 1.0, -1.2698, 1.0),
-                (4096, 14336, -1.0485, 1.0, -1.0105, 1.0),
-                (6144, 4096, -1.0847, 1.0, -1.0415, 1.0),
-                (8192, 8192, -0.912, 1.0, -0.8671, 1.0),
-                (14336, 4096, -0.8373, 1.0, -0.7903, 1.0),
+                (4096, 4096, -1.2856, 1.0, -1.2604, 1.0),
+                (4096, 14336, -1.0499, 1.0, -1.0124, 1.0),
+                (6144, 4096, -1.0833, 1.0, -1.0403, 1.0),
+                (8192, 8192, -0.9127, 1.0, -0.8675, 1.0),
+                (14336, 4096, -0.838, 1.0, -0.7904, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.6489, 1.0, 0.5478, 1.0),
-                (4096, 14336, 0.288, 1.0, 0.2428, 1.0),
-                (6144, 4096, 0.3327, 1.0, 0.3274, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1316, 1.0, 0.1505, 1.0),
+                (4096, 4096, 0.6486, 1.0, 0.5415, 1.0),
+                (4096, 14336, 0.2963, 1.0, 0.2478, 1.0),
+                (6144, 4096, 0.336, 1.0, 0.3293, 1.0),
+                (8192, 8192, 0.1657, 1.0, 0.1295, 1.0),
+                (14336, 4096, 0.1435, 1.0, 0.1537, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -10223,7 +10141,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [167]
+        # index: [166]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10231,21 +10149,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c419852ee1e",
-            registers=63,
+            registers=60,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.7811, 1.0, -1.0033, 1.0),
-                (4096, 14336, -0.532, 1.0, -0.6731, 1.0),
-                (6144, 4096, -0.5527, 1.0, -0.9649, 1.0),
-                (8192, 8192, -0.3321, 1.0, -0.5562, 1.0),
-                (14336, 4096, -0.3749, 1.0, -0.4326, 1.0),
+                (4096, 4096, -0.7954, 1.0, -1.0188, 1.0),
+                (4096, 14336, -0.5306, 1.0, -0.669, 1.0),
+                (6144, 4096, -0.5801, 1.0, -0.9807, 1.0),
+                (8192, 8192, -0.3692, 1.0, -0.5479, 1.0),
+                (14336, 4096, -0.4091, 1.0, -0.4804, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -10256,15 +10174,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 5760),
+                (1024, 1024, 4096),
                 (1408, 1024, 16384),
                 (2048, 1024, 16384),
                 (2880, 1024, 16384),
-                (4096, 1024, 4096),
+                (4096, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [168]
+        # index: [167]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10272,21 +10190,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce2e4d4c14f",
-            registers=52,
+            registers=48,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7761, 1.0, -1.0036, 1.0),
-                (4096, 14336, -0.3209, 1.0, -0.5907, 1.0),
-                (6144, 4096, -0.5564, 1.0, -0.972, 1.0),
-                (8192, 8192, -0.1637, 1.0, -0.3596, 1.0),
-                (14336, 4096, -0.212, 1.0, -0.3816, 1.0),
+                (4096, 4096, -0.8059, 1.0, -1.0271, 1.0),
+                (4096, 14336, -0.5183, 1.0, -0.6779, 1.0),
+                (6144, 4096, -0.5859, 1.0, -0.9809, 1.0),
+                (8192, 8192, -0.2905, 1.0, -0.5194, 1.0),
+                (14336, 4096, -0.3667, 1.0, -0.4418, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 40),
@@ -10297,16 +10215,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 5760),
-                (1408, 1024, 8192),
-                (2048, 1024, 8192),
-                (2880, 1024, 8192),
-                (4096, 1024, 2048),
-                (5760, 1024, 2048),
+                (1024, 1024, 8192),
+                (1408, 1024, 16384),
+                (2048, 1024, 16384),
+                (2880, 1024, 16384),
+                (4096, 1024, 2880),
+                (5760, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [169]
+        # index: [168]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10317,18 +10235,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5895, 1.0, -0.5881, 1.0),
-                (4096, 14336, -0.2464, 1.0, -0.2679, 1.0),
-                (6144, 4096, -0.2572, 1.0, -0.2937, 1.0),
-                (8192, 8192, 0.1985, 1.0, 0.1896, 1.0),
-                (14336, 4096, 0.2975, 1.0, 0.2702, 1.0),
+                (4096, 4096, -0.5802, 1.0, -0.5817, 1.0),
+                (4096, 14336, -0.2483, 1.0, -0.2683, 1.0),
+                (6144, 4096, -0.2559, 1.0, -0.2922, 1.0),
+                (8192, 8192, 0.1981, 1.0, 0.1891, 1.0),
+                (14336, 4096, 0.2974, 1.0, 0.2713, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10344,13 +10262,67 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 4096),
-                (2048, 11584, 32768),
-                (2880, 1024, 4096),
-                (2880, 16384, 32768),
-                (4096, 1024, 4096),
+                (2048, 1024, 5760),
+                (2048, 16384, 32768),
+                (2880, 1024, 5760),
+                (2880, 23168, 32768),
+                (4096, 1024, 5760),
                 (4096, 23168, 32768),
                 (5760, 1024, 8192),
+                (5760, 23168, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [169]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=3,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            registers=61,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.409, 1.0, -0.4199, 1.0),
+                (4096, 14336, -0.2023, 1.0, -0.2174, 1.0),
+                (6144, 4096, -0.1322, 1.0, -0.1654, 1.0),
+                (8192, 8192, 0.1621, 1.0, 0.1488, 1.0),
+                (14336, 4096, 0.33, 1.0, 0.2964, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 4096),
+                (2048, 16384, 32768),
+                (2880, 1024, 5760),
+                (2880, 23168, 32768),
+                (4096, 1024, 5760),
+                (4096, 23168, 32768),
+                (5760, 1024, 5760),
                 (5760, 23168, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -10364,25 +10336,25 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=3,
+            rank=4,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="c8a7f3d4299",
-            registers=61,
-            smem_bytes=49152,
+            config_id="cdba23ace0e",
+            registers=64,
+            smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.4184, 1.0, -0.4264, 1.0),
-                (4096, 14336, -0.2003, 1.0, -0.217, 1.0),
-                (6144, 4096, -0.1334, 1.0, -0.1669, 1.0),
-                (8192, 8192, 0.1625, 1.0, 0.1493, 1.0),
-                (14336, 4096, 0.3301, 1.0, 0.2953, 1.0),
+                (4096, 4096, -0.4799, 1.0, -0.5149, 1.0),
+                (4096, 14336, -0.0795, 1.0, -0.1281, 1.0),
+                (6144, 4096, -0.1762, 1.0, -0.2168, 1.0),
+                (8192, 8192, 0.2669, 1.0, 0.243, 1.0),
+                (14336, 4096, 0.3314, 1.0, 0.304, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10391,23 +10363,23 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("warps_m", 1),
                 ("warps_n", 2),
                 ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 2),
+                ("stages", 6),
+                ("split_k", 1),
                 ("group_m", 1),
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 32768),
+                (1408, 1024, 8192),
+                (1408, 16384, 32768),
                 (2048, 1024, 4096),
-                (2048, 11584, 32768),
-                (2880, 1024, 4096),
+                (2048, 23168, 32768),
+                (2880, 1024, 5760),
                 (2880, 23168, 32768),
-                (4096, 1024, 1024),
-                (4096, 2048, 4096),
-                (4096, 23168, 32768),
-                (5760, 1024, 1024),
-                (5760, 2048, 4096),
-                (5760, 23168, 32768),
+                (4096, 1024, 1408),
+                (4096, 4096, 4096),
+                (4096, 32768, 32768),
+                (5760, 1024, 1408),
+                (5760, 32768, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -10420,58 +10392,6 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=4,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="cdba23ace0e",
-            registers=64,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.4893, 1.0, -0.5213, 1.0),
-                (4096, 14336, -0.0775, 1.0, -0.1277, 1.0),
-                (6144, 4096, -0.1774, 1.0, -0.2183, 1.0),
-                (8192, 8192, 0.2673, 1.0, 0.2435, 1.0),
-                (14336, 4096, 0.3314, 1.0, 0.3029, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 2880),
-                (2048, 16384, 32768),
-                (2880, 1024, 4096),
-                (2880, 23168, 32768),
-                (4096, 2880, 2880),
-                (4096, 23168, 32768),
-                (5760, 2880, 2880),
-                (5760, 23168, 32768),
-                (16384, 1024, 32768),
-                (23168, 2048, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [172]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
             rank=5,
             table="gemm_mma",
             kernel="gemm_mma",
@@ -10479,18 +10399,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.2914, 1.0, -0.3134, 1.0),
-                (4096, 14336, -0.0355, 1.0, -0.0952, 1.0),
-                (6144, 4096, -0.0533, 1.0, -0.0932, 1.0),
-                (8192, 8192, 0.2744, 1.0, 0.2628, 1.0),
-                (14336, 4096, 0.3901, 1.0, 0.3519, 1.0),
+                (4096, 4096, -0.282, 1.0, -0.307, 1.0),
+                (4096, 14336, -0.0374, 1.0, -0.0956, 1.0),
+                (6144, 4096, -0.0521, 1.0, -0.0918, 1.0),
+                (8192, 8192, 0.274, 1.0, 0.2623, 1.0),
+                (14336, 4096, 0.39, 1.0, 0.353, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10505,8 +10425,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 5760),
-                (1408, 16384, 32768),
+                (1408, 1024, 8192),
+                (1408, 23168, 32768),
                 (2048, 1024, 2880),
                 (2048, 23168, 32768),
                 (2880, 1024, 4096),
@@ -10517,7 +10437,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [173]
+        # index: [172]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10528,18 +10448,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5682, 1.0, -0.5766, 1.0),
-                (4096, 14336, -0.2188, 1.0, -0.2402, 1.0),
-                (6144, 4096, -0.2483, 1.0, -0.29, 1.0),
-                (8192, 8192, 0.1896, 1.0, 0.1884, 1.0),
-                (14336, 4096, 0.299, 1.0, 0.2718, 1.0),
+                (4096, 4096, -0.5588, 1.0, -0.5702, 1.0),
+                (4096, 14336, -0.2208, 1.0, -0.2406, 1.0),
+                (6144, 4096, -0.247, 1.0, -0.2886, 1.0),
+                (8192, 8192, 0.1892, 1.0, 0.1879, 1.0),
+                (14336, 4096, 0.2989, 1.0, 0.2728, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10554,17 +10474,17 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 4096),
-                (2048, 1024, 1408),
+                (1408, 1024, 5760),
+                (2048, 1024, 2048),
                 (2048, 32768, 32768),
                 (2880, 1024, 2880),
                 (2880, 23168, 32768),
-                (16384, 1024, 32768),
+                (16384, 4096, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [174]
+        # index: [173]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10575,18 +10495,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3925, 1.0, -0.4159, 1.0),
-                (4096, 14336, -0.1876, 1.0, -0.2116, 1.0),
-                (6144, 4096, -0.1233, 1.0, -0.1766, 1.0),
-                (8192, 8192, 0.166, 1.0, 0.1571, 1.0),
-                (14336, 4096, 0.3355, 1.0, 0.3029, 1.0),
+                (4096, 4096, -0.3831, 1.0, -0.4095, 1.0),
+                (4096, 14336, -0.1895, 1.0, -0.212, 1.0),
+                (6144, 4096, -0.122, 1.0, -0.1751, 1.0),
+                (8192, 8192, 0.1656, 1.0, 0.1566, 1.0),
+                (14336, 4096, 0.3354, 1.0, 0.304, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10600,18 +10520,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 4096),
-                (1024, 8192, 32768),
-                (1408, 1024, 4096),
-                (2048, 1024, 1024),
-                (2880, 1024, 1024),
-                (2880, 23168, 32768),
-                (32768, 2048, 5760),
+                (1024, 1024, 32768),
+                (1408, 1024, 5760),
+                (2048, 1024, 1408),
+                (2880, 1024, 2048),
+                (2880, 32768, 32768),
+                (16384, 8192, 32768),
+                (32768, 1024, 5760),
                 (32768, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [175]
+        # index: [174]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10622,18 +10542,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.4983, 1.0, -0.5281, 1.0),
-                (4096, 14336, -0.1135, 1.0, -0.1816, 1.0),
-                (6144, 4096, -0.1646, 1.0, -0.2068, 1.0),
-                (8192, 8192, 0.2643, 1.0, 0.2442, 1.0),
-                (14336, 4096, 0.3355, 1.0, 0.3051, 1.0),
+                (4096, 4096, -0.4889, 1.0, -0.5216, 1.0),
+                (4096, 14336, -0.1155, 1.0, -0.182, 1.0),
+                (6144, 4096, -0.1633, 1.0, -0.2053, 1.0),
+                (8192, 8192, 0.2639, 1.0, 0.2438, 1.0),
+                (14336, 4096, 0.3354, 1.0, 0.3062, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10647,13 +10567,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2880),
+                (1024, 1024, 5760),
                 (1024, 11584, 16384),
-                (1408, 1024, 2880),
+                (1408, 1024, 4096),
+                (2048, 1024, 1408),
+                (2880, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [176]
+        # index: [175]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10664,18 +10586,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.292, 1.0, -0.3181, 1.0),
-                (4096, 14336, -0.0384, 1.0, -0.1041, 1.0),
-                (6144, 4096, -0.0645, 1.0, -0.1133, 1.0),
-                (8192, 8192, 0.2767, 1.0, 0.266, 1.0),
-                (14336, 4096, 0.3946, 1.0, 0.3563, 1.0),
+                (4096, 4096, -0.2826, 1.0, -0.3116, 1.0),
+                (4096, 14336, -0.0404, 1.0, -0.1045, 1.0),
+                (6144, 4096, -0.0633, 1.0, -0.1118, 1.0),
+                (8192, 8192, 0.2763, 1.0, 0.2656, 1.0),
+                (14336, 4096, 0.3946, 1.0, 0.3574, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10694,7 +10616,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [177]
+        # index: [176]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10705,18 +10627,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.5974, 1.0, -0.5222, 1.0),
-                (4096, 14336, -0.2639, 1.0, -0.2039, 1.0),
-                (6144, 4096, 0.0376, 1.0, -0.0566, 1.0),
-                (8192, 8192, 0.1204, 1.0, 0.109, 1.0),
-                (14336, 4096, 0.1461, 1.0, 0.1449, 1.0),
+                (4096, 4096, -0.5881, 1.0, -0.5157, 1.0),
+                (4096, 14336, -0.2659, 1.0, -0.2043, 1.0),
+                (6144, 4096, 0.0388, 1.0, -0.0552, 1.0),
+                (8192, 8192, 0.12, 1.0, 0.1085, 1.0),
+                (14336, 4096, 0.1461, 1.0, 0.146, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10730,12 +10652,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1408),
-                (1408, 1024, 1408),
+                (1024, 1024, 2048),
+                (1408, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [178]
+        # index: [177]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10746,18 +10668,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.3697, 1.0, -0.3975, 1.0),
-                (4096, 14336, -0.1659, 1.0, -0.1977, 1.0),
-                (6144, 4096, -0.0878, 1.0, -0.15, 1.0),
-                (8192, 8192, 0.0392, 1.0, -0.0017, 1.0),
-                (14336, 4096, 0.0807, 1.0, 0.0229, 1.0),
+                (4096, 4096, -0.3603, 1.0, -0.3911, 1.0),
+                (4096, 14336, -0.1679, 1.0, -0.1981, 1.0),
+                (6144, 4096, -0.0866, 1.0, -0.1485, 1.0),
+                (8192, 8192, 0.0388, 1.0, -0.0022, 1.0),
+                (14336, 4096, 0.0806, 1.0, 0.024, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -10776,67 +10698,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [179]
+        # index: [178]
         ShapeCandidate(
             m=128,
             m_end=176,
             rank=12,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="cef89d04240",
-            registers=80,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.4304, 1.0, -0.6425, 1.0),
-                (4096, 14336, -0.2072, 1.0, -0.3504, 1.0),
-                (6144, 4096, -0.1763, 1.0, -0.6148, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0982, 1.0),
-                (14336, 4096, 0.0435, 1.0, -0.0424, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1024, 2048, 11584),
-                (1408, 2048, 11584),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [180]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=13,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
             config_id="c4e0cb1d4d5",
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.452, 1.0, -0.6638, 1.0),
-                (4096, 14336, -0.2749, 1.0, -0.4254, 1.0),
-                (6144, 4096, -0.1983, 1.0, -0.6083, 1.0),
-                (8192, 8192, -0.0438, 1.0, -0.1842, 1.0),
-                (14336, 4096, 0.0148, 1.0, -0.0483, 1.0),
+                (4096, 4096, -0.4516, 1.0, -0.6725, 1.0),
+                (4096, 14336, -0.3151, 1.0, -0.4341, 1.0),
+                (6144, 4096, -0.2098, 1.0, -0.6026, 1.0),
+                (8192, 8192, -0.077, 1.0, -0.184, 1.0),
+                (14336, 4096, 0.0078, 1.0, -0.0762, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -10853,7 +10737,45 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [181]
+        # index: [179]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=13,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cef89d04240",
+            registers=80,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.4443, 1.0, -0.6552, 1.0),
+                (4096, 14336, -0.2136, 1.0, -0.3502, 1.0),
+                (6144, 4096, -0.1788, 1.0, -0.5967, 1.0),
+                (8192, 8192, -0.0064, 1.0, -0.1222, 1.0),
+                (14336, 4096, 0.0239, 1.0, -0.0587, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1024, 2880, 11584),
+                (1408, 2880, 11584),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [180]
         ShapeCandidate(
             m=128,
             m_end=176,
@@ -10864,18 +10786,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=122,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4084, 1.0, -0.6831, 1.0),
-                (4096, 14336, -0.2525, 1.0, -0.3938, 1.0),
-                (6144, 4096, -0.1412, 1.0, -0.627, 1.0),
-                (8192, 8192, -0.0273, 1.0, -0.1771, 1.0),
-                (14336, 4096, 0.0751, 1.0, -0.0698, 1.0),
+                (4096, 4096, -0.4101, 1.0, -0.6866, 1.0),
+                (4096, 14336, -0.2531, 1.0, -0.4075, 1.0),
+                (6144, 4096, -0.1525, 1.0, -0.6216, 1.0),
+                (8192, 8192, -0.0325, 1.0, -0.1682, 1.0),
+                (14336, 4096, 0.0633, 1.0, -0.1007, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -10893,68 +10815,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [182]
+        # index: [181]
         ShapeCandidate(
             m=128,
             m_end=176,
             rank=15,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="ce1d8517da2",
-            registers=115,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -0.4132, 1.0, -0.5472, 1.0),
-                (4096, 14336, -0.1969, 1.0, -0.2569, 1.0),
-                (6144, 4096, -0.1673, 1.0, -0.4907, 1.0),
-                (8192, 8192, 0.0422, 1.0, -0.0483, 1.0),
-                (14336, 4096, 0.0772, 1.0, 0.0735, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 56),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1024, 4096, 8192),
-                (1408, 4096, 8192),
-                (2048, 4096, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [183]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=16,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
             config_id="c3b9235a613",
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2576, 1.0, -0.554, 1.0),
-                (4096, 14336, 0.0315, 1.0, -0.248, 1.0),
-                (6144, 4096, -0.015, 1.0, -0.4798, 1.0),
-                (8192, 8192, 0.2076, 1.0, -0.0255, 1.0),
-                (14336, 4096, 0.311, 1.0, 0.2195, 1.0),
+                (4096, 4096, -0.2556, 1.0, -0.5728, 1.0),
+                (4096, 14336, 0.0234, 1.0, -0.2586, 1.0),
+                (6144, 4096, -0.0354, 1.0, -0.478, 1.0),
+                (8192, 8192, 0.1877, 1.0, -0.0329, 1.0),
+                (14336, 4096, 0.2961, 1.0, 0.1906, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -10971,29 +10854,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [184]
+        # index: [182]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=17,
+            rank=16,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cc387a25453",
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2567, 1.0, -0.4746, 1.0),
-                (4096, 14336, 0.0321, 1.0, -0.2002, 1.0),
-                (6144, 4096, 0.0357, 1.0, -0.3486, 1.0),
-                (8192, 8192, 0.2593, 1.0, 0.0596, 1.0),
-                (14336, 4096, 0.4038, 1.0, 0.2876, 1.0),
+                (4096, 4096, -0.263, 1.0, -0.5007, 1.0),
+                (4096, 14336, 0.0331, 1.0, -0.2106, 1.0),
+                (6144, 4096, 0.0286, 1.0, -0.344, 1.0),
+                (8192, 8192, 0.2477, 1.0, 0.0658, 1.0),
+                (14336, 4096, 0.3694, 1.0, 0.2446, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -11009,29 +10892,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [185]
+        # index: [183]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=18,
+            rank=17,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c995170dd40",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.1208, 1.0, -0.6101, 1.0),
-                (4096, 14336, -0.0017, 1.0, -0.3072, 1.0),
-                (6144, 4096, -0.0694, 1.0, -0.532, 1.0),
-                (8192, 8192, 0.0775, 1.0, -0.1164, 1.0),
-                (14336, 4096, -0.023, 1.0, -0.1195, 1.0),
+                (4096, 4096, -0.1122, 1.0, -0.6042, 1.0),
+                (4096, 14336, -0.0044, 1.0, -0.3056, 1.0),
+                (6144, 4096, -0.0689, 1.0, -0.5181, 1.0),
+                (8192, 8192, 0.0763, 1.0, -0.1108, 1.0),
+                (14336, 4096, -0.0239, 1.0, -0.1266, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11049,35 +10932,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 16384, 32768),
                 (1408, 11584, 32768),
-                (2048, 5760, 32768),
-                (2880, 5760, 32768),
-                (4096, 5760, 32768),
+                (2048, 8192, 32768),
+                (2880, 8192, 32768),
+                (4096, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [186]
+        # index: [184]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=19,
+            rank=18,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c62ed235c0f",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3039, 1.0, -0.695, 1.0),
-                (4096, 14336, -0.0312, 1.0, -0.528, 1.0),
-                (6144, 4096, -0.1287, 1.0, -0.7227, 1.0),
-                (8192, 8192, -0.3195, 1.0, -0.649, 1.0),
-                (14336, 4096, -0.0628, 1.0, -0.2919, 1.0),
+                (4096, 4096, -0.2953, 1.0, -0.6891, 1.0),
+                (4096, 14336, -0.0339, 1.0, -0.5263, 1.0),
+                (6144, 4096, -0.1283, 1.0, -0.7087, 1.0),
+                (8192, 8192, -0.3206, 1.0, -0.6435, 1.0),
+                (14336, 4096, -0.0636, 1.0, -0.299, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11099,29 +10982,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [187]
+        # index: [185]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=20,
+            rank=19,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c260a1d8963",
             registers=168,
             smem_bytes=108544,
             bias_terms=(
-                (4096, 4096, -0.2372, 1.0, -0.5315, 1.0),
-                (4096, 14336, 0.0258, 1.0, -0.2235, 1.0),
-                (6144, 4096, 0.0127, 1.0, -0.5061, 1.0),
-                (8192, 8192, 0.1694, 1.0, -0.1005, 1.0),
-                (14336, 4096, 0.2246, 1.0, 0.0901, 1.0),
+                (4096, 4096, -0.2438, 1.0, -0.5314, 1.0),
+                (4096, 14336, 0.0153, 1.0, -0.235, 1.0),
+                (6144, 4096, 0.0006, 1.0, -0.5035, 1.0),
+                (8192, 8192, 0.1553, 1.0, -0.1035, 1.0),
+                (14336, 4096, 0.2088, 1.0, 0.0588, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -11132,35 +11015,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 4),
             ),
             cells=(
-                (1408, 5760, 32768),
-                (2048, 8192, 32768),
-                (2880, 5760, 32768),
+                (1408, 8192, 32768),
+                (2048, 11584, 32768),
+                (2880, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [188]
+        # index: [186]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=21,
+            rank=20,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c4ce6985cb8",
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3002, 1.0, -0.443, 1.0),
-                (4096, 14336, -0.1045, 1.0, -0.2552, 1.0),
-                (6144, 4096, -0.195, 1.0, -0.5904, 1.0),
-                (8192, 8192, 0.0808, 1.0, -0.155, 1.0),
-                (14336, 4096, 0.0004, 1.0, -0.2242, 1.0),
+                (4096, 4096, -0.2916, 1.0, -0.4372, 1.0),
+                (4096, 14336, -0.1073, 1.0, -0.2535, 1.0),
+                (6144, 4096, -0.1945, 1.0, -0.5765, 1.0),
+                (8192, 8192, 0.0796, 1.0, -0.1494, 1.0),
+                (14336, 4096, -0.0004, 1.0, -0.2314, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -11184,29 +11067,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [189]
+        # index: [187]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=22,
+            rank=21,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cdd0adb603c",
             registers=72,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.6744, 1.0, -0.7762, 1.0),
-                (4096, 14336, -0.4076, 1.0, -0.3493, 1.0),
-                (6144, 4096, -0.4599, 1.0, -0.7388, 1.0),
-                (8192, 8192, -0.2195, 1.0, -0.1641, 1.0),
-                (14336, 4096, -0.2441, 1.0, -0.135, 1.0),
+                (4096, 4096, -0.686, 1.0, -0.7283, 1.0),
+                (4096, 14336, -0.4015, 1.0, -0.3493, 1.0),
+                (6144, 4096, -0.5144, 1.0, -0.7268, 1.0),
+                (8192, 8192, -0.214, 1.0, -0.1555, 1.0),
+                (14336, 4096, -0.2891, 1.0, -0.1439, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -11218,35 +11101,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 1024, 11584),
-                (2880, 1024, 11584),
-                (4096, 1024, 11584),
-                (5760, 1024, 11584),
+                (2880, 1024, 16384),
+                (4096, 1024, 16384),
+                (5760, 1024, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [190]
+        # index: [188]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=23,
+            rank=22,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c15d5c3560d",
-            registers=80,
+            registers=84,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.3929, 1.0, -0.849, 1.0),
-                (4096, 14336, 0.0087, 1.0, -0.5373, 1.0),
-                (6144, 4096, -0.2129, 1.0, -0.815, 1.0),
-                (8192, 8192, 0.1617, 1.0, -0.3682, 1.0),
-                (14336, 4096, 0.1006, 1.0, -0.2704, 1.0),
+                (4096, 4096, -0.3965, 1.0, -0.8519, 1.0),
+                (4096, 14336, -0.0039, 1.0, -0.5391, 1.0),
+                (6144, 4096, -0.225, 1.0, -0.8452, 1.0),
+                (8192, 8192, 0.1457, 1.0, -0.3765, 1.0),
+                (14336, 4096, 0.0557, 1.0, -0.3289, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -11257,36 +11140,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 5760),
-                (2880, 1024, 16384),
-                (4096, 1024, 16384),
-                (5760, 1024, 16384),
+                (2048, 1024, 8192),
+                (2880, 1024, 23168),
+                (4096, 1024, 23168),
+                (5760, 1024, 23168),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [191]
+        # index: [189]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=24,
+            rank=23,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cbb1316b55c",
-            registers=72,
+            registers=68,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6484, 1.0, -1.012, 1.0),
-                (4096, 14336, -0.4209, 1.0, -0.6846, 1.0),
-                (6144, 4096, -0.448, 1.0, -0.985, 1.0),
-                (8192, 8192, -0.2349, 1.0, -0.4518, 1.0),
-                (14336, 4096, -0.2639, 1.0, -0.3695, 1.0),
+                (4096, 4096, -0.6496, 1.0, -1.0063, 1.0),
+                (4096, 14336, -0.4278, 1.0, -0.6912, 1.0),
+                (6144, 4096, -0.4877, 1.0, -1.012, 1.0),
+                (8192, 8192, -0.2478, 1.0, -0.3686, 1.0),
+                (14336, 4096, -0.3057, 1.0, -0.3875, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11297,82 +11180,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 8192),
-                (2880, 1024, 16384),
-                (4096, 1024, 16384),
-                (5760, 1024, 16384),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [192]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=25,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c8d4278d47a",
-            registers=114,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.75, 1.0, -0.9413, 1.0),
-                (4096, 14336, -0.5453, 1.0, -0.5873, 1.0),
-                (6144, 4096, -0.3833, 1.0, -0.7227, 1.0),
-                (8192, 8192, -0.3516, 1.0, -0.281, 1.0),
-                (14336, 4096, -0.3173, 1.0, -0.227, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 96),
-                ("block_k", 64),
-                ("stages", 10),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (2048, 1024, 2048),
-                (2880, 1024, 2048),
+                (2048, 1024, 11584),
+                (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
-                (8192, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [193]
+        # index: [190]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=26,
+            rank=24,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c807354d2c4",
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4445, 1.0, -0.6945, 1.0),
-                (4096, 14336, -0.23, 1.0, -0.3766, 1.0),
-                (6144, 4096, -0.2052, 1.0, -0.6389, 1.0),
-                (8192, 8192, -0.0012, 1.0, -0.1002, 1.0),
-                (14336, 4096, 0.0266, 1.0, -0.037, 1.0),
+                (4096, 4096, -0.4456, 1.0, -0.6393, 1.0),
+                (4096, 14336, -0.2318, 1.0, -0.3973, 1.0),
+                (6144, 4096, -0.2184, 1.0, -0.6312, 1.0),
+                (8192, 8192, -0.012, 1.0, -0.0944, 1.0),
+                (14336, 4096, 0.008, 1.0, -0.0297, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -11383,36 +11220,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (2048, 1408, 16384),
-                (2880, 1408, 32768),
-                (4096, 1408, 32768),
-                (5760, 1408, 32768),
+                (2048, 2048, 16384),
+                (2880, 2048, 32768),
+                (4096, 2048, 32768),
+                (5760, 2048, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [194]
+        # index: [191]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=27,
+            rank=25,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c29ca09a0b5",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4286, 1.0, -0.7169, 1.0),
-                (4096, 14336, -0.2201, 1.0, -0.4263, 1.0),
-                (6144, 4096, -0.1707, 1.0, -0.6555, 1.0),
-                (8192, 8192, 0.0038, 1.0, -0.1459, 1.0),
-                (14336, 4096, 0.0265, 1.0, -0.0462, 1.0),
+                (4096, 4096, -0.4229, 1.0, -0.7028, 1.0),
+                (4096, 14336, -0.2234, 1.0, -0.4269, 1.0),
+                (6144, 4096, -0.1902, 1.0, -0.6532, 1.0),
+                (8192, 8192, 0.004, 1.0, -0.1321, 1.0),
+                (14336, 4096, 0.0154, 1.0, -0.0649, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -11430,29 +11267,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [195]
+        # index: [192]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=28,
+            rank=26,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce318e997ed",
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.3893, 1.0, -0.6875, 1.0),
-                (4096, 14336, -0.152, 1.0, -0.4686, 1.0),
-                (6144, 4096, -0.217, 1.0, -0.6484, 1.0),
-                (8192, 8192, 0.0473, 1.0, -0.2226, 1.0),
-                (14336, 4096, 0.0453, 1.0, -0.1008, 1.0),
+                (4096, 4096, -0.3875, 1.0, -0.6821, 1.0),
+                (4096, 14336, -0.1654, 1.0, -0.4672, 1.0),
+                (6144, 4096, -0.2326, 1.0, -0.6399, 1.0),
+                (8192, 8192, 0.0377, 1.0, -0.2198, 1.0),
+                (14336, 4096, 0.0144, 1.0, -0.1234, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -11463,167 +11300,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (2880, 5760, 16384),
-                (4096, 5760, 16384),
-                (5760, 5760, 16384),
+                (2880, 8192, 16384),
+                (4096, 8192, 16384),
+                (5760, 8192, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [196]
+        # index: [193]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=29,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c15e2b35668",
-            registers=94,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.5031, 1.0, -0.4942, 1.0),
-                (4096, 14336, -0.2723, 1.0, -0.0776, 1.0),
-                (6144, 4096, -0.3536, 1.0, -0.433, 1.0),
-                (8192, 8192, -0.1337, 1.0, 0.0663, 1.0),
-                (14336, 4096, -0.1619, 1.0, 0.0805, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (2880, 11584, 32768),
-                (4096, 16384, 32768),
-                (5760, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [197]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=30,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c5be064a1ee",
-            registers=155,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.9764, 1.0, -1.1569, 1.0),
-                (4096, 14336, -0.7894, 1.0, -0.8754, 1.0),
-                (6144, 4096, -0.6769, 1.0, -0.9329, 1.0),
-                (8192, 8192, -0.4679, 1.0, -0.6682, 1.0),
-                (14336, 4096, -0.4133, 1.0, -0.5426, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (4096, 1024, 1408),
-                (5760, 1024, 1408),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [198]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=31,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ca0cfa76740",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.7396, 1.0, -0.9667, 1.0),
-                (4096, 14336, -0.5009, 1.0, -0.6242, 1.0),
-                (6144, 4096, -0.4222, 1.0, -0.89, 1.0),
-                (8192, 8192, -0.1568, 1.0, -0.207, 1.0),
-                (14336, 4096, -0.1542, 1.0, -0.1704, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 72),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [199]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=32,
+            rank=27,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c26f61dd7af",
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.8009, 1.0, -0.8886, 1.0),
-                (4096, 14336, -0.5701, 1.0, -0.4594, 1.0),
-                (6144, 4096, -0.4681, 1.0, -0.8083, 1.0),
-                (8192, 8192, -0.0846, 1.0, -0.135, 1.0),
-                (14336, 4096, -0.1173, 1.0, -0.0358, 1.0),
+                (4096, 4096, -0.8315, 1.0, -0.9425, 1.0),
+                (4096, 14336, -0.5838, 1.0, -0.4792, 1.0),
+                (6144, 4096, -0.4701, 1.0, -0.8335, 1.0),
+                (8192, 8192, -0.1131, 1.0, -0.2341, 1.0),
+                (14336, 4096, -0.2094, 1.0, -0.0901, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -11641,29 +11346,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [200]
+        # index: [194]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=33,
+            rank=28,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cb530ae64c0",
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.9294, 1.0, -1.0293, 1.0),
-                (4096, 14336, -0.6244, 1.0, -0.7575, 1.0),
-                (6144, 4096, -0.3373, 1.0, -0.9167, 1.0),
-                (8192, 8192, 0.0586, 1.0, -0.4369, 1.0),
-                (14336, 4096, -0.0173, 1.0, -0.2915, 1.0),
+                (4096, 4096, -0.9628, 1.0, -1.0742, 1.0),
+                (4096, 14336, -0.713, 1.0, -0.7784, 1.0),
+                (6144, 4096, -0.3367, 1.0, -0.9679, 1.0),
+                (8192, 8192, 0.0365, 1.0, -0.4344, 1.0),
+                (14336, 4096, -0.1169, 1.0, -0.365, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -11681,29 +11386,113 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [201]
+        # index: [195]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=34,
+            rank=29,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ca0cfa76740",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.7689, 1.0, -1.0101, 1.0),
+                (4096, 14336, -0.5233, 1.0, -0.6414, 1.0),
+                (6144, 4096, -0.4577, 1.0, -0.928, 1.0),
+                (8192, 8192, -0.1685, 1.0, -0.305, 1.0),
+                (14336, 4096, -0.2135, 1.0, -0.2121, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
+            ),
+            tunables=(
+                ("block_m", 72),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [196]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=30,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8d4278d47a",
+            registers=114,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.7414, 1.0, -0.9354, 1.0),
+                (4096, 14336, -0.548, 1.0, -0.5857, 1.0),
+                (6144, 4096, -0.3829, 1.0, -0.7088, 1.0),
+                (8192, 8192, -0.3528, 1.0, -0.2755, 1.0),
+                (14336, 4096, -0.3181, 1.0, -0.2341, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 96),
+                ("block_k", 64),
+                ("stages", 10),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [197]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=31,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c0b50f1dfa3",
             registers=126,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.8467, 1.0, -0.8529, 1.0),
-                (4096, 14336, -0.6342, 1.0, -0.5005, 1.0),
-                (6144, 4096, -0.5163, 1.0, -0.9803, 1.0),
-                (8192, 8192, -0.2353, 1.0, -0.3524, 1.0),
-                (14336, 4096, -0.293, 1.0, -0.3542, 1.0),
+                (4096, 4096, -0.8381, 1.0, -0.8471, 1.0),
+                (4096, 14336, -0.6369, 1.0, -0.4989, 1.0),
+                (6144, 4096, -0.5159, 1.0, -0.9664, 1.0),
+                (8192, 8192, -0.2364, 1.0, -0.3469, 1.0),
+                (14336, 4096, -0.2938, 1.0, -0.3614, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -11725,29 +11514,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [202]
+        # index: [198]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=35,
+            rank=32,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c912339e000",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.7984, 1.0, -1.1586, 1.0),
-                (4096, 14336, -0.5664, 1.0, -0.8756, 1.0),
-                (6144, 4096, -0.5503, 1.0, -0.7361, 1.0),
-                (8192, 8192, -0.3991, 1.0, -0.1192, 1.0),
-                (14336, 4096, -0.0837, 1.0, -0.1229, 1.0),
+                (4096, 4096, -0.8428, 1.0, -1.2152, 1.0),
+                (4096, 14336, -0.5934, 1.0, -0.9018, 1.0),
+                (6144, 4096, -0.6093, 1.0, -0.7395, 1.0),
+                (8192, 8192, -0.4269, 1.0, -0.1298, 1.0),
+                (14336, 4096, -0.1449, 1.0, -0.1343, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -11765,29 +11554,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [203]
+        # index: [199]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=36,
+            rank=33,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cfb20e194d1",
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.8293, 1.0, -0.9159, 1.0),
-                (4096, 14336, -0.5903, 1.0, -0.6287, 1.0),
-                (6144, 4096, -0.5818, 1.0, -0.8561, 1.0),
-                (8192, 8192, -0.4238, 1.0, -0.4611, 1.0),
-                (14336, 4096, -0.0796, 1.0, -0.1682, 1.0),
+                (4096, 4096, -0.8695, 1.0, -0.9721, 1.0),
+                (4096, 14336, -0.6155, 1.0, -0.6519, 1.0),
+                (6144, 4096, -0.639, 1.0, -0.9131, 1.0),
+                (8192, 8192, -0.4489, 1.0, -0.4837, 1.0),
+                (14336, 4096, -0.1285, 1.0, -0.232, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 176),
@@ -11806,29 +11595,75 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [204]
+        # index: [200]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=37,
+            rank=34,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5be064a1ee",
+            registers=155,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.9678, 1.0, -1.151, 1.0),
+                (4096, 14336, -0.7922, 1.0, -0.8737, 1.0),
+                (6144, 4096, -0.6765, 1.0, -0.919, 1.0),
+                (8192, 8192, -0.469, 1.0, -0.6626, 1.0),
+                (14336, 4096, -0.4142, 1.0, -0.5498, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [201]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=35,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c7deb9573ee",
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.7627, 1.0, -1.1309, 1.0),
-                (4096, 14336, -0.5396, 1.0, -0.8473, 1.0),
-                (6144, 4096, -0.5116, 1.0, -0.7523, 1.0),
-                (8192, 8192, -0.3619, 1.0, -0.1199, 1.0),
-                (14336, 4096, -0.0589, 1.0, -0.081, 1.0),
+                (4096, 4096, -0.8148, 1.0, -1.1883, 1.0),
+                (4096, 14336, -0.5696, 1.0, -0.8734, 1.0),
+                (6144, 4096, -0.5798, 1.0, -0.7885, 1.0),
+                (8192, 8192, -0.397, 1.0, -0.1233, 1.0),
+                (14336, 4096, -0.1157, 1.0, -0.0902, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -11846,73 +11681,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [205]
+        # index: [202]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=38,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c4bfaedb314",
-            registers=168,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -0.7532, 1.0, -1.1271, 1.0),
-                (4096, 14336, -0.5107, 1.0, -0.8255, 1.0),
-                (6144, 4096, -0.5061, 1.0, -1.0746, 1.0),
-                (8192, 8192, -0.2663, 1.0, -0.6406, 1.0),
-                (14336, 4096, -0.216, 1.0, -0.4474, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 176),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [206]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=39,
+            rank=36,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.0161, 1.0, -1.3699, 1.0),
-                (4096, 14336, -0.7864, 1.0, -1.0899, 1.0),
-                (6144, 4096, -0.7571, 1.0, -0.9755, 1.0),
-                (8192, 8192, -0.5765, 1.0, -0.3232, 1.0),
-                (14336, 4096, -0.214, 1.0, -0.2471, 1.0),
+                (4096, 4096, -1.0075, 1.0, -1.364, 1.0),
+                (4096, 14336, -0.7891, 1.0, -1.0882, 1.0),
+                (6144, 4096, -0.7566, 1.0, -0.9615, 1.0),
+                (8192, 8192, -0.5776, 1.0, -0.3177, 1.0),
+                (14336, 4096, -0.2148, 1.0, -0.2543, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -11935,29 +11726,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [207]
+        # index: [203]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=40,
+            rank=37,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c34181426db",
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.8886, 1.0, -0.9886, 1.0),
-                (4096, 14336, -0.618, 1.0, -0.6591, 1.0),
-                (6144, 4096, -0.6534, 1.0, -0.9486, 1.0),
-                (8192, 8192, -0.4764, 1.0, -0.5188, 1.0),
-                (14336, 4096, -0.4144, 1.0, -0.3592, 1.0),
+                (4096, 4096, -0.88, 1.0, -0.9827, 1.0),
+                (4096, 14336, -0.6207, 1.0, -0.6575, 1.0),
+                (6144, 4096, -0.653, 1.0, -0.9347, 1.0),
+                (8192, 8192, -0.4776, 1.0, -0.5132, 1.0),
+                (14336, 4096, -0.4153, 1.0, -0.3663, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -11979,29 +11770,68 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [208]
+        # index: [204]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=41,
+            rank=38,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c96c7331b58",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.8186, 1.0, -1.2026, 1.0),
+                (4096, 14336, -0.5533, 1.0, -0.8716, 1.0),
+                (6144, 4096, -0.6002, 1.0, -1.1567, 1.0),
+                (8192, 8192, -0.4212, 1.0, -0.7304, 1.0),
+                (14336, 4096, -0.3887, 1.0, -0.5985, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
+            ),
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (16384, 1024, 5760),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [205]
+        ShapeCandidate(
+            m=128,
+            m_end=176,
+            rank=39,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cae350573ae",
             registers=168,
             smem_bytes=219136,
             bias_terms=(
-                (4096, 4096, -0.7872, 1.0, -1.155, 1.0),
-                (4096, 14336, -0.5424, 1.0, -0.8577, 1.0),
-                (6144, 4096, -0.5511, 1.0, -1.1052, 1.0),
-                (8192, 8192, -0.397, 1.0, -0.7108, 1.0),
-                (14336, 4096, -0.3448, 1.0, -0.5234, 1.0),
+                (4096, 4096, -0.8327, 1.0, -1.2167, 1.0),
+                (4096, 14336, -0.5659, 1.0, -0.8847, 1.0),
+                (6144, 4096, -0.6107, 1.0, -1.1704, 1.0),
+                (8192, 8192, -0.4348, 1.0, -0.743, 1.0),
+                (14336, 4096, -0.4058, 1.0, -0.6055, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -12012,34 +11842,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
+                (16384, 1024, 2880),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [209]
+        # index: [206]
         ShapeCandidate(
             m=128,
             m_end=176,
-            rank=42,
+            rank=40,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cbb7e888109",
             registers=221,
             smem_bytes=98304,
             bias_terms=(
-                (4096, 4096, -1.2698, 1.0, -1.2785, 1.0),
-                (4096, 14336, -1.0105, 1.0, -1.0461, 1.0),
-                (6144, 4096, -1.0415, 1.0, -1.066, 1.0),
-                (8192, 8192, -0.8671, 1.0, -0.8866, 1.0),
-                (14336, 4096, -0.7903, 1.0, -0.6107, 1.0),
+                (4096, 4096, -1.2604, 1.0, -1.2721, 1.0),
+                (4096, 14336, -1.0124, 1.0, -1.0464, 1.0),
+                (6144, 4096, -1.0403, 1.0, -1.0646, 1.0),
+                (8192, 8192, -0.8675, 1.0, -0.8871, 1.0),
+                (14336, 4096, -0.7904, 1.0, -0.6097, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
+                (4096, 4096, 0.5415, 1.0, 0.7448, 1.0),
+                (4096, 14336, 0.2478, 1.0, 0.3879, 1.0),
+                (6144, 4096, 0.3293, 1.0, 0.7112, 1.0),
+                (8192, 8192, 0.1295, 1.0, 0.2701, 1.0),
+                (14336, 4096, 0.1537, 1.0, 0.2126, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12058,113 +11889,32 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [210]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=43,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cfa063dff86",
-            registers=128,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.8973, 1.0, -0.9997, 1.0),
-                (4096, 14336, -0.6334, 1.0, -0.6754, 1.0),
-                (6144, 4096, -0.659, 1.0, -0.9573, 1.0),
-                (8192, 8192, -0.4729, 1.0, -0.519, 1.0),
-                (14336, 4096, -0.0888, 1.0, -0.2745, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 192),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 3),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (23168, 1024, 1408),
-                (32768, 1024, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [211]
-        ShapeCandidate(
-            m=128,
-            m_end=176,
-            rank=44,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c96c7331b58",
-            registers=168,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.7735, 1.0, -1.1446, 1.0),
-                (4096, 14336, -0.5297, 1.0, -0.8453, 1.0),
-                (6144, 4096, -0.5334, 1.0, -1.0913, 1.0),
-                (8192, 8192, -0.3827, 1.0, -0.6957, 1.0),
-                (14336, 4096, -0.325, 1.0, -0.5107, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5478, 1.0, 0.7467, 1.0),
-                (4096, 14336, 0.2428, 1.0, 0.3856, 1.0),
-                (6144, 4096, 0.3274, 1.0, 0.7212, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.2718, 1.0),
-                (14336, 4096, 0.1505, 1.0, 0.2015, 1.0),
-            ),
-            tunables=(
-                ("block_m", 160),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [212]
+        # index: [207]
         ShapeCandidate(
             m=176,
             m_end=256,
             rank=0,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="c419852ee1e",
-            registers=63,
-            smem_bytes=231424,
+            config_id="ce2e4d4c14f",
+            registers=48,
+            smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -1.0033, 1.0, -0.7862, 1.0),
-                (4096, 14336, -0.6731, 1.0, -0.4763, 1.0),
-                (6144, 4096, -0.9649, 1.0, -0.6126, 1.0),
-                (8192, 8192, -0.5562, 1.0, -0.2586, 1.0),
-                (14336, 4096, -0.4326, 1.0, -0.4064, 1.0),
+                (4096, 4096, -1.0271, 1.0, -0.8183, 1.0),
+                (4096, 14336, -0.6779, 1.0, -0.5722, 1.0),
+                (6144, 4096, -0.9809, 1.0, -0.643, 1.0),
+                (8192, 8192, -0.5194, 1.0, -0.4316, 1.0),
+                (14336, 4096, -0.4418, 1.0, -0.4619, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
-                ("block_m", 48),
+                ("block_m", 40),
                 ("block_n", 64),
                 ("block_k", 128),
                 ("stages", 8),
@@ -12172,16 +11922,15 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 5760),
+                (1024, 1024, 16384),
                 (1408, 1024, 16384),
                 (2048, 1024, 16384),
-                (2880, 1024, 16384),
-                (4096, 1024, 2048),
-                (5760, 1024, 2048),
+                (2880, 1024, 5760),
+                (4096, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [213]
+        # index: [208]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12189,21 +11938,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cbb1316b55c",
-            registers=72,
+            registers=68,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -1.012, 1.0, -0.7845, 1.0),
-                (4096, 14336, -0.6846, 1.0, -0.5556, 1.0),
-                (6144, 4096, -0.985, 1.0, -0.5916, 1.0),
-                (8192, 8192, -0.4518, 1.0, -0.4217, 1.0),
-                (14336, 4096, -0.3695, 1.0, -0.4377, 1.0),
+                (4096, 4096, -1.0063, 1.0, -0.8183, 1.0),
+                (4096, 14336, -0.6912, 1.0, -0.6001, 1.0),
+                (6144, 4096, -1.012, 1.0, -0.6462, 1.0),
+                (8192, 8192, -0.3686, 1.0, -0.4335, 1.0),
+                (14336, 4096, -0.3875, 1.0, -0.4887, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -12221,32 +11970,32 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [214]
+        # index: [209]
         ShapeCandidate(
             m=176,
             m_end=256,
             rank=2,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="ce2e4d4c14f",
-            registers=52,
-            smem_bytes=215040,
+            config_id="c419852ee1e",
+            registers=60,
+            smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -1.0036, 1.0, -0.8069, 1.0),
-                (4096, 14336, -0.5907, 1.0, -0.4587, 1.0),
-                (6144, 4096, -0.972, 1.0, -0.6237, 1.0),
-                (8192, 8192, -0.3596, 1.0, -0.2493, 1.0),
-                (14336, 4096, -0.3816, 1.0, -0.4469, 1.0),
+                (4096, 4096, -1.0188, 1.0, -0.8022, 1.0),
+                (4096, 14336, -0.669, 1.0, -0.4988, 1.0),
+                (6144, 4096, -0.9807, 1.0, -0.6459, 1.0),
+                (8192, 8192, -0.5479, 1.0, -0.3348, 1.0),
+                (14336, 4096, -0.4804, 1.0, -0.4403, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
-                ("block_m", 40),
+                ("block_m", 48),
                 ("block_n", 64),
                 ("block_k", 128),
                 ("stages", 8),
@@ -12254,15 +12003,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 11584),
-                (1408, 1024, 11584),
-                (2048, 1024, 11584),
-                (2880, 1024, 4096),
-                (4096, 1024, 4096),
+                (1024, 1024, 2880),
+                (1408, 1024, 16384),
+                (2048, 1024, 16384),
+                (2880, 1024, 16384),
+                (4096, 1024, 2880),
+                (5760, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [215]
+        # index: [210]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12273,18 +12023,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5881, 1.0, -0.5864, 1.0),
-                (4096, 14336, -0.2679, 1.0, -0.2933, 1.0),
-                (6144, 4096, -0.2937, 1.0, -0.3366, 1.0),
-                (8192, 8192, 0.1896, 1.0, 0.1792, 1.0),
-                (14336, 4096, 0.2702, 1.0, 0.2381, 1.0),
+                (4096, 4096, -0.5817, 1.0, -0.5835, 1.0),
+                (4096, 14336, -0.2683, 1.0, -0.2917, 1.0),
+                (6144, 4096, -0.2922, 1.0, -0.3349, 1.0),
+                (8192, 8192, 0.1891, 1.0, 0.1786, 1.0),
+                (14336, 4096, 0.2713, 1.0, 0.2405, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12302,10 +12052,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
                 (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 2880),
-                (5760, 5760, 11584),
-                (5760, 32768, 32768),
+                (4096, 1024, 2880),
+                (4096, 8192, 32768),
+                (5760, 1024, 16384),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -12314,7 +12063,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [216]
+        # index: [211]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12325,18 +12074,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.4264, 1.0, -0.4357, 1.0),
-                (4096, 14336, -0.217, 1.0, -0.2367, 1.0),
-                (6144, 4096, -0.1669, 1.0, -0.2063, 1.0),
-                (8192, 8192, 0.1493, 1.0, 0.1338, 1.0),
-                (14336, 4096, 0.2953, 1.0, 0.2543, 1.0),
+                (4096, 4096, -0.4199, 1.0, -0.4328, 1.0),
+                (4096, 14336, -0.2174, 1.0, -0.2352, 1.0),
+                (6144, 4096, -0.1654, 1.0, -0.2045, 1.0),
+                (8192, 8192, 0.1488, 1.0, 0.1332, 1.0),
+                (14336, 4096, 0.2964, 1.0, 0.2568, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12353,12 +12102,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 2880),
-                (4096, 8192, 32768),
+                (2880, 1024, 4096),
+                (2880, 8192, 32768),
+                (4096, 1024, 2048),
+                (4096, 16384, 32768),
                 (5760, 1024, 2880),
                 (5760, 8192, 11584),
-                (5760, 32768, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 2048),
                 (11584, 5760, 32768),
@@ -12368,7 +12117,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [217]
+        # index: [212]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12379,18 +12128,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.5213, 1.0, -0.559, 1.0),
-                (4096, 14336, -0.1277, 1.0, -0.1868, 1.0),
-                (6144, 4096, -0.2183, 1.0, -0.2663, 1.0),
-                (8192, 8192, 0.2435, 1.0, 0.2155, 1.0),
-                (14336, 4096, 0.3029, 1.0, 0.2694, 1.0),
+                (4096, 4096, -0.5149, 1.0, -0.5561, 1.0),
+                (4096, 14336, -0.1281, 1.0, -0.1852, 1.0),
+                (6144, 4096, -0.2168, 1.0, -0.2646, 1.0),
+                (8192, 8192, 0.243, 1.0, 0.2149, 1.0),
+                (14336, 4096, 0.304, 1.0, 0.2718, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12410,10 +12159,9 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 11584, 32768),
                 (2880, 1024, 2880),
                 (2880, 8192, 32768),
-                (4096, 1024, 2880),
-                (4096, 8192, 32768),
-                (5760, 1024, 2880),
-                (5760, 8192, 11584),
+                (4096, 1024, 1408),
+                (4096, 32768, 32768),
+                (5760, 1024, 2048),
                 (8192, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
@@ -12421,7 +12169,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [218]
+        # index: [213]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12432,18 +12180,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.3134, 1.0, -0.3393, 1.0),
-                (4096, 14336, -0.0952, 1.0, -0.1655, 1.0),
-                (6144, 4096, -0.0932, 1.0, -0.1402, 1.0),
-                (8192, 8192, 0.2628, 1.0, 0.2492, 1.0),
-                (14336, 4096, 0.3519, 1.0, 0.307, 1.0),
+                (4096, 4096, -0.307, 1.0, -0.3364, 1.0),
+                (4096, 14336, -0.0956, 1.0, -0.164, 1.0),
+                (6144, 4096, -0.0918, 1.0, -0.1385, 1.0),
+                (8192, 8192, 0.2623, 1.0, 0.2486, 1.0),
+                (14336, 4096, 0.353, 1.0, 0.3094, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12462,17 +12210,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 1024, 2880),
                 (2048, 16384, 32768),
                 (2880, 1024, 2048),
-                (2880, 8192, 32768),
-                (4096, 1024, 1024),
-                (4096, 32768, 32768),
-                (5760, 1024, 1024),
-                (8192, 1024, 32768),
+                (2880, 16384, 32768),
+                (5760, 1024, 1408),
+                (8192, 1024, 2880),
+                (8192, 5760, 8192),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [219]
+        # index: [214]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12483,18 +12230,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5766, 1.0, -0.5866, 1.0),
-                (4096, 14336, -0.2402, 1.0, -0.2653, 1.0),
-                (6144, 4096, -0.29, 1.0, -0.3391, 1.0),
-                (8192, 8192, 0.1884, 1.0, 0.1869, 1.0),
-                (14336, 4096, 0.2718, 1.0, 0.2397, 1.0),
+                (4096, 4096, -0.5702, 1.0, -0.5837, 1.0),
+                (4096, 14336, -0.2406, 1.0, -0.2638, 1.0),
+                (6144, 4096, -0.2886, 1.0, -0.3374, 1.0),
+                (8192, 8192, 0.1879, 1.0, 0.1863, 1.0),
+                (14336, 4096, 0.2728, 1.0, 0.2421, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12509,20 +12256,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 5760),
+                (1408, 1024, 8192),
                 (1408, 16384, 32768),
                 (2048, 1024, 2048),
                 (2048, 16384, 32768),
-                (2880, 1024, 1024),
+                (2880, 1024, 1408),
                 (2880, 16384, 32768),
-                (4096, 32768, 32768),
-                (8192, 1024, 2880),
+                (8192, 1024, 2048),
                 (23168, 1024, 32768),
-                (32768, 1024, 1024),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [220]
+        # index: [215]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12533,18 +12278,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.4159, 1.0, -0.4435, 1.0),
-                (4096, 14336, -0.2116, 1.0, -0.2399, 1.0),
-                (6144, 4096, -0.1766, 1.0, -0.2393, 1.0),
-                (8192, 8192, 0.1571, 1.0, 0.1466, 1.0),
-                (14336, 4096, 0.3029, 1.0, 0.2646, 1.0),
+                (4096, 4096, -0.4095, 1.0, -0.4405, 1.0),
+                (4096, 14336, -0.212, 1.0, -0.2383, 1.0),
+                (6144, 4096, -0.1751, 1.0, -0.2376, 1.0),
+                (8192, 8192, 0.1566, 1.0, 0.146, 1.0),
+                (14336, 4096, 0.304, 1.0, 0.2671, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12558,18 +12303,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2880),
-                (1024, 8192, 32768),
-                (1408, 1024, 2880),
-                (1408, 16384, 32768),
-                (2048, 1024, 2048),
+                (1024, 1024, 32768),
+                (1408, 1024, 5760),
+                (1408, 23168, 32768),
+                (2048, 1024, 1408),
                 (2048, 16384, 32768),
                 (2880, 23168, 32768),
-                (8192, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [221]
+        # index: [216]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12580,18 +12323,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.5281, 1.0, -0.5631, 1.0),
-                (4096, 14336, -0.1816, 1.0, -0.2618, 1.0),
-                (6144, 4096, -0.2068, 1.0, -0.2564, 1.0),
-                (8192, 8192, 0.2442, 1.0, 0.2207, 1.0),
-                (14336, 4096, 0.3051, 1.0, 0.2694, 1.0),
+                (4096, 4096, -0.5216, 1.0, -0.5602, 1.0),
+                (4096, 14336, -0.182, 1.0, -0.2602, 1.0),
+                (6144, 4096, -0.2053, 1.0, -0.2547, 1.0),
+                (8192, 8192, 0.2438, 1.0, 0.2201, 1.0),
+                (14336, 4096, 0.3062, 1.0, 0.2718, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12605,17 +12348,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2880),
-                (1024, 8192, 32768),
+                (1024, 1024, 32768),
                 (1408, 1024, 2880),
                 (1408, 23168, 32768),
-                (2048, 1024, 1408),
-                (2048, 16384, 32768),
-                (2880, 32768, 32768),
+                (2048, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [222]
+        # index: [217]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12626,18 +12366,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.3181, 1.0, -0.3488, 1.0),
-                (4096, 14336, -0.1041, 1.0, -0.1815, 1.0),
-                (6144, 4096, -0.1133, 1.0, -0.1706, 1.0),
-                (8192, 8192, 0.266, 1.0, 0.2535, 1.0),
-                (14336, 4096, 0.3563, 1.0, 0.3112, 1.0),
+                (4096, 4096, -0.3116, 1.0, -0.3458, 1.0),
+                (4096, 14336, -0.1045, 1.0, -0.1799, 1.0),
+                (6144, 4096, -0.1118, 1.0, -0.1689, 1.0),
+                (8192, 8192, 0.2656, 1.0, 0.2529, 1.0),
+                (14336, 4096, 0.3574, 1.0, 0.3137, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12651,16 +12391,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2048),
-                (1024, 11584, 32768),
-                (1408, 1024, 2048),
-                (1408, 32768, 32768),
+                (1024, 1024, 2880),
+                (1024, 8192, 32768),
+                (1408, 1024, 2880),
                 (2048, 23168, 32768),
-                (2880, 32768, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [223]
+        # index: [218]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12671,18 +12409,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.5222, 1.0, -0.4336, 1.0),
-                (4096, 14336, -0.2039, 1.0, -0.1332, 1.0),
-                (6144, 4096, -0.0566, 1.0, -0.1675, 1.0),
-                (8192, 8192, 0.109, 1.0, 0.0956, 1.0),
-                (14336, 4096, 0.1449, 1.0, 0.1434, 1.0),
+                (4096, 4096, -0.5157, 1.0, -0.4306, 1.0),
+                (4096, 14336, -0.2043, 1.0, -0.1317, 1.0),
+                (6144, 4096, -0.0552, 1.0, -0.1658, 1.0),
+                (8192, 8192, 0.1085, 1.0, 0.095, 1.0),
+                (14336, 4096, 0.146, 1.0, 0.1458, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -12697,12 +12435,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 2048),
-                (1024, 32768, 32768),
                 (1408, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [224]
+        # index: [219]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -12713,18 +12450,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=96,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6638, 1.0, -0.4188, 1.0),
-                (4096, 14336, -0.4254, 1.0, -0.1426, 1.0),
-                (6144, 4096, -0.6083, 1.0, -0.2028, 1.0),
-                (8192, 8192, -0.1842, 1.0, 0.0528, 1.0),
-                (14336, 4096, -0.0483, 1.0, -0.0078, 1.0),
+                (4096, 4096, -0.6725, 1.0, -0.4065, 1.0),
+                (4096, 14336, -0.4341, 1.0, -0.1547, 1.0),
+                (6144, 4096, -0.6026, 1.0, -0.2021, 1.0),
+                (8192, 8192, -0.184, 1.0, 0.0324, 1.0),
+                (14336, 4096, -0.0762, 1.0, -0.0154, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -12735,73 +12472,34 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1024, 2880, 23168),
-                (1408, 2880, 23168),
+                (1024, 2880, 32768),
+                (1408, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [225]
+        # index: [220]
         ShapeCandidate(
             m=176,
             m_end=256,
             rank=13,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c4294405075",
-            registers=122,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.6831, 1.0, -0.4393, 1.0),
-                (4096, 14336, -0.3938, 1.0, -0.2385, 1.0),
-                (6144, 4096, -0.627, 1.0, -0.2238, 1.0),
-                (8192, 8192, -0.1771, 1.0, -0.0158, 1.0),
-                (14336, 4096, -0.0698, 1.0, -0.046, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1024, 2880, 32768),
-                (1408, 2880, 32768),
-                (2048, 2880, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [226]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=14,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c995170dd40",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6101, 1.0, -0.4172, 1.0),
-                (4096, 14336, -0.3072, 1.0, -0.3276, 1.0),
-                (6144, 4096, -0.532, 1.0, -0.4867, 1.0),
-                (8192, 8192, -0.1164, 1.0, -0.2694, 1.0),
-                (14336, 4096, -0.1195, 1.0, -0.2774, 1.0),
+                (4096, 4096, -0.6042, 1.0, -0.415, 1.0),
+                (4096, 14336, -0.3056, 1.0, -0.3269, 1.0),
+                (6144, 4096, -0.5181, 1.0, -0.4858, 1.0),
+                (8192, 8192, -0.1108, 1.0, -0.2708, 1.0),
+                (14336, 4096, -0.1266, 1.0, -0.2757, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12826,32 +12524,32 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [227]
+        # index: [221]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=15,
+            rank=14,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="ce1d8517da2",
-            registers=115,
-            smem_bytes=217088,
+            config_id="c4294405075",
+            registers=122,
+            smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5472, 1.0, -0.4289, 1.0),
-                (4096, 14336, -0.2569, 1.0, -0.1257, 1.0),
-                (6144, 4096, -0.4907, 1.0, -0.2424, 1.0),
-                (8192, 8192, -0.0483, 1.0, 0.0799, 1.0),
-                (14336, 4096, 0.0735, 1.0, 0.004, 1.0),
+                (4096, 4096, -0.6866, 1.0, -0.4441, 1.0),
+                (4096, 14336, -0.4075, 1.0, -0.2313, 1.0),
+                (6144, 4096, -0.6216, 1.0, -0.231, 1.0),
+                (8192, 8192, -0.1682, 1.0, -0.0345, 1.0),
+                (14336, 4096, -0.1007, 1.0, -0.0513, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
-                ("block_m", 56),
+                ("block_m", 64),
                 ("block_n", 64),
                 ("block_k", 128),
                 ("stages", 7),
@@ -12859,34 +12557,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1024, 4096, 8192),
-                (1408, 4096, 8192),
+                (1024, 4096, 32768),
+                (1408, 4096, 32768),
+                (2048, 4096, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [228]
+        # index: [222]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=16,
+            rank=15,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c62ed235c0f",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.695, 1.0, -0.3319, 1.0),
-                (4096, 14336, -0.528, 1.0, -0.2698, 1.0),
-                (6144, 4096, -0.7227, 1.0, -0.1926, 1.0),
-                (8192, 8192, -0.649, 1.0, -0.3731, 1.0),
-                (14336, 4096, -0.2919, 1.0, -0.1742, 1.0),
+                (4096, 4096, -0.6891, 1.0, -0.3298, 1.0),
+                (4096, 14336, -0.5263, 1.0, -0.2691, 1.0),
+                (6144, 4096, -0.7087, 1.0, -0.1917, 1.0),
+                (8192, 8192, -0.6435, 1.0, -0.3745, 1.0),
+                (14336, 4096, -0.299, 1.0, -0.1725, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -12902,39 +12601,39 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 16384, 32768),
+                (1024, 23168, 32768),
                 (1408, 8192, 32768),
                 (2048, 2880, 32768),
                 (2880, 2880, 32768),
                 (4096, 2880, 32768),
-                (5760, 4096, 32768),
-                (8192, 5760, 32768),
+                (5760, 5760, 32768),
+                (8192, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [229]
+        # index: [223]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=17,
+            rank=16,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c4ce6985cb8",
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.443, 1.0, -0.3463, 1.0),
-                (4096, 14336, -0.2552, 1.0, -0.1607, 1.0),
-                (6144, 4096, -0.5904, 1.0, -0.3121, 1.0),
-                (8192, 8192, -0.155, 1.0, 0.0346, 1.0),
-                (14336, 4096, -0.2242, 1.0, -0.074, 1.0),
+                (4096, 4096, -0.4372, 1.0, -0.3441, 1.0),
+                (4096, 14336, -0.2535, 1.0, -0.16, 1.0),
+                (6144, 4096, -0.5765, 1.0, -0.3111, 1.0),
+                (8192, 8192, -0.1494, 1.0, 0.0332, 1.0),
+                (14336, 4096, -0.2314, 1.0, -0.0724, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -12954,33 +12653,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 5760, 32768),
                 (2880, 5760, 32768),
                 (4096, 5760, 32768),
-                (5760, 16384, 32768),
+                (5760, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [230]
+        # index: [224]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=18,
+            rank=17,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8d4278d47a",
             registers=114,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.9413, 1.0, -0.8545, 1.0),
-                (4096, 14336, -0.5873, 1.0, -0.627, 1.0),
-                (6144, 4096, -0.7227, 1.0, -0.6283, 1.0),
-                (8192, 8192, -0.281, 1.0, -0.4425, 1.0),
-                (14336, 4096, -0.227, 1.0, -0.4745, 1.0),
+                (4096, 4096, -0.9354, 1.0, -0.8524, 1.0),
+                (4096, 14336, -0.5857, 1.0, -0.6263, 1.0),
+                (6144, 4096, -0.7088, 1.0, -0.6274, 1.0),
+                (8192, 8192, -0.2755, 1.0, -0.4439, 1.0),
+                (14336, 4096, -0.2341, 1.0, -0.4728, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -13002,29 +12701,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [231]
+        # index: [225]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=19,
+            rank=18,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c15d5c3560d",
-            registers=80,
+            registers=84,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.849, 1.0, -0.7224, 1.0),
-                (4096, 14336, -0.5373, 1.0, -0.4343, 1.0),
-                (6144, 4096, -0.815, 1.0, -0.5225, 1.0),
-                (8192, 8192, -0.3682, 1.0, -0.2905, 1.0),
-                (14336, 4096, -0.2704, 1.0, -0.3438, 1.0),
+                (4096, 4096, -0.8519, 1.0, -0.7336, 1.0),
+                (4096, 14336, -0.5391, 1.0, -0.4946, 1.0),
+                (6144, 4096, -0.8452, 1.0, -0.5546, 1.0),
+                (8192, 8192, -0.3765, 1.0, -0.3137, 1.0),
+                (14336, 4096, -0.3289, 1.0, -0.3962, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -13036,13 +12735,53 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 1024, 11584),
-                (2880, 1024, 23168),
-                (4096, 1024, 23168),
-                (5760, 1024, 23168),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [232]
+        # index: [226]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=19,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ca0cfa76740",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -1.0101, 1.0, -0.7577, 1.0),
+                (4096, 14336, -0.6414, 1.0, -0.5178, 1.0),
+                (6144, 4096, -0.928, 1.0, -0.5995, 1.0),
+                (8192, 8192, -0.305, 1.0, -0.2947, 1.0),
+                (14336, 4096, -0.2121, 1.0, -0.3369, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
+            ),
+            tunables=(
+                ("block_m", 72),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 2880),
+                (2880, 1024, 11584),
+                (4096, 1024, 11584),
+                (5760, 1024, 11584),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [227]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -13053,18 +12792,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6875, 1.0, -0.5345, 1.0),
-                (4096, 14336, -0.4686, 1.0, -0.3649, 1.0),
-                (6144, 4096, -0.6484, 1.0, -0.3312, 1.0),
-                (8192, 8192, -0.2226, 1.0, -0.0953, 1.0),
-                (14336, 4096, -0.1008, 1.0, -0.0951, 1.0),
+                (4096, 4096, -0.6821, 1.0, -0.5427, 1.0),
+                (4096, 14336, -0.4672, 1.0, -0.4422, 1.0),
+                (6144, 4096, -0.6399, 1.0, -0.3291, 1.0),
+                (8192, 8192, -0.2198, 1.0, -0.1005, 1.0),
+                (14336, 4096, -0.1234, 1.0, -0.1055, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -13076,13 +12815,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 2048, 8192),
-                (2880, 1408, 23168),
-                (4096, 1408, 23168),
-                (5760, 1408, 23168),
+                (2880, 2048, 32768),
+                (4096, 2048, 32768),
+                (5760, 2048, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [233]
+        # index: [228]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -13093,18 +12832,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=126,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.8529, 1.0, -0.8303, 1.0),
-                (4096, 14336, -0.5005, 1.0, -0.642, 1.0),
-                (6144, 4096, -0.9803, 1.0, -0.7184, 1.0),
-                (8192, 8192, -0.3524, 1.0, -0.4794, 1.0),
-                (14336, 4096, -0.3542, 1.0, -0.529, 1.0),
+                (4096, 4096, -0.8471, 1.0, -0.8282, 1.0),
+                (4096, 14336, -0.4989, 1.0, -0.6413, 1.0),
+                (6144, 4096, -0.9664, 1.0, -0.7174, 1.0),
+                (8192, 8192, -0.3469, 1.0, -0.4808, 1.0),
+                (14336, 4096, -0.3614, 1.0, -0.5273, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -13126,68 +12865,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [234]
+        # index: [229]
         ShapeCandidate(
             m=176,
             m_end=256,
             rank=22,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="ca0cfa76740",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.9667, 1.0, -0.7257, 1.0),
-                (4096, 14336, -0.6242, 1.0, -0.507, 1.0),
-                (6144, 4096, -0.89, 1.0, -0.5012, 1.0),
-                (8192, 8192, -0.207, 1.0, -0.1892, 1.0),
-                (14336, 4096, -0.1704, 1.0, -0.177, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
-            ),
-            tunables=(
-                ("block_m", 72),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2880, 1024, 5760),
-                (4096, 1024, 5760),
-                (5760, 1024, 5760),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [235]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=23,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
             config_id="c44949d6c6c",
             registers=168,
             smem_bytes=174080,
             bias_terms=(
-                (4096, 4096, -0.4872, 1.0, -0.3238, 1.0),
-                (4096, 14336, -0.3058, 1.0, -0.1875, 1.0),
-                (6144, 4096, -0.4118, 1.0, -0.091, 1.0),
-                (8192, 8192, -0.0609, 1.0, 0.0164, 1.0),
-                (14336, 4096, 0.2066, 1.0, 0.1542, 1.0),
+                (4096, 4096, -0.4887, 1.0, -0.3309, 1.0),
+                (4096, 14336, -0.3037, 1.0, -0.1824, 1.0),
+                (6144, 4096, -0.4027, 1.0, -0.0876, 1.0),
+                (8192, 8192, -0.0564, 1.0, 0.0076, 1.0),
+                (14336, 4096, 0.1911, 1.0, 0.1469, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -13204,29 +12904,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [236]
+        # index: [230]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=24,
+            rank=23,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
             registers=155,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.1569, 1.0, -0.955, 1.0),
-                (4096, 14336, -0.8754, 1.0, -0.7825, 1.0),
-                (6144, 4096, -0.9329, 1.0, -0.6957, 1.0),
-                (8192, 8192, -0.6682, 1.0, -0.6088, 1.0),
-                (14336, 4096, -0.5426, 1.0, -0.6045, 1.0),
+                (4096, 4096, -1.151, 1.0, -0.9529, 1.0),
+                (4096, 14336, -0.8737, 1.0, -0.7817, 1.0),
+                (6144, 4096, -0.919, 1.0, -0.6948, 1.0),
+                (8192, 8192, -0.6626, 1.0, -0.6102, 1.0),
+                (14336, 4096, -0.5498, 1.0, -0.6029, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -13248,29 +12948,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [237]
+        # index: [231]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=25,
+            rank=24,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cb530ae64c0",
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -1.0293, 1.0, -0.8128, 1.0),
-                (4096, 14336, -0.7575, 1.0, -0.6169, 1.0),
-                (6144, 4096, -0.9167, 1.0, -0.5991, 1.0),
-                (8192, 8192, -0.4369, 1.0, -0.2404, 1.0),
-                (14336, 4096, -0.2915, 1.0, -0.2524, 1.0),
+                (4096, 4096, -1.0742, 1.0, -0.853, 1.0),
+                (4096, 14336, -0.7784, 1.0, -0.6442, 1.0),
+                (6144, 4096, -0.9679, 1.0, -0.6221, 1.0),
+                (8192, 8192, -0.4344, 1.0, -0.283, 1.0),
+                (14336, 4096, -0.365, 1.0, -0.3585, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -13288,7 +12988,47 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [238]
+        # index: [232]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=25,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc176767297",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -1.118, 1.0, -0.7943, 1.0),
+                (4096, 14336, -0.8065, 1.0, -0.5357, 1.0),
+                (6144, 4096, -0.9792, 1.0, -0.5426, 1.0),
+                (8192, 8192, -0.2924, 1.0, -0.2049, 1.0),
+                (14336, 4096, -0.2334, 1.0, -0.1718, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
+            ),
+            tunables=(
+                ("block_m", 112),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 7),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 23168),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [233]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -13299,18 +13039,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=202752,
             bias_terms=(
-                (4096, 4096, -0.784, 1.0, -0.7631, 1.0),
-                (4096, 14336, -0.4511, 1.0, -0.5621, 1.0),
-                (6144, 4096, -0.485, 1.0, -0.4817, 1.0),
-                (8192, 8192, -0.1534, 1.0, -0.3049, 1.0),
-                (14336, 4096, -0.0258, 1.0, -0.2643, 1.0),
+                (4096, 4096, -0.7782, 1.0, -0.7609, 1.0),
+                (4096, 14336, -0.4495, 1.0, -0.5614, 1.0),
+                (6144, 4096, -0.471, 1.0, -0.4808, 1.0),
+                (8192, 8192, -0.1479, 1.0, -0.3063, 1.0),
+                (14336, 4096, -0.0329, 1.0, -0.2626, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13332,7 +13072,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [239]
+        # index: [234]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -13343,18 +13083,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.3699, 1.0, -1.0155, 1.0),
-                (4096, 14336, -1.0899, 1.0, -0.8445, 1.0),
-                (6144, 4096, -0.9755, 1.0, -0.7868, 1.0),
-                (8192, 8192, -0.3232, 1.0, -0.4048, 1.0),
-                (14336, 4096, -0.2471, 1.0, -0.5519, 1.0),
+                (4096, 4096, -1.364, 1.0, -1.0133, 1.0),
+                (4096, 14336, -1.0882, 1.0, -0.8437, 1.0),
+                (6144, 4096, -0.9615, 1.0, -0.7859, 1.0),
+                (8192, 8192, -0.3177, 1.0, -0.4062, 1.0),
+                (14336, 4096, -0.2543, 1.0, -0.5503, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13376,68 +13116,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [240]
+        # index: [235]
         ShapeCandidate(
             m=176,
             m_end=256,
             rank=28,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cc176767297",
-            registers=168,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -1.0704, 1.0, -0.8083, 1.0),
-                (4096, 14336, -0.7867, 1.0, -0.4246, 1.0),
-                (6144, 4096, -0.9196, 1.0, -0.5054, 1.0),
-                (8192, 8192, -0.2703, 1.0, -0.1884, 1.0),
-                (14336, 4096, -0.2072, 1.0, -0.1056, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
-            ),
-            tunables=(
-                ("block_m", 112),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 7),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [241]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=29,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c7d87dbb50c",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.1104, 1.0, -0.7516, 1.0),
-                (4096, 14336, -0.8339, 1.0, -0.5865, 1.0),
-                (6144, 4096, -0.809, 1.0, -0.5347, 1.0),
-                (8192, 8192, -0.1872, 1.0, -0.2581, 1.0),
-                (14336, 4096, -0.1553, 1.0, -0.3309, 1.0),
+                (4096, 4096, -1.1046, 1.0, -0.7495, 1.0),
+                (4096, 14336, -0.8322, 1.0, -0.5857, 1.0),
+                (6144, 4096, -0.7951, 1.0, -0.5338, 1.0),
+                (8192, 8192, -0.1816, 1.0, -0.2595, 1.0),
+                (14336, 4096, -0.1625, 1.0, -0.3293, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13459,29 +13160,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [242]
+        # index: [236]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=30,
+            rank=29,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c742626ea16",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6501, 1.0, -0.2446, 1.0),
-                (4096, 14336, -0.5061, 1.0, -0.2123, 1.0),
-                (6144, 4096, -0.7682, 1.0, -0.2393, 1.0),
-                (8192, 8192, -0.4043, 1.0, -0.1076, 1.0),
-                (14336, 4096, -0.4798, 1.0, -0.3033, 1.0),
+                (4096, 4096, -0.6443, 1.0, -0.2424, 1.0),
+                (4096, 14336, -0.5045, 1.0, -0.2116, 1.0),
+                (6144, 4096, -0.7543, 1.0, -0.2383, 1.0),
+                (8192, 8192, -0.3988, 1.0, -0.109, 1.0),
+                (14336, 4096, -0.4869, 1.0, -0.3016, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13501,29 +13202,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [243]
+        # index: [237]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=31,
+            rank=30,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c4bfaedb314",
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -1.1271, 1.0, -0.7721, 1.0),
-                (4096, 14336, -0.8255, 1.0, -0.5815, 1.0),
-                (6144, 4096, -1.0746, 1.0, -0.5688, 1.0),
-                (8192, 8192, -0.6406, 1.0, -0.3646, 1.0),
-                (14336, 4096, -0.4474, 1.0, -0.3581, 1.0),
+                (4096, 4096, -1.1212, 1.0, -0.7699, 1.0),
+                (4096, 14336, -0.8238, 1.0, -0.5808, 1.0),
+                (6144, 4096, -1.0607, 1.0, -0.5679, 1.0),
+                (8192, 8192, -0.6351, 1.0, -0.366, 1.0),
+                (14336, 4096, -0.4546, 1.0, -0.3564, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13546,7 +13247,48 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [244]
+        # index: [238]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=31,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cfb20e194d1",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.9721, 1.0, -0.8888, 1.0),
+                (4096, 14336, -0.6519, 1.0, -0.6767, 1.0),
+                (6144, 4096, -0.9131, 1.0, -0.6741, 1.0),
+                (8192, 8192, -0.4837, 1.0, -0.1124, 1.0),
+                (14336, 4096, -0.232, 1.0, -0.2646, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
+            ),
+            tunables=(
+                ("block_m", 176),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [239]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -13557,18 +13299,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -1.1425, 1.0, -0.7888, 1.0),
-                (4096, 14336, -0.8329, 1.0, -0.5892, 1.0),
-                (6144, 4096, -1.1007, 1.0, -0.5932, 1.0),
-                (8192, 8192, -0.4977, 1.0, -0.3659, 1.0),
-                (14336, 4096, -0.3121, 1.0, -0.3438, 1.0),
+                (4096, 4096, -1.1367, 1.0, -0.7867, 1.0),
+                (4096, 14336, -0.8313, 1.0, -0.5885, 1.0),
+                (6144, 4096, -1.0868, 1.0, -0.5923, 1.0),
+                (8192, 8192, -0.4921, 1.0, -0.3673, 1.0),
+                (14336, 4096, -0.3192, 1.0, -0.3421, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13590,7 +13332,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [245]
+        # index: [240]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -13601,18 +13343,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.1527, 1.0, -0.8019, 1.0),
-                (4096, 14336, -0.8207, 1.0, -0.5755, 1.0),
-                (6144, 4096, -1.1144, 1.0, -0.6126, 1.0),
-                (8192, 8192, -0.6766, 1.0, -0.4118, 1.0),
-                (14336, 4096, -0.5099, 1.0, -0.3429, 1.0),
+                (4096, 4096, -1.1469, 1.0, -0.7998, 1.0),
+                (4096, 14336, -0.8191, 1.0, -0.5747, 1.0),
+                (6144, 4096, -1.1005, 1.0, -0.6117, 1.0),
+                (8192, 8192, -0.6711, 1.0, -0.4132, 1.0),
+                (14336, 4096, -0.517, 1.0, -0.3413, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -13635,7 +13377,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [246]
+        # index: [241]
         ShapeCandidate(
             m=176,
             m_end=256,
@@ -13646,18 +13388,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.97, 1.0, -0.8865, 1.0),
-                (4096, 14336, -0.6731, 1.0, -0.6991, 1.0),
-                (6144, 4096, -0.9156, 1.0, -0.4949, 1.0),
-                (8192, 8192, -0.5161, 1.0, -0.0042, 1.0),
-                (14336, 4096, -0.2686, 1.0, -0.1711, 1.0),
+                (4096, 4096, -1.0173, 1.0, -0.9362, 1.0),
+                (4096, 14336, -0.693, 1.0, -0.7186, 1.0),
+                (6144, 4096, -0.9642, 1.0, -0.6022, 1.0),
+                (8192, 8192, -0.537, 1.0, -0.0302, 1.0),
+                (14336, 4096, -0.3387, 1.0, -0.2004, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -13675,29 +13417,69 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [247]
+        # index: [242]
         ShapeCandidate(
             m=176,
             m_end=256,
             rank=35,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c3a08963e55",
+            registers=168,
+            smem_bytes=211968,
+            bias_terms=(
+                (4096, 4096, -1.0084, 1.0, -0.9273, 1.0),
+                (4096, 14336, -0.683, 1.0, -0.71, 1.0),
+                (6144, 4096, -0.951, 1.0, -0.6265, 1.0),
+                (8192, 8192, -0.5247, 1.0, -0.0435, 1.0),
+                (14336, 4096, -0.329, 1.0, -0.2135, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
+            ),
+            tunables=(
+                ("block_m", 200),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [243]
+        ShapeCandidate(
+            m=176,
+            m_end=256,
+            rank=36,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfa063dff86",
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.9997, 1.0, -0.9104, 1.0),
-                (4096, 14336, -0.6754, 1.0, -0.6983, 1.0),
-                (6144, 4096, -0.9573, 1.0, -0.4645, 1.0),
-                (8192, 8192, -0.519, 1.0, 0.0378, 1.0),
-                (14336, 4096, -0.2745, 1.0, -0.1022, 1.0),
+                (4096, 4096, -0.9939, 1.0, -0.9083, 1.0),
+                (4096, 14336, -0.6738, 1.0, -0.6975, 1.0),
+                (6144, 4096, -0.9434, 1.0, -0.4635, 1.0),
+                (8192, 8192, -0.5134, 1.0, 0.0364, 1.0),
+                (14336, 4096, -0.2816, 1.0, -0.1005, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -13720,109 +13502,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [248]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=36,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c3a08963e55",
-            registers=168,
-            smem_bytes=211968,
-            bias_terms=(
-                (4096, 4096, -0.9545, 1.0, -0.8749, 1.0),
-                (4096, 14336, -0.6606, 1.0, -0.6885, 1.0),
-                (6144, 4096, -0.9049, 1.0, -0.5508, 1.0),
-                (8192, 8192, -0.5012, 1.0, -0.0241, 1.0),
-                (14336, 4096, -0.2707, 1.0, -0.1755, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
-            ),
-            tunables=(
-                ("block_m", 200),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [249]
+        # index: [244]
         ShapeCandidate(
             m=176,
             m_end=256,
             rank=37,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cfb20e194d1",
-            registers=168,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -0.9159, 1.0, -0.8363, 1.0),
-                (4096, 14336, -0.6287, 1.0, -0.6546, 1.0),
-                (6144, 4096, -0.8561, 1.0, -0.5878, 1.0),
-                (8192, 8192, -0.4611, 1.0, -0.0933, 1.0),
-                (14336, 4096, -0.1682, 1.0, -0.2141, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
-            ),
-            tunables=(
-                ("block_m", 176),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1408, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [250]
-        ShapeCandidate(
-            m=176,
-            m_end=256,
-            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c34181426db",
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.9886, 1.0, -0.9061, 1.0),
-                (4096, 14336, -0.6591, 1.0, -0.6919, 1.0),
-                (6144, 4096, -0.9486, 1.0, -0.7125, 1.0),
-                (8192, 8192, -0.5188, 1.0, -0.4953, 1.0),
-                (14336, 4096, -0.3592, 1.0, -0.346, 1.0),
+                (4096, 4096, -0.9827, 1.0, -0.9039, 1.0),
+                (4096, 14336, -0.6575, 1.0, -0.6912, 1.0),
+                (6144, 4096, -0.9347, 1.0, -0.7116, 1.0),
+                (8192, 8192, -0.5132, 1.0, -0.4967, 1.0),
+                (14336, 4096, -0.3663, 1.0, -0.3443, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -13844,29 +13546,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [251]
+        # index: [245]
         ShapeCandidate(
             m=176,
             m_end=256,
-            rank=39,
+            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfa864bf771",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -1.073, 1.0, -0.7219, 1.0),
-                (4096, 14336, -0.7355, 1.0, -0.4945, 1.0),
-                (6144, 4096, -1.0399, 1.0, -0.5363, 1.0),
-                (8192, 8192, -0.6037, 1.0, -0.3419, 1.0),
-                (14336, 4096, -0.4795, 1.0, -0.3191, 1.0),
+                (4096, 4096, -1.0672, 1.0, -0.7198, 1.0),
+                (4096, 14336, -0.7339, 1.0, -0.4937, 1.0),
+                (6144, 4096, -1.026, 1.0, -0.5354, 1.0),
+                (8192, 8192, -0.5982, 1.0, -0.3433, 1.0),
+                (14336, 4096, -0.4866, 1.0, -0.3174, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.7467, 1.0, 0.5061, 1.0),
-                (4096, 14336, 0.3856, 1.0, 0.2523, 1.0),
-                (6144, 4096, 0.7212, 1.0, 0.3291, 1.0),
-                (8192, 8192, 0.2718, 1.0, 0.121, 1.0),
-                (14336, 4096, 0.2015, 1.0, 0.1684, 1.0),
+                (4096, 4096, 0.7448, 1.0, 0.5063, 1.0),
+                (4096, 14336, 0.3879, 1.0, 0.2539, 1.0),
+                (6144, 4096, 0.7112, 1.0, 0.3305, 1.0),
+                (8192, 8192, 0.2701, 1.0, 0.1247, 1.0),
+                (14336, 4096, 0.2126, 1.0, 0.1691, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -13888,29 +13590,147 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [252]
+        # index: [246]
         ShapeCandidate(
             m=256,
             m_end=320,
             rank=0,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="c94004c5719",
-            registers=64,
-            smem_bytes=217088,
+            config_id="cbb1316b55c",
+            registers=68,
+            smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.8214, 1.0, -0.6467, 1.0),
-                (4096, 14336, -0.532, 1.0, -0.4858, 1.0),
-                (6144, 4096, -0.6017, 1.0, -0.8284, 1.0),
-                (8192, 8192, -0.1563, 1.0, -0.4266, 1.0),
-                (14336, 4096, -0.3272, 1.0, -0.4881, 1.0),
+                (4096, 4096, -0.8183, 1.0, -0.6745, 1.0),
+                (4096, 14336, -0.6001, 1.0, -0.4775, 1.0),
+                (6144, 4096, -0.6462, 1.0, -0.8396, 1.0),
+                (8192, 8192, -0.4335, 1.0, -0.2598, 1.0),
+                (14336, 4096, -0.4887, 1.0, -0.5057, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 7),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 5760),
+                (1408, 1024, 8192),
+                (2048, 1024, 11584),
+                (2880, 1024, 8192),
+                (4096, 1024, 2048),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [247]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=1,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c419852ee1e",
+            registers=60,
+            smem_bytes=231424,
+            bias_terms=(
+                (4096, 4096, -0.8022, 1.0, -0.6568, 1.0),
+                (4096, 14336, -0.4988, 1.0, -0.4719, 1.0),
+                (6144, 4096, -0.6459, 1.0, -0.8366, 1.0),
+                (8192, 8192, -0.3348, 1.0, -0.4138, 1.0),
+                (14336, 4096, -0.4403, 1.0, -0.508, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
+            ),
+            tunables=(
+                ("block_m", 48),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 16384),
+                (1408, 1024, 16384),
+                (2048, 1024, 16384),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [248]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=2,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ce2e4d4c14f",
+            registers=48,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.8183, 1.0, -0.6124, 1.0),
+                (4096, 14336, -0.5722, 1.0, -0.4325, 1.0),
+                (6144, 4096, -0.643, 1.0, -0.7841, 1.0),
+                (8192, 8192, -0.4316, 1.0, -0.3854, 1.0),
+                (14336, 4096, -0.4619, 1.0, -0.4746, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 16384),
+                (1408, 1024, 16384),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [249]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=3,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c94004c5719",
+            registers=66,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.8201, 1.0, -0.6556, 1.0),
+                (4096, 14336, -0.5557, 1.0, -0.4729, 1.0),
+                (6144, 4096, -0.5929, 1.0, -0.8413, 1.0),
+                (8192, 8192, -0.2277, 1.0, -0.4291, 1.0),
+                (14336, 4096, -0.3725, 1.0, -0.5225, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -13924,130 +13744,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 16384),
                 (1408, 1024, 16384),
                 (2048, 1024, 16384),
-                (2880, 1024, 1408),
-                (4096, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [253]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=1,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c419852ee1e",
-            registers=63,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.7862, 1.0, -0.6504, 1.0),
-                (4096, 14336, -0.4763, 1.0, -0.4684, 1.0),
-                (6144, 4096, -0.6126, 1.0, -0.8222, 1.0),
-                (8192, 8192, -0.2586, 1.0, -0.371, 1.0),
-                (14336, 4096, -0.4064, 1.0, -0.4773, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 48),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 16384),
-                (1408, 1024, 16384),
-                (2048, 1024, 11584),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [254]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=2,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cbb1316b55c",
-            registers=72,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.7845, 1.0, -0.6432, 1.0),
-                (4096, 14336, -0.5556, 1.0, -0.4301, 1.0),
-                (6144, 4096, -0.5916, 1.0, -0.8124, 1.0),
-                (8192, 8192, -0.4217, 1.0, -0.2868, 1.0),
-                (14336, 4096, -0.4377, 1.0, -0.4784, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 4096),
-                (1408, 1024, 5760),
-                (2048, 1024, 11584),
-                (2880, 1024, 5760),
-                (4096, 1024, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [255]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=3,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ce2e4d4c14f",
-            registers=52,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.8069, 1.0, -0.61, 1.0),
-                (4096, 14336, -0.4587, 1.0, -0.3955, 1.0),
-                (6144, 4096, -0.6237, 1.0, -0.7909, 1.0),
-                (8192, 8192, -0.2493, 1.0, -0.3587, 1.0),
-                (14336, 4096, -0.4469, 1.0, -0.4597, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 11584),
-                (1408, 1024, 11584),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [256]
+        # index: [250]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14058,18 +13758,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5864, 1.0, -0.4989, 1.0),
-                (4096, 14336, -0.2933, 1.0, -0.2325, 1.0),
-                (6144, 4096, -0.3366, 1.0, -0.284, 1.0),
-                (8192, 8192, 0.1792, 1.0, 0.1967, 1.0),
-                (14336, 4096, 0.2381, 1.0, 0.226, 1.0),
+                (4096, 4096, -0.5835, 1.0, -0.4963, 1.0),
+                (4096, 14336, -0.2917, 1.0, -0.2307, 1.0),
+                (6144, 4096, -0.3349, 1.0, -0.2817, 1.0),
+                (8192, 8192, 0.1786, 1.0, 0.1973, 1.0),
+                (14336, 4096, 0.2405, 1.0, 0.2269, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -14085,13 +13785,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 4096),
+                (2048, 1024, 5760),
                 (2048, 23168, 32768),
-                (2880, 1024, 4096),
-                (2880, 8192, 8192),
-                (2880, 23168, 32768),
-                (4096, 1024, 11584),
-                (4096, 23168, 32768),
+                (2880, 1024, 5760),
+                (2880, 16384, 32768),
+                (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -14101,7 +13799,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [257]
+        # index: [251]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14112,18 +13810,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.4357, 1.0, -0.341, 1.0),
-                (4096, 14336, -0.2367, 1.0, -0.174, 1.0),
-                (6144, 4096, -0.2063, 1.0, -0.1662, 1.0),
-                (8192, 8192, 0.1338, 1.0, 0.1392, 1.0),
-                (14336, 4096, 0.2543, 1.0, 0.2429, 1.0),
+                (4096, 4096, -0.4328, 1.0, -0.3383, 1.0),
+                (4096, 14336, -0.2352, 1.0, -0.1722, 1.0),
+                (6144, 4096, -0.2045, 1.0, -0.1639, 1.0),
+                (8192, 8192, 0.1332, 1.0, 0.1398, 1.0),
+                (14336, 4096, 0.2568, 1.0, 0.2438, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -14138,13 +13836,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 2048),
-                (1408, 4096, 32768),
-                (2048, 1024, 2048),
+                (1408, 1024, 8192),
+                (1408, 23168, 32768),
+                (2048, 1024, 2880),
                 (2048, 23168, 32768),
-                (2880, 2048, 4096),
+                (2880, 1024, 4096),
                 (2880, 23168, 32768),
-                (4096, 1024, 8192),
+                (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -14154,7 +13852,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [258]
+        # index: [252]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14165,18 +13863,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.559, 1.0, -0.4772, 1.0),
-                (4096, 14336, -0.1868, 1.0, -0.1196, 1.0),
-                (6144, 4096, -0.2663, 1.0, -0.2207, 1.0),
-                (8192, 8192, 0.2155, 1.0, 0.2345, 1.0),
-                (14336, 4096, 0.2694, 1.0, 0.255, 1.0),
+                (4096, 4096, -0.5561, 1.0, -0.4746, 1.0),
+                (4096, 14336, -0.1852, 1.0, -0.1178, 1.0),
+                (6144, 4096, -0.2646, 1.0, -0.2184, 1.0),
+                (8192, 8192, 0.2149, 1.0, 0.2351, 1.0),
+                (14336, 4096, 0.2718, 1.0, 0.2559, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -14191,14 +13889,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 2048),
-                (1408, 16384, 32768),
-                (2048, 32768, 32768),
-                (2880, 2048, 2880),
-                (2880, 32768, 32768),
-                (4096, 2880, 4096),
-                (5760, 1024, 2880),
-                (5760, 5760, 16384),
+                (1408, 1024, 5760),
+                (1408, 23168, 32768),
+                (2048, 23168, 32768),
+                (2880, 1024, 2880),
+                (2880, 23168, 32768),
+                (4096, 1024, 1408),
+                (4096, 2880, 32768),
+                (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -14207,7 +13905,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [259]
+        # index: [253]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14218,18 +13916,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.3393, 1.0, -0.2509, 1.0),
-                (4096, 14336, -0.1655, 1.0, -0.1057, 1.0),
-                (6144, 4096, -0.1402, 1.0, -0.0994, 1.0),
-                (8192, 8192, 0.2492, 1.0, 0.2666, 1.0),
-                (14336, 4096, 0.307, 1.0, 0.2883, 1.0),
+                (4096, 4096, -0.3364, 1.0, -0.2483, 1.0),
+                (4096, 14336, -0.164, 1.0, -0.1039, 1.0),
+                (6144, 4096, -0.1385, 1.0, -0.0972, 1.0),
+                (8192, 8192, 0.2486, 1.0, 0.2673, 1.0),
+                (14336, 4096, 0.3094, 1.0, 0.2892, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -14247,18 +13945,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 1024, 2048),
                 (1408, 23168, 32768),
                 (2048, 32768, 32768),
+                (2880, 23168, 32768),
+                (4096, 2880, 8192),
                 (5760, 1024, 1408),
                 (5760, 2880, 2880),
-                (5760, 8192, 16384),
+                (5760, 8192, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 2880),
                 (11584, 8192, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [260]
+        # index: [254]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14269,18 +13970,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.5866, 1.0, -0.4999, 1.0),
-                (4096, 14336, -0.2653, 1.0, -0.1851, 1.0),
-                (6144, 4096, -0.3391, 1.0, -0.2869, 1.0),
-                (8192, 8192, 0.1869, 1.0, 0.2035, 1.0),
-                (14336, 4096, 0.2397, 1.0, 0.2274, 1.0),
+                (4096, 4096, -0.5837, 1.0, -0.4973, 1.0),
+                (4096, 14336, -0.2638, 1.0, -0.1833, 1.0),
+                (6144, 4096, -0.3374, 1.0, -0.2847, 1.0),
+                (8192, 8192, 0.1863, 1.0, 0.2041, 1.0),
+                (14336, 4096, 0.2421, 1.0, 0.2283, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -14296,13 +13997,16 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 23168, 32768),
-                (5760, 8192, 8192),
+                (2880, 32768, 32768),
+                (5760, 8192, 32768),
                 (8192, 1024, 1408),
                 (8192, 8192, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [261]
+        # index: [255]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14313,18 +14017,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.4435, 1.0, -0.3546, 1.0),
-                (4096, 14336, -0.2399, 1.0, -0.1782, 1.0),
-                (6144, 4096, -0.2393, 1.0, -0.1987, 1.0),
-                (8192, 8192, 0.1466, 1.0, 0.1495, 1.0),
-                (14336, 4096, 0.2646, 1.0, 0.2502, 1.0),
+                (4096, 4096, -0.4405, 1.0, -0.3519, 1.0),
+                (4096, 14336, -0.2383, 1.0, -0.1764, 1.0),
+                (6144, 4096, -0.2376, 1.0, -0.1965, 1.0),
+                (8192, 8192, 0.146, 1.0, 0.1501, 1.0),
+                (14336, 4096, 0.2671, 1.0, 0.2511, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -14339,11 +14043,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 23168, 32768),
+                (1408, 32768, 32768),
+                (23168, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [262]
+        # index: [256]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14354,18 +14059,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.5631, 1.0, -0.4804, 1.0),
-                (4096, 14336, -0.2618, 1.0, -0.187, 1.0),
-                (6144, 4096, -0.2564, 1.0, -0.2132, 1.0),
-                (8192, 8192, 0.2207, 1.0, 0.2392, 1.0),
-                (14336, 4096, 0.2694, 1.0, 0.2552, 1.0),
+                (4096, 4096, -0.5602, 1.0, -0.4777, 1.0),
+                (4096, 14336, -0.2602, 1.0, -0.1852, 1.0),
+                (6144, 4096, -0.2547, 1.0, -0.211, 1.0),
+                (8192, 8192, 0.2201, 1.0, 0.2399, 1.0),
+                (14336, 4096, 0.2718, 1.0, 0.2561, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -14379,12 +14084,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2048),
-                (1024, 5760, 32768),
+                (1024, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [263]
+        # index: [257]
         ShapeCandidate(
             m=256,
             m_end=320,
@@ -14395,18 +14099,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.3488, 1.0, -0.264, 1.0),
-                (4096, 14336, -0.1815, 1.0, -0.1236, 1.0),
-                (6144, 4096, -0.1706, 1.0, -0.1249, 1.0),
-                (8192, 8192, 0.2535, 1.0, 0.2669, 1.0),
-                (14336, 4096, 0.3112, 1.0, 0.2917, 1.0),
+                (4096, 4096, -0.3458, 1.0, -0.2613, 1.0),
+                (4096, 14336, -0.1799, 1.0, -0.1218, 1.0),
+                (6144, 4096, -0.1689, 1.0, -0.1227, 1.0),
+                (8192, 8192, 0.2529, 1.0, 0.2675, 1.0),
+                (14336, 4096, 0.3137, 1.0, 0.2925, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -14420,72 +14124,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 2048),
-                (1024, 16384, 32768),
+                (1024, 1024, 2880),
+                (1024, 8192, 8192),
+                (1024, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [264]
+        # index: [258]
         ShapeCandidate(
             m=256,
             m_end=320,
             rank=12,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c4294405075",
-            registers=122,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.4393, 1.0, -0.254, 1.0),
-                (4096, 14336, -0.2385, 1.0, -0.0554, 1.0),
-                (6144, 4096, -0.2238, 1.0, -0.4182, 1.0),
-                (8192, 8192, -0.0158, 1.0, 0.0892, 1.0),
-                (14336, 4096, -0.046, 1.0, -0.0397, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 7),
-                ("consumers", 1),
-                ("split_k", 2),
-            ),
-            cells=(
-                (1024, 2880, 5760),
-                (1408, 2880, 5760),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [265]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=13,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c995170dd40",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4172, 1.0, -0.4756, 1.0),
-                (4096, 14336, -0.3276, 1.0, -0.2995, 1.0),
-                (6144, 4096, -0.4867, 1.0, -0.4854, 1.0),
-                (8192, 8192, -0.2694, 1.0, 0.0128, 1.0),
-                (14336, 4096, -0.2774, 1.0, -0.172, 1.0),
+                (4096, 4096, -0.415, 1.0, -0.4667, 1.0),
+                (4096, 14336, -0.3269, 1.0, -0.3025, 1.0),
+                (6144, 4096, -0.4858, 1.0, -0.4629, 1.0),
+                (8192, 8192, -0.2708, 1.0, 0.0122, 1.0),
+                (14336, 4096, -0.2757, 1.0, -0.171, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14501,38 +14168,38 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 2880, 32768),
-                (1408, 2880, 32768),
-                (2048, 2880, 32768),
+                (1024, 4096, 32768),
+                (1408, 4096, 32768),
+                (2048, 4096, 32768),
                 (2880, 4096, 32768),
                 (4096, 4096, 32768),
                 (5760, 4096, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [266]
+        # index: [259]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=14,
+            rank=13,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c724aa25570",
             registers=168,
             smem_bytes=116736,
             bias_terms=(
-                (4096, 4096, -0.3026, 1.0, -0.1816, 1.0),
-                (4096, 14336, -0.1398, 1.0, -0.0745, 1.0),
-                (6144, 4096, -0.1372, 1.0, -0.3641, 1.0),
-                (8192, 8192, 0.0317, 1.0, -0.0063, 1.0),
-                (14336, 4096, 0.1394, 1.0, 0.0852, 1.0),
+                (4096, 4096, -0.309, 1.0, -0.1895, 1.0),
+                (4096, 14336, -0.1571, 1.0, -0.09, 1.0),
+                (6144, 4096, -0.1355, 1.0, -0.3391, 1.0),
+                (8192, 8192, 0.0122, 1.0, -0.0189, 1.0),
+                (14336, 4096, 0.1359, 1.0, 0.0707, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -14543,35 +14210,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 4),
             ),
             cells=(
-                (1024, 8192, 32768),
-                (1408, 8192, 32768),
+                (1024, 11584, 32768),
+                (1408, 11584, 32768),
                 (2048, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [267]
+        # index: [260]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=15,
+            rank=14,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c4ce6985cb8",
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3463, 1.0, -0.3148, 1.0),
-                (4096, 14336, -0.1607, 1.0, -0.1631, 1.0),
-                (6144, 4096, -0.3121, 1.0, -0.5344, 1.0),
-                (8192, 8192, 0.0346, 1.0, -0.0601, 1.0),
-                (14336, 4096, -0.074, 1.0, -0.3693, 1.0),
+                (4096, 4096, -0.3441, 1.0, -0.3059, 1.0),
+                (4096, 14336, -0.16, 1.0, -0.1661, 1.0),
+                (6144, 4096, -0.3111, 1.0, -0.5119, 1.0),
+                (8192, 8192, 0.0332, 1.0, -0.0607, 1.0),
+                (14336, 4096, -0.0724, 1.0, -0.3683, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -14592,29 +14259,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [268]
+        # index: [261]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=16,
+            rank=15,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c746665bfe1",
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.4336, 1.0, -0.3698, 1.0),
-                (4096, 14336, -0.1332, 1.0, -0.1231, 1.0),
-                (6144, 4096, -0.1675, 1.0, -0.1601, 1.0),
-                (8192, 8192, 0.0956, 1.0, 0.126, 1.0),
-                (14336, 4096, 0.1434, 1.0, 0.1584, 1.0),
+                (4096, 4096, -0.4306, 1.0, -0.3672, 1.0),
+                (4096, 14336, -0.1317, 1.0, -0.1212, 1.0),
+                (6144, 4096, -0.1658, 1.0, -0.1578, 1.0),
+                (8192, 8192, 0.095, 1.0, 0.1266, 1.0),
+                (14336, 4096, 0.1458, 1.0, 0.1592, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -14632,75 +14299,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [269]
+        # index: [262]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=17,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c8d4278d47a",
-            registers=114,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.8545, 1.0, -0.458, 1.0),
-                (4096, 14336, -0.627, 1.0, -0.2358, 1.0),
-                (6144, 4096, -0.6283, 1.0, -0.6485, 1.0),
-                (8192, 8192, -0.4425, 1.0, -0.1759, 1.0),
-                (14336, 4096, -0.4745, 1.0, -0.314, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 96),
-                ("block_k", 64),
-                ("stages", 10),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1408, 1024, 2880),
-                (2048, 1024, 8192),
-                (2048, 16384, 16384),
-                (2880, 1024, 16384),
-                (4096, 1024, 16384),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [270]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=18,
+            rank=16,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c1c5004278b",
-            registers=79,
+            registers=78,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.3645, 1.0, -0.6174, 1.0),
-                (4096, 14336, -0.0581, 1.0, -0.4491, 1.0),
-                (6144, 4096, -0.0703, 1.0, -0.7789, 1.0),
-                (8192, 8192, 0.1104, 1.0, -0.3925, 1.0),
-                (14336, 4096, 0.1408, 1.0, -0.4378, 1.0),
+                (4096, 4096, -0.3531, 1.0, -0.6389, 1.0),
+                (4096, 14336, -0.0566, 1.0, -0.4694, 1.0),
+                (6144, 4096, -0.117, 1.0, -0.8109, 1.0),
+                (8192, 8192, 0.0948, 1.0, -0.3551, 1.0),
+                (14336, 4096, 0.1187, 1.0, -0.4849, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -14717,29 +14338,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [271]
+        # index: [263]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=19,
+            rank=17,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c15d5c3560d",
-            registers=80,
+            registers=84,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.7224, 1.0, -0.4925, 1.0),
-                (4096, 14336, -0.4343, 1.0, -0.1409, 1.0),
-                (6144, 4096, -0.5225, 1.0, -0.641, 1.0),
-                (8192, 8192, -0.2905, 1.0, 0.0005, 1.0),
-                (14336, 4096, -0.3438, 1.0, -0.1364, 1.0),
+                (4096, 4096, -0.7336, 1.0, -0.51, 1.0),
+                (4096, 14336, -0.4946, 1.0, -0.1299, 1.0),
+                (6144, 4096, -0.5546, 1.0, -0.6571, 1.0),
+                (8192, 8192, -0.3137, 1.0, -0.012, 1.0),
+                (14336, 4096, -0.3962, 1.0, -0.1578, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -14750,35 +14371,80 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1408, 1024, 8192),
+                (1408, 1024, 11584),
                 (2048, 1024, 8192),
-                (2880, 1024, 8192),
+                (2880, 1024, 11584),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [272]
+        # index: [264]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=20,
+            rank=18,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8d4278d47a",
+            registers=114,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.8524, 1.0, -0.4491, 1.0),
+                (4096, 14336, -0.6263, 1.0, -0.2388, 1.0),
+                (6144, 4096, -0.6274, 1.0, -0.626, 1.0),
+                (8192, 8192, -0.4439, 1.0, -0.1765, 1.0),
+                (14336, 4096, -0.4728, 1.0, -0.313, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 96),
+                ("block_k", 64),
+                ("stages", 10),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 1024, 2880),
+                (2048, 1024, 16384),
+                (2880, 1024, 16384),
+                (4096, 1024, 16384),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [265]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=19,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cdd0adb603c",
             registers=72,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.7191, 1.0, -0.48, 1.0),
-                (4096, 14336, -0.2555, 1.0, -0.185, 1.0),
-                (6144, 4096, -0.4768, 1.0, -0.6311, 1.0),
-                (8192, 8192, -0.0343, 1.0, -0.0075, 1.0),
-                (14336, 4096, -0.1359, 1.0, -0.1532, 1.0),
+                (4096, 4096, -0.7096, 1.0, -0.4256, 1.0),
+                (4096, 14336, -0.2347, 1.0, -0.1847, 1.0),
+                (6144, 4096, -0.4299, 1.0, -0.615, 1.0),
+                (8192, 8192, -0.0264, 1.0, -0.0062, 1.0),
+                (14336, 4096, -0.1371, 1.0, -0.1623, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -14795,29 +14461,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [273]
+        # index: [266]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=21,
+            rank=20,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c29ca09a0b5",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4785, 1.0, -0.2977, 1.0),
-                (4096, 14336, -0.2711, 1.0, -0.1164, 1.0),
-                (6144, 4096, -0.2446, 1.0, -0.4444, 1.0),
-                (8192, 8192, -0.0029, 1.0, 0.0788, 1.0),
-                (14336, 4096, -0.0398, 1.0, -0.0432, 1.0),
+                (4096, 4096, -0.4722, 1.0, -0.2884, 1.0),
+                (4096, 14336, -0.2699, 1.0, -0.1286, 1.0),
+                (6144, 4096, -0.2498, 1.0, -0.4164, 1.0),
+                (8192, 8192, -0.0129, 1.0, 0.0598, 1.0),
+                (14336, 4096, -0.0366, 1.0, -0.0484, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -14829,34 +14495,34 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 2880, 16384),
-                (2048, 2880, 16384),
+                (2048, 2880, 11584),
                 (2880, 2880, 16384),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [274]
+        # index: [267]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=22,
+            rank=21,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c807354d2c4",
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4467, 1.0, -0.2773, 1.0),
-                (4096, 14336, -0.1647, 1.0, -0.1533, 1.0),
-                (6144, 4096, -0.1878, 1.0, -0.4421, 1.0),
-                (8192, 8192, 0.0583, 1.0, -0.0087, 1.0),
-                (14336, 4096, 0.0511, 1.0, -0.0827, 1.0),
+                (4096, 4096, -0.4225, 1.0, -0.2709, 1.0),
+                (4096, 14336, -0.1763, 1.0, -0.1576, 1.0),
+                (6144, 4096, -0.2149, 1.0, -0.4285, 1.0),
+                (8192, 8192, 0.0488, 1.0, -0.0008, 1.0),
+                (14336, 4096, 0.0408, 1.0, -0.0816, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -14874,29 +14540,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [275]
+        # index: [268]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=23,
+            rank=22,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c9e7d2d8643",
             registers=168,
             smem_bytes=141312,
             bias_terms=(
-                (4096, 4096, -0.3247, 1.0, -0.2068, 1.0),
-                (4096, 14336, -0.2233, 1.0, -0.1254, 1.0),
-                (6144, 4096, -0.1317, 1.0, -0.3386, 1.0),
-                (8192, 8192, 0.011, 1.0, 0.0053, 1.0),
-                (14336, 4096, 0.1407, 1.0, 0.0604, 1.0),
+                (4096, 4096, -0.3304, 1.0, -0.1986, 1.0),
+                (4096, 14336, -0.2286, 1.0, -0.1479, 1.0),
+                (6144, 4096, -0.1442, 1.0, -0.3295, 1.0),
+                (8192, 8192, 0.0042, 1.0, -0.0037, 1.0),
+                (14336, 4096, 0.1303, 1.0, 0.054, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -14908,34 +14574,34 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 8192, 32768),
-                (2048, 11584, 32768),
+                (2048, 8192, 32768),
                 (2880, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [276]
+        # index: [269]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=24,
+            rank=23,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c23f3a3047f",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3407, 1.0, -0.3553, 1.0),
-                (4096, 14336, -0.2669, 1.0, -0.2797, 1.0),
-                (6144, 4096, -0.1991, 1.0, -0.8016, 1.0),
-                (8192, 8192, -0.3635, 1.0, -0.1974, 1.0),
-                (14336, 4096, -0.1423, 1.0, -0.3658, 1.0),
+                (4096, 4096, -0.3386, 1.0, -0.3464, 1.0),
+                (4096, 14336, -0.2662, 1.0, -0.2827, 1.0),
+                (6144, 4096, -0.1981, 1.0, -0.7791, 1.0),
+                (8192, 8192, -0.3649, 1.0, -0.198, 1.0),
+                (14336, 4096, -0.1407, 1.0, -0.3648, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -14954,33 +14620,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 11584, 32768),
                 (2048, 11584, 32768),
                 (2880, 5760, 32768),
-                (4096, 11584, 32768),
+                (4096, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [277]
+        # index: [270]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=25,
+            rank=24,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cd03c3b7976",
             registers=168,
             smem_bytes=149504,
             bias_terms=(
-                (4096, 4096, -0.3543, 1.0, -0.105, 1.0),
-                (4096, 14336, -0.2495, 1.0, -0.0786, 1.0),
-                (6144, 4096, -0.1563, 1.0, -0.2722, 1.0),
-                (8192, 8192, -0.0128, 1.0, 0.0883, 1.0),
-                (14336, 4096, 0.1217, 1.0, 0.169, 1.0),
+                (4096, 4096, -0.3604, 1.0, -0.1013, 1.0),
+                (4096, 14336, -0.2483, 1.0, -0.0917, 1.0),
+                (6144, 4096, -0.1552, 1.0, -0.2629, 1.0),
+                (8192, 8192, -0.0163, 1.0, 0.0749, 1.0),
+                (14336, 4096, 0.1145, 1.0, 0.155, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -14991,33 +14657,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 4),
             ),
             cells=(
-                (1408, 32768, 32768),
+                (1408, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [278]
+        # index: [271]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=26,
+            rank=25,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ca0cfa76740",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.7257, 1.0, -0.5715, 1.0),
-                (4096, 14336, -0.507, 1.0, -0.3109, 1.0),
-                (6144, 4096, -0.5012, 1.0, -0.6721, 1.0),
-                (8192, 8192, -0.1892, 1.0, -0.1362, 1.0),
-                (14336, 4096, -0.177, 1.0, -0.2014, 1.0),
+                (4096, 4096, -0.7577, 1.0, -0.553, 1.0),
+                (4096, 14336, -0.5178, 1.0, -0.3119, 1.0),
+                (6144, 4096, -0.5995, 1.0, -0.6878, 1.0),
+                (8192, 8192, -0.2947, 1.0, -0.1557, 1.0),
+                (14336, 4096, -0.3369, 1.0, -0.2686, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 72),
@@ -15035,29 +14701,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [279]
+        # index: [272]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=27,
+            rank=26,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c42319cbc9f",
-            registers=121,
+            registers=118,
             smem_bytes=209920,
             bias_terms=(
-                (4096, 4096, -0.4535, 1.0, -0.7154, 1.0),
-                (4096, 14336, -0.1686, 1.0, -0.5961, 1.0),
-                (6144, 4096, -0.329, 1.0, -0.9086, 1.0),
-                (8192, 8192, 0.0156, 1.0, -0.3956, 1.0),
-                (14336, 4096, -0.0708, 1.0, -0.4839, 1.0),
+                (4096, 4096, -0.4678, 1.0, -0.7318, 1.0),
+                (4096, 14336, -0.1862, 1.0, -0.6134, 1.0),
+                (6144, 4096, -0.3716, 1.0, -0.9461, 1.0),
+                (8192, 8192, -0.0005, 1.0, -0.4197, 1.0),
+                (14336, 4096, -0.1165, 1.0, -0.5624, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -15075,29 +14741,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [280]
+        # index: [273]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=28,
+            rank=27,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c26f61dd7af",
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.6502, 1.0, -0.5203, 1.0),
-                (4096, 14336, -0.2655, 1.0, -0.3548, 1.0),
-                (6144, 4096, -0.3991, 1.0, -0.7255, 1.0),
-                (8192, 8192, -0.0082, 1.0, -0.2899, 1.0),
-                (14336, 4096, -0.0747, 1.0, -0.3638, 1.0),
+                (4096, 4096, -0.6719, 1.0, -0.5507, 1.0),
+                (4096, 14336, -0.292, 1.0, -0.3613, 1.0),
+                (6144, 4096, -0.4191, 1.0, -0.7656, 1.0),
+                (8192, 8192, -0.0309, 1.0, -0.3076, 1.0),
+                (14336, 4096, -0.1364, 1.0, -0.4296, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -15108,36 +14774,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 23168),
+                (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [281]
+        # index: [274]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=29,
+            rank=28,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="ce640992674",
             registers=168,
             smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.4573, 1.0, -0.308, 1.0),
-                (4096, 14336, -0.3759, 1.0, -0.3172, 1.0),
-                (6144, 4096, -0.2201, 1.0, -0.5046, 1.0),
-                (8192, 8192, -0.1417, 1.0, -0.1652, 1.0),
-                (14336, 4096, -0.0204, 1.0, -0.1073, 1.0),
+                (4096, 4096, -0.4743, 1.0, -0.2958, 1.0),
+                (4096, 14336, -0.3839, 1.0, -0.3347, 1.0),
+                (6144, 4096, -0.2216, 1.0, -0.4855, 1.0),
+                (8192, 8192, -0.1505, 1.0, -0.1659, 1.0),
+                (14336, 4096, -0.0305, 1.0, -0.1155, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -15148,79 +14814,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 3),
             ),
             cells=(
-                (2048, 5760, 32768),
-                (2880, 5760, 32768),
-                (4096, 5760, 32768),
+                (2048, 16384, 32768),
+                (2880, 8192, 32768),
+                (4096, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [282]
+        # index: [275]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=30,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c742626ea16",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.2446, 1.0, -0.4007, 1.0),
-                (4096, 14336, -0.2123, 1.0, -0.3871, 1.0),
-                (6144, 4096, -0.2393, 1.0, -0.8442, 1.0),
-                (8192, 8192, -0.1076, 1.0, -0.4089, 1.0),
-                (14336, 4096, -0.3033, 1.0, -0.3281, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 1),
-            ),
-            cells=(
-                (2048, 23168, 32768),
-                (2880, 23168, 32768),
-                (4096, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [283]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=31,
+            rank=29,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c62ed235c0f",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3319, 1.0, -0.6527, 1.0),
-                (4096, 14336, -0.2698, 1.0, -0.5265, 1.0),
-                (6144, 4096, -0.1926, 1.0, -0.6659, 1.0),
-                (8192, 8192, -0.3731, 1.0, -0.145, 1.0),
-                (14336, 4096, -0.1742, 1.0, -0.281, 1.0),
+                (4096, 4096, -0.3298, 1.0, -0.6438, 1.0),
+                (4096, 14336, -0.2691, 1.0, -0.5295, 1.0),
+                (6144, 4096, -0.1917, 1.0, -0.6434, 1.0),
+                (8192, 8192, -0.3745, 1.0, -0.1456, 1.0),
+                (14336, 4096, -0.1725, 1.0, -0.28, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15238,79 +14860,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (2048, 23168, 32768),
                 (2880, 11584, 32768),
-                (4096, 8192, 32768),
-                (5760, 23168, 32768),
+                (4096, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [284]
+        # index: [276]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=32,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c5be064a1ee",
-            registers=155,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.955, 1.0, -0.5733, 1.0),
-                (4096, 14336, -0.7825, 1.0, -0.3514, 1.0),
-                (6144, 4096, -0.6957, 1.0, -0.9288, 1.0),
-                (8192, 8192, -0.6088, 1.0, -0.3792, 1.0),
-                (14336, 4096, -0.6045, 1.0, -0.5415, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (2880, 1024, 1408),
-                (4096, 1024, 2880),
-                (5760, 1024, 4096),
-                (8192, 1024, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [285]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=33,
+            rank=30,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c0b50f1dfa3",
             registers=126,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.8303, 1.0, -0.6475, 1.0),
-                (4096, 14336, -0.642, 1.0, -0.4371, 1.0),
-                (6144, 4096, -0.7184, 1.0, -0.8312, 1.0),
-                (8192, 8192, -0.4794, 1.0, -0.2825, 1.0),
-                (14336, 4096, -0.529, 1.0, -0.448, 1.0),
+                (4096, 4096, -0.8282, 1.0, -0.6386, 1.0),
+                (4096, 14336, -0.6413, 1.0, -0.4401, 1.0),
+                (6144, 4096, -0.7174, 1.0, -0.8087, 1.0),
+                (8192, 8192, -0.4808, 1.0, -0.2831, 1.0),
+                (14336, 4096, -0.5273, 1.0, -0.447, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -15332,68 +14908,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [286]
+        # index: [277]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=34,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cc49eaf5f7a",
-            registers=168,
-            smem_bytes=141312,
-            bias_terms=(
-                (4096, 4096, -0.4158, 1.0, -0.3494, 1.0),
-                (4096, 14336, -0.3442, 1.0, -0.2966, 1.0),
-                (6144, 4096, -0.2381, 1.0, -0.5018, 1.0),
-                (8192, 8192, -0.0898, 1.0, -0.0093, 1.0),
-                (14336, 4096, -0.0794, 1.0, -0.0893, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 144),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 2),
-            ),
-            cells=(
-                (2880, 11584, 32768),
-                (4096, 11584, 32768),
-                (5760, 11584, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [287]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=35,
+            rank=31,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c912339e000",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.8051, 1.0, -0.5555, 1.0),
-                (4096, 14336, -0.6304, 1.0, -0.4319, 1.0),
-                (6144, 4096, -0.5837, 1.0, -0.6904, 1.0),
-                (8192, 8192, -0.268, 1.0, -0.242, 1.0),
-                (14336, 4096, -0.2837, 1.0, -0.3303, 1.0),
+                (4096, 4096, -0.8589, 1.0, -0.603, 1.0),
+                (4096, 14336, -0.6501, 1.0, -0.4523, 1.0),
+                (6144, 4096, -0.6513, 1.0, -0.7391, 1.0),
+                (8192, 8192, -0.311, 1.0, -0.2796, 1.0),
+                (14336, 4096, -0.3923, 1.0, -0.4028, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -15414,29 +14951,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [288]
+        # index: [278]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=36,
+            rank=32,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c7deb9573ee",
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.7752, 1.0, -0.6417, 1.0),
-                (4096, 14336, -0.5987, 1.0, -0.4735, 1.0),
-                (6144, 4096, -0.5458, 1.0, -0.7023, 1.0),
-                (8192, 8192, -0.3373, 1.0, -0.1453, 1.0),
-                (14336, 4096, -0.3387, 1.0, -0.1534, 1.0),
+                (4096, 4096, -0.8305, 1.0, -0.6474, 1.0),
+                (4096, 14336, -0.621, 1.0, -0.4643, 1.0),
+                (6144, 4096, -0.6206, 1.0, -0.7233, 1.0),
+                (8192, 8192, -0.3653, 1.0, -0.1761, 1.0),
+                (14336, 4096, -0.4355, 1.0, -0.214, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 144),
@@ -15457,29 +14994,73 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [289]
+        # index: [279]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=37,
+            rank=33,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5be064a1ee",
+            registers=155,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.9529, 1.0, -0.5644, 1.0),
+                (4096, 14336, -0.7817, 1.0, -0.3544, 1.0),
+                (6144, 4096, -0.6948, 1.0, -0.9063, 1.0),
+                (8192, 8192, -0.6102, 1.0, -0.3798, 1.0),
+                (14336, 4096, -0.6029, 1.0, -0.5405, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 2880),
+                (5760, 1024, 2880),
+                (8192, 1024, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [280]
+        ShapeCandidate(
+            m=256,
+            m_end=320,
+            rank=34,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c92851483c1",
             registers=168,
             smem_bytes=202752,
             bias_terms=(
-                (4096, 4096, -0.7631, 1.0, -0.1928, 1.0),
-                (4096, 14336, -0.5621, 1.0, 0.0318, 1.0),
-                (6144, 4096, -0.4817, 1.0, -0.4814, 1.0),
-                (8192, 8192, -0.3049, 1.0, 0.0458, 1.0),
-                (14336, 4096, -0.2643, 1.0, -0.0516, 1.0),
+                (4096, 4096, -0.7609, 1.0, -0.1839, 1.0),
+                (4096, 14336, -0.5614, 1.0, 0.0288, 1.0),
+                (6144, 4096, -0.4808, 1.0, -0.4589, 1.0),
+                (8192, 8192, -0.3063, 1.0, 0.0452, 1.0),
+                (14336, 4096, -0.2626, 1.0, -0.0506, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15501,71 +15082,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [290]
+        # index: [281]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=38,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="ce201761921",
-            registers=168,
-            smem_bytes=210944,
-            bias_terms=(
-                (4096, 4096, -0.7584, 1.0, -0.6576, 1.0),
-                (4096, 14336, -0.5813, 1.0, -0.5338, 1.0),
-                (6144, 4096, -0.5505, 1.0, -0.51, 1.0),
-                (8192, 8192, -0.2919, 1.0, -0.2509, 1.0),
-                (14336, 4096, -0.3486, 1.0, -0.3196, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 144),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 2),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (4096, 4096, 8192),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [291]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=39,
+            rank=35,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -1.0155, 1.0, -0.7709, 1.0),
-                (4096, 14336, -0.8445, 1.0, -0.6229, 1.0),
-                (6144, 4096, -0.7868, 1.0, -0.9713, 1.0),
-                (8192, 8192, -0.4048, 1.0, -0.3798, 1.0),
-                (14336, 4096, -0.5519, 1.0, -0.4349, 1.0),
+                (4096, 4096, -1.0133, 1.0, -0.762, 1.0),
+                (4096, 14336, -0.8437, 1.0, -0.6259, 1.0),
+                (6144, 4096, -0.7859, 1.0, -0.9488, 1.0),
+                (8192, 8192, -0.4062, 1.0, -0.3804, 1.0),
+                (14336, 4096, -0.5503, 1.0, -0.4339, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15587,29 +15126,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [292]
+        # index: [282]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=40,
+            rank=36,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c7d87dbb50c",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7516, 1.0, -0.6551, 1.0),
-                (4096, 14336, -0.5865, 1.0, -0.5308, 1.0),
-                (6144, 4096, -0.5347, 1.0, -0.8356, 1.0),
-                (8192, 8192, -0.2581, 1.0, -0.2206, 1.0),
-                (14336, 4096, -0.3309, 1.0, -0.2656, 1.0),
+                (4096, 4096, -0.7495, 1.0, -0.6462, 1.0),
+                (4096, 14336, -0.5857, 1.0, -0.5338, 1.0),
+                (6144, 4096, -0.5338, 1.0, -0.8132, 1.0),
+                (8192, 8192, -0.2595, 1.0, -0.2212, 1.0),
+                (14336, 4096, -0.3293, 1.0, -0.2646, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15631,66 +15170,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [293]
+        # index: [283]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=41,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c5cbac11596",
-            registers=168,
-            smem_bytes=149504,
-            bias_terms=(
-                (4096, 4096, -0.4561, 1.0, -0.1962, 1.0),
-                (4096, 14336, -0.3719, 1.0, -0.1978, 1.0),
-                (6144, 4096, -0.2764, 1.0, -0.4135, 1.0),
-                (8192, 8192, -0.0426, 1.0, -0.0522, 1.0),
-                (14336, 4096, -0.0865, 1.0, -0.0604, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
-            ),
-            tunables=(
-                ("block_m", 160),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 2),
-            ),
-            cells=(
-                (5760, 23168, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [294]
-        ShapeCandidate(
-            m=256,
-            m_end=320,
-            rank=42,
+            rank=37,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="ccbee94bf20",
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.8951, 1.0, -0.6462, 1.0),
-                (4096, 14336, -0.6888, 1.0, -0.4947, 1.0),
-                (6144, 4096, -0.6985, 1.0, -0.8152, 1.0),
-                (8192, 8192, -0.5061, 1.0, -0.3914, 1.0),
-                (14336, 4096, -0.4301, 1.0, -0.4398, 1.0),
+                (4096, 4096, -0.893, 1.0, -0.6373, 1.0),
+                (4096, 14336, -0.688, 1.0, -0.4977, 1.0),
+                (6144, 4096, -0.6976, 1.0, -0.7927, 1.0),
+                (8192, 8192, -0.5075, 1.0, -0.392, 1.0),
+                (14336, 4096, -0.4285, 1.0, -0.4388, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -15709,34 +15211,32 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [295]
+        # index: [284]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=43,
+            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cf3af49378f",
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.7888, 1.0, -0.6905, 1.0),
-                (4096, 14336, -0.5892, 1.0, -0.5432, 1.0),
-                (6144, 4096, -0.5932, 1.0, -0.7826, 1.0),
-                (8192, 8192, -0.3659, 1.0, -0.3867, 1.0),
-                (14336, 4096, -0.3438, 1.0, -0.2582, 1.0),
+                (4096, 4096, -0.7867, 1.0, -0.6816, 1.0),
+                (4096, 14336, -0.5885, 1.0, -0.5462, 1.0),
+                (6144, 4096, -0.5923, 1.0, -0.7601, 1.0),
+                (8192, 8192, -0.3673, 1.0, -0.3873, 1.0),
+                (14336, 4096, -0.3421, 1.0, -0.2572, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15759,29 +15259,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [296]
+        # index: [285]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=44,
+            rank=39,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c34181426db",
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.9061, 1.0, -0.6559, 1.0),
-                (4096, 14336, -0.6919, 1.0, -0.4975, 1.0),
-                (6144, 4096, -0.7125, 1.0, -0.8299, 1.0),
-                (8192, 8192, -0.4953, 1.0, -0.3931, 1.0),
-                (14336, 4096, -0.346, 1.0, -0.4389, 1.0),
+                (4096, 4096, -0.9039, 1.0, -0.647, 1.0),
+                (4096, 14336, -0.6912, 1.0, -0.5005, 1.0),
+                (6144, 4096, -0.7116, 1.0, -0.8074, 1.0),
+                (8192, 8192, -0.4967, 1.0, -0.3937, 1.0),
+                (14336, 4096, -0.3443, 1.0, -0.4378, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -15800,34 +15300,32 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [297]
+        # index: [286]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=45,
+            rank=40,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c96c7331b58",
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7898, 1.0, -0.5387, 1.0),
-                (4096, 14336, -0.6011, 1.0, -0.4071, 1.0),
-                (6144, 4096, -0.5833, 1.0, -0.6987, 1.0),
-                (8192, 8192, -0.43, 1.0, -0.3218, 1.0),
-                (14336, 4096, -0.3656, 1.0, -0.2826, 1.0),
+                (4096, 4096, -0.8488, 1.0, -0.5935, 1.0),
+                (4096, 14336, -0.6279, 1.0, -0.4362, 1.0),
+                (6144, 4096, -0.6606, 1.0, -0.7571, 1.0),
+                (8192, 8192, -0.4708, 1.0, -0.3591, 1.0),
+                (14336, 4096, -0.4403, 1.0, -0.3712, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -15845,29 +15343,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [298]
+        # index: [287]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=46,
+            rank=41,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.8019, 1.0, -0.7117, 1.0),
-                (4096, 14336, -0.5755, 1.0, -0.5457, 1.0),
-                (6144, 4096, -0.6126, 1.0, -0.8801, 1.0),
-                (8192, 8192, -0.4118, 1.0, -0.4411, 1.0),
-                (14336, 4096, -0.3429, 1.0, -0.4936, 1.0),
+                (4096, 4096, -0.7998, 1.0, -0.7028, 1.0),
+                (4096, 14336, -0.5747, 1.0, -0.5487, 1.0),
+                (6144, 4096, -0.6117, 1.0, -0.8576, 1.0),
+                (8192, 8192, -0.4132, 1.0, -0.4417, 1.0),
+                (14336, 4096, -0.3413, 1.0, -0.4926, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -15890,29 +15388,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [299]
+        # index: [288]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=47,
+            rank=42,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfa864bf771",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.7219, 1.0, -0.7438, 1.0),
-                (4096, 14336, -0.4945, 1.0, -0.5778, 1.0),
-                (6144, 4096, -0.5363, 1.0, -0.9198, 1.0),
-                (8192, 8192, -0.3419, 1.0, -0.4926, 1.0),
-                (14336, 4096, -0.3191, 1.0, -0.457, 1.0),
+                (4096, 4096, -0.7198, 1.0, -0.7349, 1.0),
+                (4096, 14336, -0.4937, 1.0, -0.5808, 1.0),
+                (6144, 4096, -0.5354, 1.0, -0.8973, 1.0),
+                (8192, 8192, -0.3433, 1.0, -0.4932, 1.0),
+                (14336, 4096, -0.3174, 1.0, -0.456, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -15934,29 +15432,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [300]
+        # index: [289]
         ShapeCandidate(
             m=256,
             m_end=320,
-            rank=48,
+            rank=43,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c4a15955779",
             registers=168,
             smem_bytes=182272,
             bias_terms=(
-                (4096, 4096, -0.7738, 1.0, -0.6286, 1.0),
-                (4096, 14336, -0.5934, 1.0, -0.5109, 1.0),
-                (6144, 4096, -0.5339, 1.0, -0.7588, 1.0),
-                (8192, 8192, -0.3686, 1.0, -0.3411, 1.0),
-                (14336, 4096, -0.3105, 1.0, -0.364, 1.0),
+                (4096, 4096, -0.8451, 1.0, -0.7029, 1.0),
+                (4096, 14336, -0.6416, 1.0, -0.5578, 1.0),
+                (6144, 4096, -0.6298, 1.0, -0.8262, 1.0),
+                (8192, 8192, -0.4267, 1.0, -0.3995, 1.0),
+                (14336, 4096, -0.419, 1.0, -0.5037, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.5061, 1.0, 0.3294, 1.0),
-                (4096, 14336, 0.2523, 1.0, 0.1316, 1.0),
-                (6144, 4096, 0.3291, 1.0, 0.518, 1.0),
-                (8192, 8192, 0.121, 1.0, 0.0861, 1.0),
-                (14336, 4096, 0.1684, 1.0, 0.1923, 1.0),
+                (4096, 4096, 0.5063, 1.0, 0.3244, 1.0),
+                (4096, 14336, 0.2539, 1.0, 0.1385, 1.0),
+                (6144, 4096, 0.3305, 1.0, 0.4994, 1.0),
+                (8192, 8192, 0.1247, 1.0, 0.0906, 1.0),
+                (14336, 4096, 0.1691, 1.0, 0.1952, 1.0),
             ),
             tunables=(
                 ("block_m", 96),
@@ -15972,7 +15470,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [301]
+        # index: [290]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -15980,21 +15478,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cbb1316b55c",
-            registers=72,
+            registers=68,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6432, 1.0, -0.4273, 1.0),
-                (4096, 14336, -0.4301, 1.0, -0.1533, 1.0),
-                (6144, 4096, -0.8124, 1.0, -0.4534, 1.0),
-                (8192, 8192, -0.2868, 1.0, -0.2074, 1.0),
-                (14336, 4096, -0.4784, 1.0, -0.4199, 1.0),
+                (4096, 4096, -0.6745, 1.0, -0.5487, 1.0),
+                (4096, 14336, -0.4775, 1.0, -0.3638, 1.0),
+                (6144, 4096, -0.8396, 1.0, -0.4893, 1.0),
+                (8192, 8192, -0.2598, 1.0, -0.0411, 1.0),
+                (14336, 4096, -0.5057, 1.0, -0.416, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -16011,7 +15509,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [302]
+        # index: [291]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16019,21 +15517,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c15d5c3560d",
-            registers=80,
+            registers=84,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.4925, 1.0, -0.4162, 1.0),
-                (4096, 14336, -0.1409, 1.0, -0.2484, 1.0),
-                (6144, 4096, -0.641, 1.0, -0.3781, 1.0),
-                (8192, 8192, 0.0005, 1.0, -0.219, 1.0),
-                (14336, 4096, -0.1364, 1.0, -0.3523, 1.0),
+                (4096, 4096, -0.51, 1.0, -0.4607, 1.0),
+                (4096, 14336, -0.1299, 1.0, -0.2917, 1.0),
+                (6144, 4096, -0.6571, 1.0, -0.4273, 1.0),
+                (8192, 8192, -0.012, 1.0, -0.2285, 1.0),
+                (14336, 4096, -0.1578, 1.0, -0.42, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 88),
@@ -16044,14 +15542,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (1024, 1024, 2880),
+                (1024, 1024, 4096),
                 (1408, 1024, 4096),
                 (2048, 1024, 4096),
                 (2880, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [303]
+        # index: [292]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16059,21 +15557,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c419852ee1e",
-            registers=63,
+            registers=60,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.6504, 1.0, -0.4901, 1.0),
-                (4096, 14336, -0.4684, 1.0, -0.2965, 1.0),
-                (6144, 4096, -0.8222, 1.0, -0.4036, 1.0),
-                (8192, 8192, -0.371, 1.0, -0.184, 1.0),
-                (14336, 4096, -0.4773, 1.0, -0.3264, 1.0),
+                (4096, 4096, -0.6568, 1.0, -0.5312, 1.0),
+                (4096, 14336, -0.4719, 1.0, -0.4124, 1.0),
+                (6144, 4096, -0.8366, 1.0, -0.4695, 1.0),
+                (8192, 8192, -0.4138, 1.0, -0.2715, 1.0),
+                (14336, 4096, -0.508, 1.0, -0.5174, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 48),
@@ -16086,10 +15584,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 8192),
                 (1408, 1024, 8192),
+                (2048, 1024, 1408),
+                (2880, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [304]
+        # index: [293]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -16097,21 +15597,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c94004c5719",
-            registers=64,
+            registers=66,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.6467, 1.0, -0.2155, 1.0),
-                (4096, 14336, -0.4858, 1.0, -0.0102, 1.0),
-                (6144, 4096, -0.8284, 1.0, -0.2102, 1.0),
-                (8192, 8192, -0.4266, 1.0, 0.0009, 1.0),
-                (14336, 4096, -0.4881, 1.0, -0.125, 1.0),
+                (4096, 4096, -0.6556, 1.0, -0.2691, 1.0),
+                (4096, 14336, -0.4729, 1.0, -0.0727, 1.0),
+                (6144, 4096, -0.8413, 1.0, -0.2422, 1.0),
+                (8192, 8192, -0.4291, 1.0, 0.0339, 1.0),
+                (14336, 4096, -0.5225, 1.0, -0.1654, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 56),
@@ -16128,74 +15628,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [305]
+        # index: [294]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=4,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c8d4278d47a",
-            registers=114,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.458, 1.0, -0.4935, 1.0),
-                (4096, 14336, -0.2358, 1.0, -0.4037, 1.0),
-                (6144, 4096, -0.6485, 1.0, -0.4421, 1.0),
-                (8192, 8192, -0.1759, 1.0, -0.3489, 1.0),
-                (14336, 4096, -0.314, 1.0, -0.4844, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 64),
-                ("block_n", 96),
-                ("block_k", 64),
-                ("stages", 10),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 2048),
-                (1408, 1024, 4096),
-                (2048, 1024, 2880),
-                (2880, 1024, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [306]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=5,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c1c5004278b",
-            registers=79,
+            registers=78,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.6174, 1.0, -0.2714, 1.0),
-                (4096, 14336, -0.4491, 1.0, -0.0283, 1.0),
-                (6144, 4096, -0.7789, 1.0, -0.2135, 1.0),
-                (8192, 8192, -0.3925, 1.0, 0.0008, 1.0),
-                (14336, 4096, -0.4378, 1.0, -0.0741, 1.0),
+                (4096, 4096, -0.6389, 1.0, -0.2894, 1.0),
+                (4096, 14336, -0.4694, 1.0, -0.0867, 1.0),
+                (6144, 4096, -0.8109, 1.0, -0.2434, 1.0),
+                (8192, 8192, -0.3551, 1.0, -0.0002, 1.0),
+                (14336, 4096, -0.4849, 1.0, -0.1083, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 80),
@@ -16213,67 +15668,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [307]
+        # index: [295]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=6,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="ce2e4d4c14f",
-            registers=52,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.61, 1.0, -0.5029, 1.0),
-                (4096, 14336, -0.3955, 1.0, -0.3041, 1.0),
-                (6144, 4096, -0.7909, 1.0, -0.4475, 1.0),
-                (8192, 8192, -0.3587, 1.0, -0.206, 1.0),
-                (14336, 4096, -0.4597, 1.0, -0.4816, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 40),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 8),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1024, 11584),
-                (1408, 1024, 11584),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [308]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=7,
+            rank=5,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1c6218ec00",
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.4989, 1.0, -0.3147, 1.0),
-                (4096, 14336, -0.2325, 1.0, -0.1047, 1.0),
-                (6144, 4096, -0.284, 1.0, -0.1732, 1.0),
-                (8192, 8192, 0.1967, 1.0, 0.2335, 1.0),
-                (14336, 4096, 0.226, 1.0, 0.2006, 1.0),
+                (4096, 4096, -0.4963, 1.0, -0.3126, 1.0),
+                (4096, 14336, -0.2307, 1.0, -0.1022, 1.0),
+                (6144, 4096, -0.2817, 1.0, -0.1698, 1.0),
+                (8192, 8192, 0.1973, 1.0, 0.2368, 1.0),
+                (14336, 4096, 0.2269, 1.0, 0.1982, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16289,41 +15706,39 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 1408),
                 (2048, 5760, 32768),
                 (2880, 1024, 1408),
                 (2880, 8192, 32768),
-                (4096, 1024, 2048),
-                (4096, 8192, 32768),
+                (4096, 16384, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [309]
+        # index: [296]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=8,
+            rank=6,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c8a7f3d4299",
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.341, 1.0, -0.1413, 1.0),
-                (4096, 14336, -0.174, 1.0, -0.0421, 1.0),
-                (6144, 4096, -0.1662, 1.0, -0.0817, 1.0),
-                (8192, 8192, 0.1392, 1.0, 0.1504, 1.0),
-                (14336, 4096, 0.2429, 1.0, 0.2188, 1.0),
+                (4096, 4096, -0.3383, 1.0, -0.1393, 1.0),
+                (4096, 14336, -0.1722, 1.0, -0.0397, 1.0),
+                (6144, 4096, -0.1639, 1.0, -0.0784, 1.0),
+                (8192, 8192, 0.1398, 1.0, 0.1537, 1.0),
+                (14336, 4096, 0.2438, 1.0, 0.2164, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16340,40 +15755,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 2048),
                 (1408, 5760, 32768),
-                (2048, 1024, 1024),
-                (2048, 8192, 32768),
-                (2880, 1024, 1024),
+                (2048, 11584, 32768),
                 (2880, 8192, 32768),
-                (4096, 1024, 1408),
-                (4096, 11584, 32768),
-                (23168, 1024, 32768),
+                (4096, 16384, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [310]
+        # index: [297]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=9,
+            rank=7,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cdba23ace0e",
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.4772, 1.0, -0.3049, 1.0),
-                (4096, 14336, -0.1196, 1.0, 0.0219, 1.0),
-                (6144, 4096, -0.2207, 1.0, -0.1245, 1.0),
-                (8192, 8192, 0.2345, 1.0, 0.2743, 1.0),
-                (14336, 4096, 0.255, 1.0, 0.2246, 1.0),
+                (4096, 4096, -0.4746, 1.0, -0.3029, 1.0),
+                (4096, 14336, -0.1178, 1.0, 0.0243, 1.0),
+                (6144, 4096, -0.2184, 1.0, -0.1211, 1.0),
+                (8192, 8192, 0.2351, 1.0, 0.2776, 1.0),
+                (14336, 4096, 0.2559, 1.0, 0.2222, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16390,39 +15801,34 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 1408),
                 (1408, 5760, 32768),
-                (2048, 1024, 1024),
-                (2048, 8192, 32768),
-                (2880, 1024, 1024),
-                (2880, 8192, 32768),
-                (4096, 1024, 1024),
-                (4096, 11584, 32768),
-                (32768, 1024, 32768),
+                (2048, 16384, 32768),
+                (2880, 11584, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [311]
+        # index: [298]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=10,
+            rank=8,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1083c76623",
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.2509, 1.0, -0.0647, 1.0),
-                (4096, 14336, -0.1057, 1.0, 0.0201, 1.0),
-                (6144, 4096, -0.0994, 1.0, -0.0134, 1.0),
-                (8192, 8192, 0.2666, 1.0, 0.3033, 1.0),
-                (14336, 4096, 0.2883, 1.0, 0.2489, 1.0),
+                (4096, 4096, -0.2483, 1.0, -0.0626, 1.0),
+                (4096, 14336, -0.1039, 1.0, 0.0225, 1.0),
+                (6144, 4096, -0.0972, 1.0, -0.0101, 1.0),
+                (8192, 8192, 0.2673, 1.0, 0.3066, 1.0),
+                (14336, 4096, 0.2892, 1.0, 0.2465, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16437,39 +15843,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 1024),
+                (1408, 1024, 1408),
                 (1408, 5760, 32768),
-                (2048, 11584, 32768),
-                (2880, 11584, 32768),
-                (4096, 1024, 1024),
-                (4096, 23168, 32768),
-                (32768, 1024, 32768),
+                (2048, 16384, 32768),
+                (2880, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [312]
+        # index: [299]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=11,
+            rank=9,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cffc1df57a5",
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.4999, 1.0, -0.3173, 1.0),
-                (4096, 14336, -0.1851, 1.0, -0.0162, 1.0),
-                (6144, 4096, -0.2869, 1.0, -0.1768, 1.0),
-                (8192, 8192, 0.2035, 1.0, 0.2382, 1.0),
-                (14336, 4096, 0.2274, 1.0, 0.2016, 1.0),
+                (4096, 4096, -0.4973, 1.0, -0.3152, 1.0),
+                (4096, 14336, -0.1833, 1.0, -0.0137, 1.0),
+                (6144, 4096, -0.2847, 1.0, -0.1735, 1.0),
+                (8192, 8192, 0.2041, 1.0, 0.2415, 1.0),
+                (14336, 4096, 0.2283, 1.0, 0.1992, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16483,38 +15886,159 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1024),
-                (1024, 2880, 32768),
+                (1024, 1024, 32768),
+                (1408, 1024, 1024),
                 (1408, 11584, 32768),
-                (2048, 11584, 32768),
-                (2880, 11584, 32768),
-                (32768, 1024, 32768),
+                (2048, 23168, 32768),
+                (2880, 16384, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [313]
+        # index: [300]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=10,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c1746f9e36f",
+            registers=50,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.3519, 1.0, -0.1652, 1.0),
+                (4096, 14336, -0.1764, 1.0, -0.0458, 1.0),
+                (6144, 4096, -0.1965, 1.0, -0.1098, 1.0),
+                (8192, 8192, 0.1501, 1.0, 0.1588, 1.0),
+                (14336, 4096, 0.2511, 1.0, 0.2175, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 1408),
+                (1024, 5760, 32768),
+                (1408, 11584, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [301]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=11,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ca68a99a2d1",
+            registers=52,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.4777, 1.0, -0.304, 1.0),
+                (4096, 14336, -0.1852, 1.0, -0.0272, 1.0),
+                (6144, 4096, -0.211, 1.0, -0.1189, 1.0),
+                (8192, 8192, 0.2399, 1.0, 0.2816, 1.0),
+                (14336, 4096, 0.2561, 1.0, 0.223, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 1024),
+                (1024, 5760, 32768),
+                (1408, 16384, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [302]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=12,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ce2e4d4c14f",
+            registers=48,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.6124, 1.0, -0.5152, 1.0),
+                (4096, 14336, -0.4325, 1.0, -0.3902, 1.0),
+                (6144, 4096, -0.7841, 1.0, -0.4644, 1.0),
+                (8192, 8192, -0.3854, 1.0, -0.3749, 1.0),
+                (14336, 4096, -0.4746, 1.0, -0.5035, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 40),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 8),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1408, 11584),
+                (1408, 1408, 11584),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [303]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=13,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c995170dd40",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4756, 1.0, -0.4136, 1.0),
-                (4096, 14336, -0.2995, 1.0, -0.3039, 1.0),
-                (6144, 4096, -0.4854, 1.0, -0.2708, 1.0),
-                (8192, 8192, 0.0128, 1.0, -0.2776, 1.0),
-                (14336, 4096, -0.172, 1.0, -0.3107, 1.0),
+                (4096, 4096, -0.4667, 1.0, -0.4124, 1.0),
+                (4096, 14336, -0.3025, 1.0, -0.3022, 1.0),
+                (6144, 4096, -0.4629, 1.0, -0.2682, 1.0),
+                (8192, 8192, 0.0122, 1.0, -0.2751, 1.0),
+                (14336, 4096, -0.171, 1.0, -0.3139, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16530,119 +16054,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (1024, 1408, 32768),
-                (1408, 1408, 32768),
-                (2048, 1408, 32768),
+                (1024, 2048, 32768),
+                (1408, 2048, 32768),
+                (2048, 2048, 32768),
                 (2880, 2048, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [314]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=13,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1746f9e36f",
-            registers=50,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.3546, 1.0, -0.1673, 1.0),
-                (4096, 14336, -0.1782, 1.0, -0.0482, 1.0),
-                (6144, 4096, -0.1987, 1.0, -0.1132, 1.0),
-                (8192, 8192, 0.1495, 1.0, 0.1555, 1.0),
-                (14336, 4096, 0.2502, 1.0, 0.2199, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 4),
-                ("split_k", 2),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 4096, 32768),
-                (1408, 11584, 32768),
-                (2048, 32768, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [315]
+        # index: [304]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=14,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="ca68a99a2d1",
-            registers=52,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.4804, 1.0, -0.306, 1.0),
-                (4096, 14336, -0.187, 1.0, -0.0296, 1.0),
-                (6144, 4096, -0.2132, 1.0, -0.1222, 1.0),
-                (8192, 8192, 0.2392, 1.0, 0.2783, 1.0),
-                (14336, 4096, 0.2552, 1.0, 0.2254, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 5760, 32768),
-                (1408, 16384, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [316]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=15,
-            table="gemm_mma",
-            kernel="gemm_mma",
             config_id="ce994ca2a3e",
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.264, 1.0, -0.0854, 1.0),
-                (4096, 14336, -0.1236, 1.0, -0.0018, 1.0),
-                (6144, 4096, -0.1249, 1.0, -0.0286, 1.0),
-                (8192, 8192, 0.2669, 1.0, 0.2951, 1.0),
-                (14336, 4096, 0.2917, 1.0, 0.2505, 1.0),
+                (4096, 4096, -0.2613, 1.0, -0.0834, 1.0),
+                (4096, 14336, -0.1218, 1.0, 0.0006, 1.0),
+                (6144, 4096, -0.1227, 1.0, -0.0252, 1.0),
+                (8192, 8192, 0.2675, 1.0, 0.2984, 1.0),
+                (14336, 4096, 0.2925, 1.0, 0.2481, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16660,29 +16101,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [317]
+        # index: [305]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=16,
+            rank=15,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c746665bfe1",
             registers=60,
             smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.3698, 1.0, -0.2356, 1.0),
-                (4096, 14336, -0.1231, 1.0, -0.1017, 1.0),
-                (6144, 4096, -0.1601, 1.0, -0.1444, 1.0),
-                (8192, 8192, 0.126, 1.0, 0.19, 1.0),
-                (14336, 4096, 0.1584, 1.0, 0.1899, 1.0),
+                (4096, 4096, -0.3672, 1.0, -0.2335, 1.0),
+                (4096, 14336, -0.1212, 1.0, -0.0993, 1.0),
+                (6144, 4096, -0.1578, 1.0, -0.141, 1.0),
+                (8192, 8192, 0.1266, 1.0, 0.1932, 1.0),
+                (14336, 4096, 0.1592, 1.0, 0.1875, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -16700,29 +16141,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [318]
+        # index: [306]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=17,
+            rank=16,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c23f3a3047f",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3553, 1.0, -0.4666, 1.0),
-                (4096, 14336, -0.2797, 1.0, -0.3921, 1.0),
-                (6144, 4096, -0.8016, 1.0, -0.3533, 1.0),
-                (8192, 8192, -0.1974, 1.0, -0.2175, 1.0),
-                (14336, 4096, -0.3658, 1.0, -0.3082, 1.0),
+                (4096, 4096, -0.3464, 1.0, -0.4653, 1.0),
+                (4096, 14336, -0.2827, 1.0, -0.3904, 1.0),
+                (6144, 4096, -0.7791, 1.0, -0.3507, 1.0),
+                (8192, 8192, -0.198, 1.0, -0.2149, 1.0),
+                (14336, 4096, -0.3648, 1.0, -0.3114, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16741,37 +16182,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 16384, 32768),
                 (1408, 2048, 32768),
                 (2048, 2880, 32768),
-                (2880, 2880, 32768),
-                (4096, 2880, 32768),
-                (5760, 2048, 32768),
-                (8192, 5760, 32768),
-                (11584, 5760, 16384),
+                (2880, 2048, 32768),
+                (4096, 4096, 32768),
+                (5760, 4096, 32768),
+                (8192, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [319]
+        # index: [307]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=18,
+            rank=17,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c4ce6985cb8",
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3148, 1.0, -0.4319, 1.0),
-                (4096, 14336, -0.1631, 1.0, -0.3515, 1.0),
-                (6144, 4096, -0.5344, 1.0, -0.254, 1.0),
-                (8192, 8192, -0.0601, 1.0, -0.2328, 1.0),
-                (14336, 4096, -0.3693, 1.0, -0.3132, 1.0),
+                (4096, 4096, -0.3059, 1.0, -0.4306, 1.0),
+                (4096, 14336, -0.1661, 1.0, -0.3498, 1.0),
+                (6144, 4096, -0.5119, 1.0, -0.2515, 1.0),
+                (8192, 8192, -0.0607, 1.0, -0.2303, 1.0),
+                (14336, 4096, -0.3683, 1.0, -0.3164, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -16793,29 +16233,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [320]
+        # index: [308]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=19,
+            rank=18,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c62ed235c0f",
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.6527, 1.0, -0.4549, 1.0),
-                (4096, 14336, -0.5265, 1.0, -0.3919, 1.0),
-                (6144, 4096, -0.6659, 1.0, -0.3373, 1.0),
-                (8192, 8192, -0.145, 1.0, -0.2147, 1.0),
-                (14336, 4096, -0.281, 1.0, -0.3108, 1.0),
+                (4096, 4096, -0.6438, 1.0, -0.4536, 1.0),
+                (4096, 14336, -0.5295, 1.0, -0.3903, 1.0),
+                (6144, 4096, -0.6434, 1.0, -0.3347, 1.0),
+                (8192, 8192, -0.1456, 1.0, -0.2122, 1.0),
+                (14336, 4096, -0.28, 1.0, -0.314, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -16835,33 +16275,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1408, 2880, 32768),
                 (2048, 2048, 32768),
                 (2880, 4096, 32768),
-                (4096, 4096, 32768),
+                (4096, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [321]
+        # index: [309]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=20,
+            rank=19,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c0b50f1dfa3",
             registers=126,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6475, 1.0, -0.5338, 1.0),
-                (4096, 14336, -0.4371, 1.0, -0.463, 1.0),
-                (6144, 4096, -0.8312, 1.0, -0.5069, 1.0),
-                (8192, 8192, -0.2825, 1.0, -0.4264, 1.0),
-                (14336, 4096, -0.448, 1.0, -0.5376, 1.0),
+                (4096, 4096, -0.6386, 1.0, -0.5325, 1.0),
+                (4096, 14336, -0.4401, 1.0, -0.4614, 1.0),
+                (6144, 4096, -0.8087, 1.0, -0.5043, 1.0),
+                (8192, 8192, -0.2831, 1.0, -0.4239, 1.0),
+                (14336, 4096, -0.447, 1.0, -0.5407, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -16883,29 +16323,155 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [322]
+        # index: [310]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=20,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c8d4278d47a",
+            registers=114,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.4491, 1.0, -0.4922, 1.0),
+                (4096, 14336, -0.2388, 1.0, -0.402, 1.0),
+                (6144, 4096, -0.626, 1.0, -0.4395, 1.0),
+                (8192, 8192, -0.1765, 1.0, -0.3464, 1.0),
+                (14336, 4096, -0.313, 1.0, -0.4876, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 96),
+                ("block_k", 64),
+                ("stages", 10),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 1024, 4096),
+                (2048, 1024, 2880),
+                (2880, 1024, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [311]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=21,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc176767297",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.6446, 1.0, -0.5748, 1.0),
+                (4096, 14336, -0.4941, 1.0, -0.4391, 1.0),
+                (6144, 4096, -0.8336, 1.0, -0.489, 1.0),
+                (8192, 8192, -0.4058, 1.0, -0.3137, 1.0),
+                (14336, 4096, -0.4775, 1.0, -0.4771, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 112),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 7),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 16384),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [312]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=22,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c26f61dd7af",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.5507, 1.0, -0.4816, 1.0),
+                (4096, 14336, -0.3613, 1.0, -0.3094, 1.0),
+                (6144, 4096, -0.7656, 1.0, -0.4221, 1.0),
+                (8192, 8192, -0.3076, 1.0, -0.2065, 1.0),
+                (14336, 4096, -0.4296, 1.0, -0.2818, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 80),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 4096, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [313]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=23,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c5be064a1ee",
             registers=155,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5733, 1.0, -0.7133, 1.0),
-                (4096, 14336, -0.3514, 1.0, -0.6323, 1.0),
-                (6144, 4096, -0.9288, 1.0, -0.5826, 1.0),
-                (8192, 8192, -0.3792, 1.0, -0.545, 1.0),
-                (14336, 4096, -0.5415, 1.0, -0.6173, 1.0),
+                (4096, 4096, -0.5644, 1.0, -0.7121, 1.0),
+                (4096, 14336, -0.3544, 1.0, -0.6306, 1.0),
+                (6144, 4096, -0.9063, 1.0, -0.58, 1.0),
+                (8192, 8192, -0.3798, 1.0, -0.5425, 1.0),
+                (14336, 4096, -0.5405, 1.0, -0.6205, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -16921,76 +16487,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2048, 1024, 5760),
-                (2880, 1024, 5760),
-                (4096, 1024, 4096),
-                (5760, 1024, 2048),
+                (2048, 1024, 2048),
+                (2880, 1024, 2880),
+                (4096, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [323]
+        # index: [314]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=22,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c26f61dd7af",
-            registers=168,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.5203, 1.0, -0.3839, 1.0),
-                (4096, 14336, -0.3548, 1.0, -0.2563, 1.0),
-                (6144, 4096, -0.7255, 1.0, -0.3019, 1.0),
-                (8192, 8192, -0.2899, 1.0, -0.1377, 1.0),
-                (14336, 4096, -0.3638, 1.0, -0.1695, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 80),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2048, 1024, 23168),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 4096, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [324]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=23,
+            rank=24,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c42319cbc9f",
-            registers=121,
+            registers=118,
             smem_bytes=209920,
             bias_terms=(
-                (4096, 4096, -0.7154, 1.0, 0.052, 1.0),
-                (4096, 14336, -0.5961, 1.0, 0.0903, 1.0),
-                (6144, 4096, -0.9086, 1.0, 0.1344, 1.0),
-                (8192, 8192, -0.3956, 1.0, 0.1089, 1.0),
-                (14336, 4096, -0.4839, 1.0, 0.1614, 1.0),
+                (4096, 4096, -0.7318, 1.0, 0.0236, 1.0),
+                (4096, 14336, -0.6134, 1.0, 0.0612, 1.0),
+                (6144, 4096, -0.9461, 1.0, 0.0977, 1.0),
+                (8192, 8192, -0.4197, 1.0, 0.0934, 1.0),
+                (14336, 4096, -0.5624, 1.0, 0.1066, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -17001,39 +16526,39 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1024, 2880),
+                (2048, 1024, 1408),
                 (2880, 1024, 2880),
-                (4096, 1024, 2880),
+                (4096, 1024, 4096),
                 (5760, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [325]
+        # index: [315]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=24,
+            rank=25,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="ca0cfa76740",
+            config_id="cb530ae64c0",
             registers=168,
-            smem_bytes=206848,
+            smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.5715, 1.0, -0.3233, 1.0),
-                (4096, 14336, -0.3109, 1.0, -0.097, 1.0),
-                (6144, 4096, -0.6721, 1.0, -0.2074, 1.0),
-                (8192, 8192, -0.1362, 1.0, -0.0365, 1.0),
-                (14336, 4096, -0.2014, 1.0, -0.1275, 1.0),
+                (4096, 4096, -0.5211, 1.0, -0.5374, 1.0),
+                (4096, 14336, -0.3886, 1.0, -0.2998, 1.0),
+                (6144, 4096, -0.7272, 1.0, -0.5174, 1.0),
+                (8192, 8192, -0.0932, 1.0, -0.1995, 1.0),
+                (14336, 4096, -0.2109, 1.0, -0.4882, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
-                ("block_m", 72),
+                ("block_m", 96),
                 ("block_n", 128),
                 ("block_k", 64),
                 ("stages", 8),
@@ -17041,37 +16566,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2048, 1408, 2048),
-                (2048, 4096, 8192),
-                (2880, 1408, 2048),
-                (2880, 4096, 8192),
-                (4096, 1408, 8192),
+                (2048, 1024, 11584),
+                (2880, 1024, 11584),
+                (4096, 1024, 11584),
+                (5760, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [326]
+        # index: [316]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=25,
+            rank=26,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c92851483c1",
             registers=168,
             smem_bytes=202752,
             bias_terms=(
-                (4096, 4096, -0.1928, 1.0, -0.497, 1.0),
-                (4096, 14336, 0.0318, 1.0, -0.3802, 1.0),
-                (6144, 4096, -0.4814, 1.0, -0.3905, 1.0),
-                (8192, 8192, 0.0458, 1.0, -0.3012, 1.0),
-                (14336, 4096, -0.0516, 1.0, -0.3118, 1.0),
+                (4096, 4096, -0.1839, 1.0, -0.4957, 1.0),
+                (4096, 14336, 0.0288, 1.0, -0.3785, 1.0),
+                (6144, 4096, -0.4589, 1.0, -0.388, 1.0),
+                (8192, 8192, 0.0452, 1.0, -0.2987, 1.0),
+                (14336, 4096, -0.0506, 1.0, -0.315, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17088,35 +16612,73 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 4096, 5760),
-                (2880, 5760, 5760),
-                (4096, 2048, 2880),
-                (4096, 5760, 5760),
+                (2880, 4096, 5760),
+                (4096, 2880, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [327]
+        # index: [317]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=26,
+            rank=27,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ca0cfa76740",
+            registers=168,
+            smem_bytes=206848,
+            bias_terms=(
+                (4096, 4096, -0.553, 1.0, -0.4241, 1.0),
+                (4096, 14336, -0.3119, 1.0, -0.1939, 1.0),
+                (6144, 4096, -0.6878, 1.0, -0.3575, 1.0),
+                (8192, 8192, -0.1557, 1.0, -0.0504, 1.0),
+                (14336, 4096, -0.2686, 1.0, -0.2356, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 72),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 8),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 5760, 11584),
+                (2880, 5760, 11584),
+                (4096, 8192, 8192),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [318]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=28,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c742626ea16",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4007, 1.0, -0.1533, 1.0),
-                (4096, 14336, -0.3871, 1.0, -0.1872, 1.0),
-                (6144, 4096, -0.8442, 1.0, -0.4019, 1.0),
-                (8192, 8192, -0.4089, 1.0, -0.2626, 1.0),
-                (14336, 4096, -0.3281, 1.0, -0.3844, 1.0),
+                (4096, 4096, -0.3918, 1.0, -0.152, 1.0),
+                (4096, 14336, -0.3901, 1.0, -0.1855, 1.0),
+                (6144, 4096, -0.8217, 1.0, -0.3993, 1.0),
+                (8192, 8192, -0.4095, 1.0, -0.26, 1.0),
+                (14336, 4096, -0.3271, 1.0, -0.3876, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17132,77 +16694,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 1),
             ),
             cells=(
-                (2048, 5760, 32768),
+                (2048, 8192, 32768),
                 (2880, 5760, 32768),
-                (4096, 5760, 32768),
-                (11584, 23168, 32768),
+                (4096, 8192, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [328]
+        # index: [319]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=27,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cc176767297",
-            registers=168,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -0.5976, 1.0, -0.5065, 1.0),
-                (4096, 14336, -0.4715, 1.0, -0.4102, 1.0),
-                (6144, 4096, -0.7845, 1.0, -0.3361, 1.0),
-                (8192, 8192, -0.372, 1.0, -0.2598, 1.0),
-                (14336, 4096, -0.3952, 1.0, -0.2887, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 112),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 7),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [329]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=28,
+            rank=29,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7709, 1.0, -0.6551, 1.0),
-                (4096, 14336, -0.6229, 1.0, -0.5523, 1.0),
-                (6144, 4096, -0.9713, 1.0, -0.6593, 1.0),
-                (8192, 8192, -0.3798, 1.0, -0.5437, 1.0),
-                (14336, 4096, -0.4349, 1.0, -0.6371, 1.0),
+                (4096, 4096, -0.762, 1.0, -0.6538, 1.0),
+                (4096, 14336, -0.6259, 1.0, -0.5506, 1.0),
+                (6144, 4096, -0.9488, 1.0, -0.6567, 1.0),
+                (8192, 8192, -0.3804, 1.0, -0.5412, 1.0),
+                (14336, 4096, -0.4339, 1.0, -0.6403, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17219,51 +16739,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2880, 1024, 8192),
-                (4096, 1024, 8192),
+                (4096, 1024, 5760),
                 (5760, 1024, 4096),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [330]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=29,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cb530ae64c0",
-            registers=168,
-            smem_bytes=231424,
-            bias_terms=(
-                (4096, 4096, -0.5413, 1.0, -0.4608, 1.0),
-                (4096, 14336, -0.3738, 1.0, -0.2634, 1.0),
-                (6144, 4096, -0.6839, 1.0, -0.3739, 1.0),
-                (8192, 8192, -0.0679, 1.0, -0.1746, 1.0),
-                (14336, 4096, -0.1492, 1.0, -0.3535, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 96),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (2880, 1408, 2880),
-                (4096, 1408, 4096),
-                (5760, 2880, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [331]
+        # index: [320]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -17274,18 +16755,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6551, 1.0, -0.409, 1.0),
-                (4096, 14336, -0.5308, 1.0, -0.3085, 1.0),
-                (6144, 4096, -0.8356, 1.0, -0.4238, 1.0),
-                (8192, 8192, -0.2206, 1.0, -0.2858, 1.0),
-                (14336, 4096, -0.2656, 1.0, -0.3856, 1.0),
+                (4096, 4096, -0.6462, 1.0, -0.4077, 1.0),
+                (4096, 14336, -0.5338, 1.0, -0.3069, 1.0),
+                (6144, 4096, -0.8132, 1.0, -0.4213, 1.0),
+                (8192, 8192, -0.2212, 1.0, -0.2833, 1.0),
+                (14336, 4096, -0.2646, 1.0, -0.3888, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17307,7 +16788,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [332]
+        # index: [321]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -17318,18 +16799,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.6905, 1.0, -0.4761, 1.0),
-                (4096, 14336, -0.5432, 1.0, -0.3773, 1.0),
-                (6144, 4096, -0.7826, 1.0, -0.4246, 1.0),
-                (8192, 8192, -0.3867, 1.0, -0.3312, 1.0),
-                (14336, 4096, -0.2582, 1.0, -0.3866, 1.0),
+                (4096, 4096, -0.6816, 1.0, -0.4748, 1.0),
+                (4096, 14336, -0.5462, 1.0, -0.3756, 1.0),
+                (6144, 4096, -0.7601, 1.0, -0.422, 1.0),
+                (8192, 8192, -0.3873, 1.0, -0.3287, 1.0),
+                (14336, 4096, -0.2572, 1.0, -0.3898, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17348,11 +16829,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
-                (16384, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [333]
+        # index: [322]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -17363,18 +16843,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.6576, 1.0, -0.4308, 1.0),
-                (4096, 14336, -0.5338, 1.0, -0.3414, 1.0),
-                (6144, 4096, -0.51, 1.0, -0.4187, 1.0),
-                (8192, 8192, -0.2509, 1.0, -0.3047, 1.0),
-                (14336, 4096, -0.3196, 1.0, -0.3874, 1.0),
+                (4096, 4096, -0.6487, 1.0, -0.4295, 1.0),
+                (4096, 14336, -0.5368, 1.0, -0.3397, 1.0),
+                (6144, 4096, -0.4875, 1.0, -0.4161, 1.0),
+                (8192, 8192, -0.2515, 1.0, -0.3021, 1.0),
+                (14336, 4096, -0.3185, 1.0, -0.3906, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17396,7 +16876,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [334]
+        # index: [323]
         ShapeCandidate(
             m=320,
             m_end=512,
@@ -17407,18 +16887,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.5555, 1.0, -0.4647, 1.0),
-                (4096, 14336, -0.4319, 1.0, -0.4004, 1.0),
-                (6144, 4096, -0.6904, 1.0, -0.4065, 1.0),
-                (8192, 8192, -0.242, 1.0, -0.1569, 1.0),
-                (14336, 4096, -0.3303, 1.0, -0.1729, 1.0),
+                (4096, 4096, -0.603, 1.0, -0.5008, 1.0),
+                (4096, 14336, -0.4523, 1.0, -0.4299, 1.0),
+                (6144, 4096, -0.7391, 1.0, -0.4896, 1.0),
+                (8192, 8192, -0.2796, 1.0, -0.1618, 1.0),
+                (14336, 4096, -0.4028, 1.0, -0.2744, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -17429,81 +16909,39 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (4096, 1024, 16384),
+                (4096, 1024, 11584),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [335]
+        # index: [324]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=34,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c62cd169575",
-            registers=168,
-            smem_bytes=165888,
-            bias_terms=(
-                (4096, 4096, -0.6976, 1.0, -0.4842, 1.0),
-                (4096, 14336, -0.545, 1.0, -0.3894, 1.0),
-                (6144, 4096, -0.7519, 1.0, -0.3572, 1.0),
-                (8192, 8192, -0.2553, 1.0, -0.3267, 1.0),
-                (14336, 4096, -0.4192, 1.0, -0.3874, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (5760, 1024, 32768),
-                (8192, 1024, 4096),
-                (11584, 1024, 16384),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [336]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=35,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cd05bed69ad",
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.6363, 1.0, -0.4622, 1.0),
-                (4096, 14336, -0.5028, 1.0, -0.4087, 1.0),
-                (6144, 4096, -0.7865, 1.0, -0.3893, 1.0),
-                (8192, 8192, -0.2475, 1.0, -0.3451, 1.0),
-                (14336, 4096, -0.3334, 1.0, -0.3072, 1.0),
+                (4096, 4096, -0.6785, 1.0, -0.5239, 1.0),
+                (4096, 14336, -0.5303, 1.0, -0.4305, 1.0),
+                (6144, 4096, -0.831, 1.0, -0.4739, 1.0),
+                (8192, 8192, -0.2673, 1.0, -0.39, 1.0),
+                (14336, 4096, -0.4228, 1.0, -0.4485, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -17514,6 +16952,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
+                (4096, 1024, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
@@ -17523,29 +16962,153 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [337]
+        # index: [325]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=35,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4a15955779",
+            registers=168,
+            smem_bytes=182272,
+            bias_terms=(
+                (4096, 4096, -0.7029, 1.0, -0.5449, 1.0),
+                (4096, 14336, -0.5578, 1.0, -0.4545, 1.0),
+                (6144, 4096, -0.8262, 1.0, -0.492, 1.0),
+                (8192, 8192, -0.3995, 1.0, -0.4105, 1.0),
+                (14336, 4096, -0.5037, 1.0, -0.4832, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 2880),
+                (4096, 5760, 5760),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [326]
         ShapeCandidate(
             m=320,
             m_end=512,
             rank=36,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cfb20e194d1",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.63, 1.0, -0.47, 1.0),
+                (4096, 14336, -0.4872, 1.0, -0.3718, 1.0),
+                (6144, 4096, -0.7706, 1.0, -0.4193, 1.0),
+                (8192, 8192, -0.314, 1.0, -0.3295, 1.0),
+                (14336, 4096, -0.431, 1.0, -0.4015, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 176),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 1024, 2048),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [327]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=37,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="ced914c8c40",
+            registers=168,
+            smem_bytes=165888,
+            bias_terms=(
+                (4096, 4096, -0.5121, 1.0, -0.3629, 1.0),
+                (4096, 14336, -0.3679, 1.0, -0.2622, 1.0),
+                (6144, 4096, -0.605, 1.0, -0.347, 1.0),
+                (8192, 8192, -0.2499, 1.0, -0.2351, 1.0),
+                (14336, 4096, -0.3067, 1.0, -0.3511, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (4096, 11584, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [328]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=38,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7117, 1.0, -0.5128, 1.0),
-                (4096, 14336, -0.5457, 1.0, -0.4224, 1.0),
-                (6144, 4096, -0.8801, 1.0, -0.433, 1.0),
-                (8192, 8192, -0.4411, 1.0, -0.2948, 1.0),
-                (14336, 4096, -0.4936, 1.0, -0.424, 1.0),
+                (4096, 4096, -0.7028, 1.0, -0.5115, 1.0),
+                (4096, 14336, -0.5487, 1.0, -0.4208, 1.0),
+                (6144, 4096, -0.8576, 1.0, -0.4304, 1.0),
+                (8192, 8192, -0.4417, 1.0, -0.2923, 1.0),
+                (14336, 4096, -0.4926, 1.0, -0.4272, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -17570,35 +17133,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [338]
+        # index: [329]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=37,
+            rank=39,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="cfb20e194d1",
+            config_id="c537006da26",
             registers=168,
-            smem_bytes=196608,
+            smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -0.5841, 1.0, -0.3966, 1.0),
-                (4096, 14336, -0.4587, 1.0, -0.349, 1.0),
-                (6144, 4096, -0.7153, 1.0, -0.3345, 1.0),
-                (8192, 8192, -0.2747, 1.0, -0.2879, 1.0),
-                (14336, 4096, -0.349, 1.0, -0.3256, 1.0),
+                (4096, 4096, -0.6541, 1.0, -0.5033, 1.0),
+                (4096, 14336, -0.5038, 1.0, -0.3995, 1.0),
+                (6144, 4096, -0.7972, 1.0, -0.4457, 1.0),
+                (8192, 8192, -0.2741, 1.0, -0.3603, 1.0),
+                (14336, 4096, -0.4381, 1.0, -0.4352, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
-                ("block_m", 176),
+                ("block_m", 192),
                 ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 5),
+                ("stages", 4),
                 ("consumers", 2),
                 ("split_k", 1),
             ),
@@ -17611,76 +17174,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [339]
+        # index: [330]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=38,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cfa063dff86",
-            registers=128,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.6571, 1.0, -0.4642, 1.0),
-                (4096, 14336, -0.5062, 1.0, -0.36, 1.0),
-                (6144, 4096, -0.8122, 1.0, -0.4171, 1.0),
-                (8192, 8192, -0.0782, 1.0, -0.3244, 1.0),
-                (14336, 4096, -0.3986, 1.0, -0.3285, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 192),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 3),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (5760, 1024, 1408),
-                (5760, 4096, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [340]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=39,
+            rank=40,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c41f0c287f8",
             registers=128,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6589, 1.0, -0.5083, 1.0),
-                (4096, 14336, -0.5005, 1.0, -0.4094, 1.0),
-                (6144, 4096, -0.8347, 1.0, -0.4295, 1.0),
-                (8192, 8192, -0.3973, 1.0, -0.2939, 1.0),
-                (14336, 4096, -0.4418, 1.0, -0.4144, 1.0),
+                (4096, 4096, -0.65, 1.0, -0.5071, 1.0),
+                (4096, 14336, -0.5035, 1.0, -0.4078, 1.0),
+                (6144, 4096, -0.8122, 1.0, -0.4269, 1.0),
+                (8192, 8192, -0.3979, 1.0, -0.2914, 1.0),
+                (14336, 4096, -0.4408, 1.0, -0.4176, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -17696,34 +17212,34 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (8192, 1024, 4096),
-                (11584, 1024, 4096),
+                (8192, 1024, 5760),
+                (11584, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [341]
+        # index: [331]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=40,
+            rank=41,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfa864bf771",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.7438, 1.0, -0.4371, 1.0),
-                (4096, 14336, -0.5778, 1.0, -0.3442, 1.0),
-                (6144, 4096, -0.9198, 1.0, -0.3782, 1.0),
-                (8192, 8192, -0.4926, 1.0, -0.2844, 1.0),
-                (14336, 4096, -0.457, 1.0, -0.3368, 1.0),
+                (4096, 4096, -0.7349, 1.0, -0.4358, 1.0),
+                (4096, 14336, -0.5808, 1.0, -0.3425, 1.0),
+                (6144, 4096, -0.8973, 1.0, -0.3756, 1.0),
+                (8192, 8192, -0.4932, 1.0, -0.2819, 1.0),
+                (14336, 4096, -0.456, 1.0, -0.34, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -17747,29 +17263,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [342]
+        # index: [332]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=41,
+            rank=42,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c34181426db",
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.6559, 1.0, -0.5019, 1.0),
-                (4096, 14336, -0.4975, 1.0, -0.4187, 1.0),
-                (6144, 4096, -0.8299, 1.0, -0.4227, 1.0),
-                (8192, 8192, -0.3931, 1.0, -0.3279, 1.0),
-                (14336, 4096, -0.4389, 1.0, -0.3996, 1.0),
+                (4096, 4096, -0.647, 1.0, -0.5006, 1.0),
+                (4096, 14336, -0.5005, 1.0, -0.4171, 1.0),
+                (6144, 4096, -0.8074, 1.0, -0.4201, 1.0),
+                (8192, 8192, -0.3937, 1.0, -0.3254, 1.0),
+                (14336, 4096, -0.4378, 1.0, -0.4027, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -17793,29 +17309,109 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [343]
+        # index: [333]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=42,
+            rank=43,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c96c7331b58",
+            registers=168,
+            smem_bytes=215040,
+            bias_terms=(
+                (4096, 4096, -0.5935, 1.0, -0.5646, 1.0),
+                (4096, 14336, -0.4362, 1.0, -0.4663, 1.0),
+                (6144, 4096, -0.7571, 1.0, -0.502, 1.0),
+                (8192, 8192, -0.3591, 1.0, -0.395, 1.0),
+                (14336, 4096, -0.3712, 1.0, -0.5117, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [334]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=44,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c7deb9573ee",
+            registers=168,
+            smem_bytes=210944,
+            bias_terms=(
+                (4096, 4096, -0.6474, 1.0, -0.5024, 1.0),
+                (4096, 14336, -0.4643, 1.0, -0.3906, 1.0),
+                (6144, 4096, -0.7233, 1.0, -0.4911, 1.0),
+                (8192, 8192, -0.1761, 1.0, -0.3675, 1.0),
+                (14336, 4096, -0.214, 1.0, -0.479, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
+            ),
+            tunables=(
+                ("block_m", 144),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [335]
+        ShapeCandidate(
+            m=320,
+            m_end=512,
+            rank=45,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c711d0d56b5",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.7337, 1.0, -0.4278, 1.0),
-                (4096, 14336, -0.577, 1.0, -0.3408, 1.0),
-                (6144, 4096, -0.9085, 1.0, -0.3659, 1.0),
-                (8192, 8192, -0.489, 1.0, -0.2828, 1.0),
-                (14336, 4096, -0.5117, 1.0, -0.3352, 1.0),
+                (4096, 4096, -0.7248, 1.0, -0.4266, 1.0),
+                (4096, 14336, -0.58, 1.0, -0.3391, 1.0),
+                (6144, 4096, -0.886, 1.0, -0.3633, 1.0),
+                (8192, 8192, -0.4896, 1.0, -0.2803, 1.0),
+                (14336, 4096, -0.5107, 1.0, -0.3384, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -17831,114 +17427,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (8192, 5760, 32768),
-                (11584, 23168, 32768),
                 (16384, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [344]
+        # index: [336]
         ShapeCandidate(
             m=320,
             m_end=512,
-            rank=43,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c7deb9573ee",
-            registers=168,
-            smem_bytes=210944,
-            bias_terms=(
-                (4096, 4096, -0.6417, 1.0, -0.4247, 1.0),
-                (4096, 14336, -0.4735, 1.0, -0.3604, 1.0),
-                (6144, 4096, -0.7023, 1.0, -0.3969, 1.0),
-                (8192, 8192, -0.1453, 1.0, -0.1874, 1.0),
-                (14336, 4096, -0.1534, 1.0, -0.253, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 144),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [345]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=44,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c96c7331b58",
-            registers=168,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.5387, 1.0, -0.5005, 1.0),
-                (4096, 14336, -0.4071, 1.0, -0.442, 1.0),
-                (6144, 4096, -0.6987, 1.0, -0.4225, 1.0),
-                (8192, 8192, -0.3218, 1.0, -0.3481, 1.0),
-                (14336, 4096, -0.2826, 1.0, -0.4269, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 160),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [346]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=45,
+            rank=46,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cae350573ae",
             registers=168,
             smem_bytes=219136,
             bias_terms=(
-                (4096, 4096, -0.5538, 1.0, -0.5136, 1.0),
-                (4096, 14336, -0.4237, 1.0, -0.4557, 1.0),
-                (6144, 4096, -0.7123, 1.0, -0.4376, 1.0),
-                (8192, 8192, -0.3332, 1.0, -0.3699, 1.0),
-                (14336, 4096, -0.3008, 1.0, -0.4486, 1.0),
+                (4096, 4096, -0.6078, 1.0, -0.5815, 1.0),
+                (4096, 14336, -0.4551, 1.0, -0.4803, 1.0),
+                (6144, 4096, -0.7726, 1.0, -0.5185, 1.0),
+                (8192, 8192, -0.3741, 1.0, -0.4158, 1.0),
+                (14336, 4096, -0.3901, 1.0, -0.5294, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
+                (4096, 4096, 0.3244, 1.0, 0.1643, 1.0),
+                (4096, 14336, 0.1385, 1.0, 0.0356, 1.0),
+                (6144, 4096, 0.4994, 1.0, 0.1209, 1.0),
+                (8192, 8192, 0.0906, 1.0, 0.0325, 1.0),
+                (14336, 4096, 0.1952, 1.0, 0.1567, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -17954,50 +17469,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [347]
-        ShapeCandidate(
-            m=320,
-            m_end=512,
-            rank=46,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c05e6993f39",
-            registers=168,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.7071, 1.0, -0.5119, 1.0),
-                (4096, 14336, -0.5492, 1.0, -0.4195, 1.0),
-                (6144, 4096, -0.8781, 1.0, -0.4315, 1.0),
-                (8192, 8192, -0.4449, 1.0, -0.2858, 1.0),
-                (14336, 4096, -0.4959, 1.0, -0.4248, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.3294, 1.0, 0.1633, 1.0),
-                (4096, 14336, 0.1316, 1.0, 0.0349, 1.0),
-                (6144, 4096, 0.518, 1.0, 0.1211, 1.0),
-                (8192, 8192, 0.0861, 1.0, 0.0327, 1.0),
-                (14336, 4096, 0.1923, 1.0, 0.1512, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 0),
-                ("group_m", 16),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [348]
+        # index: [337]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -18008,18 +17480,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=126,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5338, 1.0, -0.47, 1.0),
-                (4096, 14336, -0.463, 1.0, -0.4502, 1.0),
-                (6144, 4096, -0.5069, 1.0, -0.4889, 1.0),
-                (8192, 8192, -0.4264, 1.0, -0.4309, 1.0),
-                (14336, 4096, -0.5376, 1.0, -0.4553, 1.0),
+                (4096, 4096, -0.5325, 1.0, -0.4664, 1.0),
+                (4096, 14336, -0.4614, 1.0, -0.4462, 1.0),
+                (6144, 4096, -0.5043, 1.0, -0.4861, 1.0),
+                (8192, 8192, -0.4239, 1.0, -0.4284, 1.0),
+                (14336, 4096, -0.5407, 1.0, -0.4535, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -18037,58 +17509,52 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 2880),
                 (1408, 1024, 2880),
-                (2048, 1024, 2880),
+                (2048, 1024, 2048),
                 (2880, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [349]
+        # index: [338]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=1,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c5be064a1ee",
-            registers=155,
-            smem_bytes=198656,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c26f61dd7af",
+            registers=168,
+            smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.7133, 1.0, -0.5947, 1.0),
-                (4096, 14336, -0.6323, 1.0, -0.5705, 1.0),
-                (6144, 4096, -0.5826, 1.0, -0.5692, 1.0),
-                (8192, 8192, -0.545, 1.0, -0.5505, 1.0),
-                (14336, 4096, -0.6173, 1.0, -0.5606, 1.0),
+                (4096, 4096, -0.4816, 1.0, -0.4469, 1.0),
+                (4096, 14336, -0.3094, 1.0, -0.3658, 1.0),
+                (6144, 4096, -0.4221, 1.0, -0.4286, 1.0),
+                (8192, 8192, -0.2065, 1.0, -0.1517, 1.0),
+                (14336, 4096, -0.2818, 1.0, -0.3145, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
-                ("block_m", 64),
-                ("block_n", 192),
+                ("block_m", 80),
+                ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 6),
-                ("consumers", 1),
-                ("cluster_m", 2),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
+                ("stages", 8),
+                ("consumers", 2),
                 ("split_k", 1),
-                ("tail_split", 0),
             ),
             cells=(
-                (1024, 1024, 2048),
-                (1408, 1024, 4096),
-                (2048, 1024, 4096),
-                (2880, 1024, 2880),
-                (4096, 1024, 1408),
+                (1024, 1024, 32768),
+                (1408, 1024, 32768),
+                (2048, 1024, 32768),
+                (2880, 2880, 23168),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [350]
+        # index: [339]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -18099,18 +17565,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=114,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4935, 1.0, -0.4083, 1.0),
-                (4096, 14336, -0.4037, 1.0, -0.3722, 1.0),
-                (6144, 4096, -0.4421, 1.0, -0.4017, 1.0),
-                (8192, 8192, -0.3489, 1.0, -0.3381, 1.0),
-                (14336, 4096, -0.4844, 1.0, -0.3702, 1.0),
+                (4096, 4096, -0.4922, 1.0, -0.4047, 1.0),
+                (4096, 14336, -0.402, 1.0, -0.3682, 1.0),
+                (6144, 4096, -0.4395, 1.0, -0.3989, 1.0),
+                (8192, 8192, -0.3464, 1.0, -0.3355, 1.0),
+                (14336, 4096, -0.4876, 1.0, -0.3683, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -18128,11 +17594,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 4096),
                 (1408, 1024, 4096),
-                (2048, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [351]
+        # index: [340]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -18140,21 +17605,21 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cbb1316b55c",
-            registers=72,
+            registers=68,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4273, 1.0, -0.1708, 1.0),
-                (4096, 14336, -0.1533, 1.0, -0.0248, 1.0),
-                (6144, 4096, -0.4534, 1.0, -0.1725, 1.0),
-                (8192, 8192, -0.2074, 1.0, 0.0083, 1.0),
-                (14336, 4096, -0.4199, 1.0, -0.0237, 1.0),
+                (4096, 4096, -0.5487, 1.0, -0.1881, 1.0),
+                (4096, 14336, -0.3638, 1.0, -0.0327, 1.0),
+                (6144, 4096, -0.4893, 1.0, -0.1911, 1.0),
+                (8192, 8192, -0.0411, 1.0, -0.009, 1.0),
+                (14336, 4096, -0.416, 1.0, -0.0613, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -18165,123 +17630,111 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
+                (1024, 1024, 4096),
+                (1408, 1024, 4096),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [341]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=4,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c15d5c3560d",
+            registers=84,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.4607, 1.0, -0.1922, 1.0),
+                (4096, 14336, -0.2917, 1.0, 0.0179, 1.0),
+                (6144, 4096, -0.4273, 1.0, -0.1747, 1.0),
+                (8192, 8192, -0.2285, 1.0, -0.004, 1.0),
+                (14336, 4096, -0.42, 1.0, -0.0575, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 88),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 5),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1024, 1024, 2880),
+                (1408, 1024, 2880),
+                (2048, 1024, 1408),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [342]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=5,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cb85b8b7f99",
+            registers=88,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.5032, 1.0, -0.1998, 1.0),
+                (4096, 14336, -0.3021, 1.0, 0.0077, 1.0),
+                (6144, 4096, -0.4134, 1.0, -0.1612, 1.0),
+                (8192, 8192, -0.1132, 1.0, 0.0294, 1.0),
+                (14336, 4096, -0.3042, 1.0, 0.0096, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 104),
+                ("block_n", 64),
+                ("block_k", 128),
+                ("stages", 5),
+                ("consumers", 1),
+                ("split_k", 1),
+            ),
+            cells=(
                 (1024, 1024, 2880),
                 (1408, 1024, 2880),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [352]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=4,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c92851483c1",
-            registers=168,
-            smem_bytes=202752,
-            bias_terms=(
-                (4096, 4096, -0.497, 1.0, -0.4306, 1.0),
-                (4096, 14336, -0.3802, 1.0, -0.3697, 1.0),
-                (6144, 4096, -0.3905, 1.0, -0.384, 1.0),
-                (8192, 8192, -0.3012, 1.0, -0.2934, 1.0),
-                (14336, 4096, -0.3118, 1.0, -0.3065, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 96),
-                ("block_k", 64),
-                ("stages", 7),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (1024, 1024, 8192),
-                (1408, 1024, 16384),
-                (2048, 1024, 8192),
-                (2880, 1024, 5760),
-                (4096, 4096, 8192),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [353]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=5,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="c1c6218ec00",
-            registers=64,
-            smem_bytes=49152,
-            bias_terms=(
-                (4096, 4096, -0.3147, 1.0, -0.2676, 1.0),
-                (4096, 14336, -0.1047, 1.0, 0.0374, 1.0),
-                (6144, 4096, -0.1732, 1.0, -0.1869, 1.0),
-                (8192, 8192, 0.2335, 1.0, 0.2442, 1.0),
-                (14336, 4096, 0.2006, 1.0, 0.2801, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 2),
-                ("stages", 4),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 32768),
-                (1408, 1024, 32768),
-                (2048, 1024, 1024),
-                (2048, 4096, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [354]
+        # index: [343]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=6,
             table="gemm_mma",
             kernel="gemm_mma",
-            config_id="c8a7f3d4299",
-            registers=61,
+            config_id="c1c6218ec00",
+            registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.1413, 1.0, -0.1028, 1.0),
-                (4096, 14336, -0.0421, 1.0, -0.0635, 1.0),
-                (6144, 4096, -0.0817, 1.0, -0.0917, 1.0),
-                (8192, 8192, 0.1504, 1.0, 0.1568, 1.0),
-                (14336, 4096, 0.2188, 1.0, 0.3024, 1.0),
+                (4096, 4096, -0.3126, 1.0, -0.2632, 1.0),
+                (4096, 14336, -0.1022, 1.0, 0.0422, 1.0),
+                (6144, 4096, -0.1698, 1.0, -0.1833, 1.0),
+                (8192, 8192, 0.2368, 1.0, 0.2475, 1.0),
+                (14336, 4096, 0.1982, 1.0, 0.2827, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18291,39 +17744,85 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("warps_n", 2),
                 ("warps_k", 2),
                 ("stages", 4),
-                ("split_k", 2),
+                ("split_k", 1),
                 ("group_m", 1),
             ),
             cells=(
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
-                (2048, 1024, 1024),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [355]
+        # index: [344]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=7,
             table="gemm_mma",
             kernel="gemm_mma",
+            config_id="c8a7f3d4299",
+            registers=61,
+            smem_bytes=49152,
+            bias_terms=(
+                (4096, 4096, -0.1393, 1.0, -0.0984, 1.0),
+                (4096, 14336, -0.0397, 1.0, -0.0587, 1.0),
+                (6144, 4096, -0.0784, 1.0, -0.0881, 1.0),
+                (8192, 8192, 0.1537, 1.0, 0.1602, 1.0),
+                (14336, 4096, 0.2164, 1.0, 0.305, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 2),
+                ("stages", 4),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 1024, 32768),
+                (1408, 1024, 2048),
+                (1408, 4096, 11584),
+                (1408, 32768, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [345]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=8,
+            table="gemm_mma",
+            kernel="gemm_mma",
             config_id="cdba23ace0e",
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.3049, 1.0, -0.2696, 1.0),
-                (4096, 14336, 0.0219, 1.0, 0.1358, 1.0),
-                (6144, 4096, -0.1245, 1.0, -0.1514, 1.0),
-                (8192, 8192, 0.2743, 1.0, 0.2687, 1.0),
-                (14336, 4096, 0.2246, 1.0, 0.2979, 1.0),
+                (4096, 4096, -0.3029, 1.0, -0.2652, 1.0),
+                (4096, 14336, 0.0243, 1.0, 0.1406, 1.0),
+                (6144, 4096, -0.1211, 1.0, -0.1478, 1.0),
+                (8192, 8192, 0.2776, 1.0, 0.272, 1.0),
+                (14336, 4096, 0.2222, 1.0, 0.3005, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18338,36 +17837,34 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1024, 1024, 32768),
-                (1408, 1024, 1408),
+                (1408, 1024, 1024),
                 (1408, 4096, 11584),
-                (1408, 23168, 32768),
-                (2048, 1024, 1024),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [356]
+        # index: [346]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=8,
+            rank=9,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1083c76623",
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.0647, 1.0, -0.0249, 1.0),
-                (4096, 14336, 0.0201, 1.0, 0.0626, 1.0),
-                (6144, 4096, -0.0134, 1.0, -0.0103, 1.0),
-                (8192, 8192, 0.3033, 1.0, 0.2969, 1.0),
-                (14336, 4096, 0.2489, 1.0, 0.3247, 1.0),
+                (4096, 4096, -0.0626, 1.0, -0.0205, 1.0),
+                (4096, 14336, 0.0225, 1.0, 0.0674, 1.0),
+                (6144, 4096, -0.0101, 1.0, -0.0068, 1.0),
+                (8192, 8192, 0.3066, 1.0, 0.3002, 1.0),
+                (14336, 4096, 0.2465, 1.0, 0.3274, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18381,37 +17878,34 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1408),
-                (1024, 2880, 32768),
-                (1408, 1024, 1024),
-                (1408, 4096, 4096),
-                (1408, 32768, 32768),
+                (1024, 1024, 32768),
+                (1408, 4096, 11584),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [357]
+        # index: [347]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=9,
+            rank=10,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="cffc1df57a5",
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3173, 1.0, -0.271, 1.0),
-                (4096, 14336, -0.0162, 1.0, 0.0921, 1.0),
-                (6144, 4096, -0.1768, 1.0, -0.2018, 1.0),
-                (8192, 8192, 0.2382, 1.0, 0.2437, 1.0),
-                (14336, 4096, 0.2016, 1.0, 0.281, 1.0),
+                (4096, 4096, -0.3152, 1.0, -0.2666, 1.0),
+                (4096, 14336, -0.0137, 1.0, 0.0969, 1.0),
+                (6144, 4096, -0.1735, 1.0, -0.1983, 1.0),
+                (8192, 8192, 0.2415, 1.0, 0.247, 1.0),
+                (14336, 4096, 0.1992, 1.0, 0.2836, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18425,35 +17919,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("group_m", 1),
             ),
             cells=(
-                (1024, 1024, 1024),
+                (1024, 1024, 1408),
                 (1024, 4096, 32768),
-                (1408, 1024, 1024),
+                (1408, 5760, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [358]
+        # index: [348]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=10,
+            rank=11,
             table="gemm_mma",
             kernel="gemm_mma",
             config_id="c1746f9e36f",
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.1673, 1.0, -0.1285, 1.0),
-                (4096, 14336, -0.0482, 1.0, -0.0657, 1.0),
-                (6144, 4096, -0.1132, 1.0, -0.121, 1.0),
-                (8192, 8192, 0.1555, 1.0, 0.1946, 1.0),
-                (14336, 4096, 0.2199, 1.0, 0.3032, 1.0),
+                (4096, 4096, -0.1652, 1.0, -0.1241, 1.0),
+                (4096, 14336, -0.0458, 1.0, -0.0609, 1.0),
+                (6144, 4096, -0.1098, 1.0, -0.1174, 1.0),
+                (8192, 8192, 0.1588, 1.0, 0.1979, 1.0),
+                (14336, 4096, 0.2175, 1.0, 0.3059, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -18469,53 +17963,10 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 1024),
                 (1024, 4096, 32768),
-                (1408, 1024, 1024),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [359]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=11,
-            table="gemm_mma",
-            kernel="gemm_mma",
-            config_id="ca68a99a2d1",
-            registers=52,
-            smem_bytes=73728,
-            bias_terms=(
-                (4096, 4096, -0.306, 1.0, -0.2741, 1.0),
-                (4096, 14336, -0.0296, 1.0, 0.1128, 1.0),
-                (6144, 4096, -0.1222, 1.0, -0.1467, 1.0),
-                (8192, 8192, 0.2783, 1.0, 0.2698, 1.0),
-                (14336, 4096, 0.2254, 1.0, 0.2993, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 16),
-                ("block_n", 32),
-                ("block_k", 128),
-                ("warps_m", 1),
-                ("warps_n", 2),
-                ("warps_k", 4),
-                ("stages", 6),
-                ("split_k", 1),
-                ("group_m", 1),
-            ),
-            cells=(
-                (1024, 1024, 1024),
-                (1024, 4096, 5760),
-                (1024, 11584, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [360]
+        # index: [349]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -18526,18 +17977,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4136, 1.0, -0.3859, 1.0),
-                (4096, 14336, -0.3039, 1.0, -0.3297, 1.0),
-                (6144, 4096, -0.2708, 1.0, -0.3815, 1.0),
-                (8192, 8192, -0.2776, 1.0, -0.3205, 1.0),
-                (14336, 4096, -0.3107, 1.0, -0.3116, 1.0),
+                (4096, 4096, -0.4124, 1.0, -0.3823, 1.0),
+                (4096, 14336, -0.3022, 1.0, -0.3257, 1.0),
+                (6144, 4096, -0.2682, 1.0, -0.3787, 1.0),
+                (8192, 8192, -0.2751, 1.0, -0.318, 1.0),
+                (14336, 4096, -0.3139, 1.0, -0.3097, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18555,115 +18006,36 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1408, 32768),
                 (1408, 1408, 32768),
-                (2048, 1408, 32768),
+                (2048, 2048, 32768),
                 (2880, 2048, 32768),
-                (4096, 2048, 32768),
-                (5760, 2048, 32768),
+                (4096, 2880, 32768),
+                (5760, 2880, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [361]
+        # index: [350]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=13,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cb85b8b7f99",
-            registers=89,
-            smem_bytes=217088,
-            bias_terms=(
-                (4096, 4096, -0.4622, 1.0, -0.1862, 1.0),
-                (4096, 14336, -0.2497, 1.0, 0.0227, 1.0),
-                (6144, 4096, -0.3836, 1.0, -0.1388, 1.0),
-                (8192, 8192, -0.1899, 1.0, 0.0385, 1.0),
-                (14336, 4096, -0.3288, 1.0, 0.0326, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 104),
-                ("block_n", 64),
-                ("block_k", 128),
-                ("stages", 5),
-                ("consumers", 1),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1408, 2880),
-                (1408, 1408, 2880),
-                (2048, 1408, 2880),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [362]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=14,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="c26f61dd7af",
-            registers=168,
-            smem_bytes=215040,
-            bias_terms=(
-                (4096, 4096, -0.3839, 1.0, -0.3648, 1.0),
-                (4096, 14336, -0.2563, 1.0, -0.3345, 1.0),
-                (6144, 4096, -0.3019, 1.0, -0.3238, 1.0),
-                (8192, 8192, -0.1377, 1.0, -0.149, 1.0),
-                (14336, 4096, -0.1695, 1.0, -0.1929, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 80),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 8),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
-                (1024, 1408, 32768),
-                (1408, 1408, 32768),
-                (2048, 1408, 32768),
-                (2880, 4096, 4096),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [363]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=15,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c4ce6985cb8",
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4319, 1.0, -0.281, 1.0),
-                (4096, 14336, -0.3515, 1.0, -0.2991, 1.0),
-                (6144, 4096, -0.254, 1.0, -0.2249, 1.0),
-                (8192, 8192, -0.2328, 1.0, -0.2441, 1.0),
-                (14336, 4096, -0.3132, 1.0, -0.2364, 1.0),
+                (4096, 4096, -0.4306, 1.0, -0.2774, 1.0),
+                (4096, 14336, -0.3498, 1.0, -0.295, 1.0),
+                (6144, 4096, -0.2515, 1.0, -0.2221, 1.0),
+                (8192, 8192, -0.2303, 1.0, -0.2415, 1.0),
+                (14336, 4096, -0.3164, 1.0, -0.2345, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -18682,56 +18054,130 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 2048, 32768),
                 (1408, 2048, 32768),
                 (2048, 2880, 32768),
-                (16384, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [364]
+        # index: [351]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=14,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ca68a99a2d1",
+            registers=52,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.304, 1.0, -0.2697, 1.0),
+                (4096, 14336, -0.0272, 1.0, 0.1176, 1.0),
+                (6144, 4096, -0.1189, 1.0, -0.1431, 1.0),
+                (8192, 8192, 0.2816, 1.0, 0.2731, 1.0),
+                (14336, 4096, 0.223, 1.0, 0.3019, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 1),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 4096, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [352]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=15,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="ce994ca2a3e",
+            registers=50,
+            smem_bytes=73728,
+            bias_terms=(
+                (4096, 4096, -0.0834, 1.0, -0.0211, 1.0),
+                (4096, 14336, 0.0006, 1.0, 0.0405, 1.0),
+                (6144, 4096, -0.0252, 1.0, -0.0133, 1.0),
+                (8192, 8192, 0.2984, 1.0, 0.2985, 1.0),
+                (14336, 4096, 0.2481, 1.0, 0.328, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 16),
+                ("block_n", 32),
+                ("block_k", 128),
+                ("warps_m", 1),
+                ("warps_n", 2),
+                ("warps_k", 4),
+                ("stages", 6),
+                ("split_k", 2),
+                ("group_m", 1),
+            ),
+            cells=(
+                (1024, 5760, 11584),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [353]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=16,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c742626ea16",
-            registers=168,
-            smem_bytes=198656,
+            table="gemm_mma",
+            kernel="gemm_mma",
+            config_id="c746665bfe1",
+            registers=60,
+            smem_bytes=40960,
             bias_terms=(
-                (4096, 4096, -0.1533, 1.0, -0.3683, 1.0),
-                (4096, 14336, -0.1872, 1.0, -0.3173, 1.0),
-                (6144, 4096, -0.4019, 1.0, -0.2725, 1.0),
-                (8192, 8192, -0.2626, 1.0, -0.3155, 1.0),
-                (14336, 4096, -0.3844, 1.0, -0.2625, 1.0),
+                (4096, 4096, -0.2335, 1.0, -0.1954, 1.0),
+                (4096, 14336, -0.0993, 1.0, -0.0986, 1.0),
+                (6144, 4096, -0.141, 1.0, -0.1632, 1.0),
+                (8192, 8192, 0.1932, 1.0, 0.2839, 1.0),
+                (14336, 4096, 0.1875, 1.0, 0.3353, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
-                ("block_m", 128),
-                ("block_n", 256),
+                ("block_m", 16),
+                ("block_n", 64),
                 ("block_k", 64),
+                ("warps_m", 1),
+                ("warps_n", 4),
+                ("warps_k", 1),
                 ("stages", 4),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
                 ("split_k", 1),
-                ("tail_split", 1),
+                ("group_m", 1),
             ),
             cells=(
-                (1024, 5760, 32768),
-                (1408, 5760, 32768),
-                (2048, 5760, 32768),
-                (2880, 23168, 32768),
+                (1024, 5760, 5760),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [365]
+        # index: [354]
         ShapeCandidate(
             m=512,
             m_end=1024,
@@ -18742,18 +18188,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4666, 1.0, -0.2685, 1.0),
-                (4096, 14336, -0.3921, 1.0, -0.2812, 1.0),
-                (6144, 4096, -0.3533, 1.0, -0.3697, 1.0),
-                (8192, 8192, -0.2175, 1.0, -0.3429, 1.0),
-                (14336, 4096, -0.3082, 1.0, -0.3099, 1.0),
+                (4096, 4096, -0.4653, 1.0, -0.2649, 1.0),
+                (4096, 14336, -0.3904, 1.0, -0.2772, 1.0),
+                (6144, 4096, -0.3507, 1.0, -0.3669, 1.0),
+                (8192, 8192, -0.2149, 1.0, -0.3403, 1.0),
+                (14336, 4096, -0.3114, 1.0, -0.3081, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18774,34 +18220,123 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (2048, 11584, 32768),
                 (2880, 8192, 32768),
                 (4096, 11584, 32768),
+                (5760, 32768, 32768),
                 (8192, 2880, 32768),
-                (11584, 5760, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [366]
+        # index: [355]
         ShapeCandidate(
             m=512,
             m_end=1024,
             rank=18,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
+            config_id="c742626ea16",
+            registers=168,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.152, 1.0, -0.3647, 1.0),
+                (4096, 14336, -0.1855, 1.0, -0.3132, 1.0),
+                (6144, 4096, -0.3993, 1.0, -0.2697, 1.0),
+                (8192, 8192, -0.26, 1.0, -0.313, 1.0),
+                (14336, 4096, -0.3876, 1.0, -0.2607, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 1),
+            ),
+            cells=(
+                (1024, 16384, 32768),
+                (1408, 16384, 32768),
+                (2048, 32768, 32768),
+                (2880, 32768, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [356]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=19,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c5be064a1ee",
+            registers=155,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.7121, 1.0, -0.5911, 1.0),
+                (4096, 14336, -0.6306, 1.0, -0.5665, 1.0),
+                (6144, 4096, -0.58, 1.0, -0.5665, 1.0),
+                (8192, 8192, -0.5425, 1.0, -0.548, 1.0),
+                (14336, 4096, -0.6205, 1.0, -0.5587, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 64),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 1),
+                ("cluster_m", 2),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (1408, 1024, 1408),
+                (2048, 1024, 1408),
+                (2880, 1024, 1408),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [357]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=20,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
             config_id="c8f0be0c671",
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6551, 1.0, -0.6508, 1.0),
-                (4096, 14336, -0.5523, 1.0, -0.5961, 1.0),
-                (6144, 4096, -0.6593, 1.0, -0.6506, 1.0),
-                (8192, 8192, -0.5437, 1.0, -0.5867, 1.0),
-                (14336, 4096, -0.6371, 1.0, -0.5772, 1.0),
+                (4096, 4096, -0.6538, 1.0, -0.6472, 1.0),
+                (4096, 14336, -0.5506, 1.0, -0.5921, 1.0),
+                (6144, 4096, -0.6567, 1.0, -0.6478, 1.0),
+                (8192, 8192, -0.5412, 1.0, -0.5842, 1.0),
+                (14336, 4096, -0.6403, 1.0, -0.5753, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18818,77 +18353,116 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 1024, 23168),
-                (2048, 1024, 16384),
-                (2880, 1024, 16384),
-                (4096, 1024, 2880),
-                (5760, 1024, 2880),
-                (8192, 1024, 1024),
-                (11584, 1024, 1408),
+                (2048, 1024, 5760),
+                (2880, 1024, 5760),
+                (2880, 11584, 16384),
+                (4096, 1024, 2048),
+                (5760, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [367]
+        # index: [358]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=19,
+            rank=21,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
-            config_id="cc49eaf5f7a",
+            config_id="cb530ae64c0",
             registers=168,
-            smem_bytes=141312,
+            smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.1725, 1.0, -0.1116, 1.0),
-                (4096, 14336, -0.1908, 1.0, -0.1051, 1.0),
-                (6144, 4096, -0.1173, 1.0, -0.0908, 1.0),
-                (8192, 8192, -0.0912, 1.0, -0.0472, 1.0),
-                (14336, 4096, -0.1393, 1.0, -0.0218, 1.0),
+                (4096, 4096, -0.5374, 1.0, -0.508, 1.0),
+                (4096, 14336, -0.2998, 1.0, -0.4309, 1.0),
+                (6144, 4096, -0.5174, 1.0, -0.4398, 1.0),
+                (8192, 8192, -0.1995, 1.0, -0.2849, 1.0),
+                (14336, 4096, -0.4882, 1.0, -0.3014, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
-                ("block_m", 144),
+                ("block_m", 96),
                 ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 4),
+                ("stages", 8),
                 ("consumers", 2),
-                ("split_k", 2),
+                ("split_k", 1),
             ),
             cells=(
-                (1408, 4096, 32768),
-                (2048, 4096, 32768),
-                (2880, 5760, 16384),
+                (1408, 1024, 32768),
+                (2048, 2048, 16384),
+                (2880, 1408, 8192),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [368]
+        # index: [359]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=20,
+            rank=22,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc176767297",
+            registers=168,
+            smem_bytes=217088,
+            bias_terms=(
+                (4096, 4096, -0.5748, 1.0, -0.3739, 1.0),
+                (4096, 14336, -0.4391, 1.0, -0.1351, 1.0),
+                (6144, 4096, -0.489, 1.0, -0.2638, 1.0),
+                (8192, 8192, -0.3137, 1.0, -0.1216, 1.0),
+                (14336, 4096, -0.4771, 1.0, -0.1429, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 112),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 7),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (1408, 2880, 32768),
+                (2048, 1024, 32768),
+                (2880, 1024, 32768),
+                (4096, 1024, 2880),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [360]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=23,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c8bf147502e",
             registers=168,
             smem_bytes=174080,
             bias_terms=(
-                (4096, 4096, -0.2317, 1.0, -0.0946, 1.0),
-                (4096, 14336, -0.275, 1.0, -0.2054, 1.0),
-                (6144, 4096, -0.1509, 1.0, -0.0826, 1.0),
-                (8192, 8192, -0.1137, 1.0, -0.1176, 1.0),
-                (14336, 4096, -0.1222, 1.0, -0.0113, 1.0),
+                (4096, 4096, -0.2508, 1.0, -0.1075, 1.0),
+                (4096, 14336, -0.2892, 1.0, -0.2061, 1.0),
+                (6144, 4096, -0.1559, 1.0, -0.0901, 1.0),
+                (8192, 8192, -0.1277, 1.0, -0.1153, 1.0),
+                (14336, 4096, -0.1449, 1.0, -0.0187, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 208),
@@ -18899,35 +18473,71 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 2),
             ),
             cells=(
-                (1408, 5760, 32768),
-                (2048, 5760, 32768),
-                (2880, 23168, 32768),
+                (1408, 8192, 32768),
+                (2048, 23168, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [369]
+        # index: [361]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=21,
+            rank=24,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cc49eaf5f7a",
+            registers=168,
+            smem_bytes=141312,
+            bias_terms=(
+                (4096, 4096, -0.1879, 1.0, -0.1178, 1.0),
+                (4096, 14336, -0.2073, 1.0, -0.0859, 1.0),
+                (6144, 4096, -0.1272, 1.0, -0.0914, 1.0),
+                (8192, 8192, -0.0949, 1.0, -0.0509, 1.0),
+                (14336, 4096, -0.1407, 1.0, -0.0217, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 144),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 2),
+            ),
+            cells=(
+                (1408, 16384, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [362]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=25,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cbb0ccde4b7",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.427, 1.0, -0.4081, 1.0),
-                (4096, 14336, -0.304, 1.0, -0.3418, 1.0),
-                (6144, 4096, -0.4101, 1.0, -0.3982, 1.0),
-                (8192, 8192, -0.2944, 1.0, -0.3338, 1.0),
-                (14336, 4096, -0.3873, 1.0, -0.3303, 1.0),
+                (4096, 4096, -0.4257, 1.0, -0.4045, 1.0),
+                (4096, 14336, -0.3024, 1.0, -0.3378, 1.0),
+                (6144, 4096, -0.4075, 1.0, -0.3954, 1.0),
+                (8192, 8192, -0.2919, 1.0, -0.3312, 1.0),
+                (14336, 4096, -0.3904, 1.0, -0.3284, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18944,34 +18554,33 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 16384, 32768),
-                (2048, 23168, 32768),
-                (2880, 23168, 32768),
+                (2880, 23168, 23168),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [370]
+        # index: [363]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=22,
+            rank=26,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c0fc9dba2b0",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4714, 1.0, -0.4377, 1.0),
-                (4096, 14336, -0.364, 1.0, -0.3824, 1.0),
-                (6144, 4096, -0.4317, 1.0, -0.4095, 1.0),
-                (8192, 8192, -0.3307, 1.0, -0.3514, 1.0),
-                (14336, 4096, -0.3905, 1.0, -0.3223, 1.0),
+                (4096, 4096, -0.4701, 1.0, -0.4341, 1.0),
+                (4096, 14336, -0.3624, 1.0, -0.3784, 1.0),
+                (6144, 4096, -0.4291, 1.0, -0.4068, 1.0),
+                (8192, 8192, -0.3282, 1.0, -0.3489, 1.0),
+                (14336, 4096, -0.3937, 1.0, -0.3205, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -18988,81 +18597,82 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 1024, 32768),
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
+                (2880, 2048, 8192),
+                (4096, 1024, 8192),
+                (4096, 23168, 32768),
                 (5760, 1024, 32768),
                 (8192, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [371]
+        # index: [364]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=23,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cfa063dff86",
-            registers=128,
-            smem_bytes=206848,
+            rank=27,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c537006da26",
+            registers=168,
+            smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -0.4642, 1.0, -0.4402, 1.0),
-                (4096, 14336, -0.36, 1.0, -0.3851, 1.0),
-                (6144, 4096, -0.4171, 1.0, -0.3726, 1.0),
-                (8192, 8192, -0.3244, 1.0, -0.2598, 1.0),
-                (14336, 4096, -0.3285, 1.0, -0.3108, 1.0),
+                (4096, 4096, -0.5033, 1.0, -0.4599, 1.0),
+                (4096, 14336, -0.3995, 1.0, -0.408, 1.0),
+                (6144, 4096, -0.4457, 1.0, -0.4451, 1.0),
+                (8192, 8192, -0.3603, 1.0, -0.3777, 1.0),
+                (14336, 4096, -0.4352, 1.0, -0.3765, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
                 ("block_n", 128),
                 ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 3),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
+                ("stages", 4),
+                ("consumers", 2),
                 ("split_k", 1),
-                ("tail_split", 0),
             ),
             cells=(
                 (2048, 1024, 32768),
-                (2880, 1024, 32768),
+                (2880, 1024, 1408),
+                (2880, 32768, 32768),
                 (4096, 1024, 32768),
                 (5760, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [372]
+        # index: [365]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=24,
+            rank=28,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c9117f86679",
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.4621, 1.0, -0.4273, 1.0),
-                (4096, 14336, -0.3379, 1.0, -0.3695, 1.0),
-                (6144, 4096, -0.4289, 1.0, -0.4055, 1.0),
-                (8192, 8192, -0.3179, 1.0, -0.3471, 1.0),
-                (14336, 4096, -0.3924, 1.0, -0.3235, 1.0),
+                (4096, 4096, -0.4609, 1.0, -0.4237, 1.0),
+                (4096, 14336, -0.3363, 1.0, -0.3655, 1.0),
+                (6144, 4096, -0.4263, 1.0, -0.4028, 1.0),
+                (8192, 8192, -0.3154, 1.0, -0.3446, 1.0),
+                (14336, 4096, -0.3956, 1.0, -0.3217, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19079,34 +18689,116 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 1024, 32768),
+                (2880, 1024, 1408),
+                (2880, 11584, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [366]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=29,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c912339e000",
+            registers=168,
+            smem_bytes=223232,
+            bias_terms=(
+                (4096, 4096, -0.5008, 1.0, -0.4594, 1.0),
+                (4096, 14336, -0.4299, 1.0, -0.4121, 1.0),
+                (6144, 4096, -0.4896, 1.0, -0.447, 1.0),
+                (8192, 8192, -0.1618, 1.0, -0.3932, 1.0),
+                (14336, 4096, -0.2744, 1.0, -0.3602, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 160),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 32768),
                 (2880, 1024, 32768),
                 (4096, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [373]
+        # index: [367]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=25,
+            rank=30,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c7deb9573ee",
+            registers=168,
+            smem_bytes=210944,
+            bias_terms=(
+                (4096, 4096, -0.5024, 1.0, -0.4206, 1.0),
+                (4096, 14336, -0.3906, 1.0, -0.3641, 1.0),
+                (6144, 4096, -0.4911, 1.0, -0.3591, 1.0),
+                (8192, 8192, -0.3675, 1.0, -0.1724, 1.0),
+                (14336, 4096, -0.479, 1.0, -0.1509, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 144),
+                ("block_n", 128),
+                ("block_k", 64),
+                ("stages", 6),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
+                (2048, 1024, 1408),
+                (2048, 8192, 23168),
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [368]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=31,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c9cdc065492",
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.5081, 1.0, -0.4432, 1.0),
-                (4096, 14336, -0.3761, 1.0, -0.3791, 1.0),
-                (6144, 4096, -0.4177, 1.0, -0.4105, 1.0),
-                (8192, 8192, -0.3068, 1.0, -0.3105, 1.0),
-                (14336, 4096, -0.3818, 1.0, -0.3042, 1.0),
+                (4096, 4096, -0.5068, 1.0, -0.4396, 1.0),
+                (4096, 14336, -0.3744, 1.0, -0.3751, 1.0),
+                (6144, 4096, -0.4151, 1.0, -0.4077, 1.0),
+                (8192, 8192, -0.3043, 1.0, -0.308, 1.0),
+                (14336, 4096, -0.3849, 1.0, -0.3023, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19123,42 +18815,43 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (2048, 1024, 32768),
-                (2880, 1024, 32768),
+                (2880, 1024, 1024),
+                (2880, 2048, 32768),
                 (4096, 1024, 32768),
                 (8192, 1024, 2048),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [374]
+        # index: [369]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=26,
+            rank=32,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="c4932cae871",
-            registers=128,
-            smem_bytes=227328,
+            config_id="c92851483c1",
+            registers=168,
+            smem_bytes=202752,
             bias_terms=(
-                (4096, 4096, -0.5093, 1.0, -0.4389, 1.0),
-                (4096, 14336, -0.4197, 1.0, -0.3872, 1.0),
-                (6144, 4096, -0.4049, 1.0, -0.372, 1.0),
-                (8192, 8192, -0.3295, 1.0, -0.3638, 1.0),
-                (14336, 4096, -0.4064, 1.0, -0.3314, 1.0),
+                (4096, 4096, -0.4957, 1.0, -0.427, 1.0),
+                (4096, 14336, -0.3785, 1.0, -0.3657, 1.0),
+                (6144, 4096, -0.388, 1.0, -0.3812, 1.0),
+                (8192, 8192, -0.2987, 1.0, -0.2909, 1.0),
+                (14336, 4096, -0.315, 1.0, -0.3047, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
-                ("block_m", 192),
-                ("block_n", 160),
+                ("block_m", 128),
+                ("block_n", 96),
                 ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 3),
+                ("stages", 7),
+                ("consumers", 2),
                 ("cluster_m", 1),
                 ("cluster_n", 1),
                 ("raster", 1),
@@ -19167,40 +18860,35 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("tail_split", 0),
             ),
             cells=(
-                (2880, 1024, 32768),
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
+                (2048, 2048, 8192),
+                (2880, 2048, 2048),
+                (4096, 4096, 8192),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [375]
+        # index: [370]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=27,
+            rank=33,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c3a08963e55",
             registers=168,
             smem_bytes=211968,
             bias_terms=(
-                (4096, 4096, -0.4455, 1.0, -0.3998, 1.0),
-                (4096, 14336, -0.3966, 1.0, -0.3976, 1.0),
-                (6144, 4096, -0.379, 1.0, -0.3239, 1.0),
-                (8192, 8192, -0.338, 1.0, -0.2232, 1.0),
-                (14336, 4096, -0.2985, 1.0, -0.2449, 1.0),
+                (4096, 4096, -0.5078, 1.0, -0.4688, 1.0),
+                (4096, 14336, -0.4173, 1.0, -0.4276, 1.0),
+                (6144, 4096, -0.4618, 1.0, -0.4588, 1.0),
+                (8192, 8192, -0.3797, 1.0, -0.3911, 1.0),
+                (14336, 4096, -0.4563, 1.0, -0.3945, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 200),
@@ -19222,29 +18910,75 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [376]
+        # index: [371]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=28,
+            rank=34,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c4932cae871",
+            registers=128,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.5081, 1.0, -0.4353, 1.0),
+                (4096, 14336, -0.418, 1.0, -0.3832, 1.0),
+                (6144, 4096, -0.4023, 1.0, -0.3692, 1.0),
+                (8192, 8192, -0.3269, 1.0, -0.3612, 1.0),
+                (14336, 4096, -0.4096, 1.0, -0.3295, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 160),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 3),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (2880, 1024, 32768),
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [372]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=35,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cfb20e194d1",
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.3966, 1.0, -0.359, 1.0),
-                (4096, 14336, -0.349, 1.0, -0.3502, 1.0),
-                (6144, 4096, -0.3345, 1.0, -0.3231, 1.0),
-                (8192, 8192, -0.2879, 1.0, -0.294, 1.0),
-                (14336, 4096, -0.3256, 1.0, -0.2523, 1.0),
+                (4096, 4096, -0.47, 1.0, -0.4297, 1.0),
+                (4096, 14336, -0.3718, 1.0, -0.3779, 1.0),
+                (6144, 4096, -0.4193, 1.0, -0.4053, 1.0),
+                (8192, 8192, -0.3295, 1.0, -0.3389, 1.0),
+                (14336, 4096, -0.4015, 1.0, -0.3385, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 176),
@@ -19255,112 +18989,37 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (2880, 1024, 16384),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [377]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=29,
-            table="gemm_wgmma_swap",
-            kernel="gemm_wgmma_swap",
-            config_id="cd017f6404d",
-            registers=168,
-            smem_bytes=141312,
-            bias_terms=(
-                (4096, 4096, -0.3896, 1.0, -0.2848, 1.0),
-                (4096, 14336, -0.3256, 1.0, -0.2467, 1.0),
-                (6144, 4096, -0.3521, 1.0, -0.2673, 1.0),
-                (8192, 8192, -0.2476, 1.0, -0.1875, 1.0),
-                (14336, 4096, -0.3238, 1.0, -0.1761, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 144),
-                ("block_n", 128),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 2),
-                ("split_k", 1),
-            ),
-            cells=(
                 (2880, 1024, 32768),
+                (4096, 11584, 32768),
+                (16384, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [378]
+        # index: [373]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=30,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="ca81defb6d1",
-            registers=168,
-            smem_bytes=206848,
-            bias_terms=(
-                (4096, 4096, -0.4894, 1.0, -0.4433, 1.0),
-                (4096, 14336, -0.3971, 1.0, -0.3794, 1.0),
-                (6144, 4096, -0.3688, 1.0, -0.3875, 1.0),
-                (8192, 8192, -0.3323, 1.0, -0.3475, 1.0),
-                (14336, 4096, -0.3909, 1.0, -0.3197, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (4096, 1024, 11584),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [379]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=31,
+            rank=36,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c34181426db",
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.5019, 1.0, -0.4343, 1.0),
-                (4096, 14336, -0.4187, 1.0, -0.3835, 1.0),
-                (6144, 4096, -0.4227, 1.0, -0.411, 1.0),
-                (8192, 8192, -0.3279, 1.0, -0.362, 1.0),
-                (14336, 4096, -0.3996, 1.0, -0.3381, 1.0),
+                (4096, 4096, -0.5006, 1.0, -0.4307, 1.0),
+                (4096, 14336, -0.4171, 1.0, -0.3795, 1.0),
+                (6144, 4096, -0.4201, 1.0, -0.4082, 1.0),
+                (8192, 8192, -0.3254, 1.0, -0.3594, 1.0),
+                (14336, 4096, -0.4027, 1.0, -0.3362, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -19386,29 +19045,74 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [380]
+        # index: [374]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=32,
+            rank=37,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="cf3af49378f",
+            registers=168,
+            smem_bytes=196608,
+            bias_terms=(
+                (4096, 4096, -0.4748, 1.0, -0.4355, 1.0),
+                (4096, 14336, -0.3756, 1.0, -0.3784, 1.0),
+                (6144, 4096, -0.422, 1.0, -0.3965, 1.0),
+                (8192, 8192, -0.3287, 1.0, -0.3284, 1.0),
+                (14336, 4096, -0.3898, 1.0, -0.3048, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 176),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (4096, 1024, 32768),
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [375]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=38,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="c96c7331b58",
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.5005, 1.0, -0.3699, 1.0),
-                (4096, 14336, -0.442, 1.0, -0.3646, 1.0),
-                (6144, 4096, -0.4225, 1.0, -0.3424, 1.0),
-                (8192, 8192, -0.3481, 1.0, -0.336, 1.0),
-                (14336, 4096, -0.4269, 1.0, -0.2625, 1.0),
+                (4096, 4096, -0.5646, 1.0, -0.446, 1.0),
+                (4096, 14336, -0.4663, 1.0, -0.3906, 1.0),
+                (6144, 4096, -0.502, 1.0, -0.4348, 1.0),
+                (8192, 8192, -0.395, 1.0, -0.3865, 1.0),
+                (14336, 4096, -0.5117, 1.0, -0.3557, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 160),
@@ -19419,104 +19123,8 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 ("split_k", 1),
             ),
             cells=(
-                (4096, 1024, 32768),
-                (5760, 1024, 1408),
-                (5760, 4096, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [381]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=33,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="cf3af49378f",
-            registers=168,
-            smem_bytes=196608,
-            bias_terms=(
-                (4096, 4096, -0.4761, 1.0, -0.4391, 1.0),
-                (4096, 14336, -0.3773, 1.0, -0.3824, 1.0),
-                (6144, 4096, -0.4246, 1.0, -0.3993, 1.0),
-                (8192, 8192, -0.3312, 1.0, -0.3309, 1.0),
-                (14336, 4096, -0.3866, 1.0, -0.3066, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 176),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (4096, 1024, 32768),
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 2048, 4096),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [382]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=34,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="ce075fa6ffb",
-            registers=168,
-            smem_bytes=227328,
-            bias_terms=(
-                (4096, 4096, -0.4961, 1.0, -0.4318, 1.0),
-                (4096, 14336, -0.4125, 1.0, -0.3778, 1.0),
-                (6144, 4096, -0.3987, 1.0, -0.4082, 1.0),
-                (8192, 8192, -0.3169, 1.0, -0.3498, 1.0),
-                (14336, 4096, -0.3829, 1.0, -0.3098, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 224),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (4096, 16384, 32768),
-                (5760, 1024, 32768),
+                (4096, 1024, 16384),
+                (5760, 1024, 23168),
                 (8192, 1024, 32768),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
@@ -19525,76 +19133,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [383]
+        # index: [376]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=35,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c41f0c287f8",
-            registers=128,
-            smem_bytes=198656,
-            bias_terms=(
-                (4096, 4096, -0.5083, 1.0, -0.4032, 1.0),
-                (4096, 14336, -0.4094, 1.0, -0.3451, 1.0),
-                (6144, 4096, -0.4295, 1.0, -0.425, 1.0),
-                (8192, 8192, -0.2939, 1.0, -0.3427, 1.0),
-                (14336, 4096, -0.4144, 1.0, -0.3508, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
-            ),
-            tunables=(
-                ("block_m", 192),
-                ("block_n", 192),
-                ("block_k", 64),
-                ("stages", 4),
-                ("consumers", 3),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (5760, 1024, 32768),
-                (8192, 1024, 32768),
-                (11584, 1024, 32768),
-                (16384, 1024, 32768),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [384]
-        ShapeCandidate(
-            m=512,
-            m_end=1024,
-            rank=36,
+            rank=39,
             table="gemm_wgmma_swap",
             kernel="gemm_wgmma_swap",
             config_id="cae350573ae",
             registers=168,
             smem_bytes=219136,
             bias_terms=(
-                (4096, 4096, -0.5136, 1.0, -0.3815, 1.0),
-                (4096, 14336, -0.4557, 1.0, -0.384, 1.0),
-                (6144, 4096, -0.4376, 1.0, -0.3606, 1.0),
-                (8192, 8192, -0.3699, 1.0, -0.3559, 1.0),
-                (14336, 4096, -0.4486, 1.0, -0.2801, 1.0),
+                (4096, 4096, -0.5815, 1.0, -0.4599, 1.0),
+                (4096, 14336, -0.4803, 1.0, -0.4101, 1.0),
+                (6144, 4096, -0.5185, 1.0, -0.4535, 1.0),
+                (8192, 8192, -0.4158, 1.0, -0.4077, 1.0),
+                (14336, 4096, -0.5294, 1.0, -0.3771, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 168),
@@ -19614,29 +19175,29 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [385]
+        # index: [377]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=37,
+            rank=40,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="c218d6f5726",
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5128, 1.0, -0.3966, 1.0),
-                (4096, 14336, -0.4224, 1.0, -0.3407, 1.0),
-                (6144, 4096, -0.433, 1.0, -0.4216, 1.0),
-                (8192, 8192, -0.2948, 1.0, -0.3354, 1.0),
-                (14336, 4096, -0.424, 1.0, -0.3435, 1.0),
+                (4096, 4096, -0.5115, 1.0, -0.393, 1.0),
+                (4096, 14336, -0.4208, 1.0, -0.3367, 1.0),
+                (6144, 4096, -0.4304, 1.0, -0.4188, 1.0),
+                (8192, 8192, -0.2923, 1.0, -0.3329, 1.0),
+                (14336, 4096, -0.4272, 1.0, -0.3417, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19653,37 +19214,126 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (5760, 1024, 32768),
-                (8192, 1408, 32768),
-                (11584, 1024, 32768),
+                (8192, 1024, 32768),
                 (16384, 1024, 32768),
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [386]
+        # index: [378]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=38,
+            rank=41,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce075fa6ffb",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.4948, 1.0, -0.4282, 1.0),
+                (4096, 14336, -0.4109, 1.0, -0.3738, 1.0),
+                (6144, 4096, -0.3961, 1.0, -0.4054, 1.0),
+                (8192, 8192, -0.3144, 1.0, -0.3472, 1.0),
+                (14336, 4096, -0.386, 1.0, -0.308, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (5760, 1024, 32768),
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [379]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=42,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="c41f0c287f8",
+            registers=128,
+            smem_bytes=198656,
+            bias_terms=(
+                (4096, 4096, -0.5071, 1.0, -0.3996, 1.0),
+                (4096, 14336, -0.4078, 1.0, -0.341, 1.0),
+                (6144, 4096, -0.4269, 1.0, -0.4222, 1.0),
+                (8192, 8192, -0.2914, 1.0, -0.3402, 1.0),
+                (14336, 4096, -0.4176, 1.0, -0.3489, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 192),
+                ("block_n", 192),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 3),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 32768),
+                (11584, 1024, 32768),
+                (23168, 1024, 32768),
+                (32768, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [380]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=43,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cfa864bf771",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4371, 1.0, -0.3723, 1.0),
-                (4096, 14336, -0.3442, 1.0, -0.3273, 1.0),
-                (6144, 4096, -0.3782, 1.0, -0.3327, 1.0),
-                (8192, 8192, -0.2844, 1.0, -0.2924, 1.0),
-                (14336, 4096, -0.3368, 1.0, -0.2581, 1.0),
+                (4096, 4096, -0.4358, 1.0, -0.3687, 1.0),
+                (4096, 14336, -0.3425, 1.0, -0.3232, 1.0),
+                (6144, 4096, -0.3756, 1.0, -0.3299, 1.0),
+                (8192, 8192, -0.2819, 1.0, -0.2899, 1.0),
+                (14336, 4096, -0.34, 1.0, -0.2563, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -19707,75 +19357,66 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [387]
+        # index: [381]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=39,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
-            config_id="c6f7f84261b",
+            rank=44,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="cd57ea8e1dc",
             registers=168,
-            smem_bytes=231424,
+            smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4416, 1.0, -0.3846, 1.0),
-                (4096, 14336, -0.3445, 1.0, -0.3344, 1.0),
-                (6144, 4096, -0.3798, 1.0, -0.3068, 1.0),
-                (8192, 8192, -0.3013, 1.0, -0.2938, 1.0),
-                (14336, 4096, -0.337, 1.0, -0.2638, 1.0),
+                (4096, 4096, -0.431, 1.0, -0.3339, 1.0),
+                (4096, 14336, -0.341, 1.0, -0.269, 1.0),
+                (6144, 4096, -0.3612, 1.0, -0.3543, 1.0),
+                (8192, 8192, -0.23, 1.0, -0.2753, 1.0),
+                (14336, 4096, -0.36, 1.0, -0.2762, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
-                ("block_n", 192),
+                ("block_n", 128),
                 ("block_k", 64),
                 ("stages", 4),
                 ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
                 ("split_k", 1),
-                ("tail_split", 0),
             ),
             cells=(
-                (8192, 1024, 32768),
                 (11584, 1024, 32768),
-                (16384, 1024, 16384),
-                (23168, 1024, 32768),
-                (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [388]
+        # index: [382]
         ShapeCandidate(
             m=512,
             m_end=1024,
-            rank=40,
+            rank=45,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
             config_id="cc4aac1e901",
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4944, 1.0, -0.4297, 1.0),
-                (4096, 14336, -0.4096, 1.0, -0.3794, 1.0),
-                (6144, 4096, -0.3883, 1.0, -0.402, 1.0),
-                (8192, 8192, -0.3198, 1.0, -0.3489, 1.0),
-                (14336, 4096, -0.3884, 1.0, -0.3234, 1.0),
+                (4096, 4096, -0.4932, 1.0, -0.4261, 1.0),
+                (4096, 14336, -0.4079, 1.0, -0.3754, 1.0),
+                (6144, 4096, -0.3858, 1.0, -0.3992, 1.0),
+                (8192, 8192, -0.3173, 1.0, -0.3464, 1.0),
+                (14336, 4096, -0.3916, 1.0, -0.3215, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.1633, 1.0, 0.0645, 1.0),
-                (4096, 14336, 0.0349, 1.0, -0.0145, 1.0),
-                (6144, 4096, 0.1211, 1.0, 0.0683, 1.0),
-                (8192, 8192, 0.0327, 1.0, -0.0051, 1.0),
-                (14336, 4096, 0.1512, 1.0, 0.0105, 1.0),
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19793,12 +19434,48 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [383]
+        ShapeCandidate(
+            m=512,
+            m_end=1024,
+            rank=46,
+            table="gemm_wgmma_swap",
+            kernel="gemm_wgmma_swap",
+            config_id="c4a15955779",
+            registers=168,
+            smem_bytes=182272,
+            bias_terms=(
+                (4096, 4096, -0.5449, 1.0, -0.4661, 1.0),
+                (4096, 14336, -0.4545, 1.0, -0.4153, 1.0),
+                (6144, 4096, -0.492, 1.0, -0.4295, 1.0),
+                (8192, 8192, -0.4105, 1.0, -0.3914, 1.0),
+                (14336, 4096, -0.4832, 1.0, -0.375, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.1643, 1.0, 0.0632, 1.0),
+                (4096, 14336, 0.0356, 1.0, -0.0162, 1.0),
+                (6144, 4096, 0.1209, 1.0, 0.0678, 1.0),
+                (8192, 8192, 0.0325, 1.0, -0.0053, 1.0),
+                (14336, 4096, 0.1567, 1.0, 0.011, 1.0),
+            ),
+            tunables=(
+                ("block_m", 96),
+                ("block_n", 256),
+                ("block_k", 64),
+                ("stages", 4),
+                ("consumers", 2),
+                ("split_k", 1),
+            ),
+            cells=(
                 (23168, 1024, 32768),
                 (32768, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [389]
+        # index: [384]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19809,18 +19486,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6508, 1.0, -0.6822, 1.0),
-                (4096, 14336, -0.5961, 1.0, -0.6494, 1.0),
-                (6144, 4096, -0.6506, 1.0, -0.6755, 1.0),
-                (8192, 8192, -0.5867, 1.0, -0.6368, 1.0),
-                (14336, 4096, -0.5772, 1.0, -0.6599, 1.0),
+                (4096, 4096, -0.6472, 1.0, -0.6826, 1.0),
+                (4096, 14336, -0.5921, 1.0, -0.6498, 1.0),
+                (6144, 4096, -0.6478, 1.0, -0.6759, 1.0),
+                (8192, 8192, -0.5842, 1.0, -0.6372, 1.0),
+                (14336, 4096, -0.5753, 1.0, -0.6603, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19839,13 +19516,13 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
                 (1024, 1024, 32768),
                 (1408, 1024, 32768),
                 (2048, 1024, 32768),
-                (2880, 1024, 4096),
+                (2880, 1024, 2880),
                 (4096, 1024, 1408),
                 (5760, 1024, 1408),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [390]
+        # index: [385]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19856,18 +19533,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.4391, 1.0, -0.419, 1.0),
-                (4096, 14336, -0.3824, 1.0, -0.3879, 1.0),
-                (6144, 4096, -0.3993, 1.0, -0.4143, 1.0),
-                (8192, 8192, -0.3309, 1.0, -0.3724, 1.0),
-                (14336, 4096, -0.3066, 1.0, -0.3804, 1.0),
+                (4096, 4096, -0.4355, 1.0, -0.4194, 1.0),
+                (4096, 14336, -0.3784, 1.0, -0.3883, 1.0),
+                (6144, 4096, -0.3965, 1.0, -0.4147, 1.0),
+                (8192, 8192, -0.3284, 1.0, -0.3728, 1.0),
+                (14336, 4096, -0.3048, 1.0, -0.3808, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19893,7 +19570,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [391]
+        # index: [386]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19904,18 +19581,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=202752,
             bias_terms=(
-                (4096, 4096, -0.4306, 1.0, -0.4438, 1.0),
-                (4096, 14336, -0.3697, 1.0, -0.3923, 1.0),
-                (6144, 4096, -0.384, 1.0, -0.412, 1.0),
-                (8192, 8192, -0.2934, 1.0, -0.2754, 1.0),
-                (14336, 4096, -0.3065, 1.0, -0.2979, 1.0),
+                (4096, 4096, -0.427, 1.0, -0.4442, 1.0),
+                (4096, 14336, -0.3657, 1.0, -0.3927, 1.0),
+                (6144, 4096, -0.3812, 1.0, -0.4124, 1.0),
+                (8192, 8192, -0.2909, 1.0, -0.2758, 1.0),
+                (14336, 4096, -0.3047, 1.0, -0.2983, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19937,7 +19614,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [392]
+        # index: [387]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19948,18 +19625,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4377, 1.0, -0.4368, 1.0),
-                (4096, 14336, -0.3824, 1.0, -0.4143, 1.0),
-                (6144, 4096, -0.4095, 1.0, -0.4148, 1.0),
-                (8192, 8192, -0.3514, 1.0, -0.3743, 1.0),
-                (14336, 4096, -0.3223, 1.0, -0.385, 1.0),
+                (4096, 4096, -0.4341, 1.0, -0.4372, 1.0),
+                (4096, 14336, -0.3784, 1.0, -0.4147, 1.0),
+                (6144, 4096, -0.4068, 1.0, -0.4152, 1.0),
+                (8192, 8192, -0.3489, 1.0, -0.3747, 1.0),
+                (14336, 4096, -0.3205, 1.0, -0.3854, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -19982,7 +19659,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [393]
+        # index: [388]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -19993,18 +19670,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=126,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.47, 1.0, -0.524, 1.0),
-                (4096, 14336, -0.4502, 1.0, -0.4914, 1.0),
-                (6144, 4096, -0.4889, 1.0, -0.536, 1.0),
-                (8192, 8192, -0.4309, 1.0, -0.4783, 1.0),
-                (14336, 4096, -0.4553, 1.0, -0.5423, 1.0),
+                (4096, 4096, -0.4664, 1.0, -0.5244, 1.0),
+                (4096, 14336, -0.4462, 1.0, -0.4918, 1.0),
+                (6144, 4096, -0.4861, 1.0, -0.5364, 1.0),
+                (8192, 8192, -0.4284, 1.0, -0.4787, 1.0),
+                (14336, 4096, -0.4535, 1.0, -0.5426, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -20025,7 +19702,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [394]
+        # index: [389]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20036,18 +19713,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.4273, 1.0, -0.4346, 1.0),
-                (4096, 14336, -0.3695, 1.0, -0.4059, 1.0),
-                (6144, 4096, -0.4055, 1.0, -0.4255, 1.0),
-                (8192, 8192, -0.3471, 1.0, -0.3699, 1.0),
-                (14336, 4096, -0.3235, 1.0, -0.3889, 1.0),
+                (4096, 4096, -0.4237, 1.0, -0.435, 1.0),
+                (4096, 14336, -0.3655, 1.0, -0.4062, 1.0),
+                (6144, 4096, -0.4028, 1.0, -0.4259, 1.0),
+                (8192, 8192, -0.3446, 1.0, -0.3703, 1.0),
+                (14336, 4096, -0.3217, 1.0, -0.3892, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20071,7 +19748,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [395]
+        # index: [390]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20082,18 +19759,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=155,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5947, 1.0, -0.598, 1.0),
-                (4096, 14336, -0.5705, 1.0, -0.5747, 1.0),
-                (6144, 4096, -0.5692, 1.0, -0.6239, 1.0),
-                (8192, 8192, -0.5505, 1.0, -0.5864, 1.0),
-                (14336, 4096, -0.5606, 1.0, -0.6195, 1.0),
+                (4096, 4096, -0.5911, 1.0, -0.5984, 1.0),
+                (4096, 14336, -0.5665, 1.0, -0.5751, 1.0),
+                (6144, 4096, -0.5665, 1.0, -0.6242, 1.0),
+                (8192, 8192, -0.548, 1.0, -0.5868, 1.0),
+                (14336, 4096, -0.5587, 1.0, -0.6199, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 64),
@@ -20114,7 +19791,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [396]
+        # index: [391]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20125,18 +19802,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4432, 1.0, -0.4425, 1.0),
-                (4096, 14336, -0.3791, 1.0, -0.403, 1.0),
-                (6144, 4096, -0.4105, 1.0, -0.4317, 1.0),
-                (8192, 8192, -0.3105, 1.0, -0.3024, 1.0),
-                (14336, 4096, -0.3042, 1.0, -0.2983, 1.0),
+                (4096, 4096, -0.4396, 1.0, -0.4429, 1.0),
+                (4096, 14336, -0.3751, 1.0, -0.4034, 1.0),
+                (6144, 4096, -0.4077, 1.0, -0.4321, 1.0),
+                (8192, 8192, -0.308, 1.0, -0.3028, 1.0),
+                (14336, 4096, -0.3023, 1.0, -0.2987, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20158,7 +19835,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [397]
+        # index: [392]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20169,18 +19846,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.2676, 1.0, -0.2888, 1.0),
-                (4096, 14336, 0.0374, 1.0, 0.0821, 1.0),
-                (6144, 4096, -0.1869, 1.0, -0.221, 1.0),
-                (8192, 8192, 0.2442, 1.0, 0.2098, 1.0),
-                (14336, 4096, 0.2801, 1.0, 0.2095, 1.0),
+                (4096, 4096, -0.2632, 1.0, -0.2884, 1.0),
+                (4096, 14336, 0.0422, 1.0, 0.0825, 1.0),
+                (6144, 4096, -0.1833, 1.0, -0.2206, 1.0),
+                (8192, 8192, 0.2475, 1.0, 0.2101, 1.0),
+                (14336, 4096, 0.2827, 1.0, 0.2099, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -20204,7 +19881,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [398]
+        # index: [393]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20215,18 +19892,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.1028, 1.0, -0.1244, 1.0),
-                (4096, 14336, -0.0635, 1.0, -0.0898, 1.0),
-                (6144, 4096, -0.0917, 1.0, -0.1058, 1.0),
-                (8192, 8192, 0.1568, 1.0, 0.116, 1.0),
-                (14336, 4096, 0.3024, 1.0, 0.2272, 1.0),
+                (4096, 4096, -0.0984, 1.0, -0.124, 1.0),
+                (4096, 14336, -0.0587, 1.0, -0.0894, 1.0),
+                (6144, 4096, -0.0881, 1.0, -0.1055, 1.0),
+                (8192, 8192, 0.1602, 1.0, 0.1164, 1.0),
+                (14336, 4096, 0.305, 1.0, 0.2276, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -20248,7 +19925,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [399]
+        # index: [394]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20259,18 +19936,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.2696, 1.0, -0.2963, 1.0),
-                (4096, 14336, 0.1358, 1.0, 0.1364, 1.0),
-                (6144, 4096, -0.1514, 1.0, -0.1811, 1.0),
-                (8192, 8192, 0.2687, 1.0, 0.2227, 1.0),
-                (14336, 4096, 0.2979, 1.0, 0.2238, 1.0),
+                (4096, 4096, -0.2652, 1.0, -0.2959, 1.0),
+                (4096, 14336, 0.1406, 1.0, 0.1368, 1.0),
+                (6144, 4096, -0.1478, 1.0, -0.1807, 1.0),
+                (8192, 8192, 0.272, 1.0, 0.223, 1.0),
+                (14336, 4096, 0.3005, 1.0, 0.2242, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -20291,7 +19968,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [400]
+        # index: [395]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20302,18 +19979,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.0249, 1.0, -0.0504, 1.0),
-                (4096, 14336, 0.0626, 1.0, 0.0182, 1.0),
-                (6144, 4096, -0.0103, 1.0, -0.029, 1.0),
-                (8192, 8192, 0.2969, 1.0, 0.2356, 1.0),
-                (14336, 4096, 0.3247, 1.0, 0.2459, 1.0),
+                (4096, 4096, -0.0205, 1.0, -0.05, 1.0),
+                (4096, 14336, 0.0674, 1.0, 0.0186, 1.0),
+                (6144, 4096, -0.0068, 1.0, -0.0286, 1.0),
+                (8192, 8192, 0.3002, 1.0, 0.236, 1.0),
+                (14336, 4096, 0.3274, 1.0, 0.2463, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 16),
@@ -20331,7 +20008,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [401]
+        # index: [396]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20342,18 +20019,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3859, 1.0, -0.4139, 1.0),
-                (4096, 14336, -0.3297, 1.0, -0.3846, 1.0),
-                (6144, 4096, -0.3815, 1.0, -0.4131, 1.0),
-                (8192, 8192, -0.3205, 1.0, -0.367, 1.0),
-                (14336, 4096, -0.3116, 1.0, -0.3089, 1.0),
+                (4096, 4096, -0.3823, 1.0, -0.4143, 1.0),
+                (4096, 14336, -0.3257, 1.0, -0.385, 1.0),
+                (6144, 4096, -0.3787, 1.0, -0.4135, 1.0),
+                (8192, 8192, -0.318, 1.0, -0.3674, 1.0),
+                (14336, 4096, -0.3097, 1.0, -0.3092, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20378,7 +20055,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [402]
+        # index: [397]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20389,18 +20066,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4199, 1.0, -0.4085, 1.0),
-                (4096, 14336, -0.3777, 1.0, -0.3977, 1.0),
-                (6144, 4096, -0.3802, 1.0, -0.3949, 1.0),
-                (8192, 8192, -0.3237, 1.0, -0.3565, 1.0),
-                (14336, 4096, -0.3118, 1.0, -0.4005, 1.0),
+                (4096, 4096, -0.4163, 1.0, -0.4088, 1.0),
+                (4096, 14336, -0.3737, 1.0, -0.3981, 1.0),
+                (6144, 4096, -0.3774, 1.0, -0.3952, 1.0),
+                (8192, 8192, -0.3212, 1.0, -0.3569, 1.0),
+                (14336, 4096, -0.31, 1.0, -0.4009, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20421,7 +20098,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [403]
+        # index: [398]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20432,18 +20109,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.281, 1.0, -0.3657, 1.0),
-                (4096, 14336, -0.2991, 1.0, -0.3631, 1.0),
-                (6144, 4096, -0.2249, 1.0, -0.3451, 1.0),
-                (8192, 8192, -0.2441, 1.0, -0.3148, 1.0),
-                (14336, 4096, -0.2364, 1.0, -0.3272, 1.0),
+                (4096, 4096, -0.2774, 1.0, -0.3661, 1.0),
+                (4096, 14336, -0.295, 1.0, -0.3635, 1.0),
+                (6144, 4096, -0.2221, 1.0, -0.3455, 1.0),
+                (8192, 8192, -0.2415, 1.0, -0.3152, 1.0),
+                (14336, 4096, -0.2345, 1.0, -0.3276, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20466,7 +20143,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [404]
+        # index: [399]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20477,18 +20154,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3683, 1.0, -0.3998, 1.0),
-                (4096, 14336, -0.3173, 1.0, -0.3804, 1.0),
-                (6144, 4096, -0.2725, 1.0, -0.3974, 1.0),
-                (8192, 8192, -0.3155, 1.0, -0.3718, 1.0),
-                (14336, 4096, -0.2625, 1.0, -0.3798, 1.0),
+                (4096, 4096, -0.3647, 1.0, -0.4002, 1.0),
+                (4096, 14336, -0.3132, 1.0, -0.3808, 1.0),
+                (6144, 4096, -0.2697, 1.0, -0.3978, 1.0),
+                (8192, 8192, -0.313, 1.0, -0.3722, 1.0),
+                (14336, 4096, -0.2607, 1.0, -0.3802, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20510,7 +20187,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [405]
+        # index: [400]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20521,18 +20198,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.2687, 1.0, -0.4117, 1.0),
-                (4096, 14336, -0.2799, 1.0, -0.4014, 1.0),
-                (6144, 4096, -0.3712, 1.0, -0.3944, 1.0),
-                (8192, 8192, -0.3485, 1.0, -0.3507, 1.0),
-                (14336, 4096, -0.319, 1.0, -0.3641, 1.0),
+                (4096, 4096, -0.2651, 1.0, -0.4121, 1.0),
+                (4096, 14336, -0.2759, 1.0, -0.4018, 1.0),
+                (6144, 4096, -0.3684, 1.0, -0.3948, 1.0),
+                (8192, 8192, -0.346, 1.0, -0.3511, 1.0),
+                (14336, 4096, -0.3172, 1.0, -0.3645, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20553,7 +20230,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [406]
+        # index: [401]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20564,18 +20241,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4402, 1.0, -0.3991, 1.0),
-                (4096, 14336, -0.3851, 1.0, -0.3711, 1.0),
-                (6144, 4096, -0.3726, 1.0, -0.3757, 1.0),
-                (8192, 8192, -0.2598, 1.0, -0.3587, 1.0),
-                (14336, 4096, -0.3108, 1.0, -0.3708, 1.0),
+                (4096, 4096, -0.4366, 1.0, -0.3994, 1.0),
+                (4096, 14336, -0.3811, 1.0, -0.3715, 1.0),
+                (6144, 4096, -0.3698, 1.0, -0.3761, 1.0),
+                (8192, 8192, -0.2572, 1.0, -0.3591, 1.0),
+                (14336, 4096, -0.309, 1.0, -0.3712, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20597,7 +20274,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [407]
+        # index: [402]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20608,18 +20285,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.4389, 1.0, -0.401, 1.0),
-                (4096, 14336, -0.3872, 1.0, -0.3848, 1.0),
-                (6144, 4096, -0.372, 1.0, -0.3919, 1.0),
-                (8192, 8192, -0.3638, 1.0, -0.3615, 1.0),
-                (14336, 4096, -0.3314, 1.0, -0.364, 1.0),
+                (4096, 4096, -0.4353, 1.0, -0.4014, 1.0),
+                (4096, 14336, -0.3832, 1.0, -0.3852, 1.0),
+                (6144, 4096, -0.3692, 1.0, -0.3922, 1.0),
+                (8192, 8192, -0.3612, 1.0, -0.3619, 1.0),
+                (14336, 4096, -0.3295, 1.0, -0.3643, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20648,7 +20325,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [408]
+        # index: [403]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20659,18 +20336,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4297, 1.0, -0.4276, 1.0),
-                (4096, 14336, -0.3794, 1.0, -0.4125, 1.0),
-                (6144, 4096, -0.402, 1.0, -0.4124, 1.0),
-                (8192, 8192, -0.3489, 1.0, -0.3748, 1.0),
-                (14336, 4096, -0.3234, 1.0, -0.386, 1.0),
+                (4096, 4096, -0.4261, 1.0, -0.4279, 1.0),
+                (4096, 14336, -0.3754, 1.0, -0.4129, 1.0),
+                (6144, 4096, -0.3992, 1.0, -0.4128, 1.0),
+                (8192, 8192, -0.3464, 1.0, -0.3752, 1.0),
+                (14336, 4096, -0.3215, 1.0, -0.3863, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20696,7 +20373,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [409]
+        # index: [404]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20707,18 +20384,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4357, 1.0, -0.4217, 1.0),
-                (4096, 14336, -0.3807, 1.0, -0.4087, 1.0),
-                (6144, 4096, -0.3852, 1.0, -0.405, 1.0),
-                (8192, 8192, -0.3571, 1.0, -0.3962, 1.0),
-                (14336, 4096, -0.3316, 1.0, -0.4013, 1.0),
+                (4096, 4096, -0.4321, 1.0, -0.4221, 1.0),
+                (4096, 14336, -0.3766, 1.0, -0.4091, 1.0),
+                (6144, 4096, -0.3825, 1.0, -0.4054, 1.0),
+                (8192, 8192, -0.3546, 1.0, -0.3966, 1.0),
+                (14336, 4096, -0.3298, 1.0, -0.4016, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20739,7 +20416,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [410]
+        # index: [405]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20750,18 +20427,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4032, 1.0, -0.4015, 1.0),
-                (4096, 14336, -0.3451, 1.0, -0.3788, 1.0),
-                (6144, 4096, -0.425, 1.0, -0.3919, 1.0),
-                (8192, 8192, -0.3427, 1.0, -0.3719, 1.0),
-                (14336, 4096, -0.3508, 1.0, -0.3802, 1.0),
+                (4096, 4096, -0.3996, 1.0, -0.4018, 1.0),
+                (4096, 14336, -0.341, 1.0, -0.3791, 1.0),
+                (6144, 4096, -0.4222, 1.0, -0.3923, 1.0),
+                (8192, 8192, -0.3402, 1.0, -0.3723, 1.0),
+                (14336, 4096, -0.3489, 1.0, -0.3806, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -20789,7 +20466,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [411]
+        # index: [406]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20800,18 +20477,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.3681, 1.0, -0.3636, 1.0),
-                (4096, 14336, -0.3104, 1.0, -0.3506, 1.0),
-                (6144, 4096, -0.3286, 1.0, -0.3459, 1.0),
-                (8192, 8192, -0.2895, 1.0, -0.3238, 1.0),
-                (14336, 4096, -0.2518, 1.0, -0.3209, 1.0),
+                (4096, 4096, -0.3645, 1.0, -0.364, 1.0),
+                (4096, 14336, -0.3063, 1.0, -0.351, 1.0),
+                (6144, 4096, -0.3258, 1.0, -0.3463, 1.0),
+                (8192, 8192, -0.287, 1.0, -0.3242, 1.0),
+                (14336, 4096, -0.25, 1.0, -0.3213, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -20839,7 +20516,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [412]
+        # index: [407]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20850,18 +20527,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.4236, 1.0, -0.4311, 1.0),
-                (4096, 14336, -0.3775, 1.0, -0.4185, 1.0),
-                (6144, 4096, -0.4087, 1.0, -0.4167, 1.0),
-                (8192, 8192, -0.3535, 1.0, -0.3972, 1.0),
-                (14336, 4096, -0.3213, 1.0, -0.3886, 1.0),
+                (4096, 4096, -0.42, 1.0, -0.4315, 1.0),
+                (4096, 14336, -0.3735, 1.0, -0.4189, 1.0),
+                (6144, 4096, -0.4059, 1.0, -0.4171, 1.0),
+                (8192, 8192, -0.351, 1.0, -0.3975, 1.0),
+                (14336, 4096, -0.3194, 1.0, -0.389, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20879,14 +20556,14 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (2048, 1024, 1408),
                 (2880, 1024, 2048),
-                (2880, 5760, 32768),
+                (2880, 4096, 32768),
                 (8192, 1024, 4096),
                 (11584, 1024, 32768),
                 (16384, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [413]
+        # index: [408]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20897,18 +20574,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.2685, 1.0, -0.4203, 1.0),
-                (4096, 14336, -0.2812, 1.0, -0.4074, 1.0),
-                (6144, 4096, -0.3697, 1.0, -0.3943, 1.0),
-                (8192, 8192, -0.3429, 1.0, -0.3501, 1.0),
-                (14336, 4096, -0.3099, 1.0, -0.3578, 1.0),
+                (4096, 4096, -0.2649, 1.0, -0.4207, 1.0),
+                (4096, 14336, -0.2772, 1.0, -0.4078, 1.0),
+                (6144, 4096, -0.3669, 1.0, -0.3946, 1.0),
+                (8192, 8192, -0.3403, 1.0, -0.3505, 1.0),
+                (14336, 4096, -0.3081, 1.0, -0.3582, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -20932,7 +20609,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [414]
+        # index: [409]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20943,18 +20620,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.3846, 1.0, -0.3695, 1.0),
-                (4096, 14336, -0.3344, 1.0, -0.3531, 1.0),
-                (6144, 4096, -0.3068, 1.0, -0.3413, 1.0),
-                (8192, 8192, -0.2938, 1.0, -0.3299, 1.0),
-                (14336, 4096, -0.2638, 1.0, -0.3298, 1.0),
+                (4096, 4096, -0.3809, 1.0, -0.3699, 1.0),
+                (4096, 14336, -0.3303, 1.0, -0.3534, 1.0),
+                (6144, 4096, -0.304, 1.0, -0.3417, 1.0),
+                (8192, 8192, -0.2912, 1.0, -0.3303, 1.0),
+                (14336, 4096, -0.262, 1.0, -0.3302, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -20982,7 +20659,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [415]
+        # index: [410]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -20993,18 +20670,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3966, 1.0, -0.4237, 1.0),
-                (4096, 14336, -0.3407, 1.0, -0.3861, 1.0),
-                (6144, 4096, -0.4216, 1.0, -0.4231, 1.0),
-                (8192, 8192, -0.3354, 1.0, -0.3831, 1.0),
-                (14336, 4096, -0.3435, 1.0, -0.402, 1.0),
+                (4096, 4096, -0.393, 1.0, -0.4241, 1.0),
+                (4096, 14336, -0.3367, 1.0, -0.3864, 1.0),
+                (6144, 4096, -0.4188, 1.0, -0.4235, 1.0),
+                (8192, 8192, -0.3329, 1.0, -0.3835, 1.0),
+                (14336, 4096, -0.3417, 1.0, -0.4024, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21028,7 +20705,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [416]
+        # index: [411]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -21039,18 +20716,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.4318, 1.0, -0.4294, 1.0),
-                (4096, 14336, -0.3778, 1.0, -0.4144, 1.0),
-                (6144, 4096, -0.4082, 1.0, -0.4132, 1.0),
-                (8192, 8192, -0.3498, 1.0, -0.3838, 1.0),
-                (14336, 4096, -0.3098, 1.0, -0.3797, 1.0),
+                (4096, 4096, -0.4282, 1.0, -0.4298, 1.0),
+                (4096, 14336, -0.3738, 1.0, -0.4148, 1.0),
+                (6144, 4096, -0.4054, 1.0, -0.4135, 1.0),
+                (8192, 8192, -0.3472, 1.0, -0.3842, 1.0),
+                (14336, 4096, -0.308, 1.0, -0.3801, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21072,7 +20749,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [417]
+        # index: [412]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -21083,18 +20760,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4433, 1.0, -0.4248, 1.0),
-                (4096, 14336, -0.3794, 1.0, -0.4116, 1.0),
-                (6144, 4096, -0.3875, 1.0, -0.4052, 1.0),
-                (8192, 8192, -0.3475, 1.0, -0.3876, 1.0),
-                (14336, 4096, -0.3197, 1.0, -0.3948, 1.0),
+                (4096, 4096, -0.4397, 1.0, -0.4252, 1.0),
+                (4096, 14336, -0.3754, 1.0, -0.4119, 1.0),
+                (6144, 4096, -0.3847, 1.0, -0.4056, 1.0),
+                (8192, 8192, -0.345, 1.0, -0.388, 1.0),
+                (14336, 4096, -0.3179, 1.0, -0.3952, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21118,7 +20795,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [418]
+        # index: [413]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -21129,18 +20806,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.4314, 1.0, -0.3967, 1.0),
-                (4096, 14336, -0.3846, 1.0, -0.397, 1.0),
-                (6144, 4096, -0.4236, 1.0, -0.3976, 1.0),
-                (8192, 8192, -0.3634, 1.0, -0.3815, 1.0),
-                (14336, 4096, -0.3495, 1.0, -0.3751, 1.0),
+                (4096, 4096, -0.4278, 1.0, -0.3971, 1.0),
+                (4096, 14336, -0.3806, 1.0, -0.3974, 1.0),
+                (6144, 4096, -0.4208, 1.0, -0.398, 1.0),
+                (8192, 8192, -0.3609, 1.0, -0.3819, 1.0),
+                (14336, 4096, -0.3477, 1.0, -0.3755, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -21166,7 +20843,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [419]
+        # index: [414]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -21177,18 +20854,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.3723, 1.0, -0.3656, 1.0),
-                (4096, 14336, -0.3273, 1.0, -0.3519, 1.0),
-                (6144, 4096, -0.3327, 1.0, -0.3537, 1.0),
-                (8192, 8192, -0.2924, 1.0, -0.3088, 1.0),
-                (14336, 4096, -0.2581, 1.0, -0.3098, 1.0),
+                (4096, 4096, -0.3687, 1.0, -0.366, 1.0),
+                (4096, 14336, -0.3232, 1.0, -0.3523, 1.0),
+                (6144, 4096, -0.3299, 1.0, -0.3541, 1.0),
+                (8192, 8192, -0.2899, 1.0, -0.3092, 1.0),
+                (14336, 4096, -0.2563, 1.0, -0.3102, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -21214,7 +20891,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [420]
+        # index: [415]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -21225,18 +20902,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.4312, 1.0, -0.41, 1.0),
-                (4096, 14336, -0.3825, 1.0, -0.3763, 1.0),
-                (6144, 4096, -0.3968, 1.0, -0.4118, 1.0),
-                (8192, 8192, -0.3369, 1.0, -0.3825, 1.0),
-                (14336, 4096, -0.3151, 1.0, -0.382, 1.0),
+                (4096, 4096, -0.4276, 1.0, -0.4104, 1.0),
+                (4096, 14336, -0.3785, 1.0, -0.3767, 1.0),
+                (6144, 4096, -0.394, 1.0, -0.4122, 1.0),
+                (8192, 8192, -0.3344, 1.0, -0.3829, 1.0),
+                (14336, 4096, -0.3133, 1.0, -0.3824, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21256,7 +20933,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [421]
+        # index: [416]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -21267,18 +20944,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.4343, 1.0, -0.3739, 1.0),
-                (4096, 14336, -0.3835, 1.0, -0.346, 1.0),
-                (6144, 4096, -0.411, 1.0, -0.3737, 1.0),
-                (8192, 8192, -0.362, 1.0, -0.346, 1.0),
-                (14336, 4096, -0.3381, 1.0, -0.3585, 1.0),
+                (4096, 4096, -0.4307, 1.0, -0.3743, 1.0),
+                (4096, 14336, -0.3795, 1.0, -0.3464, 1.0),
+                (6144, 4096, -0.4082, 1.0, -0.3741, 1.0),
+                (8192, 8192, -0.3594, 1.0, -0.3464, 1.0),
+                (14336, 4096, -0.3362, 1.0, -0.3588, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 192),
@@ -21301,7 +20978,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [422]
+        # index: [417]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -21312,18 +20989,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.4309, 1.0, -0.4302, 1.0),
-                (4096, 14336, -0.3749, 1.0, -0.4185, 1.0),
-                (6144, 4096, -0.4092, 1.0, -0.4202, 1.0),
-                (8192, 8192, -0.3507, 1.0, -0.3887, 1.0),
-                (14336, 4096, -0.3171, 1.0, -0.3855, 1.0),
+                (4096, 4096, -0.4273, 1.0, -0.4306, 1.0),
+                (4096, 14336, -0.3709, 1.0, -0.4189, 1.0),
+                (6144, 4096, -0.4065, 1.0, -0.4206, 1.0),
+                (8192, 8192, -0.3482, 1.0, -0.3891, 1.0),
+                (14336, 4096, -0.3153, 1.0, -0.3859, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21345,7 +21022,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [423]
+        # index: [418]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -21356,18 +21033,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3944, 1.0, -0.4172, 1.0),
-                (4096, 14336, -0.333, 1.0, -0.3955, 1.0),
-                (6144, 4096, -0.4231, 1.0, -0.4288, 1.0),
-                (8192, 8192, -0.3381, 1.0, -0.3922, 1.0),
-                (14336, 4096, -0.3415, 1.0, -0.4029, 1.0),
+                (4096, 4096, -0.3908, 1.0, -0.4176, 1.0),
+                (4096, 14336, -0.329, 1.0, -0.3959, 1.0),
+                (6144, 4096, -0.4203, 1.0, -0.4292, 1.0),
+                (8192, 8192, -0.3356, 1.0, -0.3926, 1.0),
+                (14336, 4096, -0.3397, 1.0, -0.4033, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 128),
@@ -21390,7 +21067,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [424]
+        # index: [419]
         ShapeCandidate(
             m=1024,
             m_end=2048,
@@ -21401,18 +21078,18 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3425, 1.0, -0.3542, 1.0),
-                (4096, 14336, -0.2805, 1.0, -0.3361, 1.0),
-                (6144, 4096, -0.3266, 1.0, -0.3396, 1.0),
-                (8192, 8192, -0.2766, 1.0, -0.3169, 1.0),
-                (14336, 4096, -0.2541, 1.0, -0.3239, 1.0),
+                (4096, 4096, -0.3388, 1.0, -0.3546, 1.0),
+                (4096, 14336, -0.2765, 1.0, -0.3364, 1.0),
+                (6144, 4096, -0.3238, 1.0, -0.3399, 1.0),
+                (8192, 8192, -0.2741, 1.0, -0.3173, 1.0),
+                (14336, 4096, -0.2522, 1.0, -0.3243, 1.0),
             ),
             cublas_terms=(
-                (4096, 4096, 0.0645, 1.0, 0.0268, 1.0),
-                (4096, 14336, -0.0145, 1.0, -0.0223, 1.0),
-                (6144, 4096, 0.0683, 1.0, 0.0274, 1.0),
-                (8192, 8192, -0.0051, 1.0, -0.0127, 1.0),
-                (14336, 4096, 0.0105, 1.0, 0.0179, 1.0),
+                (4096, 4096, 0.0632, 1.0, 0.0268, 1.0),
+                (4096, 14336, -0.0162, 1.0, -0.0223, 1.0),
+                (6144, 4096, 0.0678, 1.0, 0.0274, 1.0),
+                (8192, 8192, -0.0053, 1.0, -0.0127, 1.0),
+                (14336, 4096, 0.011, 1.0, 0.0179, 1.0),
             ),
             tunables=(
                 ("block_m", 256),
@@ -21433,7 +21110,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [425]
+        # index: [420]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21444,11 +21121,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.6822, 1.0, -0.7348, 1.0),
-                (4096, 14336, -0.6494, 1.0, -0.7033, 1.0),
-                (6144, 4096, -0.6755, 1.0, -0.7198, 1.0),
-                (8192, 8192, -0.6368, 1.0, -0.6975, 1.0),
-                (14336, 4096, -0.6599, 1.0, -0.705, 1.0),
+                (4096, 4096, -0.6826, 1.0, -0.7352, 1.0),
+                (4096, 14336, -0.6498, 1.0, -0.7037, 1.0),
+                (6144, 4096, -0.6759, 1.0, -0.7202, 1.0),
+                (8192, 8192, -0.6372, 1.0, -0.6979, 1.0),
+                (14336, 4096, -0.6603, 1.0, -0.7053, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21479,7 +21156,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [426]
+        # index: [421]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21490,11 +21167,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3657, 1.0, -0.3832, 1.0),
-                (4096, 14336, -0.3631, 1.0, -0.3797, 1.0),
-                (6144, 4096, -0.3451, 1.0, -0.3991, 1.0),
-                (8192, 8192, -0.3148, 1.0, -0.3845, 1.0),
-                (14336, 4096, -0.3272, 1.0, -0.376, 1.0),
+                (4096, 4096, -0.3661, 1.0, -0.3836, 1.0),
+                (4096, 14336, -0.3635, 1.0, -0.3801, 1.0),
+                (6144, 4096, -0.3455, 1.0, -0.3995, 1.0),
+                (8192, 8192, -0.3152, 1.0, -0.3848, 1.0),
+                (14336, 4096, -0.3276, 1.0, -0.3764, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21528,7 +21205,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [427]
+        # index: [422]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21539,11 +21216,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.419, 1.0, -0.4717, 1.0),
-                (4096, 14336, -0.3879, 1.0, -0.4408, 1.0),
-                (6144, 4096, -0.4143, 1.0, -0.4522, 1.0),
-                (8192, 8192, -0.3724, 1.0, -0.4317, 1.0),
-                (14336, 4096, -0.3804, 1.0, -0.4249, 1.0),
+                (4096, 4096, -0.4194, 1.0, -0.4721, 1.0),
+                (4096, 14336, -0.3883, 1.0, -0.4412, 1.0),
+                (6144, 4096, -0.4147, 1.0, -0.4526, 1.0),
+                (8192, 8192, -0.3728, 1.0, -0.4321, 1.0),
+                (14336, 4096, -0.3808, 1.0, -0.4253, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21577,7 +21254,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [428]
+        # index: [423]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21588,11 +21265,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.401, 1.0, -0.4426, 1.0),
-                (4096, 14336, -0.3848, 1.0, -0.4222, 1.0),
-                (6144, 4096, -0.3919, 1.0, -0.4288, 1.0),
-                (8192, 8192, -0.3615, 1.0, -0.3991, 1.0),
-                (14336, 4096, -0.364, 1.0, -0.4012, 1.0),
+                (4096, 4096, -0.4014, 1.0, -0.443, 1.0),
+                (4096, 14336, -0.3852, 1.0, -0.4226, 1.0),
+                (6144, 4096, -0.3922, 1.0, -0.4292, 1.0),
+                (8192, 8192, -0.3619, 1.0, -0.3995, 1.0),
+                (14336, 4096, -0.3643, 1.0, -0.4015, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21627,7 +21304,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [429]
+        # index: [424]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21638,11 +21315,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3542, 1.0, -0.3938, 1.0),
-                (4096, 14336, -0.3361, 1.0, -0.3828, 1.0),
-                (6144, 4096, -0.3396, 1.0, -0.3826, 1.0),
-                (8192, 8192, -0.3169, 1.0, -0.3488, 1.0),
-                (14336, 4096, -0.3239, 1.0, -0.3558, 1.0),
+                (4096, 4096, -0.3546, 1.0, -0.3941, 1.0),
+                (4096, 14336, -0.3364, 1.0, -0.3832, 1.0),
+                (6144, 4096, -0.3399, 1.0, -0.383, 1.0),
+                (8192, 8192, -0.3173, 1.0, -0.3492, 1.0),
+                (14336, 4096, -0.3243, 1.0, -0.3561, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21673,7 +21350,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [430]
+        # index: [425]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21684,11 +21361,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4257, 1.0, -0.4681, 1.0),
-                (4096, 14336, -0.4147, 1.0, -0.4417, 1.0),
-                (6144, 4096, -0.4112, 1.0, -0.4634, 1.0),
-                (8192, 8192, -0.3834, 1.0, -0.4436, 1.0),
-                (14336, 4096, -0.3938, 1.0, -0.4398, 1.0),
+                (4096, 4096, -0.4261, 1.0, -0.4685, 1.0),
+                (4096, 14336, -0.4151, 1.0, -0.442, 1.0),
+                (6144, 4096, -0.4116, 1.0, -0.4638, 1.0),
+                (8192, 8192, -0.3838, 1.0, -0.444, 1.0),
+                (14336, 4096, -0.3942, 1.0, -0.4401, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21719,7 +21396,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [431]
+        # index: [426]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21730,11 +21407,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4368, 1.0, -0.4777, 1.0),
-                (4096, 14336, -0.4143, 1.0, -0.4461, 1.0),
-                (6144, 4096, -0.4148, 1.0, -0.4417, 1.0),
-                (8192, 8192, -0.3743, 1.0, -0.3988, 1.0),
-                (14336, 4096, -0.385, 1.0, -0.4263, 1.0),
+                (4096, 4096, -0.4372, 1.0, -0.4781, 1.0),
+                (4096, 14336, -0.4147, 1.0, -0.4465, 1.0),
+                (6144, 4096, -0.4152, 1.0, -0.4421, 1.0),
+                (8192, 8192, -0.3747, 1.0, -0.3991, 1.0),
+                (14336, 4096, -0.3854, 1.0, -0.4267, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21762,7 +21439,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [432]
+        # index: [427]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21773,11 +21450,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3991, 1.0, -0.4471, 1.0),
-                (4096, 14336, -0.3711, 1.0, -0.4146, 1.0),
-                (6144, 4096, -0.3757, 1.0, -0.4189, 1.0),
-                (8192, 8192, -0.3587, 1.0, -0.3995, 1.0),
-                (14336, 4096, -0.3708, 1.0, -0.3949, 1.0),
+                (4096, 4096, -0.3994, 1.0, -0.4474, 1.0),
+                (4096, 14336, -0.3715, 1.0, -0.415, 1.0),
+                (6144, 4096, -0.3761, 1.0, -0.4192, 1.0),
+                (8192, 8192, -0.3591, 1.0, -0.3999, 1.0),
+                (14336, 4096, -0.3712, 1.0, -0.3953, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21808,7 +21485,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [433]
+        # index: [428]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21819,11 +21496,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.3656, 1.0, -0.3936, 1.0),
-                (4096, 14336, -0.3519, 1.0, -0.3774, 1.0),
-                (6144, 4096, -0.3537, 1.0, -0.3902, 1.0),
-                (8192, 8192, -0.3088, 1.0, -0.3665, 1.0),
-                (14336, 4096, -0.3098, 1.0, -0.3558, 1.0),
+                (4096, 4096, -0.366, 1.0, -0.394, 1.0),
+                (4096, 14336, -0.3523, 1.0, -0.3778, 1.0),
+                (6144, 4096, -0.3541, 1.0, -0.3906, 1.0),
+                (8192, 8192, -0.3092, 1.0, -0.3669, 1.0),
+                (14336, 4096, -0.3102, 1.0, -0.3562, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21860,7 +21537,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [434]
+        # index: [429]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21871,11 +21548,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.3636, 1.0, -0.403, 1.0),
-                (4096, 14336, -0.3506, 1.0, -0.3905, 1.0),
-                (6144, 4096, -0.3459, 1.0, -0.3761, 1.0),
-                (8192, 8192, -0.3238, 1.0, -0.3673, 1.0),
-                (14336, 4096, -0.3209, 1.0, -0.3509, 1.0),
+                (4096, 4096, -0.364, 1.0, -0.4033, 1.0),
+                (4096, 14336, -0.351, 1.0, -0.3909, 1.0),
+                (6144, 4096, -0.3463, 1.0, -0.3765, 1.0),
+                (8192, 8192, -0.3242, 1.0, -0.3677, 1.0),
+                (14336, 4096, -0.3213, 1.0, -0.3513, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21907,7 +21584,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [435]
+        # index: [430]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21918,11 +21595,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4172, 1.0, -0.4786, 1.0),
-                (4096, 14336, -0.3955, 1.0, -0.4509, 1.0),
-                (6144, 4096, -0.4288, 1.0, -0.476, 1.0),
-                (8192, 8192, -0.3922, 1.0, -0.4478, 1.0),
-                (14336, 4096, -0.4029, 1.0, -0.4494, 1.0),
+                (4096, 4096, -0.4176, 1.0, -0.479, 1.0),
+                (4096, 14336, -0.3959, 1.0, -0.4513, 1.0),
+                (6144, 4096, -0.4292, 1.0, -0.4764, 1.0),
+                (8192, 8192, -0.3926, 1.0, -0.4482, 1.0),
+                (14336, 4096, -0.4033, 1.0, -0.4498, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -21959,7 +21636,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [436]
+        # index: [431]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -21970,11 +21647,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.41, 1.0, -0.4696, 1.0),
-                (4096, 14336, -0.3763, 1.0, -0.4432, 1.0),
-                (6144, 4096, -0.4118, 1.0, -0.4535, 1.0),
-                (8192, 8192, -0.3825, 1.0, -0.4415, 1.0),
-                (14336, 4096, -0.382, 1.0, -0.4361, 1.0),
+                (4096, 4096, -0.4104, 1.0, -0.47, 1.0),
+                (4096, 14336, -0.3767, 1.0, -0.4436, 1.0),
+                (6144, 4096, -0.4122, 1.0, -0.4539, 1.0),
+                (8192, 8192, -0.3829, 1.0, -0.4419, 1.0),
+                (14336, 4096, -0.3824, 1.0, -0.4365, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22002,7 +21679,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [437]
+        # index: [432]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22013,11 +21690,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4139, 1.0, -0.4644, 1.0),
-                (4096, 14336, -0.3846, 1.0, -0.4291, 1.0),
-                (6144, 4096, -0.4131, 1.0, -0.4512, 1.0),
-                (8192, 8192, -0.367, 1.0, -0.4198, 1.0),
-                (14336, 4096, -0.3089, 1.0, -0.4196, 1.0),
+                (4096, 4096, -0.4143, 1.0, -0.4648, 1.0),
+                (4096, 14336, -0.385, 1.0, -0.4295, 1.0),
+                (6144, 4096, -0.4135, 1.0, -0.4516, 1.0),
+                (8192, 8192, -0.3674, 1.0, -0.4202, 1.0),
+                (14336, 4096, -0.3092, 1.0, -0.42, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22047,7 +21724,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [438]
+        # index: [433]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22058,11 +21735,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.3967, 1.0, -0.4311, 1.0),
-                (4096, 14336, -0.397, 1.0, -0.4037, 1.0),
-                (6144, 4096, -0.3976, 1.0, -0.4215, 1.0),
-                (8192, 8192, -0.3815, 1.0, -0.4096, 1.0),
-                (14336, 4096, -0.3751, 1.0, -0.4108, 1.0),
+                (4096, 4096, -0.3971, 1.0, -0.4315, 1.0),
+                (4096, 14336, -0.3974, 1.0, -0.404, 1.0),
+                (6144, 4096, -0.398, 1.0, -0.4219, 1.0),
+                (8192, 8192, -0.3819, 1.0, -0.41, 1.0),
+                (14336, 4096, -0.3755, 1.0, -0.4112, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22098,7 +21775,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [439]
+        # index: [434]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22109,11 +21786,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3326, 1.0, -0.3881, 1.0),
-                (4096, 14336, -0.3067, 1.0, -0.3604, 1.0),
-                (6144, 4096, -0.3297, 1.0, -0.3768, 1.0),
-                (8192, 8192, -0.3055, 1.0, -0.3611, 1.0),
-                (14336, 4096, -0.3198, 1.0, -0.3641, 1.0),
+                (4096, 4096, -0.333, 1.0, -0.3885, 1.0),
+                (4096, 14336, -0.3071, 1.0, -0.3608, 1.0),
+                (6144, 4096, -0.3301, 1.0, -0.3772, 1.0),
+                (8192, 8192, -0.3059, 1.0, -0.3615, 1.0),
+                (14336, 4096, -0.3202, 1.0, -0.3645, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22142,7 +21819,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [440]
+        # index: [435]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22153,11 +21830,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3998, 1.0, -0.4608, 1.0),
-                (4096, 14336, -0.3804, 1.0, -0.4394, 1.0),
-                (6144, 4096, -0.3974, 1.0, -0.4487, 1.0),
-                (8192, 8192, -0.3718, 1.0, -0.4314, 1.0),
-                (14336, 4096, -0.3798, 1.0, -0.4314, 1.0),
+                (4096, 4096, -0.4002, 1.0, -0.4612, 1.0),
+                (4096, 14336, -0.3808, 1.0, -0.4398, 1.0),
+                (6144, 4096, -0.3978, 1.0, -0.4491, 1.0),
+                (8192, 8192, -0.3722, 1.0, -0.4318, 1.0),
+                (14336, 4096, -0.3802, 1.0, -0.4318, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22194,7 +21871,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [441]
+        # index: [436]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22205,11 +21882,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4015, 1.0, -0.454, 1.0),
-                (4096, 14336, -0.3788, 1.0, -0.434, 1.0),
-                (6144, 4096, -0.3919, 1.0, -0.4432, 1.0),
-                (8192, 8192, -0.3719, 1.0, -0.4229, 1.0),
-                (14336, 4096, -0.3802, 1.0, -0.4201, 1.0),
+                (4096, 4096, -0.4018, 1.0, -0.4544, 1.0),
+                (4096, 14336, -0.3791, 1.0, -0.4344, 1.0),
+                (6144, 4096, -0.3923, 1.0, -0.4436, 1.0),
+                (8192, 8192, -0.3723, 1.0, -0.4233, 1.0),
+                (14336, 4096, -0.3806, 1.0, -0.4205, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22245,7 +21922,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [442]
+        # index: [437]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22256,11 +21933,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.3659, 1.0, -0.4098, 1.0),
-                (4096, 14336, -0.3571, 1.0, -0.3965, 1.0),
-                (6144, 4096, -0.336, 1.0, -0.3777, 1.0),
-                (8192, 8192, -0.3368, 1.0, -0.3845, 1.0),
-                (14336, 4096, -0.3325, 1.0, -0.3773, 1.0),
+                (4096, 4096, -0.3663, 1.0, -0.4101, 1.0),
+                (4096, 14336, -0.3574, 1.0, -0.3969, 1.0),
+                (6144, 4096, -0.3364, 1.0, -0.3781, 1.0),
+                (8192, 8192, -0.3372, 1.0, -0.3849, 1.0),
+                (14336, 4096, -0.3329, 1.0, -0.3777, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22292,7 +21969,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [443]
+        # index: [438]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22303,11 +21980,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.3617, 1.0, -0.3984, 1.0),
-                (4096, 14336, -0.35, 1.0, -0.3861, 1.0),
-                (6144, 4096, -0.3476, 1.0, -0.3747, 1.0),
-                (8192, 8192, -0.3294, 1.0, -0.3698, 1.0),
-                (14336, 4096, -0.3197, 1.0, -0.3528, 1.0),
+                (4096, 4096, -0.3621, 1.0, -0.3988, 1.0),
+                (4096, 14336, -0.3504, 1.0, -0.3865, 1.0),
+                (6144, 4096, -0.3479, 1.0, -0.3751, 1.0),
+                (8192, 8192, -0.3298, 1.0, -0.3701, 1.0),
+                (14336, 4096, -0.3201, 1.0, -0.3532, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22339,7 +22016,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [444]
+        # index: [439]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22350,11 +22027,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.4311, 1.0, -0.477, 1.0),
-                (4096, 14336, -0.4185, 1.0, -0.4564, 1.0),
-                (6144, 4096, -0.4167, 1.0, -0.4579, 1.0),
-                (8192, 8192, -0.3972, 1.0, -0.4393, 1.0),
-                (14336, 4096, -0.3886, 1.0, -0.4434, 1.0),
+                (4096, 4096, -0.4315, 1.0, -0.4774, 1.0),
+                (4096, 14336, -0.4189, 1.0, -0.4567, 1.0),
+                (6144, 4096, -0.4171, 1.0, -0.4583, 1.0),
+                (8192, 8192, -0.3975, 1.0, -0.4396, 1.0),
+                (14336, 4096, -0.389, 1.0, -0.4438, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22383,7 +22060,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [445]
+        # index: [440]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22394,11 +22071,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4189, 1.0, -0.4795, 1.0),
-                (4096, 14336, -0.4127, 1.0, -0.4534, 1.0),
-                (6144, 4096, -0.3627, 1.0, -0.4252, 1.0),
-                (8192, 8192, -0.39, 1.0, -0.4365, 1.0),
-                (14336, 4096, -0.3807, 1.0, -0.4385, 1.0),
+                (4096, 4096, -0.4192, 1.0, -0.4799, 1.0),
+                (4096, 14336, -0.4131, 1.0, -0.4538, 1.0),
+                (6144, 4096, -0.3631, 1.0, -0.4256, 1.0),
+                (8192, 8192, -0.3904, 1.0, -0.4369, 1.0),
+                (14336, 4096, -0.3811, 1.0, -0.4389, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22427,7 +22104,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [446]
+        # index: [441]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22438,11 +22115,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.3978, 1.0, -0.4418, 1.0),
-                (4096, 14336, -0.3904, 1.0, -0.4216, 1.0),
-                (6144, 4096, -0.3783, 1.0, -0.4266, 1.0),
-                (8192, 8192, -0.3375, 1.0, -0.4081, 1.0),
-                (14336, 4096, -0.3702, 1.0, -0.4035, 1.0),
+                (4096, 4096, -0.3982, 1.0, -0.4422, 1.0),
+                (4096, 14336, -0.3908, 1.0, -0.422, 1.0),
+                (6144, 4096, -0.3787, 1.0, -0.427, 1.0),
+                (8192, 8192, -0.3379, 1.0, -0.4085, 1.0),
+                (14336, 4096, -0.3706, 1.0, -0.4039, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22470,7 +22147,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [447]
+        # index: [442]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22481,11 +22158,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4203, 1.0, -0.4336, 1.0),
-                (4096, 14336, -0.4074, 1.0, -0.4242, 1.0),
-                (6144, 4096, -0.3943, 1.0, -0.4456, 1.0),
-                (8192, 8192, -0.3501, 1.0, -0.4156, 1.0),
-                (14336, 4096, -0.3578, 1.0, -0.4139, 1.0),
+                (4096, 4096, -0.4207, 1.0, -0.434, 1.0),
+                (4096, 14336, -0.4078, 1.0, -0.4246, 1.0),
+                (6144, 4096, -0.3946, 1.0, -0.446, 1.0),
+                (8192, 8192, -0.3505, 1.0, -0.416, 1.0),
+                (14336, 4096, -0.3582, 1.0, -0.4143, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22514,7 +22191,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [448]
+        # index: [443]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22525,11 +22202,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.3666, 1.0, -0.3902, 1.0),
-                (4096, 14336, -0.3542, 1.0, -0.37, 1.0),
-                (6144, 4096, -0.347, 1.0, -0.3886, 1.0),
-                (8192, 8192, -0.3198, 1.0, -0.3694, 1.0),
-                (14336, 4096, -0.3113, 1.0, -0.3571, 1.0),
+                (4096, 4096, -0.367, 1.0, -0.3906, 1.0),
+                (4096, 14336, -0.3546, 1.0, -0.3704, 1.0),
+                (6144, 4096, -0.3474, 1.0, -0.389, 1.0),
+                (8192, 8192, -0.3202, 1.0, -0.3698, 1.0),
+                (14336, 4096, -0.3117, 1.0, -0.3575, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22562,7 +22239,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [449]
+        # index: [444]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22573,11 +22250,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.3695, 1.0, -0.4108, 1.0),
-                (4096, 14336, -0.3531, 1.0, -0.3987, 1.0),
-                (6144, 4096, -0.3413, 1.0, -0.3822, 1.0),
-                (8192, 8192, -0.3299, 1.0, -0.3786, 1.0),
-                (14336, 4096, -0.3298, 1.0, -0.3763, 1.0),
+                (4096, 4096, -0.3699, 1.0, -0.4112, 1.0),
+                (4096, 14336, -0.3534, 1.0, -0.3991, 1.0),
+                (6144, 4096, -0.3417, 1.0, -0.3826, 1.0),
+                (8192, 8192, -0.3303, 1.0, -0.379, 1.0),
+                (14336, 4096, -0.3302, 1.0, -0.3767, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22608,7 +22285,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [450]
+        # index: [445]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22619,11 +22296,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4276, 1.0, -0.4659, 1.0),
-                (4096, 14336, -0.4125, 1.0, -0.4405, 1.0),
-                (6144, 4096, -0.4124, 1.0, -0.4591, 1.0),
-                (8192, 8192, -0.3748, 1.0, -0.4328, 1.0),
-                (14336, 4096, -0.386, 1.0, -0.4305, 1.0),
+                (4096, 4096, -0.4279, 1.0, -0.4663, 1.0),
+                (4096, 14336, -0.4129, 1.0, -0.4409, 1.0),
+                (6144, 4096, -0.4128, 1.0, -0.4595, 1.0),
+                (8192, 8192, -0.3752, 1.0, -0.4332, 1.0),
+                (14336, 4096, -0.3863, 1.0, -0.4309, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22654,7 +22331,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [451]
+        # index: [446]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22665,11 +22342,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.2888, 1.0, -0.3411, 1.0),
-                (4096, 14336, 0.0821, 1.0, 0.06, 1.0),
-                (6144, 4096, -0.221, 1.0, -0.2666, 1.0),
-                (8192, 8192, 0.2098, 1.0, 0.1534, 1.0),
-                (14336, 4096, 0.2095, 1.0, 0.1663, 1.0),
+                (4096, 4096, -0.2884, 1.0, -0.3407, 1.0),
+                (4096, 14336, 0.0825, 1.0, 0.0604, 1.0),
+                (6144, 4096, -0.2206, 1.0, -0.2662, 1.0),
+                (8192, 8192, 0.2101, 1.0, 0.1537, 1.0),
+                (14336, 4096, 0.2099, 1.0, 0.1667, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22699,7 +22376,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [452]
+        # index: [447]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22710,11 +22387,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.1244, 1.0, -0.1597, 1.0),
-                (4096, 14336, -0.0898, 1.0, -0.1124, 1.0),
-                (6144, 4096, -0.1058, 1.0, -0.1545, 1.0),
-                (8192, 8192, 0.116, 1.0, 0.1285, 1.0),
-                (14336, 4096, 0.2272, 1.0, 0.1767, 1.0),
+                (4096, 4096, -0.124, 1.0, -0.1593, 1.0),
+                (4096, 14336, -0.0894, 1.0, -0.112, 1.0),
+                (6144, 4096, -0.1055, 1.0, -0.1542, 1.0),
+                (8192, 8192, 0.1164, 1.0, 0.1289, 1.0),
+                (14336, 4096, 0.2276, 1.0, 0.1771, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22745,7 +22422,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [453]
+        # index: [448]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22756,11 +22433,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.2963, 1.0, -0.3511, 1.0),
-                (4096, 14336, 0.1364, 1.0, 0.098, 1.0),
-                (6144, 4096, -0.1811, 1.0, -0.2355, 1.0),
-                (8192, 8192, 0.2227, 1.0, 0.1638, 1.0),
-                (14336, 4096, 0.2238, 1.0, 0.1783, 1.0),
+                (4096, 4096, -0.2959, 1.0, -0.3507, 1.0),
+                (4096, 14336, 0.1368, 1.0, 0.0984, 1.0),
+                (6144, 4096, -0.1807, 1.0, -0.2351, 1.0),
+                (8192, 8192, 0.223, 1.0, 0.1642, 1.0),
+                (14336, 4096, 0.2242, 1.0, 0.1786, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22788,7 +22465,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [454]
+        # index: [449]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22799,11 +22476,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.4302, 1.0, -0.4712, 1.0),
-                (4096, 14336, -0.4185, 1.0, -0.4565, 1.0),
-                (6144, 4096, -0.4202, 1.0, -0.4585, 1.0),
-                (8192, 8192, -0.3887, 1.0, -0.4268, 1.0),
-                (14336, 4096, -0.3855, 1.0, -0.4311, 1.0),
+                (4096, 4096, -0.4306, 1.0, -0.4716, 1.0),
+                (4096, 14336, -0.4189, 1.0, -0.4569, 1.0),
+                (6144, 4096, -0.4206, 1.0, -0.4589, 1.0),
+                (8192, 8192, -0.3891, 1.0, -0.4272, 1.0),
+                (14336, 4096, -0.3859, 1.0, -0.4315, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22832,7 +22509,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [455]
+        # index: [450]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22843,11 +22520,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3482, 1.0, -0.3915, 1.0),
-                (4096, 14336, -0.3377, 1.0, -0.3758, 1.0),
-                (6144, 4096, -0.3377, 1.0, -0.3788, 1.0),
-                (8192, 8192, -0.3235, 1.0, -0.3472, 1.0),
-                (14336, 4096, -0.3247, 1.0, -0.3554, 1.0),
+                (4096, 4096, -0.3486, 1.0, -0.3919, 1.0),
+                (4096, 14336, -0.3381, 1.0, -0.3762, 1.0),
+                (6144, 4096, -0.3381, 1.0, -0.3792, 1.0),
+                (8192, 8192, -0.3239, 1.0, -0.3476, 1.0),
+                (14336, 4096, -0.3251, 1.0, -0.3558, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22878,7 +22555,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [456]
+        # index: [451]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22889,11 +22566,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4248, 1.0, -0.4788, 1.0),
-                (4096, 14336, -0.4116, 1.0, -0.4554, 1.0),
-                (6144, 4096, -0.4052, 1.0, -0.4548, 1.0),
-                (8192, 8192, -0.3876, 1.0, -0.4361, 1.0),
-                (14336, 4096, -0.3948, 1.0, -0.4373, 1.0),
+                (4096, 4096, -0.4252, 1.0, -0.4792, 1.0),
+                (4096, 14336, -0.4119, 1.0, -0.4557, 1.0),
+                (6144, 4096, -0.4056, 1.0, -0.4552, 1.0),
+                (8192, 8192, -0.388, 1.0, -0.4365, 1.0),
+                (14336, 4096, -0.3952, 1.0, -0.4377, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22922,7 +22599,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [457]
+        # index: [452]
         ShapeCandidate(
             m=2048,
             m_end=4096,
@@ -22933,11 +22610,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.0504, 1.0, -0.073, 1.0),
-                (4096, 14336, 0.0182, 1.0, -0.0151, 1.0),
-                (6144, 4096, -0.029, 1.0, -0.0553, 1.0),
-                (8192, 8192, 0.2356, 1.0, 0.1712, 1.0),
-                (14336, 4096, 0.2459, 1.0, 0.1914, 1.0),
+                (4096, 4096, -0.05, 1.0, -0.0726, 1.0),
+                (4096, 14336, 0.0186, 1.0, -0.0147, 1.0),
+                (6144, 4096, -0.0286, 1.0, -0.0549, 1.0),
+                (8192, 8192, 0.236, 1.0, 0.1716, 1.0),
+                (14336, 4096, 0.2463, 1.0, 0.1918, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0268, 1.0, 0.0124, 1.0),
@@ -22962,7 +22639,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [458]
+        # index: [453]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -22973,11 +22650,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7348, 1.0, -0.7957, 1.0),
-                (4096, 14336, -0.7033, 1.0, -0.7823, 1.0),
-                (6144, 4096, -0.7198, 1.0, -0.7798, 1.0),
-                (8192, 8192, -0.6975, 1.0, -0.7898, 1.0),
-                (14336, 4096, -0.705, 1.0, -0.7732, 1.0),
+                (4096, 4096, -0.7352, 1.0, -0.7961, 1.0),
+                (4096, 14336, -0.7037, 1.0, -0.7827, 1.0),
+                (6144, 4096, -0.7202, 1.0, -0.7802, 1.0),
+                (8192, 8192, -0.6979, 1.0, -0.7902, 1.0),
+                (14336, 4096, -0.7053, 1.0, -0.7735, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23006,7 +22683,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [459]
+        # index: [454]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23017,11 +22694,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3832, 1.0, -0.4422, 1.0),
-                (4096, 14336, -0.3797, 1.0, -0.4528, 1.0),
-                (6144, 4096, -0.3991, 1.0, -0.4399, 1.0),
-                (8192, 8192, -0.3845, 1.0, -0.4588, 1.0),
-                (14336, 4096, -0.376, 1.0, -0.4266, 1.0),
+                (4096, 4096, -0.3836, 1.0, -0.4426, 1.0),
+                (4096, 14336, -0.3801, 1.0, -0.4532, 1.0),
+                (6144, 4096, -0.3995, 1.0, -0.4403, 1.0),
+                (8192, 8192, -0.3848, 1.0, -0.4591, 1.0),
+                (14336, 4096, -0.3764, 1.0, -0.427, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23051,7 +22728,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [460]
+        # index: [455]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23062,11 +22739,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.3936, 1.0, -0.4488, 1.0),
-                (4096, 14336, -0.3774, 1.0, -0.4516, 1.0),
-                (6144, 4096, -0.3902, 1.0, -0.4306, 1.0),
-                (8192, 8192, -0.3665, 1.0, -0.4478, 1.0),
-                (14336, 4096, -0.3558, 1.0, -0.4159, 1.0),
+                (4096, 4096, -0.394, 1.0, -0.4492, 1.0),
+                (4096, 14336, -0.3778, 1.0, -0.4519, 1.0),
+                (6144, 4096, -0.3906, 1.0, -0.431, 1.0),
+                (8192, 8192, -0.3669, 1.0, -0.4482, 1.0),
+                (14336, 4096, -0.3562, 1.0, -0.4162, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23103,7 +22780,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [461]
+        # index: [456]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23114,11 +22791,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.4418, 1.0, -0.4802, 1.0),
-                (4096, 14336, -0.4216, 1.0, -0.4802, 1.0),
-                (6144, 4096, -0.4266, 1.0, -0.4653, 1.0),
-                (8192, 8192, -0.4081, 1.0, -0.4909, 1.0),
-                (14336, 4096, -0.4035, 1.0, -0.4584, 1.0),
+                (4096, 4096, -0.4422, 1.0, -0.4806, 1.0),
+                (4096, 14336, -0.422, 1.0, -0.4806, 1.0),
+                (6144, 4096, -0.427, 1.0, -0.4657, 1.0),
+                (8192, 8192, -0.4085, 1.0, -0.4913, 1.0),
+                (14336, 4096, -0.4039, 1.0, -0.4588, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23148,7 +22825,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [462]
+        # index: [457]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23159,11 +22836,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.4296, 1.0, -0.4807, 1.0),
-                (4096, 14336, -0.4027, 1.0, -0.4802, 1.0),
-                (6144, 4096, -0.4177, 1.0, -0.4649, 1.0),
-                (8192, 8192, -0.402, 1.0, -0.4855, 1.0),
-                (14336, 4096, -0.4042, 1.0, -0.4531, 1.0),
+                (4096, 4096, -0.43, 1.0, -0.4811, 1.0),
+                (4096, 14336, -0.4031, 1.0, -0.4806, 1.0),
+                (6144, 4096, -0.4181, 1.0, -0.4653, 1.0),
+                (8192, 8192, -0.4024, 1.0, -0.4859, 1.0),
+                (14336, 4096, -0.4046, 1.0, -0.4535, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23195,7 +22872,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [463]
+        # index: [458]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23206,11 +22883,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.403, 1.0, -0.4456, 1.0),
-                (4096, 14336, -0.3905, 1.0, -0.4492, 1.0),
-                (6144, 4096, -0.3761, 1.0, -0.4298, 1.0),
-                (8192, 8192, -0.3673, 1.0, -0.4429, 1.0),
-                (14336, 4096, -0.3509, 1.0, -0.4146, 1.0),
+                (4096, 4096, -0.4033, 1.0, -0.446, 1.0),
+                (4096, 14336, -0.3909, 1.0, -0.4496, 1.0),
+                (6144, 4096, -0.3765, 1.0, -0.4302, 1.0),
+                (8192, 8192, -0.3677, 1.0, -0.4433, 1.0),
+                (14336, 4096, -0.3513, 1.0, -0.415, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23235,12 +22912,12 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             cells=(
                 (1024, 1024, 4096),
                 (1408, 1024, 32768),
-                (2048, 1024, 32768),
+                (2048, 1408, 32768),
                 (2880, 1024, 32768),
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [464]
+        # index: [459]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23251,11 +22928,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4471, 1.0, -0.4806, 1.0),
-                (4096, 14336, -0.4146, 1.0, -0.4723, 1.0),
-                (6144, 4096, -0.4189, 1.0, -0.4647, 1.0),
-                (8192, 8192, -0.3995, 1.0, -0.4702, 1.0),
-                (14336, 4096, -0.3949, 1.0, -0.4539, 1.0),
+                (4096, 4096, -0.4474, 1.0, -0.481, 1.0),
+                (4096, 14336, -0.415, 1.0, -0.4727, 1.0),
+                (6144, 4096, -0.4192, 1.0, -0.4651, 1.0),
+                (8192, 8192, -0.3999, 1.0, -0.4706, 1.0),
+                (14336, 4096, -0.3953, 1.0, -0.4543, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23287,7 +22964,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [465]
+        # index: [460]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23298,11 +22975,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=210944,
             bias_terms=(
-                (4096, 4096, -0.4662, 1.0, -0.4873, 1.0),
-                (4096, 14336, -0.4313, 1.0, -0.4543, 1.0),
-                (6144, 4096, -0.427, 1.0, -0.4874, 1.0),
-                (8192, 8192, -0.4328, 1.0, -0.5132, 1.0),
-                (14336, 4096, -0.4445, 1.0, -0.508, 1.0),
+                (4096, 4096, -0.4666, 1.0, -0.4876, 1.0),
+                (4096, 14336, -0.4317, 1.0, -0.4546, 1.0),
+                (6144, 4096, -0.4274, 1.0, -0.4878, 1.0),
+                (8192, 8192, -0.4331, 1.0, -0.5136, 1.0),
+                (14336, 4096, -0.4449, 1.0, -0.5084, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23331,7 +23008,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [466]
+        # index: [461]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23342,11 +23019,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4786, 1.0, -0.5275, 1.0),
-                (4096, 14336, -0.4509, 1.0, -0.5267, 1.0),
-                (6144, 4096, -0.476, 1.0, -0.5193, 1.0),
-                (8192, 8192, -0.4478, 1.0, -0.5318, 1.0),
-                (14336, 4096, -0.4494, 1.0, -0.5155, 1.0),
+                (4096, 4096, -0.479, 1.0, -0.5279, 1.0),
+                (4096, 14336, -0.4513, 1.0, -0.5271, 1.0),
+                (6144, 4096, -0.4764, 1.0, -0.5197, 1.0),
+                (8192, 8192, -0.4482, 1.0, -0.5322, 1.0),
+                (14336, 4096, -0.4498, 1.0, -0.5159, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23382,7 +23059,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [467]
+        # index: [462]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23393,11 +23070,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.3881, 1.0, -0.442, 1.0),
-                (4096, 14336, -0.3604, 1.0, -0.4381, 1.0),
-                (6144, 4096, -0.3768, 1.0, -0.4297, 1.0),
-                (8192, 8192, -0.3611, 1.0, -0.4464, 1.0),
-                (14336, 4096, -0.3641, 1.0, -0.4299, 1.0),
+                (4096, 4096, -0.3885, 1.0, -0.4424, 1.0),
+                (4096, 14336, -0.3608, 1.0, -0.4385, 1.0),
+                (6144, 4096, -0.3772, 1.0, -0.4301, 1.0),
+                (8192, 8192, -0.3615, 1.0, -0.4468, 1.0),
+                (14336, 4096, -0.3645, 1.0, -0.4303, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23427,7 +23104,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [468]
+        # index: [463]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23438,11 +23115,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4749, 1.0, -0.5287, 1.0),
-                (4096, 14336, -0.4469, 1.0, -0.5271, 1.0),
-                (6144, 4096, -0.4601, 1.0, -0.5181, 1.0),
-                (8192, 8192, -0.4513, 1.0, -0.5387, 1.0),
-                (14336, 4096, -0.4539, 1.0, -0.5159, 1.0),
+                (4096, 4096, -0.4753, 1.0, -0.5291, 1.0),
+                (4096, 14336, -0.4473, 1.0, -0.5275, 1.0),
+                (6144, 4096, -0.4604, 1.0, -0.5185, 1.0),
+                (8192, 8192, -0.4517, 1.0, -0.5391, 1.0),
+                (14336, 4096, -0.4543, 1.0, -0.5163, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23470,7 +23147,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [469]
+        # index: [464]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23481,11 +23158,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3411, 1.0, -0.3997, 1.0),
-                (4096, 14336, 0.06, 1.0, 0.0061, 1.0),
-                (6144, 4096, -0.2666, 1.0, -0.3214, 1.0),
-                (8192, 8192, 0.1534, 1.0, 0.0612, 1.0),
-                (14336, 4096, 0.1663, 1.0, 0.0894, 1.0),
+                (4096, 4096, -0.3407, 1.0, -0.3993, 1.0),
+                (4096, 14336, 0.0604, 1.0, 0.0064, 1.0),
+                (6144, 4096, -0.2662, 1.0, -0.321, 1.0),
+                (8192, 8192, 0.1537, 1.0, 0.0616, 1.0),
+                (14336, 4096, 0.1667, 1.0, 0.0898, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23516,7 +23193,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [470]
+        # index: [465]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23527,11 +23204,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4644, 1.0, -0.518, 1.0),
-                (4096, 14336, -0.4291, 1.0, -0.5049, 1.0),
-                (6144, 4096, -0.4512, 1.0, -0.5002, 1.0),
-                (8192, 8192, -0.4198, 1.0, -0.5034, 1.0),
-                (14336, 4096, -0.4196, 1.0, -0.4935, 1.0),
+                (4096, 4096, -0.4648, 1.0, -0.5184, 1.0),
+                (4096, 14336, -0.4295, 1.0, -0.5053, 1.0),
+                (6144, 4096, -0.4516, 1.0, -0.5005, 1.0),
+                (8192, 8192, -0.4202, 1.0, -0.5038, 1.0),
+                (14336, 4096, -0.42, 1.0, -0.4939, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23559,7 +23236,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [471]
+        # index: [466]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23570,11 +23247,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4608, 1.0, -0.5147, 1.0),
-                (4096, 14336, -0.4394, 1.0, -0.5193, 1.0),
-                (6144, 4096, -0.4487, 1.0, -0.5077, 1.0),
-                (8192, 8192, -0.4314, 1.0, -0.5276, 1.0),
-                (14336, 4096, -0.4314, 1.0, -0.4876, 1.0),
+                (4096, 4096, -0.4612, 1.0, -0.5151, 1.0),
+                (4096, 14336, -0.4398, 1.0, -0.5197, 1.0),
+                (6144, 4096, -0.4491, 1.0, -0.508, 1.0),
+                (8192, 8192, -0.4318, 1.0, -0.528, 1.0),
+                (14336, 4096, -0.4318, 1.0, -0.488, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23608,7 +23285,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [472]
+        # index: [467]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23619,11 +23296,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4605, 1.0, -0.5171, 1.0),
-                (4096, 14336, -0.4384, 1.0, -0.5211, 1.0),
-                (6144, 4096, -0.4477, 1.0, -0.5094, 1.0),
-                (8192, 8192, -0.4384, 1.0, -0.536, 1.0),
-                (14336, 4096, -0.4404, 1.0, -0.4958, 1.0),
+                (4096, 4096, -0.4609, 1.0, -0.5175, 1.0),
+                (4096, 14336, -0.4388, 1.0, -0.5215, 1.0),
+                (6144, 4096, -0.4481, 1.0, -0.5098, 1.0),
+                (8192, 8192, -0.4388, 1.0, -0.5364, 1.0),
+                (14336, 4096, -0.4408, 1.0, -0.4962, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23656,7 +23333,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [473]
+        # index: [468]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23667,11 +23344,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.454, 1.0, -0.5038, 1.0),
-                (4096, 14336, -0.434, 1.0, -0.498, 1.0),
-                (6144, 4096, -0.4432, 1.0, -0.4796, 1.0),
-                (8192, 8192, -0.4229, 1.0, -0.4977, 1.0),
-                (14336, 4096, -0.4201, 1.0, -0.4696, 1.0),
+                (4096, 4096, -0.4544, 1.0, -0.5042, 1.0),
+                (4096, 14336, -0.4344, 1.0, -0.4984, 1.0),
+                (6144, 4096, -0.4436, 1.0, -0.48, 1.0),
+                (8192, 8192, -0.4233, 1.0, -0.4981, 1.0),
+                (14336, 4096, -0.4205, 1.0, -0.4699, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23705,7 +23382,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [474]
+        # index: [469]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23716,11 +23393,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4108, 1.0, -0.4654, 1.0),
-                (4096, 14336, -0.3987, 1.0, -0.4611, 1.0),
-                (6144, 4096, -0.3822, 1.0, -0.441, 1.0),
-                (8192, 8192, -0.3786, 1.0, -0.4546, 1.0),
-                (14336, 4096, -0.3763, 1.0, -0.4361, 1.0),
+                (4096, 4096, -0.4112, 1.0, -0.4658, 1.0),
+                (4096, 14336, -0.3991, 1.0, -0.4614, 1.0),
+                (6144, 4096, -0.3826, 1.0, -0.4414, 1.0),
+                (8192, 8192, -0.379, 1.0, -0.455, 1.0),
+                (14336, 4096, -0.3767, 1.0, -0.4365, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23758,7 +23435,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [475]
+        # index: [470]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23769,11 +23446,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4659, 1.0, -0.5219, 1.0),
-                (4096, 14336, -0.4405, 1.0, -0.5177, 1.0),
-                (6144, 4096, -0.4591, 1.0, -0.5101, 1.0),
-                (8192, 8192, -0.4328, 1.0, -0.5268, 1.0),
-                (14336, 4096, -0.4305, 1.0, -0.4985, 1.0),
+                (4096, 4096, -0.4663, 1.0, -0.5223, 1.0),
+                (4096, 14336, -0.4409, 1.0, -0.5181, 1.0),
+                (6144, 4096, -0.4595, 1.0, -0.5105, 1.0),
+                (8192, 8192, -0.4332, 1.0, -0.5272, 1.0),
+                (14336, 4096, -0.4309, 1.0, -0.4989, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23797,6 +23474,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
             cells=(
                 (1408, 1024, 1408),
+                (2048, 1024, 1024),
                 (2880, 1024, 32768),
                 (4096, 1024, 2880),
                 (4096, 8192, 32768),
@@ -23805,7 +23483,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [476]
+        # index: [471]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23816,11 +23494,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.4539, 1.0, -0.5017, 1.0),
-                (4096, 14336, -0.4308, 1.0, -0.4991, 1.0),
-                (6144, 4096, -0.4422, 1.0, -0.4838, 1.0),
-                (8192, 8192, -0.4268, 1.0, -0.5005, 1.0),
-                (14336, 4096, -0.4222, 1.0, -0.4723, 1.0),
+                (4096, 4096, -0.4543, 1.0, -0.5021, 1.0),
+                (4096, 14336, -0.4312, 1.0, -0.4995, 1.0),
+                (6144, 4096, -0.4426, 1.0, -0.4842, 1.0),
+                (8192, 8192, -0.4272, 1.0, -0.5009, 1.0),
+                (14336, 4096, -0.4226, 1.0, -0.4727, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23854,7 +23532,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [477]
+        # index: [472]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23865,11 +23543,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=165888,
             bias_terms=(
-                (4096, 4096, -0.4795, 1.0, -0.5294, 1.0),
-                (4096, 14336, -0.4555, 1.0, -0.5246, 1.0),
-                (6144, 4096, -0.4546, 1.0, -0.5145, 1.0),
-                (8192, 8192, -0.4377, 1.0, -0.5234, 1.0),
-                (14336, 4096, -0.4389, 1.0, -0.5065, 1.0),
+                (4096, 4096, -0.4799, 1.0, -0.5298, 1.0),
+                (4096, 14336, -0.4559, 1.0, -0.525, 1.0),
+                (6144, 4096, -0.455, 1.0, -0.5149, 1.0),
+                (8192, 8192, -0.438, 1.0, -0.5237, 1.0),
+                (14336, 4096, -0.4393, 1.0, -0.5069, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23900,7 +23578,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [478]
+        # index: [473]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23911,11 +23589,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.477, 1.0, -0.5198, 1.0),
-                (4096, 14336, -0.4564, 1.0, -0.5285, 1.0),
-                (6144, 4096, -0.4579, 1.0, -0.5167, 1.0),
-                (8192, 8192, -0.4393, 1.0, -0.5371, 1.0),
-                (14336, 4096, -0.4434, 1.0, -0.5136, 1.0),
+                (4096, 4096, -0.4774, 1.0, -0.5202, 1.0),
+                (4096, 14336, -0.4567, 1.0, -0.5289, 1.0),
+                (6144, 4096, -0.4583, 1.0, -0.5171, 1.0),
+                (8192, 8192, -0.4396, 1.0, -0.5375, 1.0),
+                (14336, 4096, -0.4438, 1.0, -0.5139, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23946,7 +23624,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [479]
+        # index: [474]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -23957,11 +23635,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4336, 1.0, -0.5221, 1.0),
-                (4096, 14336, -0.4242, 1.0, -0.5198, 1.0),
-                (6144, 4096, -0.4456, 1.0, -0.507, 1.0),
-                (8192, 8192, -0.4156, 1.0, -0.5165, 1.0),
-                (14336, 4096, -0.4139, 1.0, -0.4929, 1.0),
+                (4096, 4096, -0.434, 1.0, -0.5225, 1.0),
+                (4096, 14336, -0.4246, 1.0, -0.5202, 1.0),
+                (6144, 4096, -0.446, 1.0, -0.5074, 1.0),
+                (8192, 8192, -0.416, 1.0, -0.5169, 1.0),
+                (14336, 4096, -0.4143, 1.0, -0.4933, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -23989,7 +23667,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [480]
+        # index: [475]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24000,11 +23678,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.4794, 1.0, -0.5, 1.0),
-                (4096, 14336, -0.4634, 1.0, -0.5117, 1.0),
-                (6144, 4096, -0.4659, 1.0, -0.5146, 1.0),
-                (8192, 8192, -0.4488, 1.0, -0.5293, 1.0),
-                (14336, 4096, -0.4409, 1.0, -0.5083, 1.0),
+                (4096, 4096, -0.4798, 1.0, -0.5003, 1.0),
+                (4096, 14336, -0.4638, 1.0, -0.5121, 1.0),
+                (6144, 4096, -0.4663, 1.0, -0.515, 1.0),
+                (8192, 8192, -0.4492, 1.0, -0.5297, 1.0),
+                (14336, 4096, -0.4413, 1.0, -0.5086, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24032,7 +23710,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [481]
+        # index: [476]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24043,11 +23721,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.4681, 1.0, -0.5209, 1.0),
-                (4096, 14336, -0.4417, 1.0, -0.5233, 1.0),
-                (6144, 4096, -0.4634, 1.0, -0.5169, 1.0),
-                (8192, 8192, -0.4436, 1.0, -0.5414, 1.0),
-                (14336, 4096, -0.4398, 1.0, -0.5076, 1.0),
+                (4096, 4096, -0.4685, 1.0, -0.5213, 1.0),
+                (4096, 14336, -0.442, 1.0, -0.5237, 1.0),
+                (6144, 4096, -0.4638, 1.0, -0.5173, 1.0),
+                (8192, 8192, -0.444, 1.0, -0.5418, 1.0),
+                (14336, 4096, -0.4401, 1.0, -0.508, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24075,7 +23753,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [482]
+        # index: [477]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24086,11 +23764,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.4426, 1.0, -0.4798, 1.0),
-                (4096, 14336, -0.4222, 1.0, -0.4766, 1.0),
-                (6144, 4096, -0.4288, 1.0, -0.4644, 1.0),
-                (8192, 8192, -0.3991, 1.0, -0.47, 1.0),
-                (14336, 4096, -0.4012, 1.0, -0.4538, 1.0),
+                (4096, 4096, -0.443, 1.0, -0.4801, 1.0),
+                (4096, 14336, -0.4226, 1.0, -0.477, 1.0),
+                (6144, 4096, -0.4292, 1.0, -0.4647, 1.0),
+                (8192, 8192, -0.3995, 1.0, -0.4704, 1.0),
+                (14336, 4096, -0.4015, 1.0, -0.4542, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24119,7 +23797,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [483]
+        # index: [478]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24130,11 +23808,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.3938, 1.0, -0.4493, 1.0),
-                (4096, 14336, -0.3828, 1.0, -0.448, 1.0),
-                (6144, 4096, -0.3826, 1.0, -0.4248, 1.0),
-                (8192, 8192, -0.3488, 1.0, -0.4376, 1.0),
-                (14336, 4096, -0.3558, 1.0, -0.4148, 1.0),
+                (4096, 4096, -0.3941, 1.0, -0.4497, 1.0),
+                (4096, 14336, -0.3832, 1.0, -0.4483, 1.0),
+                (6144, 4096, -0.383, 1.0, -0.4252, 1.0),
+                (8192, 8192, -0.3492, 1.0, -0.438, 1.0),
+                (14336, 4096, -0.3561, 1.0, -0.4152, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24166,7 +23844,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [484]
+        # index: [479]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24177,11 +23855,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.4311, 1.0, -0.4822, 1.0),
-                (4096, 14336, -0.4037, 1.0, -0.4821, 1.0),
-                (6144, 4096, -0.4215, 1.0, -0.4728, 1.0),
-                (8192, 8192, -0.4096, 1.0, -0.4953, 1.0),
-                (14336, 4096, -0.4108, 1.0, -0.4682, 1.0),
+                (4096, 4096, -0.4315, 1.0, -0.4826, 1.0),
+                (4096, 14336, -0.404, 1.0, -0.4825, 1.0),
+                (6144, 4096, -0.4219, 1.0, -0.4732, 1.0),
+                (8192, 8192, -0.41, 1.0, -0.4957, 1.0),
+                (14336, 4096, -0.4112, 1.0, -0.4686, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24213,7 +23891,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [485]
+        # index: [480]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24224,11 +23902,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.4712, 1.0, -0.4912, 1.0),
-                (4096, 14336, -0.4565, 1.0, -0.4886, 1.0),
-                (6144, 4096, -0.4585, 1.0, -0.5055, 1.0),
-                (8192, 8192, -0.4268, 1.0, -0.4961, 1.0),
-                (14336, 4096, -0.4311, 1.0, -0.5017, 1.0),
+                (4096, 4096, -0.4716, 1.0, -0.4916, 1.0),
+                (4096, 14336, -0.4569, 1.0, -0.489, 1.0),
+                (6144, 4096, -0.4589, 1.0, -0.5059, 1.0),
+                (8192, 8192, -0.4272, 1.0, -0.4965, 1.0),
+                (14336, 4096, -0.4315, 1.0, -0.5021, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24257,65 +23935,22 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [486]
+        # index: [481]
         ShapeCandidate(
             m=4096,
             m_end=8192,
             rank=28,
             table="gemm_wgmma",
             kernel="gemm_wgmma",
-            config_id="ce075fa6ffb",
-            registers=168,
-            smem_bytes=227328,
-            bias_terms=(
-                (4096, 4096, -0.4688, 1.0, -0.4999, 1.0),
-                (4096, 14336, -0.4395, 1.0, -0.4928, 1.0),
-                (6144, 4096, -0.4499, 1.0, -0.508, 1.0),
-                (8192, 8192, -0.4248, 1.0, -0.5161, 1.0),
-                (14336, 4096, -0.4313, 1.0, -0.5034, 1.0),
-            ),
-            cublas_terms=(
-                (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
-                (4096, 14336, -0.0285, 1.0, -0.0146, 1.0),
-                (6144, 4096, 0.0122, 1.0, 0.0009, 1.0),
-                (8192, 8192, -0.0134, 1.0, 0.0126, 1.0),
-                (14336, 4096, 0.0027, 1.0, 0.0035, 1.0),
-            ),
-            tunables=(
-                ("block_m", 128),
-                ("block_n", 224),
-                ("block_k", 64),
-                ("stages", 5),
-                ("consumers", 2),
-                ("cluster_m", 1),
-                ("cluster_n", 1),
-                ("raster", 1),
-                ("group_m", 8),
-                ("split_k", 1),
-                ("tail_split", 0),
-            ),
-            cells=(
-                (8192, 1024, 1408),
-                (11584, 1024, 1408),
-            ),
-        ),
-        # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [487]
-        ShapeCandidate(
-            m=4096,
-            m_end=8192,
-            rank=29,
-            table="gemm_wgmma",
-            kernel="gemm_wgmma",
             config_id="c711d0d56b5",
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.3902, 1.0, -0.4446, 1.0),
-                (4096, 14336, -0.37, 1.0, -0.45, 1.0),
-                (6144, 4096, -0.3886, 1.0, -0.4332, 1.0),
-                (8192, 8192, -0.3694, 1.0, -0.4494, 1.0),
-                (14336, 4096, -0.3571, 1.0, -0.4192, 1.0),
+                (4096, 4096, -0.3906, 1.0, -0.445, 1.0),
+                (4096, 14336, -0.3704, 1.0, -0.4504, 1.0),
+                (6144, 4096, -0.389, 1.0, -0.4336, 1.0),
+                (8192, 8192, -0.3698, 1.0, -0.4498, 1.0),
+                (14336, 4096, -0.3575, 1.0, -0.4196, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24344,7 +23979,50 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [488]
+        # index: [482]
+        ShapeCandidate(
+            m=4096,
+            m_end=8192,
+            rank=29,
+            table="gemm_wgmma",
+            kernel="gemm_wgmma",
+            config_id="ce075fa6ffb",
+            registers=168,
+            smem_bytes=227328,
+            bias_terms=(
+                (4096, 4096, -0.4691, 1.0, -0.5003, 1.0),
+                (4096, 14336, -0.4399, 1.0, -0.4932, 1.0),
+                (6144, 4096, -0.4503, 1.0, -0.5084, 1.0),
+                (8192, 8192, -0.4251, 1.0, -0.5165, 1.0),
+                (14336, 4096, -0.4317, 1.0, -0.5037, 1.0),
+            ),
+            cublas_terms=(
+                (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
+                (4096, 14336, -0.0285, 1.0, -0.0146, 1.0),
+                (6144, 4096, 0.0122, 1.0, 0.0009, 1.0),
+                (8192, 8192, -0.0134, 1.0, 0.0126, 1.0),
+                (14336, 4096, 0.0027, 1.0, 0.0035, 1.0),
+            ),
+            tunables=(
+                ("block_m", 128),
+                ("block_n", 224),
+                ("block_k", 64),
+                ("stages", 5),
+                ("consumers", 2),
+                ("cluster_m", 1),
+                ("cluster_n", 1),
+                ("raster", 1),
+                ("group_m", 8),
+                ("split_k", 1),
+                ("tail_split", 0),
+            ),
+            cells=(
+                (8192, 1024, 1408),
+                (11584, 1024, 1408),
+            ),
+        ),
+        # Automatically generated from [manifests/gemm_selector.yaml]
+        # index: [483]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24355,11 +24033,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.1597, 1.0, -0.2131, 1.0),
-                (4096, 14336, -0.1124, 1.0, -0.1914, 1.0),
-                (6144, 4096, -0.1545, 1.0, -0.2077, 1.0),
-                (8192, 8192, 0.1285, 1.0, 0.0437, 1.0),
-                (14336, 4096, 0.1767, 1.0, 0.1052, 1.0),
+                (4096, 4096, -0.1593, 1.0, -0.2128, 1.0),
+                (4096, 14336, -0.112, 1.0, -0.191, 1.0),
+                (6144, 4096, -0.1542, 1.0, -0.2073, 1.0),
+                (8192, 8192, 0.1289, 1.0, 0.0441, 1.0),
+                (14336, 4096, 0.1771, 1.0, 0.1056, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24387,7 +24065,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [489]
+        # index: [484]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24398,11 +24076,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.3511, 1.0, -0.4125, 1.0),
-                (4096, 14336, 0.098, 1.0, 0.028, 1.0),
-                (6144, 4096, -0.2355, 1.0, -0.2876, 1.0),
-                (8192, 8192, 0.1638, 1.0, 0.0703, 1.0),
-                (14336, 4096, 0.1783, 1.0, 0.1047, 1.0),
+                (4096, 4096, -0.3507, 1.0, -0.4122, 1.0),
+                (4096, 14336, 0.0984, 1.0, 0.0284, 1.0),
+                (6144, 4096, -0.2351, 1.0, -0.2872, 1.0),
+                (8192, 8192, 0.1642, 1.0, 0.0707, 1.0),
+                (14336, 4096, 0.1786, 1.0, 0.1051, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24429,7 +24107,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [490]
+        # index: [485]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24440,11 +24118,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.073, 1.0, -0.1145, 1.0),
-                (4096, 14336, -0.0151, 1.0, -0.0744, 1.0),
-                (6144, 4096, -0.0553, 1.0, -0.1063, 1.0),
-                (8192, 8192, 0.1712, 1.0, 0.077, 1.0),
-                (14336, 4096, 0.1914, 1.0, 0.12, 1.0),
+                (4096, 4096, -0.0726, 1.0, -0.1141, 1.0),
+                (4096, 14336, -0.0147, 1.0, -0.074, 1.0),
+                (6144, 4096, -0.0549, 1.0, -0.1059, 1.0),
+                (8192, 8192, 0.1716, 1.0, 0.0774, 1.0),
+                (14336, 4096, 0.1918, 1.0, 0.1204, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24470,7 +24148,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [491]
+        # index: [486]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24481,11 +24159,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3449, 1.0, -0.4037, 1.0),
-                (4096, 14336, 0.0732, 1.0, 0.0213, 1.0),
-                (6144, 4096, -0.2831, 1.0, -0.3351, 1.0),
-                (8192, 8192, 0.1554, 1.0, 0.0618, 1.0),
-                (14336, 4096, 0.1672, 1.0, 0.0901, 1.0),
+                (4096, 4096, -0.3445, 1.0, -0.4033, 1.0),
+                (4096, 14336, 0.0735, 1.0, 0.0217, 1.0),
+                (6144, 4096, -0.2827, 1.0, -0.3347, 1.0),
+                (8192, 8192, 0.1558, 1.0, 0.0622, 1.0),
+                (14336, 4096, 0.1675, 1.0, 0.0905, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24511,7 +24189,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [492]
+        # index: [487]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24522,11 +24200,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.1766, 1.0, -0.2276, 1.0),
-                (4096, 14336, -0.1526, 1.0, -0.2304, 1.0),
-                (6144, 4096, -0.1851, 1.0, -0.2331, 1.0),
-                (8192, 8192, 0.1283, 1.0, 0.0313, 1.0),
-                (14336, 4096, 0.178, 1.0, 0.1061, 1.0),
+                (4096, 4096, -0.1762, 1.0, -0.2272, 1.0),
+                (4096, 14336, -0.1522, 1.0, -0.23, 1.0),
+                (6144, 4096, -0.1847, 1.0, -0.2327, 1.0),
+                (8192, 8192, 0.1287, 1.0, 0.0317, 1.0),
+                (14336, 4096, 0.1783, 1.0, 0.1065, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24552,7 +24230,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [493]
+        # index: [488]
         ShapeCandidate(
             m=4096,
             m_end=8192,
@@ -24563,11 +24241,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.3549, 1.0, -0.4163, 1.0),
-                (4096, 14336, 0.0977, 1.0, 0.0335, 1.0),
-                (6144, 4096, -0.2324, 1.0, -0.2878, 1.0),
-                (8192, 8192, 0.1627, 1.0, 0.0711, 1.0),
-                (14336, 4096, 0.1788, 1.0, 0.1047, 1.0),
+                (4096, 4096, -0.3545, 1.0, -0.4159, 1.0),
+                (4096, 14336, 0.098, 1.0, 0.0339, 1.0),
+                (6144, 4096, -0.232, 1.0, -0.2875, 1.0),
+                (8192, 8192, 0.1631, 1.0, 0.0714, 1.0),
+                (14336, 4096, 0.1792, 1.0, 0.1051, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0124, 1.0, 0.0037, 1.0),
@@ -24592,7 +24270,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [494]
+        # index: [489]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24603,11 +24281,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=176,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.7957, 1.0, -0.7957, 1.0),
-                (4096, 14336, -0.7823, 1.0, -0.7823, 1.0),
-                (6144, 4096, -0.7798, 1.0, -0.7798, 1.0),
-                (8192, 8192, -0.7898, 1.0, -0.7898, 1.0),
-                (14336, 4096, -0.7732, 1.0, -0.7732, 1.0),
+                (4096, 4096, -0.7961, 1.0, -0.7961, 1.0),
+                (4096, 14336, -0.7827, 1.0, -0.7827, 1.0),
+                (6144, 4096, -0.7802, 1.0, -0.7802, 1.0),
+                (8192, 8192, -0.7902, 1.0, -0.7902, 1.0),
+                (14336, 4096, -0.7735, 1.0, -0.7735, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -24636,7 +24314,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [495]
+        # index: [490]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24647,11 +24325,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5287, 1.0, -0.5287, 1.0),
-                (4096, 14336, -0.5271, 1.0, -0.5271, 1.0),
-                (6144, 4096, -0.5181, 1.0, -0.5181, 1.0),
-                (8192, 8192, -0.5387, 1.0, -0.5387, 1.0),
-                (14336, 4096, -0.5159, 1.0, -0.5159, 1.0),
+                (4096, 4096, -0.5291, 1.0, -0.5291, 1.0),
+                (4096, 14336, -0.5275, 1.0, -0.5275, 1.0),
+                (6144, 4096, -0.5185, 1.0, -0.5185, 1.0),
+                (8192, 8192, -0.5391, 1.0, -0.5391, 1.0),
+                (14336, 4096, -0.5163, 1.0, -0.5163, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -24683,7 +24361,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [496]
+        # index: [491]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24694,11 +24372,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4446, 1.0, -0.4446, 1.0),
-                (4096, 14336, -0.45, 1.0, -0.45, 1.0),
-                (6144, 4096, -0.4332, 1.0, -0.4332, 1.0),
-                (8192, 8192, -0.4494, 1.0, -0.4494, 1.0),
-                (14336, 4096, -0.4192, 1.0, -0.4192, 1.0),
+                (4096, 4096, -0.445, 1.0, -0.445, 1.0),
+                (4096, 14336, -0.4504, 1.0, -0.4504, 1.0),
+                (6144, 4096, -0.4336, 1.0, -0.4336, 1.0),
+                (8192, 8192, -0.4498, 1.0, -0.4498, 1.0),
+                (14336, 4096, -0.4196, 1.0, -0.4196, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -24735,7 +24413,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [497]
+        # index: [492]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24746,11 +24424,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4493, 1.0, -0.4493, 1.0),
-                (4096, 14336, -0.448, 1.0, -0.448, 1.0),
-                (6144, 4096, -0.4248, 1.0, -0.4248, 1.0),
-                (8192, 8192, -0.4376, 1.0, -0.4376, 1.0),
-                (14336, 4096, -0.4148, 1.0, -0.4148, 1.0),
+                (4096, 4096, -0.4497, 1.0, -0.4497, 1.0),
+                (4096, 14336, -0.4483, 1.0, -0.4483, 1.0),
+                (6144, 4096, -0.4252, 1.0, -0.4252, 1.0),
+                (8192, 8192, -0.438, 1.0, -0.438, 1.0),
+                (14336, 4096, -0.4152, 1.0, -0.4152, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -24779,7 +24457,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [498]
+        # index: [493]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24790,11 +24468,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=217088,
             bias_terms=(
-                (4096, 4096, -0.5209, 1.0, -0.5209, 1.0),
-                (4096, 14336, -0.5233, 1.0, -0.5233, 1.0),
-                (6144, 4096, -0.5169, 1.0, -0.5169, 1.0),
-                (8192, 8192, -0.5414, 1.0, -0.5414, 1.0),
-                (14336, 4096, -0.5076, 1.0, -0.5076, 1.0),
+                (4096, 4096, -0.5213, 1.0, -0.5213, 1.0),
+                (4096, 14336, -0.5237, 1.0, -0.5237, 1.0),
+                (6144, 4096, -0.5173, 1.0, -0.5173, 1.0),
+                (8192, 8192, -0.5418, 1.0, -0.5418, 1.0),
+                (14336, 4096, -0.508, 1.0, -0.508, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -24826,7 +24504,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [499]
+        # index: [494]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24837,11 +24515,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.443, 1.0, -0.443, 1.0),
-                (4096, 14336, -0.4463, 1.0, -0.4463, 1.0),
-                (6144, 4096, -0.4295, 1.0, -0.4295, 1.0),
-                (8192, 8192, -0.4498, 1.0, -0.4498, 1.0),
-                (14336, 4096, -0.422, 1.0, -0.422, 1.0),
+                (4096, 4096, -0.4433, 1.0, -0.4433, 1.0),
+                (4096, 14336, -0.4467, 1.0, -0.4467, 1.0),
+                (6144, 4096, -0.4299, 1.0, -0.4299, 1.0),
+                (8192, 8192, -0.4502, 1.0, -0.4502, 1.0),
+                (14336, 4096, -0.4223, 1.0, -0.4223, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -24870,7 +24548,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [500]
+        # index: [495]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24881,11 +24559,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.4802, 1.0, -0.4802, 1.0),
-                (4096, 14336, -0.4802, 1.0, -0.4802, 1.0),
-                (6144, 4096, -0.4653, 1.0, -0.4653, 1.0),
-                (8192, 8192, -0.4909, 1.0, -0.4909, 1.0),
-                (14336, 4096, -0.4584, 1.0, -0.4584, 1.0),
+                (4096, 4096, -0.4806, 1.0, -0.4806, 1.0),
+                (4096, 14336, -0.4806, 1.0, -0.4806, 1.0),
+                (6144, 4096, -0.4657, 1.0, -0.4657, 1.0),
+                (8192, 8192, -0.4913, 1.0, -0.4913, 1.0),
+                (14336, 4096, -0.4588, 1.0, -0.4588, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -24916,7 +24594,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [501]
+        # index: [496]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24927,11 +24605,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=196608,
             bias_terms=(
-                (4096, 4096, -0.5159, 1.0, -0.5159, 1.0),
-                (4096, 14336, -0.5251, 1.0, -0.5251, 1.0),
-                (6144, 4096, -0.5083, 1.0, -0.5083, 1.0),
-                (8192, 8192, -0.5313, 1.0, -0.5313, 1.0),
-                (14336, 4096, -0.5024, 1.0, -0.5024, 1.0),
+                (4096, 4096, -0.5163, 1.0, -0.5163, 1.0),
+                (4096, 14336, -0.5255, 1.0, -0.5255, 1.0),
+                (6144, 4096, -0.5087, 1.0, -0.5087, 1.0),
+                (8192, 8192, -0.5317, 1.0, -0.5317, 1.0),
+                (14336, 4096, -0.5028, 1.0, -0.5028, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -24959,7 +24637,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [502]
+        # index: [497]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -24970,11 +24648,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4806, 1.0, -0.4806, 1.0),
-                (4096, 14336, -0.4723, 1.0, -0.4723, 1.0),
-                (6144, 4096, -0.4647, 1.0, -0.4647, 1.0),
-                (8192, 8192, -0.4702, 1.0, -0.4702, 1.0),
-                (14336, 4096, -0.4539, 1.0, -0.4539, 1.0),
+                (4096, 4096, -0.481, 1.0, -0.481, 1.0),
+                (4096, 14336, -0.4727, 1.0, -0.4727, 1.0),
+                (6144, 4096, -0.4651, 1.0, -0.4651, 1.0),
+                (8192, 8192, -0.4706, 1.0, -0.4706, 1.0),
+                (14336, 4096, -0.4543, 1.0, -0.4543, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25003,7 +24681,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [503]
+        # index: [498]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25014,11 +24692,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.3997, 1.0, -0.3997, 1.0),
-                (4096, 14336, 0.0061, 1.0, 0.0061, 1.0),
-                (6144, 4096, -0.3214, 1.0, -0.3214, 1.0),
-                (8192, 8192, 0.0612, 1.0, 0.0612, 1.0),
-                (14336, 4096, 0.0894, 1.0, 0.0894, 1.0),
+                (4096, 4096, -0.3993, 1.0, -0.3993, 1.0),
+                (4096, 14336, 0.0064, 1.0, 0.0064, 1.0),
+                (6144, 4096, -0.321, 1.0, -0.321, 1.0),
+                (8192, 8192, 0.0616, 1.0, 0.0616, 1.0),
+                (14336, 4096, 0.0898, 1.0, 0.0898, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25051,7 +24729,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [504]
+        # index: [499]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25062,11 +24740,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.2131, 1.0, -0.2131, 1.0),
-                (4096, 14336, -0.1914, 1.0, -0.1914, 1.0),
-                (6144, 4096, -0.2077, 1.0, -0.2077, 1.0),
-                (8192, 8192, 0.0437, 1.0, 0.0437, 1.0),
-                (14336, 4096, 0.1052, 1.0, 0.1052, 1.0),
+                (4096, 4096, -0.2128, 1.0, -0.2128, 1.0),
+                (4096, 14336, -0.191, 1.0, -0.191, 1.0),
+                (6144, 4096, -0.2073, 1.0, -0.2073, 1.0),
+                (8192, 8192, 0.0441, 1.0, 0.0441, 1.0),
+                (14336, 4096, 0.1056, 1.0, 0.1056, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25100,7 +24778,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [505]
+        # index: [500]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25111,11 +24789,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=64,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.4125, 1.0, -0.4125, 1.0),
-                (4096, 14336, 0.028, 1.0, 0.028, 1.0),
-                (6144, 4096, -0.2876, 1.0, -0.2876, 1.0),
-                (8192, 8192, 0.0703, 1.0, 0.0703, 1.0),
-                (14336, 4096, 0.1047, 1.0, 0.1047, 1.0),
+                (4096, 4096, -0.4122, 1.0, -0.4122, 1.0),
+                (4096, 14336, 0.0284, 1.0, 0.0284, 1.0),
+                (6144, 4096, -0.2872, 1.0, -0.2872, 1.0),
+                (8192, 8192, 0.0707, 1.0, 0.0707, 1.0),
+                (14336, 4096, 0.1051, 1.0, 0.1051, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25146,7 +24824,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [506]
+        # index: [501]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25157,11 +24835,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5171, 1.0, -0.5171, 1.0),
-                (4096, 14336, -0.5211, 1.0, -0.5211, 1.0),
-                (6144, 4096, -0.5094, 1.0, -0.5094, 1.0),
-                (8192, 8192, -0.536, 1.0, -0.536, 1.0),
-                (14336, 4096, -0.4958, 1.0, -0.4958, 1.0),
+                (4096, 4096, -0.5175, 1.0, -0.5175, 1.0),
+                (4096, 14336, -0.5215, 1.0, -0.5215, 1.0),
+                (6144, 4096, -0.5098, 1.0, -0.5098, 1.0),
+                (8192, 8192, -0.5364, 1.0, -0.5364, 1.0),
+                (14336, 4096, -0.4962, 1.0, -0.4962, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25196,7 +24874,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [507]
+        # index: [502]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25207,11 +24885,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5147, 1.0, -0.5147, 1.0),
-                (4096, 14336, -0.5193, 1.0, -0.5193, 1.0),
-                (6144, 4096, -0.5077, 1.0, -0.5077, 1.0),
-                (8192, 8192, -0.5276, 1.0, -0.5276, 1.0),
-                (14336, 4096, -0.4876, 1.0, -0.4876, 1.0),
+                (4096, 4096, -0.5151, 1.0, -0.5151, 1.0),
+                (4096, 14336, -0.5197, 1.0, -0.5197, 1.0),
+                (6144, 4096, -0.508, 1.0, -0.508, 1.0),
+                (8192, 8192, -0.528, 1.0, -0.528, 1.0),
+                (14336, 4096, -0.488, 1.0, -0.488, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25245,7 +24923,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [508]
+        # index: [503]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25256,11 +24934,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=206848,
             bias_terms=(
-                (4096, 4096, -0.4422, 1.0, -0.4422, 1.0),
-                (4096, 14336, -0.4528, 1.0, -0.4528, 1.0),
-                (6144, 4096, -0.4399, 1.0, -0.4399, 1.0),
-                (8192, 8192, -0.4588, 1.0, -0.4588, 1.0),
-                (14336, 4096, -0.4266, 1.0, -0.4266, 1.0),
+                (4096, 4096, -0.4426, 1.0, -0.4426, 1.0),
+                (4096, 14336, -0.4532, 1.0, -0.4532, 1.0),
+                (6144, 4096, -0.4403, 1.0, -0.4403, 1.0),
+                (8192, 8192, -0.4591, 1.0, -0.4591, 1.0),
+                (14336, 4096, -0.427, 1.0, -0.427, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25290,7 +24968,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [509]
+        # index: [504]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25301,11 +24979,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=223232,
             bias_terms=(
-                (4096, 4096, -0.4488, 1.0, -0.4488, 1.0),
-                (4096, 14336, -0.4516, 1.0, -0.4516, 1.0),
-                (6144, 4096, -0.4306, 1.0, -0.4306, 1.0),
-                (8192, 8192, -0.4478, 1.0, -0.4478, 1.0),
-                (14336, 4096, -0.4159, 1.0, -0.4159, 1.0),
+                (4096, 4096, -0.4492, 1.0, -0.4492, 1.0),
+                (4096, 14336, -0.4519, 1.0, -0.4519, 1.0),
+                (6144, 4096, -0.431, 1.0, -0.431, 1.0),
+                (8192, 8192, -0.4482, 1.0, -0.4482, 1.0),
+                (14336, 4096, -0.4162, 1.0, -0.4162, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25335,7 +25013,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [510]
+        # index: [505]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25346,11 +25024,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5017, 1.0, -0.5017, 1.0),
-                (4096, 14336, -0.4991, 1.0, -0.4991, 1.0),
-                (6144, 4096, -0.4838, 1.0, -0.4838, 1.0),
-                (8192, 8192, -0.5005, 1.0, -0.5005, 1.0),
-                (14336, 4096, -0.4723, 1.0, -0.4723, 1.0),
+                (4096, 4096, -0.5021, 1.0, -0.5021, 1.0),
+                (4096, 14336, -0.4995, 1.0, -0.4995, 1.0),
+                (6144, 4096, -0.4842, 1.0, -0.4842, 1.0),
+                (8192, 8192, -0.5009, 1.0, -0.5009, 1.0),
+                (14336, 4096, -0.4727, 1.0, -0.4727, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25386,7 +25064,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [511]
+        # index: [506]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25397,11 +25075,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=215040,
             bias_terms=(
-                (4096, 4096, -0.4456, 1.0, -0.4456, 1.0),
-                (4096, 14336, -0.4492, 1.0, -0.4492, 1.0),
-                (6144, 4096, -0.4298, 1.0, -0.4298, 1.0),
-                (8192, 8192, -0.4429, 1.0, -0.4429, 1.0),
-                (14336, 4096, -0.4146, 1.0, -0.4146, 1.0),
+                (4096, 4096, -0.446, 1.0, -0.446, 1.0),
+                (4096, 14336, -0.4496, 1.0, -0.4496, 1.0),
+                (6144, 4096, -0.4302, 1.0, -0.4302, 1.0),
+                (8192, 8192, -0.4433, 1.0, -0.4433, 1.0),
+                (14336, 4096, -0.415, 1.0, -0.415, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25433,7 +25111,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [512]
+        # index: [507]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25444,11 +25122,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=231424,
             bias_terms=(
-                (4096, 4096, -0.4654, 1.0, -0.4654, 1.0),
-                (4096, 14336, -0.4611, 1.0, -0.4611, 1.0),
-                (6144, 4096, -0.441, 1.0, -0.441, 1.0),
-                (8192, 8192, -0.4546, 1.0, -0.4546, 1.0),
-                (14336, 4096, -0.4361, 1.0, -0.4361, 1.0),
+                (4096, 4096, -0.4658, 1.0, -0.4658, 1.0),
+                (4096, 14336, -0.4614, 1.0, -0.4614, 1.0),
+                (6144, 4096, -0.4414, 1.0, -0.4414, 1.0),
+                (8192, 8192, -0.455, 1.0, -0.455, 1.0),
+                (14336, 4096, -0.4365, 1.0, -0.4365, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25488,7 +25166,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [513]
+        # index: [508]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25499,11 +25177,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.4798, 1.0, -0.4798, 1.0),
-                (4096, 14336, -0.4766, 1.0, -0.4766, 1.0),
-                (6144, 4096, -0.4644, 1.0, -0.4644, 1.0),
-                (8192, 8192, -0.47, 1.0, -0.47, 1.0),
-                (14336, 4096, -0.4538, 1.0, -0.4538, 1.0),
+                (4096, 4096, -0.4801, 1.0, -0.4801, 1.0),
+                (4096, 14336, -0.477, 1.0, -0.477, 1.0),
+                (6144, 4096, -0.4647, 1.0, -0.4647, 1.0),
+                (8192, 8192, -0.4704, 1.0, -0.4704, 1.0),
+                (14336, 4096, -0.4542, 1.0, -0.4542, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25532,7 +25210,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [514]
+        # index: [509]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25543,11 +25221,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=198656,
             bias_terms=(
-                (4096, 4096, -0.5038, 1.0, -0.5038, 1.0),
-                (4096, 14336, -0.498, 1.0, -0.498, 1.0),
-                (6144, 4096, -0.4796, 1.0, -0.4796, 1.0),
-                (8192, 8192, -0.4977, 1.0, -0.4977, 1.0),
-                (14336, 4096, -0.4696, 1.0, -0.4696, 1.0),
+                (4096, 4096, -0.5042, 1.0, -0.5042, 1.0),
+                (4096, 14336, -0.4984, 1.0, -0.4984, 1.0),
+                (6144, 4096, -0.48, 1.0, -0.48, 1.0),
+                (8192, 8192, -0.4981, 1.0, -0.4981, 1.0),
+                (14336, 4096, -0.4699, 1.0, -0.4699, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25582,7 +25260,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [515]
+        # index: [510]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25593,11 +25271,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=128,
             smem_bytes=190464,
             bias_terms=(
-                (4096, 4096, -0.4822, 1.0, -0.4822, 1.0),
-                (4096, 14336, -0.4821, 1.0, -0.4821, 1.0),
-                (6144, 4096, -0.4728, 1.0, -0.4728, 1.0),
-                (8192, 8192, -0.4953, 1.0, -0.4953, 1.0),
-                (14336, 4096, -0.4682, 1.0, -0.4682, 1.0),
+                (4096, 4096, -0.4826, 1.0, -0.4826, 1.0),
+                (4096, 14336, -0.4825, 1.0, -0.4825, 1.0),
+                (6144, 4096, -0.4732, 1.0, -0.4732, 1.0),
+                (8192, 8192, -0.4957, 1.0, -0.4957, 1.0),
+                (14336, 4096, -0.4686, 1.0, -0.4686, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25628,7 +25306,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [516]
+        # index: [511]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25639,11 +25317,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=168,
             smem_bytes=227328,
             bias_terms=(
-                (4096, 4096, -0.5198, 1.0, -0.5198, 1.0),
-                (4096, 14336, -0.5285, 1.0, -0.5285, 1.0),
-                (6144, 4096, -0.5167, 1.0, -0.5167, 1.0),
-                (8192, 8192, -0.5371, 1.0, -0.5371, 1.0),
-                (14336, 4096, -0.5136, 1.0, -0.5136, 1.0),
+                (4096, 4096, -0.5202, 1.0, -0.5202, 1.0),
+                (4096, 14336, -0.5289, 1.0, -0.5289, 1.0),
+                (6144, 4096, -0.5171, 1.0, -0.5171, 1.0),
+                (8192, 8192, -0.5375, 1.0, -0.5375, 1.0),
+                (14336, 4096, -0.5139, 1.0, -0.5139, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25672,7 +25350,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [517]
+        # index: [512]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25683,11 +25361,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=61,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.1145, 1.0, -0.1145, 1.0),
-                (4096, 14336, -0.0744, 1.0, -0.0744, 1.0),
-                (6144, 4096, -0.1063, 1.0, -0.1063, 1.0),
-                (8192, 8192, 0.077, 1.0, 0.077, 1.0),
-                (14336, 4096, 0.12, 1.0, 0.12, 1.0),
+                (4096, 4096, -0.1141, 1.0, -0.1141, 1.0),
+                (4096, 14336, -0.074, 1.0, -0.074, 1.0),
+                (6144, 4096, -0.1059, 1.0, -0.1059, 1.0),
+                (8192, 8192, 0.0774, 1.0, 0.0774, 1.0),
+                (14336, 4096, 0.1204, 1.0, 0.1204, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25716,7 +25394,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [518]
+        # index: [513]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25727,11 +25405,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=48,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.4037, 1.0, -0.4037, 1.0),
-                (4096, 14336, 0.0213, 1.0, 0.0213, 1.0),
-                (6144, 4096, -0.3351, 1.0, -0.3351, 1.0),
-                (8192, 8192, 0.0618, 1.0, 0.0618, 1.0),
-                (14336, 4096, 0.0901, 1.0, 0.0901, 1.0),
+                (4096, 4096, -0.4033, 1.0, -0.4033, 1.0),
+                (4096, 14336, 0.0217, 1.0, 0.0217, 1.0),
+                (6144, 4096, -0.3347, 1.0, -0.3347, 1.0),
+                (8192, 8192, 0.0622, 1.0, 0.0622, 1.0),
+                (14336, 4096, 0.0905, 1.0, 0.0905, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25760,7 +25438,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [519]
+        # index: [514]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25771,11 +25449,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=49152,
             bias_terms=(
-                (4096, 4096, -0.2276, 1.0, -0.2276, 1.0),
-                (4096, 14336, -0.2304, 1.0, -0.2304, 1.0),
-                (6144, 4096, -0.2331, 1.0, -0.2331, 1.0),
-                (8192, 8192, 0.0313, 1.0, 0.0313, 1.0),
-                (14336, 4096, 0.1061, 1.0, 0.1061, 1.0),
+                (4096, 4096, -0.2272, 1.0, -0.2272, 1.0),
+                (4096, 14336, -0.23, 1.0, -0.23, 1.0),
+                (6144, 4096, -0.2327, 1.0, -0.2327, 1.0),
+                (8192, 8192, 0.0317, 1.0, 0.0317, 1.0),
+                (14336, 4096, 0.1065, 1.0, 0.1065, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25803,7 +25481,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [520]
+        # index: [515]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25814,11 +25492,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=52,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.4163, 1.0, -0.4163, 1.0),
-                (4096, 14336, 0.0335, 1.0, 0.0335, 1.0),
-                (6144, 4096, -0.2878, 1.0, -0.2878, 1.0),
-                (8192, 8192, 0.0711, 1.0, 0.0711, 1.0),
-                (14336, 4096, 0.1047, 1.0, 0.1047, 1.0),
+                (4096, 4096, -0.4159, 1.0, -0.4159, 1.0),
+                (4096, 14336, 0.0339, 1.0, 0.0339, 1.0),
+                (6144, 4096, -0.2875, 1.0, -0.2875, 1.0),
+                (8192, 8192, 0.0714, 1.0, 0.0714, 1.0),
+                (14336, 4096, 0.1051, 1.0, 0.1051, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
@@ -25845,7 +25523,7 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             ),
         ),
         # Automatically generated from [manifests/gemm_selector.yaml]
-        # index: [521]
+        # index: [516]
         ShapeCandidate(
             m=8192,
             m_end=2147483647,
@@ -25856,11 +25534,11 @@ GEMM_SELECTOR: list[ShapeCandidate] = [
             registers=50,
             smem_bytes=73728,
             bias_terms=(
-                (4096, 4096, -0.1404, 1.0, -0.1404, 1.0),
-                (4096, 14336, -0.0846, 1.0, -0.0846, 1.0),
-                (6144, 4096, -0.1442, 1.0, -0.1442, 1.0),
-                (8192, 8192, 0.0767, 1.0, 0.0767, 1.0),
-                (14336, 4096, 0.1198, 1.0, 0.1198, 1.0),
+                (4096, 4096, -0.14, 1.0, -0.14, 1.0),
+                (4096, 14336, -0.0843, 1.0, -0.0843, 1.0),
+                (6144, 4096, -0.1438, 1.0, -0.1438, 1.0),
+                (8192, 8192, 0.0771, 1.0, 0.0771, 1.0),
+                (14336, 4096, 0.1202, 1.0, 0.1202, 1.0),
             ),
             cublas_terms=(
                 (4096, 4096, 0.0037, 1.0, 0.0037, 1.0),
