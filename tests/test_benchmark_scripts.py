@@ -181,3 +181,43 @@ def test_profile_speed_runs_its_views_on_grown_recordings(tmp_path: Path) -> Non
             assert figure["wall_s"] > 0 and 0 < figure["peak_gb"] < 4 and figure["printed_bytes"] < 20_000
     finally:
         launcher.close()
+
+
+def _recording_rows(medians: dict[tuple[str, int], float]) -> pl.DataFrame:
+    """A minimal recording of table t: (config_id, M) -> median ms at N = K = 64; 'cublas' is the baseline."""
+    return pl.DataFrame([
+        {"table": "t", "kind": "baseline" if cid == "cublas" else "kernel", "status": "ok", "config_id": cid,
+         "M": m, "N": 64, "K": 64, "median_ms": ms} for (cid, m), ms in medians.items()])
+
+
+def test_compare_recordings_reads_speedups_and_reach_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    compare_recordings = _load_script("compare_recordings")
+    before, after = tmp_path / "before.parquet", tmp_path / "after.parquet"
+    _recording_rows({("a", 1): 2.0, ("a", 2): 4.0, ("b", 1): 3.0, ("cublas", 1): 2.0,
+                     ("cublas", 2): 4.0}).write_parquet(before)
+    _recording_rows({("a", 1): 1.0, ("a", 2): 4.0, ("b", 1): 3.0, ("c", 2): 1.0, ("cublas", 1): 2.0,
+                     ("cublas", 2): 5.0}).write_parquet(after)
+    out = tmp_path / "figures.json"
+    monkeypatch.setattr(sys, "argv", ["compare_recordings", str(before), str(after), "--out", str(out)])
+    assert compare_recordings.main() == 0
+    figures = json.loads(out.read_text())
+    # a: 2.0 / 1.0 at M = 1 and 4.0 / 4.0 at M = 2 -> sqrt(2); b unchanged; c only after: not compared
+    assert figures["per_configuration"] == {"b": 1.0, "a": round(math.sqrt(2), 4)}
+    assert figures["kernel_speedup_geomean"] == round(2 ** (1 / 3), 4)
+    assert figures["cublas_control_geomean"] == round(math.sqrt(4 / 5), 4)
+    # best x cuBLAS: M = 1 2/2 -> 2/1; M = 2 4/4 -> 5/1 (c, new in after, counts for the reach)
+    reach = [(row["best_vs_cublas_before"], row["best_vs_cublas_after"]) for row in figures["per_shape"]]
+    assert reach == [(1.0, 2.0), (1.0, 5.0)]
+    assert "1.000 -> 3.162" in capsys.readouterr().out
+
+
+def test_compare_recordings_names_a_file_that_is_no_recording(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    compare_recordings = _load_script("compare_recordings")
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("not parquet")
+    monkeypatch.setattr(sys, "argv", ["compare_recordings", str(bad), str(bad), "--out", str(tmp_path / "x.json")])
+    assert compare_recordings.main() == 2
+    assert f"{bad}: not a readable recording" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
