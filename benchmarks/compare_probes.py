@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
-from tunetable.metrics import geomean  # noqa: E402
+from tunetable.stats import geomean  # noqa: E402
 
 CUBLAS = "cublas"
 

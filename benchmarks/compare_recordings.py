@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.stats import geomean  # noqa: E402
 
 SHAPE = ["M", "N", "K"]
 
@@ -60,11 +60,6 @@ def load_recording(source: str) -> pd.DataFrame:
     if missing:
         raise RecordingError(f"{source}: not a recording (no column {', '.join(sorted(missing))})")
     return frame[frame["status"] == "ok"]
-
-
-def geomean(values: list[float]) -> float:
-    """Geometric mean of positive values."""
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def speedups(*, before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:

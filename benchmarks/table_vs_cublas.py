@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from tunetable.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
 from tunetable.baseline import pooled_baselines  # noqa: E402
 from tunetable.manifest import ManifestEntry, load_ranges, lookup  # noqa: E402
 from tunetable.params import load_params  # noqa: E402
+from tunetable.stats import geomean  # noqa: E402
 
 PARAMS = load_params(REPO / "params.yaml")
 TABLES = {name: spec["recording"] for name, spec in PARAMS["tables"].items()}
@@ -63,11 +63,6 @@ def shard_times(path: Path) -> dict[tuple[int, int, int], dict[str, float]]:
     for m, n, k, config_id, median in frame.iter_rows():
         out.setdefault((m, n, k), {})[config_id] = median
     return out
-
-
-def geomean(values: list[float]) -> float:
-    """Geometric mean."""
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def table_ratios(*, times: dict[tuple[int, int, int], dict[str, float]],

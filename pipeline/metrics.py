@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import polars as pl
 
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup
+from tunetable.stats import geomean
 
 # Shapes drawn as bar pairs; more are drawn as one point each in a fixed-size figure.
 PLOT_BARS = 120
@@ -134,12 +134,6 @@ def shards_key(*, shards: Sequence[Path], table: str) -> str:
     if len(keys) > 1:
         raise TuneTableError(f"shards of several content keys given ({', '.join(keys)})", where="SHARDS")
     return keys[0]
-
-
-def geomean(values: Iterable[float]) -> float | None:
-    """Geometric mean of positive values (None when there are none)."""
-    logs = [math.log(v) for v in values if v is not None and v > 0]
-    return math.exp(sum(logs) / len(logs)) if logs else None
 
 
 def _round(value: float | None) -> float | None:

@@ -221,3 +221,12 @@ def test_compare_recordings_names_a_file_that_is_no_recording(tmp_path: Path, ca
     assert compare_recordings.main() == 2
     assert f"{bad}: not a readable recording" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("script", ["compare_probes", "compare_recordings"])
+def test_the_device_side_comparison_scripts_import_without_polars(script: str) -> None:
+    # scripts/device_probe.sh runs compare_probes on the GPU machine, whose image has no polars
+    code = ("import sys, runpy; sys.modules['polars'] = None; "
+            f"runpy.run_path({str(REPO / 'benchmarks' / f'{script}.py')!r}, run_name='not_main')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
