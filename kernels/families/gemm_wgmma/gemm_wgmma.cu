@@ -30,7 +30,8 @@
 //   * whole tiles are stored through shared memory: stmatrix writes the accumulator fragment (its
 //     native layout) into the consumer's own rows of A in the tile's last stage, held until the store
 //     is done, then each warp writes whole 16-byte runs of 128-byte rows (benchmarks/notes_gemm_wgmma.md
-//     v13: +1.3-2.2 % at large M, up to +5 % on one-consumer rings, against the in-register transpose);
+//     v13: +1.3-2.2 % at large M, up to +5 % on one-consumer rings, against the in-register transpose),
+//     and so is the tile a split finishes (v14: +0.7-4.7 % per split-K / tail-split configuration);
 //   * TAIL_SPLIT = 1 (a last wave that would leave SMs idle): the full waves' tiles go whole; each of
 //     the R tiles of the last partial wave is split along K into min(U / R, k-tiles, 8) equal runs (U: clusters), all
 //     in one last round, split s of every tile on neighbouring clusters (the same k-tiles of a shared
@@ -103,6 +104,11 @@ constexpr bool kPartials = SPLIT_K > 1 || TAIL_SPLIT == 1;  // some tiles are su
 // Three consumers keep the in-register store in a kernel with partials: the tail split's 192 x 128 spilled
 // 4 bytes with both stores in it.
 constexpr bool kStagedStore = !(CONSUMERS == 3 && kPartials);
+// The tile that a split finishes is stored staged too (v14): its consumer holds its last stage through the
+// split-K count. Two tilings keep the in-register finish: with it ptxas spilled 4-8 bytes for the 64 x 256
+// one-consumer tile at SPLIT_K = 4 and the 128 x 192 tail split in 2 x 1 clusters (nvcc 13.0).
+constexpr bool kStagedFinish = kStagedStore && kPartials && !(CONSUMERS == 1 && BLOCK_N == 256) &&
+                               !(BLOCK_N == 192 && CLUSTER_M * CLUSTER_N > 1);
 constexpr int kMaxTailSplits = 8;  // the last split reads the others' partials: more would cost more than they save
 #ifdef SMEM_BYTES
 static_assert(SMEM_BYTES == kSmemBytes, "SMEM_BYTES define disagrees with the kernel's shared-memory formula");
@@ -478,14 +484,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
 #pragma unroll
       for (int s = 0; s < kSlices; ++s) fence_registers(acc[s]);
       const bool padding = item.tile_m >= schedule.tiles_m || item.tile_n >= schedule.tiles_n;  // cluster padding
-      // A whole tile's last stage is held as the staged store's scratch and released after the store.
-      const bool staged = kStagedStore && !padding && previous >= 0 && (!kPartials || item.splits == 1);
+      // A tile's last stage is held as the staged store's scratch and released after the store; a split tile's
+      // (kStagedFinish) until the count says whether this split finishes it.
+      const bool staged = kStagedStore && !padding && previous >= 0 && (!kPartials || item.splits == 1 || kStagedFinish);
       if (!staged && previous >= 0 && t < kClusterSize) mbar_arrive_cluster(empty(previous), t);
 
       if (padding) continue;
       const int row0 = item.tile_m * BLOCK_M + consumer * kWgRows;
       const int col0 = item.tile_n * BLOCK_N;
-      if (staged) {
+      if (staged && (!kPartials || item.splits == 1)) {
         store_tile_staged(acc, C, M, N, row0, col0, smem_a + previous * kStageBytesA + consumer * kWgRows * 128);
         // Every warp of this consumer is done with the scratch, and its generic-proxy writes are ordered before
         // the TMA refill (async proxy) of the stage.
@@ -512,9 +519,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
           for (int s = 0; s < kSlices; ++s)
             splitk_sum_fragment<BLOCK_N / 2, kFinishBatch>(acc[s], slots + s * kSlotVecs, split_stride, item.splits,
                                                            item.split, t, row0 + s * 64 + lane_row < M);
-          store_tile_bf16(acc, C, M, N, row0, col0);
+          if (staged) {
+            store_tile_staged(acc, C, M, N, row0, col0, smem_a + previous * kStageBytesA + consumer * kWgRows * 128);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            consumer_sync();
+          } else {
+            store_tile_bf16(acc, C, M, N, row0, col0);
+          }
           if (t == 0) *counter = 0;  // ready for the next launch
         }
+        if (staged && t < kClusterSize) mbar_arrive_cluster(empty(previous), t);  // the held stage, finisher or not
       }
     }
   }
