@@ -30,11 +30,12 @@ def edit(manifest: str, old: str, new: str):
 
 
 def first_entry(manifest: str, old: str, new: str):
-    """Replace ``old`` inside the first entry of a manifest (after ``params:``)."""
+    """Replace ``old`` inside the first entry of a manifest (after ``params:``, before the second entry)."""
     def mutate(p: Project) -> None:
         head, body = p.text(manifest).split("params:\n", 1)
-        assert old in body
-        p.write(manifest, head + "params:\n" + body.replace(old, new, 1))
+        first, separator, rest = body.partition("\n  - ")
+        assert old in first + "\n", old
+        p.write(manifest, head + "params:\n" + (first + "\n").replace(old, new, 1)[:-1] + separator + rest)
     return mutate
 
 
@@ -66,7 +67,8 @@ def injection(field: str):
         if field == "KERNEL":
             text = text.replace("  KERNEL: gemm_mma\n", f"  KERNEL: '{payload}'\n", 1)
         else:
-            text = text.replace("    CONFIG_ID: cdba23ace0e\n", f"    CONFIG_ID: '{payload}'\n", 1)
+            text = re.sub(r"^    CONFIG_ID: c[0-9a-f]{10}$", lambda _: f"    CONFIG_ID: '{payload}'", text, count=1,
+                          flags=re.M)
         p.write(MMA, text)
     return mutate
 
@@ -125,13 +127,12 @@ CASES = [
     Case("m-nan", first_entry(MMA, "    M: 1\n", "    M: .nan\n"),
          rf"{E_MMA}: {FIRST}: M: expected an integer, got nan"),
     Case("tunable-changed-under-its-config-id", first_entry(MMA, "    BLOCK_M: 16\n", "    BLOCK_M: 32\n"),
-         rf"{E_MMA}: {FIRST}: CONFIG_ID cdba23ace0e is not the id of the entry's tunables \(c[0-9a-f]{{10}}\)"),
-    Case("tunable-null", first_entry(MMA, "    STAGES: 6\n", "    STAGES: null\n"),
+         rf"{E_MMA}: {FIRST}: CONFIG_ID c[0-9a-f]{{10}} is not the id of the entry's tunables \(c[0-9a-f]{{10}}\)"),
+    Case("tunable-null", first_value(MMA, STAGES="null"),
          rf"{E_MMA}: {FIRST}: STAGES: expected an integer, got None"),
-    Case("tunable-beyond-int32", first_entry(MMA, "    STAGES: 6\n", "    STAGES: 99999999999\n"),
+    Case("tunable-beyond-int32", first_value(MMA, STAGES=99999999999),
          rf"{E_MMA}: {FIRST}: STAGES: 99999999999 is outside \[0, 2147483647\]"),
-    Case("unknown-key", first_entry(MMA, "    STAGES: 6\n",
-         "    STAGES: 6\n    EXTRA: 1\n"),
+    Case("unknown-key", first_entry(MMA, "    M: 1\n", "    M: 1\n    EXTRA: 1\n"),
          rf"{E_MMA}: {FIRST}: EXTRA: not a field of table gemm_mma \(fields: M, M_END, N, K, KERNEL, .*\)"),
     Case("missing-key", drop_line(MMA, "    GROUP_M: 1"),
          rf"{E_MMA}: {FIRST}: lacks GROUP_M \(fields of table gemm_mma: .*\)"),
@@ -147,7 +148,7 @@ CASES = [
          r"gemm_wgmma \(gemm_wgmma\)"),
     Case("dispatch-config-id-not-an-id", first_entry(DISPATCH, "    CONFIG_ID: c", "    CONFIG_ID: xc"),
          r"error: manifests/gemm_dispatch\.yaml: params\[\d+\]: CONFIG_ID: 'xc[0-9a-f]+' is not a configuration id .*"),
-    Case("duplicate-key-in-an-entry", first_entry(MMA, "    STAGES: 6\n", "    STAGES: 6\n    STAGES: 4\n"),
+    Case("duplicate-key-in-an-entry", first_entry(MMA, "    M: 1\n", "    M: 1\n    STAGES: 4\n"),
          rf"{E_MMA}: line \d+: duplicate key 'STAGES' \(first at line \d+\); YAML would keep only the last"),
     Case("duplicate-provenance", edit(MMA, "provenance:\n", "provenance: {}\nprovenance:\n"),
          rf"{E_MMA}: line 4: duplicate key 'provenance' \(first at line 3\).*"),
@@ -168,7 +169,7 @@ CASES = [
     Case("params-not-a-list", lambda p: p.write(MMA, "params: 3\n"), rf"{E_MMA}: expected 'params' to be a sequence"),
     Case("entry-not-a-mapping", lambda p: p.write(MMA, "params: [3]\n"), rf"{E_MMA}: params\[0\] must be a mapping"),
     Case("entry-twice", duplicate_entry, rf"{E_MMA}: duplicate params entry at index 1"),
-    Case("unknown-template", first_entry(MMA, "    STAGES: 6\n", "    STAGES: 6\n    _template: wide\n"),
+    Case("unknown-template", first_entry(MMA, "    M: 1\n", "    M: 1\n    _template: wide\n"),
          rf"{E_MMA}: {FIRST} references unknown template 'wide'"),
     Case("malformed-yaml", lambda p: p.write(MMA, "params: [\n"), rf"{E_MMA}: line \d+: malformed YAML: .*"),
     Case("empty-file", lambda p: p.write(MMA, ""), rf"{E_MMA}: expected a YAML mapping"),
