@@ -139,7 +139,8 @@ def test_reads_recordings_and_ranked_tables(tmp_path: Path) -> None:
 
     done = profile(tmp_path, str(RECORDING), "--head", "1")
     assert done.returncode == 0, done.stderr
-    assert "metric [met (ms)]" in done.stdout and f"{recorded_kernel_rows():,} compared; left out: 55 baseline" in done.stdout
+    assert "metric [met (ms)]" in done.stdout
+    assert f"{recorded_kernel_rows():,} compared; left out: 55 baseline" in done.stdout
     recording = pl.read_parquet(RECORDING)
     ranked = rank.rank_rows(rows=recording, parameters=resultset.describe_table_file(path=RECORDING).parameters)
     rank.write_ranked(table=ranked, out=tmp_path / "gemm_mma.parquet", name="gemm_mma")
