@@ -241,6 +241,13 @@ def test_other_keys_are_parked_and_parked_shards_restored_not_replayed(copy: Pat
     assert "--shape 1,4096,4096 " not in replay and "--shape 8,4096,4096 " in replay
     assert f"park results/raw/{TABLE}/0123456789abcdef" in done.output
     assert f"restore results/raw/{TABLE}/{key}/M1_N4096_K4096.pkl" in done.output
+    # Parking prunes the folders it empties up to results/raw: a job writing into results/raw waits for it
+    # (the replay jobs are printed indented, inside their group).
+    writers = re.findall(r"^ *rule ((?:replay|restore)\w*):\n((?: +\w+: .*\n)+)", done.output, flags=re.M)
+    assert {name.split("_")[0] for name, _block in writers} == {"replay", "restore"}, done.output[-3000:]
+    for name, block in writers:
+        inputs = re.search(r"^ +input: (.*)$", block, flags=re.M)
+        assert inputs and "results/stamps/parked.ok" in inputs.group(1).split(", "), (name, block)
 
 
 def test_live_dag_never_remeasures_a_shard_on_disk(copy: Path) -> None:

@@ -49,6 +49,7 @@ if PLAN.backend == "cuda":
                 _job.name
             input:
                 tt.compile_stamp(table=_job.table, key=PLAN.keys[_job.table]),
+                tt.park_inputs(PLAN),
             output:
                 [shard.path for shard in _job.shards],
             resources:
@@ -81,6 +82,7 @@ else:
                 _job.name
             input:
                 tt.replay_inputs(PLAN, table=_job.table),
+                tt.park_inputs(PLAN),
             output:
                 # The journals too: each holds its shard's checksum, and a shard without one is served again.
                 # Shards first: Snakemake finds a requested file by matching it against the outputs in order
@@ -118,6 +120,8 @@ if tt.stale_raw(PLAN):
             "( {tt.RAWSTORE} park {params.entries} && touch {output} ) > {log} 2>&1" + tt.SHOW_ERRORS
 
 
+# Every rule that writes into results/raw (restore, bench, replay) waits for park_raw: parking prunes the folders
+# it empties up to results/raw, which would race a job creating its key folder beside them.
 # At most tt.REPLAY_CHUNK shards per rule (Snakemake matches a requested file against every output).
 # Renames on the submit host (local): a cluster job re-parses the Snakefile, and the parked set it
 # would see changes as these rules run.
@@ -129,6 +133,7 @@ for _name, _parked in tt.restore_jobs(PLAN):
         localrule: True
         input:
             [str(tt.rawstore.parked_path(shard.path)) for shard in _parked],
+            tt.park_inputs(PLAN),
         output:
             [shard.path for shard in _parked],
         log:
