@@ -55,18 +55,20 @@ def tune(cache_file: Path, strategy: str, **options) -> tuple[list[dict], dict]:
                                         strategy_options=options, quiet=True)
 
 
-def measured_count(shape: tuple[int, int, int]) -> int:
-    """How many configurations the recording holds as verified at this shape."""
+def measured_rows(shape: tuple[int, int, int]) -> pl.DataFrame:
+    """The recording's verified configuration rows at this shape."""
     m, n, k = shape
     return pl.read_parquet(RECORDING).filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)
-                                             & (pl.col("kind") == "kernel") & (pl.col("status") == "ok")).height
+                                             & (pl.col("kind") == "kernel") & (pl.col("status") == "ok"))
+
+
+def measured_count(shape: tuple[int, int, int]) -> int:
+    """How many configurations the recording holds as verified at this shape."""
+    return measured_rows(shape).height
 
 
 def measured_best(shape: tuple[int, int, int]) -> tuple[str, float]:
-    m, n, k = shape
-    rows = pl.read_parquet(RECORDING).filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)
-                                             & (pl.col("kind") == "kernel") & (pl.col("status") == "ok"))
-    best = rows.sort("median_ms", "config_id").row(0, named=True)
+    best = measured_rows(shape).sort("median_ms", "config_id").row(0, named=True)
     return best["config_id"], best["median_ms"]
 
 
