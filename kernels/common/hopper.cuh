@@ -1,7 +1,6 @@
-// Hopper (sm_90a) PTX building blocks for TMA + wgmma kernels: mbarriers, 2-D TMA tile loads,
-// shared-memory matrix descriptors and the wgmma fences. gemm_wgmma.cu still carries its own
-// copy of these (moving it here changes that kernel's source hash, so it waits for the next
-// re-record of its table).
+// Hopper (sm_90a) PTX building blocks for the TMA + wgmma kernels (gemm_wgmma.cu, gemm_wgmma_swap.cu):
+// mbarriers, 2-D TMA tile loads, shared-memory matrix descriptors, the wgmma fences, and the shared-memory
+// moves of the staged epilogues (stmatrix, 16-byte reads).
 #pragma once
 #include <cuda.h>
 #include <stdint.h>
@@ -52,4 +51,26 @@ template <int R>
 __device__ __forceinline__ void fence_registers(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The staged epilogues: stmatrix writes 8 x 8 bf16 blocks of an accumulator fragment into shared memory (.trans:
+// each block transposed), then whole 16-byte runs are read back for coalesced stores to C.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ void stmatrix_x2_trans(uint32_t addr, uint32_t r0, uint32_t r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(addr), "r"(r0), "r"(r1)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
 }

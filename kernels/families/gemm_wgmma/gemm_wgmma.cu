@@ -301,17 +301,6 @@ constexpr int kEpiCols = 64;
 constexpr int kEpiWarpBytes = 16 * 128;
 static_assert(4 * kEpiWarpBytes <= kWgRows * 128, "the staged store's scratch must fit in one consumer's rows of A");
 
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
-               "r"(r2), "r"(r3)
-               : "memory");
-}
-__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-
 // The accumulator fragment of an m64nN wgmma is, per 8 x 8 block, the stmatrix fragment: thread t holds row
 // t/4 (+8), columns 2*(t%4), +1 of block j. One stmatrix.x4 writes blocks j, j+1 for both row halves.
 __device__ __forceinline__ void store_tile_staged(const float (&acc)[kSlices][BLOCK_N / 2], __nv_bfloat16* __restrict__ C,
@@ -486,20 +475,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
       const bool padding = item.tile_m >= schedule.tiles_m || item.tile_n >= schedule.tiles_n;  // cluster padding
       // A tile's last stage is held as the staged store's scratch and released after the store; a split tile's
       // (kStagedFinish) until the count says whether this split finishes it.
-      const bool staged = kStagedStore && !padding && previous >= 0 && (!kPartials || item.splits == 1 || kStagedFinish);
+      const bool whole = !kPartials || item.splits == 1;  // stored from this consumer's accumulators alone
+      const bool staged = kStagedStore && !padding && previous >= 0 && (whole || kStagedFinish);
       if (!staged && previous >= 0 && t < kClusterSize) mbar_arrive_cluster(empty(previous), t);
 
       if (padding) continue;
       const int row0 = item.tile_m * BLOCK_M + consumer * kWgRows;
       const int col0 = item.tile_n * BLOCK_N;
-      if (staged && (!kPartials || item.splits == 1)) {
+      if (staged && whole) {
         store_tile_staged(acc, C, M, N, row0, col0, smem_a + previous * kStageBytesA + consumer * kWgRows * 128);
         // Every warp of this consumer is done with the scratch, and its generic-proxy writes are ordered before
         // the TMA refill (async proxy) of the stage.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         asm volatile("bar.sync %0, 128;\n" ::"r"(consumer + 1) : "memory");
         if (t < kClusterSize) mbar_arrive_cluster(empty(previous), t);
-      } else if (!kPartials || item.splits == 1) {
+      } else if (whole) {
         store_tile_bf16(acc, C, M, N, row0, col0);
       } else {
         // Fragment-native partials (common/splitk.cuh): one slot per (split, tile, consumer, slice).

@@ -144,21 +144,6 @@ __device__ __forceinline__ void store_transposed(const float (&acc)[kSlices][BLO
 constexpr int kEpiRows = 64;  // rows of C (columns of C^T) per chunk
 static_assert(kEpiRows * 128 <= kWgRows * 128, "the staged store's chunk must fit in one consumer's rows of B");
 
-__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
-               "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
-}
-__device__ __forceinline__ void stmatrix_x2_trans(uint32_t addr, uint32_t r0, uint32_t r1) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(addr), "r"(r0), "r"(r1)
-               : "memory");
-}
-__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-
 // Thread t holds C^T[16 w + t/4 (+8)][8 j + 2 (t%4), +1] of its warp w: the stmatrix fragment of 8 x 8 block
 // (j, half); .trans stores the block's column c as the 16 bytes of shared row 8 j + c.
 __device__ __forceinline__ void store_transposed_staged(const float (&acc)[kSlices][BLOCK_M / 2], int consumer,
