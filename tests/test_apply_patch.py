@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def test_a_base_that_moved_on_is_refused_naming_the_patch_line() -> None:
 def test_the_committed_probe_patches_apply_to_the_kernels_they_name(tmp_path: Path) -> None:
     patches = sorted((REPO / "benchmarks" / "versions").glob("*.patch"))
     if not patches:
-        pytest.skip("no probe patch is committed (each probe so far was adopted into its kernel)")
+        pytest.skip("no probe patch is committed (adopted ones live in their kernels, the others in git history)")
     for patch in patches:
         copy = tmp_path / patch.name
         copy.write_text(patch.read_text())
@@ -45,3 +46,18 @@ def test_the_committed_probe_patches_apply_to_the_kernels_they_name(tmp_path: Pa
         base = REPO / patch.read_text().splitlines()[0].removeprefix("--- ")
         source = copy.with_suffix(".cu").read_text()
         assert source != base.read_text() and source.count("\n") > 300
+
+
+def test_a_patch_of_a_real_kernel_writes_that_variant(tmp_path: Path) -> None:
+    # A probe variant as `git diff` would write it: one line of gemm_mma.cu changed, three lines of context.
+    base_path = "kernels/families/gemm_mma/gemm_mma.cu"
+    base = (REPO / base_path).read_text().splitlines(keepends=True)
+    changed = next(i for i, line in enumerate(base) if line.startswith("#include"))
+    variant = [*base[:changed], "// probe variant\n", *base[changed:]]
+    patch = tmp_path / "variant.patch"
+    patch.write_text("".join(difflib.unified_diff(base, variant, fromfile=base_path, tofile=base_path)))
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(patch)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "variant.cu").read_text() == "".join(variant)
+

@@ -57,7 +57,8 @@ def test_a_recording_sharing_no_shape_keeps_scale_zero() -> None:
 @pytest.mark.parametrize("prefix", ["h200_", "h200_validation_"])
 def test_the_h200_recordings_sessions_agree_within_two_percent(prefix: str) -> None:
     # The three families' recordings were measured in separate sessions; overall their cuBLAS rows agree within
-    # 2 % (the session scales), while single shapes differ by up to 12 % (256 x 4096^2: 17.1 / 19.3 / 17.1 us).
+    # 2 % (the session scales), while single shapes differ more (12 % at 256 x 4096^2 in earlier recordings: 17.1 /
+    # 19.3 / 17.1 us; 7 % in those of 7a9c40f): the pooled yardstick is closer than any one shard's row.
     paths = {t: REPO / f"data/recordings/{prefix}{t}.parquet" for t in ("gemm_mma", "gemm_wgmma", "gemm_wgmma_swap")}
     if not all(p.is_file() for p in paths.values()):
         pytest.skip("the committed H200 recordings are absent")
@@ -72,4 +73,4 @@ def test_the_h200_recordings_sessions_agree_within_two_percent(prefix: str) -> N
     shared = [s for s in rows["gemm_mma"] if all(s in rows[t] for t in rows)]
     worst_row = max(max(rows[t][s] for t in rows) / min(rows[t][s] for t in rows) for s in shared)
     worst_pooled = max(max(pooled[t][s] for t in rows) / min(pooled[t][s] for t in rows) for s in shared)
-    assert worst_row > 1.09 and worst_pooled < 1.03
+    assert worst_pooled < 1.03 and worst_pooled < worst_row

@@ -162,6 +162,53 @@ def test_compare_probes_writes_its_report_and_names_a_bad_file(tmp_path: Path, c
     assert f"{not_a_report}: no 'timed' list" in capsys.readouterr().err
 
 
+fixed_cost = _load_script("fixed_cost")
+
+
+def _floor_us(m: int, n: int, k: int) -> float:
+    """DESIGN.md's floor, written out here: max(bytes / 4.13 TB/s, flops / 800 TFLOP/s), in us."""
+    return max((m * k + n * k + m * n) * 2 / 4.13e12, 2.0 * m * n * k / 800e12) * 1e6
+
+
+def test_fixed_cost_fits_the_line_through_the_long_k_points(tmp_path: Path) -> None:
+    # ca: 4 us + 1.25 x floor from K = 2048 on (0.8 of the floor's rate); its K = 512 point is off the line, left out.
+    ks = (512, 2048, 4096, 8192)
+    timed = {f"1x4096x{k}": {"cublas": (5.0 + _floor_us(1, 4096, k)) / 1e3,
+                             "ca": (4.0 + 1.25 * _floor_us(1, 4096, k) + (9.0 if k == 512 else 0.0)) / 1e3}
+             for k in ks}
+    run = _probe_report(tmp_path / "sweep.json", flags=[], timed=timed)
+    fits = {fit["contender"]: fit for fit in fixed_cost.fits_of(runs=[run], min_k=2048)}
+    assert fits["ca"]["fixed_us"] == pytest.approx(4.0) and fits["ca"]["floor_rate"] == pytest.approx(0.8)
+    assert fits["cublas"]["fixed_us"] == pytest.approx(5.0) and fits["cublas"]["floor_rate"] == pytest.approx(1.0)
+    assert fits["ca"]["shape"] == "1x4096xK" and fits["ca"]["ks"] == list(ks)
+
+    reach = {"64x4096x4096": {"roofline": 0.6}, "32x4096x4096": {"roofline": 0.9}, "1024x4096x4096": {"roofline": 0.9}}
+    ceiling = fixed_cost.roofline_ceiling(reach=reach, fixed_us=4.0)
+    assert [row["shape"] for row in ceiling["shapes"]] == ["64x4096x4096"]  # only M = 64-512
+    floor = _floor_us(64, 4096, 4096)
+    assert ceiling["geomean_ceiling"] == pytest.approx(floor / (floor + 4.0))
+    assert ceiling["geomean_of_ceiling"] == pytest.approx(0.6 * (floor + 4.0) / floor)
+
+
+def test_fixed_cost_writes_its_report_and_names_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    timed = {f"1x4096x{k}": {"cublas": 0.01 * k / 1024, "ca": 0.012 * k / 1024} for k in (2048, 4096)}
+    run = _probe_report(tmp_path / "sweep.json", flags=[], timed=timed)
+    assert fixed_cost.main([str(run), "--out", str(tmp_path / "fc")]) == 0
+    assert "| sweep | ca | 1x4096xK | K = 2048 4096:" in (tmp_path / "fc.md").read_text()
+    assert json.loads((tmp_path / "fc.json").read_text())["ceiling"] is None
+
+    (tmp_path / "fc.md").write_text("earlier report\n")
+    short = _probe_report(tmp_path / "short.json", flags=[], timed={"1x4096x4096": {"cublas": 0.01, "ca": 0.012}})
+    assert fixed_cost.main([str(short), "--out", str(tmp_path / "fc")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"fixed_cost: {short}: ca: 1 points with K >= 2048: a line needs two"]
+    not_a_report = tmp_path / "d.json"
+    not_a_report.write_text("[1, 2]")
+    assert fixed_cost.main([str(not_a_report), "--out", str(tmp_path / "fc")]) == 2
+    assert f"fixed_cost: {not_a_report}: not a gemm_vs_cublas.py report" in capsys.readouterr().err
+    assert (tmp_path / "fc.md").read_text() == "earlier report\n"  # nothing written on bad input
+
+
 def test_profile_speed_runs_its_views_on_grown_recordings(tmp_path: Path) -> None:
     """The benchmark's pieces at a small size: inputs grown from the recordings, the engine, one view per format."""
     profile_speed = _load_script("profile_speed")
