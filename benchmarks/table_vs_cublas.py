@@ -121,10 +121,12 @@ def with_yardstick(times: dict[str, dict[tuple[int, int, int], dict[str, float]]
 
 
 def reach_summary(per_shape: dict[tuple[int, int, int], dict[str, Any]]) -> dict[str, Any]:
-    """Geomean speedup of the best per shape, its share at >= 1.0x, its minimum, and the roofline geomean."""
+    """Geomean speedup of the best per shape (and with every shape below 1.0x lifted to 1.0x: what parity alone would
+    give), its share at >= 1.0x, its minimum, and the roofline geomean."""
     speedups = [item["speedup"] for item in per_shape.values()]
     mid = [item["roofline"] for shape, item in per_shape.items() if 64 <= shape[0] <= 512]
     return {"shapes": len(speedups), "geomean": geomean(speedups),
+            "geomean_at_parity": geomean([max(v, 1.0) for v in speedups]),
             "at_or_above_1": sum(v >= 1.0 for v in speedups), "share_at_or_above_1": sum(v >= 1.0 for v in speedups)
             / len(speedups), "min": min(speedups), "below_0_9": sum(v < 0.9 for v in speedups),
             "roofline_geomean": geomean([item["roofline"] for item in per_shape.values()]),
@@ -254,7 +256,8 @@ def main() -> None:
         f"reach: validation geomean {val['geomean']:.3f} (target >= 1.0: "
         f"{'met' if val['geomean'] >= 1.0 else 'NOT met'}), min {val['min']:.3f} (target >= 0.9: "
         f"{'met' if val['min'] >= 0.9 else 'NOT met'}); default geomean {dflt['geomean']:.3f} (target >= 1.03: "
-        f"{'met' if dflt['geomean'] >= 1.03 else 'NOT met'}), {100 * dflt['share_at_or_above_1']:.0f} % >= 1.0x "
+        f"{'met' if dflt['geomean'] >= 1.03 else 'NOT met'}; {dflt['geomean_at_parity']:.3f} with every shape below "
+        f"1.0x lifted to 1.0x), {100 * dflt['share_at_or_above_1']:.0f} % >= 1.0x "
         f"(target >= 50 %: {'met' if dflt['share_at_or_above_1'] >= 0.5 else 'NOT met'}), roofline M 64-512 "
         f"{dflt['roofline_geomean_m64_512']:.3f} (target >= 0.80: "
         f"{'met' if dflt['roofline_geomean_m64_512'] >= 0.80 else 'NOT met'})")
