@@ -49,7 +49,7 @@ def test_the_committed_probe_patches_apply_to_the_kernels_they_name(tmp_path: Pa
 
 
 def test_a_patch_of_a_real_kernel_writes_that_variant(tmp_path: Path) -> None:
-    # A probe variant as `git diff` would write it: one line of gemm_mma.cu changed, three lines of context.
+    # A probe variant as `git diff` would write it: a line inserted into gemm_mma.cu, three lines of context.
     base_path = "kernels/families/gemm_mma/gemm_mma.cu"
     base = (REPO / base_path).read_text().splitlines(keepends=True)
     changed = next(i for i, line in enumerate(base) if line.startswith("#include"))
@@ -60,4 +60,3 @@ def test_a_patch_of_a_real_kernel_writes_that_variant(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "variant.cu").read_text() == "".join(variant)
-
