@@ -90,8 +90,9 @@ def sass_counts(*, cubin: str, entry: str) -> dict[str, int] | None:
 
 
 def payload_for(*, config: KernelConfig, cubin: str, shape: tuple[int, int, int],
-                grid_cap: int | None = None) -> dict[str, Any]:
-    """The worker's launch payload (the bench's ``launch_payload``); ``grid_cap`` cuts a persistent grid."""
+                grid_cap: int | None = None, grid_multiple: int | None = None) -> dict[str, Any]:
+    """The worker's launch payload (the bench's ``launch_payload``); ``grid_cap`` cuts a persistent grid,
+    ``grid_multiple`` rounds it up (a probe variant launching clusters its family does not declare)."""
     task = ConfigTask(config_id=config.id, family=config.family, params=config.params,
                       defines=tuple(config.defines().items()), cubin=cubin)
     payload = launch_payload(task=task, m=shape[0], n=shape[1], k=shape[2], families=FAMILIES)
@@ -99,14 +100,17 @@ def payload_for(*, config: KernelConfig, cubin: str, shape: tuple[int, int, int]
         defines = payload["defines"]
         cluster = int(defines["CLUSTER_M"]) * int(defines["CLUSTER_N"])
         payload["grid"][0] = min(payload["grid"][0], max(cluster, grid_cap // cluster * cluster))
+    if grid_multiple:
+        payload["grid"][0] = -(-payload["grid"][0] // grid_multiple) * grid_multiple
     return payload
 
 
 class Harness:
     """The bench's worker process, restarted after a fault or hang."""
 
-    def __init__(self, *, grid_cap: int | None = None) -> None:
+    def __init__(self, *, grid_cap: int | None = None, grid_multiple: int | None = None) -> None:
         self.grid_cap = grid_cap  # --grid-cap: persistent-grid experiments
+        self.grid_multiple = grid_multiple  # --grid-multiple: probe variants' clusters
         self.worker = WorkerProcess(runner="cuda")
         self.info = self.worker.start()
         self.hangs = 0
@@ -140,7 +144,7 @@ def verify_shape(harness: Harness, *, shape: tuple[int, int, int], configs: list
     for config in configs:
         reply = harness.request({"op": "prepare", "config_id": config.id,
                                  "payload": payload_for(config=config, cubin=cubins[config.id], shape=shape,
-                                                      grid_cap=harness.grid_cap)})
+                                                      grid_cap=harness.grid_cap, grid_multiple=harness.grid_multiple)})
         out[config.id] = {"status": reply.get("status"), "rel_err": reply.get("rel_err"), "error": reply.get("error")}
         if reply.get("status") in ("launch", "timeout"):  # the worker was restarted: the shape is gone
             use_shape(harness, shape=shape)
@@ -159,7 +163,7 @@ def time_shape(harness: Harness, *, shape: tuple[int, int, int], configs: list[K
     for config in configs:
         reply = harness.request({"op": "prepare", "config_id": config.id,
                                  "payload": payload_for(config=config, cubin=cubins[config.id], shape=shape,
-                                                      grid_cap=harness.grid_cap)})
+                                                      grid_cap=harness.grid_cap, grid_multiple=harness.grid_multiple)})
         if reply.get("status") == "ok":
             candidates.append(config.id)
             launched[config.id] = reply.get("launch_grid")
@@ -272,6 +276,8 @@ def main() -> None:
     parser.add_argument("--name", help="output file stem (default gemm_vs_cublas_<family>)")
     parser.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (experiments, e.g. -DNAME)")
     parser.add_argument("--grid-cap", type=int, help="cap the persistent grid at this many blocks (experiments)")
+    parser.add_argument("--grid-multiple", type=int,
+                        help="round the persistent grid up to a multiple of this (a variant's cluster size)")
     args = parser.parse_args()
 
     family = FAMILIES[args.family]
@@ -299,7 +305,7 @@ def main() -> None:
     built = [c for c in configs if c.id in cubins]
     print(f"compiled {len(built)}/{len(configs)} configurations in {time.perf_counter() - started:.1f} s", flush=True)
 
-    harness = Harness(grid_cap=args.grid_cap)
+    harness = Harness(grid_cap=args.grid_cap, grid_multiple=args.grid_multiple)
     results: dict[str, Any] = {
         "family": args.family, "source": source_label(source), "device": harness.info,
         "settings": SETTINGS, "nvcc_flags": NVCC_FLAGS + args.nvcc_flag, "grid_cap": args.grid_cap,

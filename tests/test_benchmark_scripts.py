@@ -61,6 +61,17 @@ def test_payload_is_the_familys_launch_and_the_grid_cap_keeps_whole_clusters() -
     assert capped["grid"] == [100, 1, 1]  # whole 2-block clusters
 
 
+def test_grid_multiple_rounds_a_persistent_grid_up_for_a_probe_variants_clusters() -> None:
+    # gemm_wgmma_swap 64 x 128 tiles at 1 x 264 x 328: 1 M tile x 3 N tiles, so the family's grid is 3 blocks.
+    config = gemm_vs_cublas.explicit_config(family="gemm_wgmma_swap",
+                                            text="BLOCK_M=64,BLOCK_N=128,BLOCK_K=64,STAGES=8,CONSUMERS=2,SPLIT_K=1")
+    assert gemm_vs_cublas.payload_for(config=config, cubin="x.cubin", shape=(1, 264, 328))["grid"] == [3, 1, 1]
+    paired = gemm_vs_cublas.payload_for(config=config, cubin="x.cubin", shape=(1, 264, 328), grid_multiple=2)
+    assert paired["grid"] == [4, 1, 1]
+    full = gemm_vs_cublas.payload_for(config=config, cubin="x.cubin", shape=(4096, 4096, 4096), grid_multiple=2)
+    assert full["grid"] == [132, 1, 1]  # already whole pairs
+
+
 def test_split_k_payload_launches_one_kernel_with_partials_and_tile_counters() -> None:
     """gemm_mma SPLIT_K=4 at 7x4096x14336: fp32 partials [4, 7, 4096], then one int per 16x64 tile (64 of them)."""
     text = "BLOCK_M=16,BLOCK_N=64,BLOCK_K=64,WARPS_M=1,WARPS_N=4,WARPS_K=1,STAGES=4,SPLIT_K=4,GROUP_M=1"
