@@ -21,6 +21,15 @@ FIXTURES = REPO / "tests" / "fixtures" / "bench"
 DRIVER = FIXTURES / "driver.py"
 
 
+def load_benchmark_script(name: str) -> Any:
+    """benchmarks/<name>.py as a module (benchmarks/ is not a package on pytest's path)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_test_families() -> dict[str, Any]:
     """FAMILIES of tests/fixtures/bench/family.py (the test kernel's launch geometry)."""
     spec = importlib.util.spec_from_file_location("bench_test_family", FIXTURES / "family.py")

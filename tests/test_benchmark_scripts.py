@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from bench_support import load_benchmark_script
 
 from tunetable.kernels.families import FAMILIES
 from tunetable.params import load_params, table_spec
@@ -20,16 +20,7 @@ from tunetable.yamlio import load_yaml_file
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load_script(name: str):
-    """A benchmark script as a module (benchmarks/ is not a package on pytest's path)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gemm_vs_cublas = _load_script("gemm_vs_cublas")
+gemm_vs_cublas = load_benchmark_script("gemm_vs_cublas")
 WGMMA = ("BLOCK_M=128,BLOCK_N=256,BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=2,CLUSTER_N=1,RASTER=1,GROUP_M=8,SPLIT_K=1,"
          "TAIL_SPLIT=0")
 
@@ -111,7 +102,7 @@ def test_table_vs_cublas_matches_the_recordings(tmp_path: Path) -> None:
     assert result["reach"]["default"]["shapes"] == 55 and result["reach"]["every table's shapes"]["shapes"] == 70
 
 
-compare_probes = _load_script("compare_probes")
+compare_probes = load_benchmark_script("compare_probes")
 
 
 def _probe_report(path: Path, *, timed: dict[str, dict[str, float]], flags: list[str]) -> Path:
@@ -173,7 +164,7 @@ def test_compare_probes_writes_its_report_and_names_a_bad_file(tmp_path: Path, c
     assert f"{not_a_report}: no 'timed' list" in capsys.readouterr().err
 
 
-fixed_cost = _load_script("fixed_cost")
+fixed_cost = load_benchmark_script("fixed_cost")
 
 
 def _floor_us(m: int, n: int, k: int) -> float:
@@ -222,7 +213,7 @@ def test_fixed_cost_writes_its_report_and_names_a_bad_file(tmp_path: Path, capsy
 
 def test_profile_speed_runs_its_views_on_grown_recordings(tmp_path: Path) -> None:
     """The benchmark's pieces at a small size: inputs grown from the recordings, the engine, one view per format."""
-    profile_speed = _load_script("profile_speed")
+    profile_speed = load_benchmark_script("profile_speed")
     rows = profile_speed.recording_rows()
     grown = profile_speed.grown(rows=rows, size=20_000, start=5_000)
     assert grown.height == 15_000 and grown["M"].max() > 16384          # copies get their own shapes
@@ -250,7 +241,7 @@ def _recording_rows(medians: dict[tuple[str, int], float]) -> pl.DataFrame:
 
 def test_compare_recordings_reads_speedups_and_reach_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    compare_recordings = _load_script("compare_recordings")
+    compare_recordings = load_benchmark_script("compare_recordings")
     before, after = tmp_path / "before.parquet", tmp_path / "after.parquet"
     _recording_rows({("a", 1): 2.0, ("a", 2): 4.0, ("b", 1): 3.0, ("cublas", 1): 2.0,
                      ("cublas", 2): 4.0}).write_parquet(before)
@@ -272,7 +263,7 @@ def test_compare_recordings_reads_speedups_and_reach_by_hand(tmp_path: Path, cap
 
 def test_compare_recordings_names_a_file_that_is_no_recording(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    compare_recordings = _load_script("compare_recordings")
+    compare_recordings = load_benchmark_script("compare_recordings")
     bad = tmp_path / "bad.parquet"
     bad.write_text("not parquet")
     monkeypatch.setattr(sys, "argv", ["compare_recordings", str(bad), str(bad), "--out", str(tmp_path / "x.json")])

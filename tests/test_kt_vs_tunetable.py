@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_support import load_benchmark_script
 
 from tunetable.kernels.families import FAMILIES
 from tunetable import paths
@@ -22,18 +21,9 @@ from tunetable.grid import load_table_grid
 from tunetable.params import load_params
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "kt_vs_tunetable.py"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("kt_vs_tunetable", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-ktv = _load_script()
+ktv = load_benchmark_script("kt_vs_tunetable")
 
 
 def _configs(filters: tuple[str, ...]):

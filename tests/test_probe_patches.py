@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_support import load_benchmark_script
 
 from tunetable.compile import compile_configs, main_function, parse_ptxas
 from tunetable.kernels.families import FAMILIES
@@ -17,14 +17,6 @@ pytestmark = pytest.mark.nvcc
 
 REPO = Path(__file__).resolve().parents[1]
 VERSIONS = REPO / "benchmarks" / "versions"
-
-
-def _gemm_vs_cublas():
-    """benchmarks/gemm_vs_cublas.py as a module (its explicit_config and NVCC_FLAGS are what a probe runs)."""
-    spec = importlib.util.spec_from_file_location("gemm_vs_cublas_probe", REPO / "benchmarks" / "gemm_vs_cublas.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def probe_lines_of(patch: Path) -> list[tuple[str, list[str]]]:
@@ -47,7 +39,7 @@ def test_a_committed_probe_variant_compiles_for_its_probe_lines(patch: Path, tmp
     assert applied.returncode == 0, applied.stderr
     lines = probe_lines_of(patch)
     assert lines, f"{patch.name}: no probe line (benchmarks/probes/*.txt) runs its variant"
-    runner = _gemm_vs_cublas()
+    runner = load_benchmark_script("gemm_vs_cublas")  # its explicit_config and NVCC_FLAGS are what a probe runs
     for where, args in lines:
         family = args[args.index("--family") + 1]
         flags = [args[i + 1] for i, arg in enumerate(args) if arg == "--nvcc-flag"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from bench_support import load_benchmark_script
 
 from tunetable.kernels.runtime.decide import shape_selector as selector
 from tunetable.kernels.perfmodel import PersistentTile, predict_persistent_seconds
@@ -273,11 +274,7 @@ def test_online_tuning_is_opt_in_and_takes_at_most_eight_of_the_selectors_candid
 
 def test_the_tuning_speed_figure_tunes_new_shapes_with_a_valid_budget(tmp_path: Path) -> None:
     """benchmarks/tune_new_shapes.py (run on the H200): its 24 shapes are in no table and not validation shapes."""
-    import importlib.util
-
-    script = importlib.util.spec_from_file_location("tune_new_shapes", REPO / "benchmarks" / "tune_new_shapes.py")
-    module = importlib.util.module_from_spec(script)
-    script.loader.exec_module(module)
+    module = load_benchmark_script("tune_new_shapes")
     assert len(module.NEW_SHAPES) == 24 == len(set(module.NEW_SHAPES))
     held = {s for name in PARAMS["tables"] for s in table_spec(PARAMS, name).shapes()}
     validation = {tuple(int(v) for v in line.split(",")) for line in
