@@ -43,7 +43,7 @@ def _shape_name(entry: dict[str, Any]) -> str:
 
 
 def load_run(*, path: Path) -> dict[str, Any]:
-    """One gemm_vs_cublas.py report: its name (the file stem), labels and per-shape ratios to its cuBLAS."""
+    """One gemm_vs_cublas.py report: its name (the file stem), labels, per-shape medians (ms), ratios to cuBLAS."""
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -52,6 +52,7 @@ def load_run(*, path: Path) -> dict[str, Any]:
         raise ProbeFileError(f"{path}: no 'timed' list (not a gemm_vs_cublas.py report)")
     labels = dict(report.get("configs") or {})
     ratios: dict[str, dict[str, float]] = {}
+    medians: dict[str, dict[str, float]] = {}
     for index, entry in enumerate(report["timed"]):
         try:
             shape = _shape_name(entry)
@@ -60,13 +61,15 @@ def load_run(*, path: Path) -> dict[str, Any]:
             raise ProbeFileError(f"{path}: timed[{index}]: missing or bad {exc}") from None
         if CUBLAS not in rows:
             raise ProbeFileError(f"{path}: timed[{index}] ({shape}): no cuBLAS row to take ratios against")
+        medians[shape] = rows
         # cuBLAS time over the configuration's: > 1 is faster than cuBLAS.
         ratios[shape] = {name: rows[CUBLAS] / ms for name, ms in rows.items() if name != CUBLAS and ms > 0}
         summary = entry.get("summary") or {}
         if summary.get("best") and summary.get("best_label"):
             labels.setdefault(summary["best"], summary["best_label"])
     return {"name": path.stem, "path": str(path), "family": report.get("family"), "source": report.get("source"),
-            "nvcc_flags": list(report.get("nvcc_flags") or []), "labels": labels, "ratios": ratios}
+            "nvcc_flags": list(report.get("nvcc_flags") or []), "labels": labels, "medians": medians,
+            "ratios": ratios}
 
 
 def _shape_order(shape: str) -> list[int]:

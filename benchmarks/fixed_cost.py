@@ -30,7 +30,9 @@ from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))  # compare_probes: the one reader of a gemm_vs_cublas.py report
 
+from compare_probes import ProbeFileError, load_run  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.kernels.perfmodel import roofline_floor_s  # noqa: E402
 from tunetable.stats import geomean  # noqa: E402
@@ -47,14 +49,14 @@ class RunFileError(Exception):
 def load_points(*, path: Path) -> dict[str, list[tuple[int, int, int, float]]]:
     """Per contender of one gemm_vs_cublas.py report (its config id, or 'cublas'): (M, N, K, median ms)."""
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-        points: dict[str, list[tuple[int, int, int, float]]] = {}
-        for entry in report["timed"]:
-            for row in entry["rows"]:
-                points.setdefault(row["name"], []).append(
-                    (int(entry["M"]), int(entry["N"]), int(entry["K"]), float(row["median_ms"])))
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise RunFileError(f"{path}: not a gemm_vs_cublas.py report: {exc!r}") from None
+        medians = load_run(path=path)["medians"]
+    except ProbeFileError as exc:
+        raise RunFileError(str(exc)) from None
+    points: dict[str, list[tuple[int, int, int, float]]] = {}
+    for shape, rows in medians.items():
+        m, n, k = (int(part) for part in shape.split("x"))
+        for name, ms in rows.items():
+            points.setdefault(name, []).append((m, n, k, ms))
     return points
 
 

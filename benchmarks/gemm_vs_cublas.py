@@ -40,7 +40,7 @@ from tunetable.bench.plan import ConfigTask, launch_payload  # noqa: E402
 from tunetable.bench.worker import WorkerProcess  # noqa: E402
 from tunetable.compile import compile_configs, main_function, parse_ptxas  # noqa: E402
 from tunetable.config import KernelConfig  # noqa: E402
-from tunetable.grid import expand  # noqa: E402
+from tunetable.grid import compile_rules, expand, first_failed_rule  # noqa: E402
 from tunetable.params import table_spec  # noqa: E402
 from tunetable.yamlio import load_yaml_file  # noqa: E402
 
@@ -59,8 +59,12 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
-def explicit_config(*, family: str, text: str) -> KernelConfig:
-    """'BLOCK_M=128,BLOCK_N=256,...' -> a configuration with the family's derived THREADS and SMEM_BYTES."""
+def explicit_config(*, family: str, text: str, check_rules: bool = True) -> KernelConfig:
+    """'BLOCK_M=128,BLOCK_N=256,...' -> a configuration with the family's derived THREADS and SMEM_BYTES.
+
+    With ``check_rules`` the family's validity rules (the grid's) must hold; a probe of a patched kernel
+    (``--source``) may lift one of the bounds they state, so it passes False.
+    """
     params: dict[str, int] = {}
     for item in text.split(","):
         name, _, value = item.partition("=")
@@ -69,6 +73,13 @@ def explicit_config(*, family: str, text: str) -> KernelConfig:
         params[name.strip()] = int(value)
     spec = FAMILIES[family]
     derived = {"THREADS": spec.threads(params), "SMEM_BYTES": spec.smem_bytes(params)}
+    if check_rules:
+        rules = compile_rules({}, names=[*params, *derived], path=spec.folder / "family.py", table=family,
+                              family=spec)
+        failed = first_failed_rule({**params, **derived}, rules)
+        if failed is not None:
+            raise SystemExit(f"--config {text}: {family}.{failed.reason()} "
+                             f"({spec.rules[failed.index].why}); a patched --source may lift it")
     return KernelConfig.from_dict(family, params, derived)
 
 
@@ -259,8 +270,8 @@ def source_label(source: Path) -> str:
     return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(source)
 
 
-def main() -> None:
-    """Compile, verify, time interleaved with cuBLAS, print and write the figures."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (a probe line, benchmarks/probes/*.txt, is one of these after its name)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="gemm_mma", choices=sorted(FAMILIES))
     parser.add_argument("--table", help="take the kept configurations of this params.yaml table")
@@ -278,10 +289,15 @@ def main() -> None:
     parser.add_argument("--grid-cap", type=int, help="cap the persistent grid at this many blocks (experiments)")
     parser.add_argument("--grid-multiple", type=int,
                         help="round the persistent grid up to a multiple of this (a variant's cluster size)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    """Compile, verify, time interleaved with cuBLAS, print and write the figures."""
+    args = build_parser().parse_args()
 
     family = FAMILIES[args.family]
-    configs = [explicit_config(family=args.family, text=t) for t in args.config]
+    configs = [explicit_config(family=args.family, text=t, check_rules=args.source is None) for t in args.config]
     if args.table:
         configs += table_configs(table=args.table, filters=args.filter)
     configs = list({c.id: c for c in configs}.values())

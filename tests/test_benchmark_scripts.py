@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,18 @@ def test_explicit_config_derives_the_familys_geometry() -> None:
     assert defines["SMEM_BYTES"] == 4 * (128 + 256) * 64 * 2 + 2048
     with pytest.raises(SystemExit):
         gemm_vs_cublas.explicit_config(family="gemm_wgmma", text="BLOCK_M=big")
+
+
+def test_explicit_config_holds_the_family_to_its_rules_unless_a_variant_lifts_them() -> None:
+    # 128 x 64 in 10 stages: 10 * 192 * 64 * 2 + 2048 = 247808 bytes, past the kernel's static_assert (232448).
+    deep = WGMMA.replace("BLOCK_N=256", "BLOCK_N=64").replace("STAGES=4", "STAGES=10")
+    with pytest.raises(SystemExit, match=r"SMEM_BYTES <= 232448' is false \(the kernel's static_assert"):
+        gemm_vs_cublas.explicit_config(family="gemm_wgmma", text=deep)
+    swap_9 = "BLOCK_M=64,BLOCK_N=128,BLOCK_K=64,STAGES=9,CONSUMERS=2,SPLIT_K=1"
+    with pytest.raises(SystemExit, match=r"'2 <= STAGES <= 8' is false"):
+        gemm_vs_cublas.explicit_config(family="gemm_wgmma_swap", text=swap_9)
+    lifted = gemm_vs_cublas.explicit_config(family="gemm_wgmma_swap", text=swap_9, check_rules=False)
+    assert lifted.defines()["STAGES"] == 9
 
 
 def test_payload_is_the_familys_launch_and_the_grid_cap_keeps_whole_clusters() -> None:
@@ -207,7 +220,7 @@ def test_fixed_cost_writes_its_report_and_names_a_bad_file(tmp_path: Path, capsy
     not_a_report = tmp_path / "d.json"
     not_a_report.write_text("[1, 2]")
     assert fixed_cost.main([str(not_a_report), "--out", str(tmp_path / "fc")]) == 2
-    assert f"fixed_cost: {not_a_report}: not a gemm_vs_cublas.py report" in capsys.readouterr().err
+    assert f"fixed_cost: {not_a_report}: no 'timed' list (not a gemm_vs_cublas.py report)" in capsys.readouterr().err
     assert (tmp_path / "fc.md").read_text() == "earlier report\n"  # nothing written on bad input
 
 
@@ -279,3 +292,61 @@ def test_the_device_side_comparison_scripts_import_without_polars(script: str) -
             f"runpy.run_path({str(REPO / 'benchmarks' / f'{script}.py')!r}, run_name='not_main')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+ncu_kernels = load_benchmark_script("ncu_kernels")
+launch_gaps = load_benchmark_script("launch_gaps")
+NCU_EXCERPT = REPO / "tests" / "fixtures" / "ncu" / "details_excerpt.csv"  # two kernels of the H200 run (ncu_mid)
+
+
+def test_ncu_report_sets_the_profiled_kernels_side_by_side(tmp_path: Path) -> None:
+    kernels = ncu_kernels.read_details(path=NCU_EXCERPT)
+    assert [kernels[i]["name"] for i in ("0", "1")] == ["nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", "gemm_wgmma"]
+    duration = "GPU Speed Of Light Throughput / Duration [us]"
+    assert (kernels["0"]["metrics"][duration], kernels["1"]["metrics"][duration]) == ("25.06", "25.15")
+    table = ncu_kernels.side_by_side(kernels=kernels, labels=["cublas", "ours"])
+    assert table["columns"] == ["cublas", "ours"]
+    assert {"metric": duration, "values": ["25.06", "25.15"]} in table["rows"]
+    assert all(not row["metric"].endswith("/ ") for row in table["rows"])  # rule advice rows are not metrics
+    unnamed = ncu_kernels.side_by_side(kernels=kernels, labels=["only one label"])
+    assert unnamed["columns"] == ["nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", "gemm_wgmma"]
+    labels = tmp_path / "labels.json"
+    labels.write_text('["512x4096x4096 cublas", "512x4096x4096 gemm_wgmma"]')
+    out = tmp_path / "side"
+    assert ncu_kernels.main(["report", str(NCU_EXCERPT), "--labels", str(labels), "--out", str(out)]) == 0
+    markdown = out.with_suffix(".md").read_text()
+    assert f"| {duration} | 25.06 | 25.15 |" in markdown
+    assert "2. 512x4096x4096 gemm_wgmma (kernel `gemm_wgmma`)" in markdown
+
+
+def test_ncu_report_names_a_file_that_is_not_a_details_page(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    raw = tmp_path / "raw.csv"
+    raw.write_text('"ID","Kernel Name","gpu__time_duration.sum"\n"0","k","25.1"\n')
+    assert ncu_kernels.main(["report", str(raw), "--out", str(tmp_path / "side")]) == 2
+    assert capsys.readouterr().err.startswith(f"ncu_kernels: {raw}: no details page")
+    assert not (tmp_path / "side.md").exists()
+
+
+def test_contenders_are_cublas_or_a_family_with_integer_tunables() -> None:
+    for module in (ncu_kernels, launch_gaps):
+        assert module.parse_contender("cublas") == ("cublas", None)
+        parsed = module.parse_contender("gemm_wgmma:BLOCK_M=128,STAGES=6")
+        assert parsed == ("gemm_wgmma", {"block_m": 128, "stages": 6})
+        with pytest.raises(argparse.ArgumentTypeError, match="'STAGES=six' is not NAME=INTEGER"):
+            module.parse_contender("gemm_wgmma:BLOCK_M=128,STAGES=six")
+
+
+def test_launch_gaps_are_next_start_minus_previous_end_in_start_order() -> None:
+    # Spans in us as the profiler gives them, out of order; the third starts before the second ends (overlap).
+    spans = [(30.0, 40.0), (0.0, 10.0), (11.5, 31.0)]
+    assert launch_gaps.gaps_of(spans=spans) == [1.5, -1.0]
+
+
+@pytest.mark.parametrize("probe", sorted((REPO / "benchmarks" / "probes" / "ncu").glob("*.txt")), ids=lambda p: p.stem)
+def test_every_ncu_probe_is_a_launch_line_ncu_kernels_accepts(probe: Path) -> None:
+    lines = [line for line in probe.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert len(lines) == 1, f"{probe.name}: scripts/device_ncu.sh runs one line, found {len(lines)}"
+    args = ncu_kernels.build_parser().parse_args(["launch", "--labels", "labels.json", *shlex.split(lines[0])])
+    for text in args.contender:
+        ncu_kernels.parse_contender(text)
+    assert args.shape and args.contender
