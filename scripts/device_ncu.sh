@@ -2,7 +2,7 @@
 # Hardware counters of our kernels beside cuBLAS's, in one device call (Nsight Compute, clocks left alone):
 # $NCU_PROBE (a benchmarks/probes/ncu/*.txt file) holds '#' comments and one line of
 # `benchmarks/ncu_kernels.py launch` arguments (--shape ... --contender ...); the report is
-# ncu_side.md / .json under $OUT, beside the raw ncu.ncu-rep and its CSV.
+# ncu_side.md / .json under $OUT, beside the raw ncu.ncu-rep and its CSV pages (details, raw).
 #
 #   NCU_PROBE=benchmarks/probes/ncu/mid.txt bash scripts/device_ncu.sh
 #   run with carry [".whl", ".cache/cubins"]; needs ncu (Firecracker machines: .library/device/KINDS.md).
@@ -21,5 +21,8 @@ timeout "${NCU_TIMEOUT_S:-420}" ncu --clock-control none --profile-from-start of
 echo "ncu rc=$?"; tail -n 4 "$OUT/ncu_run.log"
 ncu --import "$OUT/ncu.ncu-rep" --csv --page details >"$OUT/ncu.csv" 2>"$OUT/ncu_import.err"
 echo "import rc=$?"
+# Every raw metric the sections collected (the stall reasons behind WarpStateStats' summary, among others).
+ncu --import "$OUT/ncu.ncu-rep" --csv --page raw >"$OUT/ncu_raw.csv" 2>>"$OUT/ncu_import.err"
+echo "raw import rc=$?"
 python3 benchmarks/ncu_kernels.py report "$OUT/ncu.csv" --labels "$OUT/ncu_labels.json" --out "$OUT/ncu_side" >/dev/null
 echo "report rc=$?"
