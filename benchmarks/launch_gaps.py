@@ -25,35 +25,14 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))  # ncu_kernels: one reading of --shape and --contender
 
+from ncu_kernels import parse_contender, parse_shape  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 
 L2_BYTES = 60 * 1024 * 1024  # H200: the rotating sets together exceed 3x this, as the bench's do
 WARMUP_CALLS = 3
 HOLD_CYCLES_PER_CALL = 400_000  # ~200 us at 1.98 GHz: the host enqueues every call while the GPU sleeps
-
-
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """'MxNxK' -> (M, N, K)."""
-    parts = text.lower().split("x")
-    if len(parts) != 3 or not all(part.isdigit() for part in parts):
-        raise argparse.ArgumentTypeError(f"shape must be MxNxK, got {text!r}")
-    m, n, k = (int(part) for part in parts)
-    return m, n, k
-
-
-def parse_contender(text: str) -> tuple[str, dict[str, int] | None]:
-    """'cublas' -> ('cublas', None); 'FAMILY:NAME=V,...' -> (family, lower-case tunables)."""
-    if text == "cublas":
-        return "cublas", None
-    family, _, params = text.partition(":")
-    tunables: dict[str, int] = {}
-    for item in params.split(","):
-        name, _, value = item.partition("=")
-        if not name or not value.isdigit():
-            raise argparse.ArgumentTypeError(f"contender {text!r}: '{item}' is not NAME=INTEGER")
-        tunables[name.strip().lower()] = int(value)
-    return family, tunables
 
 
 def gaps_of(*, spans: list[tuple[float, float]]) -> list[float]:
