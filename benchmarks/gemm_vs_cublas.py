@@ -48,7 +48,8 @@ NVCC_FLAGS = ["-O3", "-std=c++17", "-lineinfo"]
 SETTINGS = {"l2_factor": 3, "warmup_ms": 25, "min_batch_ms": 0.5, "verify_rtol": 0.02, "seed": 0}
 REQUEST_TIMEOUT_S = 30.0
 MAX_HANGS = 2  # a kernel that deadlocks tends to do so everywhere: stop burning device time
-SASS_OPS = ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "LDSM", "LDL", "STL")
+# R2UR: a value moved from vector to uniform registers (wgmma descriptors built in vector registers need one each).
+SASS_OPS = ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "LDSM", "LDL", "STL", "R2UR")
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

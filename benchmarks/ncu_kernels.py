@@ -15,12 +15,21 @@ Then ``report`` sets the profiled kernels side by side, one column each in launc
     python3 benchmarks/ncu_kernels.py report OUT/ncu.csv --labels OUT/ncu_labels.json --out benchmarks/results/ncu_mid
 
 ``launch`` writes the contenders' labels in launch order to --labels, so the report names its columns.
+
+A third step, ``source``, reads the source page of the same report, each kernel's SASS (``.csv`` or ``.csv.gz``),
+and sums, per kernel in file order, the warp-level instructions executed: in all, per HGMMA, per opcode family
+(the mnemonic before its first '.', predicate dropped), and the warp stall samples per opcode family:
+
+    ncu --import OUT/ncu.ncu-rep --csv --page source --print-source sass > OUT/ncu_source.csv
+    python3 benchmarks/ncu_kernels.py source OUT/ncu_source.csv --labels OUT/ncu_labels.json \
+        --out benchmarks/results/ncu_sass_mid_source
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -32,10 +41,19 @@ sys.path.insert(0, str(REPO))
 from tunetable.atomic import atomic_write_text  # noqa: E402
 
 WARMUP_CALLS = 2
+SOURCE_COLUMNS = ("Source", "Instructions Executed", "Warp Stall Sampling (All Samples)")
+TOP_EXECUTED = 12
+TOP_STALLED = 8
+SASS_FIGURES = (("instructions executed (warp-level)", "instructions_executed"),
+                ("static instructions", "static_instructions"),
+                ("HGMMA executed", "hgmma_executed"),
+                ("instructions executed per HGMMA", "instructions_per_hgmma"),
+                ("R2UR executed", "r2ur_executed"),
+                ("warp stall samples", "stall_samples"))
 
 
 class NcuFileError(Exception):
-    """An ncu CSV that cannot be read as a details page; the message names the file and the line."""
+    """An ncu CSV that cannot be read as a details or source page; the message names the file and the line."""
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -134,8 +152,128 @@ def render_markdown(*, table: dict[str, Any], source: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def read_text_lines(*, path: Path) -> list[str]:
+    """A CSV's lines, gunzipped where the name ends in .gz."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
+                return handle.read().splitlines()
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except (OSError, EOFError) as exc:
+        raise NcuFileError(f"{path}: not readable: {exc}") from None
+
+
+def read_source(*, path: Path) -> list[dict[str, Any]]:
+    """ncu's source page: per kernel in file order, its name and its SASS rows (text, executed, stall samples)."""
+    kernels: list[dict[str, Any]] = []
+    header: list[str] | None = None
+    number = 0
+    for number, line in enumerate(read_text_lines(path=path), start=1):
+        if not line.startswith('"'):
+            continue  # ncu's own log lines are not quoted
+        fields = next(csv.reader([line]))
+        if fields[0] == "Kernel Name":
+            if kernels and header is None:
+                raise NcuFileError(f"{path}: line {number}: kernel {kernels[-1]['name']!r} has no \"Address\" header")
+            kernels.append({"name": fields[1] if len(fields) > 1 else "", "rows": []})
+            header = None
+        elif not kernels:
+            raise NcuFileError(f'{path}: line {number}: no "Kernel Name" line before it; not a source page')
+        elif header is None:
+            missing = [name for name in ("Address", *SOURCE_COLUMNS) if name not in fields]
+            if fields[0] != "Address" or missing:
+                raise NcuFileError(f"{path}: line {number}: kernel {kernels[-1]['name']!r} has no \"Address\" "
+                                   f"header with columns {list(SOURCE_COLUMNS)}")
+            header = fields
+        else:
+            kernels[-1]["rows"].append(source_row(fields=fields, header=header, where=f"{path}: line {number}"))
+    if not kernels:
+        raise NcuFileError(f'{path}: line {number + 1}: no "Kernel Name" line; not a source page')
+    if header is None:
+        raise NcuFileError(f"{path}: line {number + 1}: kernel {kernels[-1]['name']!r} has no \"Address\" header")
+    return kernels
+
+
+def source_row(*, fields: list[str], header: list[str], where: str) -> dict[str, Any]:
+    """One SASS row: its instruction text and its integer counts; `where` (file and line) names a bad one."""
+    if len(fields) != len(header):
+        raise NcuFileError(f"{where}: {len(fields)} fields where the header has {len(header)}")
+    row = dict(zip(header, fields))
+    counts = {}
+    for column in SOURCE_COLUMNS[1:]:
+        if not (row[column].isascii() and row[column].isdigit()):
+            raise NcuFileError(f"{where}: {column} is {row[column]!r}, not an integer")
+        counts[column] = int(row[column])
+    return {"sass": row["Source"], "executed": counts["Instructions Executed"],
+            "stalls": counts["Warp Stall Sampling (All Samples)"]}
+
+
+def opcode_family(*, sass: str) -> str:
+    """'@!P0  HGMMA.64x128x16.F32.BF16 R24, ...' -> 'HGMMA': the mnemonic before its first '.', predicate dropped."""
+    words = sass.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def top_counts(*, counts: dict[str, int], top: int) -> list[list[Any]]:
+    """The `top` largest non-zero counts as [name, count], largest first, ties by name."""
+    ranked = sorted((item for item in counts.items() if item[1]), key=lambda item: (-item[1], item[0]))
+    return [[name, count] for name, count in ranked[:top]]
+
+
+def summarise_sass(*, kernel: dict[str, Any]) -> dict[str, Any]:
+    """One kernel's SASS by what it executed: totals, instructions per HGMMA, opcode families, stalls by family."""
+    executed: dict[str, int] = {}
+    stalls: dict[str, int] = {}
+    for row in kernel["rows"]:
+        family = opcode_family(sass=row["sass"])
+        executed[family] = executed.get(family, 0) + row["executed"]
+        stalls[family] = stalls.get(family, 0) + row["stalls"]
+    total = sum(executed.values())
+    hgmma = executed.get("HGMMA", 0)
+    return {"name": kernel["name"], "instructions_executed": total, "static_instructions": len(kernel["rows"]),
+            "hgmma_executed": hgmma, "instructions_per_hgmma": round(total / hgmma, 2) if hgmma else None,
+            "r2ur_executed": executed.get("R2UR", 0), "stall_samples": sum(stalls.values()),
+            "executed_by_opcode": top_counts(counts=executed, top=TOP_EXECUTED),
+            "stalls_by_opcode": top_counts(counts=stalls, top=TOP_STALLED)}
+
+
+def sass_summary(*, kernels: list[dict[str, Any]], labels: list[str], source: Path) -> dict[str, Any]:
+    """Every kernel's summary in file order, named by the labels where their count matches, else by kernel name."""
+    names = labels if len(labels) == len(kernels) else [kernel["name"][:40] for kernel in kernels]
+    return {"source": source.name, "columns": names,
+            "kernels": [summarise_sass(kernel=kernel) for kernel in kernels]}
+
+
+def render_sass_markdown(*, summary: dict[str, Any]) -> str:
+    """The SASS summary as Markdown: the figures one column per kernel, then each kernel's opcode families."""
+    kernels = summary["kernels"]
+    numbers = [str(index) for index in range(1, len(kernels) + 1)]
+    out = [f"# SASS executed per kernel, by opcode family ({summary['source']})", "",
+           "| figure | " + " | ".join(numbers) + " |",
+           "|---|" + "---:|" * len(numbers)]
+    for title, key in SASS_FIGURES:
+        values = ["" if kernel[key] is None else str(kernel[key]) for kernel in kernels]
+        out.append(f"| {title} | " + " | ".join(values) + " |")
+    for title, key in ((f"Instructions executed by opcode family (top {TOP_EXECUTED})", "executed_by_opcode"),
+                       (f"Warp stall samples by opcode family (top {TOP_STALLED})", "stalls_by_opcode")):
+        out += ["", f"{title}:", ""]
+        out += [f"{number}. " + ", ".join(f"{name} {count}" for name, count in kernel[key])
+                for number, kernel in zip(numbers, kernels)]
+    out += ["", "Columns:", ""]
+    out += [f"{number}. {column} (kernel `{kernel['name']}`)"
+            for number, column, kernel in zip(numbers, summary["columns"], kernels)]
+    return "\n".join(out) + "\n"
+
+
+def read_labels(*, path: Path | None) -> list[str]:
+    """The labels `launch` wrote (a JSON list, one per profiled kernel in launch order); none without a path."""
+    return json.loads(path.read_text(encoding="utf-8")) if path else []
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The two steps' command line (a benchmarks/probes/ncu/*.txt line is `launch`'s arguments but --labels)."""
+    """The three steps' command line (a benchmarks/probes/ncu/*.txt line is `launch`'s arguments but --labels)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
     run = steps.add_parser("launch", help="run the contenders (under ncu)")
@@ -146,11 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("csv", type=Path)
     report.add_argument("--labels", type=Path)
     report.add_argument("--out", type=Path, required=True)
+    source = steps.add_parser("source", help="each profiled kernel's SASS by what it executed")
+    source.add_argument("csv", type=Path, help="ncu's source page (--page source --print-source sass), .csv or .csv.gz")
+    source.add_argument("--labels", type=Path)
+    source.add_argument("--out", type=Path, required=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Launch contenders under ncu, or report an ncu CSV side by side."""
+    """Launch contenders under ncu, report an ncu CSV side by side, or summarise its kernels' SASS."""
     args = build_parser().parse_args(argv)
     if args.step == "launch":
         for text in args.contender:
@@ -158,13 +300,18 @@ def main(argv: list[str] | None = None) -> int:
         launch(shapes=args.shape, contenders=args.contender, labels_path=args.labels)
         return 0
     try:
-        kernels = read_details(path=args.csv)
-        labels = json.loads(args.labels.read_text(encoding="utf-8")) if args.labels else []
+        if args.step == "source":
+            table = sass_summary(kernels=read_source(path=args.csv), labels=read_labels(path=args.labels),
+                                 source=args.csv)
+        else:
+            table = side_by_side(kernels=read_details(path=args.csv), labels=read_labels(path=args.labels))
     except (NcuFileError, OSError, json.JSONDecodeError) as exc:
         print(f"ncu_kernels: {exc}", file=sys.stderr)
         return 2
-    table = side_by_side(kernels=kernels, labels=labels)
-    markdown = render_markdown(table=table, source=args.csv)
+    if args.step == "source":
+        markdown = render_sass_markdown(summary=table)
+    else:
+        markdown = render_markdown(table=table, source=args.csv)
     atomic_write_text(args.out.with_suffix(".md"), markdown)
     atomic_write_text(args.out.with_suffix(".json"), json.dumps(table, indent=1) + "\n")
     print(markdown)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import csv
+import gzip
 import json
 import math
 import shlex
@@ -325,6 +327,91 @@ def test_ncu_report_names_a_file_that_is_not_a_details_page(tmp_path: Path, caps
     assert ncu_kernels.main(["report", str(raw), "--out", str(tmp_path / "side")]) == 2
     assert capsys.readouterr().err.startswith(f"ncu_kernels: {raw}: no details page")
     assert not (tmp_path / "side.md").exists()
+
+
+# Two kernels of the H200 run (ncu_sass_mid), their Kernel Name and Address header lines and SASS rows verbatim:
+# cuBLAS's rows are lines 170-201 of ncu_source.csv (its k-loop's 8 HGMMA), ours lines 1579-1600 (3 HGMMA).
+NCU_SOURCE_EXCERPT = REPO / "tests" / "fixtures" / "ncu" / "source_excerpt.csv"
+# Counted by hand from the fixture's rows. cuBLAS: 1 row at 512 executed (BAR.SYNC), 31 at 27648 (15 UIADD3,
+# 8 HGMMA, 3 WARPGROUP, 2 SYNCS, 2 NOP, 1 LOP3); ours: 22 rows at 65536 (4 R2UR, 4 UMOV, 3 HGMMA, 2 LOP3, 2 USEL
+# and one each of IMAD, LEA, SYNCS, UIADD3, UISETP, ULOP3, WARPGROUP).
+NCU_SOURCE_CUBLAS = {
+    "name": "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", "instructions_executed": 512 + 31 * 27648,
+    "static_instructions": 32, "hgmma_executed": 8 * 27648, "instructions_per_hgmma": 3.88,  # 857600 / 221184
+    "r2ur_executed": 0, "stall_samples": 717,
+    "executed_by_opcode": [["UIADD3", 15 * 27648], ["HGMMA", 8 * 27648], ["WARPGROUP", 3 * 27648],
+                           ["NOP", 2 * 27648], ["SYNCS", 2 * 27648], ["LOP3", 27648], ["BAR", 512]],
+    "stalls_by_opcode": [["WARPGROUP", 459], ["HGMMA", 178], ["UIADD3", 62], ["LOP3", 13], ["SYNCS", 4],
+                         ["BAR", 1]],  # the two NOPs stalled 0 samples, so they are not listed
+}
+NCU_SOURCE_OURS = {
+    "name": "gemm_wgmma", "instructions_executed": 22 * 65536, "static_instructions": 22,
+    "hgmma_executed": 3 * 65536, "instructions_per_hgmma": 7.33, "r2ur_executed": 4 * 65536, "stall_samples": 827,
+    "executed_by_opcode": [["R2UR", 4 * 65536], ["UMOV", 4 * 65536], ["HGMMA", 3 * 65536], ["LOP3", 2 * 65536],
+                           ["USEL", 2 * 65536], ["IMAD", 65536], ["LEA", 65536], ["SYNCS", 65536],
+                           ["UIADD3", 65536], ["UISETP", 65536], ["ULOP3", 65536], ["WARPGROUP", 65536]],
+    "stalls_by_opcode": [["WARPGROUP", 529], ["HGMMA", 180], ["R2UR", 22], ["LOP3", 19], ["UMOV", 19],
+                         ["USEL", 17], ["UISETP", 12], ["LEA", 10]],  # top 8 of 12: SYNCS 8, UIADD3 5, ... left off
+}
+
+
+def test_ncu_source_sums_each_kernels_sass_by_what_it_executed() -> None:
+    kernels = ncu_kernels.read_source(path=NCU_SOURCE_EXCERPT)
+    assert [(kernel["name"], len(kernel["rows"])) for kernel in kernels] == [
+        ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", 32), ("gemm_wgmma", 22)]
+    assert ncu_kernels.summarise_sass(kernel=kernels[0]) == NCU_SOURCE_CUBLAS
+    assert ncu_kernels.summarise_sass(kernel=kernels[1]) == NCU_SOURCE_OURS
+    assert ncu_kernels.opcode_family(sass="@!P0  SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R90+URZ+0x30030], RZ") == "SYNCS"
+    assert ncu_kernels.opcode_family(sass="      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], R24, gsb0") == "HGMMA"
+    unnamed = ncu_kernels.sass_summary(kernels=kernels, labels=["only one label"], source=NCU_SOURCE_EXCERPT)
+    assert unnamed["columns"] == ["nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", "gemm_wgmma"]
+
+
+def test_ncu_source_writes_its_report_from_a_gzipped_page(tmp_path: Path) -> None:
+    page = tmp_path / "ncu_source.csv.gz"
+    page.write_bytes(gzip.compress(NCU_SOURCE_EXCERPT.read_bytes()))
+    labels = tmp_path / "labels.json"
+    labels.write_text('["512x4096x4096 cublas", "512x4096x4096 gemm_wgmma"]')
+    out = tmp_path / "sass"
+    assert ncu_kernels.main(["source", str(page), "--labels", str(labels), "--out", str(out)]) == 0
+    assert json.loads(out.with_suffix(".json").read_text()) == {
+        "source": "ncu_source.csv.gz", "columns": ["512x4096x4096 cublas", "512x4096x4096 gemm_wgmma"],
+        "kernels": [NCU_SOURCE_CUBLAS, NCU_SOURCE_OURS]}
+    markdown = out.with_suffix(".md").read_text()
+    assert markdown.startswith("# SASS executed per kernel, by opcode family (ncu_source.csv.gz)\n")
+    assert "| instructions executed per HGMMA | 3.88 | 7.33 |" in markdown
+    assert f"| R2UR executed | 0 | {4 * 65536} |" in markdown
+    assert f"2. R2UR {4 * 65536}, UMOV {4 * 65536}, HGMMA {3 * 65536}," in markdown
+    assert "2. 512x4096x4096 gemm_wgmma (kernel `gemm_wgmma`)" in markdown
+
+
+def _not_a_source_page(tmp_path: Path, case: str) -> Path:
+    """A copy of the source excerpt broken one way, or the details excerpt."""
+    if case == "details page":
+        return NCU_EXCERPT
+    lines = NCU_SOURCE_EXCERPT.read_text().splitlines()
+    if case == "no header":
+        del lines[1]
+    else:  # a count that is not an integer, on the fourth line (cuBLAS's LOP3 row)
+        fields = next(csv.reader([lines[3]]))
+        fields[5] = "27,648"
+        lines[3] = ",".join(f'"{field}"' for field in fields)
+    path = tmp_path / "broken.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(("case", "where"), [
+    ("details page", 'line 1: no "Kernel Name" line before it'),
+    ("no header", "line 2: kernel 'nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT' has no \"Address\" header"),
+    ("count not an integer", "line 4: Instructions Executed is '27,648', not an integer"),
+])
+def test_ncu_source_names_a_file_that_is_not_a_source_page(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                           case: str, where: str) -> None:
+    page = _not_a_source_page(tmp_path, case)
+    assert ncu_kernels.main(["source", str(page), "--out", str(tmp_path / "sass")]) == 2
+    assert capsys.readouterr().err.startswith(f"ncu_kernels: {page}: {where}")
+    assert not (tmp_path / "sass.md").exists() and not (tmp_path / "sass.json").exists()
 
 
 def test_contenders_are_cublas_or_a_family_with_integer_tunables() -> None:
