@@ -11,8 +11,8 @@
 //     into a STAGES-deep ring of shared-memory stages, each guarded by a "full" and an "empty"
 //     mbarrier; setmaxnreg gives its registers to the consumers;
 //   * CONSUMERS (1-3) warpgroups each own BLOCK_M / CONSUMERS rows of the tile (one or two m64
-//     slices) and issue wgmma.mma_async m64nBLOCK_Nk16 straight from shared memory, keeping one k-tile
-//     of wgmma in flight while they release the stage before it; setmaxnreg gives the producer's
+//     slices) and issue wgmma.mma_async m64nBLOCK_Nk16 straight from shared memory (descriptors built in
+//     uniform registers), keeping one k-tile of wgmma in flight while they release the stage before it; setmaxnreg gives the producer's
 //     registers to them (two: up to 192 accumulators, 256 x 192 tiles; three: 192-row tiles for
 //     M = 129-192 or 333 -> two tiles, at most 96 accumulators: ptxas refuses a wider fragment at 512 threads);
 //   * persistent: the grid is at most one block per SM; blocks walk the work items (tiles x
@@ -370,7 +370,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
 
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0 so that the compiler knows it warp-uniform (CUTLASS's canonical_warp_group_idx): what
+  // derives from it, the consumer's descriptors above all, then lives in uniform registers.
+  const int warpgroup = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
   const uint32_t rank = cluster_rank();
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -435,6 +437,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
     const int consumer = warpgroup - 1;
     const int t = threadIdx.x % 128;
     float acc[kSlices][BLOCK_N / 2];
+    // Each wgmma's descriptors are these (this consumer's rows of A and all of B, stage 0) plus the operand's byte
+    // offset / 16: the address field is (address >> 4) in 14 bits, and every operand lies inside the 227 KB of shared
+    // memory, so the add never carries out of it. Built by uniform adds, where smem_desc per wgmma cost ~20 vector
+    // instructions and an R2UR each (notes_gemm_wgmma.md, "Descriptors in uniform registers": +0.2-0.8 %).
+    const uint64_t desc_a = smem_desc(smem_a + consumer * kWgRows * 128);
+    const uint64_t desc_b = smem_desc(smem_b);
     int stage = 0;
     uint32_t phase = 0;
     for (int j = 0; j < items; ++j) {
@@ -447,16 +455,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) WGMMA_CLUSTER_DIMS
       for (int kt = item.kt_begin; kt < item.kt_end; ++kt) {
         mbar_wait(full(stage), phase);
         wgmma_fence();
+        const uint64_t stage_a = desc_a + uint64_t((stage * kStageBytesA) >> 4);
+        const uint64_t stage_b = desc_b + uint64_t((stage * kStageBytesB) >> 4);
 #pragma unroll
         for (int atom = 0; atom < kAtoms; ++atom) {
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
-            const uint32_t b_addr = smem_b + stage * kStageBytesB + atom * kAtomBytesB + kk * 32;
 #pragma unroll
             for (int s = 0; s < kSlices; ++s) {
-              const uint32_t a_addr = smem_a + stage * kStageBytesA + atom * kAtomBytesA +
-                                      (consumer * kWgRows + s * 64) * 128 + kk * 32;
-              WgmmaN<BLOCK_N>::mma(acc[s], smem_desc(a_addr), smem_desc(b_addr));
+              WgmmaN<BLOCK_N>::mma(acc[s], stage_a + uint64_t((atom * kAtomBytesA + s * 64 * 128 + kk * 32) >> 4),
+                                   stage_b + uint64_t((atom * kAtomBytesB + kk * 32) >> 4));
             }
           }
         }
