@@ -437,3 +437,36 @@ def test_every_ncu_probe_is_a_launch_line_ncu_kernels_accepts(probe: Path) -> No
     for text in args.contender:
         ncu_kernels.parse_contender(text)
     assert args.shape and args.contender
+
+
+sass_loops = load_benchmark_script("sass_loops")
+
+
+def test_sass_loops_summary_counts_per_hgmma() -> None:
+    # Two configurations: one k-loop of 38 instructions / 4 HGMMA / 0 R2UR, one of 78 / 4 / 8 and a second loop
+    # of 61 / 4 / 1: per HGMMA 9.5, 19.5, 15.25 instructions (mean 14.75) and 0, 2, 0.25 R2UR (mean 0.75).
+    configs = [{"id": "a", "params": "", "loops": [{"instructions": 38, "hgmma": 4, "r2ur": 0, "syncs": 2}]},
+               {"id": "b", "params": "", "loops": [{"instructions": 78, "hgmma": 4, "r2ur": 8, "syncs": 2},
+                                                   {"instructions": 61, "hgmma": 4, "r2ur": 1, "syncs": 3}]}]
+    assert sass_loops.summarise(configs=configs) == {
+        "configurations": 2, "loops": 3, "instructions_per_hgmma_mean": 14.75, "r2ur_per_hgmma_mean": 0.75,
+        "configurations_with_r2ur_in_a_k_loop": 1}
+    report = {"table": "gemm_wgmma", "source": "kernels/x.cu", "nvcc_flags": ["-O3"],
+              "summary": sass_loops.summarise(configs=configs), "configs": configs}
+    markdown = sass_loops.render_markdown(report=report)
+    assert "| b |  | 61 | 4 | 1 | 3 |" in markdown.splitlines()
+    assert "2 configurations, 3 k-loops: 14.75 instructions and 0.75 R2UR per HGMMA" in markdown
+
+
+def test_sass_loops_without_cuobjdump_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(sass_loops, "find_cuobjdump", lambda: None)
+    assert sass_loops.main(["--table", "gemm_wgmma"]) == 2
+    assert "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm" in capsys.readouterr().err
+
+
+def test_sass_loops_names_an_unknown_table(capsys: pytest.CaptureFixture) -> None:
+    if sass_loops.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found (the dev extra installs it)")
+    assert sass_loops.main(["--table", "no_such_table"]) == 2
+    assert capsys.readouterr().err.startswith("sass_loops: ")

@@ -6,10 +6,8 @@ rules reject stop at the static_assert that says why; valid ones outside the def
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from tunetable.kernels.jit import include_flags
 from tunetable.compile import compile_configs, main_function, parse_ptxas
 from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rule
 from tunetable.params import table_spec
+from tunetable.sass import dump_sass, find_cuobjdump, innermost_loops, loop_stats, parse_listing
 from tunetable.yamlio import load_yaml_file
 
 pytestmark = pytest.mark.nvcc
@@ -90,57 +89,23 @@ def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str
     assert main is not None and (main.spill_stores, main.spill_loads) == (0, 0), proc.stderr[-1500:]
 
 
-def cuobjdump() -> str | None:
-    """cuobjdump on PATH, else the one PyPI's nvidia-cuda-cuobjdump (the dev extra) puts under nvidia/cu*/bin,
-    beside nvidia-cuda-nvdisasm's nvdisasm, which its -sass runs."""
-    found = shutil.which("cuobjdump")
-    spec = importlib.util.find_spec("nvidia")
-    for root in ([] if found or spec is None else spec.submodule_search_locations or []):
-        found = next((str(path) for path in sorted(Path(root).glob("cu*/bin/cuobjdump"))), None)
-        if found:
-            break
-    return found
-
-
-def wgmma_loops(sass: str) -> list[list[str]]:
-    """The instructions of each innermost loop that issues HGMMA (the consumers' k-loops), predicates stripped."""
-    listing = [(int(m.group(1), 16), re.sub(r"^@!?U?P\w+\s+", "", m.group(2).strip()))
-               for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
-    start_of = {address: index for index, (address, _) in enumerate(listing)}
-    backward = {}  # index of a backward branch -> index of its target
-    for index, (address, text) in enumerate(listing):
-        target = re.match(r"BRA\b.*?(0x[0-9a-f]+)", text)
-        if target and int(target.group(1), 16) < address and int(target.group(1), 16) in start_of:
-            backward[index] = start_of[int(target.group(1), 16)]
-    loops = []
-    for end, start in backward.items():
-        inner = not any(start <= other < end for other in backward)  # no loop closes inside this one
-        body = [text for _, text in listing[start:end + 1]]
-        if inner and any(text.startswith("HGMMA") for text in body):
-            loops.append(body)
-    return loops
-
-
 @pytest.mark.parametrize("name", sorted(VALID))
 def test_the_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name: str, tmp_path: Path) -> None:
     # v16 (benchmarks/notes_gemm_wgmma.md): descriptors built in vector registers cost an R2UR each and ~20
     # instructions per HGMMA (78 instead of 38 per k-tile at 128 x 128); the kernel builds them by uniform adds.
-    tool = cuobjdump()
+    tool = find_cuobjdump()
     if tool is None:
-        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump, in the dev extra)")
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm: the dev extra)")
     cubin = tmp_path / f"{name}.cubin"
     proc = nvcc(defines=with_derived(VALID[name]), out=cubin)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    env = {**os.environ, "PATH": f"{Path(tool).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True, env=env).stdout
-    loops = wgmma_loops(sass)
+    loops = innermost_loops(listing=parse_listing(sass=dump_sass(cubin=cubin, tool=tool)), issuing="HGMMA")
     assert loops, f"{name}: no loop issuing HGMMA in the SASS"
     for body in loops:
-        hgmma = sum(t.startswith("HGMMA") for t in body)
-        moves = [t for t in body if t.startswith("R2UR")]
+        stats = loop_stats(body=body, opcodes=("HGMMA", "R2UR"))
         # Before v16 two per HGMMA; now none, or one per k-tile in clusters (the CTA id that the shared window's
         # base is rebuilt from).
-        assert len(moves) <= 1 < hgmma + 1, f"{name}: {len(moves)} R2UR for {hgmma} HGMMA in a k-loop: {moves}"
+        assert stats.count("R2UR") <= 1, f"{name}: {stats.count('R2UR')} R2UR for {stats.count('HGMMA')} HGMMA"
 
 
 @pytest.mark.parametrize(
