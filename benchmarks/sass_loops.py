@@ -42,6 +42,12 @@ def config_label(*, params: dict[str, Any]) -> str:
     return "/".join(f"{name}={value}" for name, value in params.items())
 
 
+def repo_relative(*, path: Path) -> str:
+    """A path inside the repository relative to its root (reports stay the same on every machine), else absolute."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(resolved)
+
+
 def loop_rows(*, cubin: Path, tool: Path) -> list[dict[str, int]]:
     """Each innermost HGMMA loop of one cubin: its instructions and the OPCODES counts."""
     loops = innermost_loops(listing=parse_listing(sass=dump_sass(cubin=cubin, tool=tool)), issuing="HGMMA")
@@ -116,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     except TuneTableError as exc:
         print(f"sass_loops: {exc}", file=sys.stderr)
         return 2
-    report = {"table": args.table, "source": str(Path(source).resolve().relative_to(REPO)), "nvcc_flags": flags,
-              "cuobjdump": str(tool.relative_to(REPO)) if tool.is_relative_to(REPO) else str(tool),
+    report = {"table": args.table, "source": repo_relative(path=Path(source)), "nvcc_flags": flags,
+              "cuobjdump": repo_relative(path=tool),
               "summary": summarise(configs=rows), "configs": rows}
     names = "/".join(name for name, _ in configs[0].params) if configs else ""
     console.print(f"k-loops of {args.table}; values are {names}")
