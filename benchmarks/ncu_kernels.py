@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.sass import opcode  # noqa: E402
 
 WARMUP_CALLS = 2
 SOURCE_COLUMNS = ("Source", "Instructions Executed", "Warp Stall Sampling (All Samples)")
@@ -208,14 +209,6 @@ def source_row(*, fields: list[str], header: list[str], where: str) -> dict[str,
             "stalls": counts["Warp Stall Sampling (All Samples)"]}
 
 
-def opcode_family(*, sass: str) -> str:
-    """'@!P0  HGMMA.64x128x16.F32.BF16 R24, ...' -> 'HGMMA': the mnemonic before its first '.', predicate dropped."""
-    words = sass.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
-    return words[0].split(".")[0] if words else ""
-
-
 def top_counts(*, counts: dict[str, int], top: int) -> list[list[Any]]:
     """The `top` largest non-zero counts as [name, count], largest first, ties by name."""
     ranked = sorted((item for item in counts.items() if item[1]), key=lambda item: (-item[1], item[0]))
@@ -227,7 +220,7 @@ def summarise_sass(*, kernel: dict[str, Any]) -> dict[str, Any]:
     executed: dict[str, int] = {}
     stalls: dict[str, int] = {}
     for row in kernel["rows"]:
-        family = opcode_family(sass=row["sass"])
+        family = opcode(row["sass"])
         executed[family] = executed.get(family, 0) + row["executed"]
         stalls[family] = stalls.get(family, 0) + row["stalls"]
     total = sum(executed.values())

@@ -74,8 +74,9 @@ def parse_listing(*, sass: str) -> list[tuple[int, str]]:
 
 
 def opcode(instruction: str) -> str:
-    """'HGMMA.64x128x16.F32.BF16 R24, ...' -> 'HGMMA'."""
-    return instruction.split(" ", 1)[0].split(".", 1)[0]
+    """'HGMMA.64x128x16.F32.BF16 R24, ...' -> 'HGMMA'; '@!P0  SYNCS.ARRIVE ...' -> 'SYNCS' (predicate dropped)."""
+    words = _PREDICATE.sub("", instruction.strip()).split(None, 1)
+    return words[0].split(".", 1)[0] if words else ""
 
 
 def innermost_loops(*, listing: Sequence[tuple[int, str]], issuing: str) -> list[list[str]]:

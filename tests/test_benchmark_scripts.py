@@ -361,8 +361,8 @@ def test_ncu_source_sums_each_kernels_sass_by_what_it_executed() -> None:
         ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", 32), ("gemm_wgmma", 22)]
     assert ncu_kernels.summarise_sass(kernel=kernels[0]) == NCU_SOURCE_CUBLAS
     assert ncu_kernels.summarise_sass(kernel=kernels[1]) == NCU_SOURCE_OURS
-    assert ncu_kernels.opcode_family(sass="@!P0  SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R90+URZ+0x30030], RZ") == "SYNCS"
-    assert ncu_kernels.opcode_family(sass="      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], R24, gsb0") == "HGMMA"
+    assert ncu_kernels.opcode("@!P0  SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R90+URZ+0x30030], RZ") == "SYNCS"
+    assert ncu_kernels.opcode("      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], R24, gsb0") == "HGMMA"
     unnamed = ncu_kernels.sass_summary(kernels=kernels, labels=["only one label"], source=NCU_SOURCE_EXCERPT)
     assert unnamed["columns"] == ["nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", "gemm_wgmma"]
 
