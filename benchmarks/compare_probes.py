@@ -3,9 +3,10 @@
 Each run is one `gemm_vs_cublas.py` JSON (one line of a probe file, `scripts/device_probe.sh`).
 Runs made minutes apart drift with clocks and power, so they are compared by the ratio to the
 cuBLAS rows timed in the same run (interleaved round by round there), never by milliseconds.
-Three views: the best configuration per shape and run; each configuration that two or more
+Four views: the best configuration per shape and run; each configuration that two or more
 runs share (an A/B of a `-D` switch or another source), as the geomean over their common shapes
-of its ratio, relative to the first run that has it; and every (shape, configuration) cell.
+of its ratio, relative to the first run that has it; the same by kernel time (ms), with cuBLAS's
+own row as the drift between runs; and every (shape, configuration) cell.
 
     python benchmarks/compare_probes.py RUN.json [RUN.json ...] [--out DIR/compare]
 
@@ -92,9 +93,10 @@ def best_per_shape(*, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def shared_configs(*, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each configuration timed by two or more runs: per run, the geomean ratio over the shapes they all timed it on."""
-    by_run = [run["ratios"] for run in runs]
+def shared_configs(*, runs: list[dict[str, Any]], key: str = "ratios") -> list[dict[str, Any]]:
+    """Each configuration timed by two or more runs: per run, the geomean of `key` (ratios, or medians in ms, where
+    cuBLAS is a row too) over the shapes they all timed it on."""
+    by_run = [run[key] for run in runs]
     names = sorted({name for table in by_run for found in table.values() for name in found})
     rows = []
     for name in names:
@@ -116,16 +118,16 @@ def _ratio_text(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
-def _changes_text(values: list[float | None]) -> list[str]:
-    """Each ratio, after the first present one with its change against that one: '0.957 (+1.2 %)'."""
+def _changes_text(values: list[float | None], *, places: int = 3) -> list[str]:
+    """Each value, after the first present one with its change against that one: '0.957 (+1.2 %)'."""
     first = next(i for i, value in enumerate(values) if value is not None)
-    return [_ratio_text(value) if value is None or i == first
-            else f"{value:.3f} ({100.0 * (value / values[first] - 1.0):+.1f} %)" for i, value in enumerate(values)]
+    return ["—" if value is None else f"{value:.{places}f}" if i == first
+            else f"{value:.{places}f} ({100.0 * (value / values[first] - 1.0):+.1f} %)" for i, value in enumerate(values)]
 
 
-def render_tables(*, runs: list[dict[str, Any]], best: list[dict[str, Any]],
-                  shared: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The three views as {title, header, rows} of strings (rendered as markdown or on the terminal)."""
+def render_tables(*, runs: list[dict[str, Any]], best: list[dict[str, Any]], shared: list[dict[str, Any]],
+                  shared_ms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The four views as {title, header, rows} of strings (rendered as markdown or on the terminal)."""
     names = [run["name"] for run in runs]
     best_view = {"title": "Best configuration per shape (x cuBLAS of the same run)", "header": ["shape", *names],
                  "rows": [[row["shape"], *("—" if cell is None else f"{cell['ratio']:.3f} {cell['config']}"
@@ -135,6 +137,14 @@ def render_tables(*, runs: list[dict[str, Any]], best: list[dict[str, Any]],
     shared_view = {"title": "Configurations in two or more runs: geomean x cuBLAS over their common shapes "
                             "(change against the first run that has it)",
                    "header": ["config", "params", "shapes", *names], "rows": shared_rows}
+    # Kernel time itself: runs a minute apart share a clock state more often than a cuBLAS row is steady on every
+    # shape (one bimodal cuBLAS row moves every ratio of its shape); cuBLAS's own row shows the drift between runs.
+    shared_ms_view = {"title": "Configurations in two or more runs: geomean kernel time (us) over their common shapes "
+                               "(change against the first run that has it; cublas: the baseline's drift)",
+                      "header": ["config", "params", "shapes", *names],
+                      "rows": [[row["config"], row["label"], str(len(row["shapes"])),
+                                *_changes_text([None if v is None else 1000.0 * v for v in row["geomean"]], places=2)]
+                               for row in shared_ms]}
     by_run = [run["ratios"] for run in runs]
     cells = []
     for shape in sorted({s for table in by_run for s in table}, key=_shape_order):
@@ -142,7 +152,7 @@ def render_tables(*, runs: list[dict[str, Any]], best: list[dict[str, Any]],
             cells.append([shape, name, *(_ratio_text(table.get(shape, {}).get(name)) for table in by_run)])
     detail = {"title": "Every shape and configuration (x cuBLAS of the same run)",
               "header": ["shape", "config", *names], "rows": cells}
-    return [best_view, shared_view, detail]
+    return [view for view in (best_view, shared_view, shared_ms_view, detail) if view["rows"]]  # one run: no A/B
 
 
 def render_markdown(*, runs: list[dict[str, Any]], tables: list[dict[str, Any]]) -> str:
@@ -181,13 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare_probes: {exc}", file=sys.stderr)
         return 2
     best, shared = best_per_shape(runs=runs), shared_configs(runs=runs)
-    tables = render_tables(runs=runs, best=best, shared=shared)
+    shared_ms = shared_configs(runs=runs, key="medians")
+    tables = render_tables(runs=runs, best=best, shared=shared, shared_ms=shared_ms)
     print_tables(tables=tables)
     out = args.out or args.runs[0].parent / "compare"
     atomic_write_text(out.with_suffix(".md"), render_markdown(runs=runs, tables=tables))
     atomic_write_text(out.with_suffix(".json"), json.dumps(
         {"runs": [{key: run[key] for key in ("name", "path", "family", "source", "nvcc_flags")} for run in runs],
-         "best_per_shape": best, "shared_configs": shared}, indent=1) + "\n")
+         "best_per_shape": best, "shared_configs": shared, "shared_kernel_ms": shared_ms}, indent=1) + "\n")
     print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.json')}")
     return 0
 

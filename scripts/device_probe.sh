@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A/B probes of kernel variants on the H200 in one device call, before a grid change is recorded:
-# each line of $PROBES (default benchmarks/probes/current.txt) is "<name> <gemm_vs_cublas.py args>";
+# each line of the files in $PROBES (space-separated; default benchmarks/probes/current.txt) is
+# "<name> <gemm_vs_cublas.py args>";
 # every run writes <name>.json/.md and a log; benchmarks/compare_probes.py then sets the runs side by
 # side. All of it is packed into one archive under $OUT (the device tool returns at most 8 files),
 # and each run's timing table is echoed.
@@ -27,7 +28,7 @@ while read -r name args; do
     >"$WORK/$name.log" 2>&1
   echo "rc=$?" >>"$WORK/$name.log"
   grep -E "TFLOP/s|^timed|best |verify|FAILED|failed|rc=" "$WORK/$name.log"
-done <"$PROBES"
+done < <(for f in $PROBES; do cat "$f" || echo "# probe file $f not read"; done)
 # The runs side by side, each by ratio to its own cuBLAS rows (compare.md / compare.json in the archive).
 runs=("$WORK"/*.json)
 if [ -e "${runs[0]}" ]; then

@@ -156,6 +156,13 @@ def test_compare_probes_takes_ratios_against_each_runs_own_cublas(tmp_path: Path
     assert shared["cb"]["geomean"][1] / shared["cb"]["geomean"][0] == pytest.approx(1.0)
     assert shared["ca"]["label"] == "BLOCK_M=64"
 
+    by_time = {row["config"]: row for row in compare_probes.shared_configs(runs=runs, key="medians")}
+    # Kernel time itself, cuBLAS a row of its own: b's cuBLAS is 10 % slower on the two common shapes.
+    assert by_time["cublas"]["geomean"][0] == pytest.approx((10.0 * 20.0) ** 0.5)
+    assert by_time["cublas"]["geomean"][1] / by_time["cublas"]["geomean"][0] == pytest.approx(1.1)
+    assert by_time["cb"]["geomean"][1] / by_time["cb"]["geomean"][0] == pytest.approx((12.1 / 11.0 * 20.9 / 19.0) ** 0.5)
+    assert by_time["ca"]["shapes"] == ["64x4096x4096", "128x4096x4096"]
+
 
 def test_compare_probes_writes_its_report_and_names_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     a = _probe_report(tmp_path / "a.json", flags=[], timed={"64x4096x4096": {"cublas": 10.0, "ca": 12.5}})

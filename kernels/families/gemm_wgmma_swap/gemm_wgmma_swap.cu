@@ -13,6 +13,8 @@
 //     with TMA (128-byte swizzle) into a STAGES-deep ring guarded by full/empty mbarriers;
 //   * CONSUMERS warpgroups each own BLOCK_N / CONSUMERS rows (problem N) of the C^T tile and
 //     issue wgmma m64nBLOCK_Mk16 with B's tile as the "A" operand and A's tile as the "B" operand;
+//   * each wgmma's shared-memory descriptors are two built once per consumer plus the operand's offset,
+//     in uniform registers (notes_gemm_wgmma_swap.md, v9);
 //   * persistent: at most one block per SM walks the work items (N tiles x SPLIT_K x M tiles, M
 //     tiles fastest, so the blocks that run together read the same rows of B: L2 reuse);
 //   * SPLIT_K > 1: each split stores its fp32 partial tile to the workspace as its threads hold it
@@ -208,7 +210,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
 
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0 so that the compiler knows it warp-uniform: the consumer's descriptors then live in
+  // uniform registers (as gemm_wgmma.cu, v16).
+  const int warpgroup = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full(s), 1);
@@ -252,6 +256,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const int consumer = warpgroup - 1;
     const int t = threadIdx.x % 128;
     float acc[kSlices][BLOCK_M / 2];
+    // Each wgmma's descriptors are these (this consumer's rows of B, all of A; stage 0) plus the operand's byte offset
+    // / 16, by uniform adds without R2UR (notes_gemm_wgmma_swap.md, "v9": 18.3 -> 9.9 instructions per HGMMA).
+    const uint64_t desc_b = smem_desc(smem_b + consumer * kWgRows * 128);
+    const uint64_t desc_a = smem_desc(smem_a);
     int stage = 0;
     uint32_t phase = 0;
     for (int w = blockIdx.x; w < schedule.total; w += gridDim.x) {
@@ -264,16 +272,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for (int kt = item.kt_begin; kt < item.kt_end; ++kt) {
         mbar_wait(full(stage), phase);
         wgmma_fence();
+        const uint64_t stage_b = desc_b + uint64_t((stage * kStageBytesB) >> 4);
+        const uint64_t stage_a = desc_a + uint64_t((stage * kStageBytesA) >> 4);
 #pragma unroll
         for (int atom = 0; atom < kAtoms; ++atom) {
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
-            const uint32_t a_addr = smem_a + stage * kStageBytesA + atom * kAtomBytesA + kk * 32;
 #pragma unroll
             for (int s = 0; s < kSlices; ++s) {
-              const uint32_t b_addr = smem_b + stage * kStageBytesB + atom * kAtomBytesB +
-                                      (consumer * kWgRows + s * 64) * 128 + kk * 32;
-              WgmmaN<BLOCK_M>::mma(acc[s], smem_desc(b_addr), smem_desc(a_addr));
+              WgmmaN<BLOCK_M>::mma(acc[s], stage_b + uint64_t((atom * kAtomBytesB + s * 64 * 128 + kk * 32) >> 4),
+                                   stage_a + uint64_t((atom * kAtomBytesA + kk * 32) >> 4));
             }
           }
         }
