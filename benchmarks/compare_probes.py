@@ -122,7 +122,8 @@ def _changes_text(values: list[float | None], *, places: int = 3) -> list[str]:
     """Each value, after the first present one with its change against that one: '0.957 (+1.2 %)'."""
     first = next(i for i, value in enumerate(values) if value is not None)
     return ["—" if value is None else f"{value:.{places}f}" if i == first
-            else f"{value:.{places}f} ({100.0 * (value / values[first] - 1.0):+.1f} %)" for i, value in enumerate(values)]
+            else f"{value:.{places}f} ({100.0 * (value / values[first] - 1.0):+.1f} %)"
+            for i, value in enumerate(values)]
 
 
 def render_tables(*, runs: list[dict[str, Any]], best: list[dict[str, Any]], shared: list[dict[str, Any]],

@@ -8,8 +8,7 @@ Prints a table and writes benchmarks/results/sass_loops_<name>.md and .json.
 
     python benchmarks/sass_loops.py --table gemm_wgmma
     python benchmarks/sass_loops.py --table gemm_wgmma_swap \\
-        --source benchmarks/versions/gemm_wgmma_swap_uniform_desc.cu --nvcc-flag=-DUNIFORM_DESC=1 \\
-        --name gemm_wgmma_swap_uniform_desc
+        --source benchmarks/versions/<probe>.cu --nvcc-flag=-D<SWITCH>=1 --name <probe>
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rul
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.jit import include_flags
 from tunetable.params import table_spec
+from tunetable.sass import dump_sass, find_cuobjdump, innermost_loops, loop_stats, parse_listing
 from tunetable.yamlio import load_yaml_file
 
 pytestmark = pytest.mark.nvcc
@@ -30,6 +31,15 @@ FLAGS = ["-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17",
 PARAMS = load_yaml_file(REPO / "params.yaml")
 SPEC = table_spec(PARAMS, "gemm_wgmma_swap")
 BASE = {"BLOCK_M": 208, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "SPLIT_K": 2}
+# Winners of the table and validation shapes, one and two consumers, one and two m64 slices, with and without split-K.
+WINNERS = {
+    "n40_one_consumer": {"BLOCK_M": 40, "BLOCK_N": 64, "BLOCK_K": 128, "STAGES": 8, "CONSUMERS": 1, "SPLIT_K": 1},
+    "n64_one_consumer": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "STAGES": 7, "CONSUMERS": 1, "SPLIT_K": 1},
+    "n72_two_consumers": {"BLOCK_M": 72, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 8, "CONSUMERS": 2, "SPLIT_K": 1},
+    "n72_split2": {"BLOCK_M": 72, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 8, "CONSUMERS": 2, "SPLIT_K": 2},
+    "n200_two_consumers": {"BLOCK_M": 200, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 5, "CONSUMERS": 2, "SPLIT_K": 1},
+    "n128_two_slices": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "SPLIT_K": 1},
+}
 
 
 def with_derived(defines: dict[str, int]) -> dict[str, int]:
@@ -50,6 +60,25 @@ def failed_rule(defines: dict[str, int]) -> str | None:
                           family=FAMILY)
     rule = first_failed_rule(with_derived(defines), rules)
     return None if rule is None else rule.expression.source
+
+
+@pytest.mark.parametrize("name", sorted(WINNERS))
+def test_the_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name: str, tmp_path: Path) -> None:
+    # v9 (benchmarks/notes_gemm_wgmma_swap.md): two R2UR per HGMMA before (18.3 instructions per HGMMA over the
+    # grid), none since the descriptors are two built once plus uniform offsets (9.9).
+    tool = find_cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm: the dev extra)")
+    defines = with_derived(WINNERS[name])
+    assert failed_rule(WINNERS[name]) is None
+    cubin = tmp_path / f"{name}.cubin"
+    proc = nvcc(defines=defines, out=cubin)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loops = innermost_loops(listing=parse_listing(sass=dump_sass(cubin=cubin, tool=tool)), issuing="HGMMA")
+    assert loops, f"{name}: no loop issuing HGMMA in the SASS"
+    for body in loops:
+        stats = loop_stats(body=body, opcodes=("HGMMA", "R2UR"))
+        assert stats.count("R2UR") == 0, f"{name}: {stats.count('R2UR')} R2UR for {stats.count('HGMMA')} HGMMA"
 
 
 @pytest.mark.parametrize(
