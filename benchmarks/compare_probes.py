@@ -2,11 +2,11 @@
 
 Each run is one `gemm_vs_cublas.py` JSON (one line of a probe file, `scripts/device_probe.sh`).
 Runs made minutes apart drift with clocks and power, so they are compared by the ratio to the
-cuBLAS rows timed in the same run (interleaved round by round there), never by milliseconds.
-Four views: the best configuration per shape and run; each configuration that two or more
-runs share (an A/B of a `-D` switch or another source), as the geomean over their common shapes
-of its ratio, relative to the first run that has it; the same by kernel time (ms), with cuBLAS's
-own row as the drift between runs; and every (shape, configuration) cell.
+cuBLAS rows timed in the same run (interleaved round by round there). Four views: the best
+configuration per shape and run; each configuration that two or more runs share (an A/B of a `-D`
+switch or another source), as the geomean over their common shapes of its ratio, relative to the
+first run that has it; the same by kernel time, beside cuBLAS's own row as the drift between the
+runs (one bimodal cuBLAS row moves every ratio of its shape); and every (shape, configuration) cell.
 
     python benchmarks/compare_probes.py RUN.json [RUN.json ...] [--out DIR/compare]
 

@@ -14,11 +14,15 @@ PROBES=${PROBES:-benchmarks/probes/current.txt}
 WORK=/tmp/tunetable-probe
 rm -rf "$WORK"  # a warm machine keeps /tmp: only this call's runs go into the archive and the comparison
 mkdir -p "$FINAL_OUT" "$WORK"
+for file in $PROBES; do  # a probe file that cannot be read stops the call before any device work
+  [ -r "$file" ] || { echo "device_probe: $file: no such probe file"; exit 2; }
+done
 source scripts/device_env.sh
 # Probe variants of a kernel are patches against it (benchmarks/versions/*.patch): write their sources.
 patches=(benchmarks/versions/*.patch)
 if [ -e "${patches[0]}" ]; then python3 scripts/apply_patch.py "${patches[@]}" || echo "a patch did not apply: its probe lines fail"; fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv | tee "$WORK/device.txt"
+# shellcheck disable=SC2086  # $PROBES: several files, space-separated
 while read -r name args; do
   [[ -z "$name" || "$name" == \#* ]] && continue
   args=${args//__PWD__/$PWD}
@@ -28,7 +32,7 @@ while read -r name args; do
     >"$WORK/$name.log" 2>&1
   echo "rc=$?" >>"$WORK/$name.log"
   grep -E "TFLOP/s|^timed|best |verify|FAILED|failed|rc=" "$WORK/$name.log"
-done < <(for f in $PROBES; do cat "$f" || echo "# probe file $f not read"; done)
+done < <(cat $PROBES)
 # The runs side by side, each by ratio to its own cuBLAS rows (compare.md / compare.json in the archive).
 runs=("$WORK"/*.json)
 if [ -e "${runs[0]}" ]; then
