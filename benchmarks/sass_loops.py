@@ -30,7 +30,7 @@ from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.compile import compile_configs, resolve_workers  # noqa: E402
 from tunetable.errors import TuneTableError  # noqa: E402
 from tunetable.grid import load_table_grid  # noqa: E402
-from tunetable.sass import dump_sass, find_cuobjdump, innermost_loops, loop_stats, parse_listing  # noqa: E402
+from tunetable.sass import cubin_loop_stats, find_cuobjdump  # noqa: E402
 
 OPCODES = ("HGMMA", "R2UR", "SYNCS")
 CACHE = REPO / ".cache" / "cubins"
@@ -49,12 +49,8 @@ def repo_relative(*, path: Path) -> str:
 
 def loop_rows(*, cubin: Path, tool: Path) -> list[dict[str, int]]:
     """Each innermost HGMMA loop of one cubin: its instructions and the OPCODES counts."""
-    loops = innermost_loops(listing=parse_listing(sass=dump_sass(cubin=cubin, tool=tool)), issuing="HGMMA")
-    rows = []
-    for body in loops:
-        stats = loop_stats(body=body, opcodes=OPCODES)
-        rows.append({"instructions": stats.instructions, **{name.lower(): stats.count(name) for name in OPCODES}})
-    return rows
+    return [{"instructions": stats.instructions, **{name.lower(): stats.count(name) for name in OPCODES}}
+            for stats in cubin_loop_stats(cubin=cubin, tool=tool, issuing="HGMMA", opcodes=OPCODES)]
 
 
 def summarise(*, configs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -100,3 +100,10 @@ def loop_stats(*, body: Sequence[str], opcodes: Iterable[str]) -> LoopStats:
     """A loop's length and how many of its instructions are each of `opcodes`."""
     counted = Counter(opcode(instruction) for instruction in body)
     return LoopStats(instructions=len(body), counts=tuple((name, counted.get(name, 0)) for name in opcodes))
+
+
+def cubin_loop_stats(*, cubin: Path, tool: Path, issuing: str, opcodes: Iterable[str]) -> list[LoopStats]:
+    """Each innermost loop of a cubin that issues `issuing`, counted for `opcodes` (cuobjdump's listing)."""
+    names = tuple(opcodes)
+    loops = innermost_loops(listing=parse_listing(sass=dump_sass(cubin=cubin, tool=tool)), issuing=issuing)
+    return [loop_stats(body=body, opcodes=names) for body in loops]

@@ -18,7 +18,7 @@ from tunetable.kernels.jit import include_flags
 from tunetable.compile import compile_configs, main_function, parse_ptxas
 from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rule
 from tunetable.params import table_spec
-from tunetable.sass import dump_sass, find_cuobjdump, innermost_loops, loop_stats, parse_listing
+from tunetable.sass import cubin_loop_stats, find_cuobjdump
 from tunetable.yamlio import load_yaml_file
 
 pytestmark = pytest.mark.nvcc
@@ -99,10 +99,9 @@ def test_the_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name: str,
     cubin = tmp_path / f"{name}.cubin"
     proc = nvcc(defines=with_derived(VALID[name]), out=cubin)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    loops = innermost_loops(listing=parse_listing(sass=dump_sass(cubin=cubin, tool=tool)), issuing="HGMMA")
+    loops = cubin_loop_stats(cubin=cubin, tool=tool, issuing="HGMMA", opcodes=("HGMMA", "R2UR"))
     assert loops, f"{name}: no loop issuing HGMMA in the SASS"
-    for body in loops:
-        stats = loop_stats(body=body, opcodes=("HGMMA", "R2UR"))
+    for stats in loops:
         # Before v16 two per HGMMA; now none, or one per k-tile in clusters (the CTA id that the shared window's
         # base is rebuilt from).
         assert stats.count("R2UR") <= 1, f"{name}: {stats.count('R2UR')} R2UR for {stats.count('HGMMA')} HGMMA"

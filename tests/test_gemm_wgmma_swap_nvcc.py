@@ -20,7 +20,7 @@ from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rul
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.jit import include_flags
 from tunetable.params import table_spec
-from tunetable.sass import dump_sass, find_cuobjdump, innermost_loops, loop_stats, parse_listing
+from tunetable.sass import cubin_loop_stats, find_cuobjdump
 from tunetable.yamlio import load_yaml_file
 
 pytestmark = pytest.mark.nvcc
@@ -74,10 +74,9 @@ def test_the_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name: str,
     cubin = tmp_path / f"{name}.cubin"
     proc = nvcc(defines=defines, out=cubin)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    loops = innermost_loops(listing=parse_listing(sass=dump_sass(cubin=cubin, tool=tool)), issuing="HGMMA")
+    loops = cubin_loop_stats(cubin=cubin, tool=tool, issuing="HGMMA", opcodes=("HGMMA", "R2UR"))
     assert loops, f"{name}: no loop issuing HGMMA in the SASS"
-    for body in loops:
-        stats = loop_stats(body=body, opcodes=("HGMMA", "R2UR"))
+    for stats in loops:
         assert stats.count("R2UR") == 0, f"{name}: {stats.count('R2UR')} R2UR for {stats.count('HGMMA')} HGMMA"
 
 
