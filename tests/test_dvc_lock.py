@@ -47,3 +47,13 @@ def test_committed_lock_matches_the_code_and_params() -> None:
                 else:
                     stale.append(f"{stage}: {kind}")
     assert not stale, f"dvc.lock is stale ({'; '.join(stale)}): {REFRESH}"
+
+
+def test_no_dep_is_an_empty_file() -> None:
+    """DVC warns "'<path>' is empty." for an empty dep on every status, repro and main job."""
+    from tunetable.yamlio import load_yaml_file
+
+    stages = load_yaml_file(REPO / "dvc.yaml")["stages"]
+    empty = sorted({dep for stage in stages.values() for dep in stage.get("deps", [])
+                    if (REPO / dep).is_file() and (REPO / dep).stat().st_size == 0})
+    assert not empty, f"dvc.yaml deps that are empty files (give each a docstring): {', '.join(empty)}"

@@ -1,0 +1,1 @@
+"""The ``tunetable`` subcommands, one module each, loaded on demand by ``tunetable.cli``."""
