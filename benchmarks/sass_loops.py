@@ -2,8 +2,9 @@
 
 Every configuration the table's grid keeps is compiled (tunetable's nvcc flags, a content-addressed cache), listed
 with cuobjdump (tunetable.sass: the CUDA toolkit's, or PyPI's nvidia-cuda-cuobjdump) and its innermost loops that
-issue HGMMA are counted. A variant source (a probe's, benchmarks/versions/*.cu) with its own defines reads the same
-way, so that a kernel change is seen in the instructions before it is timed (benchmarks/notes_gemm_wgmma.md, v16).
+issue HGMMA are counted, beside ptxas's registers and spill bytes for the configuration. A variant source (a probe's,
+benchmarks/versions/*.cu) with its own defines reads the same way, so that a kernel change is seen in the
+instructions and the spills before it is timed (benchmarks/notes_gemm_wgmma.md, v16).
 Prints a table and writes benchmarks/results/sass_loops_<name>.md and .json.
 
     python benchmarks/sass_loops.py --table gemm_wgmma
@@ -27,9 +28,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
-from tunetable.compile import compile_configs, resolve_workers  # noqa: E402
+from tunetable.compile import build_records, compile_configs, family_entry, resolve_workers  # noqa: E402
 from tunetable.errors import TuneTableError  # noqa: E402
-from tunetable.grid import load_table_grid  # noqa: E402
+from tunetable.grid import DeviceLimits, load_table_grid  # noqa: E402
 from tunetable.sass import cubin_loop_stats, find_cuobjdump  # noqa: E402
 
 OPCODES = ("HGMMA", "R2UR", "SYNCS")
@@ -54,14 +55,15 @@ def loop_rows(*, cubin: Path, tool: Path) -> list[dict[str, int]]:
 
 
 def summarise(*, configs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Over every configuration's k-loops: the mean instructions and R2UR per HGMMA."""
+    """Over every configuration's k-loops: the mean instructions and R2UR per HGMMA; how many configurations spill."""
     per_hgmma = [(loop["instructions"] / loop["hgmma"], loop["r2ur"] / loop["hgmma"])
                  for config in configs for loop in config["loops"] if loop["hgmma"]]
     return {"configurations": len(configs), "loops": len(per_hgmma),
             "instructions_per_hgmma_mean": round(statistics.fmean(i for i, _ in per_hgmma), 2) if per_hgmma else None,
             "r2ur_per_hgmma_mean": round(statistics.fmean(r for _, r in per_hgmma), 3) if per_hgmma else None,
             "configurations_with_r2ur_in_a_k_loop": sum(any(loop["r2ur"] for loop in config["loops"])
-                                                        for config in configs)}
+                                                        for config in configs),
+            "configurations_spilling": sum(bool(config.get("spill_bytes")) for config in configs)}
 
 
 def render_markdown(*, report: dict[str, Any]) -> str:
@@ -71,11 +73,13 @@ def render_markdown(*, report: dict[str, Any]) -> str:
            f"{summary['configurations']} configurations, {summary['loops']} k-loops: "
            f"{summary['instructions_per_hgmma_mean']} instructions and {summary['r2ur_per_hgmma_mean']} R2UR per HGMMA "
            f"(mean over the loops); {summary['configurations_with_r2ur_in_a_k_loop']} configurations with an R2UR "
-           "in a k-loop.", "",
-           "| config | params | instructions | HGMMA | R2UR | SYNCS |", "|---|---|---:|---:|---:|---:|"]
+           f"in a k-loop; {summary['configurations_spilling']} configurations spill.", "",
+           "| config | params | registers | spill bytes | instructions | HGMMA | R2UR | SYNCS |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
     for config in report["configs"]:
         for loop in config["loops"]:
-            out.append(f"| {config['id']} | {config['params']} | {loop['instructions']} | {loop['hgmma']} | "
+            out.append(f"| {config['id']} | {config['params']} | {config.get('registers')} | "
+                       f"{config.get('spill_bytes')} | {loop['instructions']} | {loop['hgmma']} | "
                        f"{loop['r2ur']} | {loop['syncs']} |")
     return "\n".join(out) + "\n"
 
@@ -112,8 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         failed = [config.id for config in configs if results[config.id].status != "ok"]
         if failed:
             raise TuneTableError(f"{len(failed)} configurations did not compile (first: {failed[0]})", path=source)
+        records = build_records(configs, results=results, limits=DeviceLimits.from_params(grid.params),
+                                entry=family_entry(grid.spec.family))
         rows = [{"id": config.id, "params": config_label(params=dict(config.params)),
-                 "loops": loop_rows(cubin=Path(results[config.id].cubin), tool=tool)} for config in configs]
+                 "registers": record.registers, "spill_bytes": record.spill_bytes,
+                 "loops": loop_rows(cubin=Path(results[config.id].cubin), tool=tool)}
+                for config, record in zip(configs, records)]
     except TuneTableError as exc:
         print(f"sass_loops: {exc}", file=sys.stderr)
         return 2
@@ -123,12 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     names = "/".join(name for name, _ in configs[0].params) if configs else ""
     console.print(f"k-loops of {args.table}; values are {names}")
     table = Table()
-    for column in ("config", "values", "instructions", "HGMMA", "R2UR"):
+    for column in ("config", "values", "registers", "spills", "instructions", "HGMMA", "R2UR"):
         table.add_column(column, no_wrap=True, justify="left" if column in ("config", "values") else "right")
     for config, row in zip(configs, rows):
         values = "/".join(str(value) for _, value in config.params)
         for loop in row["loops"]:
-            table.add_row(row["id"], values, str(loop["instructions"]), str(loop["hgmma"]), str(loop["r2ur"]))
+            table.add_row(row["id"], values, str(row["registers"]), str(row["spill_bytes"]), str(loop["instructions"]),
+                          str(loop["hgmma"]), str(loop["r2ur"]))
     console.print(table)
     console.print(render_markdown(report=report).splitlines()[2])
     name = args.name or args.table

@@ -453,17 +453,21 @@ sass_loops = load_benchmark_script("sass_loops")
 def test_sass_loops_summary_counts_per_hgmma() -> None:
     # Two configurations: one k-loop of 38 instructions / 4 HGMMA / 0 R2UR, one of 78 / 4 / 8 and a second loop
     # of 61 / 4 / 1: per HGMMA 9.5, 19.5, 15.25 instructions (mean 14.75) and 0, 2, 0.25 R2UR (mean 0.75).
-    configs = [{"id": "a", "params": "", "loops": [{"instructions": 38, "hgmma": 4, "r2ur": 0, "syncs": 2}]},
-               {"id": "b", "params": "", "loops": [{"instructions": 78, "hgmma": 4, "r2ur": 8, "syncs": 2},
-                                                   {"instructions": 61, "hgmma": 4, "r2ur": 1, "syncs": 3}]}]
+    # b spills 8 bytes.
+    configs = [{"id": "a", "params": "", "registers": 168, "spill_bytes": 0,
+                "loops": [{"instructions": 38, "hgmma": 4, "r2ur": 0, "syncs": 2}]},
+               {"id": "b", "params": "", "registers": 232, "spill_bytes": 8,
+                "loops": [{"instructions": 78, "hgmma": 4, "r2ur": 8, "syncs": 2},
+                          {"instructions": 61, "hgmma": 4, "r2ur": 1, "syncs": 3}]}]
     assert sass_loops.summarise(configs=configs) == {
         "configurations": 2, "loops": 3, "instructions_per_hgmma_mean": 14.75, "r2ur_per_hgmma_mean": 0.75,
-        "configurations_with_r2ur_in_a_k_loop": 1}
+        "configurations_with_r2ur_in_a_k_loop": 1, "configurations_spilling": 1}
     report = {"table": "gemm_wgmma", "source": "kernels/x.cu", "nvcc_flags": ["-O3"],
               "summary": sass_loops.summarise(configs=configs), "configs": configs}
     markdown = sass_loops.render_markdown(report=report)
-    assert "| b |  | 61 | 4 | 1 | 3 |" in markdown.splitlines()
+    assert "| b |  | 232 | 8 | 61 | 4 | 1 | 3 |" in markdown.splitlines()
     assert "2 configurations, 3 k-loops: 14.75 instructions and 0.75 R2UR per HGMMA" in markdown
+    assert "1 configurations with an R2UR in a k-loop; 1 configurations spill." in markdown
 
 
 def test_sass_loops_without_cuobjdump_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch,
@@ -478,3 +482,39 @@ def test_sass_loops_names_an_unknown_table(capsys: pytest.CaptureFixture) -> Non
         pytest.skip("cuobjdump not found (the dev extra installs it)")
     assert sass_loops.main(["--table", "no_such_table"]) == 2
     assert capsys.readouterr().err.startswith("sass_loops: ")
+
+
+partial_tiles = load_benchmark_script("partial_tiles")
+
+
+def partial_tiles_frame() -> pl.DataFrame:
+    """Two configurations at one (N, K): a 128-row tile at M = 100 / 128 / 176 / 256, a 64-row one at 100 / 128."""
+    rows = [("a", 128, 100, 0.030), ("a", 128, 128, 0.015), ("a", 128, 176, 0.040), ("a", 128, 256, 0.020),
+            ("b", 64, 100, 0.010), ("b", 64, 128, 0.010)]
+    return pl.DataFrame([{"kind": "kernel", "status": "ok", "config_id": config_id, "BLOCK_M": block_m,
+                          "BLOCK_N": 64, "STAGES": 8, "M": m, "N": 4096, "K": 4096, "median_ms": ms}
+                         for config_id, block_m, m, ms in rows]
+                        + [{"kind": "baseline", "status": "ok", "config_id": "cublas", "BLOCK_M": None, "BLOCK_N": None,
+                            "STAGES": None, "M": 100, "N": 4096, "K": 4096, "median_ms": 0.001}])
+
+
+def test_partial_tiles_sets_each_partial_m_against_the_same_tile_count() -> None:
+    ratios = partial_tiles.partial_ratios(frame=partial_tiles.load_times_from(frame=partial_tiles_frame()))
+    # a: 100 -> 128 (0.030 / 0.015) and 176 -> 256 (0.040 / 0.020); b: 100 rows are two 64-row tiles, 128 whole.
+    assert [(row["config_id"], row["M"], row["M_whole"], round(row["ratio"], 6)) for row in ratios] == [
+        ("a", 100, 128, 2.0), ("a", 176, 256, 2.0), ("b", 100, 128, 1.0)]
+    assert partial_tiles.summarise(ratios=ratios, key=None) == [
+        {"group": "all", "pairs": 3, "median": 2.0, "p90": 2.0, "max": 2.0}]
+
+
+def test_partial_tiles_names_a_recording_it_cannot_use(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet")
+    with pytest.raises(partial_tiles.RecordingError, match="broken.parquet: cannot read the recording"):
+        partial_tiles.load_times(path=broken)
+    lacking = tmp_path / "lacking.parquet"
+    partial_tiles_frame().drop("STAGES").write_parquet(lacking)
+    with pytest.raises(partial_tiles.RecordingError, match="lacking.parquet: no column STAGES"):
+        partial_tiles.load_times(path=lacking)
+    assert partial_tiles.main(["--recording", str(broken), "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out.md").exists()
