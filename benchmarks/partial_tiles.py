@@ -54,7 +54,7 @@ def load_times(*, path: Path) -> pl.DataFrame:
 
 
 def load_times_from(*, frame: pl.DataFrame) -> pl.DataFrame:
-    """The ok kernel rows of a recording's frame: config id, its tunables, M, N, K and median ms."""
+    """The ok kernel rows of a recording's frame (its cuBLAS rows and failures left out)."""
     return frame.filter((pl.col("kind") == "kernel") & (pl.col("status") == "ok"))
 
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for path in args.recording or RECORDINGS:
             ratios = partial_ratios(frame=load_times(path=path))
-            name = path.relative_to(REPO).as_posix() if path.resolve().is_relative_to(REPO) else str(path)
+            name = path.resolve().relative_to(REPO).as_posix() if path.resolve().is_relative_to(REPO) else str(path)
             report["recordings"][name] = {
                 "summaries": {key or "all": summarise(ratios=ratios, key=key) for key in (None, *GROUPED_BY)},
                 "worst": sorted(ratios, key=lambda row: -row["ratio"])[:args.worst],
