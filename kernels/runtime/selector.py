@@ -126,6 +126,11 @@ M_TILES_EXPONENT: float = 0.1
 # (one or two shapes of 70 either way), and the pick at 5 / 64 x 18944 x 3584 stays c540ba05a15 at 0.1. A floor on the
 # predictions alone changes no pick (it keeps their order); the pick is predicted below the floor at 15 [25] of the 70
 # held-out shapes, so the level of the predictions is off more than their order.
+# And (2026-12-04, at 727ef8e's recordings) PADDING_EXPONENT per family, after benchmarks/partial_tiles.py found
+# gemm_mma's partial tiles 0.97x their whole-tile time and the TMA families' up to 2.7x: gemm_mma 0 / the TMA families
+# 0.3   94.3 % / 1.14 %  [80.0 % / 3.70 %];  gemm_mma 0 / the TMA families 0.45   95.7 % / 1.08 %  [77.1 % / 4.07 %];
+# against 0.3 for all, 94.3 % / 1.14 %  [81.4 % / 3.49 %]: not kept. The TMA penalty is not a power of the padding
+# (it grows with the rows past M and with A's share of a stage), and the kernels may lose it (TAIL_SHIFT, notes).
 # The (N, K) lattice of the shortlists: each M range has one per point (ShapeCandidate.cells), and a shape is
 # scored on the shortlist of the point nearest its (N, K): 1024 ... 32768 (LLM projections) in half octaves.
 LATTICE: tuple[int, ...] = tuple(int(1024 * 2 ** (i / 2)) // 64 * 64 for i in range(11))
