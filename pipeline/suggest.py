@@ -5,7 +5,9 @@ its table where they hold the shape's (N, K), else the shape selector), the fami
 configuration, where they come from, the predicted kernel time and the predicted cuBLAS time.
 A table entry at a shape its table's recording measured reports those medians (``measured``);
 elsewhere the times are the selector's model (perf model + the recordings' bias), built from the
-same recordings. A shape no family can run (alignment, int32 extents) says why.
+same recordings. A shape no family can run (alignment, int32 extents) says why. A prediction for a shape
+whose roofline floor lies below every recorded shape's is marked ``extrapolated``: there a call's fixed cost,
+which no recording measured, outweighs what the model and its bias carry.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Suggestion:
     measured: bool
     reason: str | None = None   # why the kernels cannot run the shape
     count: int = 1
+    extrapolated: bool = False  # predicted for a shape smaller (roofline floor) than any recorded one
 
     @property
     def speedup_vs_cublas(self) -> float | None:
@@ -69,6 +72,15 @@ def measured_times(tables: Sequence[Any]) -> dict[tuple[str, str, Shape], tuple[
     return found
 
 
+def smallest_recorded(tables: Sequence[Any], *, floor: Callable[[int, int, int], float]) -> tuple[Shape, float] | None:
+    """The recorded shape with the lowest roofline floor over the tables' recordings, and that floor (None: none)."""
+    shapes = {shape for table in tables for shape in table.times}
+    if not shapes:
+        return None
+    shape = min(shapes, key=lambda s: (floor(*s), s))
+    return shape, floor(*shape)
+
+
 def predicted_ratio(model: Any, *, table: str, config_id: str, shape: Shape) -> float | None:
     """The selector model's time / cuBLAS time of one table configuration on a shape (None: unknown).
 
@@ -84,17 +96,19 @@ def predicted_ratio(model: Any, *, table: str, config_id: str, shape: Shape) -> 
 
 def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence[Any], model: Any | None,
             measured: Mapping[tuple[str, str, Shape], tuple[float, float]], selector_name: str,
-            selector_entries: Sequence[Any], cublas: Callable[[Shape], float | None]) -> Suggestion:
+            selector_entries: Sequence[Any], cublas: Callable[[Shape], float | None],
+            floor: Callable[[int, int, int], float], smallest_floor_s: float | None = None) -> Suggestion:
     """The runtime's decision for one shape and its expected time (the dispatcher's warning is silenced).
 
     Unmeasured times are the predicted time / cuBLAS ratio times ``cublas(shape)``, cuBLAS's time as
-    the recordings predict it.
+    the recordings predict it; they are ``extrapolated`` where ``floor(shape)`` is below ``smallest_floor_s``.
     """
     reason = cannot_run(shape, families=families)
     if reason is not None:
         return Suggestion(shape=shape, source="cannot run", table=None, family=None, config_id=None, where=None,
                           seconds=None, cublas_seconds=None, measured=False, reason=reason, count=count)
     m, n, k = shape
+    below = smallest_floor_s is not None and floor(m, n, k) < smallest_floor_s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         decision = dispatcher.decide(m=m, n=n, k=k)
@@ -106,7 +120,7 @@ def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence
         return Suggestion(shape=shape, source="selector", table=candidate.table, family=candidate.kernel,
                           config_id=candidate.config_id, where=f"{selector_name}[{position}]",
                           seconds=None if baseline is None else baseline / decision.prediction.speedup_vs_cublas,
-                          cublas_seconds=baseline, measured=False, count=count)
+                          cublas_seconds=baseline, measured=False, count=count, extrapolated=below)
     table = decision.choice.table if decision.choice is not None else entry.kernel
     found = measured.get((table, entry.config_id, shape))
     seconds = baseline = None
@@ -120,7 +134,8 @@ def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence
     return Suggestion(shape=shape, source="fallback" if decision.fallback else "table", table=table,
                       family=entry.kernel, config_id=entry.config_id,
                       where=f"{table}[{decision.index}]" if decision.index is not None else None,
-                      seconds=seconds, cublas_seconds=baseline, measured=was_measured, count=count)
+                      seconds=seconds, cublas_seconds=baseline, measured=was_measured, count=count,
+                      extrapolated=below and not was_measured and seconds is not None)
 
 
 def workload_totals(suggestions: Sequence[Suggestion]) -> tuple[float, float] | None:

@@ -105,6 +105,37 @@ def test_suggest_names_what_gemm_runs_and_why_a_shape_cannot_run(tmp_path: Path)
                for line in lines)
 
 
+def test_suggest_marks_a_prediction_below_every_recorded_size_extrapolated() -> None:
+    # 96 x 3072 x 768 moves 5.5 MB (1.3 us at 4.13 TB/s), below 1 x 4096 x 4096's 33.6 MB (8.1 us), the smallest
+    # recorded shape by that floor; 200 x 5120 x 5120 (13.7 us) is not.
+    done = subprocess.run([sys.executable, "-m", "tunetable", "suggest", "--shape", "96,3072,768", "--shape",
+                           "200,5120,5120"], cwd=REPO, capture_output=True, text=True, check=False,
+                          env={**os.environ, "COLUMNS": "400"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "extrapolated" in next(line for line in lines if "│  96 │ 3072 │  768 │" in line)
+    assert "│ predicted" in next(line for line in lines if "│ 200 │ 5120 │ 5120 │" in line)
+    assert any(line.startswith("extrapolated rows: smaller than any recorded shape (roofline floor below 8.13 µs, "
+                               "that of 1x4096x4096)") for line in lines)
+    assert any(line.startswith("workload (count x time):") and line.endswith("1 of its 2 shapes extrapolated")
+               for line in lines)
+
+
+def test_smallest_recorded_is_the_lowest_floor_over_every_table() -> None:
+    from types import SimpleNamespace
+
+    from tunetable.suggest import smallest_recorded
+
+    def floor(m: int, n: int, k: int) -> float:
+        return float(m * n + n * k)   # a stand-in floor: the test picks the shape, not the formula
+
+    tables = [SimpleNamespace(times={(8, 4096, 4096): {}, (1, 8192, 8192): {}}),
+              SimpleNamespace(times={(2, 2048, 5632): {}})]
+    # 8 x 4096 x 4096: 16,809,984; 1 x 8192 x 8192: 67,117,056; 2 x 2048 x 5632: 11,538,432.
+    assert smallest_recorded(tables, floor=floor) == ((2, 2048, 5632), 11_538_432.0)
+    assert smallest_recorded([SimpleNamespace(times={})], floor=floor) is None
+
+
 def test_suggest_reads_a_workload_file_and_weights_it_by_count(tmp_path: Path) -> None:
     source = tmp_path / "w.csv"
     source.write_text("M,N,K,count\n1,4096,4096,10\n8,4096,4096,1\n")

@@ -10,13 +10,14 @@ from rich.console import Console
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.perfmodel import roofline_floor_s
 from tunetable.kernels.runtime.decide import dispatcher
 from tunetable.kernels.runtime.selector import SELECTOR
 from tunetable.kernels.tuning_configs import SELECTORS
 from tunetable.params import load_params, selector_specs, table_spec
 from tunetable.selector import cublas_seconds, load_table_measurements, selector_model, shared_yardstick
 from tunetable.shapes import ShapeCount, read_workload
-from tunetable.suggest import measured_times, suggest, workload_totals
+from tunetable.suggest import measured_times, smallest_recorded, suggest, workload_totals
 
 EPILOG = """\b
 Examples:
@@ -42,7 +43,13 @@ def _us(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e6:.4g}"
 
 
-def render(suggestions, *, console: Console, selector: str) -> None:
+def floor_s(m: int, n: int, k: int) -> float:
+    """The roofline floor of (M, N, K) in seconds (bytes at the H200's bandwidth, flops at its rate)."""
+    return roofline_floor_s(m=m, n=n, k=k)
+
+
+def render(suggestions, *, console: Console, selector: str,
+           smallest: tuple[tuple[int, int, int], float] | None = None) -> None:
     """One table row per shape, then the cannot-run reasons and the workload's count-weighted totals."""
 
     table = ConsoleTable(title="what gemm() runs per shape (speedup vs cuBLAS = cuBLAS time / time; > 1 is faster)")
@@ -54,7 +61,8 @@ def render(suggestions, *, console: Console, selector: str) -> None:
     for s in suggestions:
         where = {"table": f"table {s.where}", "selector": f"selector {s.where}",
                  "fallback": f"fallback of {s.table}", "cannot run": "cannot run"}[s.source]
-        basis = "-" if s.seconds is None else ("measured" if s.measured else "predicted")
+        basis = "-" if s.seconds is None else (
+            "measured" if s.measured else "extrapolated" if s.extrapolated else "predicted")
         speedup = s.speedup_vs_cublas
         table.add_row(*(str(v) for v in s.shape), *([str(s.count)] if counted else []), s.family or "-",
                       s.config_id or "-", where, _us(s.seconds), _us(s.cublas_seconds),
@@ -66,8 +74,16 @@ def render(suggestions, *, console: Console, selector: str) -> None:
     totals = workload_totals(suggestions)
     if totals is not None and len(suggestions) > 1:
         ours, cublas = totals
+        guessed = sum(s.extrapolated for s in suggestions)
         console.print(f"workload (count x time): {ours * 1e3:.4g} ms against cuBLAS {cublas * 1e3:.4g} ms "
-                      f"(speedup vs cuBLAS {cublas / ours:.3f})", markup=False)
+                      f"(speedup vs cuBLAS {cublas / ours:.3f})"
+                      + (f", {guessed} of its {len(suggestions)} shapes extrapolated" if guessed else ""), markup=False)
+    if smallest is not None and any(s.extrapolated for s in suggestions):
+        (m, n, k), floor = smallest
+        console.print(f"extrapolated rows: smaller than any recorded shape (roofline floor below {floor * 1e6:.3g} µs, "
+                      f"that of {m}x{n}x{k}); a call's fixed cost, which no recording measured there, dominates, "
+                      "so their times and speedups are the model's guess: measure them before relying on them",
+                      markup=False)
     if any(s.source == "selector" for s in suggestions):
         console.print(f"predicted rows: shapes no table holds (the shape selector; `tunetable trace {selector} INDEX` "
                       "shows its measurements); tune them by adding the shapes to a table in params.yaml",
@@ -99,9 +115,11 @@ def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path
     model = selector_model(tables=tables) if tables else None
     families = [FAMILIES[name] for name in sorted({spec.family for spec in map(
         lambda t: table_spec(params, t, path=params_path), params["tables"])}) if name in FAMILIES]
+    smallest = smallest_recorded(tables, floor=floor_s)
     results = [suggest(shape=w.shape, count=w.count, dispatcher=dispatcher(), families=families, model=model,
                        measured=measured_times(tables), selector_name=SELECTOR,
                        selector_entries=SELECTORS.get(SELECTOR, ()),
-                       cublas=lambda shape: cublas_seconds(tables=tables, shape=shape) if tables else None)
+                       cublas=lambda shape: cublas_seconds(tables=tables, shape=shape) if tables else None,
+                       floor=floor_s, smallest_floor_s=None if smallest is None else smallest[1])
                for w in wanted]
-    render(results, console=Console(), selector=SELECTOR)
+    render(results, console=Console(), selector=SELECTOR, smallest=smallest)
