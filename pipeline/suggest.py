@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tunetable.kernels.perfmodel import roofline_floor_s
+
 Shape = tuple[int, int, int]
 
 
@@ -72,13 +74,19 @@ def measured_times(tables: Sequence[Any]) -> dict[tuple[str, str, Shape], tuple[
     return found
 
 
-def smallest_recorded(tables: Sequence[Any], *, floor: Callable[[int, int, int], float]) -> tuple[Shape, float] | None:
+def floor_s(shape: Shape) -> float:
+    """The shape's roofline floor in seconds (tunetable.kernels.perfmodel)."""
+    m, n, k = shape
+    return roofline_floor_s(m=m, n=n, k=k)
+
+
+def smallest_recorded(tables: Sequence[Any]) -> tuple[Shape, float] | None:
     """The recorded shape with the lowest roofline floor over the tables' recordings, and that floor (None: none)."""
     shapes = {shape for table in tables for shape in table.times}
     if not shapes:
         return None
-    shape = min(shapes, key=lambda s: (floor(*s), s))
-    return shape, floor(*shape)
+    shape = min(shapes, key=lambda s: (floor_s(s), s))
+    return shape, floor_s(shape)
 
 
 def predicted_ratio(model: Any, *, table: str, config_id: str, shape: Shape) -> float | None:
@@ -97,18 +105,18 @@ def predicted_ratio(model: Any, *, table: str, config_id: str, shape: Shape) -> 
 def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence[Any], model: Any | None,
             measured: Mapping[tuple[str, str, Shape], tuple[float, float]], selector_name: str,
             selector_entries: Sequence[Any], cublas: Callable[[Shape], float | None],
-            floor: Callable[[int, int, int], float], smallest_floor_s: float | None = None) -> Suggestion:
+            smallest_floor_s: float | None = None) -> Suggestion:
     """The runtime's decision for one shape and its expected time (the dispatcher's warning is silenced).
 
     Unmeasured times are the predicted time / cuBLAS ratio times ``cublas(shape)``, cuBLAS's time as
-    the recordings predict it; they are ``extrapolated`` where ``floor(shape)`` is below ``smallest_floor_s``.
+    the recordings predict it; they are ``extrapolated`` where the shape's roofline floor is below ``smallest_floor_s``.
     """
     reason = cannot_run(shape, families=families)
     if reason is not None:
         return Suggestion(shape=shape, source="cannot run", table=None, family=None, config_id=None, where=None,
                           seconds=None, cublas_seconds=None, measured=False, reason=reason, count=count)
     m, n, k = shape
-    below = smallest_floor_s is not None and floor(m, n, k) < smallest_floor_s
+    below = smallest_floor_s is not None and floor_s(shape) < smallest_floor_s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         decision = dispatcher.decide(m=m, n=n, k=k)

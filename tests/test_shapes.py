@@ -126,14 +126,13 @@ def test_smallest_recorded_is_the_lowest_floor_over_every_table() -> None:
 
     from tunetable.suggest import smallest_recorded
 
-    def floor(m: int, n: int, k: int) -> float:
-        return float(m * n + n * k)   # a stand-in floor: the test picks the shape, not the formula
-
     tables = [SimpleNamespace(times={(8, 4096, 4096): {}, (1, 8192, 8192): {}}),
               SimpleNamespace(times={(2, 2048, 5632): {}})]
-    # 8 x 4096 x 4096: 16,809,984; 1 x 8192 x 8192: 67,117,056; 2 x 2048 x 5632: 11,538,432.
-    assert smallest_recorded(tables, floor=floor) == ((2, 2048, 5632), 11_538_432.0)
-    assert smallest_recorded([SimpleNamespace(times={})], floor=floor) is None
+    # Bytes moved (A + B + C in bf16), all three memory-bound: 8 x 4096 x 4096 33,685,504; 1 x 8192 x 8192
+    # 134,250,496; 2 x 2048 x 5632 23,099,392, at 4.13 TB/s 5.59 us.
+    shape, floor = smallest_recorded(tables)
+    assert shape == (2, 2048, 5632) and floor == pytest.approx(23_099_392 / 4.13e12)
+    assert smallest_recorded([SimpleNamespace(times={})]) is None
 
 
 def test_suggest_reads_a_workload_file_and_weights_it_by_count(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from rich.console import Console
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
-from tunetable.kernels.perfmodel import roofline_floor_s
 from tunetable.kernels.runtime.decide import dispatcher
 from tunetable.kernels.runtime.selector import SELECTOR
 from tunetable.kernels.tuning_configs import SELECTORS
@@ -41,11 +40,6 @@ def parse_shape(text: str, *, index: int) -> tuple[int, int, int]:
 def _us(seconds: float | None) -> str:
     """Seconds as microseconds with 4 significant digits ('-' for unknown)."""
     return "-" if seconds is None else f"{seconds * 1e6:.4g}"
-
-
-def floor_s(m: int, n: int, k: int) -> float:
-    """The roofline floor of (M, N, K) in seconds (bytes at the H200's bandwidth, flops at its rate)."""
-    return roofline_floor_s(m=m, n=n, k=k)
 
 
 def render(suggestions, *, console: Console, selector: str,
@@ -115,11 +109,11 @@ def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path
     model = selector_model(tables=tables) if tables else None
     families = [FAMILIES[name] for name in sorted({spec.family for spec in map(
         lambda t: table_spec(params, t, path=params_path), params["tables"])}) if name in FAMILIES]
-    smallest = smallest_recorded(tables, floor=floor_s)
+    smallest = smallest_recorded(tables)
     results = [suggest(shape=w.shape, count=w.count, dispatcher=dispatcher(), families=families, model=model,
                        measured=measured_times(tables), selector_name=SELECTOR,
                        selector_entries=SELECTORS.get(SELECTOR, ()),
                        cublas=lambda shape: cublas_seconds(tables=tables, shape=shape) if tables else None,
-                       floor=floor_s, smallest_floor_s=None if smallest is None else smallest[1])
+                       smallest_floor_s=None if smallest is None else smallest[1])
                for w in wanted]
     render(results, console=Console(), selector=SELECTOR, smallest=smallest)
