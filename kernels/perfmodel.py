@@ -29,7 +29,8 @@ operands) plus a barrier handshake per k-tile, against feeding it by TMA (STAGES
 flight, the L2 reads of this block's slice of a cluster-shared tile); plus the epilogue and
 split-K finish the consumers do between items, and the same device roofline. With TAIL_SPLIT = 1
 the busiest cluster's work is its full waves' whole tiles plus one split of a last-wave tile
-(``tail_split_plan``, the kernel's own plan), whose fp32 partials the tile's last split sums.
+(``tail_split_plan``, the kernel's own plan), whose fp32 partials the tile's last split sums;
+TAIL_SPLIT = 2 (the stream-K tail of a probe variant) the same with its longest run.
 
 The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
 only has to rank configurations, and the model-based search corrects what it gets wrong.
@@ -318,9 +319,9 @@ def persistent_model(tile: PersistentTile) -> Callable[[int, int, int], float]:
         epilogue_s = rows_a * rows_b * out_element_bytes / epilogue_rate
         tile_s = feed_s if feed_s > compute_s else compute_s
         if tail:
-            busiest_s = latency + tail_split_busiest_s(
-                plan=tail_split_plan(tiles=items, units=clusters, k_tiles=k_tiles), units=clusters, k_tiles=k_tiles,
-                tile_s=tile_s, epilogue_s=epilogue_s)
+            plan = tail_split_plan(tiles=items, units=clusters, k_tiles=k_tiles, streamk=tail == 2)
+            busiest_s = latency + tail_split_busiest_s(plan=plan, units=clusters, k_tiles=k_tiles, tile_s=tile_s,
+                                                       epilogue_s=epilogue_s)
         else:
             busiest_s = latency + -(-items // clusters) * (tile_s + epilogue_s)
         output_bytes = split_k * m * n * FP32_BYTES if split_k > 1 else m * n * BF16_BYTES

@@ -117,32 +117,89 @@ MAX_TAIL_SPLITS = 8  # gemm_wgmma.cu's kMaxTailSplits: a tile's last split reads
 
 
 class TailSplitPlan(NamedTuple):
-    """How gemm_wgmma's TAIL_SPLIT = 1 shares out a launch (the kernel's Schedule computes the same).
+    """How gemm_wgmma's TAIL_SPLIT shares out a launch (the kernel's Schedule computes the same).
 
     A NamedTuple: the runtime's shape selector builds one per candidate and new shape (cheap to make).
     """
 
     whole_tiles: int   # cluster tiles of the full waves, done whole, round-robin over the clusters
     shared_tiles: int  # the last partial wave's cluster tiles, each split along K over the idle clusters
-    per_split: int     # k-tiles per split of a shared tile
-    max_splits: int    # splits of a shared tile (its workspace slots)
+    per_split: int     # k-tiles per split of a shared tile (the stream-K tail: its longest run)
+    max_splits: int    # splits of a shared tile at most (its workspace slots)
+    runs: int = 0      # clusters that take a run of the last wave (0: no last wave to split)
 
 
-def tail_split_plan(*, tiles: int, units: int, k_tiles: int) -> TailSplitPlan:
-    """The full waves go whole; each of the R tiles of the last partial wave splits into min(U // R, k-tiles,
-    MAX_TAIL_SPLITS) equal runs of k-tiles (U: clusters).
+class TailPiece(NamedTuple):
+    """One cluster's share of a last-wave tile: k-tiles [kt_begin, kt_end) of shared tile ``tile``."""
 
-    All splits run in the same last round, split s of every shared tile on neighbouring clusters, so the
-    clusters that share a panel of A or B read the same k-tiles at the same time (L2 reuse). A stream-K
-    split into equal runs over the whole tile order lost that reuse: 1.5-2x slower at M >= 512
-    (benchmarks/notes_gemm_wgmma.md, v8).
+    tile: int          # which shared tile, in the whole-tile order after the full waves
+    kt_begin: int
+    kt_end: int
+    split: int         # its place among the tile's splits (the split-order sum's index)
+    splits: int        # how many clusters share the tile (1: stored whole, no partials)
+
+
+def tail_split_plan(*, tiles: int, units: int, k_tiles: int, streamk: bool = False) -> TailSplitPlan:
+    """The full waves go whole; the R tiles of the last partial wave are split along K over the U clusters.
+
+    Equal runs (TAIL_SPLIT = 1): each tile into min(U // R, k-tiles, MAX_TAIL_SPLITS) equal runs of k-tiles,
+    all in the same last round, split s of every shared tile on neighbouring clusters, so the clusters that
+    share a panel of A or B read the same k-tiles at the same time (L2 reuse). A stream-K split into equal
+    runs over the whole tile order lost that reuse: 1.5-2x slower at M >= 512 (benchmarks/notes_gemm_wgmma.md,
+    v8). Where U < 2R this leaves the last wave whole (one split per tile) and U - R clusters idle.
+
+    Stream-K tail (``streamk``, the probe variant's TAIL_SPLIT = 2): the last wave's R x k-tiles are cut into
+    min(U, R x k-tiles, MAX_TAIL_SPLITS x R) runs of whole k-tiles in tile order, run u from
+    floor(u x work / runs), so every cluster ends the last round at the same time even where U < 2R; a run
+    may cross into the next tile, so a tile is shared by up to ``max_splits`` runs. Only the last wave's
+    tiles are cut: the full waves keep their raster's L2 reuse.
     """
     shared = tiles % units
     if shared == 0:
         return TailSplitPlan(whole_tiles=tiles, shared_tiles=0, per_split=k_tiles, max_splits=1)
+    if streamk:
+        work = shared * k_tiles
+        runs = min(units, work, MAX_TAIL_SPLITS * shared)
+        shortest = work // runs
+        # A tile of k_tiles meets the run holding its first k-tile and at most one more per `shortest` after it.
+        return TailSplitPlan(whole_tiles=tiles - shared, shared_tiles=shared, per_split=ceil_div(work, runs),
+                             max_splits=min(runs, 1 + ceil_div(k_tiles - 1, shortest)), runs=runs)
     per_split = ceil_div(k_tiles, min(units // shared, k_tiles, MAX_TAIL_SPLITS))
+    max_splits = ceil_div(k_tiles, per_split)
     return TailSplitPlan(whole_tiles=tiles - shared, shared_tiles=shared, per_split=per_split,
-                         max_splits=ceil_div(k_tiles, per_split))
+                         max_splits=max_splits, runs=shared * max_splits)
+
+
+def streamk_run_begin(plan: TailSplitPlan, *, k_tiles: int, run: int) -> int:
+    """The first k-tile (over the shared tiles laid end to end) of a stream-K run; ``run = runs`` gives the end."""
+    return run * plan.shared_tiles * k_tiles // plan.runs
+
+
+def streamk_owner(plan: TailSplitPlan, *, k_tiles: int, position: int) -> int:
+    """The stream-K run holding k-tile ``position`` of the shared tiles laid end to end."""
+    work = plan.shared_tiles * k_tiles
+    return ceil_div((position + 1) * plan.runs, work) - 1
+
+
+def tail_pieces(plan: TailSplitPlan, *, k_tiles: int, unit: int, streamk: bool) -> list[TailPiece]:
+    """Cluster ``unit``'s pieces of the last wave, in the order it runs them (the kernel's Schedule::at)."""
+    if unit >= plan.runs:
+        return []
+    if not streamk:
+        split = unit // plan.shared_tiles
+        begin = split * plan.per_split
+        return [TailPiece(tile=unit % plan.shared_tiles, kt_begin=begin, kt_end=min(k_tiles, begin + plan.per_split),
+                          split=split, splits=plan.max_splits)]
+    begin = streamk_run_begin(plan, k_tiles=k_tiles, run=unit)
+    end = streamk_run_begin(plan, k_tiles=k_tiles, run=unit + 1)
+    pieces = []
+    for tile in range(begin // k_tiles, (end - 1) // k_tiles + 1):
+        first = streamk_owner(plan, k_tiles=k_tiles, position=tile * k_tiles)
+        last = streamk_owner(plan, k_tiles=k_tiles, position=tile * k_tiles + k_tiles - 1)
+        pieces.append(TailPiece(tile=tile, kt_begin=max(begin, tile * k_tiles) - tile * k_tiles,
+                                kt_end=min(end, tile * k_tiles + k_tiles) - tile * k_tiles,
+                                split=unit - first, splits=last - first + 1))
+    return pieces
 
 
 def check_gemm_shape(family: str, M: int, N: int, K: int, *, why: str) -> None:

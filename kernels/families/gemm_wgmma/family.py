@@ -153,7 +153,9 @@ class GemmWgmmaFamily(KernelFamily):
             # The launch may be cut to the clusters that fit at once (kernels/runtime/plan.py), and the
             # kernel splits over the clusters it has: room for the plan of any grid up to this one.
             tiles, k_tiles = cluster_tiles(defines, M=M, N=N), ceil_div(K, int_define(defines, "BLOCK_K"))
-            plans = (tail_split_plan(tiles=tiles, units=units, k_tiles=k_tiles) for units in range(1, clusters + 1))
+            streamk = int_define(defines, "TAIL_SPLIT") == 2  # the stream-K tail (benchmarks/versions probe variant)
+            plans = (tail_split_plan(tiles=tiles, units=units, k_tiles=k_tiles, streamk=streamk)
+                     for units in range(1, clusters + 1))
             workspace = max(fragment_workspace_bytes(defines, tiles=plan.shared_tiles * cluster, splits=plan.max_splits)
                             for plan in plans)
         else:
