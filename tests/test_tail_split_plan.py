@@ -1,4 +1,4 @@
-"""The host's plan of gemm_wgmma's last wave (families/common.py's tail_split_plan and tail_pieces), pure Python.
+"""The host's plan of the TMA kernels' last wave (families/common.py's tail_split_plan and tail_pieces), pure Python.
 
 The kernel's own walk is held against these in tests/test_gemm_wgmma_schedule_nvcc.py (compiled for the host).
 """
@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import MAX_TAIL_SPLITS, tail_pieces, tail_split_plan
 
 
@@ -61,3 +62,15 @@ def test_the_stream_k_run_bounds_fit_the_kernels_32_bit_arithmetic() -> None:
                                    streamk=True)
             worst = max(worst, plan.runs * plan.shared_tiles * k_tiles)
     assert 2**30 < worst < 2**31  # the search reaches the hard cases, and they fit (the kernel comment says 2^31)
+
+
+def test_the_swap_familys_launch_takes_every_sm_and_the_stream_k_workspace_only_with_the_define() -> None:
+    # 200 x 14336 x 4096 in 200 x 128 tiles: 112 tiles, 64 k-tiles. As recorded: 112 blocks, no workspace. With the
+    # probe variant's TAIL_SPLIT = 2: 132 blocks, runs of 54-55 k-tiles, so a tile meets at most 1 + ceil(63 / 54) = 3
+    # runs: 3 x 112 fp32 tiles of 200 x 128 and 112 x 2 counters = 34,406,400 + 896 bytes (worked by hand).
+    family = FAMILIES["gemm_wgmma_swap"]
+    defines = {"BLOCK_M": 200, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 5, "CONSUMERS": 2, "SPLIT_K": 1}
+    recorded = family.launch(defines, 200, 14336, 4096)
+    assert (recorded.grid[0], recorded.workspace_bytes) == (112, 0)
+    streamk = family.launch({**defines, "TAIL_SPLIT": 2}, 200, 14336, 4096)
+    assert (streamk.grid[0], streamk.workspace_bytes) == (132, 34_406_400 + 896)

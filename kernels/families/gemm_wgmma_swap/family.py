@@ -26,6 +26,7 @@ from tunetable.kernels.families.common import (
     check_gemm_shape,
     fragment_workspace_bytes,
     int_define,
+    tail_split_plan,
 )
 from tunetable.kernels.tma import TensorMapSpec, encode
 
@@ -115,13 +116,25 @@ class GemmWgmmaSwapFamily(KernelFamily):
         return self.tiles(defines, M, N) * int_define(defines, "SPLIT_K")
 
     def launch(self, defines: Mapping[str, object], M: int, N: int, K: int, *, sm_count: int = H200_SM_COUNT) -> Launch:
-        """Persistent grid (at most one block per SM), block, shared memory, split-K workspace."""
+        """Persistent grid (at most one block per SM), block, shared memory, split-K workspace.
+
+        A TAIL_SPLIT = 2 define (the stream-K tail of a probe variant, benchmarks/versions; not a tunable of the
+        recorded kernel) takes every SM and the workspace of gemm_wgmma's stream-K plan for any grid up to it.
+        """
         self.check_shape(M, N, K)
         split_k = int_define(defines, "SPLIT_K")
         tiles = self.tiles(defines, M, N)
+        blocks = max(1, min(tiles * split_k, sm_count))
         workspace = fragment_workspace_bytes(defines, tiles=tiles)
+        if defines.get("TAIL_SPLIT", 0):
+            k_tiles = ceil_div(K, int_define(defines, "BLOCK_K"))
+            blocks = max(1, min(tiles * k_tiles, sm_count))
+            plans = (tail_split_plan(tiles=tiles, units=units, k_tiles=k_tiles, streamk=True)
+                     for units in range(1, blocks + 1))
+            workspace = max(fragment_workspace_bytes(defines, tiles=plan.shared_tiles, splits=plan.max_splits)
+                            for plan in plans)
         return Launch(
-            grid=(max(1, min(tiles * split_k, sm_count)), 1, 1),
+            grid=(blocks, 1, 1),
             block=(self.threads(defines), 1, 1),
             smem_bytes=self.smem_bytes(defines),
             workspace_bytes=workspace,
