@@ -30,10 +30,11 @@ FIXTURES = REPO / "tests" / "fixtures" / "kernels"
 
 
 class Variant(NamedTuple):
-    """A kernel's probe variant and the program that prints its schedule."""
+    """A kernel source (a probe variant's patch, or the kernel itself once adopted) and the program that prints its
+    schedule."""
 
     family: str
-    patch: Path
+    source: Path  # benchmarks/versions/*.patch, or a .cu
     dump: Path
 
 
@@ -70,8 +71,11 @@ def dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("schedule")
     sources = {}
     for family, variant in VARIANTS.items():
-        patch = folder / variant.patch.name
-        patch.write_text(variant.patch.read_text())
+        if variant.source.suffix == ".cu":
+            sources[family] = variant.source
+            continue
+        patch = folder / variant.source.name
+        patch.write_text(variant.source.read_text())
         applied = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(patch)],
                                  capture_output=True, text=True, check=False)
         assert applied.returncode == 0, applied.stderr
