@@ -170,6 +170,16 @@ def tail_split_plan(*, tiles: int, units: int, k_tiles: int, streamk: bool = Fal
                          max_splits=max_splits, runs=shared * max_splits)
 
 
+def tail_split_workspace_bytes(defines: Mapping[str, object], *, tiles: int, clusters: int, k_tiles: int,
+                               streamk: bool, cluster: int = 1) -> int:
+    """The workspace of a last-wave split on any grid of up to ``clusters`` clusters of ``cluster`` blocks (a
+    launch may be cut to the clusters that fit at once, and the kernel splits over the clusters it has)."""
+    plans = (tail_split_plan(tiles=tiles, units=units, k_tiles=k_tiles, streamk=streamk)
+             for units in range(1, clusters + 1))
+    return max(fragment_workspace_bytes(defines, tiles=plan.shared_tiles * cluster, splits=plan.max_splits)
+               for plan in plans)
+
+
 def streamk_run_begin(plan: TailSplitPlan, *, k_tiles: int, run: int) -> int:
     """The first k-tile (over the shared tiles laid end to end) of a stream-K run; ``run = runs`` gives the end."""
     return run * plan.shared_tiles * k_tiles // plan.runs

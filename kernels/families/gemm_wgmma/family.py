@@ -23,7 +23,7 @@ from tunetable.kernels.families.common import (
     check_gemm_shape,
     fragment_workspace_bytes,
     int_define,
-    tail_split_plan,
+    tail_split_workspace_bytes,
 )
 from tunetable.kernels.tma import TensorMapSpec, encode
 
@@ -149,15 +149,11 @@ class GemmWgmmaFamily(KernelFamily):
         self.check_shape(M, N, K)
         cluster = int_define(defines, "CLUSTER_M") * int_define(defines, "CLUSTER_N")
         clusters = self.resident_clusters(defines, M, N, K, sm_count=sm_count)
-        if int_define(defines, "TAIL_SPLIT"):
-            # The launch may be cut to the clusters that fit at once (kernels/runtime/plan.py), and the
-            # kernel splits over the clusters it has: room for the plan of any grid up to this one.
-            tiles, k_tiles = cluster_tiles(defines, M=M, N=N), ceil_div(K, int_define(defines, "BLOCK_K"))
-            streamk = int_define(defines, "TAIL_SPLIT") == 2  # the stream-K tail (benchmarks/versions probe variant)
-            plans = (tail_split_plan(tiles=tiles, units=units, k_tiles=k_tiles, streamk=streamk)
-                     for units in range(1, clusters + 1))
-            workspace = max(fragment_workspace_bytes(defines, tiles=plan.shared_tiles * cluster, splits=plan.max_splits)
-                            for plan in plans)
+        if int_define(defines, "TAIL_SPLIT"):  # room for the plan of any grid up to this one (plan.py may cut it)
+            workspace = tail_split_workspace_bytes(
+                defines, tiles=cluster_tiles(defines, M=M, N=N), clusters=clusters, cluster=cluster,
+                k_tiles=ceil_div(K, int_define(defines, "BLOCK_K")),
+                streamk=int_define(defines, "TAIL_SPLIT") == 2)  # the stream-K tail (a benchmarks/versions variant)
         else:
             tiles = ceil_div(M, int_define(defines, "BLOCK_M")) * ceil_div(N, int_define(defines, "BLOCK_N"))
             workspace = fragment_workspace_bytes(defines, tiles=tiles)

@@ -26,7 +26,7 @@ from tunetable.kernels.families.common import (
     check_gemm_shape,
     fragment_workspace_bytes,
     int_define,
-    tail_split_plan,
+    tail_split_workspace_bytes,
 )
 from tunetable.kernels.tma import TensorMapSpec, encode
 
@@ -129,10 +129,7 @@ class GemmWgmmaSwapFamily(KernelFamily):
         if defines.get("TAIL_SPLIT", 0):
             k_tiles = ceil_div(K, int_define(defines, "BLOCK_K"))
             blocks = max(1, min(tiles * k_tiles, sm_count))
-            plans = (tail_split_plan(tiles=tiles, units=units, k_tiles=k_tiles, streamk=True)
-                     for units in range(1, blocks + 1))
-            workspace = max(fragment_workspace_bytes(defines, tiles=plan.shared_tiles, splits=plan.max_splits)
-                            for plan in plans)
+            workspace = tail_split_workspace_bytes(defines, tiles=tiles, clusters=blocks, k_tiles=k_tiles, streamk=True)
         return Launch(
             grid=(blocks, 1, 1),
             block=(self.threads(defines), 1, 1),
