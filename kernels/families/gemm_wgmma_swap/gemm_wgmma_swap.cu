@@ -21,6 +21,11 @@
 //     (common/splitk.cuh's fragment-native slots: coalesced float4s, never out of range), and the
 //     last split of a tile to count in sums them in split order, many loads in flight, and writes C:
 //     deterministic, one launch.
+//   * the last tile of M loads its BLOCK_M rows of A whole 8-row groups higher (never above row 0), so that at
+//     most 7 of them lie past M, and the consumers read the tile that many rows further into the stage: TMA's
+//     zero fill of rows past M costs more than loading them (notes_gemm_wgmma_swap.md, "Partial M tiles": +9-19 %
+//     on the odd-M tiles). A's stages come first in shared memory so that a shifted read of the last stage runs
+//     into B's, never past the tiles;
 //   * the epilogue writes C transposed. Whole tiles (SPLIT_K = 1) go through shared memory:
 //     stmatrix.trans puts each 8 x 8 block of the C^T fragment there as rows of C, inside the
 //     consumer's own rows of B in the tile's last stage (held until the store is done), then whole
@@ -71,6 +76,8 @@ static_assert(kAccRegs <= 192, "consumer tile too large: (BLOCK_N / CONSUMERS) *
 static_assert(SPLIT_K == 1 || kAccRegs <= 128, "split-K tiles hold at most 128 accumulators per consumer thread");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be between 2 and 8");
 static_assert(2 * STAGES * 8 + 2 * 16 <= kBarrierBytes, "barrier area too small");
+// A shifted tile reads up to BLOCK_M - 8 rows past its stage's A: the last stage's run into B's stages.
+static_assert(STAGES * kStageBytesB >= (BLOCK_M - 8) * 128, "a shifted read of A's last stage would leave the tiles");
 static_assert(kSmemBytes <= 232448, "shared memory STAGES*(BLOCK_M+BLOCK_N)*BLOCK_K*2 + 2048 exceeds the 227 KB per-block limit");
 static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K must be between 1 and 16");
 #ifdef SMEM_BYTES
@@ -80,6 +87,14 @@ static_assert(SMEM_BYTES == kSmemBytes, "SMEM_BYTES define disagrees with the ke
 static_assert(THREADS == kThreads, "THREADS define disagrees with (CONSUMERS + 1) * 128");
 #endif
 }  // namespace gemm_wgmma_swap_cfg
+
+// How many rows higher than tile tile_m's first the A box starts: whole 8-row groups, so that the box
+// ends at most 7 rows past M, never above row 0 (0 for whole tiles and for M below one tile).
+__device__ __forceinline__ int a_box_shift(int tile_m, int M) {
+  const int row0 = tile_m * BLOCK_M;
+  const int start = max(0, min(row0, ((M + 7) & ~7) - BLOCK_M));
+  return row0 - start;
+}
 
 using namespace gemm_wgmma_swap_cfg;
 
@@ -202,8 +217,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem_raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t tiles_addr = (smem_raw_addr + kAlignSlack - 1) & ~uint32_t(kAlignSlack - 1);
-  const uint32_t smem_b = tiles_addr;                              // STAGES x [kAtoms][BLOCK_N][64]
-  const uint32_t smem_a = tiles_addr + STAGES * kStageBytesB;      // STAGES x [kAtoms][BLOCK_M][64]
+  const uint32_t smem_a = tiles_addr;                              // STAGES x [kAtoms][BLOCK_M][64]
+  const uint32_t smem_b = tiles_addr + STAGES * kStageBytesA;      // STAGES x [kAtoms][BLOCK_N][64]
   const uint32_t bars = tiles_addr + STAGES * kStageBytes;         // full[STAGES], empty[STAGES]
   unsigned char* bars_generic = smem_raw + (bars - smem_raw_addr);
   int* last_flag = reinterpret_cast<int*>(bars_generic + 2 * STAGES * 8);  // one per consumer
@@ -234,6 +249,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       uint32_t phase = 0;
       for (int w = blockIdx.x; w < schedule.total; w += gridDim.x) {
         const SwapItem item = schedule.item(w);
+        const int a_row = item.tile_m * BLOCK_M - a_box_shift(item.tile_m, M);
         for (int kt = item.kt_begin; kt < item.kt_end; ++kt) {
           mbar_wait(empty(stage), phase ^ 1);  // a fresh barrier counts as released
           mbar_expect_tx(full(stage), kStageBytes);
@@ -241,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
           for (int atom = 0; atom < kAtoms; ++atom) {
             const int k = kt * BLOCK_K + atom * 64;
             tma_load(smem_b + stage * kStageBytesB + atom * kAtomBytesB, &tmap_b, full(stage), k, item.tile_n * BLOCK_N);
-            tma_load(smem_a + stage * kStageBytesA + atom * kAtomBytesA, &tmap_a, full(stage), k, item.tile_m * BLOCK_M);
+            tma_load(smem_a + stage * kStageBytesA + atom * kAtomBytesA, &tmap_a, full(stage), k, a_row);
           }
           if (++stage == STAGES) {
             stage = 0;
@@ -259,7 +275,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     // Each wgmma's descriptors are these (this consumer's rows of B, all of A; stage 0) plus the operand's byte offset
     // / 16, by uniform adds without R2UR (notes_gemm_wgmma_swap.md, "v9": 18.3 -> 9.9 instructions per HGMMA).
     const uint64_t desc_b = smem_desc(smem_b + consumer * kWgRows * 128);
-    const uint64_t desc_a = smem_desc(smem_a);
     int stage = 0;
     uint32_t phase = 0;
     for (int w = blockIdx.x; w < schedule.total; w += gridDim.x) {
@@ -268,12 +283,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for (int s = 0; s < kSlices; ++s)
 #pragma unroll
         for (int e = 0; e < BLOCK_M / 2; ++e) acc[s][e] = 0.f;
+      // The tile's rows of A start this many rows into the stage; broadcast from lane 0 so that the descriptors stay
+      // in uniform registers.
+      const int shift = __shfl_sync(0xffffffff, a_box_shift(item.tile_m, M), 0);
+      const uint64_t tile_a = smem_desc(smem_a + uint32_t(shift) * 128);
       int previous = -1;
       for (int kt = item.kt_begin; kt < item.kt_end; ++kt) {
         mbar_wait(full(stage), phase);
         wgmma_fence();
         const uint64_t stage_b = desc_b + uint64_t((stage * kStageBytesB) >> 4);
-        const uint64_t stage_a = desc_a + uint64_t((stage * kStageBytesA) >> 4);
+        const uint64_t stage_a = tile_a + uint64_t((stage * kStageBytesA) >> 4);
 #pragma unroll
         for (int atom = 0; atom < kAtoms; ++atom) {
 #pragma unroll
