@@ -80,7 +80,7 @@ class GemmWgmmaSwapFamily(KernelFamily):
         Rule("(BLOCK_N // CONSUMERS) * BLOCK_M <= 24576", "<= 192 fp32 accumulators per consumer thread"),
         Rule("SPLIT_K == 1 or (BLOCK_N // CONSUMERS) * BLOCK_M <= 16384", "split-K tiles: <= 128 accumulators"),
         Rule("2 <= STAGES <= 8", "the kernel's stage bound"),
-        Rule("STAGES * BLOCK_N * BLOCK_K * 2 >= (BLOCK_M - 8) * 128", "a shifted read of A's last stage stays in the tiles"),
+        Rule("STAGES * BLOCK_N * BLOCK_K * 2 >= (BLOCK_M - 8) * 128", "a shifted read of A stays in the tiles"),
         Rule("1 <= SPLIT_K <= 16", "the kernel's split-K bound"),
         Rule(f"SMEM_BYTES <= {MAX_SHARED_BYTES_PER_BLOCK}", "the kernel's static_assert on shared memory"),
     )
