@@ -76,12 +76,15 @@ def table_ratios(*, times: dict[tuple[int, int, int], dict[str, float]],
     return ratios
 
 
-def against_target(*, value: float, target: str) -> str:
-    """'value (target >= target: met)', to a 4th decimal where 3 would round the value onto its target's other side."""
-    shown = f"{value:.3f}"
-    if (float(shown) >= float(target)) != (value >= float(target)):
-        shown = f"{value:.4f}"
-    return f"{shown} (target >= {target}: {'met' if value >= float(target) else 'NOT met'})"
+def shown(*, value: float, target: float) -> str:
+    """The value to 3 decimals, or to 4 where 3 would round it onto the other side of its target."""
+    text = f"{value:.3f}"
+    return text if (float(text) >= target) == (value >= target) else f"{value:.4f}"
+
+
+def against(*, value: float, target: float, target_text: str) -> str:
+    """'value (target >= target_text: met)' (or NOT met), the value as ``shown``."""
+    return f"{shown(value=value, target=target)} (target >= {target_text}: {'met' if value >= target else 'NOT met'})"
 
 
 def summary(ratios: dict[tuple[int, int, int], float]) -> dict[str, Any]:
@@ -260,14 +263,14 @@ def main() -> None:
         reach_table.add_row(*cells)
         lines.append("| " + " | ".join(cells) + " |")
     val, dflt = reach_summaries["validation"], reach_summaries["default"]
+    default_geomean = shown(value=dflt["geomean"], target=1.03)
     reach_verdict = (
-        f"reach: validation geomean {against_target(value=val['geomean'], target='1.0')}, "
-        f"min {against_target(value=val['min'], target='0.9')}; "
-        f"default geomean {against_target(value=dflt['geomean'], target='1.03')[:-1]}; "
-        f"{dflt['geomean_at_parity']:.3f} with every shape below 1.0x lifted to 1.0x), "
-        f"{100 * dflt['share_at_or_above_1']:.0f} % >= 1.0x "
+        f"reach: validation geomean {against(value=val['geomean'], target=1.0, target_text='1.0')}, "
+        f"min {against(value=val['min'], target=0.9, target_text='0.9')}; default geomean {default_geomean} "
+        f"(target >= 1.03: {'met' if dflt['geomean'] >= 1.03 else 'NOT met'}; {dflt['geomean_at_parity']:.3f} with "
+        f"every shape below 1.0x lifted to 1.0x), {100 * dflt['share_at_or_above_1']:.0f} % >= 1.0x "
         f"(target >= 50 %: {'met' if dflt['share_at_or_above_1'] >= 0.5 else 'NOT met'}), roofline M 64-512 "
-        f"{against_target(value=dflt['roofline_geomean_m64_512'], target='0.80')}")
+        f"{against(value=dflt['roofline_geomean_m64_512'], target=0.80, target_text='0.80')}")
     lines += ["", f"- {reach_verdict}", "", "![per shape](table_vs_cublas.png)"]
     print_table(console, square)
     print_table(console, tables)
