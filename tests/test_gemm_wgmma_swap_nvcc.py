@@ -96,6 +96,10 @@ def test_the_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name: str,
         ({"STAGES": 1}, "2 <= STAGES <= 8", "STAGES must be between 2 and 8"),
         ({"STAGES": 8}, "SMEM_BYTES <= 232448", "exceeds the 227 KB per-block limit"),
         ({"SPLIT_K": 17}, "1 <= SPLIT_K <= 16", "SPLIT_K must be between 1 and 16"),
+        # The last tile of M reads A up to BLOCK_M - 8 rows past its stage: 2 stages of 64 weight rows leave 16 KB of
+        # B's stages after A's, and 248 shifted rows need 31 KB.
+        ({"BLOCK_M": 256, "BLOCK_N": 64, "CONSUMERS": 1, "STAGES": 2, "SPLIT_K": 1},
+         "STAGES * BLOCK_N * BLOCK_K * 2 >= (BLOCK_M - 8) * 128", "a shifted read of A's last stage would leave"),
     ],
 )
 def test_rule_rejected_config_stops_at_the_kernels_static_assert(change: dict[str, int], rule: str, message: str,
