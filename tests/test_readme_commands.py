@@ -38,7 +38,7 @@ NOT_COMMANDS = {
 EXCLUDED = {
     ("Set-up", "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev]' && snakemake --cores 2", 0):
         ".ci/run runs this set-up on a clean clone; its `snakemake --cores 2` is the next block, run here",
-    ("Set-up", ". .venv/bin/activate && pytest", 0): "the test suite itself (.ci/run runs it)",
+    ("Set-up", ". .venv/bin/activate && pytest -n 2 --dist loadfile", 0): "the test suite itself (.ci/run runs it)",
     ("The main job", "snakemake --workflow-profile profiles/slurm", 0):
         "needs a SLURM cluster: tests/test_slurm.py (marker slurm) runs it on a local one",
     ("The main job", "bash scripts/slurm_local.sh install && pip install -e '.[dev,slurm]' && pytest -m slurm "
