@@ -194,7 +194,7 @@ def test_a_family_table_names_exactly_the_family_tunables_as_integers() -> None:
         expand(spec({"groups": [{**tunables, "STAGES": ["four"]}]}, family="gemm_mma"))
     # A table's own rules come after the family's, numbered on from them.
     narrowed = expand(spec({"groups": [{**tunables, "STAGES": [3, 4]}], "rules": ["STAGES == 3"]}, family="gemm_mma"))
-    assert [item.reason for item in narrowed.pruned] == ["rules[7] 'STAGES == 3' is false"]
+    assert [item.reason for item in narrowed.pruned] == ["rules[8] 'STAGES == 3' is false"]
 
 
 def test_parse_assignment_types_values_like_the_command_line() -> None:
