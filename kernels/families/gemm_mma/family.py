@@ -80,7 +80,7 @@ class GemmMmaFamily(KernelFamily):
         Rule("(BLOCK_K // 16) % WARPS_K == 0", "each k slice owns whole k16 steps"),
         Rule("(WARPS_K - 1) * BLOCK_M * BLOCK_N * 4 <= SMEM_BYTES",
              "the other k slices' fp32 accumulator tiles are summed through the pipeline's shared memory"),
-        Rule("2 <= STAGES <= 16", "the kernel's stage bound"),
+        Rule("2 <= STAGES <= 8", "the kernel's stage bound"),
     )
     # The untuned default: a mid-sized tile valid on every shape (what runtime_gemm compares the
     # tuned table against, and what an empty table runs for large M); narrow tiles for small M.

@@ -71,7 +71,7 @@ static_assert(BLOCK_N % (WARPS_N * 16) == 0, "BLOCK_N must be a multiple of WARP
 static_assert(BLOCK_K == 16 || BLOCK_K == 32 || BLOCK_K == 64 || BLOCK_K == 128, "BLOCK_K must be 16, 32, 64 or 128 (swizzle pattern)");
 static_assert(kSteps % WARPS_K == 0, "BLOCK_K / 16 must be a multiple of WARPS_K (each k slice owns whole k16 steps)");
 static_assert(kReduceBytes <= kSmemBytes, "sliced-K reduction (WARPS_K-1)*BLOCK_M*BLOCK_N*4 bytes exceeds the pipeline's shared memory");
-static_assert(STAGES >= 2 && STAGES <= 16, "STAGES must be between 2 and 16");
+static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be between 2 and 8");
 static_assert(SPLIT_K >= 1 && SPLIT_K <= 64, "SPLIT_K must be between 1 and 64");
 static_assert(GROUP_M >= 1, "GROUP_M must be at least 1");
 static_assert(kThreads <= 1024, "WARPS_M * WARPS_N * WARPS_K * 32 must not exceed 1024 threads per block");
