@@ -60,3 +60,14 @@ def test_a_patch_of_a_real_kernel_writes_that_variant(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "variant.cu").read_text() == "".join(variant)
+
+
+def test_the_prepared_adoptions_still_apply_to_the_tree() -> None:
+    """A change waiting for a recording (benchmarks/versions/*.diff: kernel, family, tests) applies to today's files."""
+    diffs = sorted((REPO / "benchmarks" / "versions").glob("*.diff"))
+    if not diffs:
+        pytest.skip("no prepared adoption is committed")
+    for diff in diffs:
+        proc = subprocess.run(["git", "apply", "--check", str(diff)], cwd=REPO, capture_output=True, text=True,
+                              check=False)
+        assert proc.returncode == 0, f"{diff.name} no longer applies (refresh it from a branch): {proc.stderr}"
