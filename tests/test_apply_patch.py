@@ -70,4 +70,5 @@ def test_the_prepared_adoptions_still_apply_to_the_tree() -> None:
     for diff in diffs:
         proc = subprocess.run(["git", "apply", "--check", str(diff)], cwd=REPO, capture_output=True, text=True,
                               check=False)
-        assert proc.returncode == 0, f"{diff.name} no longer applies (refresh it from a branch): {proc.stderr}"
+        assert proc.returncode == 0, (f"{diff.name} no longer applies (refresh it, or remove it once adopted): "
+                                      f"{proc.stderr}")
