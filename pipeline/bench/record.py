@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from tunetable.atomic import atomic_write_bytes, atomic_write_text
+from tunetable.atomic import atomic_write_all
 from tunetable.errors import TuneTableError
+from tunetable.inputs import SIDECAR_HASH
 from tunetable.results import ROW_FIELDS, read_shard
 import pandas as pd
 
@@ -85,6 +87,9 @@ def write_recording(*, frame: Any, provenance: dict[str, Any], out_dir: Path, na
     sidecar = out_dir / f"{name}.json"
     buffer = io.BytesIO()
     frame.to_parquet(buffer, engine="pyarrow", index=False)
-    atomic_write_bytes(parquet, buffer.getvalue())
-    atomic_write_text(sidecar, json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+    data = buffer.getvalue()
+    # The sidecar holds the parquet's sha256: replay refuses a recording edited after it was made.
+    provenance = {**provenance, SIDECAR_HASH: hashlib.sha256(data).hexdigest()}
+    atomic_write_all(outputs={parquet: data,
+                              sidecar: (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode("utf-8")})
     return parquet, sidecar

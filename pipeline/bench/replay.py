@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-import pandas as pd
-
-from tunetable.bench.plan import ConfigTask
+from tunetable.bench.plan import ConfigTask, sidecar_path
 from tunetable.errors import TuneTableError
-from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, STATUSES, spec_string, write_shard
+from tunetable.inputs import SIDECAR_HASH, check_recording, load_json_file, read_recording
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
 
 if TYPE_CHECKING:
     from tunetable.bench.runner import ShardJob, ShardSearch
@@ -30,57 +29,21 @@ SHOW_MISSING = 5
 
 
 def load_recording(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The recording's rows keyed by MATCH_KEYS (pandas + pyarrow; no polars)."""
+    """The recording's rows keyed by MATCH_KEYS, after checking it whole (``tunetable.inputs.check_recording``).
 
-    if not path.is_file():
-        raise TuneTableError("no such recording", path=path)
-    try:
-        frame = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises many types on a corrupt file; each becomes this one line
-        detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise TuneTableError(f"unreadable recording: {detail}", path=path) from None
-    absent = [name for name in MATCH_KEYS if name not in frame.columns]
-    if absent:
-        raise TuneTableError(f"recording lacks columns {', '.join(absent)}", path=path)
-    check_recording(frame, path=path)
+    Its sidecar (NAME.json beside it), when there is one, must describe exactly these rows.
+    """
+    frame = read_recording(path)
+    sidecar = sidecar_path(path)
+    provenance = load_json_file(sidecar) if sidecar.is_file() else None
+    check_recording(frame, path=path, sidecar=provenance, sidecar_path=sidecar,
+                    data=path.read_bytes() if provenance and SIDECAR_HASH in provenance else None)
     index: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in frame.to_dict(orient="records"):
         key = (record["table"], int(record["M"]), int(record["N"]), int(record["K"]), record["config_id"],
                record["kernel_hash"])
         index[key] = record
     return index
-
-
-def check_recording(frame: Any, *, path: Path) -> None:
-    """Rows the cuda backend writes: known statuses, finite positive medians on ok rows, integer shapes."""
-    import numpy as np  # lazy: numpy only where arrays are built
-
-    status = frame["status"] if "status" in frame.columns else None
-    if status is not None:
-        unknown = ~status.isin(STATUSES)
-        if unknown.any():
-            row = int(np.flatnonzero(unknown.to_numpy())[0])
-            raise TuneTableError(f"status {status.iloc[row]!r} is not one of {', '.join(STATUSES)}", path=path,
-                                 where=f"row {row}")
-    for name in ("M", "N", "K"):
-        values = frame[name]
-        if not np.issubdtype(values.dtype, np.integer) or (values <= 0).any():
-            raise TuneTableError(f"column {name} must hold positive integers", path=path)
-    if status is not None and "median_ms" in frame.columns:
-        median = pd_numeric(frame["median_ms"])
-        bad = (status == "ok").to_numpy() & ~(np.isfinite(median) & (median > 0))
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise TuneTableError(f"status ok but median_ms {median[row]} is not a finite positive time "
-                                 f"(M={frame['M'].iloc[row]}, config {frame['config_id'].iloc[row]})", path=path,
-                                 where=f"row {row}")
-
-
-def pd_numeric(values: Any) -> Any:
-    """A column as float64 numbers (NaN where it holds none)."""
-    import pandas as pd  # lazy: pandas only where frames are built (this module is on the Snakefile's parse path)
-
-    return pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=float("nan"))
 
 
 def _plain(value: Any) -> Any:

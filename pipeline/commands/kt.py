@@ -13,11 +13,14 @@ from rich.console import Console
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.atomic import atomic_write_text
+from tunetable.inputs import finite_number, inside, safe_name
 from tunetable.params import load_params, table_spec
 from tunetable.paths import shape_name
 from tunetable.results import write_shard
 from tunetable.search.kt_interop import (
     IMPORTED_BACKEND,
+    INVALID,
+    entry_error,
     cache_file_name,
     kt_cache_documents,
     load_rows,
@@ -142,7 +145,7 @@ def import_command(files: tuple[Path, ...], table: str | None, family: str | Non
     if table is not None:
 
         family = table_spec(load_params(params_path), table, path=params_path).family
-    name = table or str(family)
+    name = safe_name(table or str(family), what="table or family", path=None, where="--table/--family")
     target = out_dir or Path("results") / "imported" / name
     by_shape: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
     sources: dict[tuple[int, int, int], tuple[str, list[str], dict[tuple, float]]] = {}
@@ -151,8 +154,9 @@ def import_command(files: tuple[Path, ...], table: str | None, family: str | Non
         rows = rows_from_kt_cache(path, family=str(family))
         document = read_kt_cache(path)
         names = list(document["tune_params_keys"])
+        # rows_from_kt_cache checked every entry but the InvalidConfig ones (skipped here too).
         means = {tuple(e[n] for n in names): float(e["time"]) for e in document["cache"].values()
-                 if isinstance(e.get("time"), (int, float)) and not isinstance(e.get("time"), bool)}
+                 if finite_number(e.get("time")) and entry_error(e) != INVALID}
         without_times += sum(1 for e in document["cache"].values()
                              if isinstance(e.get("time"), (int, float)) and not e.get("times"))
         for shape in {(r["M"], r["N"], r["K"]) for r in rows}:
@@ -168,10 +172,13 @@ def import_command(files: tuple[Path, ...], table: str | None, family: str | Non
     for column in ("M", "N", "K", "entries", "failed", "best config", "median ms", "KT mean ms", "samples"):
         summary.add_column(column, justify="left" if column == "best config" else "right")
     shown = bounded_positions(count=len(by_shape))
+    # Shard names come from the checked int32 shapes only; each must land in the output folder (checked
+    # for all before the first is written).
+    shard_paths = {shape: inside(target / f"{shape_name(*shape)}.pkl", folder=target) for shape in by_shape}
     for position, shape in enumerate(sorted(by_shape)):
         rows = by_shape[shape]
         source, names, means = sources[shape]
-        write_shard(target / f"{shape_name(*shape)}.pkl", table=name, rows=rows, build_rows=[],
+        write_shard(shard_paths[shape], table=name, rows=rows, build_rows=[],
                     provenance={"backend": IMPORTED_BACKEND, "source": source, "table": name})
         ok = [r for r in rows if r["status"] == "ok"]
         best = min(ok, key=lambda r: (r["median_ms"], r["config_id"])) if ok else None

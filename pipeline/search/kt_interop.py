@@ -41,6 +41,18 @@ import pandas as pd
 from tunetable.atomic import atomic_write_text
 from tunetable.config import KernelConfig
 from tunetable.errors import TuneTableError
+from tunetable.inputs import (
+    INT32_MAX,
+    MAX_NAME_CHARS,
+    SHAPE_KEYS,
+    check_int,
+    check_shape,
+    finite_number,
+    is_int,
+    parse_json,
+    read_input_text,
+    safe_name,
+)
 from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, read_result_file, spec_string
 from tunetable.search.base import value_list
 
@@ -203,46 +215,99 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def read_kt_cache(path: str | Path) -> dict[str, Any]:
-    """Parse a Kernel Tuner cache file, also one left open by an interrupted run (no closing braces)."""
+    """Parse a Kernel Tuner cache file, also one left open by an interrupted run (no closing braces).
+
+    Read through ``tunetable.inputs`` (size, UTF-8, nesting depth, integer digits); the document must be
+    a mapping with ``kernel_name``, ``problem_size``, a list of names ``tune_params_keys`` and a mapping
+    ``cache`` of mappings.
+    """
     source = Path(path)
-    if not source.is_file():
-        raise TuneTableError("no such file", path=source)
-    text = source.read_text().strip()
+    text = read_input_text(source).strip()
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
+        document = parse_json(text, path=source, invalid="not a Kernel Tuner cache")
+    except TuneTableError as exc:
+        if not str(exc).startswith(f"{source}: line "):
+            raise
         try:
             # Kernel Tuner appends entries to an open file and closes it only at the end of a run.
-            document = json.loads(text.rstrip(",") + "}\n}")
-        except json.JSONDecodeError:
-            raise TuneTableError(
-                f"not a Kernel Tuner cache: {exc.msg}", path=source, where=f"line {exc.lineno}"
-            ) from None
+            document = parse_json(text.rstrip(",") + "}\n}", path=source, invalid="not a Kernel Tuner cache")
+        except TuneTableError:
+            raise exc from None
     for key in ("kernel_name", "problem_size", "tune_params_keys", "cache"):
         if not isinstance(document, dict) or key not in document:
             raise TuneTableError(f"not a Kernel Tuner cache: missing '{key}'", path=source)
+    keys = document["tune_params_keys"]
+    if not isinstance(keys, list) or not all(isinstance(name, str) for name in keys):
+        raise TuneTableError(f"must be a list of names, got a {type(keys).__name__}", path=source,
+                             where="tune_params_keys")
+    if not isinstance(document["cache"], dict):
+        raise TuneTableError(f"must be a mapping of cache keys to entries, got a {type(document['cache']).__name__}",
+                             path=source, where="cache")
+    for key, entry in document["cache"].items():
+        if not isinstance(entry, dict):
+            raise TuneTableError(f"an entry must be a mapping, got a {type(entry).__name__}", path=source,
+                                 where=f"cache[{key}]")
     return document
 
 
+def _tunable_names(names: Sequence[str], *, family: str, path: str | Path) -> list[str]:
+    """``tune_params_keys`` checked: a known family's tunables, or plain names; never a shape or result field."""
+    from tunetable.kernels.families import FAMILIES  # lazy: the families load only when a cache is imported
+
+    known = FAMILIES[family].tunable_names() if family in FAMILIES else None
+    for index, name in enumerate(names):
+        where = f"tune_params_keys[{index}]"
+        if known is not None and name not in known:
+            raise TuneTableError(f"{name!r:.60} is not a tunable of family {family} (its tunables: "
+                                 f"{', '.join(known)})", path=path, where=where)
+        safe_name(name, what="parameter", path=path, where=where)
+        if name in SHAPE_KEYS or name in NON_PARAMETER_COLUMNS:
+            raise TuneTableError(f"{name!r} is a shape or result field, not a tunable", path=path, where=where)
+    if len(set(names)) != len(names):
+        raise TuneTableError("names a parameter twice", path=path, where="tune_params_keys")
+    return list(names)
+
+
+def _tunable_value(value: Any, *, name: str, integer: bool, path: str | Path, where: str) -> Any:
+    """One entry's tunable: an int32 >= 0 for a known (integer) family; else a plain scalar (no list, no null)."""
+    if integer or is_int(value):
+        return check_int(value, name=name, low=0, high=INT32_MAX, path=path, where=where)
+    if isinstance(value, str) and len(value) <= MAX_NAME_CHARS and value.isprintable():
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise TuneTableError(f"{name} must be an integer, a finite number or a short text, got {value!r:.60}",
+                         path=path, where=where)
+
+
 def rows_from_kt_cache(path: str | Path, *, family: str) -> list[dict[str, Any]]:
-    """Our rows (ROW_FIELDS + parameter columns) from a Kernel Tuner cache; InvalidConfig entries are skipped."""
+    """Our rows (ROW_FIELDS + parameter columns) from a Kernel Tuner cache; InvalidConfig entries are skipped.
+
+    The problem size is three int32 dimensions >= 1; each tunable an int32 >= 0 when ``family`` is one of
+    ours (every tunable of ours is an integer), a plain scalar otherwise.
+    """
+    from tunetable.kernels.families import FAMILIES  # lazy: the families load only when a cache is imported
+
     document = read_kt_cache(path)
     size = document["problem_size"]
-    if not (isinstance(size, list) and len(size) == 3 and all(isinstance(v, int) for v in size)):
-        raise TuneTableError(f"problem_size must be [M, N, K], got {size!r}", path=path, where="problem_size")
-    m, n, k = size
-    names = list(document["tune_params_keys"])
+    if not (isinstance(size, list) and len(size) == 3):
+        raise TuneTableError(f"problem_size must be [M, N, K], got {size!r:.80}", path=path, where="problem_size")
+    m, n, k = check_shape(size, path=path, where="problem_size")
+    names = _tunable_names(document["tune_params_keys"], family=family, path=path)
+    integer = family in FAMILIES
     rows = []
     for key, entry in document["cache"].items():
         missing = [name for name in names if name not in entry]
         if missing:
             raise TuneTableError(f"entry lacks parameter(s) {', '.join(missing)}", path=path, where=f"cache[{key}]")
-        error = _entry_error(entry)
+        error = entry_error(entry)
         if error == INVALID:
             continue
         if error is None:
             _check_timing(entry, path=path, key=key)
-        params = {name: entry[name] for name in names}
+        _check_fields(entry, path=path, key=key)
+        params = {name: _tunable_value(entry[name], name=name, integer=integer, path=path, where=f"cache[{key}]")
+                  for name in names}
         rows.append(_row_from_entry(entry, params=params, family=family, shape=(m, n, k), error=error,
                                     device=str(document.get("device_name", "unknown")), mesh_idx=len(rows)))
     return rows
@@ -262,7 +327,33 @@ def _check_timing(entry: Mapping[str, Any], *, path: str | Path, key: str) -> No
                              where=f"cache[{key}]")
 
 
-def _entry_error(entry: Mapping[str, Any]) -> str | None:
+# The optional fields of an entry that become columns of our rows, with the types they must have (or null).
+KT_NUMBER_FIELDS = ("compile_time", "core_freq", "nvml_power", "tunetable_iqr_ms")
+KT_TEXT_FIELDS = ("timestamp", "tunetable_error", "tunetable_status", "tunetable_config_id")
+
+
+def _check_fields(entry: Mapping[str, Any], *, path: str | Path, key: str) -> None:
+    """The optional fields we keep are of their declared type: finite numbers, int32 registers, short texts."""
+    from tunetable.results import STATUSES  # the statuses a row may carry
+
+    where = f"cache[{key}]"
+    for name in KT_NUMBER_FIELDS:
+        value = entry.get(name)
+        if value is not None and not (finite_number(value) and value >= 0):
+            raise TuneTableError(f"{name} must be a finite number >= 0, got {value!r:.60}", path=path, where=where)
+    if entry.get("num_regs") is not None:
+        check_int(entry["num_regs"], name="num_regs", low=0, high=INT32_MAX, path=path, where=where)
+    for name in KT_TEXT_FIELDS:
+        value = entry.get(name)
+        if value is not None and not (isinstance(value, str) and len(value) <= 4096):
+            raise TuneTableError(f"{name} must be text, got {value!r:.60}", path=path, where=where)
+    status = entry.get("tunetable_status")
+    if status is not None and status not in STATUSES:
+        raise TuneTableError(f"tunetable_status {status!r:.60} is not one of {', '.join(STATUSES)}", path=path,
+                             where=where)
+
+
+def entry_error(entry: Mapping[str, Any]) -> str | None:
     """The Kernel Tuner error class name of an entry, or None for a measured one."""
     for value in entry.values():
         if isinstance(value, str) and value in KT_ERRORS:
@@ -348,7 +439,7 @@ def replay_with_kernel_tuner(
     document = read_kt_cache(cache_path)
     names = list(document["tune_params_keys"])
     valid = {tuple(entry[name] for name in names) for entry in document["cache"].values()
-             if _entry_error(entry) != INVALID}
+             if entry_error(entry) != INVALID}
 
     def in_cache(*values: Any) -> bool:
         return values in valid
