@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.errors import TuneTableError
+from tunetable.inputs import check_expression_text
 
 Env = Mapping[str, Any]
 Evaluator = Callable[[Env], Any]
@@ -347,9 +348,13 @@ def parse_query(
     path_text = str(path) if path is not None else None
     if not isinstance(source, str) or not source.strip():
         raise TuneTableError("empty query", path=path_text, where=where)
+    # The rule parser's guard: a bounded length and bracket depth, and a parser stack overflow is one line.
+    check_expression_text(source, what="query", where=where, limit=MAX_SOURCE_CHARS)
     try:
         text, quoted = _pandas_text(source.strip())
         tree = ast.parse(text, mode="eval")
+    except (RecursionError, MemoryError):
+        raise TuneTableError("query nested too deeply", path=path_text, where=where) from None
     except _Reject as exc:
         raise TuneTableError(f"{exc} in query '{source}'", path=path_text, where=where) from None
     except SyntaxError as exc:
@@ -360,6 +365,8 @@ def parse_query(
     try:
         body = _QueryRewriter(quoted).visit(tree.body)
         evaluator = _build(body, allowed=allowed, used=used)
+    except RecursionError:
+        raise TuneTableError("query nested too deeply", path=path_text, where=where) from None
     except _Reject as exc:
         raise TuneTableError(f"{exc} in query '{source}'", path=path_text, where=where) from None
     return Expression(source=source, names=frozenset(used), kind="query", path=path_text, where=where,

@@ -21,6 +21,7 @@ from typing import Any
 
 from tunetable.config import KernelConfig, Value
 from tunetable.errors import TuneTableError
+from tunetable.inputs import INT64_MAX, check_expression_text
 from tunetable.expr import Expression, parse_expression
 from tunetable.kernels.families import FAMILIES, KernelFamily
 from tunetable.kernels.families.common import (
@@ -126,7 +127,12 @@ def parse_assignment(text: str, *, option: str) -> tuple[str, list[Value]]:
     items = [item for item in values.strip().strip("[]").split(",") if item.strip()]
     if not name or not items:
         raise TuneTableError(f"expected NAME=VALUE[,VALUE...], got '{text}'", where=option)
-    return name, [parse_value(item) for item in items]
+    check_expression_text(text, what=f"{option} {name}", where=option)
+    parsed = [parse_value(item) for item in items]
+    for value in parsed:   # a define is an int64 at most (and a value no configuration holds is refused later)
+        if isinstance(value, int) and not isinstance(value, bool) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            raise TuneTableError(f"{name}: an integer of {value.bit_length()} bits is beyond int64", where=option)
+    return name, parsed
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:
@@ -318,6 +324,20 @@ def _matches(config: KernelConfig, filters: Mapping[str, Sequence[Value]]) -> bo
     return True
 
 
+def check_filters(configs: Sequence[KernelConfig], *, filters: Mapping[str, Sequence[Value]], table: str) -> None:
+    """Every ``--filter NAME=VALUE`` value is held by some configuration (as ``--param`` refuses an unknown one).
+
+    A filter that matches nothing would leave an empty grid: refused before anything is written.
+    """
+    for name, wanted in filters.items():
+        held = {config.defines().get(name) for config in configs}
+        for item in wanted:
+            if not any(value == item or str(value) == str(item) for value in held):
+                shown = ", ".join(str(value) for value in sorted(held, key=lambda v: (str(type(v)), str(v))))
+                raise TuneTableError(f"{name}={item} matches no configuration of table {table} (its values: "
+                                     f"{shown[:200]})", where="--filter")
+
+
 @dataclass(frozen=True)
 class GridModel:
     """Where a table's tunables, derived values and rules come from: its family's folder, or params.yaml."""
@@ -428,6 +448,7 @@ def expand(
                 group_of[config.id] = group_name
                 expanded.append(config)
 
+    check_filters(expanded, filters=wanted, table=table)
     selected = [config for config in expanded if _matches(config, wanted)]
     kept: list[KernelConfig] = []
     pruned: list[Pruned] = []

@@ -19,6 +19,7 @@ build: it imports the standard library, ``tunetable.errors`` and ``tunetable.yam
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -251,31 +252,44 @@ def read_recording(path: str | Path, *, columns: list[str] | None = None) -> Any
         raise TuneTableError(f"unreadable recording: {detail}", path=source) from None
 
 
+def load_checked_recording(path: str | Path, *, served: bool = True) -> Any:
+    """A recording's rows (pandas) after ``check_recording`` of the whole file against its sidecar (if any)."""
+    from tunetable.bench.plan import sidecar_path  # lazy: the one place that names a recording's sidecar
+
+    source = Path(path)
+    frame = read_recording(source)
+    sidecar = sidecar_path(source)
+    provenance = load_json_file(sidecar) if sidecar.is_file() else None
+    data = read_bytes(source) if isinstance(provenance, Mapping) and SIDECAR_HASH in provenance else None
+    check_recording(frame, path=source, sidecar=provenance, sidecar_path=sidecar, data=data, served=served)
+    return frame
+
+
 def read_recording_columns(path: str | Path, *, columns: list[str]) -> Any:
-    """Some columns of a recording (pandas), readable and of the declared types; else one error line."""
-    frame = read_recording(path, columns=None)
+    """Some columns of a recording (pandas), the whole file checked first (``load_checked_recording``)."""
+    frame = load_checked_recording(path)
     absent = [name for name in columns if name not in frame.columns]
     if absent:
         raise TuneTableError(f"recording lacks columns {', '.join(absent)}", path=path)
-    check_recording(frame, path=Path(path))
     return frame[columns]
 
 
 def check_recording(frame: Any, *, path: Path, sidecar: Mapping[str, Any] | None = None,
-                    sidecar_path: Path | None = None, data: bytes | None = None) -> None:
+                    sidecar_path: Path | None = None, data: bytes | None = None, served: bool = True) -> None:
     """A recording as the cuda backend writes it, whole; ``sidecar`` (its NAME.json) must agree with it.
 
     Checked: the match columns are present; M, N, K integers in 1 .. INT32_MAX; the text columns text;
     statuses known; every ok row a finite positive median and finite positive samples; no measurement
     (table, M, N, K, config, kernel) twice; the sidecar's table, row count, statuses, content keys and
     kernel hashes, and its ``parquet_sha256`` of ``data`` when it records one. The first violation is one
-    error naming the file and the row.
+    error naming the file and the row. ``served=False`` (a parquet of rows read for export or search, not
+    served by replay): only M, N, K are required, uniqueness is over the match columns it has.
     """
     import numpy as np  # lazy: numpy only where arrays are checked
 
     from tunetable.results import STATUSES  # lazy: results imports pandas helpers this leaf does not need
 
-    absent = [name for name in RECORDING_KEYS if name not in frame.columns]
+    absent = [name for name in (RECORDING_KEYS if served else SHAPE_KEYS) if name not in frame.columns]
     if absent:
         raise TuneTableError(f"recording lacks columns {', '.join(absent)}", path=path)
     for name in SHAPE_KEYS:
@@ -325,8 +339,7 @@ def _check_times(frame: Any, *, ok: Any, path: Path) -> None:
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise TuneTableError(f"status ok but median_ms {median[row]} is not a finite positive time "
-                                 f"(M={frame['M'].iloc[row]}, config {frame['config_id'].iloc[row]})", path=path,
-                                 where=f"row {row}")
+                                 f"({_row_label(frame, row)})", path=path, where=f"row {row}")
     if "samples_ms" in frame.columns:
         for row in np.flatnonzero(ok):
             samples = frame["samples_ms"].iloc[row]
@@ -336,33 +349,39 @@ def _check_times(frame: Any, *, ok: Any, path: Path) -> None:
             good = all(finite_number(value) and value > 0 for value in values.tolist())
             if not good:
                 raise TuneTableError(f"status ok but samples_ms holds a value that is not a finite positive time "
-                                     f"(M={frame['M'].iloc[row]}, config {frame['config_id'].iloc[row]})",
-                                     path=path, where=f"row {int(row)}")
+                                     f"({_row_label(frame, row)})", path=path, where=f"row {int(row)}")
+
+
+def _row_label(frame: Any, row: int) -> str:
+    """``M=.., config ..`` of a row, for an error line."""
+    config = frame["config_id"].iloc[row] if "config_id" in frame.columns else "?"
+    return f"M={frame['M'].iloc[row]}, config {config}"
 
 
 def _check_unique(frame: Any, *, path: Path) -> None:
     """No measurement (RECORDING_KEYS) twice: replay would serve whichever came last."""
     import numpy as np  # lazy: numpy only where arrays are checked
 
-    twice = frame.duplicated(list(RECORDING_KEYS), keep="first").to_numpy()
+    names = [name for name in RECORDING_KEYS if name in frame.columns]
+    if "config_id" not in names:
+        return   # rows without configurations (nothing to serve twice)
+    twice = frame.duplicated(names, keep="first").to_numpy()
     if not twice.any():
         return
     row = int(np.flatnonzero(twice)[0])
-    key = tuple(frame[name].iloc[row] for name in RECORDING_KEYS)
+    key = {name: frame[name].iloc[row] for name in names}
     same = np.ones(len(frame), dtype=bool)
-    for name, value in zip(RECORDING_KEYS, key):
+    for name, value in key.items():
         same &= (frame[name] == value).to_numpy()
     first = int(np.flatnonzero(same)[0])
-    _, m, n, k, config_id, kernel_hash = key
-    raise TuneTableError(f"measurement M={m} N={n} K={k} config {config_id} kernel {kernel_hash} is also row {first} "
-                         "(a recording holds each measurement once)", path=path, where=f"row {row}")
+    kernel = f" kernel {key['kernel_hash']}" if "kernel_hash" in key else ""
+    raise TuneTableError(f"measurement M={key['M']} N={key['N']} K={key['K']} config {key['config_id']}{kernel} is "
+                         f"also row {first} (a recording holds each measurement once)", path=path, where=f"row {row}")
 
 
 def _check_sidecar(frame: Any, *, sidecar: Mapping[str, Any], path: Path, sidecar_path: Path | None,
                    data: bytes | None) -> None:
     """The sidecar `tunetable record` wrote beside the recording describes exactly these rows."""
-    import hashlib
-
     name = sidecar_path.name if sidecar_path is not None else "sidecar"
     if not isinstance(sidecar, Mapping):
         raise TuneTableError("a recording's sidecar must be a JSON object", path=sidecar_path or path)

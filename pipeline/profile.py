@@ -46,6 +46,16 @@ def metric_direction(*, name: str) -> bool | None:
     return None
 
 
+def check_profilable(*, result: LoadedResult, requested: str | None) -> None:
+    """A result holds rows and its metric a finite value in at least one; else one error naming the file."""
+    if result.frame.height == 0:
+        raise TuneTableError("no rows to profile", path=result.path)
+    metric = resolve_metric(frame=result.frame, requested=requested, path=result.path)
+    values = result.frame.get_column(metric.name).cast(pl.Float64, strict=False)
+    if not values.is_finite().any():
+        raise TuneTableError(f"metric '{metric.name}' has no finite value in any row", path=result.path)
+
+
 def metric_choices(*, frame: pl.DataFrame) -> list[str]:
     """Numeric columns of a frame whose direction is known, in column order."""
     return [c for c, t in frame.schema.items() if t.is_numeric() and metric_direction(name=c) is not None]

@@ -43,6 +43,7 @@ import numpy as np
 
 from tunetable.baseline import pooled_baselines
 from tunetable.errors import TuneTableError
+from tunetable.inputs import load_checked_recording
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import ShapeCandidate
 from tunetable.kernels.perfmodel import LAUNCH_OVERHEAD_S, roofline_floor_s
@@ -300,6 +301,7 @@ def load_table_measurements(*, root: Path, spec: Any) -> TableMeasurements:
     if not path.is_file():
         raise TuneTableError(f"table {spec.name}'s recording is absent (record it on a GPU first)",
                              path=spec.recording)
+    load_checked_recording(path)   # whole, against its sidecar (tunetable.inputs): one line naming it if not
     frame = rank.read_parquet_file(path=path, what="a recording (parquet)")
     loaded = resultset.from_frame(frame=frame, path=spec.recording, name=spec.name)
     wanted = pl.DataFrame(list(spec.shapes()), schema=["M", "N", "K"], orient="row")

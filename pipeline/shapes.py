@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.errors import TuneTableError
+from tunetable.inputs import check_int, parse_json, read_input_text, shape_value
 
 HEADER = ("M", "N", "K", "count")
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::linear", "aten::bmm")
 MAX_DIM = 2**31 - 1
 MAX_TRACE_BYTES = 1 << 30    # a trace this large is not a profiler export we can hold
+MAX_COUNT = MAX_DIM          # a workload's calls of one shape: what parse_csv reads back
 
 
 @dataclass(frozen=True, order=True)
@@ -85,7 +86,11 @@ def _positive(text: str, *, name: str, path: Path, line: int) -> int:
 def parse_csv(text: str, *, path: Path) -> list[ShapeCount]:
     """Shapes of a CSV text (``M,N,K[,count]``), in file order."""
     found = []
-    for number, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+    try:
+        rows = list(enumerate(csv.reader(io.StringIO(text)), start=1))
+    except csv.Error as exc:   # a field past csv's size limit, a NUL byte
+        raise TuneTableError(f"not a CSV of M,N,K[,count] lines: {exc}", path=path) from None
+    for number, row in rows:
         cells = [cell.strip() for cell in row]
         if not cells or not any(cells) or cells[0].startswith("#"):
             continue
@@ -180,26 +185,28 @@ def parse_trace(data: Any, *, path: Path) -> list[ShapeCount]:
             if min(m, n, k) < 1:
                 raise TuneTableError(f"GEMM with a zero dim (M={m}, N={n}, K={k})", path=path,
                                      where=f"traceEvents[{index}]")
-            shapes.append(ShapeCount(m=m, n=n, k=k, count=times))
+            for value, name in ((m, "M"), (n, "N"), (k, "K")):   # flattened leading dims can pass int32
+                shape_value(value, name=name, path=path, where=f"traceEvents[{index}]")
+            count = check_int(times, name="count", low=1, high=MAX_COUNT, path=path, where=f"traceEvents[{index}]")
+            shapes.append(ShapeCount(m=m, n=n, k=k, count=count))
         open_spans[thread] = [*stack, end]
     return shapes
 
 
 def read_workload(path: Path) -> list[ShapeCount]:
-    """A workload file's shapes, merged: a ``.json`` file is a profiler trace, anything else CSV."""
+    """A workload file's shapes, merged: a ``.json`` file is a profiler trace, anything else CSV.
+
+    Read through ``tunetable.inputs`` (size, UTF-8, JSON nesting depth and integer digits).
+    """
     if not path.is_file():
         raise TuneTableError("no such file", path=path)
-    if path.stat().st_size > MAX_TRACE_BYTES:
-        raise TuneTableError(f"larger than {MAX_TRACE_BYTES} bytes", path=path)
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TuneTableError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+    text = read_input_text(path, limit=MAX_TRACE_BYTES)
     if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TuneTableError(f"not JSON: {exc.msg}", path=path, where=f"line {exc.lineno}") from None
-        return merged(parse_trace(data, path=path))
-    return merged(parse_csv(text, path=path))
+        shapes = merged(parse_trace(parse_json(text, path=path, invalid="not JSON"), path=path))
+    else:
+        shapes = merged(parse_csv(text, path=path))
+    for item in shapes:   # what `shapes import` writes, parse_csv must read back
+        if item.count > MAX_COUNT:
+            raise TuneTableError(f"shape M={item.m} N={item.n} K={item.k} runs {item.count} times in all, more than "
+                                 f"{MAX_COUNT}", path=path)
+    return shapes

@@ -43,6 +43,7 @@ from tunetable import paths, rawstore
 from tunetable.bench.plan import gpu_visible, resolve_backend, sidecar_path
 from tunetable.dvc_cache import CacheReport, cache_reproduced_outs  # noqa: F401 - the Snakefile's onsuccess
 from tunetable.errors import TuneTableError
+from tunetable.inputs import read_recording_columns
 from tunetable.keys import canonical_json, kernel_source_hash, sha256_file, sha256_text
 from tunetable.params import (  # noqa: F401 - the Snakefile validates with SCHEMA_PATH
     SCHEMA_PATH,
@@ -485,7 +486,9 @@ def unrecorded_shards(plan: Plan, config: Mapping[str, Any]) -> list[Shard]:
     for table, shards in missing.items():
         spec = plan.table(table)
         wanted = {*grid_config_ids(params=dict(config), table=spec), BASELINE_ID}
-        rows = (pl.read_parquet(plan.recordings[table], columns=["table", "M", "N", "K", "config_id", "kernel_hash"])
+        # Checked whole first (tunetable.inputs): a corrupt recording is one line naming it, not a polars error.
+        columns = ["table", "M", "N", "K", "config_id", "kernel_hash"]
+        rows = (pl.from_pandas(read_recording_columns(plan.recordings[table], columns=columns))
                 .filter((pl.col("table") == table) & (pl.col("kernel_hash") == kernel_source_hash(spec.kernel))))
         recorded: dict[tuple[int, int, int], set[str]] = {}
         for m, n, k, config_id in rows.select("M", "N", "K", "config_id").iter_rows():

@@ -25,6 +25,7 @@ from tunetable import lineage, paths, rank, rawstore, resultset
 from tunetable import selector as building
 from tunetable.codegen import load_manifest_document, marker_line
 from tunetable.errors import TuneTableError
+from tunetable.inputs import load_checked_recording
 from tunetable.kernels.runtime import selector as runtime
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, SelectorSpec, TableSpec
@@ -227,6 +228,7 @@ def _recording_view(*, root: Path, spec: TableSpec, view: lineage.ShardView, m: 
     """A missing shard's row for a configuration, as the recording holds it (what replay would serve)."""
     import polars as pl  # lazy: only this path needs it
 
+    load_checked_recording(root / str(spec.recording))   # whole, against its sidecar: one line naming it if not
     frame = pl.read_parquet(root / str(spec.recording))
     rows = frame.filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)
                         & (pl.col("config_id") == config_id)
@@ -355,6 +357,7 @@ def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
     if not spec.recording or not (root / spec.recording).is_file():
         return None
 
+    load_checked_recording(root / spec.recording)   # whole, against its sidecar: one line naming it if not
     frame = read_parquet_file(path=root / spec.recording, what="a recording")
     loaded = resultset.from_frame(frame=frame, path=spec.recording, name=spec.name)
     return TableSource(table=spec.name, kind="recording", path=spec.recording, data_hash=None,

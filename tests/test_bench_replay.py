@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -66,7 +67,9 @@ def test_record_cli_error_is_one_line_and_writes_nothing(measured: dict, tmp_pat
 def test_recording_round_trip_keeps_every_field_and_provenance(measured: dict, tmp_path: Path) -> None:
     parquet, provenance = recorded(measured, tmp_path)
     sidecar = json.loads(parquet.with_suffix(".json").read_text())
-    assert sidecar == json.loads(json.dumps(provenance))
+    # The sidecar is the provenance plus the parquet's sha256 (replay refuses a recording edited since).
+    assert sidecar == {**json.loads(json.dumps(provenance)),
+                       "parquet_sha256": hashlib.sha256(parquet.read_bytes()).hexdigest()}
     assert sidecar["device"] == "cpu-test-runner" and sidecar["rows"] == 4 and sidecar["shapes"] == 2
     assert sidecar["statuses"] == {"ok": 2, "verify": 2} and sidecar["content_keys"] == ["measkey"]
     assert sidecar["bench_settings"]["rounds"] == 3 and sidecar["date"] == sidecar["measured_to"][:10]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from tunetable.bench.plan import ConfigTask, sidecar_path
+from tunetable.bench.plan import ConfigTask
 from tunetable.errors import TuneTableError
-from tunetable.inputs import SIDECAR_HASH, check_recording, load_json_file, read_recording
+from tunetable.inputs import load_checked_recording
 from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
 
 if TYPE_CHECKING:
@@ -33,11 +33,7 @@ def load_recording(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
 
     Its sidecar (NAME.json beside it), when there is one, must describe exactly these rows.
     """
-    frame = read_recording(path)
-    sidecar = sidecar_path(path)
-    provenance = load_json_file(sidecar) if sidecar.is_file() else None
-    check_recording(frame, path=path, sidecar=provenance, sidecar_path=sidecar,
-                    data=path.read_bytes() if provenance and SIDECAR_HASH in provenance else None)
+    frame = load_checked_recording(path)
     index: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in frame.to_dict(orient="records"):
         key = (record["table"], int(record["M"]), int(record["N"]), int(record["K"]), record["config_id"],

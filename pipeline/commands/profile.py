@@ -304,6 +304,8 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, top_fracti
     manifests = [f for f in files if f.suffix in YAML_SUFFIXES]
     others = tuple(f for f in files if f.suffix not in YAML_SUFFIXES)
     results, invalid, unsupported = _load_inputs(console, others, metric) if others else ([], [], [])
+    for result in results:   # before any view is printed or -o written
+        views.check_profilable(result=result, requested=metric)
     if diff:
         _diff(display, results, metric, pivot_names, verbose)
     else:

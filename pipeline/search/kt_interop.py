@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tunetable.atomic import atomic_write_text
 from tunetable.config import KernelConfig
@@ -49,6 +48,7 @@ from tunetable.inputs import (
     check_shape,
     finite_number,
     is_int,
+    load_checked_recording,
     parse_json,
     read_input_text,
     safe_name,
@@ -208,7 +208,7 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
     if not source.is_file():
         raise TuneTableError("no such file", path=source)
     if source.suffix == ".parquet":
-        frame = pd.read_parquet(source)
+        frame = load_checked_recording(source, served=False)   # rows to export or search, checked whole
     else:
         frame = read_result_file(source)["merged_df"]
     return [{k: _plain(v) for k, v in record.items()} for record in frame.to_dict(orient="records")]
