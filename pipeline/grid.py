@@ -473,6 +473,11 @@ def expand(
             pruned.append(Pruned(config=config, reason="; ".join(problems), stage="limit"))
         else:
             kept.append(config)
+    if wanted and not kept:
+        shown = " ".join(f"{name}={','.join(map(str, values))}" for name, values in wanted.items())
+        reason = pruned[0].reason if pruned else "no configuration has every value"
+        raise TuneTableError(f"{shown} leaves no configuration of table {table}: {len(selected)} matched, every one "
+                             f"pruned (first: {reason})"[:400], where="--filter")
     counts = GridCounts(
         expanded=len(expanded), after_filters=len(selected), after_rules=after_rules, after_pruning=len(kept)
     )

@@ -229,6 +229,15 @@ def test_grid_filter_with_an_absent_value_leaves_the_grid_file(tmp_path):
         r"error: --filter: BLOCK_M=12345 matches no configuration of table gemm_mma \(its values: .*\)")
 
 
+def test_grid_filter_that_leaves_no_valid_configuration_leaves_the_grid_file(tmp_path):
+    # Some configurations have THREADS=64, but the family's rules prune every one of them.
+    project = make_project(tmp_path)
+    assert run_cli(project, "grid", "--table", "gemm_mma", "--out", "grid.json").code == 0
+    project.freeze()
+    run_cli(project, "grid", "--table", "gemm_mma", "--out", "grid.json", "--filter", "THREADS=64").expect_error(
+        r"error: --filter: THREADS=64 leaves no configuration of table gemm_mma: \d+ matched, every one pruned .*")
+
+
 # -- 6. profile: an all-NaN metric, a zero-row frame ------------------------------------------------------
 
 def test_profile_of_an_all_nan_metric_writes_no_manifest(tmp_path):
@@ -272,12 +281,15 @@ def test_profile_query_bombs_are_one_line(tmp_path, query):
 
 # -- 7. the selector's manifest: integers beyond 4,300 digits ---------------------------------------------
 
-def test_selector_manifest_with_a_huge_int_is_one_line(tmp_path):
+@pytest.mark.parametrize("value", ["0x" + "f" * 5000, "0b" + "1" * 20_000, "9" * 5000])
+def test_selector_manifest_with_a_huge_int_is_one_line(tmp_path, value):
     project = make_project(tmp_path)
     text = project.text("manifests/gemm_selector.yaml")
     first_m = text.index("M: ") + 3
     end = text.index("\n", first_m)
-    project.write("manifests/gemm_selector.yaml", text[:first_m] + "9" * 5000 + text[end:])
+    project.write("manifests/gemm_selector.yaml", text[:first_m] + value + text[end:])
     project.freeze()
-    outcome = run_cli(project, "codegen", "--all", "--check")
-    outcome.expect_error(r"error: manifests/gemm_selector\.yaml: (line \d+: )?.*", code=outcome.code or 2)
+    line = text[:first_m].count("\n") + 1
+    run_cli(project, "codegen", "--all", "--check").expect_error(
+        rf"error: manifests/gemm_selector\.yaml: line {line}: (an integer of \d+ bits \(at most 1024\)|"
+        r"malformed YAML: Exceeds the limit \(4300 digits\).*)")
