@@ -104,7 +104,8 @@ def text_mutation(draw: st.DrawFn, text: str) -> bytes:
         depth = draw(st.integers(min_value=60, max_value=5000))
         return data[:at] + b"[" * depth + b"1" + b"]" * depth + data[at:]
     if kind == "number":
-        return data[:at] + draw(st.sampled_from([b"9" * 5000, b"0x" + b"f" * 5000, b"1e999", b"-0", b"NaN"])) + data[at:]
+        number = draw(st.sampled_from([b"9" * 5000, b"0x" + b"f" * 5000, b"1e999", b"-0", b"NaN"]))
+        return data[:at] + number + data[at:]
     return data[:at] + b"\xff\xfe" + data[at:]
 
 
