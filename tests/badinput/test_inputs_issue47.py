@@ -293,3 +293,30 @@ def test_selector_manifest_with_a_huge_int_is_one_line(tmp_path, value):
     run_cli(project, "codegen", "--all", "--check").expect_error(
         rf"error: manifests/gemm_selector\.yaml: line {line}: (an integer of \d+ bits \(at most 1024\)|"
         r"malformed YAML: Exceeds the limit \(4300 digits\).*)")
+
+
+@pytest.mark.slow
+def test_a_corrupt_recording_under_snakemake_is_one_line_naming_it(tmp_path):
+    """The Snakefile's plan reads the recording when shards are missing: a corrupt or duplicated one is one line."""
+    from pipeline_repo import make_project as make_repo
+    from pipeline_repo import small_table
+    from pipeline_repo import snakemake as run_snakemake
+
+    root = make_repo(tmp_path / "project", remote=None, params_edit=small_table)
+    recording = root / REC
+    good = recording.read_bytes()
+    recording.write_bytes(b"PAR1 this is not a parquet file PAR1")
+    done = run_snakemake("--cores", "2", cwd=root, check=False)
+    assert done.returncode != 0
+    assert "Traceback" not in done.output and "ComputeError" not in done.output, done.output[-3000:]
+    errors = [line for line in done.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {REC}: unreadable recording: "), done.output[-3000:]
+
+    recording.write_bytes(good)
+    frame = pl.read_parquet(recording)
+    pl.concat([frame, frame.filter(pl.col("M") == 1).head(1)]).write_parquet(recording)
+    done = run_snakemake("--cores", "2", cwd=root, check=False)
+    errors = [line for line in done.output.splitlines() if line.startswith("error: ")]
+    assert done.returncode != 0 and "Traceback" not in done.output, done.output[-3000:]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {REC}: row {frame.height}: measurement M=1 "), errors
+    assert not list((root / "results").rglob("*.pkl")) if (root / "results").is_dir() else True
