@@ -108,6 +108,24 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
+def check_int_bits(value: Any, *, path: str | Path | None, bits: int = 64) -> None:
+    """Refuse an integer anywhere in a parsed document wider than ``bits`` (a YAML ``0x`` literal has no digit
+    limit, and printing a 5,000-digit one raises far from here), and nesting past MAX_DEPTH; the error names
+    the place (``params[3].M``)."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise TuneTableError(f"nested deeper than {MAX_DEPTH} levels", path=path, where=where or None)
+        if isinstance(item, Mapping):
+            stack.extend((child, f"{where}.{key}" if where else str(key), depth + 1) for key, child in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{where}[{index}]", depth + 1) for index, child in enumerate(item))
+        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > bits:
+            raise TuneTableError(f"an integer of {item.bit_length()} bits (at most {bits})", path=path,
+                                 where=where or None)
+
+
 def check_depth(value: Any, *, path: str | Path | None, where: str | None = None) -> None:
     """Refuse a value nested deeper than MAX_DEPTH levels."""
     if nesting_depth(value) > MAX_DEPTH:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.errors import TuneTableError
+from tunetable.inputs import check_int_bits
 from tunetable.kernels.families.common import covering_index
 from tunetable.yamlio import decode_utf8, load_yaml, read_bytes
 
@@ -64,6 +65,7 @@ def validate_manifest(data: Any, *, path: str | Path) -> Manifest:
     """Check a parsed manifest (mapping, params sequence of mappings, no duplicates) and return it."""
     if not isinstance(data, Mapping):
         raise TuneTableError("expected a YAML mapping", path=path)
+    check_int_bits(data, path=path)   # tunetable.inputs: int64 values, bounded nesting
     raw = data.get("params")
     if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
         raise TuneTableError("expected 'params' to be a sequence", path=path)

@@ -40,7 +40,6 @@ ALIAS_SLACK = 100_000
 MERGE_TAG = "tag:yaml.org,2002:merge"
 STR_TAG = "tag:yaml.org,2002:str"
 INT_TAG = "tag:yaml.org,2002:int"
-MAX_INT_BITS = 1024   # far past any value tunetable reads (int64 defines); a hex literal can be any size
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,17}")   # what int() reads exactly as YAML 1.1 does (no sign, base, _)
 
 
@@ -144,15 +143,10 @@ def strict_loader(base: type) -> type:
                 if node.tag == INT_TAG and _DECIMAL.fullmatch(node.value):
                     return int(node.value)
             try:
-                value = super().construct_object(node, deep=deep)
+                return super().construct_object(node, deep=deep)
             except (ValueError, OverflowError) as exc:
                 detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
                 raise _Refused(f"malformed YAML: {detail}", line=node.start_mark.line + 1) from None
-            if type(value) is int and value.bit_length() > MAX_INT_BITS:
-                # 0x / 0o / 0b literals have no digit limit: printing one would raise far from here.
-                raise _Refused(f"an integer of {value.bit_length()} bits (at most {MAX_INT_BITS})",
-                               line=node.start_mark.line + 1)
-            return value
 
         def flatten_mapping(self, node: MappingNode) -> None:
             """Refuse a key written twice in one mapping (before merge keys are folded in), then flatten."""

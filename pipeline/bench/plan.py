@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tunetable.errors import TuneTableError
+from tunetable.inputs import load_json_file
 from tunetable.kernels.families import FAMILIES
 from tunetable.keys import git_revision, nvcc_version
 from tunetable.params import TableSpec
 from tunetable.results import BASELINE_ID
-from tunetable.yamlio import read_text
 
 BACKENDS = ("cuda", "replay", "auto")
 GIT_REV_ENV = "TUNETABLE_GIT_REV"   # the device machine gets a copy of the tree without .git
@@ -243,10 +243,10 @@ def recording_provenance(recording: Path) -> dict[str, Any]:
     if not sidecar.is_file():
         raise TuneTableError("recording has no provenance sidecar", path=sidecar)
 
-    try:
-        return json.loads(read_text(sidecar))
-    except json.JSONDecodeError as exc:
-        raise TuneTableError(f"malformed JSON: {exc.msg}", path=sidecar, where=f"line {exc.lineno}") from None
+    provenance = load_json_file(sidecar)   # tunetable.inputs: size, UTF-8, depth and integer bounds
+    if not isinstance(provenance, dict):
+        raise TuneTableError("a recording's sidecar must be a JSON object", path=sidecar)
+    return provenance
 
 
 @dataclass(frozen=True)

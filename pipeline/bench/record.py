@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from tunetable.atomic import atomic_write_all
 from tunetable.errors import TuneTableError
-from tunetable.inputs import SIDECAR_HASH
+from tunetable.inputs import SIDECAR_HASH, check_recording, inside, safe_name
 from tunetable.results import ROW_FIELDS, read_shard
 import pandas as pd
 
@@ -83,8 +83,10 @@ def recording_provenance(*, frame: Any, table: str, command: str, git_rev: str,
 
 def write_recording(*, frame: Any, provenance: dict[str, Any], out_dir: Path, name: str) -> tuple[Path, Path]:
     """Write NAME.parquet and NAME.json atomically; returns both paths."""
-    parquet = out_dir / f"{name}.parquet"
-    sidecar = out_dir / f"{name}.json"
+    safe_name(name, what="recording name", path=None, where="--name")
+    parquet = inside(out_dir / f"{name}.parquet", folder=out_dir)
+    sidecar = inside(out_dir / f"{name}.json", folder=out_dir)
+    check_recording(frame, path=parquet)   # what replay will refuse is never written
     buffer = io.BytesIO()
     frame.to_parquet(buffer, engine="pyarrow", index=False)
     data = buffer.getvalue()

@@ -108,6 +108,7 @@ def export_command(table: str, out_dir: Path, sources: tuple[Path, ...], params_
     shown = bounded_positions(count=len(documents))
     for position, (shape, document) in enumerate(documents.items()):
         name = cache_file_name(table=table, shape=shape)
+        inside(out_dir / name, folder=out_dir)
         # indent="" is Kernel Tuner's own layout; "cache" stays last (its reader looks for the closing "}\n}").
         atomic_write_text(out_dir / name, json.dumps(document, indent="") + "\n")
         measured = [e for e in document["cache"].values() if isinstance(e.get("time"), float)]
