@@ -13,8 +13,9 @@ Snakefile's plan, the selector), JSON sidecars, ``--query`` and ``--filter`` str
 - names that become part of a file name: ``SAFE_NAME`` (letters, digits, ``_ . + -``, no ``..``);
 - writes: ``inside`` refuses a target that resolves outside its output folder.
 
-Each failure is one ``TuneTableError`` naming the file and the place (exit status 2). A leaf of the
-build: it imports the standard library, ``tunetable.errors`` and ``tunetable.yamlio`` only.
+Each failure is one ``TuneTableError`` naming the file and the place (exit status 2). At module level
+it imports the standard library, ``tunetable.errors`` and ``tunetable.yamlio`` only (the Snakefile's
+parse and the bench worker import it); pandas, numpy and the recording helpers load where used.
 """
 
 from __future__ import annotations
