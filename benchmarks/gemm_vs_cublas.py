@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from tunetable.kernels.families import FAMILIES  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.bench.failures import WorkerFailure  # noqa: E402
-from tunetable.bench.plan import ConfigTask, launch_payload  # noqa: E402
+from tunetable.bench.tasks import ConfigTask, launch_payload  # noqa: E402
 from tunetable.bench.worker import WorkerProcess  # noqa: E402
 from tunetable.compile import compile_configs, main_function, parse_ptxas  # noqa: E402
 from tunetable.config import KernelConfig  # noqa: E402
@@ -123,7 +123,7 @@ class Harness:
     def __init__(self, *, grid_cap: int | None = None, grid_multiple: int | None = None) -> None:
         self.grid_cap = grid_cap  # --grid-cap: persistent-grid experiments
         self.grid_multiple = grid_multiple  # --grid-multiple: probe variants' clusters
-        self.worker = WorkerProcess(runner="cuda")
+        self.worker = WorkerProcess(backend="cuda")
         self.info = self.worker.start()
         self.hangs = 0
 
@@ -136,7 +136,7 @@ class Harness:
             if self.hangs >= MAX_HANGS:
                 raise SystemExit(f"{self.hangs} hangs (last: {message.get('config_id')}): giving up") from None
             self.worker.kill()
-            self.worker = WorkerProcess(runner="cuda")
+            self.worker = WorkerProcess(backend="cuda")
             self.worker.start()
             return {"status": exc.status, "error": str(exc)}
 

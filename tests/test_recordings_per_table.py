@@ -14,7 +14,7 @@ import yaml
 from pipeline_repo import edit_params, two_families
 
 from tunetable import smk_helpers as tt
-from tunetable.bench.plan import recording_path
+from tunetable.measurement_plan import recording_path
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.params import dispatch_specs, load_params, table_spec

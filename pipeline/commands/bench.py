@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tunetable import paths
-from tunetable.bench.plan import recording_path, resolve_backend, visible_gpu_ids
-from tunetable.bench.session import estimate_seconds, parse_shapes
+from tunetable.bench.devices import visible_gpu_ids
+from tunetable.bench.live import estimate_seconds
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
-from tunetable.measure import plan_measurement, run_measurement
+from tunetable.measurement_plan import parse_shapes, plan_measurement, recording_path, resolve_backend, run_measurement
 from tunetable.params import load_params, table_spec
 from tunetable.search.driver import expected_measurements
 

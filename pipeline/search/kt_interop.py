@@ -42,7 +42,7 @@ from tunetable.atomic import atomic_write_text
 from tunetable.config import KernelConfig
 from tunetable.errors import TuneTableError
 from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, read_result_file, spec_string
-from tunetable.search.base import value_list
+from tunetable.search.space import value_list
 
 COMPILE_FAILED = "CompilationFailedConfig"
 RUNTIME_FAILED = "RuntimeFailedConfig"

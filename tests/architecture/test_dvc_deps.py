@@ -1,7 +1,7 @@
 """dvc.yaml's code deps against the import graph: every module a stage's commands can import is a dep.
 
 A stage's commands are the Snakefile's parse (tunetable.smk_helpers) and the CLI subcommands its
-rules run (plus the bench worker the bench starts as a subprocess, and the runners it loads by
+rules run (plus the bench worker the bench starts as a subprocess, and the backends it loads by
 name). Their import closure (ast: module-level and function-level imports alike) must be covered
 by the stage's deps (a listed file, or a listed folder above it); so must the non-Python files
 they read. A stage must not import another stage's out (the generated tables): that would be a
@@ -38,7 +38,7 @@ STAGE_FILES = {
 # Modules a module imports by name at run time (importlib), which ast cannot see.
 DYNAMIC = {"tunetable.kernels.families": tuple(f"tunetable.kernels.families.{path.parent.name}.family"
                                                for path in sorted((REPO / "kernels" / "families").glob("*/family.py"))),
-           "tunetable.bench.worker": ("tunetable.bench.cuda_backend", "tunetable.bench.cpu_runner")}
+           "tunetable.bench.backend": ("tunetable.bench.cuda_backend", "tunetable.bench.cpu_backend")}
 
 
 def module_file(name: str) -> Path | None:
