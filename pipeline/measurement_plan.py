@@ -1,4 +1,4 @@
-"""A table's measurement, planned in one place: backend, content key, shard jobs, search; then run.
+"""A table's measurement, planned in one place: backend, content key, shard jobs, search.
 
 Everything ``tunetable bench`` and the Snakefile decide before a shard is measured lives here:
 
@@ -6,9 +6,9 @@ Everything ``tunetable bench`` and the Snakefile decide before a shard is measur
 - the content key of a table's shards (``shard_key``: bench settings, grid, kernel source,
   toolchain, backend, device, recording, a budgeted search), so a changed input gets new paths;
 - the shard jobs (``cuda_jobs`` from the compile report, with launch payloads; ``replay_jobs``
-  straight from the grid) and the table's search (``plan_measurement``: ``Measurement``);
-- ``run_measurement``: the plan's runner (``LiveRunner`` or ``ReplayRunner``, peers behind
-  ``tunetable.bench.runner.Runner``) driven by ``run_shards``, with the search if any.
+  straight from the grid), the replay's runner and the table's search (``plan_measurement``:
+  ``Measurement``). ``tunetable bench`` hands the jobs to ``run_shards`` with the plan's
+  ``ReplayRunner`` or a ``LiveRunner`` over its GPUs (peers behind ``tunetable.bench.runner.Runner``).
 
 The search imports the bench and the bench never imports the search; this module, above both,
 composes them. Light on purpose (no numpy, pandas or search at import): the Snakefile's parse
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunetable import paths
 from tunetable.bench.devices import device_name, gpu_visible
-from tunetable.bench.runner import Event, Runner, ShardJob, run_shards
+from tunetable.bench.runner import ShardJob
 from tunetable.bench.tasks import (
     BenchSettings,
     ConfigTask,
@@ -359,15 +359,3 @@ def plan_measurement(*, params: Mapping[str, Any], table: TableSpec, shapes: Seq
                        settings=settings_from_params(params=params), search=search, table_search=searching,
                        replay=replay, expected=expected)
 
-
-def run_measurement(plan: Measurement, *, gpus: Sequence[str | None], on_event: Event | None = None,
-                    ) -> dict[Path, list[dict[str, Any]]]:
-    """Run the plan's jobs on its runner (the recording's, or a live one over ``gpus``), driven by its search if any."""
-    if plan.replay is not None:
-        runner: Runner = plan.replay
-    else:
-        # Lazy: the live runner's numpy statistics only where shards are measured.
-        from tunetable.bench.live import LiveRunner
-
-        runner = LiveRunner(backend=plan.choice.backend, settings=plan.settings, gpus=gpus)
-    return run_shards(jobs=plan.jobs, runner=runner, search=plan.table_search, on_event=on_event)
