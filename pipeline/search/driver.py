@@ -43,7 +43,7 @@ from tunetable.bench.tasks import ConfigTask
 from tunetable.config import KernelConfig
 from tunetable.errors import TuneTableError
 from tunetable.search import SearchPlan, SearchSettings, make_strategy
-from tunetable.search.base import Failure, Outcome
+from tunetable.search.base import Failure, Outcome, SearchResult
 from tunetable.search.learned import Profile
 from tunetable.search.perfmodel import predict_space
 from tunetable.search.transfer import interleave, seed_shapes
@@ -233,7 +233,12 @@ class TableSearch:
         rows = [{**measured[task_of[e.config_id].config_id], **search_fields(settings=self.settings, step=e.step)}
                 for e in result.trace]
         rows += [{**measured[t.config_id], **search_fields(settings=self.settings, step=None)} for t in extras]
-        provenance = {"search": {
+        return rows, {"search": self.provenance(result=result, seeds=seeds, shape=shape, task_of=task_of)}
+
+    def provenance(self, *, result: SearchResult, seeds: Sequence[str], shape: Shape,
+                   task_of: Mapping[str, ConfigTask]) -> dict[str, Any]:
+        """What a searched shard's provenance says of its search: settings, stop reason, seeds, the trace."""
+        return {
             "label": self.settings.label,
             "settings": {name: getattr(self.settings, name) for name in
                          ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer", "learn_from",
@@ -243,8 +248,7 @@ class TableSearch:
             "learned_from_shapes": len({p.shape for p in self.profiles if tuple(p.shape) != tuple(shape)}),
             "trace": [{"step": e.step, "config_id": task_of[e.config_id].config_id, "elapsed_s": round(e.elapsed_s, 3)}
                       for e in result.trace],
-        }}
-        return rows, provenance
+        }
 
 
 def table_search(*, settings: SearchSettings, table: str, shard_dir: Path,
