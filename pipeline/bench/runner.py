@@ -81,7 +81,9 @@ class ShardSearch(Protocol):
 class Runner(Protocol):
     """Measures shards (LiveRunner, ReplayRunner): what ``run_shards`` takes."""
 
-    backend: str   # recorded in every row: cuda, cpu-test or replay
+    @property
+    def backend(self) -> str:
+        """The backend recorded in every row: cuda, cpu-test or replay."""
 
     def check(self, jobs: Sequence[ShardJob]) -> None:
         """Refuse the jobs before anything is written (one error naming the first problems), or pass."""
