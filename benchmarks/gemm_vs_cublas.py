@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from tunetable.kernels.families import FAMILIES  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.bench.failures import WorkerFailure  # noqa: E402
-from tunetable.bench.plan import ConfigTask, launch_payload  # noqa: E402
+from tunetable.bench.tasks import ConfigTask, launch_payload  # noqa: E402
 from tunetable.bench.worker import WorkerProcess  # noqa: E402
 from tunetable.compile import compile_configs, main_function, parse_ptxas  # noqa: E402
 from tunetable.config import KernelConfig  # noqa: E402
@@ -123,7 +123,7 @@ class Harness:
     def __init__(self, *, grid_cap: int | None = None, grid_multiple: int | None = None) -> None:
         self.grid_cap = grid_cap  # --grid-cap: persistent-grid experiments
         self.grid_multiple = grid_multiple  # --grid-multiple: probe variants' clusters
-        self.worker = WorkerProcess(runner="cuda")
+        self.worker = WorkerProcess(backend="cuda")
         self.info = self.worker.start()
         self.hangs = 0
 
@@ -136,7 +136,7 @@ class Harness:
             if self.hangs >= MAX_HANGS:
                 raise SystemExit(f"{self.hangs} hangs (last: {message.get('config_id')}): giving up") from None
             self.worker.kill()
-            self.worker = WorkerProcess(runner="cuda")
+            self.worker = WorkerProcess(backend="cuda")
             self.worker.start()
             return {"status": exc.status, "error": str(exc)}
 
@@ -293,6 +293,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build(configs: list[Any], *, entry: str, source: Path, flags: list[str]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Compile the configurations (sm_90a, all cores): cubins and ptxas resources by config id (failures said)."""
+    by_id = {c.id: c for c in configs}
+    started = time.perf_counter()
+    compiled = compile_configs(configs, kernel_path=source, flags=flags, arch="sm_90a",
+                               cache_dir=Path(tempfile.gettempdir()) / "tunetable-bench-cubins",
+                               workers=os.cpu_count() or 2)
+    cubins, resources = {}, {}
+    for cid, result in compiled.items():
+        if result.status != "ok":
+            print(f"build failed: {cid} {by_id[cid].label()}: {result.error}", file=sys.stderr)
+            continue
+        cubins[cid] = result.cubin
+        main = main_function(parse_ptxas(result.ptxas_log), entry=entry)
+        resources[cid] = {"registers": main.registers, "spill_bytes": main.spill_stores + main.spill_loads,
+                          "stack_bytes": main.stack_bytes} if main else {}
+    print(f"compiled {len(cubins)}/{len(configs)} configurations in {time.perf_counter() - started:.1f} s", flush=True)
+    return cubins, resources
+
+
 def main() -> None:
     """Compile, verify, time interleaved with cuBLAS, print and write the figures."""
     args = build_parser().parse_args()
@@ -306,21 +326,8 @@ def main() -> None:
         raise SystemExit("no configurations: give --table and/or --config")
     by_id = {c.id: c for c in configs}
     source = args.source or REPO / family.source
-    started = time.perf_counter()
-    compiled = compile_configs(configs, kernel_path=source, flags=NVCC_FLAGS + args.nvcc_flag, arch="sm_90a",
-                               cache_dir=Path(tempfile.gettempdir()) / "tunetable-bench-cubins",
-                               workers=os.cpu_count() or 2)
-    cubins, resources = {}, {}
-    for cid, result in compiled.items():
-        if result.status != "ok":
-            print(f"build failed: {cid} {by_id[cid].label()}: {result.error}", file=sys.stderr)
-            continue
-        cubins[cid] = result.cubin
-        main = main_function(parse_ptxas(result.ptxas_log), entry=family.entry)
-        resources[cid] = {"registers": main.registers, "spill_bytes": main.spill_stores + main.spill_loads,
-                          "stack_bytes": main.stack_bytes} if main else {}
+    cubins, resources = build(configs, entry=family.entry, source=source, flags=NVCC_FLAGS + args.nvcc_flag)
     built = [c for c in configs if c.id in cubins]
-    print(f"compiled {len(built)}/{len(configs)} configurations in {time.perf_counter() - started:.1f} s", flush=True)
 
     harness = Harness(grid_cap=args.grid_cap, grid_multiple=args.grid_multiple)
     results: dict[str, Any] = {

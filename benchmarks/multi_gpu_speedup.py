@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
-from tunetable.bench.plan import device_name, visible_gpu_ids  # noqa: E402
+from tunetable.bench.devices import device_name, visible_gpu_ids  # noqa: E402
 from tunetable.params import load_params, table_spec  # noqa: E402
 
 RESULT = REPO / "benchmarks" / "results" / "multi_gpu_speedup.json"

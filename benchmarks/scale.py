@@ -169,14 +169,14 @@ def set_pairs(project: Path, pairs: list[list[int]]) -> None:
 
 def m_counts(project: Path, *, backend: str = "replay") -> dict[str, int]:
     """M values per table of the plan (replay: the tables whose recording is present)."""
-    from tunetable import smk_helpers as tt
+    from tunetable.workflow import run_plan
     from tunetable.params import load_params
 
     here = Path.cwd()
     os.chdir(project)  # the plan reads params.yaml's relative paths, as the Snakefile does
     try:
         params = load_params("params.yaml")
-        plan = tt.make_plan({**params, "bench": {**params["bench"], "backend": backend}})
+        plan = run_plan.make_plan({**params, "bench": {**params["bench"], "backend": backend}})
         return {spec.name: len(spec.m_values) for spec in plan.tables}
     finally:
         os.chdir(here)
@@ -195,7 +195,7 @@ def fill_shards(project: Path, *, progress: Progress, tables: tuple[str, ...] | 
     With ``backend="cuda"`` the copies fill the live plan (the cuda backend's content key: its shard
     folders) and the replayed shards leave results/raw, so that it holds the live plan's shards only."""
     from tunetable import paths
-    from tunetable import smk_helpers as tt
+    from tunetable.workflow import run_plan
     from tunetable.params import load_params
     from tunetable.results import read_shard, write_shard
 
@@ -204,7 +204,7 @@ def fill_shards(project: Path, *, progress: Progress, tables: tuple[str, ...] | 
     try:
         params = load_params("params.yaml")
         params = {**params, "bench": {**params["bench"], "backend": "replay"}}
-        plan = tt.make_plan(params)
+        plan = run_plan.make_plan(params)
         specs = [spec for spec in plan.tables if tables is None or spec.name in tables]
         real: dict[tuple[str, int], Path] = {}
         for spec in specs:
@@ -214,8 +214,8 @@ def fill_shards(project: Path, *, progress: Progress, tables: tuple[str, ...] | 
                         "--results-root", "results", *shape_flags], cwd=project), f"replaying {spec.name}")
             for m, n, k in committed:
                 real.setdefault((spec.name, m), paths.raw_shard(spec.name, plan.keys[spec.name], m, n, k))
-        target = tt.make_plan({**params, "bench": {**params["bench"], "backend": backend}})
-        missing = [s for s in tt.missing_shards(target) if s.table in {spec.name for spec in specs}]
+        target = run_plan.make_plan({**params, "bench": {**params["bench"], "backend": backend}})
+        missing = [s for s in run_plan.missing_shards(target) if s.table in {spec.name for spec in specs}]
         task = progress.add_task("scale-fixture shards (relabelled copies of real ones)", total=len(missing))
         cache: dict[tuple[str, int], Any] = {}
         for shard in missing:

@@ -21,10 +21,10 @@ from typing import Any
 
 from tunetable import lineage, paths, rawstore
 from tunetable.errors import TuneTableError
-from tunetable.bench.plan import device_name
+from tunetable.bench.devices import device_name
 from tunetable.params import table_spec
 from tunetable.results import CHECKSUM_RECORD, read_shard
-from tunetable.shardkey import shard_key
+from tunetable.measurement_plan import shard_key
 
 BACKENDS = ("cuda", "replay")
 STORES = (rawstore.RAW, rawstore.PARKED)   # where key folders live: the DVC out, and the other keys beside it

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Sequence
 
 from tunetable.errors import TuneTableError
-from tunetable.bench.plan import visible_gpu_ids
+from tunetable.bench.devices import visible_gpu_ids
 
 POLL_S = 0.5
 

@@ -255,6 +255,11 @@ RECORDING_TEXT_COLUMNS = ("table", "config_id", "kernel_hash", "status")
 SIDECAR_HASH = "parquet_sha256"
 
 
+def sidecar_path(recording: Path) -> Path:
+    """The provenance JSON beside a recording (the one place that names it)."""
+    return recording.with_suffix(".json")
+
+
 def read_recording(path: str | Path, *, columns: list[str] | None = None) -> Any:
     """A recording's rows as a pandas frame (``columns``: only those); an unreadable file is one error line."""
     import pandas as pd  # lazy: pandas only where a recording is read
@@ -273,8 +278,6 @@ def read_recording(path: str | Path, *, columns: list[str] | None = None) -> Any
 
 def load_checked_recording(path: str | Path, *, served: bool = True) -> Any:
     """A recording's rows (pandas) after ``check_recording`` of the whole file against its sidecar (if any)."""
-    from tunetable.bench.plan import sidecar_path  # lazy: the one place that names a recording's sidecar
-
     source = Path(path)
     frame = read_recording(source)
     sidecar = sidecar_path(source)

@@ -31,7 +31,7 @@ mkdir -p results/rerun && cp -r results/grid results/compile results/rerun/
     --results-root results/rerun
   KEY=$(python3 -c "
 from tunetable.params import load_params, table_spec
-from tunetable.shardkey import shard_key
+from tunetable.measurement_plan import shard_key
 p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cuda'))")
   python3 -m tunetable record --table "$TABLE" --name h200_gemm_mma_rerun --out-dir "$OUT" \
     results/rerun/raw/"$TABLE"/"$KEY"/*.pkl

@@ -57,7 +57,7 @@ fi
 content_key() {
   python3 -c "
 from tunetable.params import load_params, table_spec
-from tunetable.shardkey import shard_key
+from tunetable.measurement_plan import shard_key
 p = load_params('params.yaml'); print(shard_key(p, table_spec(p, '$TABLE'), 'cuda'))"
 }
 

@@ -39,9 +39,9 @@ def load_test_families() -> dict[str, Any]:
     return module.FAMILIES
 
 
-def write_spec(path: Path, *, runner: str, settings: dict[str, Any], jobs: list[dict[str, Any]]) -> Path:
+def write_spec(path: Path, *, backend: str, settings: dict[str, Any], jobs: list[dict[str, Any]]) -> Path:
     """A driver spec file."""
-    path.write_text(json.dumps({"runner": runner, "settings": settings, "jobs": jobs}))
+    path.write_text(json.dumps({"backend": backend, "settings": settings, "jobs": jobs}))
     return path
 
 

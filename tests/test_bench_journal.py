@@ -51,7 +51,7 @@ def test_kill9_mid_run_then_rerun_measures_only_what_is_missing(tmp_path: Path) 
            "payloads": {"a": {"entry": "gemm"}, "b": {"entry": "gemm"}, "c": {"entry": "gemm"},
                         "wrong": {"entry": "gemm_wrong"}}}
     # batches of >= 20 ms make the run last long enough to be killed in the middle
-    spec = write_spec(tmp_path / "spec.json", runner="cpu-test", jobs=[job],
+    spec = write_spec(tmp_path / "spec.json", backend="cpu-test", jobs=[job],
                       settings={"warmup_ms": 1, "rounds": rounds, "min_batch_ms": 20, "timeout_s": 30})
     before = kill9_when(start_driver(spec), journal, samples=8, limit_s=60)
     measured_before = sum(sample_counts(journal).values())

@@ -11,17 +11,16 @@ from pathlib import Path
 import pytest
 
 from tunetable.kernels.families import FAMILIES
-from tunetable.bench.plan import (
+from tunetable.bench.tasks import (
     ConfigTask,
     baseline_task,
     launch_payload,
     settings_from_params,
     tasks_from_reports,
 )
-from tunetable.bench.session import parse_shapes, shard_payloads
 from tunetable.errors import TuneTableError
+from tunetable.measurement_plan import parse_shapes, shard_key, shard_payloads
 from tunetable.params import load_params, table_spec
-from tunetable.shardkey import shard_key
 
 REPO = Path(__file__).resolve().parents[1]
 SPLIT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "WARPS_M": 1, "WARPS_N": 4, "WARPS_K": 1, "STAGES": 4,
@@ -81,7 +80,7 @@ def test_replay_key_takes_the_recordings_nvcc_not_this_machines(monkeypatch: pyt
     table = table_spec(params, "gemm_mma")
     here = shard_key(params, table, "replay")
     monkeypatch.setattr(keys, "nvcc_version", lambda: "nvcc-absent")
-    monkeypatch.setattr("tunetable.bench.plan.nvcc_version", lambda: "nvcc-absent")
+    monkeypatch.setattr("tunetable.measurement_plan.nvcc_version", lambda: "nvcc-absent")
     assert shard_key(params, table, "replay") == here
     metrics = json.loads((REPO / "results" / "metrics" / "gemm_mma.json").read_text())
     assert metrics["content_key"] == here  # the committed metrics name the key a fresh clone makes
@@ -137,7 +136,7 @@ def test_bench_cli_errors_are_one_line(tmp_path: Path) -> None:
 
 
 def test_cuda_jobs_refuse_a_compile_report_whose_cubins_are_gone(tmp_path: Path) -> None:
-    from tunetable.bench.session import cuda_jobs
+    from tunetable.measurement_plan import cuda_jobs
     from tunetable.keys import kernel_source_hash
 
     params = load_params(REPO / "params.yaml")

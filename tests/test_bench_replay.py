@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task, gpu_visible, resolve_backend
 from tunetable.bench.record import recording_frame, recording_provenance, shard_provenance, write_recording
 from tunetable.bench.replay import ReplayRunner, load_recording
+from tunetable.bench.devices import gpu_visible
+from tunetable.bench.live import LiveRunner
 from tunetable.bench.runner import ShardJob, run_shards
+from tunetable.bench.tasks import BenchSettings, ConfigTask, baseline_task
 from tunetable.errors import TuneTableError
+from tunetable.measurement_plan import resolve_backend
 from tunetable.results import ROW_FIELDS, read_shard
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +36,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
                      journal_path=root / f"{m}.journal.jsonl", shard_path=root / f"{m}.pkl", content_key="measkey",
                      kernel_hash="kh1", provenance={"git_rev": "abc123", "nvcc": "nvcc-x"})
             for (m, n, k) in SHAPES]
-    run_shards(jobs=jobs, settings=SETTINGS, runner="cpu-test", gpus=[None])
+    run_shards(jobs=jobs, runner=LiveRunner(backend="cpu-test", settings=SETTINGS, gpus=[None]))
     return {"root": root, "tasks": tasks, "shards": [job.shard_path for job in jobs]}
 
 
@@ -70,7 +73,7 @@ def test_recording_round_trip_keeps_every_field_and_provenance(measured: dict, t
     # The sidecar is the provenance plus the parquet's sha256 (replay refuses a recording edited since).
     assert sidecar == {**json.loads(json.dumps(provenance)),
                        "parquet_sha256": hashlib.sha256(parquet.read_bytes()).hexdigest()}
-    assert sidecar["device"] == "cpu-test-runner" and sidecar["rows"] == 4 and sidecar["shapes"] == 2
+    assert sidecar["device"] == "cpu-test-backend" and sidecar["rows"] == 4 and sidecar["shapes"] == 2
     assert sidecar["statuses"] == {"ok": 2, "verify": 2} and sidecar["content_keys"] == ["measkey"]
     assert sidecar["bench_settings"]["rounds"] == 3 and sidecar["date"] == sidecar["measured_to"][:10]
     index = load_recording(parquet)
@@ -95,7 +98,7 @@ def test_replay_is_a_backend_of_the_runner_serving_recorded_samples(measured: di
     original = read_shard(measured["shards"][0])["merged_df"].set_index("config_id")
     jobs = replay_jobs(measured["tasks"], [SHAPES[0]], tmp_path)
     events: list[str] = []
-    rows = run_shards(jobs=jobs, settings=SETTINGS, runner="replay", replay=replayer(parquet, provenance),
+    rows = run_shards(jobs=jobs, runner=replayer(parquet, provenance),
                       on_event=lambda kind, job, record: events.append(kind))
     assert events == ["config", "config", "shard"]
     served = {r["config_id"]: r for r in rows[jobs[0].shard_path]}
@@ -107,7 +110,7 @@ def test_replay_is_a_backend_of_the_runner_serving_recorded_samples(measured: di
     assert served["cA"]["median_ms"] == original.loc["cA", "median_ms"]
     assert served["cA"]["backend"] == "replay" and served["cA"]["content_key"] == "replaykey"
     assert served["cA"]["measured_key"] == "measkey" and served["cA"]["git_rev"] == "abc123"
-    assert served["cA"]["time"] == original.loc["cA", "time"] and served["cA"]["device"] == "cpu-test-runner"
+    assert served["cA"]["time"] == original.loc["cA", "time"] and served["cA"]["device"] == "cpu-test-backend"
     assert served["cB"]["status"] == "verify"
     assert served["cA"]["spec"] == "t/TILE=16/$M=16/$N=32/$K=24"
 
@@ -117,7 +120,7 @@ def test_replay_of_unrecorded_entries_lists_the_first_missing(measured: dict, tm
     tasks = [*measured["tasks"], ConfigTask(config_id="cNEW", mesh_idx=2, family="cpu"), baseline_task()]
     jobs = replay_jobs(tasks, [*SHAPES, (64, 32, 24)], tmp_path, key="k")
     with pytest.raises(TuneTableError) as error:
-        run_shards(jobs=jobs, settings=SETTINGS, runner="replay", replay=replayer(parquet, {}))
+        run_shards(jobs=jobs, runner=replayer(parquet, {}))
     assert not any(job.shard_path.exists() for job in jobs)  # checked before anything is written
     message = str(error.value)
     assert message.startswith(f"{parquet}: 8 entries of table t (kernel kh1) are not recorded: ")
@@ -127,16 +130,16 @@ def test_replay_of_unrecorded_entries_lists_the_first_missing(measured: dict, tm
 def test_a_changed_kernel_hash_matches_nothing(measured: dict, tmp_path: Path) -> None:
     parquet, _ = recorded(measured, tmp_path)
     with pytest.raises(TuneTableError, match="4 entries of table t \\(kernel kh2\\)"):
-        run_shards(jobs=replay_jobs(measured["tasks"], SHAPES, tmp_path, kernel_hash="kh2"), settings=SETTINGS,
-                   runner="replay", replay=replayer(parquet, {}))
+        run_shards(jobs=replay_jobs(measured["tasks"], SHAPES, tmp_path, kernel_hash="kh2"),
+                   runner=replayer(parquet, {}))
 
 
 def test_allow_missing_gives_missing_rows(measured: dict, tmp_path: Path) -> None:
     parquet, _ = recorded(measured, tmp_path)
     tasks = [*measured["tasks"], ConfigTask(config_id="cNEW", mesh_idx=2, family="cpu")]
     jobs = replay_jobs(tasks, [SHAPES[1]], tmp_path, key="k")
-    rows = run_shards(jobs=jobs, settings=SETTINGS, runner="replay",
-                      replay=replayer(parquet, {}, allow_missing=True))[jobs[0].shard_path]
+    rows = run_shards(jobs=jobs,
+                      runner=replayer(parquet, {}, allow_missing=True))[jobs[0].shard_path]
     assert [(r["config_id"], r["status"]) for r in rows] == [("cA", "ok"), ("cB", "verify"), ("cNEW", "missing")]
     assert rows[2]["median_ms"] is None and rows[2]["samples_ms"] == []
 
@@ -147,6 +150,6 @@ def test_auto_without_a_gpu_says_replay_with_the_recording_device_and_date(measu
     parquet, provenance = recorded(measured, tmp_path)
     choice = resolve_backend(requested="auto", recording=parquet)
     assert choice.backend == "replay" and "auto: NO CUDA device visible" in choice.reason
-    assert f"measured on cpu-test-runner (driver {provenance['driver']}) on {provenance['date']}" in choice.reason
+    assert f"measured on cpu-test-backend (driver {provenance['driver']}) on {provenance['date']}" in choice.reason
     with pytest.raises(TuneTableError, match="no such recording"):
         resolve_backend(requested="replay", recording=tmp_path / "absent.parquet")

@@ -1,4 +1,4 @@
-"""Scheduling and failure classification with the real subprocess worker and the CPU test runner."""
+"""Scheduling and failure classification with the real subprocess worker and the CPU test backend."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import pytest
 
 from bench_support import journal_records
 from tunetable.bench.failures import WorkerFailure
-from tunetable.bench.plan import BenchSettings, ConfigTask
-from tunetable.bench.runner import ShardJob, ShardRunner, longest_first, round_order, run_shards, sample_stats
+from tunetable.bench.live import LiveRunner, longest_first, round_order, sample_stats
+from tunetable.bench.runner import ShardJob, run_shards
+from tunetable.bench.tasks import BenchSettings, ConfigTask
 from tunetable.bench.worker import WorkerProcess
 from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, read_shard
 
 SETTINGS = BenchSettings(warmup_ms=2, rounds=4, min_batch_ms=0.1, timeout_s=1.5)
+CPU = LiveRunner(backend="cpu-test", settings=SETTINGS, gpus=[None])   # one worker over the CPU test backend
 
 
 def make_job(
@@ -57,7 +59,7 @@ def test_every_failure_kind_is_classified_and_the_run_goes_on(tmp_path: Path) ->
     }
     job = make_job(tmp_path, entries)
     rows = {r["config_id"]: r
-            for r in run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None])[job.shard_path]}
+            for r in run_shards(jobs=[job], runner=CPU)[job.shard_path]}
     assert {cid: r["status"] for cid, r in rows.items()} == {
         "ok1": "ok", "wrong": "verify", "unwritten": "verify", "fault": "launch", "segv": "launch", "ok2": "ok",
         "hang": "timeout", "exit": "launch", "late_segv": "launch", "late_hang": "timeout", "ok3": "ok",
@@ -77,15 +79,15 @@ def test_every_failure_kind_is_classified_and_the_run_goes_on(tmp_path: Path) ->
 
 def test_rounds_are_interleaved_across_configurations(tmp_path: Path) -> None:
     job = make_job(tmp_path, {cid: {"entry": "gemm"} for cid in ("a", "b", "c")})
-    run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None])
+    run_shards(jobs=[job], runner=CPU)
     visits = [r["config_id"] for r in journal_records(job.journal_path) if r["type"] == "sample"]
     assert visits == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
 
 
 def test_worker_restarts_after_a_crash_and_keeps_serving(tmp_path: Path) -> None:
-    worker = WorkerProcess(runner="cpu-test")
+    worker = WorkerProcess(backend="cpu-test")
     info = worker.start()
-    assert info["device"] == "cpu-test-runner"
+    assert info["device"] == "cpu-test-backend"
     first_pid = info["pid"]
     worker.request({"op": "shape", "M": 8, "N": 8, "K": 8, "settings": SETTINGS.as_dict()}, timeout=10)
     with pytest.raises(WorkerFailure) as failure:
@@ -97,16 +99,16 @@ def test_worker_restarts_after_a_crash_and_keeps_serving(tmp_path: Path) -> None
 
 def test_shards_are_spread_over_several_workers(tmp_path: Path) -> None:
     jobs = [make_job(tmp_path, {"a": {"entry": "gemm"}}, m=8 * (i + 1), name=f"s{i}") for i in range(4)]
-    results = run_shards(jobs=jobs, settings=SETTINGS, runner="cpu-test", gpus=["0", "1"])
+    results = run_shards(jobs=jobs, runner=LiveRunner(backend="cpu-test", settings=SETTINGS, gpus=["0", "1"]))
     assert sorted(results) == sorted(job.shard_path for job in jobs)
     workers = {r["worker_pid"] for job in jobs for r in journal_records(job.journal_path) if r["type"] == "prepared"}
     assert len(workers) == 2  # one worker per "GPU", both used
 
 
 def test_a_worker_that_does_not_start_is_one_clear_error(tmp_path: Path) -> None:
-    runner = ShardRunner(worker=WorkerProcess(runner="no-such-runner"), settings=SETTINGS)
+    runner = LiveRunner(backend="no-such-backend", settings=SETTINGS)
     with pytest.raises(Exception) as error:
-        runner.run(make_job(tmp_path, {"a": {"entry": "gemm"}}))
+        run_shards(jobs=[make_job(tmp_path, {"a": {"entry": "gemm"}})], runner=runner)
     assert "does not start" in str(error.value)
 
 
@@ -127,10 +129,10 @@ def test_progress_events_count_every_configuration_once_also_on_resume(tmp_path:
         if kind in ("config", "final"):
             events.append((kind, payload["config_id"], bool(payload.get("resumed"))))
 
-    run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], on_event=record)
+    run_shards(jobs=[job], runner=CPU, on_event=record)
     assert sorted(events) == [("config", "a", False), ("config", "b", False), ("final", "bad", False)]
     events.clear()
-    run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], on_event=record)  # all journalled
+    run_shards(jobs=[job], runner=CPU, on_event=record)  # all journalled
     assert sorted(events) == [("config", "a", True), ("config", "b", True), ("final", "bad", True)]
 
 
@@ -145,7 +147,7 @@ def test_bench_progress_logs_one_line_per_shard_with_its_best(tmp_path: Path) ->
     job = make_job(tmp_path, {"a": {"entry": "gemm"}, "bad": {"entry": "fault"}})
     progress = BenchProgress(Console(file=buffer, width=200), total=2)
     with progress.progress:
-        run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], on_event=progress)
+        run_shards(jobs=[job], runner=CPU, on_event=progress)
     log = buffer.getvalue()
     assert "shard M=32 N=48 K=40 done: 2 rows, best a " in log and "1 failed so far" in log
     assert progress.progress.tasks[0].completed == 2
@@ -153,7 +155,7 @@ def test_bench_progress_logs_one_line_per_shard_with_its_best(tmp_path: Path) ->
 
 def _search_job(tmp_path: Path, *, m: int, n: int = 48, k: int = 40) -> ShardJob:
     """Eight CPU configurations (two of them wrong) and a baseline, named like real shards so neighbours find them."""
-    from tunetable.bench.plan import baseline_task
+    from tunetable.bench.tasks import baseline_task
 
     entries = {f"c{i}": {"entry": "gemm_wrong" if i in (2, 5) else "gemm"} for i in range(8)}
     tasks = tuple(ConfigTask(config_id=cid, mesh_idx=i, family="cpu", params=(("ENTRY", payload["entry"]), ("TILE", i)))
@@ -171,7 +173,7 @@ def test_a_search_measures_only_what_it_picks_and_records_itself_in_every_row(tm
 
     search = TableSearch(plan=make_strategy({"strategy": "random", "max_fevals": 3, "seed": 2}), shard_dir=tmp_path)
     job = _search_job(tmp_path, m=16)
-    rows = run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], search=search)[job.shard_path]
+    rows = run_shards(jobs=[job], runner=CPU, search=search)[job.shard_path]
     kernels = [r for r in rows if r["kind"] == "kernel"]
     assert len(kernels) == 3 and rows[-1]["config_id"] == "cublas" and rows[-1]["status"] == "ok"
     assert [r["search_step"] for r in rows] == [0, 1, 2, None]
@@ -193,7 +195,7 @@ def test_a_search_measures_only_what_it_picks_and_records_itself_in_every_row(tm
     # A killed search resumes from the journal: the same picks, nothing measured twice.
     samples = sum(1 for r in journal_records(job.journal_path) if r["type"] == "sample")
     job.shard_path.unlink()
-    again = run_shards(jobs=[job], settings=SETTINGS, runner="cpu-test", gpus=[None], search=search)[job.shard_path]
+    again = run_shards(jobs=[job], runner=CPU, search=search)[job.shard_path]
     assert [(r["config_id"], r["median_ms"]) for r in again] == [(r["config_id"], r["median_ms"]) for r in rows]
     assert sum(1 for r in journal_records(job.journal_path) if r["type"] == "sample") == samples
 
@@ -204,7 +206,7 @@ def test_a_search_starts_from_the_winners_of_neighbours_measured_earlier(tmp_pat
 
     first, second = _search_job(tmp_path, m=64), _search_job(tmp_path, m=32)
     search = TableSearch(plan=make_strategy({"strategy": "model", "max_fevals": 4, "seed": 0}), shard_dir=tmp_path)
-    results = run_shards(jobs=[first, second], settings=SETTINGS, runner="cpu-test", gpus=[None], search=search)
+    results = run_shards(jobs=[first, second], runner=CPU, search=search)
     ok = sorted((r["median_ms"], r["config_id"]) for r in results[first.shard_path]
                 if r["kind"] == "kernel" and r["status"] == "ok")
     seeds = read_shard(second.shard_path)["provenance"]["search"]["transfer_seeds"]

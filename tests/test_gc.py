@@ -11,7 +11,7 @@ import pytest
 from pipeline_repo import NO_RECORDING, RECORDING, REPO, git, tunetable
 
 from tunetable import gc
-from tunetable.shardkey import shard_key
+from tunetable.measurement_plan import shard_key
 from tunetable.errors import TuneTableError
 from tunetable.params import load_params, table_spec
 

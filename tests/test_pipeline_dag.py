@@ -62,7 +62,7 @@ def bench_jobs(output: str) -> dict[str, list[str]]:
 
 
 def test_live_dag_compiles_once_per_table_and_benches_each_shard_on_one_gpu(copy: Path) -> None:
-    from tunetable.smk_helpers import LIVE_CHUNK, LIVE_SPREAD
+    from tunetable.workflow.batches import LIVE_CHUNK, LIVE_SPREAD
 
     done = snakemake("all", "-n", "--cores", "2", *LIVE, *DETAIL, cwd=copy)
     counts = job_counts(done.output)
@@ -88,23 +88,23 @@ def test_live_dag_compiles_once_per_table_and_benches_each_shard_on_one_gpu(copy
 
 
 def test_live_bench_chunk_size_and_resources() -> None:
-    from tunetable import smk_helpers as tt
+    from tunetable.workflow import batches
 
-    assert [tt.live_chunk_size(count, chunk=20, spread=8) for count in (1, 7, 8, 15, 16, 55, 160, 161, 20_000)] == [
-        1, 1, 1, 1, 2, 6, 20, 20, 20]
+    counts = (1, 7, 8, 15, 16, 55, 160, 161, 20_000)
+    assert [batches.live_chunk_size(count, chunk=20, spread=8) for count in counts] == [1, 1, 1, 1, 2, 6, 20, 20, 20]
     from snakemake.resources import Resources
 
     # a profile's set-resources as Snakemake parses them; its bench runtime is minutes per shard
     profile = {name: Resources.parse(values, allow_expressions=True) for name, values in
                {"bench": ["runtime=30", 'gres="gpu:1"', "mem_mb=32000"], "compile": ["runtime=60"]}.items()}
-    resources = Resources.from_mapping(tt.bench_resources(shards=3))
-    assert resources["runtime"].value == 3 * tt.LIVE_SHARD_MINUTES and resources["gpu"].value == 1
-    tt.apply_bench_profile(resources, profile, shards=3)
+    resources = Resources.from_mapping(batches.bench_resources(shards=3))
+    assert resources["runtime"].value == 3 * batches.LIVE_SHARD_MINUTES and resources["gpu"].value == 1
+    batches.apply_bench_profile(resources, profile, shards=3)
     assert resources["runtime"].value == 90 and resources["mem_mb"].value == 32000 and resources["gpu"].value == 1
     assert set(resources.keys()) == {"gpu", "runtime", "gres", "mem_mb"}
-    untouched = Resources.from_mapping(tt.bench_resources(shards=2))
-    tt.apply_bench_profile(untouched, {"compile": profile["compile"]}, shards=2)
-    assert untouched["runtime"].value == 2 * tt.LIVE_SHARD_MINUTES
+    untouched = Resources.from_mapping(batches.bench_resources(shards=2))
+    batches.apply_bench_profile(untouched, {"compile": profile["compile"]}, shards=2)
+    assert untouched["runtime"].value == 2 * batches.LIVE_SHARD_MINUTES
 
 
 def test_replay_dag_never_compiles(copy: Path) -> None:
@@ -305,42 +305,43 @@ def test_a_failed_live_bench_job_keeps_the_shards_it_finished_and_the_next_run_m
 
 
 def test_replay_jobs_cover_each_missing_shard_once_in_bounded_chunks(copy: Path, monkeypatch) -> None:
-    from tunetable import smk_helpers as tt
+    from tunetable.workflow import batches, run_plan
     from tunetable.params import load_params
 
     monkeypatch.chdir(copy)  # the plan reads params.yaml's relative paths, as the Snakefile does
-    plan = tt.make_plan({**load_params("params.yaml"), "bench": {"backend": "replay"}})
+    plan = run_plan.make_plan({**load_params("params.yaml"), "bench": {"backend": "replay"}})
     if not plan.tables:
         pytest.skip(NO_RECORDING)
-    jobs = tt.replay_jobs(plan, chunk=20)
+    jobs = batches.replay_batches(plan, chunk=20)
     served = [shard.path for job in jobs for shard in job.shards]
-    assert sorted(served) == sorted(shard.path for shard in tt.missing_shards(plan)) and len(served) == len(set(served))
+    assert sorted(served) == sorted(shard.path for shard in run_plan.missing_shards(plan))
+    assert len(served) == len(set(served))
     assert all(len(job.shards) <= 20 and {s.table for s in job.shards} == {job.table} for job in jobs)
     names = [job.name for job in jobs]
     assert len(set(names)) == len(names) and f"{TABLE}_part1" in names[0]
-    assert [job.name for job in tt.replay_jobs(plan)] == [f"replay_{spec.name}" for spec in plan.tables]
+    assert [job.name for job in batches.replay_batches(plan)] == [f"replay_{spec.name}" for spec in plan.tables]
 
 
 @pytest.mark.parametrize("backend", ["cuda", "replay"])
 def test_a_measuring_job_keeps_its_name_and_shards_when_other_jobs_finish(copy: Path, monkeypatch, backend) -> None:
     # A cluster job re-parses the Snakefile when it starts, after other jobs may have written their
     # shards: its rule must still exist with the same outputs (windows over every shard, not the missing).
-    from tunetable import smk_helpers as tt
+    from tunetable.workflow import batches, run_plan
     from tunetable.params import load_params
 
     monkeypatch.chdir(copy)  # the plan reads params.yaml's relative paths, as the Snakefile does
     params = {**load_params("params.yaml"), "bench": {"backend": backend}}
-    plan = tt.make_plan(params)
+    plan = run_plan.make_plan(params)
     if not plan.tables:
         pytest.skip(NO_RECORDING)
-    jobs = (tt.live_jobs if backend == "cuda" else lambda p: tt.replay_jobs(p, chunk=20))
+    jobs = (batches.live_batches if backend == "cuda" else lambda p: batches.replay_batches(p, chunk=20))
     before = {job.name: job.shards for job in jobs(plan)}
     finished = next(name for name in before if name.endswith("_part1"))
     for shard in before[finished] + before[finished.replace("_part1", "_part3")][:1]:
         for path in (shard.path, shard.journal):  # written by their jobs (a replayed shard has its journal)
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_bytes(b"written by its job")
-    after = {job.name: job.shards for job in jobs(tt.make_plan(params))}
+    after = {job.name: job.shards for job in jobs(run_plan.make_plan(params))}
     part3 = finished.replace("_part1", "_part3")
     assert finished not in after and after[part3] == before[part3][1:]
     assert {name: shards for name, shards in after.items() if name != part3} == {

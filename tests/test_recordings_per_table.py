@@ -13,8 +13,8 @@ import pytest
 import yaml
 from pipeline_repo import edit_params, two_families
 
-from tunetable import smk_helpers as tt
-from tunetable.bench.plan import recording_path
+from tunetable.workflow import messages, run_plan, targets
+from tunetable.measurement_plan import recording_path
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.params import dispatch_specs, load_params, table_spec
@@ -56,19 +56,19 @@ def test_each_table_replays_its_own_recording() -> None:
 def test_replay_key_of_gemm_mma_is_the_one_its_checked_in_metrics_name(monkeypatch: pytest.MonkeyPatch) -> None:
     """Moving the recording into the table keeps gemm_mma's replay byte-identical (same content key)."""
     monkeypatch.chdir(REPO)
-    plan = tt.make_plan(params_of(REPO, **REPLAY))
+    plan = run_plan.make_plan(params_of(REPO, **REPLAY))
     metrics = json.loads((REPO / "results" / "metrics" / "gemm_mma.json").read_text())
     assert plan.keys["gemm_mma"] == metrics["content_key"]
     assert plan.recordings["gemm_mma"] == Path(MMA_RECORDING)
 
 
 def test_replay_leaves_out_a_table_whose_recording_is_absent(project: Path) -> None:
-    plan = tt.make_plan(params_of(project, **REPLAY))
+    plan = run_plan.make_plan(params_of(project, **REPLAY))
     assert [spec.name for spec in plan.tables] == ["gemm_mma"]
     assert set(plan.keys) == {"gemm_mma"} and plan.recordings == {"gemm_mma": Path(MMA_RECORDING)}
     assert list(plan.skipped) == ["gemm_wgmma"] and WGMMA_RECORDING in plan.skipped["gemm_wgmma"]
     assert plan.dispatches == () and list(plan.skipped_dispatches) == ["gemm_dispatch"]
-    banner = tt.banner(plan).splitlines()
+    banner = messages.banner(plan).splitlines()
     assert banner[0] == "tunetable: REPLAYING the committed recording (no GPU timing happens in this run)"
     assert banner[1].startswith(
         f"tunetable: backend replay (requested): serving {MMA_RECORDING}, measured on NVIDIA H200")
@@ -77,7 +77,7 @@ def test_replay_leaves_out_a_table_whose_recording_is_absent(project: Path) -> N
     assert banner[3].startswith("tunetable: SKIPPING dispatch list gemm_dispatch: table gemm_wgmma is not part")
     assert banner[4].startswith("tunetable: SKIPPING selector gemm_selector: the recording of table gemm_wgmma")
     # Codegen still renders every declared list: the left-out manifests are plain inputs.
-    inputs = tt.codegen_inputs(plan, params_of(project, **REPLAY))
+    inputs = targets.codegen_inputs(plan, params_of(project, **REPLAY))
     assert "manifests/gemm_wgmma.yaml" in inputs and "manifests/gemm_dispatch.yaml" in inputs
     assert str(FAMILIES["gemm_wgmma"].snippet) in inputs and "kernels/snippets/gemm_dispatch.snippet" in inputs
     assert "manifests/gemm_selector.yaml" in inputs
@@ -87,56 +87,57 @@ def test_replay_leaves_out_a_table_whose_recording_is_absent(project: Path) -> N
 
 def test_replay_covers_every_table_with_a_recording_and_keys_each_by_its_own(project: Path) -> None:
     params = params_of(project, **REPLAY)
-    before = tt.make_plan(params).keys["gemm_mma"]
+    before = run_plan.make_plan(params).keys["gemm_mma"]
     shutil.copyfile(REPO / "data/recordings/h200_gemm_mma_rerun.parquet", project / "data/recordings/other.parquet")
     shutil.copyfile(REPO / "data/recordings/h200_gemm_mma_rerun.json", project / "data/recordings/other.json")
     params["tables"]["gemm_wgmma"]["recording"] = "data/recordings/other.parquet"
-    plan = tt.make_plan(params)
+    plan = run_plan.make_plan(params)
     assert [spec.name for spec in plan.tables] == ["gemm_mma", "gemm_wgmma"] and plan.skipped == {}
     assert [spec.name for spec in plan.dispatches] == ["gemm_dispatch"] and plan.skipped_dispatches == {}
     assert plan.keys["gemm_mma"] == before  # another table's recording does not touch this key
-    assert len(tt.banner(plan).splitlines()) == 3  # one serving line per table
-    assert "serving data/recordings/other.parquet" in tt.banner(plan)
-    assert tt.replay_inputs(plan, table="gemm_wgmma") == ["data/recordings/other.parquet", "data/recordings/other.json"]
+    assert len(messages.banner(plan).splitlines()) == 3  # one serving line per table
+    assert "serving data/recordings/other.parquet" in messages.banner(plan)
+    assert targets.replay_inputs(plan, table="gemm_wgmma") == ["data/recordings/other.parquet",
+                                                               "data/recordings/other.json"]
     params["tables"]["gemm_wgmma"]["recording"] = MMA_RECORDING  # same file: a different key still (table name)
-    assert tt.make_plan(params).keys["gemm_wgmma"] != before
+    assert run_plan.make_plan(params).keys["gemm_wgmma"] != before
 
 
 def test_replay_with_no_recording_at_all_is_one_error_naming_the_first(project: Path) -> None:
     (project / MMA_RECORDING).unlink()
     with pytest.raises(TuneTableError) as info:
-        tt.make_plan(params_of(project, **REPLAY))
+        run_plan.make_plan(params_of(project, **REPLAY))
     assert str(info.value) == f"{MMA_RECORDING}: no such recording (make one with `tunetable record` on a GPU)"
 
 
 def test_a_recording_without_its_sidecar_is_an_error_not_a_skip(project: Path) -> None:
     (project / MMA_RECORDING.replace(".parquet", ".json")).unlink()
     with pytest.raises(TuneTableError, match="recording has no provenance sidecar"):
-        tt.make_plan(params_of(project, **REPLAY))
+        run_plan.make_plan(params_of(project, **REPLAY))
 
 
 def test_a_table_naming_no_recording_is_left_out_of_a_replay(project: Path) -> None:
     params = params_of(project, **REPLAY)
     del params["tables"]["gemm_wgmma"]["recording"]
-    plan = tt.make_plan(params)
+    plan = run_plan.make_plan(params)
     assert [spec.name for spec in plan.tables] == ["gemm_mma"]
     assert plan.skipped["gemm_wgmma"].startswith("it names no recording")
     del params["tables"]["gemm_mma"]["recording"]
     with pytest.raises(TuneTableError, match=r"tables.gemm_mma.recording: the table names no recording to replay"):
-        tt.make_plan(params)
-    live = tt.make_plan({**params, "bench": {**params["bench"], "backend": "cuda"}})
+        run_plan.make_plan(params)
+    live = run_plan.make_plan({**params, "bench": {**params["bench"], "backend": "cuda"}})
     assert [spec.name for spec in live.tables] == ["gemm_mma", "gemm_wgmma"]
 
 
 def test_live_plan_covers_every_declared_table(project: Path) -> None:
-    plan = tt.make_plan(params_of(project, backend="cuda"))
+    plan = run_plan.make_plan(params_of(project, backend="cuda"))
     assert [spec.name for spec in plan.tables] == ["gemm_mma", "gemm_wgmma"]
     assert plan.skipped == {} and [spec.name for spec in plan.dispatches] == ["gemm_dispatch"]
-    assert plan.recordings == {} and "SKIPPING table" not in tt.banner(plan)
+    assert plan.recordings == {} and "SKIPPING table" not in messages.banner(plan)
     # The selector is built from the tables' recordings, not from a live run's shards: without
     # gemm_wgmma's it stays as committed, loudly.
     assert plan.selectors == () and list(plan.skipped_selectors) == ["gemm_selector"]
-    assert tt.banner(plan).splitlines()[-1] == (
+    assert messages.banner(plan).splitlines()[-1] == (
         "tunetable: SKIPPING selector gemm_selector: the recording of table gemm_wgmma is absent; "
         "manifests/gemm_selector.yaml and its generated list stay as committed")
 

@@ -13,7 +13,7 @@ import yaml
 
 from bench_support import gemm_mma_only_params
 from tunetable.kernels.families import FAMILIES
-from tunetable.shardkey import shard_key
+from tunetable.measurement_plan import shard_key
 from tunetable.grid import DeviceLimits, expand
 from tunetable.keys import kernel_source_hash
 from tunetable.params import load_params, table_spec

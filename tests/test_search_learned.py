@@ -11,7 +11,8 @@ import pytest
 
 from tunetable.config import KernelConfig
 from tunetable.search import make_strategy
-from tunetable.search.base import Budget, SearchSpace, run_search
+from tunetable.search.base import Budget, run_search
+from tunetable.search.space import SearchSpace
 from tunetable.search.learned import (
     Profile,
     learned_prior,

@@ -9,7 +9,8 @@ import pytest
 
 from tunetable.config import KernelConfig
 from tunetable.search import SearchSettings, make_strategy
-from tunetable.search.base import Budget, Failure, SearchSpace, run_search
+from tunetable.search.base import Budget, Failure, run_search
+from tunetable.search.space import SearchSpace
 from tunetable.search.evolutionary import GeneticAlgorithm
 from tunetable.search.exhaustive import Exhaustive
 from tunetable.search.model import BayesianOptimisation

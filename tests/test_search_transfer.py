@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tunetable.config import KernelConfig
-from tunetable.search.base import SearchSpace
+from tunetable.search.space import SearchSpace
 from tunetable.search.transfer import (
     neighbour_seeds,
     neighbours,

@@ -1,15 +1,18 @@
-"""The GPU half of the measurement: plan shards, run them in isolated workers, replay recordings.
+"""The GPU half of the measurement: run shards in isolated workers, or replay recordings through the same interface.
 
-Layout (Kernel Tuner's runner / backend / observer split):
-- ``plan``: settings, tasks, launch payloads, content keys and backend choice (no pycuda, no polars);
+Layout (Kernel Tuner's runner / backend / observer split; which backend, key and jobs a table's
+measurement has is planned above the bench, in ``tunetable.measurement_plan``):
+- ``tasks``: the bench settings, a shard's tasks and their launch payloads (no pycuda, no polars);
+- ``runner``: the ``Runner`` and ``Measurer`` protocols, ``ShardJob`` and ``run_shards``, which takes
+  a runner object: ``live.LiveRunner`` (a worker process per GPU, configurations interleaved across
+  rounds) or ``replay.ReplayRunner`` (a recording's rows), peers that a search drives alike;
 - ``journal``: the append-only JSONL journal (fsynced per record) that makes a killed run resumable;
-- ``runner``: schedules configurations across interleaved rounds over a worker process, one per GPU;
-- ``worker``: the subprocess that owns the GPU context (or the CPU test runner) and answers requests;
+- ``worker``: the subprocess that owns the device context and answers requests with its ``Backend``;
   the parent enforces the per-configuration timeout and classifies deaths (``failures``);
-- ``cuda_backend`` (+ ``harness.cu``, ``cublas``, ``nvml``): the pycuda measurement;
-  ``cpu_runner``: the CPU test runner with the same protocol, for tests without a GPU;
-- ``replay`` / ``record``: serve a recording's rows instead of measuring / export cuda shards to one;
-- ``session``: a table's shard jobs, replay of a whole table, the time estimate.
+- ``backend``: the ``Backend`` protocol (describe, prepare_shape, prepare, sample) and the two that
+  implement it: ``cuda_backend`` (+ ``harness.cu``, ``cublas``, ``nvml``: pycuda on a real GPU) and
+  ``cpu_backend`` (numpy, for tests without a GPU);
+- ``devices``: the GPUs this process may use; ``record``: export cuda shards to a recording.
 
 How a configuration is measured (cuda backend), per (table, shape) shard:
 1. inputs: enough (A, B, C) sets to exceed ``l2_factor`` x the device's L2 (read from the device),

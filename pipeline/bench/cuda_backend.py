@@ -31,7 +31,7 @@ PTR = np.uintp                   # kernel pointer arguments, as pycuda's prepare
 
 
 class CudaBackend:
-    """Worker runner on a real GPU (pycuda; cuBLAS via ctypes; NVML for clock and power)."""
+    """The Backend on a real GPU (pycuda; cuBLAS via ctypes; NVML for clock and power)."""
 
     def __init__(self) -> None:
         # Lazy: the worker process is the only place the bench needs pycuda (the parent never does).

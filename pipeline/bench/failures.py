@@ -1,4 +1,4 @@
-"""Typed failures of a measurement (shared by the worker, its runners and the parent)."""
+"""Typed failures of a measurement (shared by the worker, its backends and the parent)."""
 
 from __future__ import annotations
 

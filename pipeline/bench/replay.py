@@ -1,9 +1,9 @@
-"""The replay backend of the runner: a recording's rows for matching (table, M, N, K, config_id, kernel_hash).
+"""The replay runner: a recording's rows for matching (table, M, N, K, config_id, kernel_hash).
 
-``ReplayRunner`` has the runner's interface (``run`` a shard, ``measure_tasks``, ``task_rows``; see
-``tunetable.bench.runner.ShardRunner``), so ``run_shards`` and a table's search drive it exactly
-like the cuda backend and the CPU test runner; it runs in process (nothing to isolate) and measures
-nothing: ``measure_tasks`` answers from the recording. A replayed row keeps everything of the
+``ReplayRunner`` is a ``Runner`` (tunetable.bench.runner), the peer of ``tunetable.bench.live.LiveRunner``
+(Kernel Tuner's simulation runner): ``run_shards`` takes either, and a table's search drives its
+``RecordingSession`` (the ``Measurer``) exactly like a live worker's. It runs in process (nothing
+to isolate) and measures nothing: ``measure_tasks`` answers from the recording. A replayed row keeps everything of the
 measurement (samples, device, driver, time, git_rev, measured_key) and says ``backend="replay"``
 with the content key of the shard it now belongs to. ``check`` runs before any shard is written:
 anything not recorded is an error listing the first missing entries, or with ``allow_missing``
@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from tunetable.bench.plan import ConfigTask
+from tunetable.bench.runner import Event, Row, ShardJob, ShardSearch, measure_shard
+from tunetable.bench.tasks import ConfigTask
 from tunetable.errors import TuneTableError
 from tunetable.inputs import load_checked_recording
-from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string, write_shard
-
-if TYPE_CHECKING:
-    from tunetable.bench.runner import ShardJob, ShardSearch
+from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, spec_string
 
 MATCH_KEYS = ("table", "M", "N", "K", "config_id", "kernel_hash")
 SHOW_MISSING = 5
@@ -80,15 +78,14 @@ def missing_entries(*, recording: Mapping[tuple[Any, ...], Any], jobs: Sequence[
             if (job.table, job.m, job.n, job.k, task.config_id, job.kernel_hash) not in recording]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReplayRunner:
-    """The runner's replay backend: serves each shard's tasks from a loaded recording (``load_recording``)."""
+    """The Runner that replays: serves each shard's tasks from a loaded recording (``load_recording``)."""
 
     recording: Mapping[tuple[Any, ...], dict[str, Any]]
     recording_path: Path
     provenance: Mapping[str, Any] = field(default_factory=dict)   # the recording's sidecar
     allow_missing: bool = False
-    on_event: Callable[[str, Any, dict[str, Any]], None] | None = None
     backend: str = "replay"
 
     def check(self, jobs: Sequence[ShardJob]) -> None:
@@ -104,36 +101,36 @@ class ReplayRunner:
                 path=self.recording_path,
             )
 
+    def run(self, jobs: Sequence[ShardJob], *, search: ShardSearch | None, on_event: Event) -> dict[Path, list[Row]]:
+        """Serve every job in process, in the given order (each through ``measure_shard``)."""
+        session = RecordingSession(runner=self, on_event=on_event)
+        return {job.shard_path: measure_shard(job, measurer=session, search=search, on_event=on_event)
+                for job in jobs}
+
+
+@dataclass(frozen=True)
+class RecordingSession:
+    """The Measurer of a replay: a shard's tasks as the recording holds them."""
+
+    runner: ReplayRunner
+    on_event: Event
+
     def measure_tasks(self, job: ShardJob, tasks: Sequence[ConfigTask]) -> None:
         """Nothing to measure: the recording holds every sample (``check`` made sure of it)."""
         for task in tasks:
-            self._event("config", job, {"config_id": task.config_id, "kind": task.kind, "status": "ok",
-                                        "median_ms": None, "resumed": True, "tflops": 0.0})
+            self.on_event("config", job, {"config_id": task.config_id, "kind": task.kind, "status": "ok",
+                                          "median_ms": None, "resumed": True, "tflops": 0.0})
 
-    def task_rows(self, job: ShardJob, tasks: Sequence[ConfigTask]) -> list[dict[str, Any]]:
+    def task_rows(self, job: ShardJob, tasks: Sequence[ConfigTask]) -> list[Row]:
         """The shard rows of ``tasks`` as recorded (a task never recorded is a ``missing`` row)."""
+        recording = self.runner.recording
         return [replay_row(table=job.table, m=job.m, n=job.n, k=job.k, task=task,
-                           recorded=self.recording.get((job.table, job.m, job.n, job.k, task.config_id,
-                                                        job.kernel_hash)),
+                           recorded=recording.get((job.table, job.m, job.n, job.k, task.config_id, job.kernel_hash)),
                            kernel_hash=job.kernel_hash, content_key=job.content_key)
                 for task in tasks]
 
-    def run(self, job: ShardJob, *, search: ShardSearch | None = None) -> list[dict[str, Any]]:
-        """Serve every task (or what ``search`` asks for), then write the shard pickle atomically; its rows."""
-        extra: dict[str, Any] = {}
-        if search is None:
-            self.measure_tasks(job, job.tasks)
-            rows = self.task_rows(job, job.tasks)
-        else:
-            rows, extra = search.run_shard(runner=self, job=job)
-        write_shard(job.shard_path, table=job.table, rows=rows, build_rows=[],
-                    provenance={"backend": "replay", "recording": str(self.recording_path),
-                                "content_key": job.content_key, "kernel_hash": job.kernel_hash,
-                                **{f"recording_{key}": value for key, value in self.provenance.items()}, **extra})
-        self._event("shard", job, {"rows": len(rows)})
-        return rows
-
-    def _event(self, kind: str, job: ShardJob, record: dict[str, Any]) -> None:
-        """Tell the caller's progress what happened (the events ShardRunner emits)."""
-        if self.on_event is not None:
-            self.on_event(kind, job, record)
+    def shard_record(self, job: ShardJob) -> tuple[list[Row], dict[str, Any]]:
+        """No build rows (nothing was compiled); the provenance names the recording and its sidecar's facts."""
+        return [], {"backend": "replay", "recording": str(self.runner.recording_path),
+                    "content_key": job.content_key, "kernel_hash": job.kernel_hash,
+                    **{f"recording_{key}": value for key, value in self.runner.provenance.items()}}

@@ -1,6 +1,7 @@
 """Process isolation: a worker subprocess owns the device context; the parent enforces timeouts.
 
-The parent (``WorkerProcess``) speaks JSON lines to ``python -m tunetable.bench.worker``:
+The parent (``WorkerProcess``) speaks JSON lines to ``python -m tunetable.bench.worker --backend NAME``,
+which answers each request with a call on its ``Backend`` (tunetable.bench.backend: cuda or cpu-test):
 
     {"op": "hello"}                                  -> {"device", "driver", ...}
     {"op": "shape", "M", "N", "K", "settings"}       -> {"sets", "set_bytes", ...}
@@ -16,7 +17,6 @@ the timeout (a hang: the parent kills it) is classified by the parent. The paren
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import os
 import queue
@@ -28,12 +28,9 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
+from tunetable.bench.backend import answer, load_backend
 from tunetable.bench.failures import LaunchFailure, WorkerFailure
 
-RUNNERS = {
-    "cuda": "tunetable.bench.cuda_backend:CudaBackend",
-    "cpu-test": "tunetable.bench.cpu_runner:CpuTestRunner",
-}
 STARTUP_TIMEOUT_S = 180.0
 PR_SET_PDEATHSIG = 1
 PARENT_ENV = "TUNETABLE_BENCH_PARENT"
@@ -42,30 +39,7 @@ _EOF = object()
 
 # --- the worker side -----------------------------------------------------------------------------
 
-def load_runner(name: str) -> Any:
-    """Instantiate a runner (backend) by name: 'cuda' (pycuda) or 'cpu-test'."""
-    if name not in RUNNERS:
-        raise ValueError(f"unknown runner '{name}' (known: {', '.join(sorted(RUNNERS))})")
-    module_name, class_name = RUNNERS[name].split(":")
-    return getattr(importlib.import_module(module_name), class_name)()
-
-
-def _dispatch(runner: Any, request: dict[str, Any]) -> dict[str, Any]:
-    """The runner's answer to one request (hello, shape, prepare, sample); ValueError for an unknown op."""
-    op = request.get("op")
-    if op == "hello":
-        return runner.describe()
-    if op == "shape":
-        return runner.prepare_shape(m=int(request["M"]), n=int(request["N"]), k=int(request["K"]),
-                                    settings=dict(request["settings"]))
-    if op == "prepare":
-        return runner.prepare(config_id=request["config_id"], payload=dict(request["payload"]))
-    if op == "sample":
-        return runner.sample(config_id=request["config_id"])
-    raise ValueError(f"unknown op {op!r}")
-
-
-def serve(runner_name: str, requests: IO[str], replies: IO[str]) -> int:
+def serve(backend_name: str, requests: IO[str], replies: IO[str]) -> int:
     """Answer requests until 'quit' or end of input; a fault answers and exits non-zero."""
     def reply(message: dict[str, Any]) -> None:
         """Write one JSON reply line and flush it."""
@@ -73,7 +47,7 @@ def serve(runner_name: str, requests: IO[str], replies: IO[str]) -> int:
         replies.flush()
 
     try:
-        runner = load_runner(runner_name)
+        backend = load_backend(backend_name)
     except LaunchFailure as exc:
         reply({"status": "launch", "error": str(exc), "fatal": True})
         return 3
@@ -82,7 +56,7 @@ def serve(runner_name: str, requests: IO[str], replies: IO[str]) -> int:
         if request.get("op") == "quit":
             break
         try:
-            result = _dispatch(runner, request)
+            result = answer(backend, request)
         except LaunchFailure as exc:
             reply({"status": "launch", "error": str(exc), "fatal": True})
             return 3
@@ -90,7 +64,7 @@ def serve(runner_name: str, requests: IO[str], replies: IO[str]) -> int:
             reply({"status": "launch", "error": f"{exc.__class__.__name__}: {exc}", "fatal": True})
             return 4
         reply({"ok": True, **result})
-    runner.close()
+    backend.close()
     return 0
 
 
@@ -109,11 +83,11 @@ def _die_with_parent() -> None:
 def main() -> None:
     """Entry point: keep fd 1 for the protocol only, everything else printed goes to stderr."""
     _die_with_parent()
-    runner_name = sys.argv[sys.argv.index("--runner") + 1] if "--runner" in sys.argv else "cuda"
+    backend_name = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "cuda"
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # libraries that print (nvcc warnings, cuBLAS) cannot corrupt the protocol
     sys.stdout = sys.stderr
-    code = serve(runner_name, sys.stdin, protocol)
+    code = serve(backend_name, sys.stdin, protocol)
     protocol.flush()
     os._exit(code)  # never run a poisoned context's destructors
 
@@ -135,8 +109,8 @@ def _describe_exit(code: int | None) -> str:
 class WorkerProcess:
     """Parent-side handle of one worker: start, request with a timeout, classify deaths, restart."""
 
-    def __init__(self, *, runner: str, gpu: str | None = None, stderr_lines: int = 20):
-        self.runner = runner
+    def __init__(self, *, backend: str, gpu: str | None = None, stderr_lines: int = 20):
+        self.backend = backend
         self.gpu = gpu
         self.process: subprocess.Popen[str] | None = None
         self.info: dict[str, Any] = {}
@@ -160,7 +134,7 @@ class WorkerProcess:
         self._replies = queue.Queue()
         self._stderr.clear()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tunetable.bench.worker", "--runner", self.runner],
+            [sys.executable, "-m", "tunetable.bench.worker", "--backend", self.backend],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, bufsize=1, env=self._env(),
         )

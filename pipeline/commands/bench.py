@@ -11,11 +11,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tunetable import paths
-from tunetable.bench.plan import recording_path, resolve_backend, visible_gpu_ids
-from tunetable.bench.session import estimate_seconds, parse_shapes
+from tunetable.bench.devices import visible_gpu_ids
+from tunetable.bench.live import LiveRunner, estimate_seconds
+from tunetable.bench.runner import Runner, run_shards
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
-from tunetable.measure import plan_measurement, run_measurement
+from tunetable.measurement_plan import parse_shapes, plan_measurement, recording_path, resolve_backend
 from tunetable.params import load_params, table_spec
 from tunetable.search.driver import expected_measurements
 
@@ -124,9 +125,12 @@ def command(table_name: str, shape_texts: tuple[str, ...], all_shapes: bool, bac
         console.print(f"{len(plan.jobs) + plan.done} shards ({plan.done} already measured: only the other "
                       f"{len(plan.jobs)} run), {each} measurements each{' (the search budget)' if budget else ''}, "
                       f"on GPUs {','.join(gpu_ids)}: estimated {estimate / 60:.1f} min ({estimate:.0f} s)")
+    # The replay's runner (its recording loaded by the plan), or the live one: a worker per GPU.
+    runner: Runner = (plan.replay if plan.replay is not None
+                      else LiveRunner(backend=choice.backend, settings=plan.settings, gpus=gpu_ids or [None]))
     progress = BenchProgress(console, total=plan.expected)
     with progress.progress:
-        rows_by_shard = run_measurement(plan, gpus=gpu_ids or [None], on_event=progress)
+        rows_by_shard = run_shards(jobs=plan.jobs, runner=runner, search=plan.table_search, on_event=progress)
     verb = "replayed" if choice.backend == "replay" else "measured"
     console.print(f"{verb} {len(rows_by_shard)} shards into {paths.raw_dir(table.name, plan.key, root=results_root)}")
     print_table(console, _summary(rows_by_shard))

@@ -14,7 +14,7 @@ from tunetable.bench.record import (
     shard_provenance,
     write_recording,
 )
-from tunetable.bench.plan import measured_git_revision
+from tunetable.measurement_plan import measured_git_revision
 
 
 @click.command("record")

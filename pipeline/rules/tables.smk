@@ -1,8 +1,8 @@
 # From raw shards to the checked-in table: rank -> select -> codegen, plus metrics and plots, and
 # the cross-family dispatch list selected from the tables' ranked results and manifests.
 # Checked-in files (manifests, generated tables) are written in place by the CLI; the rules'
-# outputs are stamps under results/stamps/ (see pipeline/smk_helpers.py for why). Settings
-# fingerprints ride in the command templates (tt.settings_tag), not in `params:` blocks.
+# outputs are stamps under results/stamps/ (see pipeline/workflow/stamps.py for why). Settings
+# fingerprints ride in the command templates (fingerprints.settings_tag), not in `params:` blocks.
 
 
 localrules:
@@ -17,7 +17,7 @@ localrules:
 
 rule rank:
     input:
-        lambda wc: tt.shard_inputs(PLAN, table=wc.table, existing=before_update),
+        lambda wc: targets.shard_inputs(PLAN, table=wc.table, existing=before_update),
     output:
         parquet="results/ranked/{table}.parquet",
         csv=report(
@@ -36,7 +36,7 @@ rule rank:
     log:
         "results/logs/rank/{table}.log",
     shell:
-        "{tt.CLI} rank --table {wildcards.table} --out {output.parquet} {input} > {log} 2>&1" + tt.SHOW_ERRORS
+        "{CLI} rank --table {wildcards.table} --out {output.parquet} {input} > {log} 2>&1" + SHOW_ERRORS
 
 
 rule select:
@@ -47,24 +47,24 @@ rule select:
     log:
         "results/logs/select/{table}.log",
     shell:
-        "( {tt.CLI} select --table {wildcards.table} --ranked {input} --out manifests/{wildcards.table}.yaml"
-        " && sha256sum manifests/{wildcards.table}.yaml > {output} ) > {log} 2>&1" + tt.SHOW_ERRORS
-        + tt.settings_tag(tt.select_settings(config))
+        "( {CLI} select --table {wildcards.table} --ranked {input} --out manifests/{wildcards.table}.yaml"
+        " && sha256sum manifests/{wildcards.table}.yaml > {output} ) > {log} 2>&1" + SHOW_ERRORS
+        + fingerprints.settings_tag(fingerprints.select_settings(config))
 
 
 # The metrics JSON, plot CSV and PNG are checked in, so they are written in place (atomically, by
 # the CLI) and the stamp records their sha256; a stamp whose files are missing or changed is dropped
-# when the Snakefile is parsed (tt.drop_stale_stamps), so the rule runs again. The report shows a copy.
+# when the Snakefile is parsed (housekeeping.drop_stale_stamps), so the rule runs again. The report shows a copy.
 rule metrics:
     input:
         stamp="results/stamps/select/{table}.sha256",
         ranked="results/ranked/{table}.parquet",
         # one shard: its folder names the content key the metrics record (the ranked parquet holds the rest)
-        shards=lambda wc: tt.key_shard_inputs(PLAN, tables=[wc.table], existing=before_update),
+        shards=lambda wc: targets.key_shard_inputs(PLAN, tables=[wc.table], existing=before_update),
     output:
-        stamp=str(tt.metrics_stamp("{table}")),
+        stamp=str(stamps.metrics_stamp("{table}")),
         plot=report(
-            str(tt.report_plot("{table}")),
+            str(stamps.report_plot("{table}")),
             caption="../report/plot.rst",
             category="Tuned table vs cuBLAS",
             labels={"table": "{table}"},
@@ -72,13 +72,13 @@ rule metrics:
     log:
         "results/logs/metrics/{table}.log",
     shell:
-        "( {tt.CLI} metrics --table {wildcards.table} --manifest manifests/{wildcards.table}.yaml"
+        "( {CLI} metrics --table {wildcards.table} --manifest manifests/{wildcards.table}.yaml"
         " --ranked {input.ranked} --json results/metrics/{wildcards.table}.json"
         " --csv results/plots/{wildcards.table}.csv --png results/plots/{wildcards.table}.png {input.shards}"
         " && sha256sum results/metrics/{wildcards.table}.json results/plots/{wildcards.table}.csv"
         " results/plots/{wildcards.table}.png > {output.stamp}"
-        " && cp results/plots/{wildcards.table}.png {output.plot} ) > {log} 2>&1" + tt.SHOW_ERRORS
-        + tt.settings_tag(tt.metrics_settings(config))
+        " && cp results/plots/{wildcards.table}.png {output.plot} ) > {log} 2>&1" + SHOW_ERRORS
+        + fingerprints.settings_tag(fingerprints.metrics_settings(config))
 
 
 # A dispatch list: per shape, the table whose selected winner beats its own shard's cuBLAS by the
@@ -90,19 +90,19 @@ for _dispatch in PLAN.dispatches:
             f"select_{_dispatch.name}"
         localrule: True
         input:
-            tt.dispatch_inputs(_dispatch),
+            targets.dispatch_inputs(_dispatch),
         output:
-            str(tt.select_stamp(_dispatch.name)),
+            str(stamps.select_stamp(_dispatch.name)),
         log:
             f"results/logs/select/{_dispatch.name}.log",
         params:
             # Bound now: the shell command is formatted when the job runs, after this loop ended.
             name=_dispatch.name,
-            ranked=tt.dispatch_ranked_options(_dispatch),
-            tag=tt.settings_tag(tt.dispatch_settings(config, name=_dispatch.name)),
+            ranked=dispatch_ranked_options(_dispatch),
+            tag=fingerprints.settings_tag(fingerprints.dispatch_settings(config, name=_dispatch.name)),
         shell:
-            "( {tt.CLI} select --dispatch {params.name} {params.ranked} --out manifests/{params.name}.yaml"
-            " && sha256sum manifests/{params.name}.yaml > {output} ) > {log} 2>&1" + tt.SHOW_ERRORS + "{params.tag}"
+            "( {CLI} select --dispatch {params.name} {params.ranked} --out manifests/{params.name}.yaml"
+            " && sha256sum manifests/{params.name}.yaml > {output} ) > {log} 2>&1" + SHOW_ERRORS + "{params.tag}"
 
     # The dispatch list's metrics and plot, like a table's: per shape, the table its entry names and
     # that table's time and same-shard cuBLAS (what the runtime gets; the README's headline figure).
@@ -111,14 +111,14 @@ for _dispatch in PLAN.dispatches:
             f"metrics_{_dispatch.name}"
         localrule: True
         input:
-            stamp=str(tt.select_stamp(_dispatch.name)),
-            ranked=[tt.ranked_outputs(table)["parquet"] for table in _dispatch.tables],
-            shards=tt.key_shard_inputs(PLAN, tables=_dispatch.tables, existing=before_update),  # one per table
+            stamp=str(stamps.select_stamp(_dispatch.name)),
+            ranked=[stamps.ranked_outputs(table)["parquet"] for table in _dispatch.tables],
+            shards=targets.key_shard_inputs(PLAN, tables=_dispatch.tables, existing=before_update),  # one per table
         output:
             # checked-in files written in place; the stamp stands for them (as for a table's metrics)
-            stamp=str(tt.metrics_stamp(_dispatch.name)),
+            stamp=str(stamps.metrics_stamp(_dispatch.name)),
             plot=report(
-                str(tt.report_plot(_dispatch.name)),
+                str(stamps.report_plot(_dispatch.name)),
                 caption="../report/dispatch_plot.rst",
                 category="Tuned table vs cuBLAS",
                 labels={"table": _dispatch.name},
@@ -128,16 +128,16 @@ for _dispatch in PLAN.dispatches:
         params:
             # Bound now: the shell command is formatted when the job runs, after this loop ended.
             name=_dispatch.name,
-            ranked=tt.dispatch_ranked_options(_dispatch),
-            files=" ".join(tt.metrics_outputs(_dispatch.name).values()),
-            json=tt.metrics_outputs(_dispatch.name)["json"],
-            csv=tt.metrics_outputs(_dispatch.name)["csv"],
-            png=tt.metrics_outputs(_dispatch.name)["png"],
+            ranked=dispatch_ranked_options(_dispatch),
+            files=" ".join(stamps.metrics_outputs(_dispatch.name).values()),
+            json=stamps.metrics_outputs(_dispatch.name)["json"],
+            csv=stamps.metrics_outputs(_dispatch.name)["csv"],
+            png=stamps.metrics_outputs(_dispatch.name)["png"],
         shell:
-            "( {tt.CLI} metrics --dispatch {params.name} {params.ranked} --json {params.json} --csv {params.csv}"
+            "( {CLI} metrics --dispatch {params.name} {params.ranked} --json {params.json} --csv {params.csv}"
             " --png {params.png} {input.shards} && sha256sum {params.files} > {output.stamp}"
-            " && cp {params.png} {output.plot} ) > {log} 2>&1" + tt.SHOW_ERRORS
-            + tt.settings_tag(tt.metrics_settings(config))
+            " && cp {params.png} {output.plot} ) > {log} 2>&1" + SHOW_ERRORS
+            + fingerprints.settings_tag(fingerprints.metrics_settings(config))
 
 
 # A shape selector: the choice for shapes no table holds, built from its tables' recordings (not
@@ -149,17 +149,17 @@ for _selector in PLAN.selectors:
             f"select_{_selector.name}"
         localrule: True
         input:
-            tt.selector_inputs(_selector, params=config),
+            targets.selector_inputs(_selector, params=config),
         output:
-            str(tt.select_stamp(_selector.name)),
+            str(stamps.select_stamp(_selector.name)),
         log:
             f"results/logs/select/{_selector.name}.log",
         params:
             # Bound now: the shell command is formatted when the job runs, after this loop ended.
             name=_selector.name,
-            tag=tt.settings_tag(tt.selector_settings(config, name=_selector.name)),
+            tag=fingerprints.settings_tag(fingerprints.selector_settings(config, name=_selector.name)),
         shell:
-            "{tt.CLI} select --selector {params.name} --out manifests/{params.name}.yaml > {log} 2>&1"
+            "{CLI} select --selector {params.name} --out manifests/{params.name}.yaml > {log} 2>&1"
             " && sha256sum manifests/{params.name}.yaml > {output}{params.tag}"
 
 
@@ -167,24 +167,24 @@ for _selector in PLAN.selectors:
 # check. The generated files are inputs too, so a hand edit inside a region re-runs codegen.
 rule codegen:
     input:
-        tt.codegen_inputs(PLAN, config),
+        targets.codegen_inputs(PLAN, config),
     output:
-        tt.codegen_stamp(),
+        stamps.codegen_stamp(),
     log:
         "results/logs/codegen.log",
     shell:
-        "( {tt.CLI} codegen --all && {tt.CLI} codegen --all --check"
-        " && echo 'generated tables match their manifests' > {output} ) > {log} 2>&1" + tt.SHOW_ERRORS
-        + tt.settings_tag(tt.codegen_settings(config))
+        "( {CLI} codegen --all && {CLI} codegen --all --check"
+        " && echo 'generated tables match their manifests' > {output} ) > {log} 2>&1" + SHOW_ERRORS
+        + fingerprints.settings_tag(fingerprints.codegen_settings(config))
 
 
 rule rank_all:
     input:
-        [tt.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
+        [stamps.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
 
 
 rule select_all:
     input:
-        [tt.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
-        [tt.select_stamp(spec.name) for spec in (*PLAN.tables, *PLAN.dispatches, *PLAN.selectors)],
-        [str(tt.metrics_stamp(spec.name)) for spec in (*PLAN.tables, *PLAN.dispatches)],
+        [stamps.ranked_outputs(spec.name)["parquet"] for spec in PLAN.tables],
+        [stamps.select_stamp(spec.name) for spec in (*PLAN.tables, *PLAN.dispatches, *PLAN.selectors)],
+        [str(stamps.metrics_stamp(spec.name)) for spec in (*PLAN.tables, *PLAN.dispatches)],

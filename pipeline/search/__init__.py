@@ -27,7 +27,6 @@ from tunetable.search.base import (
     MeasureFn,
     Related,
     SearchResult,
-    SearchSpace,
     Strategy,
     run_search,
 )
@@ -37,6 +36,7 @@ from tunetable.search.learned import Profile, Shape, learned_prior
 from tunetable.search.model import BayesianOptimisation
 from tunetable.search.perfmodel import top_k as perf_top_k
 from tunetable.search.random_sample import RandomSample
+from tunetable.search.space import SearchSpace
 
 STRATEGIES: dict[str, Callable[[], Strategy]] = {
     "exhaustive": Exhaustive,

@@ -5,13 +5,13 @@ bench does not measure every configuration of a shard. Per shape it runs the tab
 SearchPlan; every batch the strategy proposes is measured by the real backend and told back as
 the median time (or the failure):
 
-- cuda and cpu-test: ``ShardRunner.measure_tasks`` in the worker process (verified, warmed up,
+- cuda and cpu-test: ``WorkerSession.measure_tasks`` in the worker process (verified, warmed up,
   interleaved rounds, journalled: a killed search resumes and re-measures nothing, since the
   strategy asks again for the same configurations and the journal answers);
-- replay: ``ReplayRunner.measure_tasks``, the recording's rows (checked up front for every
+- replay: ``RecordingSession.measure_tasks``, the recording's rows (checked up front for every
   configuration) served one batch at a time, exactly as the cuda backend would measure them.
-The search drives a runner (``tunetable.bench.runner.MeasuringRunner``); the bench never imports
-the search (``tunetable.measure`` composes the two).
+The search drives a measurer (``tunetable.bench.runner.Measurer``); the bench never imports
+the search (``tunetable.measurement_plan`` composes the two).
 
 The cuBLAS baseline is measured with the first batch and never counts against the budget.
 A shape's search also reads:
@@ -34,23 +34,21 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from tunetable.bench.plan import ConfigTask
+from tunetable.bench.runner import Measurer, ShardJob
+from tunetable.bench.tasks import ConfigTask
 from tunetable.config import KernelConfig
 from tunetable.errors import TuneTableError
 from tunetable.search import SearchPlan, SearchSettings, make_strategy
-from tunetable.search.base import Failure, Outcome
+from tunetable.search.base import Failure, Outcome, SearchResult
 from tunetable.search.learned import Profile
 from tunetable.search.perfmodel import predict_space
 from tunetable.search.transfer import interleave, seed_shapes
 from tunetable.results import read_shard
 from tunetable.search.kt_interop import load_rows
-
-if TYPE_CHECKING:
-    from tunetable.bench.runner import MeasuringRunner, ShardJob
 
 Shape = tuple[int, int, int]
 Row = dict[str, Any]
@@ -177,12 +175,12 @@ class TableSearch:
         """The table's search settings."""
         return self.plan.settings
 
-    def run_shard(self, *, runner: MeasuringRunner, job: ShardJob) -> tuple[list[Row], dict[str, Any]]:
-        """Search one shard on a runner (cuda, cpu-test, replay): each batch through ``runner.measure_tasks``."""
+    def run_shard(self, *, measurer: Measurer, job: ShardJob) -> tuple[list[Row], dict[str, Any]]:
+        """Search one shard on a measurer (a live worker's, a recording's): each batch through ``measure_tasks``."""
         def measure_rows(tasks: Sequence[ConfigTask]) -> list[Row]:
-            """Measure ``tasks`` on the worker; their shard rows."""
-            runner.measure_tasks(job, tasks)
-            return runner.task_rows(job, tasks)
+            """Measure ``tasks`` on the measurer; their shard rows."""
+            measurer.measure_tasks(job, tasks)
+            return measurer.task_rows(job, tasks)
 
         return self.search_shape(shape=job.shape, tasks=job.tasks, measure_rows=measure_rows)
 
@@ -235,7 +233,12 @@ class TableSearch:
         rows = [{**measured[task_of[e.config_id].config_id], **search_fields(settings=self.settings, step=e.step)}
                 for e in result.trace]
         rows += [{**measured[t.config_id], **search_fields(settings=self.settings, step=None)} for t in extras]
-        provenance = {"search": {
+        return rows, {"search": self.provenance(result=result, seeds=seeds, shape=shape, task_of=task_of)}
+
+    def provenance(self, *, result: SearchResult, seeds: Sequence[str], shape: Shape,
+                   task_of: Mapping[str, ConfigTask]) -> dict[str, Any]:
+        """What a searched shard's provenance says of its search: settings, stop reason, seeds, the trace."""
+        return {
             "label": self.settings.label,
             "settings": {name: getattr(self.settings, name) for name in
                          ("strategy", "max_fevals", "time_limit", "seed", "top_k", "transfer", "learn_from",
@@ -245,8 +248,7 @@ class TableSearch:
             "learned_from_shapes": len({p.shape for p in self.profiles if tuple(p.shape) != tuple(shape)}),
             "trace": [{"step": e.step, "config_id": task_of[e.config_id].config_id, "elapsed_s": round(e.elapsed_s, 3)}
                       for e in result.trace],
-        }}
-        return rows, provenance
+        }
 
 
 def table_search(*, settings: SearchSettings, table: str, shard_dir: Path,
@@ -257,15 +259,3 @@ def table_search(*, settings: SearchSettings, table: str, shard_dir: Path,
     return TableSearch(plan=make_strategy(settings), shard_dir=shard_dir, profiles=profiles,
                        compile_overrides=dict(compile_overrides or {}), table=table, seed_model=seed_model)
 
-
-def recorded_compile_records(
-    recording: Mapping[tuple[Any, ...], Mapping[str, Any]], *, table: str
-) -> dict[str, dict[str, Any]]:
-    """Per config id: what the compiler fixed (build status, registers, shared memory), from a recording's rows."""
-    records: dict[str, dict[str, Any]] = {}
-    for key, row in recording.items():
-        if key[0] != table or row.get("kind") != "kernel":
-            continue
-        records.setdefault(str(key[4]), {"status": "build" if row.get("status") == "build" else "ok",
-                                         "registers": row.get("registers"), "smem_bytes": row.get("smem_bytes")})
-    return records

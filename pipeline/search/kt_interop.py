@@ -54,7 +54,7 @@ from tunetable.inputs import (
     safe_name,
 )
 from tunetable.results import KBENCH_FIELDS, ROW_FIELDS, SEARCH_FIELDS, read_result_file, spec_string
-from tunetable.search.base import value_list
+from tunetable.search.space import value_list
 
 COMPILE_FAILED = "CompilationFailedConfig"
 RUNTIME_FAILED = "RuntimeFailedConfig"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tunetable.search.base import SearchSpace
+from tunetable.search.space import SearchSpace
 
 Shape = tuple[int, int, int]
 

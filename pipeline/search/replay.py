@@ -17,7 +17,8 @@ import numpy as np
 
 from tunetable.config import KernelConfig, Value
 from tunetable.errors import TuneTableError
-from tunetable.search.base import Failure, MeasureFn, Outcome, SearchSpace
+from tunetable.search.base import Failure, MeasureFn, Outcome
+from tunetable.search.space import SearchSpace
 from tunetable.search.kt_interop import load_rows, parameter_names, parameter_value
 from tunetable.search.perfmodel import predict_space
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from tunetable.search.base import SearchSpace
+from tunetable.search.space import SearchSpace
 
 Shape = tuple[int, int, int]
 

@@ -1,7 +1,7 @@
 """dvc.yaml's code deps against the import graph: every module a stage's commands can import is a dep.
 
-A stage's commands are the Snakefile's parse (tunetable.smk_helpers) and the CLI subcommands its
-rules run (plus the bench worker the bench starts as a subprocess, and the runners it loads by
+A stage's commands are the Snakefile's parse (the modules it imports: tunetable.workflow) and the CLI subcommands its
+rules run (plus the bench worker the bench starts as a subprocess, and the backends it loads by
 name). Their import closure (ast: module-level and function-level imports alike) must be covered
 by the stage's deps (a listed file, or a listed folder above it); so must the non-Python files
 they read. A stage must not import another stage's out (the generated tables): that would be a
@@ -18,11 +18,11 @@ from tunetable.yamlio import load_yaml_file
 
 REPO = Path(__file__).resolve().parents[2]
 STAGE_ENTRIES = {
-    "measure": ("tunetable.smk_helpers", "tunetable.cli", "tunetable.commands.grid", "tunetable.commands.compile",
+    "measure": ("Snakefile", "tunetable.cli", "tunetable.commands.grid", "tunetable.commands.compile",
                 "tunetable.commands.bench", "tunetable.commands.record", "tunetable.bench.worker"),
-    "select": ("tunetable.smk_helpers", "tunetable.cli", "tunetable.commands.rank", "tunetable.commands.select",
+    "select": ("Snakefile", "tunetable.cli", "tunetable.commands.rank", "tunetable.commands.select",
                "tunetable.commands.metrics"),
-    "codegen": ("tunetable.smk_helpers", "tunetable.cli", "tunetable.commands.codegen"),
+    "codegen": ("Snakefile", "tunetable.cli", "tunetable.commands.codegen"),
 }
 # What the stages read besides Python modules; every stage runs snakemake, which parses the Snakefile,
 # its rules and the schema it validates params.yaml against.
@@ -38,7 +38,7 @@ STAGE_FILES = {
 # Modules a module imports by name at run time (importlib), which ast cannot see.
 DYNAMIC = {"tunetable.kernels.families": tuple(f"tunetable.kernels.families.{path.parent.name}.family"
                                                for path in sorted((REPO / "kernels" / "families").glob("*/family.py"))),
-           "tunetable.bench.worker": ("tunetable.bench.cuda_backend", "tunetable.bench.cpu_runner")}
+           "tunetable.bench.backend": ("tunetable.bench.cuda_backend", "tunetable.bench.cpu_backend")}
 
 
 def module_file(name: str) -> Path | None:
@@ -57,8 +57,19 @@ def module_file(name: str) -> Path | None:
 
 def imports(path: Path) -> set[str]:
     """Every tunetable module a file imports (``from X import Y`` counts X.Y where that is a module)."""
+    return source_imports(path.read_text(), filename=str(path))
+
+
+def snakefile_imports() -> set[str]:
+    """The tunetable modules the Snakefile's parse imports (its import lines are Python; its rules are not)."""
+    lines = [line for line in (REPO / "Snakefile").read_text().splitlines() if line.startswith(("import ", "from "))]
+    return source_imports("\n".join(lines), filename="Snakefile")
+
+
+def source_imports(text: str, *, filename: str) -> set[str]:
+    """Every tunetable module a Python source imports (``from X import Y`` counts X.Y where that is a module)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(ast.parse(text, filename=filename)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -69,9 +80,9 @@ def imports(path: Path) -> set[str]:
 
 
 def closure(entries: tuple[str, ...]) -> set[Path]:
-    """The files of every module ``entries`` can import, and of their packages' __init__ files."""
+    """The files of every module ``entries`` can import (``Snakefile``: its parse's), and of their packages."""
     seen: set[Path] = set()
-    pending = list(entries)
+    pending = [name for entry in entries for name in (sorted(snakefile_imports()) if entry == "Snakefile" else [entry])]
     while pending:
         name = pending.pop()
         parts = name.split(".")

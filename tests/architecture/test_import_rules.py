@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("leaves", "families", "tables", "runtime", "build", "tools")
 LEAVES = {"tunetable.errors", "tunetable.atomic", "tunetable.kernels.jit", "tunetable.kernels.driver",
           "tunetable.kernels.tma"}
-TOOLS = {"tunetable.cli", "tunetable.__main__", "tunetable.smk_helpers"}
+TOOLS = {"tunetable.cli", "tunetable.__main__", "tunetable.workflow"}
 
 
 def module_name(path: Path) -> str:
@@ -47,7 +47,7 @@ def layer(name: str) -> str:
         return "tables"
     if name.startswith("tunetable.kernels"):
         return "runtime"
-    if name in TOOLS or name.startswith("tunetable.commands"):
+    if name in TOOLS or name.startswith(("tunetable.commands", "tunetable.workflow.")):
         return "tools"
     return "build"
 

@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 from pipeline_repo import RECORDING, BIN, git, make_project, small_table, snakemake, tool_env
 
-from tunetable import smk_helpers
+from tunetable.workflow.rule_shell import SHOW_ERRORS
 from tunetable.results import journal_of, sha256_bytes
 
 
 def test_a_failing_rule_shows_its_error_line_on_the_terminal(tmp_path):
     """SHOW_ERRORS, as the rules append it: the CLI's `error:` line reaches stderr, the status is kept."""
     log = tmp_path / "job.log"
-    show = smk_helpers.SHOW_ERRORS.replace("{log}", str(log)).replace("{{", "{").replace("}}", "}")  # as formatted
+    show = SHOW_ERRORS.replace("{log}", str(log)).replace("{{", "{").replace("}}", "}")  # as formatted
     command = ("( echo 'progress...'; echo 'error: results/raw/t/k/M1.pkl: truncated (3 of 9 bytes)' >&2; exit 2 )"
                f" > {log} 2>&1" + show)
     done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)

@@ -16,7 +16,8 @@ from bench_support import (
     start_driver,
     write_spec,
 )
-from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task, launch_payload
+from tunetable.bench.tasks import BenchSettings, ConfigTask, baseline_task, launch_payload
+from tunetable.bench.live import LiveRunner
 from tunetable.bench.runner import ShardJob, run_shards
 from tunetable.results import read_shard
 
@@ -50,7 +51,7 @@ def test_fault_hang_and_wrong_result_are_classified_and_the_run_goes_on(tmp_path
                    content_key="gputest", kernel_hash="gemm_test")
     settings = BenchSettings(warmup_ms=5, rounds=4, min_batch_ms=0.2, timeout_s=8)
     rows = {r["config_id"]: r
-            for r in run_shards(jobs=[job], settings=settings, runner="cuda", gpus=[None])[job.shard_path]}
+            for r in run_shards(jobs=[job], runner=LiveRunner(backend="cuda", settings=settings))[job.shard_path]}
 
     assert {cid: rows[cid]["status"] for cid in rows} == {
         "good": "ok", "illegal": "launch", "good2": "ok", "spin": "timeout", "wrong": "verify",
@@ -79,7 +80,7 @@ def test_kill9_mid_run_resumes_without_losing_or_remeasuring(tmp_path: Path) -> 
     job = {"table": "bench_test", "M": m, "N": n, "K": k, "journal": str(journal), "shard": str(tmp_path / "s.pkl"),
            "tasks": [{"config_id": t.config_id, "mesh_idx": t.mesh_idx} for t in tasks]
            + [{"config_id": "cublas", "mesh_idx": -1, "kind": "baseline"}], "payloads": payloads}
-    spec = write_spec(tmp_path / "spec.json", runner="cuda", jobs=[job],
+    spec = write_spec(tmp_path / "spec.json", backend="cuda", jobs=[job],
                       settings={"warmup_ms": 5, "rounds": rounds, "min_batch_ms": 2.0, "timeout_s": 20})
     before = kill9_when(start_driver(spec), journal, samples=20, limit_s=120)
     assert not (tmp_path / "s.pkl").exists()

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task
+from tunetable.bench.tasks import BenchSettings, ConfigTask, baseline_task
+from tunetable.bench.live import LiveRunner
 from tunetable.bench.runner import ShardJob, run_shards
-from tunetable.bench.session import shard_payloads
+from tunetable.measurement_plan import shard_payloads
 from tunetable.compile import compile_configs
 from tunetable.grid import DeviceLimits, expand
 from tunetable.kernels.families import FAMILIES
@@ -74,7 +75,7 @@ def test_every_default_config_is_verified_by_the_harness_on_odd_shapes(table_tas
                      shard_path=tmp_path / f"M{m}_N{n}_K{k}.pkl",
                      content_key="gputest", kernel_hash=kernel_hash)
             for m, n, k in SHAPES]
-    rows_by_shard = run_shards(jobs=jobs, settings=SETTINGS, runner="cuda", gpus=[None])
+    rows_by_shard = run_shards(jobs=jobs, runner=LiveRunner(backend="cuda", settings=SETTINGS, gpus=[None]))
     assert len(rows_by_shard) == len(SHAPES)
     failures = []
     for rows in rows_by_shard.values():

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from bench_support import FIXTURES, journal_records, load_test_families
 
-from tunetable.bench.plan import BenchSettings, ConfigTask, baseline_task, launch_payload
+from tunetable.bench.tasks import BenchSettings, ConfigTask, baseline_task, launch_payload
+from tunetable.bench.live import LiveRunner
 from tunetable.bench.runner import ShardJob, run_shards
 from tunetable.results import SEARCH_FIELDS, read_shard
 from tunetable.search import make_strategy
@@ -37,7 +38,7 @@ def test_a_search_measures_its_picks_on_the_gpu_and_resumes_from_the_journal(tmp
                    content_key="gpusearch", kernel_hash="gemm_test")
     settings = BenchSettings(warmup_ms=5, rounds=4, min_batch_ms=0.2, timeout_s=8)
     search = TableSearch(plan=make_strategy({"strategy": "random", "max_fevals": 3, "seed": 1}), shard_dir=tmp_path)
-    rows = run_shards(jobs=[job], settings=settings, runner="cuda", gpus=[None], search=search)[job.shard_path]
+    rows = run_shards(jobs=[job], runner=LiveRunner(backend="cuda", settings=settings), search=search)[job.shard_path]
 
     kernels = [r for r in rows if r["kind"] == "kernel"]
     assert len(kernels) == 3 and rows[-1]["config_id"] == "cublas" and rows[-1]["status"] == "ok"
@@ -51,6 +52,6 @@ def test_a_search_measures_its_picks_on_the_gpu_and_resumes_from_the_journal(tmp
 
     samples = sum(1 for r in journal_records(job.journal_path) if r["type"] == "sample")
     job.shard_path.unlink()
-    again = run_shards(jobs=[job], settings=settings, runner="cuda", gpus=[None], search=search)[job.shard_path]
+    again = run_shards(jobs=[job], runner=LiveRunner(backend="cuda", settings=settings), search=search)[job.shard_path]
     assert [r["config_id"] for r in again] == [r["config_id"] for r in rows]
     assert sum(1 for r in journal_records(job.journal_path) if r["type"] == "sample") == samples

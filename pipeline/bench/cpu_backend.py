@@ -1,9 +1,10 @@
-"""The CPU test runner: the worker protocol of the cuda backend, with numpy GEMMs as kernels.
+"""The CPU test backend: the Backend protocol of the cuda backend, with numpy GEMMs as kernels.
 
-It plugs into the real subprocess worker exactly like ``cuda_backend.CudaBackend``, so that the
+It plugs into the real subprocess worker exactly like ``cuda_backend.CudaBackend`` (both are a
+``tunetable.bench.backend.Backend``), so that the
 scheduling, failure classification, restarts, timeouts and journal/resume are exercised by CPU
 tests with real processes. Its timings are real (perf_counter around real numpy work) but are
-CPU timings: this runner exists for tests, never for tables.
+CPU timings: this backend exists for tests, never for tables.
 
 Kernels are picked by the payload's ``entry``:
 - ``gemm``: C = A @ B^T, correct;
@@ -28,8 +29,8 @@ from tunetable.bench.failures import LaunchFailure
 FAILURES = ("fault", "segv", "exit", "hang")
 
 
-class CpuTestRunner:
-    """A worker runner over numpy arrays (float32 in, float64 reference)."""
+class CpuTestBackend:
+    """A worker backend over numpy arrays (float32 in, float64 reference)."""
 
     def __init__(self) -> None:
         self.a = self.b = self.ref = None
@@ -37,8 +38,8 @@ class CpuTestRunner:
         self.settings: dict[str, Any] = {}
 
     def describe(self) -> dict[str, Any]:
-        """Device and driver of this runner."""
-        return {"device": "cpu-test-runner", "driver": "numpy " + np.__version__, "pid": os.getpid()}
+        """Device and driver of this backend."""
+        return {"device": "cpu-test-backend", "driver": "numpy " + np.__version__, "pid": os.getpid()}
 
     def prepare_shape(self, *, m: int, n: int, k: int, settings: dict[str, Any]) -> dict[str, Any]:
         """Random inputs (never zeros) and the float64 reference."""
@@ -53,7 +54,7 @@ class CpuTestRunner:
     def _fail(self, entry: str) -> None:
         """Trigger the failure that ``entry`` names (fault, segv, exit, hang); nothing for any other entry."""
         if entry == "fault":
-            raise LaunchFailure("test fault: illegal address (cpu-test runner)")
+            raise LaunchFailure("test fault: illegal address (cpu-test backend)")
         if entry == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         if entry == "exit":

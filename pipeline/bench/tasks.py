@@ -1,28 +1,19 @@
-"""Bench planning: settings, tasks, content keys and backend choice (no pycuda, no polars).
+"""What the bench measures and how: its settings, the tasks of a shard, their launch payloads (no pycuda, no polars).
 
-Importable by the Snakefile and by a GPU machine that has only numpy/pandas/pyarrow/pyyaml.
+Importable by the Snakefile and by a GPU machine that has only numpy/pandas/pyarrow/pyyaml. Which
+backend, which content key and which jobs a table's measurement has: tunetable.measurement_plan.
 """
 
 from __future__ import annotations
 
-import ctypes
-import glob
 import json
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from tunetable.errors import TuneTableError
-from tunetable.inputs import load_json_file
 from tunetable.kernels.families import FAMILIES
-from tunetable.keys import git_revision, nvcc_version
-from tunetable.params import TableSpec
 from tunetable.results import BASELINE_ID
-
-BACKENDS = ("cuda", "replay", "auto")
-GIT_REV_ENV = "TUNETABLE_GIT_REV"   # the device machine gets a copy of the tree without .git
-DEFAULT_RECORDING = "data/recordings/h200_gemm_mma.parquet"
 
 
 @dataclass(frozen=True)
@@ -166,123 +157,3 @@ def default_families() -> Mapping[str, Any]:
 
     return FAMILIES
 
-
-def measured_git_revision() -> str:
-    """The git revision measured: $TUNETABLE_GIT_REV where the tree has no .git, else git's."""
-    return os.environ.get(GIT_REV_ENV) or git_revision()
-
-
-# --- devices ---------------------------------------------------------------------------------
-
-def _libcuda_loadable() -> bool:
-    """True when the CUDA driver library (libcuda) loads."""
-    for name in ("libcuda.so.1", "libcuda.so"):
-        try:
-            ctypes.CDLL(name)
-        except OSError:
-            continue
-        return True
-    return False
-
-
-def visible_gpu_ids() -> list[str]:
-    """GPU ids this process may use (CUDA_VISIBLE_DEVICES, else /dev/nvidiaN), no CUDA context made."""
-    nodes = sorted(glob.glob("/dev/nvidia[0-9]*"), key=lambda p: int(p.removeprefix("/dev/nvidia")))
-    if not nodes or not _libcuda_loadable():
-        return []
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [item.strip() for item in env.split(",") if item.strip() and item.strip() != "-1"]
-    return [node.removeprefix("/dev/nvidia") for node in nodes]
-
-
-def gpu_visible() -> bool:
-    """True when a CUDA device node exists and libcuda loads (no context is created)."""
-    return bool(visible_gpu_ids())
-
-
-def device_name() -> str:
-    """Name of the first visible GPU (NVML, else /proc/driver/nvidia), or 'none'."""
-    if not gpu_visible():
-        return "none"
-    try:
-        import pynvml  # lazy and optional (the cuda extra): the device's name where NVML exists
-    except ImportError:
-        pynvml = None
-    if pynvml is not None:
-        try:
-            pynvml.nvmlInit()
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-            return name.decode() if isinstance(name, bytes) else str(name)
-        except pynvml.NVMLError:
-            pass
-    for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
-        for line in Path(info).read_text().splitlines():
-            if line.startswith("Model:"):
-                return line.split(":", 1)[1].strip()
-    return "cuda-unknown"
-
-
-# --- recordings and backend choice -------------------------------------------------------------
-
-def recording_path(*, table: TableSpec) -> Path:
-    """The recording the replay backend serves for a table (params.yaml tables.<name>.recording)."""
-    return Path(table.recording or DEFAULT_RECORDING)
-
-
-def sidecar_path(recording: Path) -> Path:
-    """The provenance JSON beside a recording."""
-    return recording.with_suffix(".json")
-
-
-def recording_provenance(recording: Path) -> dict[str, Any]:
-    """The recording's provenance (device, driver, date, command, git rev, content keys)."""
-    sidecar = sidecar_path(recording)
-    if not recording.is_file():
-        raise TuneTableError("no such recording (make one with `tunetable record` on a GPU)", path=recording)
-    if not sidecar.is_file():
-        raise TuneTableError("recording has no provenance sidecar", path=sidecar)
-
-    provenance = load_json_file(sidecar)   # tunetable.inputs: size, UTF-8, depth and integer bounds
-    if not isinstance(provenance, dict):
-        raise TuneTableError("a recording's sidecar must be a JSON object", path=sidecar)
-    return provenance
-
-
-@dataclass(frozen=True)
-class BackendChoice:
-    """The backend a run uses and the line that says why (printed loudly by the CLI)."""
-
-    backend: str
-    reason: str
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-
-def resolve_backend(*, requested: str, recording: Path) -> BackendChoice:
-    """cuda or replay; ``auto`` is cuda when a GPU is visible, else replay of ``recording``."""
-    if requested not in BACKENDS:
-        raise TuneTableError(f"unknown backend '{requested}' (one of {', '.join(BACKENDS)})", where="--backend")
-    if requested == "cuda" or (requested == "auto" and gpu_visible()):
-        why = "requested" if requested == "cuda" else "auto: a CUDA device is visible"
-        return BackendChoice("cuda", f"backend cuda ({why}; device {device_name()})")
-    provenance = recording_provenance(recording)
-    why = "requested" if requested == "replay" else "auto: NO CUDA device visible"
-    return BackendChoice(
-        "replay",
-        f"backend replay ({why}): serving {recording}, measured on {provenance.get('device')} "
-        f"(driver {provenance.get('driver')}) on {provenance.get('date')}",
-        provenance,
-    )
-
-
-def toolchain_fingerprint(*, params: Mapping[str, Any], table: TableSpec, nvcc: str | None = None) -> str:
-    """nvcc build id (this machine's unless given), flags and arch: what makes a cubin."""
-    flags = " ".join((params.get("compile") or {}).get("nvcc_flags") or [])
-    return f"{nvcc or nvcc_version()}|{flags}|{table.arch}"
-
-
-def recorded_nvcc(provenance: Mapping[str, Any]) -> str:
-    """The nvcc build id(s) a recording was measured with (its sidecar's ``nvcc``)."""
-    value = provenance.get("nvcc")
-    values = value if isinstance(value, list) else [value] if value else []
-    return ",".join(sorted(str(v) for v in values)) or "nvcc-unknown"

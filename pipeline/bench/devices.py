@@ -1,0 +1,57 @@
+"""The GPUs this process may use, found without creating a CUDA context (no pycuda)."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from pathlib import Path
+
+
+def _libcuda_loadable() -> bool:
+    """True when the CUDA driver library (libcuda) loads."""
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def visible_gpu_ids() -> list[str]:
+    """GPU ids this process may use (CUDA_VISIBLE_DEVICES, else /dev/nvidiaN), no CUDA context made."""
+    nodes = sorted(glob.glob("/dev/nvidia[0-9]*"), key=lambda p: int(p.removeprefix("/dev/nvidia")))
+    if not nodes or not _libcuda_loadable():
+        return []
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [item.strip() for item in env.split(",") if item.strip() and item.strip() != "-1"]
+    return [node.removeprefix("/dev/nvidia") for node in nodes]
+
+
+def gpu_visible() -> bool:
+    """True when a CUDA device node exists and libcuda loads (no context is created)."""
+    return bool(visible_gpu_ids())
+
+
+def device_name() -> str:
+    """Name of the first visible GPU (NVML, else /proc/driver/nvidia), or 'none'."""
+    if not gpu_visible():
+        return "none"
+    try:
+        import pynvml  # lazy and optional (the cuda extra): the device's name where NVML exists
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
+        try:
+            pynvml.nvmlInit()
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+            return name.decode() if isinstance(name, bytes) else str(name)
+        except pynvml.NVMLError:
+            pass
+    for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+        for line in Path(info).read_text().splitlines():
+            if line.startswith("Model:"):
+                return line.split(":", 1)[1].strip()
+    return "cuda-unknown"
