@@ -211,7 +211,7 @@ def _roofline_panel(ax: Any, *, title: str, group: Sequence[PlotPoint], label: s
 
 def _m_axis(ax: Any) -> None:
     """M on a log2 axis with plain-integer ticks."""
-    from matplotlib.ticker import LogLocator, ScalarFormatter
+    from matplotlib.ticker import LogLocator, ScalarFormatter  # lazy: matplotlib is heavy, only plots need it
 
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(LogLocator(base=2))
@@ -251,10 +251,10 @@ class _pyplot:
     """``with _pyplot() as plt``: matplotlib's Agg pyplot under the fixed style (imported lazily: it is heavy)."""
 
     def __enter__(self) -> Any:
-        import matplotlib
+        import matplotlib  # lazy: heavy, and only a plot needs it (the CLI and the build import this module)
 
         matplotlib.use("Agg")
-        from matplotlib import pyplot
+        from matplotlib import pyplot  # (lazy, with matplotlib)
 
         self._context = pyplot.rc_context(STYLE)
         self._context.__enter__()
