@@ -79,3 +79,9 @@ def test_profile_correlation_at_four_decimals(tmp_path: Path, shards: tuple[Path
     values = [cell for line in matrix[1:] for cell in line.split(",")[1:] if cell]
     assert values and all(v == "NaN" or len(v.split(".")[1]) == 4 for v in values), matrix
     assert cells_of(done.stdout, "met (ms)")[-1] == "1.0000"
+
+
+def test_suggest_prints_microseconds_at_three_decimals() -> None:
+    from tunetable.commands.suggest import _us
+
+    assert [_us(v) for v in (1.1746e-5, 1.2345e-3, 5e-7, None)] == ["11.746", "1234.500", "0.500", "-"]
