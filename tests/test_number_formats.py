@@ -85,3 +85,10 @@ def test_suggest_prints_microseconds_at_three_decimals() -> None:
     from tunetable.commands.suggest import _us
 
     assert [_us(v) for v in (1.1746e-5, 1.2345e-3, 5e-7, None)] == ["11.746", "1234.500", "0.500", "-"]
+
+
+def test_trace_cells_use_the_same_format() -> None:
+    from tunetable.commands.trace import _cell
+
+    assert [_cell(v) for v in (0.0117464, 12.45, 1755.0, 64, None, "c1")] == [
+        "0.012", "12.450", "1755.000", "64", "-", "c1"]
