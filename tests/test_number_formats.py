@@ -92,3 +92,9 @@ def test_trace_cells_use_the_same_format() -> None:
 
     assert [_cell(v) for v in (0.0117464, 12.45, 1755.0, 64, None, "c1")] == [
         "0.012", "12.450", "1755.000", "64", "-", "c1"]
+
+
+def test_kt_times_use_the_same_format() -> None:
+    from tunetable.commands.kt import _ms
+
+    assert [_ms(v) for v in (0.0117464, 5.0, float("nan"), None)] == ["0.012", "5.000", "-", "-"]
