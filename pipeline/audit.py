@@ -275,7 +275,7 @@ class _Side:
             shards = f"its shards (key {self.key}) are not on disk"
             if self.rev is not None:
                 shards += (f", DVC cannot give them ({self.dvc_error}: not in the DVC cache and no remote "
-                           "reachable; README, The remote)" if self.dvc_error else ", nor in DVC")
+                           "reachable; docs/workflow.md, The remote)" if self.dvc_error else ", nor in DVC")
         recording = f", and {self.recording_note}" if self.recording_note else ""
         return (f"{self.table}: {self.unknown} of {wanted} times at {self.label} not compared: "
                 f"{shards}{recording}")

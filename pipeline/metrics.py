@@ -24,12 +24,11 @@ from typing import Any
 
 import polars as pl
 
+from tunetable import plots
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup
 from tunetable.stats import geomean
 
-# Shapes drawn as bar pairs; more are drawn as one point each in a fixed-size figure.
-PLOT_BARS = 120
 PLOT_COLUMNS = (
     "shape", "M", "N", "K", "config_id", "tuned_ms", "cublas_ms", "best_ms",
     "tuned_tflops", "cublas_tflops", "speedup_vs_cublas", "slowdown_vs_best",
@@ -223,51 +222,8 @@ def metrics_json(metrics: Mapping[str, Any]) -> str:
     return json.dumps(metrics, indent=2, sort_keys=False) + "\n"
 
 
-def plot_png(*, table: str, results: Sequence[ShapeResult], bars: int = PLOT_BARS) -> bytes:
-    """The table against cuBLAS per shape (PNG bytes, no timestamp): a bar pair per shape up to ``bars``
-    shapes; beyond, one point per shape (speedup over cuBLAS against the shape's GFLOP) in a figure of
-    fixed size, so thousands of shapes never make an image 150,000 px wide (the CSV has every value)."""
-    import matplotlib  # lazy: heavy, and only the plot needs it
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt  # (lazy, with matplotlib)
-
-    if len(results) > bars:
-        return _scatter_png(table=table, results=results, plt=plt)
-    labels = [r.shape for r in results]
-    tuned = [r.tflops(r.tuned_ms) or 0.0 for r in results]
-    cublas = [r.tflops(r.cublas_ms) or 0.0 for r in results]
-    positions = list(range(len(results)))
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.28 * len(results) + 2), 4.8), dpi=100)
-    ax.bar([p - 0.2 for p in positions], tuned, width=0.4, label=f"{table} (tuned table)")
-    ax.bar([p + 0.2 for p in positions], cublas, width=0.4, label="cuBLAS (same harness)")
-    ax.set_xticks(positions, labels, rotation=90, fontsize=6)
-    ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"{table}: tuned table vs cuBLAS per shape")
-    ax.legend()
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def _scatter_png(*, table: str, results: Sequence[ShapeResult], plt: Any) -> bytes:
-    """One point per measured shape: speedup over cuBLAS against GFLOP (log), a line at 1.0."""
-    points = [(2.0 * r.m * r.n * r.k / 1e9, r.cublas_ms / r.tuned_ms) for r in results
-              if r.tuned_ms and r.cublas_ms and r.tuned_ms > 0]
-    fig, ax = plt.subplots(figsize=(10.0, 5.0), dpi=100)
-    if points:
-        ax.scatter([x for x, _ in points], [y for _, y in points], s=6, alpha=0.5, label=f"{table} (tuned table)")
-    ax.axhline(1.0, color="black", linewidth=0.8, label="cuBLAS (same harness)")
-    ax.set_xscale("log")
-    ax.set_xlabel("GFLOP per GEMM (2 M N K)")
-    ax.set_ylabel("speedup vs cuBLAS (cuBLAS time / table time)")
-    ax.set_title(f"{table}: tuned table vs cuBLAS, {len(points)} of {len(results)} shapes measured "
-                 "(per shape: the plot CSV)")
-    ax.legend()
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buffer.getvalue()
+def plot_png(*, table: str, results: Sequence[ShapeResult]) -> bytes:
+    """The table against cuBLAS (PNG bytes, deterministic): per (N, K), the speedup over M on a log2 axis and the
+    TFLOP/s under the roofline (tunetable.plots), drawn from the plot CSV's rows, so that `tunetable plots` redraws
+    the same bytes from the CSV."""
+    return plots.table_png(name=table, points=plots.points_from_rows(plot_rows(results)))

@@ -19,6 +19,7 @@ import polars as pl
 
 from tunetable.atomic import atomic_write_all
 from tunetable.errors import TuneTableError
+from tunetable.numbers import number_cell
 from tunetable.results import BASELINE_ID, SEARCH_FIELDS
 
 SHAPE = ("M", "N", "K")
@@ -130,12 +131,9 @@ def _csv(frame: pl.DataFrame) -> bytes:
 
 
 def _markdown_cell(value: object) -> str:
-    """A value as a Markdown table cell: empty for None, 4 significant digits for floats, pipes escaped."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value).replace("|", "\\|")
+    """A value as a Markdown table cell: empty for None, floats at 3 decimals as `tunetable profile` prints them
+    (tunetable.numbers; the CSV keeps 6 for the tools that read it), pipes escaped."""
+    return number_cell(value).replace("|", "\\|")
 
 
 def markdown(*, frame: pl.DataFrame, title: str) -> str:

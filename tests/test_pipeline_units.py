@@ -147,8 +147,10 @@ def test_plot_of_thousands_of_shapes_keeps_a_fixed_size() -> None:
 
     few = png_size(metrics.plot_png(table="t", results=[result(i) for i in range(55)]))
     many = png_size(metrics.plot_png(table="t", results=[result(i) for i in range(5500)]))
-    assert few[0] > 1000  # a bar pair per shape: 55 shapes fit side by side
-    assert many == (1000, 500)  # 5,500 shapes: one point each in a 10 x 5 in figure at 100 dpi
+    # A row of two 6 x 2.9 in panels per (N, K) at 100 dpi, a 1 in band on top: 55 shapes are one (N, K).
+    assert few == (1200, 390)
+    # 5,500 shapes over 86 (N, K): 7 rows of their own and one row pooling the other 79, never more.
+    assert many == (1200, 8 * 290 + 100)
 
 
 def test_the_closing_summary_names_shards_tables_and_changes() -> None:

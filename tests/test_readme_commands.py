@@ -1,7 +1,8 @@
-"""Every command in README.md, extracted from it and run in a temporary clone, so the README cannot go stale.
+"""Every command in README.md and in the docs pages it moved to, extracted and run in a temporary clone, so
+neither can go stale.
 
-The commands are the README's indented code blocks (in order, continuation lines joined, trailing
-`# comments` dropped) and the first column of its command tour. Blocks that are not commands
+The commands are the indented code blocks of PAGES (in that order, continuation lines joined, trailing
+`# comments` dropped) and the first column of docs/commands.md's command tour. Blocks that are not commands
 (the diagram, example output, Python for the GPU, the layout) must be classified below, and the
 example output the README quotes is compared with what the commands print. Commands that need a
 GPU, a cluster, the network or the test suite itself are listed in EXCLUDED with the reason, and
@@ -22,12 +23,18 @@ from pipeline_repo import NO_RECORDING, RECORDING, REPO, edit_params, git, make_
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not RECORDING.is_file(), reason=NO_RECORDING)]
 
-COMMAND_WORDS = {"snakemake", "dvc", "tunetable", "git", "python3", ".", "bash", "pytest", "pip"}
+COMMAND_WORDS = {"snakemake", "dvc", "tunetable", "git", "python3", ".", "bash", "pytest", "pip", "sed", "mkdocs"}
+# README.md and the docs pages its sections moved to, in the order their commands run: the main job
+# (docs/workflow.md) first, the README's tour (which changes a setting and puts it back) last.
+PAGES = ("docs/workflow.md", "docs/codegen.md", "docs/runtime.md", "docs/shapes.md", "docs/measurements.md",
+         "docs/setup.md", "README.md")
+TOUR = "docs/commands.md"
 # Blocks that are not commands: the first line's start, and what the block is.
 NOT_COMMANDS = {
     "params.yaml ─► grid": "the data-flow diagram",
     "tunetable: REPLAYING": "the main job's banner (compared with the run below)",
     "tunetable: shards:": "the main job's closing summary (compared with the run below)",
+    "tunetable: gemm_dispatch:": "the main job's figures line of the dispatch list (compared with the run below)",
     "tunetable: 5 shards need a GPU": "the GPU-need line (compared with a dry run below)",
     "not compared:": "an audit line, shortened with '...' (its wording: tests/test_audit_git.py)",
     "No remote provided": "DVC's lines without a remote (compared with dvc pull / dvc push below)",
@@ -36,8 +43,9 @@ NOT_COMMANDS = {
 }
 # (section, command, occurrence in that section) -> why it is not run here. A section is matched by substring.
 EXCLUDED = {
-    ("Set-up", "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev]' && snakemake --cores 2", 0):
-        ".ci/run runs this set-up on a clean clone; its `snakemake --cores 2` is the next block, run here",
+    ("Set-up", "python3 -m venv .venv && . .venv/bin/activate && pip install -r requirements/lock-py311.txt && "
+               "pip install --no-deps -e . && snakemake --cores 2", 0):
+        ".ci/run runs this set-up on a clean clone; its `snakemake --cores 2` is docs/workflow.md's main job, run here",
     ("Set-up", ". .venv/bin/activate && pytest -n 2 --dist loadfile", 0): "the test suite itself (.ci/run runs it)",
     ("The main job", "snakemake --workflow-profile profiles/slurm", 0):
         "needs a SLURM cluster: tests/test_slurm.py (marker slurm) runs it on a local one",
@@ -47,6 +55,10 @@ EXCLUDED = {
     ("committed recording", "bash scripts/device_session.sh bench", 0): "GPU only (the H200 session)",
     ("Using the table at run time", "python: import torch", 0):
         "Python on a GPU (tests/gpu/test_runtime_gpu.py runs it on the H200)",
+    ("five-minute tour", "python: from tunetable import gemm", 0):
+        "Python on a GPU with a model (tests/gpu/test_runtime_gpu.py runs gemm() on the H200)",
+    ("Refreshing the lock", "bash scripts/lock.sh", 0):
+        "resolves against PyPI (network) and rewrites requirements/: a lock refresh is a reviewed commit",
     ("A tour", "tunetable compile --table gemm_mma", 0):
         "nvcc over the whole grid takes minutes on 2 cores; tests/test_compile_nvcc.py compiles real configurations",
     ("A tour", "tunetable record --table gemm_mma --name NAME SHARDS...", 0):
@@ -77,6 +89,7 @@ SUBSTITUTE = {
     ("A tour", "trace", 0): ["tunetable trace --help"],
     ("A tour", "tunetable plots [REV...]", 0): ["tunetable plots", "tunetable plots HEAD"],
     ("A tour", "tunetable gc [--yes]", 0): ["tunetable gc", "tunetable gc --yes"],
+    ("The docs site", "mkdocs build --strict -d /tmp/tunetable-site", 0): ["mkdocs build --strict -q -d {remote}-site"],
 }
 # (section, command, occurrence) -> text the output must hold when the command fails as the README says.
 FAILS = {
@@ -144,9 +157,13 @@ def run_list(block: Block) -> list[str]:
     return [f"python: {block.lines[0]}"] if is_python(block) else block_commands(block.lines)
 
 
-def tour_commands(text: str) -> list[str]:
-    """The backticked commands of the tour table's first column."""
-    tour = text[text.index("## A tour of the commands"):text.index("## The versioned pipeline")]
+def pages_text() -> str:
+    """PAGES, one after the other (each page's headings name its sections)."""
+    return "\n".join((REPO / page).read_text() for page in PAGES)
+
+
+def tour_commands(tour: str) -> list[str]:
+    """The backticked commands of the tour table's first column (docs/commands.md)."""
     commands = []
     for row in tour.splitlines():
         if row.startswith("| `"):
@@ -173,15 +190,16 @@ def shell(command: str, *, cwd: Path, python: str | None = None) -> subprocess.C
 
 
 def test_every_block_is_a_command_block_or_a_known_illustration() -> None:
-    for block in readme_blocks((REPO / "README.md").read_text()):
+    for block in readme_blocks(pages_text()):
         if not is_command_block(block):
             assert any(block.lines[0].startswith(prefix) for prefix in NOT_COMMANDS), (
-                f"README.md line {block.line}: neither commands nor a known illustration ({block.lines[0][:60]!r}): "
+                f"README.md or docs/ (PAGES joined), line {block.line}: neither commands nor a known illustration "
+                f"({block.lines[0][:60]!r}): "
                 "classify it in tests/test_readme_commands.py")
 
 
 def test_every_readme_command_runs_in_a_clone(tmp_path: Path) -> None:
-    text = (REPO / "README.md").read_text()
+    text = pages_text()
     origin = make_project(tmp_path / "origin", remote=None, lock=True)
     git("commit", "-q", "--allow-empty", "-m", "a second commit (the README audits HEAD~1 HEAD)", cwd=origin)
     clone = tmp_path / "clone"
@@ -193,7 +211,7 @@ def test_every_readme_command_runs_in_a_clone(tmp_path: Path) -> None:
     python = {f"python: {b.lines[0]}": "\n".join(b.lines) + "\n" for b in readme_blocks(text) if is_python(b)}
     runs = [(block.section, command) for block in readme_blocks(text) if is_command_block(block)
             for command in run_list(block)]
-    runs += [("A tour of the commands", command) for command in tour_commands(text)]
+    runs += [("A tour of the commands", command) for command in tour_commands((REPO / TOUR).read_text())]
     runs += [("prose", command) for command in PROSE]
     assert all(command in text for command in PROSE)
     for section, command in runs:
@@ -224,6 +242,8 @@ def test_every_readme_command_runs_in_a_clone(tmp_path: Path) -> None:
         assert any(printed.startswith(line.removesuffix("...").rstrip()) for printed in main.splitlines()), line
     closing = next(b for b in readme_blocks(text) if b.lines[0].startswith("tunetable: shards:"))
     assert all(line in main.splitlines() for line in closing.lines), main[-3000:]
+    figures = next(b for b in readme_blocks(text) if b.lines[0].startswith("tunetable: gemm_dispatch:"))
+    assert figures.lines[0] in main.splitlines(), main[-3000:]
     quoted = next(b for b in readme_blocks(text) if b.lines[0].startswith("No remote provided"))
     assert quoted.lines[0] in outputs["dvc pull"] or quoted.lines[0] in outputs["dvc push"]
     assert quoted.lines[1].split(" ... ")[0] in outputs["dvc push"]

@@ -16,7 +16,7 @@ A shape whose (N, K) a table holds at an M that no table measured (between the r
 table's range entry there is the winner of a neighbouring M) asks the ``between`` chooser first:
 the process-wide one is the selector again (``selector_between``): leaving each recorded M out in
 turn, the neighbour's winner is 16.0 % slower than the best there (geomean, 50 % of shapes within
-5 %) and the selector's choice 4.1 % (82 % within 5 %) (benchmarks/unseen_shapes.py, README "Figures").
+5 %) and the selector's choice 4.1 % (82 % within 5 %) (benchmarks/unseen_shapes.py, docs/figures.md).
 Without a chooser's answer it runs the table's most common winner among the entries whose M range
 holds M (else the most common winner overall, or, for an empty table, the family's size
 heuristic) and warns once (``FallbackWarning``). docs/architecture.md says where choosers plug in.

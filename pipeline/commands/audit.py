@@ -7,14 +7,17 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from tunetable import plots
+from tunetable.atomic import atomic_write_bytes
+from tunetable.audit import TableAudit, audit
 from tunetable.console_table import ConsoleTable, print_table
-from tunetable.audit import audit
 
 EPILOG = """\b
 Examples:
   tunetable audit                  HEAD vs the working tree
   tunetable audit HEAD~1 HEAD      the last commit
   tunetable audit v1 v2 --all-shapes --table gemm_mma
+  tunetable audit HEAD~1 HEAD --all-shapes --plot results/audit   per table: audit_<table>.png
 """
 
 
@@ -49,7 +52,11 @@ def _entry_text(values: object) -> str:
 @click.option("--all-shapes", is_flag=True, help="List every shape, not only those whose pick or time changed.")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
               help="Repository root.")
-def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: bool, root: Path) -> None:
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also draw each table's change as FOLDER/audit_<table>.png (per (N, K), against M; every shape "
+                   "with --all-shapes).")
+def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: bool, root: Path,
+            plot_dir: Path | None) -> None:
     """Params changes (the cause), then per table the entries and per-shape times that changed (the effect).
 
     Times come from the shards on disk, else DVC (cache, then remote), else the table's recording in
@@ -115,3 +122,17 @@ def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: 
             console.print(f"source: {line}", markup=False, highlight=False)
         for line in item.gaps:
             console.print(f"not compared: {line}", markup=False, highlight=False, style="yellow")
+        if plot_dir is not None:
+            _write_plot(console, plot_dir=plot_dir, item=item, rev_a=result.rev_a, rev_b=result.rev_b)
+
+
+def _write_plot(console: Console, *, plot_dir: Path, item: TableAudit, rev_a: str, rev_b: str) -> None:
+    """The table's before/after PNG under ``plot_dir`` (tunetable.plots), or why there is none."""
+    png = plots.audit_png(item=item, rev_a=rev_a, rev_b=rev_b)
+    if png is None:
+        console.print(f"no plot for {item.table}: no shape changed (--all-shapes plots every one)", markup=False,
+                      highlight=False)
+        return
+    target = plot_dir / f"audit_{item.table}.png"
+    atomic_write_bytes(target, png)
+    console.print(f"wrote {target}", markup=False, highlight=False)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
+from tunetable.numbers import number_cell
 from tunetable.atomic import atomic_write_text
 from tunetable.inputs import finite_number, inside, safe_name
 from tunetable.params import load_params, table_spec
@@ -119,7 +120,7 @@ def export_command(table: str, out_dir: Path, sources: tuple[Path, ...], params_
                                                          "median_ms": best["time"]}})
         if position in shown:
             summary.add_row(*shape, len(document["cache"]), len(document["cache"]) - len(measured),
-                            best["tunetable_config_id"] if best else "-", f"{best['time']:.4g}" if best else "-", name)
+                            best["tunetable_config_id"] if best else "-", _ms(best["time"] if best else None), name)
         elif position == SHOWN_SHAPES // 2:
             summary.add_gap(len(documents) - len(shown))
     atomic_write_text(out_dir / "index.json", json.dumps(
@@ -197,6 +198,6 @@ def import_command(files: tuple[Path, ...], table: str | None, family: str | Non
 
 
 def _ms(value: float | None) -> str:
-    """A time in ms to 4 significant digits, '-' when absent."""
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4g}"
+    """A time in ms at the one format of measured values (tunetable.numbers: 3 decimals), '-' when absent."""
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else number_cell(value)
 

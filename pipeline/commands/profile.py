@@ -24,6 +24,7 @@ from tunetable.commands.rank import load_with_progress
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.manifest import load_manifest, load_yaml_document
+from tunetable.numbers import CORRELATION_DECIMALS, MEASURED_DECIMALS, number_cell
 from tunetable.select import manifest_text
 
 RULE = "-" * 80
@@ -44,20 +45,17 @@ class Display:
     out_dir: Path
 
 
-def cell(value: Any) -> str:
-    """A value as a table cell: empty for None, floats to 3 decimals (kprofile's rounding) or 4 significant digits."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) >= 1 or value == 0 else f"{value:.4g}"
-    return str(value)
+def cell(value: Any, *, decimals: int = MEASURED_DECIMALS) -> str:
+    """A value as a table cell: empty for None, floats at ``decimals`` (kprofile's 3 for times and ratios)."""
+    return number_cell(value, decimals=decimals)
 
 
 def show(display: Display, frame: pl.DataFrame, *, title: str, bold: str | None = None,
-         csv_name: str | None = None, total: int | None = None) -> None:
+         csv_name: str | None = None, total: int | None = None, decimals: int = MEASURED_DECIMALS) -> None:
     """Print a view (first and last rows beyond ``max_rows``) and, with --csv, write it whole.
 
     ``total``: the view's row count when ``frame`` already holds only its first and last rows (show_picked).
+    ``decimals``: every float column's, on the terminal and in the CSV alike (CORRELATION_DECIMALS for tau).
     """
     total = frame.height if total is None else total
     bounded = not display.all_rows and total > display.max_rows
@@ -68,15 +66,15 @@ def show(display: Display, frame: pl.DataFrame, *, title: str, bold: str | None 
         numeric = frame.schema[name].is_numeric()
         table.add_column(name, justify="right" if numeric else "left", style="bold green" if name == bold else None)
     for row in head.iter_rows():
-        table.add_row(*(cell(v) for v in row))
+        table.add_row(*(cell(v, decimals=decimals) for v in row))
     table.add_gap(total - head.height - tail.height)
     for row in tail.iter_rows():
-        table.add_row(*(cell(v) for v in row))
+        table.add_row(*(cell(v, decimals=decimals) for v in row))
     print_table(display.console, table)
     written = None
     if display.csv_dir is not None and csv_name is not None:
         written = display.csv_dir / f"{csv_name}.csv"
-        atomic_write_text(written, _csv_ready(frame).write_csv())
+        atomic_write_text(written, _csv_ready(frame).write_csv(float_precision=decimals))
     if bounded:
         where = f"; all of it is in {written}" if written else f"; --csv writes every view to {display.out_dir}/"
         display.console.print(f"({head.height + tail.height} of {total:,} rows shown: --all prints every row{where})",
@@ -427,7 +425,7 @@ def _diff(display: Display, results: list[resultset.LoadedResult], metric_name: 
         table = views.diff_view(baseline=baseline, current=current, metric=metric, shape=shape)
         show(display, table, title=f"[{index}] {current.path} vs baseline {baseline.path}", bold="ratio")
         target = display.out_dir / f"diff_{index}_{Path(current.path).stem}.csv"
-        atomic_write_text(target, table.write_csv())
+        atomic_write_text(target, table.write_csv(float_precision=MEASURED_DECIMALS))
         display.console.print(f"wrote [{target}]", markup=False)
         display.console.print(RULE)
 
@@ -438,11 +436,11 @@ def _correlation(display: Display, results: list[resultset.LoadedResult], metric
     metric = views.resolve_metric(frame=frame, requested=metric_name)
     parameters = resultset.union_names(groups=[r.parameters for r in results])
     table, matrix = views.correlation(frame=frame, metric=metric, parameters=parameters)
-    show(display, table, title=f"Sorted Absolute Correlation: {metric.name}")
-    show(display, matrix, title="Kendall correlation matrix")
+    show(display, table, title=f"Sorted Absolute Correlation: {metric.name}", decimals=CORRELATION_DECIMALS)
+    show(display, matrix, title="Kendall correlation matrix", decimals=CORRELATION_DECIMALS)
     png = display.out_dir / "correlation.png"
     atomic_write_bytes(png, views.heatmap_png(matrix=matrix, title=f"Kendall correlation ({metric.name})"))
-    atomic_write_text(display.out_dir / "correlation.csv", matrix.write_csv())
+    atomic_write_text(display.out_dir / "correlation.csv", matrix.write_csv(float_precision=CORRELATION_DECIMALS))
     display.console.print(f"wrote [{png}]", markup=False)
 
 

@@ -13,6 +13,7 @@ from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.runtime.decide import dispatcher
 from tunetable.kernels.runtime.selector import SELECTOR
 from tunetable.kernels.tuning_configs import SELECTORS
+from tunetable.numbers import number_cell
 from tunetable.params import load_params, selector_specs, table_spec
 from tunetable.selector import cublas_seconds, load_table_measurements, selector_model, shared_yardstick
 from tunetable.shapes import ShapeCount, read_workload
@@ -38,8 +39,8 @@ def parse_shape(text: str, *, index: int) -> tuple[int, int, int]:
 
 
 def _us(seconds: float | None) -> str:
-    """Seconds as microseconds with 4 significant digits ('-' for unknown)."""
-    return "-" if seconds is None else f"{seconds * 1e6:.4g}"
+    """Seconds as microseconds at the one format of measured values (tunetable.numbers: 3 decimals; '-' unknown)."""
+    return "-" if seconds is None else number_cell(seconds * 1e6)
 
 
 def render(suggestions, *, console: Console, selector: str,

@@ -11,6 +11,7 @@ from tunetable import paths
 from tunetable import trace as tracing
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
+from tunetable.numbers import number_cell
 from tunetable.kernels.runtime.selector import BIAS_NK_SCALE, cell_points, nearest_cell
 from tunetable.commands.suggest import parse_shape
 from tunetable.params import dispatch_specs, load_params, selector_specs, table_spec, table_specs
@@ -36,12 +37,8 @@ CANDIDATE_COLUMNS = ("M", "table", "entry", "config_id", "median_ms", "cublas_ms
 
 
 def _cell(value: object) -> str:
-    """A value as a table cell: '-' for None, floats to 4 significant digits."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    """A value as a table cell: '-' for None, floats at the one format of measured values (tunetable.numbers)."""
+    return "-" if value is None else number_cell(value)
 
 
 def _print_trace(console: Console, result) -> None:

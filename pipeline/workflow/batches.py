@@ -19,7 +19,7 @@ from tunetable.workflow.stamps import STAMPS
 
 # Missing shards one replay job serves at most: Snakemake matches a requested shard against at most
 # this many outputs of its rule (so the DAG grows linearly), and one process start (~0.8 s) serves
-# this many shards (~3 ms each). The README's "How it is wired" names this number.
+# this many shards (~3 ms each). docs/workflow.md, "How it is wired", names this number.
 REPLAY_CHUNK = 100
 # A live bench job measures up to LIVE_CHUNK missing shards of one table in one process (one CUDA context,
 # one compile report read; Snakemake itself costs ~0.4 ms per job, so one job per shard made the DAG of
