@@ -31,7 +31,7 @@ from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup, ranges_from_text
 from tunetable.params import table_spec
 from tunetable.results import BASELINE_ID, journal_of
-from tunetable.select import data_hash
+from tunetable.select_winners import data_hash
 from tunetable.shardkey import grid_config_ids
 from tunetable.trace import ranked_results
 from tunetable.yamlio import load_yaml

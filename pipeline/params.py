@@ -286,7 +286,7 @@ def dispatch_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS)
 
 @dataclass(frozen=True)
 class SelectorSpec:
-    """A shape selector declared in params.yaml: the choice for shapes no table holds (pipeline/selector.py)."""
+    """A shape selector declared in params.yaml: the choice for shapes no table holds (pipeline/selector_fit.py)."""
 
     name: str
     tables: tuple[str, ...]

@@ -22,16 +22,16 @@ from typing import Any
 import polars as pl
 
 from tunetable import lineage, paths, rank, rawstore, resultset
-from tunetable import selector as building
+from tunetable import selector_fit as building
 from tunetable.codegen import load_manifest_document, marker_line
 from tunetable.errors import TuneTableError
-from tunetable.kernels.runtime import selector as runtime
+from tunetable.kernels.runtime import selector_serve as runtime
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, SelectorSpec, TableSpec
 from tunetable.rank import read_parquet_file, read_ranked
 from tunetable.results import journal_of
 from tunetable.baseline import pooled_baselines
-from tunetable.select import Candidate, choose_tables, data_hash, table_baselines
+from tunetable.select_winners import Candidate, choose_tables, data_hash, table_baselines
 
 GENERATED = "# Automatically generated from ["
 INDEX = re.compile(r"#\s*index:\s*\[(\d+)\]")
@@ -455,7 +455,7 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
 # --- shape selectors ---------------------------------------------------------------------------
 #
 # A selector entry is one candidate of one M range. Its BIAS_TERMS come from the residuals of its
-# configuration in its table's recording (pipeline/selector.py): per (N, K), the measured median over
+# configuration in its table's recording (pipeline/selector_fit.py): per (N, K), the measured median over
 # the tables' shared cuBLAS yardstick against the perf model, at the range's end anchors, with its weight.
 
 
@@ -464,7 +464,7 @@ class AnchorTrace:
     """The terms of a selector entry at one anchor M: every (N, K)'s, and the manifest's (value, weight) per (N, K)."""
 
     m: int
-    terms: tuple[Any, ...]      # tunetable.selector.GroupTerm
+    terms: tuple[Any, ...]      # tunetable.selector_fit.GroupTerm
     manifest_terms: Mapping[tuple[int, int], tuple[float, float]]
 
     def stale(self) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tunetable.kernels.runtime import selector as runtime
+from tunetable.kernels.runtime import selector_serve as runtime
 from tunetable.kernels.tuning_configs import SELECTORS
 
 

@@ -11,10 +11,10 @@ import pytest
 
 from tunetable.errors import TuneTableError
 from tunetable.kernels.perfmodel import roofline_floor_s
-from tunetable.kernels.runtime import selector as runtime
+from tunetable.kernels.runtime import selector_serve as runtime
 from tunetable.kernels.tuning_configs import SELECTORS
 from tunetable.params import load_params, selector_spec, table_spec
-from tunetable.selector import build_selector, cublas_seconds, load_table_measurements
+from tunetable.selector_fit import build_selector, cublas_seconds, load_table_measurements
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = load_params(REPO / "params.yaml")
@@ -118,7 +118,7 @@ def test_the_manifest_entries_carry_each_nk_term_with_its_weight(built) -> None:
 def selector_job(tmp_path: Path, edit) -> object:
     """The selector's codegen job over a copy of its manifest with ``edit(entries)`` applied."""
     from tunetable import codegen
-    from tunetable.select import manifest_text
+    from tunetable.select_winners import manifest_text
     from tunetable.yamlio import load_yaml_file
 
     data = load_yaml_file(REPO / SPEC.codegen.manifest)
@@ -181,7 +181,7 @@ def test_the_codegen_cli_refuses_a_bad_selector_manifest_and_writes_nothing(tmp_
 
 def test_a_float_with_an_exponent_reads_back_as_a_float() -> None:
     """The manifest writer's floats survive YAML 1.1 (which reads 1e-05 as a string)."""
-    from tunetable.select import yaml_scalar
+    from tunetable.select_winners import yaml_scalar
     from tunetable.yamlio import load_yaml
 
     for value in (1e-05, 2.5e-07, -3e-09, 0.3679, 1.0, 1e20):

@@ -321,7 +321,7 @@ class KernelFamily:
 class ShapeCandidate:
     """A configuration the shape selector weighs for shapes no table holds, with M in [m, m_end).
 
-    The selector (tunetable.kernels.runtime.selector) predicts log(time / cuBLAS time) of a candidate
+    The selector (tunetable.kernels.runtime.selector_serve) predicts log(time / cuBLAS time) of a candidate
     on (M, N, K) as the perf model's log(time / roofline floor) plus a bias: what the recordings
     measured against what the model predicted. ``bias_terms`` holds it per recorded (N', K'):
     ``(N', K', value at M = m, its weight, value at M = m_end, its weight)``; at a shape the bias is

@@ -10,7 +10,7 @@ every table):
 
 An untuned shape asks the ``untuned`` chooser first: the process-wide dispatcher's is the shape
 selector (``selector_chooser``: ``SELECTORS["gemm_selector"]`` through
-tunetable.kernels.runtime.selector, a family and configuration predicted from every recording),
+tunetable.kernels.runtime.selector_serve, a family and configuration predicted from every recording),
 and warns once with an ``UntunedShapeWarning`` naming the shape, the choice and how to tune it.
 A shape whose (N, K) a table holds at an M that no table measured (between the recorded Ms: the
 table's range entry there is the winner of a neighbouring M) asks the ``between`` chooser first:
@@ -36,7 +36,7 @@ from typing import Any
 
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import INT32_MAX, TableEntry, config_id, covering_index
-from tunetable.kernels.runtime.selector import SELECTOR, ShapeSelector
+from tunetable.kernels.runtime.selector_serve import SELECTOR, ShapeSelector
 from tunetable.kernels.tuning_configs import DISPATCH, SELECTORS, TABLES, FamilyChoice
 
 DEFAULT_TABLE = "gemm_mma"       # the table that serves shapes the dispatch list does not cover

@@ -16,8 +16,8 @@ from tunetable.errors import TuneTableError
 from tunetable.manifest import load_manifest_document
 from tunetable.params import dispatch_spec, load_params, selector_spec, table_spec
 from tunetable.rank import read_ranked
-from tunetable.select import DEFAULT_TIE_TOLERANCE, TableResults, build_dispatch_manifest, build_manifest
-from tunetable.selector import build_selector_manifest, load_table_measurements
+from tunetable.select_winners import DEFAULT_TIE_TOLERANCE, TableResults, build_dispatch_manifest, build_manifest
+from tunetable.selector_fit import build_selector_manifest, load_table_measurements
 
 RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "status")
 DEFAULT_PARAMS = Path("params.yaml")

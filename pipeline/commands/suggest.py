@@ -11,12 +11,12 @@ from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.runtime.decide import dispatcher
-from tunetable.kernels.runtime.selector import SELECTOR
+from tunetable.kernels.runtime.selector_serve import SELECTOR
 from tunetable.kernels.tuning_configs import SELECTORS
 from tunetable.params import load_params, selector_specs, table_spec
-from tunetable.selector import cublas_seconds, load_table_measurements, selector_model, shared_yardstick
+from tunetable.selector_fit import cublas_seconds, load_table_measurements, selector_model, shared_yardstick
 from tunetable.shapes import ShapeCount, read_workload
-from tunetable.suggest import measured_times, smallest_recorded, suggest, workload_totals
+from tunetable.decision_preview import measured_times, smallest_recorded, suggest, workload_totals
 
 EPILOG = """\b
 Examples:

@@ -11,7 +11,7 @@ from tunetable import paths
 from tunetable import trace as tracing
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
-from tunetable.kernels.runtime.selector import BIAS_NK_SCALE, cell_points, nearest_cell
+from tunetable.kernels.runtime.selector_serve import BIAS_NK_SCALE, cell_points, nearest_cell
 from tunetable.commands.suggest import parse_shape
 from tunetable.params import dispatch_specs, load_params, selector_specs, table_spec, table_specs
 

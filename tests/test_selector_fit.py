@@ -13,7 +13,7 @@ from bench_support import load_benchmark_script
 
 from tunetable.kernels.runtime.decide import shape_selector as selector
 from tunetable.kernels.perfmodel import PersistentTile, predict_persistent_seconds
-from tunetable.kernels.runtime.selector import (
+from tunetable.kernels.runtime.selector_serve import (
     INT32_MAX,
     LATTICE,
     M_TILES_EXPONENT,
@@ -26,7 +26,7 @@ from tunetable.kernels.runtime.selector import (
 )
 from tunetable.kernels.tuning_configs import SELECTORS
 from tunetable.params import load_params, selector_spec, table_spec
-from tunetable.selector import (
+from tunetable.selector_fit import (
     ResidualPoint,
     build_selector,
     candidate_entry,
@@ -331,7 +331,7 @@ def test_without_a_selector_the_range_entry_serves_every_m() -> None:
     import warnings
 
     from tunetable.kernels.runtime.decide import DISPATCH, DISPATCH_LIST, TABLES, FamilyDispatcher, selector_between
-    from tunetable.kernels.runtime.selector import ShapeSelector
+    from tunetable.kernels.runtime.selector_serve import ShapeSelector
 
     empty = ShapeSelector(())
     decide = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES,

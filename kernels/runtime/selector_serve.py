@@ -23,7 +23,7 @@ time wins; equal predictions go to the lower ``rank``. A shape's ranking is comp
 memoised (a few microseconds per candidate; the closeness of each (N', K') once per shape).
 
 The same functions score every configuration when the build chooses the shortlists
-(tunetable.selector), so the build and the runtime cannot disagree on a prediction. This module
+(tunetable.selector_fit), so the build and the runtime cannot disagree on a prediction. This module
 reads no generated table (the build imports it): the process-wide selector over ``SELECTORS`` is
 ``tunetable.kernels.runtime.decide.shape_selector``.
 """

@@ -1,6 +1,6 @@
 """Build the shape selector from every table's recording: the choice for shapes no table holds.
 
-What the runtime predicts (tunetable.kernels.runtime.selector) for a configuration c on (M, N, K) is
+What the runtime predicts (tunetable.kernels.runtime.selector_serve) for a configuration c on (M, N, K) is
 
     log(time / cuBLAS) = log(perf model / roofline floor) + bias_c(M, N, K)
 
@@ -46,7 +46,7 @@ from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import ShapeCandidate
 from tunetable.kernels.perfmodel import LAUNCH_OVERHEAD_S, roofline_floor_s
-from tunetable.kernels.runtime.selector import (
+from tunetable.kernels.runtime.selector_serve import (
     BIAS_NK_SCALE,
     CUBLAS_NK_SCALE,
     LATTICE,
@@ -61,7 +61,7 @@ from tunetable.kernels.runtime.selector import (
     range_shares,
 )
 from tunetable.params import load_params, selector_specs, table_spec
-from tunetable.select import manifest_text
+from tunetable.select_winners import manifest_text
 
 Shape = tuple[int, int, int]
 INT32_MAX = 2**31 - 1
@@ -291,7 +291,7 @@ def load_table_measurements(*, root: Path, spec: Any) -> TableMeasurements:
 
     from tunetable import rank, resultset  # lazy: both import polars
     from tunetable.search.replay import grid_parameter_names
-    from tunetable.select import provenance
+    from tunetable.select_winners import provenance
 
     if not spec.recording:
         raise TuneTableError(f"table {spec.name} names no recording: the selector is built from recordings",
