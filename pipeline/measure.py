@@ -94,7 +94,7 @@ def plan_measurement(*, params: Mapping[str, Any], table: TableSpec, shapes: Seq
         seed_model = None
         if search.seed_from_selector:   # the shape selector's model, from the recordings of its tables
             # lazy: the selector ranks with polars, which the GPU host's bench does not have
-            from tunetable.selector_fit import seed_model as selector_seed_model
+            from tunetable.selector_seeds import seed_model as selector_seed_model
 
             seed_model = selector_seed_model(params=params, path=params_path)
         searching = table_search(settings=search, table=table.name,

@@ -55,7 +55,7 @@ def search_key_part(*, table: TableSpec, path: str | Path = "params.yaml") -> di
         learn_hash = sha256_file(settings.learn_from)[:16]
     selector_hash = None
     if settings.seed_from_selector:   # the seeds come from the selector's tables' recordings
-        from tunetable.selector_fit import seed_recordings  # lazy: on the Snakefile's parse path, only when seeding
+        from tunetable.selector_seeds import seed_recordings  # lazy: on the Snakefile's parse path, only when seeding
         selector_hash = sha256_text("".join(sha256_file(p) for p in seed_recordings(path=path)))[:16]
     return settings.fingerprint(learn_from_hash=learn_hash, selector_hash=selector_hash)
 

@@ -81,6 +81,17 @@ class TableBuild:
     nvcc_flags: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class SelectorFile:
+    """A shape selector's data file as codegen checked it: its path from the generated file's folder, sha256,
+    candidate count and provenance (``SELECTOR_FILES``); the runtime refuses a file whose sha256 differs."""
+
+    path: str
+    sha256: str
+    candidates: int
+    provenance: tuple[tuple[str, str | int], ...]
+
+
 def config_id(*, family: str, params: Mapping[str, object]) -> str:
     """The stable id of a configuration: a hash of the family and the tunables only (order-insensitive)."""
     return "c" + sha256_text(canonical_json({"family": family, **dict(params)}))[:10]
@@ -273,11 +284,6 @@ class KernelFamily:
     def snippet(self) -> Path:
         """The codegen snippet that renders one entry of the family's table."""
         return self.folder / f"{self.name}.snippet"
-
-    @property
-    def selector_snippet(self) -> Path:
-        """The codegen snippet that renders one of the family's configurations as a shape-selector candidate."""
-        return self.folder / "selector.snippet"
 
     def tunable_fields(self) -> tuple[str, ...]:
         """The tunables' field names (lower case), in grid order."""

@@ -203,7 +203,7 @@ class TableSearch:
         seeds = []
         if self.settings.seed_from_selector and self.seed_model is not None:
             # The shape selector's prior for a new shape, from every table's recording: this table's best first.
-            from tunetable.selector_fit import seed_ids
+            from tunetable.selector_seeds import seed_ids
 
             seeds = [config_id_of[c] for c in seed_ids(model=self.seed_model, table=self.table, shape=shape)
                      if c in config_id_of]
