@@ -99,8 +99,7 @@ def render_selector(job: SelectorJob) -> TableResult:
         raise TuneTableError("no such file: run `tunetable select --selector` (or restore it)", path=job.data_label)
     data = check_selector_data(job.data_path.read_bytes(), manifest=manifest, path=job.data_label, name=job.name,
                                table_families=job.table_families, manifest_path=job.manifest_path)
-    relative = job.data_path.resolve().relative_to(job.target_path.resolve().parent).as_posix()
-    region = render_selector_region(name=job.name, path=relative, sha256=manifest.sha256,
+    region = render_selector_region(name=job.name, path=job.record_path, sha256=manifest.sha256,
                                     candidates=len(data.candidates), provenance=data.provenance,
                                     source_label=job.source_label)
     return TableResult(job=job, region=region, overlaps=OverlapReport())

@@ -40,6 +40,7 @@ class SelectorJob:
     manifest_path: Path
     data_path: Path
     data_label: str                 # the data file as params.yaml names it (and the manifest's data.path)
+    record_path: str                # the data file from the target's folder (what the runtime opens)
     target_path: Path
     begin_marker: str
     end_marker: str
@@ -119,8 +120,9 @@ def _selector_job(*, name: str, params: Mapping[str, Any], params_path: str | Pa
     root = Path(params_path).parent
     declared = selector_spec(dict(params), name, path=params_path)
     spec = declared.codegen
+    record = (root / declared.data).resolve().relative_to((root / spec.target).resolve().parent).as_posix()
     return SelectorJob(manifest_path=root / spec.manifest, data_path=root / declared.data,
-                       data_label=declared.data, target_path=root / spec.target, begin_marker=spec.begin_marker,
+                       data_label=declared.data, record_path=record, target_path=root / spec.target, begin_marker=spec.begin_marker,
                        end_marker=spec.end_marker, source_label=spec.source_label, name=name,
                        table_families={table: families[table] for table in declared.tables})
 

@@ -157,4 +157,5 @@ def command(table: str | None, dispatch: str | None, selector: str | None, ranke
         if "params:\n  - " not in text:
             raise TuneTableError("no ok configuration to select", path=ranked_path)
     atomic_write_text(out, text)
-    console.print(f"wrote {out} ({text.count('<<: *defaults')} entries)", markup=False)
+    counted = "names the data file: its sha256, the recordings" if selector else f"{text.count('<<: *defaults')} entries"
+    console.print(f"wrote {out} ({counted})", markup=False)

@@ -175,7 +175,8 @@ def _print_selector(console: Console, result) -> None:
     g, entry = result.generated, result.entry
     _print_generated(console, result)
     console.print(f"\n[bold]selector[/bold] {result.manifest} candidates[{g.index}]: "
-                  f"M [{entry['M']}, {entry['M_END']}) candidate {entry['RANK']}: table {entry['TABLE']}, config {entry['CONFIG_ID']}")
+                  f"M [{entry['M']}, {entry['M_END']}) candidate {entry['RANK']}: table {entry['TABLE']}, "
+                  f"config {entry['CONFIG_ID']}")
     runs = [tuple(run) for run in entry.get("CELLS") or ()]
     cells = cell_points(runs)
     if cells:
