@@ -1,7 +1,9 @@
-"""``tunetable audit [REV_A] [REV_B]``: why a tuned table changed between two revisions."""
+"""``tunetable audit [REV_A] [REV_B]``: why a tuned table changed between two revisions (a shape selector:
+what it now chooses differently)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -9,6 +11,7 @@ from rich.console import Console
 
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.audit import audit
+from tunetable.selector_review import LISTED
 
 EPILOG = """\b
 Examples:
@@ -33,6 +36,50 @@ def _value(value: object) -> str:
     return "(absent)" if value is None else str(value)
 
 
+def _pick(prediction) -> str:
+    """A selector prediction as 'table config (µs)', '-' for None."""
+    if prediction is None:
+        return "-"
+    return f"{prediction.candidate.table} {prediction.candidate.config_id} ({prediction.seconds * 1e6:.1f} µs)"
+
+
+def _cells_table(title: str, cells, *, rev_a: str, rev_b: str) -> ConsoleTable:
+    """Selector cells: shape, M range, the pick and predicted time at each side, predicted speedup."""
+    table = ConsoleTable(title=title)
+    for column in ("M", "N", "K", "M range", f"pick {rev_a}", f"pick {rev_b}", f"predicted speedup vs {rev_a}"):
+        table.add_column(column, justify="left" if column.startswith(("pick", "M range")) else "right")
+    for cell in cells:
+        m, n, k = cell.shape
+        table.add_row(str(m), str(n), str(k), f"[{cell.span[0]}, {cell.span[1]})", _pick(cell.before),
+                      _pick(cell.after), _times(cell.ratio))
+    return table
+
+
+def _print_selector_review(console: Console, review, *, rev_a: str, rev_b: str) -> None:
+    """A shape selector's change as a short review: counts, the recordings behind it, the first cells of each kind."""
+    console.print(f"\n[bold]{review.name}[/bold] (shape selector): a fitted model, reviewed by what it chooses")
+    for side in (review.before, review.after):
+        if side.gap:
+            console.print(f"not compared: {side.gap}", markup=False, highlight=False, style="yellow")
+    if review.before.gap or review.after.gap:
+        return
+    console.print(f"{review.after.source}: {len(review.before.candidates)} -> {len(review.after.candidates)} "
+                  f"candidates; {review.cells} cells (each M range's middle M x the (N, K) lattice): "
+                  f"{len(review.choices)} choices changed, {len(review.moved)} predictions moved by more than "
+                  f"{review.threshold:.0%}", markup=False, highlight=False)
+    provenance = dict(review.after.provenance or {})
+    fitted = [f"{provenance[key]} (data hash {provenance.get(key[:-len('recording')] + 'data_hash', '?')})"
+              for key in provenance if key.endswith("_recording")]
+    console.print(f"  fitted on ({rev_b}): {'; '.join(fitted) or 'unknown'}", markup=False, highlight=False)
+    for key, before, after in review.provenance:
+        console.print(f"  provenance {key}: {_value(before)} -> {_value(after)}", markup=False, highlight=False)
+    for cells, what in ((review.choices, "choice changed"), (review.moved, "predicted time moved")):
+        ranked = sorted(cells, key=lambda c: -abs(math.log(c.ratio)) if c.ratio else 0.0)[:LISTED]
+        if ranked:
+            print_table(console, _cells_table(f"{review.name}: {what} ({len(ranked)} of {len(cells)} cells, "
+                                              "largest predicted change first)", ranked, rev_a=rev_a, rev_b=rev_b))
+
+
 def _entry_text(values: object) -> str:
     """A manifest entry as 'M[M, M_END) N=.. K=.. CONFIG_ID', '-' when it is not a mapping."""
     if not isinstance(values, dict):
@@ -45,7 +92,7 @@ def _entry_text(values: object) -> str:
 @click.argument("rev_a", required=False, default="HEAD")
 @click.argument("rev_b", required=False, default=None)
 @click.option("--table", "tables", multiple=True,
-              help="Only this table or dispatch list (repeatable; default: every table and dispatch list).")
+              help="Only this table, dispatch list or selector (repeatable; default: every one).")
 @click.option("--all-shapes", is_flag=True, help="List every shape, not only those whose pick or time changed.")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
               help="Repository root.")
@@ -115,3 +162,5 @@ def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: 
             console.print(f"source: {line}", markup=False, highlight=False)
         for line in item.gaps:
             console.print(f"not compared: {line}", markup=False, highlight=False, style="yellow")
+    for review in result.selectors:
+        _print_selector_review(console, review, rev_a=result.rev_a, rev_b=result.rev_b)
