@@ -88,6 +88,55 @@ def _entry_text(values: object) -> str:
     return f"{shape} {values.get('CONFIG_ID')}"
 
 
+def _print_table_audit(console: Console, item, *, rev_a: str, rev_b: str) -> None:
+    """One table's (dispatch list's) changes: its entries, then per shape its pick and times at each side."""
+    if item.dispatch:
+        console.print(f"\n[bold]{item.table}[/bold] (dispatch list)")
+    else:
+        console.print(f"\n[bold]{item.table}[/bold]: raw results {item.key_before or '?'} -> "
+                      f"{item.key_after or '?'}")
+    if item.entries:
+        entries = ConsoleTable(title=f"{item.table}: manifest entries changed")
+        for column in ("change", "index", "entry"):
+            entries.add_column(column)
+        for change in item.entries:
+            side = rev_a if change.change == "removed" else rev_b
+            style = "red" if change.change == "removed" else "green"
+            entries.add_row(f"{'-' if change.change == 'removed' else '+'} {change.change}",
+                            f"{change.index} ({side})", _entry_text(change.values), style=style)
+        print_table(console, entries)
+    else:
+        console.print(f"{item.table}: manifest entries unchanged")
+    title = f"{item.table}: {len(item.shapes)} of {item.shapes_total} shapes changed"
+    shapes = ConsoleTable(title=title)
+    if item.dispatch:
+        columns = ("M", "N", "K", f"table {rev_a}", f"table {rev_b}", f"config {rev_a}",
+                   f"config {rev_b}", f"speedup_vs_cublas {rev_a}",
+                   f"speedup_vs_cublas {rev_b}")
+    else:
+        columns = ("M", "N", "K", f"config {rev_a}", f"config {rev_b}", f"µs {rev_a}",
+                   f"µs {rev_b}", f"speedup vs {rev_a}")
+    for column in columns:
+        shapes.add_column(column, justify="left" if column.startswith(("config", "table")) else "right")
+    for shape in item.shapes:
+        if item.dispatch:
+            shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.table_before or "-",
+                           shape.table_after or "-", shape.config_before or "-", shape.config_after or "-",
+                           _times(shape.speedup_before), _times(shape.speedup_after))
+        else:
+            shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.config_before or "-",
+                           shape.config_after or "-", _us(shape.ms_before), _us(shape.ms_after),
+                           _times(shape.speedup))
+    if item.shapes:
+        print_table(console, shapes)
+    else:
+        console.print(title)
+    for line in item.sources:
+        console.print(f"source: {line}", markup=False, highlight=False)
+    for line in item.gaps:
+        console.print(f"not compared: {line}", markup=False, highlight=False, style="yellow")
+
+
 @click.command("audit", epilog=EPILOG)
 @click.argument("rev_a", required=False, default="HEAD")
 @click.argument("rev_b", required=False, default=None)
@@ -117,50 +166,6 @@ def command(rev_a: str, rev_b: str | None, tables: tuple[str, ...], all_shapes: 
     else:
         console.print("params.yaml: no changes")
     for item in result.tables:
-        if item.dispatch:
-            console.print(f"\n[bold]{item.table}[/bold] (dispatch list)")
-        else:
-            console.print(f"\n[bold]{item.table}[/bold]: raw results {item.key_before or '?'} -> "
-                          f"{item.key_after or '?'}")
-        if item.entries:
-            entries = ConsoleTable(title=f"{item.table}: manifest entries changed")
-            for column in ("change", "index", "entry"):
-                entries.add_column(column)
-            for change in item.entries:
-                side = result.rev_a if change.change == "removed" else result.rev_b
-                style = "red" if change.change == "removed" else "green"
-                entries.add_row(f"{'-' if change.change == 'removed' else '+'} {change.change}",
-                                f"{change.index} ({side})", _entry_text(change.values), style=style)
-            print_table(console, entries)
-        else:
-            console.print(f"{item.table}: manifest entries unchanged")
-        title = f"{item.table}: {len(item.shapes)} of {item.shapes_total} shapes changed"
-        shapes = ConsoleTable(title=title)
-        if item.dispatch:
-            columns = ("M", "N", "K", f"table {result.rev_a}", f"table {result.rev_b}", f"config {result.rev_a}",
-                       f"config {result.rev_b}", f"speedup_vs_cublas {result.rev_a}",
-                       f"speedup_vs_cublas {result.rev_b}")
-        else:
-            columns = ("M", "N", "K", f"config {result.rev_a}", f"config {result.rev_b}", f"µs {result.rev_a}",
-                       f"µs {result.rev_b}", f"speedup vs {result.rev_a}")
-        for column in columns:
-            shapes.add_column(column, justify="left" if column.startswith(("config", "table")) else "right")
-        for shape in item.shapes:
-            if item.dispatch:
-                shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.table_before or "-",
-                               shape.table_after or "-", shape.config_before or "-", shape.config_after or "-",
-                               _times(shape.speedup_before), _times(shape.speedup_after))
-            else:
-                shapes.add_row(str(shape.m), str(shape.n), str(shape.k), shape.config_before or "-",
-                               shape.config_after or "-", _us(shape.ms_before), _us(shape.ms_after),
-                               _times(shape.speedup))
-        if item.shapes:
-            print_table(console, shapes)
-        else:
-            console.print(title)
-        for line in item.sources:
-            console.print(f"source: {line}", markup=False, highlight=False)
-        for line in item.gaps:
-            console.print(f"not compared: {line}", markup=False, highlight=False, style="yellow")
+        _print_table_audit(console, item, rev_a=result.rev_a, rev_b=result.rev_b)
     for review in result.selectors:
         _print_selector_review(console, review, rev_a=result.rev_a, rev_b=result.rev_b)
