@@ -78,7 +78,7 @@ def _from_data(raw: bytes, *, label: str, path: str, name: str) -> SelectorSide:
     return SelectorSide(label=label, candidates=data.candidates, provenance=dict(data.provenance), source=path)
 
 
-def _from_manifest(text: str, *, label: str, path: str) -> SelectorSide:
+def side_from_manifest(text: str, *, label: str, path: str) -> SelectorSide:
     """A side read from an older revision's selector manifest, whose ``params:`` entries were the candidates."""
     raw = load_yaml(text, path=f"{path} ({label})")
     if not isinstance(raw, dict) or not isinstance(raw.get("params"), list):
@@ -103,7 +103,7 @@ def selector_side(*, root: Path, rev: str | None, label: str, name: str, spec: M
         text = lineage.git_text(root=root, rev=rev, path=manifest)
         if text is None:
             return SelectorSide(label=label, gap=f"{manifest} is absent at {label}")
-        return _from_manifest(text, label=label, path=manifest)
+        return side_from_manifest(text, label=label, path=manifest)
     except (TuneTableError, KeyError, TypeError, ValueError) as exc:
         return SelectorSide(label=label, gap=f"cannot read the selector at {label}: {exc}")
 
