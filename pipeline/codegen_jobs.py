@@ -122,8 +122,9 @@ def _selector_job(*, name: str, params: Mapping[str, Any], params_path: str | Pa
     spec = declared.codegen
     record = (root / declared.data).resolve().relative_to((root / spec.target).resolve().parent).as_posix()
     return SelectorJob(manifest_path=root / spec.manifest, data_path=root / declared.data,
-                       data_label=declared.data, record_path=record, target_path=root / spec.target, begin_marker=spec.begin_marker,
-                       end_marker=spec.end_marker, source_label=spec.source_label, name=name,
+                       data_label=declared.data, record_path=record, target_path=root / spec.target,
+                       begin_marker=spec.begin_marker, end_marker=spec.end_marker,
+                       source_label=spec.source_label, name=name,
                        table_families={table: families[table] for table in declared.tables})
 
 

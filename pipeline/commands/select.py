@@ -157,5 +157,6 @@ def command(table: str | None, dispatch: str | None, selector: str | None, ranke
         if "params:\n  - " not in text:
             raise TuneTableError("no ok configuration to select", path=ranked_path)
     atomic_write_text(out, text)
-    counted = "names the data file: its sha256, the recordings" if selector else f"{text.count('<<: *defaults')} entries"
+    counted = ("names the data file: its sha256, the recordings" if selector
+               else f"{text.count('<<: *defaults')} entries")
     console.print(f"wrote {out} ({counted})", markup=False)
