@@ -43,7 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable import profile as views  # noqa: E402
-from tunetable import rank, resultset, select  # noqa: E402
+from tunetable import rank, resultset  # noqa: E402
+from tunetable import select_winners as select  # noqa: E402
 
 RECORDINGS = [REPO / "data" / "recordings" / "h200_gemm_mma.parquet",
               REPO / "data" / "recordings" / "h200_gemm_wgmma.parquet"]

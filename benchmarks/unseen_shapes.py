@@ -41,9 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
-from tunetable.kernels.runtime.selector import ShapeSelector  # noqa: E402
+from tunetable.kernels.runtime.selector_serve import ShapeSelector  # noqa: E402
 from tunetable.params import load_params, selector_spec, table_spec  # noqa: E402
-from tunetable.selector import (  # noqa: E402
+from tunetable.selector_fit import (  # noqa: E402
     TableMeasurements,
     build_selector,
     cublas_seconds,
@@ -231,8 +231,8 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
         selector_chooser,
     )
     from tunetable.search.replay import grid_parameter_names
-    from tunetable.select import provenance
-    from tunetable.selector import measurements_from_frames
+    from tunetable.select_winners import provenance
+    from tunetable.selector_fit import measurements_from_frames
 
     held = []
     for name, path in paths.items():

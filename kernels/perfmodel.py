@@ -36,7 +36,7 @@ The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recordi
 only has to rank configurations, and the model-based search corrects what it gets wrong.
 
 Pure Python (no numpy): the build (``tunetable.search.perfmodel``, the search and the selector
-builder) and the runtime's shape selector (``tunetable.kernels.runtime.selector``) both evaluate it.
+builder) and the runtime's shape selector (``tunetable.kernels.runtime.selector_serve``) both evaluate it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Explain a table change between two revisions: params changes (cause), entries and times (effect).
 
+A shape selector's change is reviewed, not diffed (tunetable.selector_review): the cells whose choice
+changed, the predictions that moved, the recordings behind it.
+
 For each table: the manifest entries that changed, and for each declared shape whose chosen
 configuration or measured time changed, the table's time at each revision with the speedup
 (time before / time after). A dispatch list the same way: per shape the table serving it and its
@@ -31,7 +34,8 @@ from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup, ranges_from_text
 from tunetable.params import table_spec
 from tunetable.results import BASELINE_ID, journal_of
-from tunetable.select import data_hash
+from tunetable.select_winners import data_hash
+from tunetable.selector_review import SelectorReview, review_selector, selector_side
 from tunetable.measurement_plan import grid_config_ids
 from tunetable.trace import ranked_results
 from tunetable.yamlio import load_yaml
@@ -113,6 +117,7 @@ class Audit:
     rev_b: str
     params: tuple[ParamChange, ...]
     tables: tuple[TableAudit, ...]
+    selectors: tuple[SelectorReview, ...] = ()
 
 
 def flatten(value: Any, *, prefix: str = "") -> dict[str, Any]:
@@ -399,10 +404,8 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
     params_b = _load_params_text(lineage.git_text(root=root, rev=commit_b, path="params.yaml"), label=label_b)
     declared = list(dict.fromkeys([*(params_a.get("tables") or {}), *(params_b.get("tables") or {})]))
     lists = list(dict.fromkeys([*(params_a.get("dispatch") or {}), *(params_b.get("dispatch") or {})]))
-    unknown = [name for name in tables if name not in declared and name not in lists]
-    if unknown:
-        raise TuneTableError(f"unknown table or dispatch list '{unknown[0]}' (tables: {', '.join(declared)}; "
-                             f"dispatch lists: {', '.join(lists) or 'none'})", path="params.yaml", where="tables")
+    selectors = list(dict.fromkeys([*(params_a.get("selector") or {}), *(params_b.get("selector") or {})]))
+    _check_names(tables, declared=declared, lists=lists, selectors=selectors)
 
     def spec_of(section: str, name: str) -> Mapping[str, Any]:
         """A table's or list's raw params (the later side's, else the earlier)."""
@@ -438,5 +441,25 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
                                     for shape in _shapes(params, t)))
         results.append(audit_dispatch(name=name, a=a, b=b, tables={t: table_sides(t) for t in members},
                                       shapes=shapes, all_shapes=all_shapes))
+    reviews = tuple(review_selector(name=name, before=selector_side(root=root, rev=commit_a, label=label_a, name=name,
+                                                                   spec=_section(params_a, "selector", name)),
+                                    after=selector_side(root=root, rev=commit_b, label=label_b, name=name,
+                                                        spec=_section(params_b, "selector", name)))
+                    for name in selectors if not tables or name in tables)
     return Audit(rev_a=label_a, rev_b=label_b, params=tuple(params_changes(before=params_a, after=params_b)),
-                 tables=tuple(results))
+                 tables=tuple(results), selectors=reviews)
+
+
+def _check_names(names: Sequence[str], *, declared: Sequence[str], lists: Sequence[str],
+                 selectors: Sequence[str]) -> None:
+    """Every name given with --table is a table, dispatch list or selector of either side."""
+    unknown = [name for name in names if name not in declared and name not in lists and name not in selectors]
+    if unknown:
+        raise TuneTableError(f"unknown table, dispatch list or selector '{unknown[0]}' (tables: "
+                             f"{', '.join(declared)}; dispatch lists: {', '.join(lists) or 'none'}; selectors: "
+                             f"{', '.join(selectors) or 'none'})", path="params.yaml", where="tables")
+
+
+def _section(params: Mapping[str, Any], section: str, name: str) -> Mapping[str, Any]:
+    """``params[section][name]``, empty when absent."""
+    return (params.get(section) or {}).get(name) or {}

@@ -144,7 +144,7 @@ def search_key_part(*, table: TableSpec, path: str | Path = "params.yaml") -> di
         learn_hash = sha256_file(settings.learn_from)[:16]
     selector_hash = None
     if settings.seed_from_selector:   # the seeds come from the selector's tables' recordings
-        from tunetable.selector import seed_recordings  # lazy: on the Snakefile's parse path, only when seeding
+        from tunetable.selector_seeds import seed_recordings  # lazy: on the Snakefile's parse path, only when seeding
         selector_hash = sha256_text("".join(sha256_file(p) for p in seed_recordings(path=path)))[:16]
     return settings.fingerprint(learn_from_hash=learn_hash, selector_hash=selector_hash)
 
@@ -316,7 +316,7 @@ def attach_search(*, params: Mapping[str, Any], table: TableSpec, search: Any, k
     seed_model = None
     if search.seed_from_selector:   # the shape selector's model, from the recordings of its tables
         # lazy: the selector ranks with polars, which the GPU host's bench does not have
-        from tunetable.selector import seed_model as selector_seed_model
+        from tunetable.selector_seeds import seed_model as selector_seed_model
 
         seed_model = selector_seed_model(params=params, path=params_path)
     return table_search(settings=search, table=table.name, shard_dir=paths.raw_dir(table.name, key, root=results_root),

@@ -286,11 +286,12 @@ def dispatch_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS)
 
 @dataclass(frozen=True)
 class SelectorSpec:
-    """A shape selector declared in params.yaml: the choice for shapes no table holds (pipeline/selector.py)."""
+    """A shape selector declared in params.yaml: the choice for shapes no table holds (pipeline/selector_fit.py)."""
 
     name: str
     tables: tuple[str, ...]
     candidates: int
+    data: str                   # the fitted selector's data file (kernels/data/<name>.json)
     codegen: CodegenSpec
 
 
@@ -314,32 +315,23 @@ def selector_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAU
                                  where=f"selector.{name}.tables[{index}]")
     return SelectorSpec(name=name, tables=tuple(raw["tables"]),
                         candidates=int(raw.get("candidates", DEFAULT_SELECTOR_CANDIDATES)),
-                        codegen=_selector_codegen(raw, tables=tables, name=name, path=path))
+                        data=str(raw["data"]),
+                        codegen=_selector_codegen(raw, target_root=Path(path).parent, name=name, path=path))
 
 
-def _selector_codegen(raw: dict[str, Any], *, tables: dict[str, Any], name: str, path: str | Path) -> CodegenSpec:
-    """A selector's codegen: one snippet variant per family of its tables (a family's folder holds its own).
+def _selector_codegen(raw: dict[str, Any], *, target_root: Path, name: str, path: str | Path) -> CodegenSpec:
+    """A selector's codegen: its manifest, target and markers; the data file stands in the snippet's place.
 
-    Each candidate renders with its family's variant (``_template``); a family without a folder
-    under kernels/families/ must name its variant in ``codegen.variants``.
+    A selector's region is rendered from its data file (its sha256 and provenance), not from a snippet, so
+    the data file is what codegen reads besides the manifest (and what the codegen rule depends on). The data
+    file must lie under the target's folder: it is package data, found from the generated file.
     """
     section = dict(raw["codegen"])
-    variants = dict(section.get("variants") or {})
-    for table in raw["tables"]:
-        family_name = tables[table]["family"]
-        family = FAMILIES.get(family_name)
-        if family is not None:
-            if family_name in variants:
-                raise TuneTableError(f"family {family_name} has its selector snippet in {family.folder}; drop this "
-                                     "key (a fact is written once)", path=path,
-                                     where=f"selector.{name}.codegen.variants.{family_name}")
-            variants[family_name] = str(family.selector_snippet)
-        elif family_name not in variants:
-            raise TuneTableError(f"family '{family_name}' has no folder under kernels/families/: name its selector "
-                                 "snippet", path=path, where=f"selector.{name}.codegen.variants")
-    section["variants"] = variants
-    first = tables[raw["tables"][0]]["family"]
-    return codegen_spec(section, snippet=section.get("snippet") or variants[first])
+    data = Path(str(raw["data"]))
+    if not (target_root / data).resolve().is_relative_to((target_root / section["target"]).resolve().parent):
+        raise TuneTableError(f"the data file must lie under the folder of {section['target']} (package data)",
+                             path=path, where=f"selector.{name}.data")
+    return codegen_spec({**section, "variants": {}}, snippet=str(data))
 
 
 def selector_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) -> list[SelectorSpec]:

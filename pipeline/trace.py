@@ -22,17 +22,16 @@ from typing import Any
 import polars as pl
 
 from tunetable import lineage, paths, rank, rawstore, resultset
-from tunetable import selector as building
-from tunetable.codegen import load_manifest_document, marker_line
+from tunetable.codegen_render import marker_line
 from tunetable.errors import TuneTableError
 from tunetable.inputs import load_checked_recording
-from tunetable.kernels.runtime import selector as runtime
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, SelectorSpec, TableSpec
 from tunetable.rank import read_parquet_file, read_ranked
 from tunetable.results import journal_of
 from tunetable.baseline import pooled_baselines
-from tunetable.select import Candidate, choose_tables, data_hash, table_baselines
+from tunetable.select_winners import Candidate, choose_tables, data_hash, table_baselines
+from tunetable.selector_trace import candidate_at_line
 
 GENERATED = "# Automatically generated from ["
 INDEX = re.compile(r"#\s*index:\s*\[(\d+)\]")
@@ -115,9 +114,13 @@ def check_traceable(*, name: str, tables: Sequence[str], dispatch: Sequence[str]
 
 def entry_at_line(*, root: Path, specs: Sequence[TableSpec | DispatchSpec | SelectorSpec], file: str,
                   line: int) -> tuple[str, int]:
-    """(table or dispatch list, index) of the generated entry holding a line of a generated file."""
+    """(table, dispatch list or selector, index) of the generated entry holding a line of a generated file (or of
+    a selector's data file)."""
     target = (root / file).resolve()
-    tables = [s for s in specs if (root / s.codegen.target).resolve() == target]
+    selectors = [s for s in specs if isinstance(s, SelectorSpec) and (root / s.data).resolve() == target]
+    if selectors:   # a selector's data file: one candidate per line
+        return selectors[0].name, candidate_at_line(root=root, spec=selectors[0], line=line)
+    tables = [s for s in specs if not isinstance(s, SelectorSpec) and (root / s.codegen.target).resolve() == target]
     if not tables:
         raise TuneTableError("not a generated file of any declared table", path=file)
     if not target.is_file():
@@ -453,148 +456,3 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
         provenance=provenance, sources=tuple(sources.values()), decisions=tuple(decisions),
         table_traces=tuple(trace(root=root, spec=tables[chosen], index=i) for i in indices),
     )
-
-
-# --- shape selectors ---------------------------------------------------------------------------
-#
-# A selector entry is one candidate of one M range. Its BIAS_TERMS come from the residuals of its
-# configuration in its table's recording (pipeline/selector.py): per (N, K), the measured median over
-# the tables' shared cuBLAS yardstick against the perf model, at the range's end anchors, with its weight.
-
-
-@dataclass(frozen=True)
-class AnchorTrace:
-    """The terms of a selector entry at one anchor M: every (N, K)'s, and the manifest's (value, weight) per (N, K)."""
-
-    m: int
-    terms: tuple[Any, ...]      # tunetable.selector.GroupTerm
-    manifest_terms: Mapping[tuple[int, int], tuple[float, float]]
-
-    def stale(self) -> list[str]:
-        """The (N, K) whose recomputed term or weight differs from the manifest's (or that only one side has)."""
-        found = {(t.n, t.k): (t.value, t.weight) for t in self.terms}
-        return [f"N={n}, K={k}" for n, k in sorted({*found, *self.manifest_terms})
-                if (n, k) not in found or (n, k) not in self.manifest_terms
-                or any(abs(a - b) > 1e-4 for a, b in zip(found[(n, k)], self.manifest_terms[(n, k)]))]
-
-
-@dataclass(frozen=True)
-class SelectorTrace:
-    """A selector entry: its generated lines, manifest entry, and the measurements behind its bias."""
-
-    name: str
-    target: str
-    generated: GeneratedEntry
-    manifest: str
-    entry: dict[str, Any]
-    provenance: dict[str, Any]
-    recording: str
-    data_hash: str
-    anchors: tuple[AnchorTrace, ...]
-    on_shape: ShapeBias | None = None   # with a shape: the bias there, each (N', K')'s share
-
-    @property
-    def selected_hash(self) -> str | None:
-        """The data hash of the entry's table that the selector was built from (its provenance)."""
-        value = self.provenance.get(f"{self.entry.get('TABLE')}_data_hash")
-        return str(value) if value is not None else None
-
-
-@dataclass(frozen=True)
-class NearTerm:
-    """One (N', K')'s term of a selector entry at one end, as it counts on one shape."""
-
-    n: int
-    k: int
-    value: float
-    weight: float       # the manifest's (e^-1 per octave of M beyond the (N', K')'s measured Ms)
-    octaves: float      # distance from the shape's (N, K)
-    share: float        # weight x e^(-octaves / BIAS_NK_SCALE), normalised over the end's terms
-
-
-@dataclass(frozen=True)
-class ShapeBias:
-    """A selector entry's bias on one shape: each end's terms with their shares, and the bias at M."""
-
-    shape: tuple[int, int, int]
-    span: tuple[int, int]           # the entry's [M, M_END)
-    scale: float | None
-    ends: tuple[tuple[int, tuple[NearTerm, ...], float], ...]   # (anchor M, terms, bias there)
-    position: float     # M's place between the ends in log M (0: start, 1: end)
-    bias: float
-
-
-def selector_bias_on(entry: Mapping[str, Any], *, span: tuple[int, int], shape: tuple[int, int, int]) -> ShapeBias:
-    """A selector entry's bias on (M, N, K) from its manifest terms, combined as the runtime combines them."""
-    m, n, k = shape
-    rows = building.entry_terms(entry.get("BIAS_TERMS") or ())
-    octaves = runtime.nk_octaves(n=n, k=k, pairs=[(row[0], row[1]) for row in rows])
-    closeness = runtime.nk_closeness(octaves=octaves, scale=runtime.BIAS_NK_SCALE)
-    ends = []
-    for anchor, at in ((span[0], 2), (span[1], 4)):
-        shares = runtime.nk_shares(weights=[row[at + 1] for row in rows], closeness=closeness)
-        terms = tuple(NearTerm(n=row[0], k=row[1], value=row[at], weight=row[at + 1], octaves=d, share=share)
-                      for row, d, share in zip(rows, octaves, shares))
-        ends.append((anchor, terms, float(runtime.nk_mean(values=[row[at] for row in rows], shares=shares))))
-    t = runtime.log_position(m=m, start=int(entry["M"]), end=int(entry["M_END"]))
-    return ShapeBias(shape=shape, span=(int(entry["M"]), int(entry["M_END"])), scale=runtime.BIAS_NK_SCALE,
-                     ends=tuple(ends), position=t,
-                     bias=ends[0][2] + t * (ends[1][2] - ends[0][2]))
-
-
-def selector_entry(*, root: Path, spec: SelectorSpec, index: int) -> tuple[GeneratedEntry, dict[str, Any],
-                                                                          dict[str, Any]]:
-    """Entry ``index`` of a selector's region with its manifest entry and provenance."""
-
-    target = root / spec.codegen.target
-    if not target.is_file():
-        raise TuneTableError("no such file", path=spec.codegen.target)
-    generated = generated_entries(target.read_text(), begin_marker=spec.codegen.begin_marker,
-                                  end_marker=spec.codegen.end_marker, path=spec.codegen.target)
-    found = [g for g in generated if g.index == index]
-    if not found:
-        raise TuneTableError(f"selector {spec.name} has no entry {index} (it has {len(generated)})",
-                             path=spec.codegen.target, where=f"index {index}")
-    manifest = load_manifest_document(root / spec.codegen.manifest)
-    if index >= len(manifest.params):
-        raise TuneTableError(f"manifest has no entry {index}: regenerate it (tunetable codegen --all)",
-                             path=spec.codegen.manifest, where=f"params[{index}]")
-    return found[0], manifest.params[index], dict(manifest.provenance or {})
-
-
-def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, TableSpec], index: int,
-                   shape: tuple[int, int, int] | None = None) -> SelectorTrace:
-    """Follow selector entry ``index`` to the recorded measurements behind its bias at both ends of its range
-    (with ``shape``: and how each (N, K)'s term counts there)."""
-
-    generated, entry, provenance = selector_entry(root=root, spec=spec, index=index)
-    table = str(entry.get("TABLE"))
-    if table not in spec.tables:
-        raise TuneTableError(f"entry names table '{table}', not one of the selector's ({', '.join(spec.tables)})",
-                             path=spec.codegen.manifest, where=f"params[{index}]")
-    # Every table of the selector: the bias is against the cuBLAS yardstick they share (tunetable.baseline).
-    shared = building.shared_yardstick([building.load_table_measurements(root=root, spec=tables[name])
-                                        for name in spec.tables])
-    measurements = next(t for t in shared if t.table == table)
-    config = next((c for c in measurements.configs if c.config_id == entry.get("CONFIG_ID")), None)
-    if config is None:
-        raise TuneTableError(f"configuration {entry.get('CONFIG_ID')} is not in table {table}'s recording",
-                             path=measurements.source)
-    anchors = tuple(int(a) for a in str(provenance.get("anchors", "")).split(",") if a)
-    span = next(((lo, hi) for start, end, lo, hi in building.ranges_of(anchors)
-                 if (start, end) == (entry["M"], entry["M_END"])), None)
-    if span is None:
-        raise TuneTableError(f"M range [{entry['M']}, {entry['M_END']}) is not a range of the anchors {anchors}",
-                             path=spec.codegen.manifest, where=f"params[{index}]")
-    groups = building.residual_points(table=measurements, config=config)
-    rows = building.entry_terms(entry.get("BIAS_TERMS") or ())
-    traced = []
-    for m, at in dict.fromkeys([(span[0], 2), (span[1], 4)]):
-        terms = building.bias_terms(groups=groups, m=m)
-        traced.append(AnchorTrace(m=m, terms=tuple(terms),
-                                  manifest_terms={(row[0], row[1]): (row[at], row[at + 1]) for row in rows}))
-    return SelectorTrace(name=spec.name, target=spec.codegen.target, generated=generated,
-                         manifest=spec.codegen.manifest, entry=entry, provenance=provenance,
-                         recording=measurements.source, data_hash=str(measurements.provenance.get("data_hash")),
-                         anchors=tuple(traced),
-                         on_shape=None if shape is None else selector_bias_on(entry, span=span, shape=shape))

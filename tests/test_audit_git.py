@@ -72,8 +72,8 @@ def test_an_unknown_name_lists_tables_and_dispatch_lists(clone: Path) -> None:
     done = tunetable("audit", "--table", "nope", cwd=clone, check=False)
     assert done.returncode == 2 and "Traceback" not in done.output
     params = load_yaml_file(clone / "params.yaml")
-    assert (f"unknown table or dispatch list 'nope' (tables: {', '.join(params['tables'])}; dispatch lists: "
-            f"{', '.join(params['dispatch'])})") in done.output
+    assert (f"unknown table, dispatch list or selector 'nope' (tables: {', '.join(params['tables'])}; dispatch "
+            f"lists: {', '.join(params['dispatch'])}; selectors: {', '.join(params['selector'])})") in done.output
 
 
 def test_trace_on_a_fresh_clone_reads_the_recording_and_says_so(clone: Path) -> None:

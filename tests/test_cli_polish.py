@@ -29,7 +29,7 @@ from tunetable.rank import (
     read_ranked,
 )
 from tunetable.results import SEARCH_FIELDS, read_shard
-from tunetable.select import data_hash
+from tunetable.select_winners import data_hash
 from tunetable.trace import check_traceable
 
 REPO = Path(__file__).resolve().parents[1]

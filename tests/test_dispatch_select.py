@@ -20,7 +20,8 @@ import polars as pl
 import pytest
 from pipeline_repo import edit_params, two_families
 
-from tunetable import rank, select
+from tunetable import rank
+from tunetable import select_winners as select
 from tunetable.codegen import validate_manifest
 from tunetable.manifest import Manifest, lookup, manifest_ranges
 from tunetable.errors import TuneTableError

@@ -45,11 +45,16 @@ def test_generated_tables_import_and_list_every_declared_table() -> None:
         assert list(BUILDS[name].nvcc_flags) == PARAMS["compile"]["nvcc_flags"]
     assert sorted(DISPATCH) == sorted(DISPATCH_LISTS)
     assert all(isinstance(entry, FamilyChoice) for entries in DISPATCH.values() for entry in entries)
-    from tunetable.kernels.tuning_configs import SELECTORS as GENERATED_SELECTORS
     from tunetable.kernels.families.common import ShapeCandidate
+    from tunetable.kernels.runtime.decide import selector_candidates
+    from tunetable.kernels.tuning_configs import SELECTOR_FILES
 
-    assert sorted(GENERATED_SELECTORS) == sorted(SELECTORS)
-    assert all(isinstance(entry, ShapeCandidate) for entries in GENERATED_SELECTORS.values() for entry in entries)
+    # A selector is its data file (kernels/data/<name>.json), recorded by sha256: it loads and holds candidates.
+    assert sorted(SELECTOR_FILES) == sorted(SELECTORS)
+    for name, record in SELECTOR_FILES.items():
+        assert f"kernels/{record.path}" == PARAMS["selector"][name]["data"]
+        found = selector_candidates(name)
+        assert len(found) == record.candidates > 0 and all(isinstance(entry, ShapeCandidate) for entry in found)
 
 
 def test_whole_generated_file_is_fresh() -> None:

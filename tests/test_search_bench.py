@@ -130,7 +130,7 @@ def test_a_bad_search_setting_is_one_line_naming_its_place(tmp_path: Path) -> No
 
 def test_seed_from_selector_measures_the_selectors_candidates_first(tmp_path: Path) -> None:
     """A new workload's search starts from the shape selector's prior (its candidates of this table)."""
-    from tunetable.selector import seed_ids, seed_model
+    from tunetable.selector_seeds import seed_ids, seed_model
 
     search = {"strategy": "model", "max_fevals": 4, "seed": 0, "transfer": False, "seed_from_selector": True}
     params = gemm_mma_only_params(tmp_path, search=search)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tunetable.kernels.runtime import selector as runtime
-from tunetable.kernels.tuning_configs import SELECTORS
+from tunetable.kernels.runtime import selector_serve as runtime
+from tunetable.kernels.runtime.decide import selector_candidates
 
 
 def test_the_lattice_is_1024_to_32768_in_half_octaves_rounded_to_64() -> None:
@@ -32,7 +32,7 @@ def test_cells_are_written_as_runs_of_neighbouring_k_and_read_back() -> None:
 def hand_made(*, config_id: str, cells: tuple[tuple[int, int, int], ...], bias: float):
     """A real generated candidate over M in [64, 256) with a flat bias, on the given cells only."""
     terms = ((4096, 4096, bias, 1.0, bias, 1.0),)
-    return dataclasses.replace(SELECTORS["gemm_selector"][0], m=64, m_end=256, rank=0 if bias > 0 else 1,
+    return dataclasses.replace(selector_candidates("gemm_selector")[0], m=64, m_end=256, rank=0 if bias > 0 else 1,
                                config_id=config_id, bias_terms=terms,
                                cublas_terms=((4096, 4096, 0.0, 1.0, 0.0, 1.0),), cells=cells)
 
@@ -57,7 +57,7 @@ def test_every_generated_shortlist_is_at_most_the_configured_size() -> None:
     from tunetable.params import load_params, selector_spec
 
     spec = selector_spec(load_params(Path(__file__).resolve().parents[1] / "params.yaml"), "gemm_selector")
-    selector = runtime.ShapeSelector(SELECTORS["gemm_selector"])
+    selector = runtime.ShapeSelector(selector_candidates("gemm_selector"))
     for m in (1, 7, 100, 200, 333, 600, 3000, 100000):
         for n, k in ((4096, 4096), (5120, 13824), (1536, 8960), (28672, 8192)):
             found = selector.shortlist(m=m, n=n, k=k)

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tunetable.errors import TuneTableError
 from tunetable.kernels.perfmodel import roofline_floor_s
-from tunetable.kernels.runtime import selector as runtime
-from tunetable.kernels.tuning_configs import SELECTORS
+from tunetable.kernels.runtime import selector_serve as runtime
+from tunetable.kernels.runtime.decide import selector_candidates
 from tunetable.params import load_params, selector_spec, table_spec
-from tunetable.selector import build_selector, cublas_seconds, load_table_measurements
+from tunetable.selector_fit import build_selector, cublas_seconds, load_table_measurements
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = load_params(REPO / "params.yaml")
@@ -24,7 +22,8 @@ SPEC = selector_spec(PARAMS, "gemm_selector")
 def hand_made(**changes) -> runtime.ShapeCandidate:
     """A generated candidate (a real configuration) with hand-written terms over M in [64, 256), scored on every
     (N, K) (no cells) unless ``changes`` say otherwise."""
-    return dataclasses.replace(SELECTORS["gemm_selector"][0], m=64, m_end=256, rank=0, **{"cells": (), **changes})
+    return dataclasses.replace(selector_candidates("gemm_selector")[0], m=64, m_end=256, rank=0,
+                               **{"cells": (), **changes})
 
 
 def predicted_bias(prediction: runtime.Prediction, *, m: int, n: int, k: int) -> float:
@@ -113,75 +112,9 @@ def test_the_manifest_entries_carry_each_nk_term_with_its_weight(built) -> None:
         assert all(0.0 <= row[w] <= 1.0 for row in (*c.bias_terms, *c.cublas_terms) for w in (3, 5))
 
 
-# --- the generated list holds literals only: the selector's manifest values are typed ---------------------------
-
-def selector_job(tmp_path: Path, edit) -> object:
-    """The selector's codegen job over a copy of its manifest with ``edit(entries)`` applied."""
-    from tunetable import codegen
-    from tunetable.select import manifest_text
-    from tunetable.yamlio import load_yaml_file
-
-    data = load_yaml_file(REPO / SPEC.codegen.manifest)
-    entries = [{k: v for k, v in e.items()} for e in data["params"][:3]]
-    edit(entries)
-    manifest = tmp_path / "gemm_selector.yaml"
-    manifest.write_text(manifest_text(header=["test"], top={"provenance": data["provenance"]}, defaults={},
-                                      anchor="defaults", list_key="params", entries=entries))
-    (job,) = codegen.jobs_from_params(params=PARAMS, params_path=REPO / "params.yaml", names=["gemm_selector"])
-    return dataclasses.replace(job, manifest_path=manifest)
-
-
-def test_a_typed_selector_manifest_renders_tuples_of_numbers(tmp_path: Path) -> None:
-    from tunetable import codegen
-
-    region = codegen.render_table(selector_job(tmp_path, lambda entries: None)).region
-    assert "bias_terms=(\n" in region and "[" not in region.split("bias_terms=")[1].split("tunables")[0]
-
-
-@pytest.mark.parametrize("edit, message", [
-    (lambda e: e[1]["BIAS_TERMS"][0].__setitem__(2, "__import__('os').system('true')"),
-     "params[1]: BIAS_TERMS: row 0: expected a finite number, got \"__import__('os').system('true')\""),
-    (lambda e: e[2]["CUBLAS_TERMS"].__setitem__(1, [4096, 4096, 0.5]),
-     "params[2]: CUBLAS_TERMS: row 1: expected 6 numbers, got [4096, 4096, 0.5]"),
-    (lambda e: e[0]["BIAS_TERMS"][0].__setitem__(0, 0), "params[0]: BIAS_TERMS: row 0: expected an integer in"),
-    (lambda e: e[0].__setitem__("BLOCK_M", "16 + 0"), "params[0]: BLOCK_M: expected an integer, got '16 + 0'"),
-    (lambda e: e[0].__setitem__("BIAS", 0.1), "params[0]: BIAS: not a field of selector gemm_selector"),
-    (lambda e: e[1].__setitem__("_template", "nosuch"), "params[1]: _template 'nosuch' is not one of"),
-    (lambda e: e[0].__setitem__("TABLE", "gemm_wgmma"), "params[0]: TABLE: 'gemm_wgmma' is not one of gemm_mma"),
-])
-def test_a_bad_selector_manifest_value_is_one_error_naming_the_entry(tmp_path: Path, edit, message) -> None:
-    from tunetable import codegen
-
-    job = selector_job(tmp_path, edit)
-    with pytest.raises(TuneTableError) as info:
-        codegen.render_table(job)
-    assert str(info.value).startswith(f"{job.manifest_path}: {message}")
-    assert "\n" not in str(info.value)
-
-
-def test_the_codegen_cli_refuses_a_bad_selector_manifest_and_writes_nothing(tmp_path: Path) -> None:
-    """`tunetable codegen --all` on a project whose selector manifest holds code: exit non-zero, target unchanged."""
-    import subprocess
-    import sys
-
-    for item in ("params.yaml", "manifests", "kernels"):
-        source = REPO / item
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / item)
-    manifest = tmp_path / SPEC.codegen.manifest
-    text = manifest.read_text()
-    manifest.write_text(text.replace("    REGISTERS: ", "    REGISTERS: __import__('os') #", 1))
-    target = tmp_path / SPEC.codegen.target
-    before = target.read_bytes()
-    done = subprocess.run([sys.executable, "-m", "tunetable", "codegen", "--all", "--params", "params.yaml"],
-                          cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert done.returncode != 0
-    assert "manifests/gemm_selector.yaml: params[0]: REGISTERS: expected an integer" in done.stderr + done.stdout
-    assert target.read_bytes() == before
-
-
 def test_a_float_with_an_exponent_reads_back_as_a_float() -> None:
     """The manifest writer's floats survive YAML 1.1 (which reads 1e-05 as a string)."""
-    from tunetable.select import yaml_scalar
+    from tunetable.select_winners import yaml_scalar
     from tunetable.yamlio import load_yaml
 
     for value in (1e-05, 2.5e-07, -3e-09, 0.3679, 1.0, 1e20):
@@ -191,10 +124,10 @@ def test_a_float_with_an_exponent_reads_back_as_a_float() -> None:
 def test_trace_shows_each_nk_share_of_an_entry_on_a_shape() -> None:
     """`tunetable trace gemm_selector INDEX --shape M,N,K`: the shares of each end sum to 1, nearer (N', K') weigh
     more (equal weights), and the bias is the one gemm() predicts with for that candidate."""
-    from tunetable.trace import trace_selector
+    from tunetable.selector_trace import trace_selector
 
     m, n, k = 200, 5120, 13824
-    generated = SELECTORS["gemm_selector"]
+    generated = selector_candidates("gemm_selector")
     on_shortlist = runtime.ShapeSelector(generated).shortlist(m=m, n=n, k=k)[0]   # scored on this shape
     index = next(i for i, c in enumerate(generated) if c is on_shortlist)
     tables = {name: table_spec(PARAMS, name) for name in PARAMS["tables"]}
@@ -212,10 +145,10 @@ def test_trace_shows_each_nk_share_of_an_entry_on_a_shape() -> None:
 def test_choose_is_the_rankings_first_whichever_comes_first() -> None:
     """gemm() asks choose() only (it skips building every prediction); rank() later starts with that same object."""
     shape = dict(m=300, n=5120, k=13824)
-    first = runtime.ShapeSelector(SELECTORS["gemm_selector"])
+    first = runtime.ShapeSelector(selector_candidates("gemm_selector"))
     chosen = first.choose(**shape)
     assert first.rank(**shape)[0] is chosen and first.choose(**shape) is chosen
-    second = runtime.ShapeSelector(SELECTORS["gemm_selector"])
+    second = runtime.ShapeSelector(selector_candidates("gemm_selector"))
     ranking = second.rank(**shape)
     assert second.choose(**shape) is ranking[0] and ranking[0] == chosen
     assert min(p.seconds for p in ranking) == chosen.seconds

@@ -124,7 +124,7 @@ def test_suggest_marks_a_prediction_below_every_recorded_size_extrapolated() -> 
 def test_smallest_recorded_is_the_lowest_floor_over_every_table() -> None:
     from types import SimpleNamespace
 
-    from tunetable.suggest import smallest_recorded
+    from tunetable.decision_preview import smallest_recorded
 
     tables = [SimpleNamespace(times={(8, 4096, 4096): {}, (1, 8192, 8192): {}}),
               SimpleNamespace(times={(2, 2048, 5632): {}})]

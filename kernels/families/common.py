@@ -81,6 +81,17 @@ class TableBuild:
     nvcc_flags: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class SelectorFile:
+    """A shape selector's data file as codegen checked it: its path from the generated file's folder, sha256,
+    candidate count and provenance (``SELECTOR_FILES``); the runtime refuses a file whose sha256 differs."""
+
+    path: str
+    sha256: str
+    candidates: int
+    provenance: tuple[tuple[str, str | int], ...]
+
+
 def config_id(*, family: str, params: Mapping[str, object]) -> str:
     """The stable id of a configuration: a hash of the family and the tunables only (order-insensitive)."""
     return "c" + sha256_text(canonical_json({"family": family, **dict(params)}))[:10]
@@ -274,11 +285,6 @@ class KernelFamily:
         """The codegen snippet that renders one entry of the family's table."""
         return self.folder / f"{self.name}.snippet"
 
-    @property
-    def selector_snippet(self) -> Path:
-        """The codegen snippet that renders one of the family's configurations as a shape-selector candidate."""
-        return self.folder / "selector.snippet"
-
     def tunable_fields(self) -> tuple[str, ...]:
         """The tunables' field names (lower case), in grid order."""
         return tuple(item.name for item in dataclasses.fields(self.tunables))
@@ -321,7 +327,7 @@ class KernelFamily:
 class ShapeCandidate:
     """A configuration the shape selector weighs for shapes no table holds, with M in [m, m_end).
 
-    The selector (tunetable.kernels.runtime.selector) predicts log(time / cuBLAS time) of a candidate
+    The selector (tunetable.kernels.runtime.selector_serve) predicts log(time / cuBLAS time) of a candidate
     on (M, N, K) as the perf model's log(time / roofline floor) plus a bias: what the recordings
     measured against what the model predicted. ``bias_terms`` holds it per recorded (N', K'):
     ``(N', K', value at M = m, its weight, value at M = m_end, its weight)``; at a shape the bias is

@@ -9,8 +9,8 @@ every table):
 2. that table gives the configuration. A shape the table does not cover is *untuned*.
 
 An untuned shape asks the ``untuned`` chooser first: the process-wide dispatcher's is the shape
-selector (``selector_chooser``: ``SELECTORS["gemm_selector"]`` through
-tunetable.kernels.runtime.selector, a family and configuration predicted from every recording),
+selector (``selector_chooser``: the candidates of gemm_selector's data file, ``selector_candidates``, through
+tunetable.kernels.runtime.selector_serve, a family and configuration predicted from every recording),
 and warns once with an ``UntunedShapeWarning`` naming the shape, the choice and how to tune it.
 A shape whose (N, K) a table holds at an M that no table measured (between the recorded Ms: the
 table's range entry there is the winner of a neighbouring M) asks the ``between`` chooser first:
@@ -26,18 +26,22 @@ Decisions are memoised per shape. This module imports only the families and the 
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from tunetable.kernels.families import FAMILIES
-from tunetable.kernels.families.common import INT32_MAX, TableEntry, config_id, covering_index
-from tunetable.kernels.runtime.selector import SELECTOR, ShapeSelector
-from tunetable.kernels.tuning_configs import DISPATCH, SELECTORS, TABLES, FamilyChoice
+from tunetable.kernels import tuning_configs
+from tunetable.kernels.families.common import INT32_MAX, ShapeCandidate, TableEntry, config_id, covering_index
+from tunetable.kernels.families.selector_data import parse_selector_file
+from tunetable.kernels.runtime.selector_serve import SELECTOR, ShapeSelector
+from tunetable.kernels.tuning_configs import BUILDS, DISPATCH, SELECTOR_FILES, TABLES, FamilyChoice
 
 DEFAULT_TABLE = "gemm_mma"       # the table that serves shapes the dispatch list does not cover
 DISPATCH_LIST = "gemm_dispatch"
@@ -307,12 +311,52 @@ def selector_choice(found: Any, *, m: int, n: int, k: int) -> Untuned | None:
     return Untuned(entry=entry, why=why, prediction=prediction, category=UntunedShapeWarning)
 
 
+class SelectorDataError(RuntimeError):
+    """A shape selector's data file is missing, is not the one the generated tables were checked against
+    (sha256), or does not hold what its schema says: the package is broken, never a silent default."""
+
+
+def selector_candidates(name: str = SELECTOR) -> tuple[ShapeCandidate, ...]:
+    """The candidates of selector ``name``, from its data file (``SELECTOR_FILES[name]``; none when not generated).
+
+    The file is read once per process, on first use: its sha256 must be the one codegen recorded, and every
+    candidate must hold its family's typed fields (the ones codegen checks), or it is a SelectorDataError
+    naming the file.
+    """
+    record = SELECTOR_FILES.get(name)
+    if record is None:
+        return ()
+    path = Path(tuning_configs.__file__).resolve().parent / record.path
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SelectorDataError(f"{path}: cannot read the shape selector's data file ({exc.strerror}): "
+                                "reinstall tunetable, or regenerate it (tunetable select --selector)") from None
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != record.sha256:
+        raise SelectorDataError(f"{path}: sha256 {digest} is not the {record.sha256} that "
+                                f"{tuning_configs.__file__} was generated with: restore the file, or run "
+                                "`tunetable codegen --all` after `tunetable select --selector`")
+    entry_types = {family: FAMILIES[family].entry_type for family in FAMILIES}
+    try:
+        data = parse_selector_file(raw, path=path, entry_types=entry_types, name=name)
+    except ValueError as exc:
+        raise SelectorDataError(str(exc)) from None
+    unknown = [table for table, family in data.tables if BUILDS.get(table, None) is None
+               or BUILDS[table].family != family]
+    if unknown:
+        raise SelectorDataError(f"{path}: table {unknown[0]} is not a generated table of that family")
+    return data.candidates
+
+
 def shape_selector(name: str = SELECTOR) -> ShapeSelector:
-    """The process-wide selector over the generated list ``SELECTORS[name]`` (empty when not generated)."""
+    """The process-wide selector over selector ``name``'s data file (empty when not generated), built on first use."""
     found = _state.get(("selector", name))
     if found is None:
         with _lock:
-            found = _state.setdefault(("selector", name), ShapeSelector(SELECTORS.get(name, ()), name=name))
+            found = _state.get(("selector", name))
+            if found is None:
+                found = _state.setdefault(("selector", name), ShapeSelector(selector_candidates(name), name=name))
     return found
 
 

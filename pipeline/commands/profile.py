@@ -25,7 +25,7 @@ from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.manifest import load_manifest, load_yaml_document
 from tunetable.numbers import CORRELATION_DECIMALS, MEASURED_DECIMALS, number_cell
-from tunetable.select import manifest_text
+from tunetable.select_winners import manifest_text
 
 RULE = "-" * 80
 YAML_SUFFIXES = (".yaml", ".yml")

@@ -1,6 +1,6 @@
 """``tunetable select``: winners of a ranked table into manifests/<table>.yaml, a cross-family
-dispatch list into manifests/<dispatch>.yaml, or the shape selector into manifests/<selector>.yaml
-(all byte-stable)."""
+dispatch list into manifests/<dispatch>.yaml, or the shape selector into its data file
+(kernels/data/<selector>.json) and manifests/<selector>.yaml (all byte-stable)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from tunetable.errors import TuneTableError
 from tunetable.manifest import load_manifest_document
 from tunetable.params import dispatch_spec, load_params, selector_spec, table_spec
 from tunetable.rank import read_ranked
-from tunetable.select import DEFAULT_TIE_TOLERANCE, TableResults, build_dispatch_manifest, build_manifest
-from tunetable.selector import build_selector_manifest, load_table_measurements
+from tunetable.select_winners import DEFAULT_TIE_TOLERANCE, TableResults, build_dispatch_manifest, build_manifest
+from tunetable.selector_fit import load_table_measurements
+from tunetable.selector_manifest import fit_selector_files
 
 RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "status")
 DEFAULT_PARAMS = Path("params.yaml")
@@ -76,9 +77,12 @@ def _select_dispatch(*, name: str, ranked_values: tuple[str, ...], out: Path, ti
     return build_dispatch_manifest(name=name, tables=tables, tolerance=tolerance)
 
 
-def _select_selector(*, name: str, params_path: Path, console: Console) -> str:
-    """The selector manifest text of selector ``name``, built from its tables' recordings."""
+CANDIDATE_LINE = '\n{"M":'   # how each candidate's line of a selector data file begins
 
+
+def _select_selector(*, name: str, params_path: Path, console: Console) -> tuple[str, Path, str]:
+    """The selector manifest text of selector ``name``, its data file's path and text, fitted on its tables'
+    recordings."""
 
     params = load_params(params_path)
     spec = selector_spec(params, name, path=params_path)
@@ -90,7 +94,9 @@ def _select_selector(*, name: str, params_path: Path, console: Console) -> str:
         def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        return build_selector_manifest(name=name, tables=tables, candidates=spec.candidates, progress=advance)
+        text, data = fit_selector_files(name=name, tables=tables, data_path=spec.data, candidates=spec.candidates,
+                                        progress=advance)
+    return text, root / spec.data, data
 
 
 @click.command("select")
@@ -128,7 +134,11 @@ def command(table: str | None, dispatch: str | None, selector: str | None, ranke
         if ranked_values or tie_tolerance is not None:
             raise TuneTableError("--selector reads the tables' recordings: no --ranked or --tie-tolerance",
                                  where="--selector")
-        text = _select_selector(name=selector, params_path=params_path or DEFAULT_PARAMS, console=console)
+        text, data_path, data = _select_selector(name=selector, params_path=Path(params_path or DEFAULT_PARAMS),
+                                                 console=console)
+        # The data file first: a manifest never names a data file that is not there (codegen checks the sha256).
+        atomic_write_text(data_path, data)
+        console.print(f"wrote {data_path} ({data.count(CANDIDATE_LINE)} candidates)", markup=False)
     elif dispatch is not None:
         text = _select_dispatch(name=dispatch, ranked_values=ranked_values, out=out, tie_tolerance=tie_tolerance,
                                 params_path=params_path or DEFAULT_PARAMS)
@@ -147,4 +157,6 @@ def command(table: str | None, dispatch: str | None, selector: str | None, ranke
         if "params:\n  - " not in text:
             raise TuneTableError("no ok configuration to select", path=ranked_path)
     atomic_write_text(out, text)
-    console.print(f"wrote {out} ({text.count('<<: *defaults')} entries)", markup=False)
+    counted = ("names the data file: its sha256, the recordings" if selector
+               else f"{text.count('<<: *defaults')} entries")
+    console.print(f"wrote {out} ({counted})", markup=False)

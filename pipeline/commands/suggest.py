@@ -10,14 +10,13 @@ from rich.console import Console
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
-from tunetable.kernels.runtime.decide import dispatcher
-from tunetable.kernels.runtime.selector import SELECTOR
-from tunetable.kernels.tuning_configs import SELECTORS
+from tunetable.kernels.runtime.decide import dispatcher, shape_selector
+from tunetable.kernels.runtime.selector_serve import SELECTOR
 from tunetable.numbers import number_cell
 from tunetable.params import load_params, selector_specs, table_spec
-from tunetable.selector import cublas_seconds, load_table_measurements, selector_model, shared_yardstick
+from tunetable.selector_fit import cublas_seconds, load_table_measurements, selector_model, shared_yardstick
 from tunetable.shapes import ShapeCount, read_workload
-from tunetable.suggest import measured_times, smallest_recorded, suggest, workload_totals
+from tunetable.decision_preview import measured_times, smallest_recorded, suggest, workload_totals
 
 EPILOG = """\b
 Examples:
@@ -113,7 +112,7 @@ def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path
     smallest = smallest_recorded(tables)
     results = [suggest(shape=w.shape, count=w.count, dispatcher=dispatcher(), families=families, model=model,
                        measured=measured_times(tables), selector_name=SELECTOR,
-                       selector_entries=SELECTORS.get(SELECTOR, ()),
+                       selector_entries=shape_selector(SELECTOR).candidates,
                        cublas=lambda shape: cublas_seconds(tables=tables, shape=shape) if tables else None,
                        smallest_floor_s=None if smallest is None else smallest[1])
                for w in wanted]

@@ -8,11 +8,12 @@ import click
 from rich.console import Console
 
 from tunetable import paths
+from tunetable import selector_trace
 from tunetable import trace as tracing
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.numbers import number_cell
-from tunetable.kernels.runtime.selector import BIAS_NK_SCALE, cell_points, nearest_cell
+from tunetable.kernels.runtime.selector_serve import BIAS_NK_SCALE, cell_points, nearest_cell
 from tunetable.commands.suggest import parse_shape
 from tunetable.params import dispatch_specs, load_params, selector_specs, table_spec, table_specs
 
@@ -170,8 +171,9 @@ def _print_selector(console: Console, result) -> None:
     """A selector entry: generated lines, the candidate, and each (N, K)'s term of its bias at both range ends."""
     g, entry = result.generated, result.entry
     _print_generated(console, result)
-    console.print(f"\n[bold]selector[/bold] {result.manifest} params[{g.index}]: M [{entry['M']}, {entry['M_END']}) "
-                  f"candidate {entry['RANK']}: table {entry['TABLE']}, config {entry['CONFIG_ID']}")
+    console.print(f"\n[bold]selector[/bold] {result.manifest} candidates[{g.index}]: "
+                  f"M [{entry['M']}, {entry['M_END']}) candidate {entry['RANK']}: table {entry['TABLE']}, "
+                  f"config {entry['CONFIG_ID']}")
     runs = [tuple(run) for run in entry.get("CELLS") or ()]
     cells = cell_points(runs)
     if cells:
@@ -273,8 +275,8 @@ def command(what: str, index: int | None, params_path: Path, shape: str | None) 
     console = Console()
     if name in selectors:
         tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
-        _print_selector(console, tracing.trace_selector(root=root, spec=selectors[name], tables=tables, index=index,
-                                                        shape=on_shape))
+        _print_selector(console, selector_trace.trace_selector(root=root, spec=selectors[name], tables=tables,
+                                                               index=index, shape=on_shape))
     elif name in dispatch:
         tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
         _print_dispatch(console, tracing.trace_dispatch(root=root, spec=dispatch[name], tables=tables, index=index))

@@ -140,8 +140,10 @@ for _dispatch in PLAN.dispatches:
             + fingerprints.settings_tag(fingerprints.metrics_settings(config))
 
 
-# A shape selector: the choice for shapes no table holds, built from its tables' recordings (not
+# A shape selector: the choice for shapes no table holds, fitted on its tables' recordings (not
 # from this run's shards: a live run's measurements reach it once recorded with `tunetable record`).
+# It writes the fit into its data file (selector.<name>.data, package data) and its short manifest
+# in place; the stamp records both (codegen then checks the one against the other).
 for _selector in PLAN.selectors:
 
     rule:
@@ -157,14 +159,16 @@ for _selector in PLAN.selectors:
         params:
             # Bound now: the shell command is formatted when the job runs, after this loop ended.
             name=_selector.name,
+            data=_selector.data,
             tag=fingerprints.settings_tag(fingerprints.selector_settings(config, name=_selector.name)),
         shell:
             "{CLI} select --selector {params.name} --out manifests/{params.name}.yaml > {log} 2>&1"
-            " && sha256sum manifests/{params.name}.yaml > {output}{params.tag}"
+            " && sha256sum manifests/{params.name}.yaml {params.data} > {output}{params.tag}"
 
 
 # Writes every table's marker region in place, then re-checks them all; the stamp records the
-# check. The generated files are inputs too, so a hand edit inside a region re-runs codegen.
+# check. The generated files are inputs too, so a hand edit inside a region re-runs codegen; so are
+# the selectors' data files (a hand edit there fails the sha256 check loudly).
 rule codegen:
     input:
         targets.codegen_inputs(PLAN, config),

@@ -166,7 +166,7 @@ class TableSearch:
     plan: SearchPlan
     shard_dir: Path                                    # the content key's folder: neighbours measured earlier
     table: str = ""                                    # the table searched
-    seed_model: Any = None                             # seed_from_selector: tunetable.selector.SelectorModel
+    seed_model: Any = None                             # seed_from_selector: tunetable.selector_fit.SelectorModel
     profiles: tuple[Profile, ...] = ()                 # learn_from: other shapes' complete profiles
     compile_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # by task config id
 
@@ -201,7 +201,7 @@ class TableSearch:
         seeds = []
         if self.settings.seed_from_selector and self.seed_model is not None:
             # The shape selector's prior for a new shape, from every table's recording: this table's best first.
-            from tunetable.selector import seed_ids
+            from tunetable.selector_seeds import seed_ids
 
             seeds = [config_id_of[c] for c in seed_ids(model=self.seed_model, table=self.table, shape=shape)
                      if c in config_id_of]

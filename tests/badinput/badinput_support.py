@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# Files a project copy needs for params, manifests, snippets and codegen cases: every declared table's.
+# Files a project copy needs for params, manifests, snippets and codegen cases: every declared table's,
+# and the shape selectors' data files.
 PROJECT_FILES = ("params.yaml", "kernels/tuning_configs.py",
                  *(str(p.relative_to(REPO)) for p in sorted((REPO / "kernels" / "snippets").glob("*.snippet"))),
-                 *(str(p.relative_to(REPO)) for p in sorted((REPO / "manifests").glob("*.yaml"))))
+                 *(str(p.relative_to(REPO)) for p in sorted((REPO / "manifests").glob("*.yaml"))),
+                 *(str(p.relative_to(REPO)) for p in sorted((REPO / "kernels" / "data").glob("*.json"))))
 RECORDINGS = tuple(str(p.relative_to(REPO)) for p in sorted((REPO / "data" / "recordings").glob("h200_gemm_*"))
                    if p.suffix in (".parquet", ".json"))
 

@@ -32,7 +32,9 @@ from tunetable.kernels.runtime.decide import FallbackWarning, dispatcher
 shapes = json.loads(sys.argv[1])
 warnings.simplefilter("ignore", FallbackWarning)
 decisions = [dispatcher().decide(m=m, n=n, k=k) for m, n, k in shapes]
+untuned = dispatcher().decide(m=200, n=5120, k=5120)   # the shape selector's choice, from its data file
 print(json.dumps({
+    "selector": [untuned.entry.config_id, untuned.prediction.seconds],
     "file": tunetable.__file__,
     "heavy": sorted(name for name in sys.modules if name.split(".")[0] in json.loads(sys.argv[2])),
     "decisions": [[d.entry.kernel, d.entry.config_id, d.fallback] for d in decisions],
@@ -78,7 +80,8 @@ def test_the_wheel_has_one_top_level_name_every_module_and_every_family_folder(w
     for family in sorted(path.parent.name for path in (REPO / "kernels" / "families").glob("*/family.py")):
         for suffix in ("family.py", f"{family}.cu", f"{family}.snippet"):
             assert f"tunetable/kernels/families/{family}/{suffix}" in names
-    assert {"tunetable/kernels/common/splitk.cuh", "tunetable/kernels/runtime/spin.cu"} <= set(names)
+    assert {"tunetable/kernels/common/splitk.cuh", "tunetable/kernels/runtime/spin.cu",
+            "tunetable/kernels/data/gemm_selector.json"} <= set(names)
 
 
 def expected_decisions(shapes: list[tuple[int, int, int]]) -> list[list[object]]:
@@ -108,3 +111,7 @@ def test_import_is_light_and_decisions_work_outside_the_repo(fresh_python: Path,
     assert Path(found["file"]).is_relative_to(fresh_python.parents[1])  # the installed copy, not the repo
     assert found["heavy"] == []
     assert found["decisions"] == expected_decisions(shapes)
+    # The selector's choice from the installed data file, as the code before it was data decided it.
+    recorded = json.loads((REPO / "tests" / "fixtures" / "selector" / "decisions.json").read_text())["decisions"]
+    before = next(record for record in recorded if record["shape"] == [200, 5120, 5120])
+    assert found["selector"] == [before["config_id"], before["prediction"]["seconds"]]

@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 from result_rows import GRID, row, shard
 
-from tunetable import rank, resultset, select
+from tunetable import rank, resultset
+from tunetable import select_winners as select
 from tunetable.yamlio import load_yaml
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +16,7 @@ from bench_support import load_benchmark_script
 
 from tunetable.kernels.runtime.decide import shape_selector as selector
 from tunetable.kernels.perfmodel import PersistentTile, predict_persistent_seconds
-from tunetable.kernels.runtime.selector import (
+from tunetable.kernels.runtime.selector_serve import (
     INT32_MAX,
     LATTICE,
     M_TILES_EXPONENT,
@@ -24,19 +27,19 @@ from tunetable.kernels.runtime.selector import (
     log_position,
     model_function,
 )
-from tunetable.kernels.tuning_configs import SELECTORS
+from tunetable.kernels.runtime.decide import selector_candidates
 from tunetable.params import load_params, selector_spec, table_spec
-from tunetable.selector import (
+from tunetable.kernels.families.selector_data import candidate_entry
+from tunetable.kernels.tuning_configs import SELECTOR_FILES
+from tunetable.selector_fit import (
     ResidualPoint,
     build_selector,
-    candidate_entry,
-    candidate_from_entry,
     cublas_seconds,
     group_term,
     load_table_measurements,
     ranges_of,
 )
-from tunetable.yamlio import load_yaml_file
+from tunetable.selector_manifest import load_selector_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = load_params(REPO / "params.yaml")
@@ -95,24 +98,29 @@ def test_ranges_cover_every_m_from_1_to_int32_max() -> None:
 
 
 def test_the_checked_in_selector_is_what_the_recordings_build(tmp_path: Path) -> None:
-    """`tunetable select --selector` on the committed recordings writes manifests/gemm_selector.yaml byte for byte."""
+    """`tunetable select --selector` on the committed recordings writes the data file and the manifest byte for byte
+    (into a copy of the project: the committed files stay untouched)."""
+    (tmp_path / "data").symlink_to(REPO / "data")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     out = tmp_path / "gemm_selector.yaml"
-    done = subprocess.run([sys.executable, "-m", "tunetable", "select", "--selector", "gemm_selector", "--out",
-                           str(out)], cwd=REPO, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-m", "tunetable", "select", "--selector", "gemm_selector", "--params",
+                           str(tmp_path / "params.yaml"), "--out", str(out)], cwd=tmp_path, capture_output=True,
+                          text=True, check=False)
     assert done.returncode == 0, done.stderr
+    assert (tmp_path / SPEC.data).read_bytes() == (REPO / SPEC.data).read_bytes()
     assert out.read_bytes() == (REPO / SPEC.codegen.manifest).read_bytes()
+    assert f"{SPEC.data} (497 candidates)" in done.stderr
 
 
-def test_generated_candidates_are_the_manifest_entries(tables) -> None:
-    from tunetable.codegen import load_manifest
-
-    entries = load_manifest(REPO / SPEC.codegen.manifest)
-    generated = SELECTORS["gemm_selector"]
-    assert len(entries) == len(generated) > 0
-    for entry, candidate in zip(entries, generated):
-        names = [name for name in entry if name.upper() == name and name.lower() in dict(candidate.tunables)]
-        assert candidate_from_entry(entry, tunables=names) == candidate
-        assert candidate_entry(candidate) == {key: entry[key] for key in candidate_entry(candidate)}
+def test_the_data_file_holds_the_candidates_and_the_manifest_names_it(tables) -> None:
+    manifest = load_selector_manifest(REPO / SPEC.codegen.manifest)
+    raw = (REPO / SPEC.data).read_bytes()
+    assert manifest.data_path == SPEC.data and manifest.sha256 == hashlib.sha256(raw).hexdigest()
+    generated = selector_candidates("gemm_selector")
+    assert manifest.candidates == len(generated) == raw.count(b'\n{"M":') > 0
+    data = json.loads(raw)
+    assert [candidate_entry(candidate) for candidate in generated] == data["candidates"]
+    assert dict(SELECTOR_FILES["gemm_selector"].provenance) == data["provenance"] == manifest.provenance
     spans = sorted({(c.m, c.m_end) for c in generated})
     assert spans[0][0] == 1 and spans[-1][1] == INT32_MAX
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))            # contiguous, no gap
@@ -193,12 +201,13 @@ def test_a_launch_bound_shape_is_never_predicted_faster_than_a_launch() -> None:
 
 
 def test_trace_follows_a_selector_entry_to_the_recorded_residuals() -> None:
-    from tunetable.trace import entry_at_line, trace_selector
+    from tunetable.selector_trace import trace_selector
+    from tunetable.trace import entry_at_line
 
     tables = {name: table_spec(PARAMS, name) for name in PARAMS["tables"]}
     # An entry past the first ranges whose table measured both ends of its M range (elsewhere the
     # bias at an end is interpolated between that table's own Ms).
-    entries = load_yaml_file(REPO / SPEC.codegen.manifest)["params"]
+    entries = json.loads((REPO / SPEC.data).read_bytes())["candidates"]
     index = next(i for i, e in enumerate(entries) if i >= 40 and
                  {e["M"], e["M_END"]} <= set(PARAMS["tables"][e["TABLE"]]["shapes"]["M"]))
     result = trace_selector(root=REPO, spec=SPEC, tables=tables, index=index)
@@ -213,9 +222,9 @@ def test_trace_follows_a_selector_entry_to_the_recorded_residuals() -> None:
         assert {t.points[0].shape[0] for t in anchor.terms} == {anchor.m}
         recorded = {(t.n, t.k) for t in anchor.terms}
         assert recorded == {(n, k) for n, k in PARAMS["tables"][result.entry["TABLE"]]["shapes"]["NK"]}
-    line = result.generated.first_line + 3
-    assert entry_at_line(root=REPO, specs=[SPEC], file=SPEC.codegen.target, line=line) == ("gemm_selector", index)
-    done = subprocess.run([sys.executable, "-m", "tunetable", "trace", f"{SPEC.codegen.target}:{line}"], cwd=REPO,
+    line = result.generated.first_line   # the candidate's line of the data file
+    assert entry_at_line(root=REPO, specs=[SPEC], file=SPEC.data, line=line) == ("gemm_selector", index)
+    done = subprocess.run([sys.executable, "-m", "tunetable", "trace", f"{SPEC.data}:{line}"], cwd=REPO,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "the rows the selector was built from" in done.stdout and "note:" not in done.stdout
@@ -331,7 +340,7 @@ def test_without_a_selector_the_range_entry_serves_every_m() -> None:
     import warnings
 
     from tunetable.kernels.runtime.decide import DISPATCH, DISPATCH_LIST, TABLES, FamilyDispatcher, selector_between
-    from tunetable.kernels.runtime.selector import ShapeSelector
+    from tunetable.kernels.runtime.selector_serve import ShapeSelector
 
     empty = ShapeSelector(())
     decide = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES,

@@ -1,8 +1,8 @@
 """The shape selector: a family and configuration for shapes no tuning table holds (pure Python).
 
-For (M, N, K) the generated list ``SELECTORS[name]`` (``ShapeCandidate`` entries, codegen from
-manifests/<selector>.yaml, built by ``tunetable select --selector`` from every table's
-recording) gives the shortlist of the M range that holds M at the ``LATTICE`` point nearest (N, K)
+For (M, N, K) the selector's candidates (``ShapeCandidate`` entries, read from its data file
+kernels/data/<selector>.json, fitted by ``tunetable select --selector`` on every table's
+recording) give the shortlist of the M range that holds M at the ``LATTICE`` point nearest (N, K)
 (``nearest_cell``; the candidate's ``cells``): at most a few configurations of any family (online
 tuning also measures the same point's shortlists of the two neighbouring ranges: a shortlist is
 chosen at its range's recorded Ms, and between them the winner is often a neighbour's; as the untuned
@@ -23,9 +23,9 @@ time wins; equal predictions go to the lower ``rank``. A shape's ranking is comp
 memoised (a few microseconds per candidate; the closeness of each (N', K') once per shape).
 
 The same functions score every configuration when the build chooses the shortlists
-(tunetable.selector), so the build and the runtime cannot disagree on a prediction. This module
-reads no generated table (the build imports it): the process-wide selector over ``SELECTORS`` is
-``tunetable.kernels.runtime.decide.shape_selector``.
+(tunetable.selector_fit), so the build and the runtime cannot disagree on a prediction. This module
+reads no generated table (the build imports it): the process-wide selector over the data file that
+``SELECTOR_FILES`` names is ``tunetable.kernels.runtime.decide.shape_selector``.
 """
 
 from __future__ import annotations

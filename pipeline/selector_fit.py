@@ -1,6 +1,6 @@
 """Build the shape selector from every table's recording: the choice for shapes no table holds.
 
-What the runtime predicts (tunetable.kernels.runtime.selector) for a configuration c on (M, N, K) is
+What the runtime predicts (tunetable.kernels.runtime.selector_serve) for a configuration c on (M, N, K) is
 
     log(time / cuBLAS) = log(perf model / roofline floor) + bias_c(M, N, K)
 
@@ -25,9 +25,9 @@ its (N, K) (about a microsecond per candidate). A range's entries are the union 
 naming its points (``CELLS``).
 benchmarks/unseen_shapes.py measures what this chooses on shapes it was not built from.
 
-The manifest (manifests/<selector>.yaml) lists one entry per (range, candidate), with its terms per
-(N', K') at both ends of the range (BIAS_TERMS; cuBLAS's in CUBLAS_TERMS); codegen renders it into
-``SELECTORS[<selector>]`` of kernels/tuning_configs.py. Only tables' recordings
+The fit (``build_selector``) gives one candidate per (range, shortlisted configuration), with its terms per
+(N', K') at both ends of the range (BIAS_TERMS; cuBLAS's in CUBLAS_TERMS); tunetable.selector_manifest writes
+them to the selector's data file (kernels/data/<selector>.json) and its short manifest. Only tables' recordings
 (``tables.<t>.recording``, restricted to the table's shapes) are read: never validation data.
 """
 
@@ -47,7 +47,7 @@ from tunetable.inputs import load_checked_recording
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import ShapeCandidate
 from tunetable.kernels.perfmodel import LAUNCH_OVERHEAD_S, roofline_floor_s
-from tunetable.kernels.runtime.selector import (
+from tunetable.kernels.runtime.selector_serve import (
     BIAS_NK_SCALE,
     CUBLAS_NK_SCALE,
     LATTICE,
@@ -61,8 +61,6 @@ from tunetable.kernels.runtime.selector import (
     nk_shares,
     range_shares,
 )
-from tunetable.params import load_params, selector_specs, table_spec
-from tunetable.select import manifest_text
 
 Shape = tuple[int, int, int]
 INT32_MAX = 2**31 - 1
@@ -87,9 +85,7 @@ PROBES_PER_RANGE = 8          # Ms per range, spread evenly in log M
 OPEN_RANGE_OCTAVES = 2        # probes of the last range reach this far above the largest anchor
 OUTSIDE_DECAY = 1.0           # an (N, K) whose Ms do not reach M weighs e^-1 per octave beyond them
 NO_COVER = 10.0               # log regret of a probe no shortlisted candidate can run
-DECIMALS = 4                  # logs and weights in the manifest: 1e-4 is 0.01 % of a time
-SELECTOR_KEYS = ("M", "M_END", "RANK", "TABLE", "KERNEL", "CONFIG_ID", "REGISTERS", "SMEM_BYTES", "BIAS_TERMS",
-                 "CUBLAS_TERMS", "CELLS")
+DECIMALS = 4                  # logs and weights in the data file: 1e-4 is 0.01 % of a time
 
 
 @dataclass(frozen=True)
@@ -292,7 +288,7 @@ def load_table_measurements(*, root: Path, spec: Any) -> TableMeasurements:
 
     from tunetable import rank, resultset  # lazy: both import polars
     from tunetable.search.replay import grid_parameter_names
-    from tunetable.select import provenance
+    from tunetable.select_winners import provenance
 
     if not spec.recording:
         raise TuneTableError(f"table {spec.name} names no recording: the selector is built from recordings",
@@ -566,119 +562,3 @@ def build_selector(*, tables: Sequence[TableMeasurements], candidates: int = DEF
         if progress is not None:
             progress(done, len(spans))
     return SelectorBuild(model=model, candidates=tuple(made), tables=tuple(tables))
-
-
-# --- the manifest --------------------------------------------------------------------------------
-
-def candidate_entry(candidate: ShapeCandidate) -> dict[str, Any]:
-    """A candidate as a manifest entry: its family's snippet variant, the SELECTOR_KEYS, then its tunables."""
-    return {"_template": candidate.kernel, "M": candidate.m, "M_END": candidate.m_end, "RANK": candidate.rank,
-            "TABLE": candidate.table, "KERNEL": candidate.kernel, "CONFIG_ID": candidate.config_id,
-            "REGISTERS": candidate.registers, "SMEM_BYTES": candidate.smem_bytes,
-            "BIAS_TERMS": [list(row) for row in candidate.bias_terms],
-            "CUBLAS_TERMS": [list(row) for row in candidate.cublas_terms],
-            "CELLS": [list(cell) for cell in candidate.cells],
-            **{name.upper(): value for name, value in candidate.tunables}}
-
-
-def candidate_from_entry(entry: Mapping[str, Any], *, tunables: Sequence[str]) -> ShapeCandidate:
-    """The ShapeCandidate a manifest entry renders to (``tunables``: its family's -D names in grid order)."""
-    return ShapeCandidate(
-        m=int(entry["M"]), m_end=int(entry["M_END"]), rank=int(entry["RANK"]), table=str(entry["TABLE"]),
-        kernel=str(entry["KERNEL"]), config_id=str(entry["CONFIG_ID"]), registers=int(entry["REGISTERS"]),
-        smem_bytes=int(entry["SMEM_BYTES"]), bias_terms=entry_terms(entry["BIAS_TERMS"]),
-        cublas_terms=entry_terms(entry["CUBLAS_TERMS"]),
-        tunables=tuple((name.lower(), int(entry[name])) for name in tunables),
-        cells=tuple((int(n), int(first), int(last)) for n, first, last in entry["CELLS"]))
-
-
-def entry_terms(rows: Sequence[Sequence[Any]]) -> tuple[tuple[int, int, float, float, float, float], ...]:
-    """A manifest entry's BIAS_TERMS / CUBLAS_TERMS rows as the candidate holds them."""
-    return tuple((int(n), int(k), float(a), float(b), float(c), float(d)) for n, k, a, b, c, d in rows)
-
-
-def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> dict[str, Any]:
-    """The recordings behind the selector (each table's data hash, device, date, git revision) and its settings."""
-    dates = [str(t.provenance.get("date", "unknown")) for t in build.tables]
-    known = [d for d in dates if d != "unknown"]
-    devices = sorted({str(t.provenance.get("device", "unknown")) for t in build.tables})
-    provenance: dict[str, Any] = {
-        "table": name,
-        "tables": ",".join(t.table for t in build.tables),
-        "basis": "log(median / cuBLAS yardstick, the tables' rows pooled) - log(perf model / roofline floor) "
-                 "per (N, K), linear in log M between anchors; at a shape their mean weighted by "
-                 "e^(-octaves beyond the (N, K)'s Ms) x "
-                 + (f"e^(-(N, K) distance in octaves / {BIAS_NK_SCALE})" if BIAS_NK_SCALE else "1 for every (N, K)")
-                 + f" (cuBLAS: e^(-distance / {CUBLAS_NK_SCALE}))",
-        "device": ",".join(devices),
-        "date": max(known) if known else "unknown",
-        "anchors": ",".join(str(a) for a in build.anchors),
-        "candidates": candidates,
-        "lattice": f"N, K in {LATTICE[0]}..{LATTICE[-1]} ({len(LATTICE)} values), {PROBES_PER_RANGE} Ms per range, "
-                   f"a shortlist per point over the points within {CELL_RADIUS}",
-    }
-    for table in build.tables:
-        provenance[f"{table.table}_recording"] = table.source
-        for key in ("data_hash", "kernel_hash", "git_rev", "date"):
-            provenance[f"{table.table}_{key}"] = str(table.provenance.get(key, "unknown"))
-        provenance[f"{table.table}_shapes"] = len(table.times)
-    return provenance
-
-
-def build_selector_manifest(*, name: str, tables: Sequence[TableMeasurements],
-                            candidates: int = DEFAULT_CANDIDATES,
-                            progress: Callable[[int, int], None] | None = None) -> str:
-    """The selector manifest text, byte-identical for the same recordings and settings."""
-
-    build = build_selector(tables=tables, candidates=candidates, progress=progress)
-    header = [f"tunetable shape selector {name}: generated by `tunetable select --selector`; do not edit by hand.",
-              "For shapes no table holds: per M range and (N, K) lattice point (CELLS: [N', first K', last K'] runs),",
-              "a shortlist of configurations (any table) scored at run time on the point nearest a shape's (N, K)",
-              "as log(time / cuBLAS) = log(perf model / roofline floor) + bias, linear in log M from M to M_END.",
-              "BIAS_TERMS rows: [N', K', term at M, weight, term at M_END, weight] per recorded (N', K'); the bias",
-              "on (N, K) is their mean weighted by weight x e^(-d / BIAS_NK_SCALE), d the octaves from (N, K) to",
-              "(N', K'). CUBLAS_TERMS: log(cuBLAS / floor) the same way (CUBLAS_NK_SCALE).",
-              f"`tunetable trace {name} INDEX` shows the measurements behind an entry; `tunetable suggest` a choice."]
-    return manifest_text(header=header,
-                         top={"provenance": selector_provenance(name=name, build=build, candidates=candidates)},
-                         defaults={}, anchor="defaults", list_key="params",
-                         entries=[candidate_entry(c) for c in build.candidates])
-
-
-# --- seeding a search (tables.<t>.search.seed_from_selector) --------------------------------------
-
-def seed_tables(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> list[Any]:
-    """The TableSpecs of the first declared selector's tables whose recording is present (none: no selector).
-
-    Recordings resolve as the bench resolves them (``tunetable.bench.plan.recording_path``: from the
-    working folder).
-    """
-
-    specs = selector_specs(dict(params), path=path)
-    if not specs:
-        return []
-    tables = [table_spec(dict(params), name, path=path) for name in specs[0].tables]
-    return [spec for spec in tables if spec.recording and Path(spec.recording).is_file()]
-
-
-def seed_recordings(*, path: str | Path = "params.yaml") -> list[Path]:
-    """The recordings a ``seed_from_selector`` search's seeds come from (what its content key hashes)."""
-
-    return [Path(spec.recording) for spec in seed_tables(params=load_params(path), path=path)]
-
-
-def seed_model(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> SelectorModel | None:
-    """The selector's model over every configuration of its tables, from their recordings (None: no selector)."""
-    specs = seed_tables(params=params, path=path)
-    if not specs:
-        return None
-    return selector_model(tables=[load_table_measurements(root=Path("."), spec=spec) for spec in specs])
-
-
-def seed_ids(*, model: SelectorModel, table: str, shape: Shape) -> list[str]:
-    """``table``'s configurations by the selector model's prediction on a shape, fastest first (ties: order)."""
-    m, n, k = shape
-    scores = model.scores(m=m, n=n, k=k)
-    ranked = sorted((float(scores[i]), i) for i, config in enumerate(model.configs)
-                    if config.table == table and math.isfinite(scores[i]))
-    return [model.configs[i].config_id for _, i in ranked]

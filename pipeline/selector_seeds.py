@@ -1,0 +1,52 @@
+"""Seeding a search from the shape selector's model (``tables.<t>.search.seed_from_selector``).
+
+The search measures a table's configurations in the order the selector's model (tunetable.selector_fit,
+fitted on the selector's tables' recordings) predicts them on a shape, fastest first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tunetable.params import load_params, selector_specs, table_spec
+from tunetable.selector_fit import Shape, SelectorModel, load_table_measurements, selector_model
+
+
+def seed_tables(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> list[Any]:
+    """The TableSpecs of the first declared selector's tables whose recording is present (none: no selector).
+
+    Recordings resolve as the bench resolves them (``tunetable.measurement_plan.recording_path``: from the
+    working folder).
+    """
+
+    specs = selector_specs(dict(params), path=path)
+    if not specs:
+        return []
+    tables = [table_spec(dict(params), name, path=path) for name in specs[0].tables]
+    return [spec for spec in tables if spec.recording and Path(spec.recording).is_file()]
+
+
+def seed_recordings(*, path: str | Path = "params.yaml") -> list[Path]:
+    """The recordings a ``seed_from_selector`` search's seeds come from (what its content key hashes)."""
+
+    return [Path(spec.recording) for spec in seed_tables(params=load_params(path), path=path)]
+
+
+def seed_model(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> SelectorModel | None:
+    """The selector's model over every configuration of its tables, from their recordings (None: no selector)."""
+    specs = seed_tables(params=params, path=path)
+    if not specs:
+        return None
+    return selector_model(tables=[load_table_measurements(root=Path("."), spec=spec) for spec in specs])
+
+
+def seed_ids(*, model: SelectorModel, table: str, shape: Shape) -> list[str]:
+    """``table``'s configurations by the selector model's prediction on a shape, fastest first (ties: order)."""
+    m, n, k = shape
+    scores = model.scores(m=m, n=n, k=k)
+    ranked = sorted((float(scores[i]), i) for i, config in enumerate(model.configs)
+                    if config.table == table and math.isfinite(scores[i]))
+    return [model.configs[i].config_id for _, i in ranked]
