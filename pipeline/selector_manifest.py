@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.errors import TuneTableError
+from tunetable.inputs import INT32_MAX, check_int, check_int_bits
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.selector_data import (
     FORMAT,
@@ -132,8 +133,11 @@ def parse_selector_manifest(raw: Any, *, path: str | Path) -> SelectorManifest:
         raise TuneTableError(f"expected 64 hex digits, got {data['sha256']!r}", path=path, where="data.sha256")
     if not isinstance(raw["provenance"], dict):
         raise TuneTableError("expected a mapping", path=path, where="provenance")
+    check_int_bits(raw, path=path)   # a 0x literal of thousands of digits: one line, not a traceback later
+    candidates = check_int(data["candidates"], name="candidates", low=0, high=INT32_MAX, path=path,
+                           where="data.candidates")
     return SelectorManifest(provenance=raw["provenance"], data_path=str(data["path"]), sha256=data["sha256"],
-                            candidates=int(data["candidates"]))
+                            candidates=candidates)
 
 
 def load_selector_manifest(path: str | Path) -> SelectorManifest:

@@ -279,20 +279,31 @@ def test_profile_query_bombs_are_one_line(tmp_path, query):
         r"|query nested deeper than 64 brackets)")
 
 
-# -- 7. the selector's manifest: integers beyond 4,300 digits ---------------------------------------------
+# -- 7. the selector's manifest and data file: integers beyond 4,300 digits ---------------------------------
 
 @pytest.mark.parametrize("value", ["0x" + "f" * 5000, "0b" + "1" * 20_000, "9" * 5000])
 def test_selector_manifest_with_a_huge_int_is_one_line(tmp_path, value):
     project = make_project(tmp_path)
     text = project.text("manifests/gemm_selector.yaml")
-    first_m = text.index("M: ") + 3
-    end = text.index("\n", first_m)
-    project.write("manifests/gemm_selector.yaml", text[:first_m] + value + text[end:])
+    first = text.index("  candidates: ", text.index("\ndata:")) + len("  candidates: ")
+    end = text.index("\n", first)
+    project.write("manifests/gemm_selector.yaml", text[:first] + value + text[end:])
     project.freeze()
-    line = text[:first_m].count("\n") + 1
+    line = text[:first].count("\n") + 1
     run_cli(project, "codegen", "--all", "--check").expect_error(
-        r"error: manifests/gemm_selector\.yaml: (params\[0\]\.M: an integer of \d+ bits \(at most 64\)|"
+        r"error: manifests/gemm_selector\.yaml: (data\.candidates: an integer of \d+ bits \(at most 64\)|"
         rf"line {line}: malformed YAML: Exceeds the limit \(4300 digits\).*)")
+
+
+def test_selector_data_with_a_huge_int_is_one_line(tmp_path):
+    """A 5,000-digit integer in the selector's data file (JSON): one line naming the file, before any sha256."""
+    project = make_project(tmp_path)
+    text = project.text("kernels/data/gemm_selector.json")
+    first = text.index('"M":') + len('"M":')
+    end = first + len(text[first:]) - len(text[first:].lstrip("0123456789"))
+    project.write("kernels/data/gemm_selector.json", text[:first] + "9" * 5000 + text[end:])
+    project.freeze()
+    run_cli(project, "codegen", "--all", "--check").expect_error(r"error: kernels/data/gemm_selector\.json: .+")
 
 
 @pytest.mark.slow
