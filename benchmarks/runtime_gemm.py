@@ -465,7 +465,7 @@ def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, in
 
     best = exhaustive_best()
     os.environ["TUNETABLE_CACHE_DIR"] = tempfile.mkdtemp(prefix="runtime_gemm_autotune.")
-    tuner = online.OnlineTuner()
+    tuner = online.OnlineTuner(gemm_with=tunetable.kernels.gemm_with)
     rows = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # the source column says which shapes are untuned
