@@ -166,6 +166,8 @@ class ShapePlan:
                         "this capturing stream and the plan's spare is taken: call it once on this stream "
                         "before capturing")
                 found, self.spare = self.spare, 0
+            elif self.plan.workspace_ptr and self.plan.workspace_ptr not in self.workspaces.values():
+                found = self.plan.workspace_ptr   # the one build_plan made goes to the first stream
             else:
                 found = self.new_workspace()
             self.workspaces[stream] = found

@@ -143,7 +143,8 @@ def test_the_current_device_and_context_are_left_as_they_were() -> None:
 def test_the_gpu_is_identified_against_the_recorded_devices() -> None:
     found = launch.device_runtime(0)
     info = found.info
-    assert info.compute_capability == (9, 0) and info.sm_count == torch.cuda.get_device_properties(0).multi_processor_count
+    props = torch.cuda.get_device_properties(0)
+    assert info.compute_capability == (9, 0) and info.sm_count == props.multi_processor_count
     table = devices.table_device(info)
     assert table.device in devices.RECORDED_DEVICES
     if "H200" in info.name:
