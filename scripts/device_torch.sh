@@ -8,6 +8,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/tunetable-out}
 mkdir -p "$OUT"
 STEPS=${*:-new client host suite}
+START=$(date +%s)   # the suite gets what is left of CALL_BUDGET_S (the device call's limit, less a margin)
 export TUNETABLE_GIT_REV=${TUNETABLE_GIT_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -18,7 +19,7 @@ export TUNETABLE_GIT_REV=${TUNETABLE_GIT_REV:-$(git rev-parse --short HEAD 2>/de
       new) timeout 180 python3 -m pytest -m gpu tests/gpu/test_torch_gpu.py -x -q -p no:cacheprovider ;;
       client) timeout 300 python3 benchmarks/llama_client.py --out "$OUT" ;;
       host) timeout 90 python3 benchmarks/runtime_gemm.py --host-only --out "$OUT" ;;
-      suite) timeout "${SUITE_TIMEOUT_S:-330}" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider \
+      suite) timeout $(( ${CALL_BUDGET_S:-570} - ($(date +%s) - START) )) python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider \
                --ignore tests/gpu/test_torch_gpu.py ;;
       *) echo "unknown step $step" ;;
     esac
