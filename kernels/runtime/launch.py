@@ -283,6 +283,9 @@ class DeviceRuntime:
             buffer = self.cuda.mem_alloc(nbytes)
             if family.zeroed_workspace:
                 self.cuda.memset_d8(buffer, 0, nbytes)  # split-K tile counters start at zero
+                # The memset is queued on the legacy stream, which the caller's non-blocking stream does not
+                # wait for: finish it now (preparation only, never inside a capture).
+                self.cuda.Context.synchronize()
             allocations.append(buffer)
             sizes.append(nbytes)
             return int(buffer)
