@@ -16,9 +16,9 @@ export TUNETABLE_GIT_REV=${TUNETABLE_GIT_REV:-$(git rev-parse --short HEAD 2>/de
   for step in $STEPS; do
     echo "== $step $(date -u +%H:%M:%S)"
     case $step in
-      new) timeout 180 python3 -m pytest -m gpu tests/gpu/test_torch_gpu.py -x -q -p no:cacheprovider ;;
-      client) timeout 300 python3 benchmarks/llama_client.py --out "$OUT" ;;
-      host) timeout 90 python3 benchmarks/runtime_gemm.py --host-only --out "$OUT" ;;
+      new) timeout ${NEW_TIMEOUT_S:-180} python3 -m pytest -m gpu tests/gpu/test_torch_gpu.py -x -q -p no:cacheprovider ;;
+      client) timeout ${CLIENT_TIMEOUT_S:-300} python3 benchmarks/llama_client.py --out "$OUT" ;;
+      host) timeout ${HOST_TIMEOUT_S:-90} python3 benchmarks/runtime_gemm.py --host-only --out "$OUT" ;;
       suite) timeout $(( ${CALL_BUDGET_S:-570} - ($(date +%s) - START) )) python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider \
                --ignore tests/gpu/test_torch_gpu.py ;;
       *) echo "unknown step $step" ;;
