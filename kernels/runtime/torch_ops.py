@@ -14,8 +14,8 @@ Importing this module imports torch (``tunetable`` itself never does); the user-
 ``tunetable.torch``.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: torch.library.custom_op reads the operator's schema from the
+# annotations, which must be types, not strings.
 import sys
 
 import torch
