@@ -19,6 +19,11 @@ _RUNTIME_API = {
     "NoGpuError": "tunetable.kernels.runtime.launch",
     "gemm": "tunetable.kernels.runtime.launch",
     "gemm_with": "tunetable.kernels.runtime.launch",
+    "GraphCaptureError": "tunetable.kernels.runtime.launch",
+    "DeviceTableWarning": "tunetable.kernels.runtime.devices",
+    "UnsupportedDeviceError": "tunetable.kernels.runtime.devices",
+    "record_shapes": "tunetable.kernels.runtime.record",
+    "stop_recording": "tunetable.kernels.runtime.record",
     "autotune": "tunetable.kernels.autotune",
 }
 __all__ = sorted(_RUNTIME_API)

@@ -5,7 +5,10 @@ H200's driver that mislays the arguments of a kernel taking ``__grid_constant__ 
 parameters (128-byte aligned): the pointers after them read as garbage (illegal address). With
 ``kernelParams`` (one pointer per argument) the driver places each argument itself, as the CUDA
 runtime does. This module does that for the families whose ``arg_format`` has struct arguments.
-It runs in the caller's current context (pycuda's primary context), so pointers are shared.
+It runs in the caller's current context: the device's primary context, the one torch, CuPy and
+pycuda's ``retain_primary_context`` share, so pointers and streams are valid across them. The
+runtime's per-call helpers (the current context, a pointer's device, a stream's capture status, an
+event wait between two streams) are here too: each is one libcuda call, safe during graph capture.
 """
 
 from __future__ import annotations
@@ -58,6 +61,15 @@ def _cuda() -> ctypes.CDLL:
     lib.cuModuleUnload.argtypes = [ctypes.c_void_p]
     lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
                                                  ctypes.POINTER(LaunchConfig)]
+    lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.cuCtxGetDevice.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    lib.cuCtxPushCurrent_v2.argtypes = [ctypes.c_void_p]
+    lib.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+    lib.cuStreamIsCapturing.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    lib.cuEventCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+    lib.cuEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.cuStreamWaitEvent.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
     return lib
 
 
@@ -74,6 +86,73 @@ def _check(status: int, call: str) -> None:
     """Raise DriverError naming the call when a driver status is not success (0)."""
     if status != 0:
         raise DriverError(f"{call} failed with CUresult {status}")
+
+
+# --- contexts, pointers, streams (the runtime's per-call helpers) --------------------------------------
+
+POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9      # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+EVENT_DISABLE_TIMING = 2                  # CU_EVENT_DISABLE_TIMING
+STREAM_CAPTURE_STATUS_NONE = 0            # CU_STREAM_CAPTURE_STATUS_NONE
+
+
+def current_context() -> int:
+    """The calling thread's current CUcontext handle (0: none)."""
+    handle = ctypes.c_void_p()
+    _check(_cuda().cuCtxGetCurrent(ctypes.byref(handle)), "cuCtxGetCurrent")
+    return handle.value or 0
+
+
+def current_device() -> int | None:
+    """The ordinal of the device of the thread's current context (None: no context is current)."""
+    if not current_context():
+        return None
+    ordinal = ctypes.c_int(-1)
+    _check(_cuda().cuCtxGetDevice(ctypes.byref(ordinal)), "cuCtxGetDevice")
+    return ordinal.value
+
+
+def push_context(handle: int) -> None:
+    """Make ``handle`` current on top of the thread's context stack (pop_context undoes it)."""
+    _check(_cuda().cuCtxPushCurrent_v2(ctypes.c_void_p(handle)), "cuCtxPushCurrent")
+
+
+def pop_context() -> None:
+    """Pop the context push_context made current (the caller's context is current again)."""
+    handle = ctypes.c_void_p()
+    _check(_cuda().cuCtxPopCurrent_v2(ctypes.byref(handle)), "cuCtxPopCurrent")
+
+
+def pointer_device(ptr: int) -> int:
+    """The ordinal of the device whose memory ``ptr`` points into (DriverError for a host or unknown pointer)."""
+    ordinal = ctypes.c_int(-1)
+    _check(_cuda().cuPointerGetAttribute(ctypes.byref(ordinal), POINTER_ATTRIBUTE_DEVICE_ORDINAL, int(ptr)),
+           f"cuPointerGetAttribute(0x{int(ptr):x}, DEVICE_ORDINAL)")
+    return ordinal.value
+
+
+def stream_is_capturing(stream: int) -> bool:
+    """Whether ``stream`` (a CUstream handle) is capturing a CUDA graph now."""
+    status = ctypes.c_int(0)
+    _check(_cuda().cuStreamIsCapturing(ctypes.c_void_p(stream), ctypes.byref(status)), "cuStreamIsCapturing")
+    return status.value != STREAM_CAPTURE_STATUS_NONE
+
+
+def new_event() -> int:
+    """A CUevent without timing, for ordering one stream after another (wait_for)."""
+    handle = ctypes.c_void_p()
+    _check(_cuda().cuEventCreate(ctypes.byref(handle), EVENT_DISABLE_TIMING), "cuEventCreate")
+    return handle.value or 0
+
+
+def wait_for(*, waiter: int, producer: int, event: int) -> None:
+    """Order ``waiter``'s later work after everything queued on ``producer`` so far (no host wait).
+
+    The CUDA array interface v3 synchronisation rule: a consumer on another stream than the one the
+    producer names makes its own stream wait for an event recorded on the producer's.
+    """
+    lib = _cuda()
+    _check(lib.cuEventRecord(ctypes.c_void_p(event), ctypes.c_void_p(producer)), "cuEventRecord")
+    _check(lib.cuStreamWaitEvent(ctypes.c_void_p(waiter), ctypes.c_void_p(event), 0), "cuStreamWaitEvent")
 
 
 @dataclass

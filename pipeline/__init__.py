@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 
 # The runtime API (``from tunetable import gemm, gemm_with, autotune``), imported on first use so
 # that ``import tunetable`` (the CLI, the build) loads nothing of the runtime it does not need.
-_RUNTIME_API = ("gemm", "gemm_with", "autotune", "FallbackWarning", "UntunedShapeWarning", "NoGpuError")
+_RUNTIME_API = ("gemm", "gemm_with", "autotune", "FallbackWarning", "UntunedShapeWarning", "NoGpuError",
+                "GraphCaptureError", "DeviceTableWarning", "UnsupportedDeviceError", "record_shapes", "stop_recording")
 
 
 def __getattr__(name: str):

@@ -3,6 +3,9 @@
 CSV: one shape per line, ``M,N,K`` or ``M,N,K,count`` (an optional header line naming those
 columns; blank lines and lines starting with ``#`` are skipped). Every value is a positive
 integer; a count defaults to 1.
+The file ``TUNETABLE_RECORD_SHAPES`` makes (``tunetable.kernels.runtime.record``: the shapes a running
+model's ``tunetable.gemm`` served) is such a CSV: blocks of ``M,N,K,count`` rows, each after a
+``# tunetable.gemm shapes: ...`` comment line.
 
 Trace: the chrome-trace JSON that ``torch.profiler`` exports (``prof.export_chrome_trace``) when
 profiling with ``record_shapes=True``: a mapping with ``traceEvents`` whose CPU-op events carry

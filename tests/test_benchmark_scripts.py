@@ -527,3 +527,20 @@ def test_partial_tiles_names_a_recording_it_cannot_use(tmp_path: Path) -> None:
         partial_tiles.load_times(path=lacking)
     assert partial_tiles.main(["--recording", str(broken), "--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out.md").exists()
+
+
+def test_llama_client_counts_a_failed_phase_as_a_target_not_met() -> None:
+    client = load_benchmark_script("llama_client")
+    row = {"batch": 1, "ms_per_step": {"unpatched": 10.0, "patched": 9.0}, "patched_over_unpatched": 0.9,
+           "tokens_per_s": {"unpatched": 100.0, "patched": 111.1}, "logits_rel_err": 1e-3, "top1_agreement": 1.0}
+    results = {"prefill": None, "decode": [row], "compile": None, "errors": {"prefill": "RuntimeError: x"},
+               "layers": 32, "device": "NVIDIA H100 80GB HBM3", "torch": "2.11", "transformers": "5.17",
+               "git_rev": "abc", "date": "2026-12-06", "patch": "took 225 of 225", "method": "m"}
+    met = client.targets(results)
+    assert met == {"decode batch 1 <= unpatched": True, "decode batch 8 <= unpatched": False,
+                   "decode batch 64 <= unpatched": False, "prefill <= 1.0x unpatched": False,
+                   "logits rel err <= 0.02": False, "zero graph breaks from tunetable": False}
+    results["targets"] = met
+    text = client.render_markdown(results)
+    assert "| decode batch 1 (CUDA graph) | 10.000 | 9.000 | 0.900 | 100 | 111 |" in text
+    assert "Failed: prefill: RuntimeError: x" in text and "- prefill <= 1.0x unpatched: NOT met" in text

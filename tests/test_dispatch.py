@@ -384,10 +384,14 @@ def test_struct_plan_keeps_one_argument_set_per_address_triple() -> None:
     first = plan.arguments_for(0x1000, 0x2000, 0x3000)
     assert plan.arguments_for(0x1000, 0x2000, 0x3000) is first and plan.encodes == 1
     assert [item.value for item in first.storage] == [0x1000, 0x2000, 0x3000, 0x5000, 7, 4096, 4096]
+    # A stream's own workspace is part of the address set: another workspace, another argument set.
+    other = plan.arguments_for(0x1000, 0x2000, 0x3000, 0x9000)
+    assert other is not first and [item.value for item in other.storage][3] == 0x9000 and plan.encodes == 2
+    assert plan.arguments_for(0x1000, 0x2000, 0x3000) is first and plan.encodes == 2
     for index in range(ARGUMENT_CACHE_SIZE):
         plan.arguments_for(0x10000 * (index + 2), 0x2000, 0x3000)
-    assert len(plan.arguments) == ARGUMENT_CACHE_SIZE and (0x1000, 0x2000, 0x3000) not in plan.arguments
-    assert plan.encodes == 1 + ARGUMENT_CACHE_SIZE
+    assert len(plan.arguments) == ARGUMENT_CACHE_SIZE and (0x1000, 0x2000, 0x3000, None) not in plan.arguments
+    assert plan.encodes == 2 + ARGUMENT_CACHE_SIZE
 
 
 def test_pointer_plans_pack_the_familys_arguments_per_call() -> None:

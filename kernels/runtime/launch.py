@@ -5,22 +5,40 @@ the bench's worker uses too, so the runtime launches what was measured.
 
 A configuration's cubin comes from ``tunetable.kernels.jit`` (compiled on first use, cached by
 content key) with the build settings codegen wrote into the generated file (``BUILDS``): no
-params.yaml, no build module. Plans are memoised per (configuration, shape), and ``gemm()`` keeps
-the plan of each shape's decision, so a call after the first costs a dictionary lookup, the operand
-checks and the launch. pycuda is imported on the first GEMM, so importing this module needs no GPU.
+params.yaml, no build module. pycuda is imported on the first GEMM, so importing this module needs
+no GPU.
+
+Device and stream. Each call runs on the GPU its operands live on (two devices: one error), in that
+device's primary context (the one torch and CuPy use), and is queued on the caller's stream: an
+explicit ``stream=``; else torch's current stream of that device for torch tensors, CuPy's current
+stream for CuPy arrays, the ``stream`` of a ``__cuda_array_interface__`` (v3: an operand whose
+producer stream differs from the launch stream is waited for with an event, no host sync); else the
+legacy default stream. Loaded cubins, plans and split-K workspaces are per device (``DeviceRuntime``);
+the device's tables come from ``devices.table_device`` (today's tables are the H200's).
+
+CUDA graphs. A shape's first call on a device prepares its plan (cubin load, workspace) and must
+run outside capture (inside one it raises ``GraphCaptureError``); later calls allocate nothing on the
+host's behalf but torch's output, encode arguments into host memory and launch, which a capture
+records. Each stream gets its own split-K workspace (no race between streams); the first capturing
+stream without one takes the plan's spare, allocated with the plan. A call after the first costs the
+operand checks, a dictionary lookup and the launch.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
+import warnings
+from collections.abc import Callable, Iterator
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tunetable.kernels import driver
 from tunetable.kernels.families import FAMILIES, KernelFamily
 from tunetable.kernels.families.common import TableEntry, config_id
 from tunetable.kernels.jit import CompileResult, compile_config, compile_many, default_cache_dir
@@ -33,18 +51,23 @@ from tunetable.kernels.runtime.decide import (
     shape_selector,
     tunables_of,
 )
-from tunetable.kernels.runtime import online
+from tunetable.kernels.runtime import online, record
+from tunetable.kernels.runtime.devices import DeviceTableWarning, GpuInfo, TableDevice, table_device
 from tunetable.kernels.runtime.operands import Operand, cai_numpy_dtype, check_out, check_problem, operand
 from tunetable.kernels.runtime.plan import LaunchPlan, Loader, build_plan
 from tunetable.kernels.tuning_configs import BUILDS, TABLES
 
-# Struct-argument kernels: encoded argument sets kept per plan, one per (A, B, C) address triple seen
-# (TMA tensor maps embed the A and B addresses).
+# Encoded argument sets kept per plan, one per (A, B, C, workspace) address set seen (TMA tensor maps
+# embed the A and B addresses; a graph captures the set of its static buffers).
 ARGUMENT_CACHE_SIZE = 16
 
 
 class NoGpuError(RuntimeError):
     """pycuda or a CUDA device is missing: GEMMs cannot run on this machine."""
+
+
+class GraphCaptureError(RuntimeError):
+    """A call that must load, compile or allocate ran while its stream was capturing a CUDA graph."""
 
 
 # --- cubins: the generated build settings + the JIT leaf ---------------------------------------------
@@ -101,74 +124,136 @@ def warm_cache(*, table: str = DEFAULT_TABLE, workers: int = 0,
 
 @dataclass
 class ShapePlan:
-    """gemm()'s plan of one (configuration, shape): the launch plan, its workspace, its argument sets.
+    """gemm()'s plan of one (configuration, shape) on one device: the launch plan, workspaces, argument sets.
 
-    Pointer-argument kernels pack their arguments per call; struct-argument kernels (TMA tensor maps
-    embed the A and B addresses) keep the ``ARGUMENT_CACHE_SIZE`` most recent address triples'
-    arguments, so a repeated call encodes nothing.
+    Argument sets are kept for the ``ARGUMENT_CACHE_SIZE`` most recent (A, B, C, workspace) addresses,
+    so a repeated call encodes nothing. A family with a split-K workspace gets one per stream
+    (``new_workspace`` allocates it, outside capture) and a spare for the first capturing stream.
     """
 
     plan: LaunchPlan
     workspace: Any = None  # DeviceAllocation or None, kept alive with the plan
     arguments: OrderedDict = field(default_factory=OrderedDict)
-    encodes: int = 0  # argument sets built for a struct kernel (a cached address triple builds none)
+    encodes: int = 0  # argument sets built (a cached address set builds none)
+    new_workspace: Callable[[], int] | None = None
+    workspaces: dict[int, int] = field(default_factory=dict)   # stream handle -> workspace address
+    spare: int = 0   # a workspace for the first capturing stream that has none (0: none left)
 
-    def arguments_for(self, a_ptr: int, b_ptr: int, c_ptr: int) -> Any:
-        """The arguments of one address triple, built on first use, least recently used dropped."""
-        key = (a_ptr, b_ptr, c_ptr)
+    def arguments_for(self, a_ptr: int, b_ptr: int, c_ptr: int, workspace: int | None = None) -> Any:
+        """The arguments of one address set, built on first use, least recently used dropped."""
+        key = (a_ptr, b_ptr, c_ptr, workspace)
         found = self.arguments.get(key)
         if found is not None:
             self.arguments.move_to_end(key)
             return found
-        found = self.plan.arguments(a_ptr, b_ptr, c_ptr)
+        found = self.plan.arguments(a_ptr, b_ptr, c_ptr, workspace)
         self.encodes += 1
         self.arguments[key] = found
         if len(self.arguments) > ARGUMENT_CACHE_SIZE:
             self.arguments.popitem(last=False)
         return found
 
-    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
-        """Enqueue the GEMM on the default stream."""
+    def workspace_for(self, stream: int) -> int | None:
+        """The stream's own workspace address (None: the family needs none), made on its first use."""
+        if self.new_workspace is None:
+            return None
+        found = self.workspaces.get(stream)
+        if found is None:
+            if driver.stream_is_capturing(stream):
+                if not self.spare:
+                    raise GraphCaptureError(
+                        f"gemm: M={self.plan.m}, N={self.plan.n}, K={self.plan.k} needs a split-K workspace for "
+                        "this capturing stream and the plan's spare is taken: call it once on this stream "
+                        "before capturing")
+                found, self.spare = self.spare, 0
+            elif self.plan.workspace_ptr and self.plan.workspace_ptr not in self.workspaces.values():
+                found = self.plan.workspace_ptr   # the one build_plan made goes to the first stream
+            else:
+                found = self.new_workspace()
+            self.workspaces[stream] = found
+        return found
+
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int = 0) -> None:
+        """Enqueue the GEMM on ``stream`` (a raw CUstream handle; 0: the legacy default stream)."""
         if self.plan.kernel is None:
             self.plan.launch(self.plan.arguments(a_ptr, b_ptr, c_ptr))
         else:
-            self.plan.launch(self.arguments_for(a_ptr, b_ptr, c_ptr))
+            arguments = self.arguments_for(a_ptr, b_ptr, c_ptr, self.workspace_for(stream))
+            self.plan.launch_on(arguments, stream)
 
 
-# --- the process's GPU state ------------------------------------------------------------------------
+# --- the process's GPU state: one runtime per device --------------------------------------------------
 
-class Runtime:
-    """The pycuda context, loaded cubins and per-(configuration, shape) plans of one process."""
+def _pycuda() -> Any:
+    """pycuda.driver, initialised (NoGpuError when pycuda or a device is missing)."""
+    try:
+        import pycuda.driver as cuda  # lazy: importing the runtime needs no GPU and no pycuda
+    except ImportError as exc:
+        raise NoGpuError(
+            f"tunetable.gemm needs pycuda and a CUDA GPU, and pycuda cannot be imported here ({exc}); "
+            "install the 'cuda' extra on a machine with an NVIDIA GPU"
+        ) from None
+    try:
+        cuda.init()
+        count = cuda.Device.count()
+    except cuda.Error as exc:
+        raise NoGpuError(f"tunetable.gemm: no usable CUDA driver or device ({exc})") from None
+    if count == 0:
+        raise NoGpuError("tunetable.gemm: no CUDA device is visible")
+    return cuda
 
-    def __init__(self) -> None:
-        try:
-            import pycuda.driver as cuda  # lazy: importing the runtime needs no GPU and no pycuda
-        except ImportError as exc:
-            raise NoGpuError(
-                f"tunetable.gemm needs pycuda and a CUDA GPU, and pycuda cannot be imported here ({exc}); "
-                "install the 'cuda' extra on a machine with an NVIDIA GPU"
-            ) from None
-        try:
-            cuda.init()
-            count = cuda.Device.count()
-        except cuda.Error as exc:
-            raise NoGpuError(f"tunetable.gemm: no usable CUDA driver or device ({exc})") from None
-        if count == 0:
-            raise NoGpuError("tunetable.gemm: no CUDA device is visible")
+
+def gpu_info(cuda: Any, ordinal: int) -> GpuInfo:
+    """What the driver reports of device ``ordinal`` (name, SM count, memory, compute capability)."""
+    device = cuda.Device(ordinal)
+    return GpuInfo(ordinal=ordinal, name=device.name(),
+                   sm_count=int(device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)),
+                   memory_bytes=int(device.total_memory()), compute_capability=tuple(device.compute_capability()))
+
+
+class DeviceRuntime:
+    """One device's primary context, loaded cubins, per-(configuration, shape) plans and table device."""
+
+    def __init__(self, cuda: Any, ordinal: int) -> None:
+        count = cuda.Device.count()
+        if not 0 <= ordinal < count:
+            raise ValueError(f"tunetable.gemm: no CUDA device {ordinal} ({count} visible)")
         self.cuda = cuda
-        self.device = cuda.Device(0)
-        # The primary context is the one torch and CuPy use, so pointers are shared with them.
+        self.ordinal = ordinal
+        self.info = gpu_info(cuda, ordinal)
+        self.table: TableDevice = table_device(self.info)  # UnsupportedDeviceError off sm_90
+        self.device = cuda.Device(ordinal)
+        # The primary context is the one torch and CuPy use, so pointers and streams are shared with them.
         self.context = self.device.retain_primary_context()
-        self.context.push()
-        _thread.has_context = True
-        atexit.register(self._close)
+        with self.entered():
+            self.handle = driver.current_context()
+            self.event = driver.new_event()   # the CUDA array interface's stream waits
         self.loader = Loader(cuda)
         self.plans: dict[tuple[str, int, int, int], ShapePlan] = {}
+        # (M, N, K) -> plan of the dispatch's choice: after the first call of a shape on this device,
+        # gemm() goes straight from the operands to the launch (the shape was validated then).
+        self.shape_plans: dict[tuple[int, int, int], ShapePlan] = {}
+
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[None]:
+        """This device's context current (pycuda's stack too) for the block: loads and allocations."""
+        self.context.push()
+        try:
+            yield
+        finally:
+            self.context.pop()
 
     def enter_thread(self) -> None:
-        """Make the context current in a thread other than the creator (pycuda's stack is per thread)."""
-        self.context.push()
-        _thread.has_context = True
+        """Keep the context on pycuda's stack in this thread (pycuda's own allocations need it there).
+
+        Only where no other device's context is current: pushing over torch's current device would
+        move it (torch.cuda.current_device() reads the current context).
+        """
+        if driver.current_context() in (0, self.handle):
+            self.context.push()
+            _thread.pushed = [*getattr(_thread, "pushed", []), self]
+            if threading.current_thread() is threading.main_thread():
+                atexit.register(self._close)
 
     def _close(self) -> None:
         """Pop the context at interpreter exit (nothing when it is already gone)."""
@@ -182,104 +267,236 @@ class Runtime:
         key = (entry.config_id, m, n, k)
         found = self.plans.get(key)
         if found is None:
-            found = self.plans[key] = self._build(entry, m=m, n=n, k=k)
+            with self.entered():
+                found = self.plans[key] = self._build(entry, m=m, n=n, k=k)
         return found
 
     def _build(self, entry: TableEntry, *, m: int, n: int, k: int) -> ShapePlan:
-        """A new plan: the cubin (compiled on first use), the family's geometry, a zeroed workspace."""
+        """A new plan: the cubin (compiled on first use), the family's geometry, a zeroed workspace and a spare."""
         family = FAMILIES[entry.kernel]
         defines = entry_defines(entry)
         allocations: list[Any] = []
+        sizes: list[int] = []
 
         def workspace(nbytes: int) -> int:
             """A new split-K workspace, zeroed when the family says so."""
             buffer = self.cuda.mem_alloc(nbytes)
             if family.zeroed_workspace:
                 self.cuda.memset_d8(buffer, 0, nbytes)  # split-K tile counters start at zero
+                # The memset is queued on the legacy stream, which the caller's non-blocking stream does not
+                # wait for: finish it now (preparation only, never inside a capture).
+                self.cuda.Context.synchronize()
             allocations.append(buffer)
+            sizes.append(nbytes)
             return int(buffer)
 
         plan = build_plan(loader=self.loader, family=family, defines=defines, cubin=cubin_for(entry),
-                          geometry=family.launch(defines, m, n, k), m=m, n=n, k=k, workspace=workspace)
-        return ShapePlan(plan=plan, workspace=allocations[0] if allocations else None)
+                          geometry=family.launch(defines, m, n, k), m=m, n=n, k=k, workspace=workspace,
+                          driver=True)
+        if not allocations:
+            return ShapePlan(plan=plan)
 
-    def empty_like(self, like: Any, library: str, *, m: int, n: int) -> tuple[Any, int]:
+        def new_workspace() -> int:
+            """Another workspace of the plan's size (a new stream's), in this device's context."""
+            with self.entered():
+                return workspace(sizes[0])
+
+        shape_plan = ShapePlan(plan=plan, workspace=allocations, new_workspace=new_workspace,
+                               spare=new_workspace())
+        return shape_plan
+
+    def empty_like(self, like: Any, library: str, *, m: int, n: int, stream: int) -> tuple[Any, int]:
         """A new M x N bf16 output from the same library as the input ``like``, and its address."""
         if library == "torch":
-            out = like.new_empty((m, n))  # same dtype and device, cheaper than torch.empty
+            out = like.new_empty((m, n))  # same dtype and device (a graph's pool during capture)
             return out, out.data_ptr()
-        if library == "cupy":
-            out = sys.modules["cupy"].empty((m, n), dtype=like.dtype)
-            return out, int(out.data.ptr)
-        import numpy as np  # lazy, with pycuda: only pycuda and CUDA-array-interface inputs need them
-        from pycuda import gpuarray  # (with numpy, above)
+        if driver.stream_is_capturing(stream):
+            raise GraphCaptureError(f"gemm: allocating a {library} output during CUDA graph capture would break "
+                                    "it: pass out= (a static buffer allocated before the capture)")
+        with self.entered():
+            if library == "cupy":
+                out = sys.modules["cupy"].empty((m, n), dtype=like.dtype)
+                return out, int(out.data.ptr)
+            import numpy as np  # lazy, with pycuda: only pycuda and CUDA-array-interface inputs need them
+            from pycuda import gpuarray  # (with numpy, above)
 
-        dtype = like.dtype if library == "pycuda" else cai_numpy_dtype(like)
-        out = gpuarray.empty((m, n), dtype=np.dtype(dtype))
-        return out, int(out.gpudata)
+            dtype = like.dtype if library == "pycuda" else cai_numpy_dtype(like)
+            out = gpuarray.empty((m, n), dtype=np.dtype(dtype))
+            return out, int(out.gpudata)
 
+
+Runtime = DeviceRuntime   # the name before devices were per device
 
 _state: dict[str, Any] = {}
+_runtimes: dict[int, DeviceRuntime] = {}
 _lock = threading.Lock()
-_thread = threading.local()  # has_context: this thread has the runtime's context pushed
-# (M, N, K) -> plan of the dispatch's choice: after the first call of a shape, gemm() goes straight
-# from the operands to the launch (the shape was validated when the plan was made).
-_shape_plans: dict[tuple[int, int, int], ShapePlan] = {}
-on_dispatcher_change(_shape_plans.clear)
+_thread = threading.local()  # pushed: the device runtimes whose context this thread keeps on pycuda's stack
 
 
-def runtime() -> Runtime:
-    """The process-wide GPU runtime, created on the first GEMM."""
-    found = _state.get("runtime")
+def _clear_shape_plans() -> None:
+    """The dispatcher changed: every device forgets its per-shape plan choices."""
+    for found in _runtimes.values():
+        found.shape_plans.clear()
+
+
+on_dispatcher_change(_clear_shape_plans)
+
+
+def device_runtime(ordinal: int) -> DeviceRuntime:
+    """The runtime of device ``ordinal``, created on its first GEMM (one DeviceTableWarning where the GPU has
+    no tables of its own)."""
+    found = _runtimes.get(ordinal)
     if found is None:
         with _lock:
-            found = _state.get("runtime")
+            found = _runtimes.get(ordinal)
             if found is None:
-                found = _state["runtime"] = Runtime()
-    if not getattr(_thread, "has_context", False):
+                cuda = _state.get("cuda") or _state.setdefault("cuda", _pycuda())
+                found = DeviceRuntime(cuda, ordinal)
+                if found.table.warning:
+                    warnings.warn(found.table.warning, DeviceTableWarning, stacklevel=4)  # gemm()'s caller
+                _runtimes[ordinal] = found
+    return found
+
+
+def runtime(device: int | None = None) -> DeviceRuntime:
+    """The runtime of ``device`` (default: the current context's device, else 0), its context kept current in
+    this thread for pycuda where that moves no other library's device."""
+    if device is None:
+        _state.setdefault("cuda", _pycuda())
+        device = driver.current_device()
+        device = 0 if device is None else device
+    found = device_runtime(device)
+    if found not in getattr(_thread, "pushed", []):
         found.enter_thread()
     return found
 
 
+# --- the caller's device and stream ---------------------------------------------------------------
+
+def device_of(a: Operand, b: Operand) -> int:
+    """The one device both operands live on (a driver query for pycuda and CUDA-array-interface inputs)."""
+    da = a.device if a.device >= 0 else _pointer_device("a", a)
+    db = b.device if b.device >= 0 else _pointer_device("b", b)
+    if da != db:
+        raise ValueError(f"operands on two devices: a on cuda:{da}, b on cuda:{db} (move them to one GPU first)")
+    return da
+
+
+def _pointer_device(name: str, op: Operand) -> int:
+    """The device of an operand's address (the driver's answer), or one clear error."""
+    _state.setdefault("cuda", _pycuda())
+    try:
+        return driver.pointer_device(op.ptr)
+    except driver.DriverError:
+        raise ValueError(f"{name}: address 0x{op.ptr:x} is not device memory the driver knows") from None
+
+
+def stream_handle(stream: Any, *, device: int) -> int:
+    """A raw CUstream handle from an explicit ``stream=``: an int, a torch, CuPy or pycuda stream."""
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    index = getattr(stream, "device_index", None)   # torch streams know their device
+    if index is not None and index != device:
+        raise ValueError(f"stream= is a stream of cuda:{index} but the operands live on cuda:{device}")
+    for name in ("cuda_stream", "ptr", "handle"):    # torch, CuPy, pycuda
+        value = getattr(stream, name, None)
+        if isinstance(value, int):
+            return value
+    raise TypeError(f"stream=: expected a CUstream handle (int) or a torch, CuPy or pycuda stream, got "
+                    f"{type(stream).__module__}.{type(stream).__qualname__}")
+
+
+def caller_stream(op: Operand, *, device: int) -> int:
+    """The stream of the operands' library: torch's or CuPy's current stream, the CUDA array interface's."""
+    if op.library == "torch":
+        return sys.modules["torch"]._C._cuda_getCurrentRawStream(device)   # what Triton launches on
+    if op.library == "cupy":
+        return int(sys.modules["cupy"].cuda.get_current_stream(device).ptr)
+    if op.library == "cai" and op.stream is not None:
+        return op.stream   # 1: the legacy default stream, 2: the per-thread one; both valid handles
+    return 0
+
+
+def _wait_for_producers(found: DeviceRuntime, stream: int, *ops: Operand) -> None:
+    """CUDA array interface v3: each operand whose producer stream is not the launch stream is waited for."""
+    for op in ops:
+        if op.stream is not None and op.stream != stream:
+            driver.wait_for(waiter=stream, producer=op.stream, event=found.event)
+
+
 # --- the public entry points -------------------------------------------------------------------
 
-def _launch(plan: ShapePlan, a: Any, a_op: Operand, b_op: Operand, out: Any, m: int, n: int) -> Any:
-    """Check or allocate the output, then launch."""
-    if not getattr(_thread, "has_context", False):
-        runtime()  # a new thread: push the context first
+def _launch(found: DeviceRuntime, plan: ShapePlan, a: Any, a_op: Operand, b_op: Operand, out: Any, m: int, n: int,
+            stream: int) -> Any:
+    """Check or allocate the output, order after CUDA-array-interface producers, launch in the device's context."""
     if out is None:
-        out, c_ptr = _state["runtime"].empty_like(a, a_op.library, m=m, n=n)
+        out, c_ptr = found.empty_like(a, a_op.library, m=m, n=n, stream=stream)
+        out_op = None
     else:
         out_op = operand("out", out)
         check_out(out_op, m=m, n=n)
+        if out_op.device != found.ordinal:
+            device = out_op.device if out_op.device >= 0 else _pointer_device("out", out_op)
+            if device != found.ordinal:
+                raise ValueError(f"out: on cuda:{device} but the operands live on cuda:{found.ordinal}")
         c_ptr = out_op.ptr
-    plan.launch(a_op.ptr, b_op.ptr, c_ptr)
+    current = driver.current_context()
+    if current != found.handle:
+        driver.push_context(found.handle)   # the kernel and the stream belong to the operands' device
+    try:
+        if a_op.stream is not None or b_op.stream is not None or (out_op is not None and out_op.stream is not None):
+            _wait_for_producers(found, stream, a_op, b_op, *(() if out_op is None else (out_op,)))
+        plan.launch(a_op.ptr, b_op.ptr, c_ptr, stream)
+    finally:
+        if current != found.handle:
+            driver.pop_context()
     return out
 
 
-def gemm(a: Any, b: Any, out: Any = None) -> Any:
+def _prepare(found: DeviceRuntime, stream: int, *, m: int, n: int, k: int) -> None:
+    """Refuse a shape's first call during graph capture (it would compile, load and allocate)."""
+    if driver.stream_is_capturing(stream):
+        raise GraphCaptureError(
+            f"gemm: the first call of M={m}, N={n}, K={k} on cuda:{found.ordinal} ran during CUDA graph capture; "
+            "it compiles, loads and allocates, which a capture cannot hold: call it once before capturing (the "
+            "warm-up torch.cuda.graph asks for)")
+
+
+def gemm(a: Any, b: Any, out: Any = None, *, stream: Any = None) -> Any:
     """C = a · bᵀ in bf16 (a: M x K, b: N x K, row-major on the GPU) with the tuned family and configuration.
 
     The dispatch list picks the kernel family for the shape, that family's table the configuration
     (tunetable.kernels.runtime.decide). Accepts pycuda GPUArrays, torch tensors, CuPy arrays or any
-    object with ``__cuda_array_interface__``; returns ``out`` (allocated like ``a`` when None). The
-    kernel is enqueued on the legacy default stream (torch's and CuPy's default too) of device 0, the
-    first visible GPU (choose it with CUDA_VISIBLE_DEVICES), and the call returns without waiting.
+    object with ``__cuda_array_interface__``; returns ``out`` (allocated like ``a`` when None). Runs on
+    the device the operands live on, queued on ``stream`` or the caller's library's current stream
+    (module docstring), and returns without waiting. Capturable in a CUDA graph after the shape's first call.
     """
     a_op = operand("a", a)
     b_op = operand("b", b)
     if a_op.cols != b_op.cols:
         check_problem(a_op, b_op, family=FAMILIES[DEFAULT_TABLE])  # raises the mismatched-K error
     m, n, k = a_op.rows, b_op.rows, a_op.cols
-    plan = _shape_plans.get((m, n, k))
+    # Fast path: torch / CuPy operands on one device whose runtime has planned this shape.
+    found = _runtimes.get(a_op.device) if a_op.device >= 0 and a_op.device == b_op.device else None
+    plan = found.shape_plans.get((m, n, k)) if found is not None else None
     if plan is None:
-        check_problem(a_op, b_op, family=FAMILIES[DEFAULT_TABLE])
+        check_problem(a_op, b_op, family=FAMILIES[DEFAULT_TABLE])   # before any GPU work
+        device = device_of(a_op, b_op)
+        found = _runtimes.get(device) or device_runtime(device)
+        plan = found.shape_plans.get((m, n, k))
+    device = found.ordinal
+    launch_stream = caller_stream(a_op, device=device) if stream is None else stream_handle(stream, device=device)
+    if plan is None:
+        _prepare(found, launch_stream, m=m, n=n, k=k)
         decision = dispatcher().decide(m=m, n=n, k=k)
         entry = decision.entry
         if decision.prediction is not None and online.enabled():
             entry = _tuned_entry(a=a, b=b, out=out, m=m, n=n, k=k)
-        plan = _shape_plans[(m, n, k)] = runtime().plan(entry, m=m, n=n, k=k)
-    return _launch(plan, a, a_op, b_op, out, m, n)
+        plan = found.shape_plans[(m, n, k)] = found.plan(entry, m=m, n=n, k=k)
+    recorder = record._state.get("recorder")
+    if recorder is not None:
+        recorder.add(m, n, k)
+    return _launch(found, plan, a, a_op, b_op, out, m, n, launch_stream)
 
 
 _online: dict[str, online.OnlineTuner] = {}
@@ -287,18 +504,30 @@ _online: dict[str, online.OnlineTuner] = {}
 
 def _tuned_entry(*, a: Any, b: Any, out: Any, m: int, n: int, k: int) -> TableEntry:
     """TUNETABLE_AUTOTUNE: the fastest of the selector's top candidates on these inputs (runtime.online)."""
-    tuner = _online.setdefault("tuner", online.OnlineTuner())
+    tuner = _online.setdefault("tuner", online.OnlineTuner(gemm_with=gemm_with))
     chosen = tuner.choose(m=m, n=n, k=k, a=a, b=b, out=out, ranking=online.ranking(shape_selector(), m=m, n=n, k=k))
     return explicit_entry(chosen["family"], tuple(chosen["tunables"].items()), n, k)
 
 
-def gemm_with(tunables: Mapping[str, int], a: Any, b: Any, out: Any = None, *, family: str = DEFAULT_TABLE) -> Any:
-    """C = a · bᵀ with an explicit configuration of ``family`` (lower-case tunables), bypassing the tables."""
+def gemm_with(tunables: Mapping[str, int], a: Any, b: Any, out: Any = None, *, family: str = DEFAULT_TABLE,
+              stream: Any = None) -> Any:
+    """C = a · bᵀ with an explicit configuration of ``family`` (lower-case tunables), bypassing the tables;
+    device and stream as gemm()."""
     a_op = operand("a", a)
     b_op = operand("b", b)
-    found: KernelFamily | None = FAMILIES.get(family)
-    if found is None:
+    found_family: KernelFamily | None = FAMILIES.get(family)
+    if found_family is None:
         raise ValueError(f"unknown kernel family '{family}' (known: {', '.join(sorted(FAMILIES))})")
-    m, n, k = check_problem(a_op, b_op, family=found)
+    m, n, k = check_problem(a_op, b_op, family=found_family)
+    device = device_of(a_op, b_op)
+    found = _runtimes.get(device) or device_runtime(device)
+    launch_stream = caller_stream(a_op, device=device) if stream is None else stream_handle(stream, device=device)
     entry = explicit_entry(family, tuple(tunables.items()), n, k)
-    return _launch(runtime().plan(entry, m=m, n=n, k=k), a, a_op, b_op, out, m, n)
+    plan = found.plans.get((entry.config_id, m, n, k))
+    if plan is None:
+        _prepare(found, launch_stream, m=m, n=n, k=k)
+        plan = found.plan(entry, m=m, n=n, k=k)
+    return _launch(found, plan, a, a_op, b_op, out, m, n, launch_stream)
+
+
+record.start_from_environment()

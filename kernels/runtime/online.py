@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tunetable.kernels.autotune import Autotuner
@@ -58,11 +58,16 @@ def candidate_configs(ranking: Sequence[Any], *, count: int) -> list[dict[str, A
              "tunables": dict(p.candidate.tunables)} for p in ranking[:count]]
 
 
-def _run(a: Any, b: Any, out: Any, m: int, n: int, k: int, *, config: Mapping[str, Any]) -> Any:
-    """One candidate's GEMM into ``out`` (the function the autotuner times)."""
-    from tunetable.kernels.runtime.launch import gemm_with  # launch imports this module: imported at call time
+GemmWith = Callable[..., Any]   # launch.gemm_with(tunables, a, b, out, family=): handed in, so no import circle
 
-    return gemm_with(config["tunables"], a, b, out, family=config["family"])
+
+def runner(gemm_with: GemmWith) -> Callable[..., Any]:
+    """The function the autotuner times: one candidate's GEMM into ``out`` through ``gemm_with``."""
+
+    def _run(a: Any, b: Any, out: Any, m: int, n: int, k: int, *, config: Mapping[str, Any]) -> Any:
+        return gemm_with(config["tunables"], a, b, out, family=config["family"])
+
+    return _run
 
 
 def _verifier() -> Any:
@@ -84,9 +89,14 @@ def _verifier() -> Any:
 
 
 class OnlineTuner:
-    """Per shape, an autotuner over the selector's top candidates (built on the shape's first call)."""
+    """Per shape, an autotuner over the selector's top candidates (built on the shape's first call).
 
-    def __init__(self) -> None:
+    ``gemm_with`` runs one candidate (the launch step's, handed in by its caller: this module never
+    imports the launch step, which imports it).
+    """
+
+    def __init__(self, *, gemm_with: GemmWith) -> None:
+        self.run = runner(gemm_with)
         self.tuners: dict[tuple[int, int, int], Any] = {}
 
     def choose(self, *, m: int, n: int, k: int, a: Any, b: Any, out: Any, ranking: Sequence[Any]) -> dict[str, Any]:
@@ -97,7 +107,7 @@ class OnlineTuner:
             configs = candidate_configs(ranking, count=top_k())
             if not configs:
                 raise ValueError(f"no selector candidate for M={m}, N={n}, K={k}")
-            tuner = Autotuner(_run, configs=configs, key=["m", "n", "k"], restore_value=["out"],
+            tuner = Autotuner(self.run, configs=configs, key=["m", "n", "k"], restore_value=["out"],
                               verify=_verifier(), sources=[family.source for family in FAMILIES.values()])
             self.tuners[(m, n, k)] = tuner
         if out is None:

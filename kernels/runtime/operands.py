@@ -1,7 +1,8 @@
 """The runtime's operand checks: GPU matrices from torch, CuPy, pycuda or any CUDA array interface.
 
 ``operand`` validates one argument (bf16, 2-D, C-contiguous row-major, 16-byte aligned) and reads
-its device address without a GPU call; ``check_problem`` checks C = A·Bᵀ's shapes against a
+its device address, its device (torch and CuPy say; -1: ask the driver) and, for a CUDA array
+interface, its producer stream, without a GPU call; ``check_problem`` checks C = A·Bᵀ's shapes against a
 family's rules. Pure Python: a library is touched only through the object handed in
 (``sys.modules``), never imported here.
 """
@@ -18,12 +19,14 @@ ALIGNMENT = 16  # bytes: cp.async and TMA move 16-byte chunks
 
 
 class Operand(NamedTuple):
-    """A validated 2-D bf16 device matrix: its address, its shape and the library it came from."""
+    """A validated 2-D bf16 device matrix: its address, its shape, the library it came from, its device."""
 
     ptr: int
     rows: int
     cols: int
     library: str  # "torch" | "cupy" | "pycuda" | "cai"
+    device: int = -1            # the device ordinal; -1: unknown here (the launch asks the driver)
+    stream: int | None = None   # a CUDA array interface's producer stream (v3 'stream'); None: no wait
 
 
 def _fail_type(name: str, obj: Any) -> TypeError:
@@ -80,7 +83,7 @@ def _torch_operand(name: str, x: Any) -> Operand:
         )
     ptr = x.data_ptr()
     _check_aligned(name, ptr)
-    return Operand(ptr, rows, cols, "torch")
+    return Operand(ptr, rows, cols, "torch", x.get_device())
 
 
 def _is_bf16_numpy_dtype(dtype: Any) -> bool:
@@ -98,7 +101,7 @@ def _cupy_operand(name: str, x: Any) -> Operand:
     _check_row_major(name, rows=rows, cols=cols, strides=x.strides)
     ptr = int(x.data.ptr)
     _check_aligned(name, ptr)
-    return Operand(ptr, rows, cols, "cupy")
+    return Operand(ptr, rows, cols, "cupy", int(x.device.id))
 
 
 def _pycuda_operand(name: str, x: Any) -> Operand:
@@ -125,7 +128,24 @@ def _cai_operand(name: str, x: Any) -> Operand:
     _check_row_major(name, rows=rows, cols=cols, strides=interface.get("strides"))
     ptr = int(interface["data"][0])
     _check_aligned(name, ptr)
-    return Operand(ptr, rows, cols, "cai")
+    return Operand(ptr, rows, cols, "cai", -1, cai_stream(name, interface))
+
+
+def cai_stream(name: str, interface: Any) -> int | None:
+    """The producer stream of a CUDA array interface (v3): None when absent or None, else a stream handle.
+
+    0 is not allowed by the interface (ambiguous between the legacy and the per-thread default
+    stream); 1 names the legacy default stream, 2 the per-thread default stream.
+    """
+    stream = interface.get("stream") if int(interface.get("version", 0)) >= 3 else None
+    if stream is None:
+        return None
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+        raise ValueError(f"{name}: __cuda_array_interface__ 'stream' must be None or a stream handle, got {stream!r}")
+    if stream == 0:
+        raise ValueError(f"{name}: __cuda_array_interface__ 'stream' is 0, which the interface disallows "
+                         "(1: the legacy default stream, 2: the per-thread default stream)")
+    return stream
 
 
 def _adapter_for(x: Any) -> Callable[[str, Any], Operand] | None:

@@ -77,10 +77,11 @@ class LaunchPlan:
         """Registers per thread of a pycuda-loaded kernel (None for driver kernels)."""
         return int(self.function.num_regs) if self.function is not None else None
 
-    def arguments(self, a: int, b: int, c: int) -> bytes | KernelArguments:
-        """The launch arguments of one (A, B, C) address triple, in the family's ``arg_format``."""
+    def arguments(self, a: int, b: int, c: int, workspace: int | None = None) -> bytes | KernelArguments:
+        """The launch arguments of one (A, B, C) address triple (and workspace: None, the plan's), in the
+        family's ``arg_format``."""
         values = self.family.kernel_arguments(self.defines, M=self.m, N=self.n, K=self.k, a=a, b=b, c=c,
-                                              workspace=self.workspace_ptr)
+                                              workspace=self.workspace_ptr if workspace is None else workspace)
         if self.kernel is None:
             return struct.pack(self.family.arg_format, *values)
         return kernel_arguments(self.family.arg_format, values)
@@ -95,13 +96,19 @@ class LaunchPlan:
             handle = self.stream.handle if self.stream is not None else 0
             self.kernel.launch(self.grid, self.block, self.smem_bytes, handle, arguments)
 
+    def launch_on(self, arguments: KernelArguments, stream: int) -> None:
+        """Enqueue one launch of a driver kernel on ``stream``, a raw CUstream handle (the caller's stream)."""
+        self.kernel.launch(self.grid, self.block, self.smem_bytes, stream, arguments)
+
 
 def build_plan(*, loader: Loader, family: Any, defines: Mapping[str, Any], cubin: str, geometry: Launch,
                m: int, n: int, k: int, workspace: Callable[[int], int], stream: Any = None,
-               entry: str | None = None) -> LaunchPlan:
+               entry: str | None = None, driver: bool = False) -> LaunchPlan:
     """Load the kernel and resolve one (configuration, shape) launch; ``workspace(nbytes)`` allocates the
     split-K workspace (zeroed as the family needs) and answers its address (0 for none). ``entry``
-    overrides the family's kernel name (a test kernel with the family's argument layout)."""
+    overrides the family's kernel name (a test kernel with the family's argument layout). ``driver``
+    loads pointer-argument kernels through libcuda too (the runtime: it launches on raw stream handles,
+    the caller's, which pycuda's launch cannot take)."""
     entry = entry or family.entry
     smem = int(geometry.smem_bytes)
     grid = (int(geometry.grid[0]), int(geometry.grid[1]), int(geometry.grid[2]))
@@ -109,7 +116,7 @@ def build_plan(*, loader: Loader, family: Any, defines: Mapping[str, Any], cubin
     workspace_ptr = workspace(int(geometry.workspace_bytes)) if geometry.workspace_bytes else 0
     common = dict(family=family, defines=dict(defines), m=m, n=n, k=k, block=block, smem_bytes=smem,
                   workspace_ptr=workspace_ptr, stream=stream)
-    if has_struct_arguments(family.arg_format):
+    if driver or has_struct_arguments(family.arg_format):
         kernel = loader.driver_kernel(cubin, entry, smem)
         # Every launch of a persistent grid is cut the same way (bench and runtime alike).
         cut, fits = kernel.resident_grid(grid=grid, block=block, smem_bytes=smem, cluster=cluster_blocks(defines))

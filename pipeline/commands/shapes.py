@@ -16,6 +16,8 @@ Examples:
   tunetable shapes import trace.json --out shapes/llama.csv   a torch.profiler chrome trace
                                                               (record_shapes=True)
   tunetable shapes import shapes.csv                          M,N,K[,count] rows, to stdout
+  tunetable shapes import recorded.csv --out shapes/mine.csv  what TUNETABLE_RECORD_SHAPES=recorded.csv
+                                                              recorded while a model ran
 Then: `tunetable suggest --shapes shapes/llama.csv` (what runs untuned), or a table's
 `shapes: {list: shapes/llama.csv}` in params.yaml to tune exactly those shapes.
 """

@@ -103,7 +103,7 @@ def test_online_tuning_measures_the_selectors_top_candidates_and_caches_the_choi
     best = min(entry["trials"], key=lambda t: t["median_ms"])
     assert json.loads(entry["best_config"])["config_id"] == json.loads(best["config"])["config_id"]
     chosen = json.loads(entry["best_config"])
-    assert launch._shape_plans[(m, n, k)] is launch.runtime().plan(
+    assert launch.runtime().shape_plans[(m, n, k)] is launch.runtime().plan(
         decide.explicit_entry(chosen["family"], tuple(chosen["tunables"].items()), n, k), m=m, n=n, k=k)
     # A new process reads the cached choice: no tuning, no warning about tuning.
     script = ("import warnings, torch\nfrom tunetable.kernels.runtime import launch, online\n"

@@ -1,0 +1,220 @@
+"""The runtime's PyTorch front end and device/stream rules that need no GPU and no torch.
+
+Which nn.Linear layers patch() takes (through the same choice tunetable.torch uses, on layer
+descriptions), the operator's fake shape rule, the recorded-shapes file and its import, the device
+identification for per-device tables, the caller's-stream and device errors, and the layering:
+`import tunetable` and the runtime import neither torch nor each other in a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunetable.kernels.runtime import devices, launch, record
+from tunetable.kernels.runtime.devices import GpuInfo, UnsupportedDeviceError, table_device
+from tunetable.kernels.runtime.layers import LayerView, PatchReport, choose_layer, gemm_output_shape
+from tunetable.kernels.runtime.operands import Operand, cai_stream, operand
+from tunetable.shapes import read_workload
+
+REPO = Path(__file__).resolve().parents[1]
+GIB = 1 << 30
+H200 = GpuInfo(ordinal=0, name="NVIDIA H200", sm_count=132, memory_bytes=int(139.8 * GIB), compute_capability=(9, 0))
+H100 = GpuInfo(ordinal=1, name="NVIDIA H100 80GB HBM3", sm_count=132, memory_bytes=int(79.2 * GIB),
+               compute_capability=(9, 0))
+
+
+# --- which layers patch() takes --------------------------------------------------------------------
+
+def llama_layers() -> list[LayerView]:
+    """One Llama-3-8B decoder layer's projections, its lm_head, and layers the kernels do not serve."""
+    sizes = {"q_proj": (4096, 4096), "k_proj": (4096, 1024), "v_proj": (4096, 1024), "o_proj": (4096, 4096),
+             "gate_proj": (4096, 14336), "up_proj": (4096, 14336), "down_proj": (14336, 4096)}
+    views = [LayerView(name=f"model.layers.0.{name}", in_features=k, out_features=n, dtype="torch.bfloat16",
+                       device_type="cuda") for name, (k, n) in sizes.items()]
+    bf16 = "torch.bfloat16"
+    return [*views,
+            LayerView(name="lm_head", in_features=4096, out_features=128256, dtype=bf16, device_type="cuda"),
+            LayerView(name="score", in_features=4096, out_features=3, dtype=bf16, device_type="cuda"),
+            LayerView(name="fp32_head", in_features=4096, out_features=4096, dtype="torch.float32", device_type="cuda"),
+            LayerView(name="cpu_proj", in_features=4096, out_features=4096, dtype=bf16, device_type="cpu"),
+            LayerView(name="strided", in_features=4096, out_features=4096, dtype=bf16, device_type="cuda",
+                      contiguous=False)]
+
+
+def test_patch_takes_bf16_cuda_layers_of_served_shapes_and_says_why_it_left_the_rest() -> None:
+    report = PatchReport()
+    for view in llama_layers():
+        report.add(choose_layer(view))
+    assert report.taken == [f"model.layers.0.{name}" for name in
+                            ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")] + ["lm_head"]
+    reasons = {item.name: item.reason for item in report.left}
+    assert "N=3, K=4096" in reasons["score"] and "multiple" in reasons["score"]
+    assert reasons["fp32_head"] == "weight dtype float32: the kernels serve bfloat16"
+    assert reasons["cpu_proj"] == "weight on cpu: the kernels run on a CUDA GPU"
+    assert reasons["strided"] == "weight not contiguous"
+    summary = report.summary()
+    assert summary.startswith("tunetable.torch.patch: took 8 of 12 nn.Linear layers; left to torch: score (")
+    assert summary.endswith("; and 1 more")
+
+
+def test_a_model_with_every_layer_taken_says_so_in_one_line() -> None:
+    report = PatchReport()
+    report.add(choose_layer(llama_layers()[0]))
+    assert report.summary() == "tunetable.torch.patch: took 1 of 1 nn.Linear layers"
+
+
+def test_the_operators_fake_shape_rule() -> None:
+    assert gemm_output_shape((5, 4096), "torch.bfloat16", (1024, 4096), "torch.bfloat16") == (5, 1024)
+    with pytest.raises(ValueError, match=r"mismatched K: a is \(5, 4096\) \(M x K\), b is \(1024, 2048\)"):
+        gemm_output_shape((5, 4096), "torch.bfloat16", (1024, 2048), "torch.bfloat16")
+    with pytest.raises(TypeError, match="tunetable::gemm: b must be bfloat16, got float16"):
+        gemm_output_shape((5, 4096), "torch.bfloat16", (1024, 4096), "torch.float16")
+    with pytest.raises(ValueError, match=r"a must be 2-D, got shape \(2, 5, 4096\)"):
+        gemm_output_shape((2, 5, 4096), "torch.bfloat16", (1024, 4096), "torch.bfloat16")
+
+
+# --- shapes recorded from a running model ------------------------------------------------------------
+
+def test_recorded_blocks_append_and_import_with_counts_summed(tmp_path: Path) -> None:
+    path = tmp_path / "runs" / "shapes.csv"
+    recorder = record.ShapeRecorder(path)
+    for shape, times in (((1, 4096, 4096), 6), ((1, 14336, 4096), 2), ((2048, 4096, 4096), 1)):
+        for _ in range(times):
+            recorder.add(*shape)
+    assert recorder.flush() == 3 and recorder.flush() == 0     # nothing new: nothing appended
+    recorder.add(1, 4096, 4096)
+    assert recorder.flush() == 1
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith(f"# tunetable.gemm shapes: pid {__import__('os').getpid()}, ")
+    assert lines[0].endswith(", 3 shapes, 9 calls")
+    assert lines[1:4] == ["1,4096,4096,6", "2048,4096,4096,1", "1,14336,4096,2"]   # sorted by (N, K, M)
+    assert lines[4].endswith(", 1 shapes, 1 calls") and lines[5] == "1,4096,4096,1"
+    imported = {item.shape: item.count for item in read_workload(path)}
+    assert imported == {(1, 4096, 4096): 7, (2048, 4096, 4096): 1, (1, 14336, 4096): 2}
+
+
+def test_block_text_is_the_csv_the_shapes_import_command_reads(tmp_path: Path) -> None:
+    when = dt.datetime(2026, 12, 6, 2, 30, tzinfo=dt.timezone.utc)
+    text = record.block_text({(8, 1024, 4096): 2}, pid=42, when=when)
+    assert text == "# tunetable.gemm shapes: pid 42, 2026-12-06T02:30:00Z, 1 shapes, 2 calls\n8,1024,4096,2\n"
+    path = tmp_path / "recorded.csv"
+    path.write_text(text + text)
+    done = subprocess.run([sys.executable, "-m", "tunetable", "shapes", "import", str(path)], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "M,N,K,count\n8,1024,4096,4\n"
+
+
+def test_the_environment_variable_and_the_api_start_and_stop_recording(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(record.RECORD_ENV, str(tmp_path / "env.csv"))
+    recorder = record.start_from_environment()
+    assert record.active() is recorder and recorder.path == tmp_path / "env.csv"
+    recorder.add(1, 4096, 4096)
+    api = record.record_shapes(tmp_path / "api.csv")         # replaces it, flushing what it counted
+    assert record.active() is api and (tmp_path / "env.csv").read_text().splitlines()[1] == "1,4096,4096,1"
+    assert record.stop_recording() == tmp_path / "api.csv" and record.active() is None
+    assert not (tmp_path / "api.csv").exists()               # nothing counted: nothing written
+    monkeypatch.setenv(record.RECORD_ENV, "")
+    assert record.start_from_environment() is None
+
+
+# --- which recorded device serves a GPU ------------------------------------------------------------------
+
+def test_a_recorded_device_is_served_its_own_tables() -> None:
+    assert table_device(H200) == devices.TableDevice(device="h200", identified="h200")
+
+
+def test_an_h100_runs_the_nearest_recorded_device_with_one_warning_naming_both() -> None:
+    found = table_device(H100)
+    assert found.device == "h200" and found.identified == "h100"
+    assert found.warning.startswith("tunetable.gemm: cuda:1 (NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, sm_90) is "
+                                    "NVIDIA H100 SXM with no tables of its own; running the NVIDIA H200's tables")
+    assert "To record tables for it, run the pipeline on this GPU" in found.warning
+    # With both devices recorded, each is served its own.
+    assert table_device(H100, recorded=("h200", "h100")).warning is None
+    assert table_device(H100, recorded=("h200", "h100")).device == "h100"
+
+
+def test_an_unknown_hopper_part_is_served_the_nearest_by_sm_count_then_memory() -> None:
+    odd = GpuInfo(ordinal=0, name="NVIDIA H800", sm_count=132, memory_bytes=80 * GIB, compute_capability=(9, 0))
+    found = table_device(odd, recorded=("h200", "h100"))
+    assert found.device == "h100" and found.identified is None
+    assert "a Hopper GPU with no device profile" in found.warning
+
+
+def test_a_gpu_of_another_architecture_is_one_clear_error() -> None:
+    ampere = GpuInfo(ordinal=0, name="NVIDIA A100-SXM4-80GB", sm_count=108, memory_bytes=80 * GIB,
+                     compute_capability=(8, 0))
+    with pytest.raises(UnsupportedDeviceError, match=r"cuda:0 \(NVIDIA A100-SXM4-80GB, 108 SMs, 80.0 GiB, sm_80\) "
+                                                     r"has compute capability 8.0; the kernels need sm_90a"):
+        table_device(ampere)
+
+
+# --- the caller's device and stream ----------------------------------------------------------------------
+
+def test_operands_on_two_devices_are_one_clear_error() -> None:
+    a = Operand(0x1000, 8, 4096, "torch", 0)
+    b = Operand(0x2000, 4096, 4096, "torch", 1)
+    with pytest.raises(ValueError, match=r"operands on two devices: a on cuda:0, b on cuda:1 \(move them"):
+        launch.device_of(a, b)
+    assert launch.device_of(a, Operand(0x2000, 4096, 4096, "cupy", 0)) == 0
+
+
+class Stream:
+    """A torch-like stream object: its device and raw handle."""
+
+    def __init__(self, handle: int, device: int):
+        self.cuda_stream = handle
+        self.device_index = device
+
+
+def test_an_explicit_stream_is_read_from_any_library() -> None:
+    assert launch.stream_handle(0x77, device=0) == 0x77
+    assert launch.stream_handle(Stream(0x88, 1), device=1) == 0x88
+    with pytest.raises(ValueError, match="stream= is a stream of cuda:1 but the operands live on cuda:0"):
+        launch.stream_handle(Stream(0x88, 1), device=0)
+    with pytest.raises(TypeError, match="stream=: expected a CUstream handle .* got builtins.str"):
+        launch.stream_handle("default", device=0)
+
+
+class Interface:
+    """A __cuda_array_interface__ v3 object with a producer stream."""
+
+    def __init__(self, stream: object, version: int = 3):
+        self.__cuda_array_interface__ = {"shape": (8, 4096), "typestr": "<V2", "data": (0x10000, False),
+                                         "version": version, "strides": None, "stream": stream}
+
+
+def test_the_cuda_array_interface_stream_is_read_with_its_rules() -> None:
+    assert operand("a", Interface(0x1234)).stream == 0x1234
+    assert operand("a", Interface(1)).stream == 1                 # the legacy default stream
+    assert operand("a", Interface(None)).stream is None           # no synchronisation needed
+    assert operand("a", Interface(0x1234, version=2)).stream is None   # v2 has no stream field
+    assert operand("a", Interface(0x1234)).device == -1           # the launch asks the driver
+    with pytest.raises(ValueError, match="a: __cuda_array_interface__ 'stream' is 0, which the interface disallows"):
+        operand("a", Interface(0))
+    with pytest.raises(ValueError, match="'stream' must be None or a stream handle, got 'x'"):
+        cai_stream("b", {"version": 3, "stream": "x"})
+
+
+# --- layering ---------------------------------------------------------------------------------------------
+
+def test_import_tunetable_and_the_runtime_load_no_torch() -> None:
+    script = ("import sys, tunetable, tunetable.kernels.runtime.launch, tunetable.kernels.runtime.layers\n"
+              "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_the_online_tuner_is_handed_gemm_with_instead_of_importing_the_launch_step() -> None:
+    tree = ast.parse((REPO / "kernels" / "runtime" / "online.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert not any(name and name.endswith("runtime.launch") for name in imported)
