@@ -341,7 +341,7 @@ def check_recording(frame: Any, *, path: Path, sidecar: Mapping[str, Any] | None
         _check_times(frame, ok=(status == "ok").to_numpy(), path=path)
     _check_unique(frame, path=path)
     if sidecar is not None:
-        _check_sidecar(frame, sidecar=sidecar, path=path, sidecar_path=sidecar_path, data=data)
+        _check_sidecar(frame, sidecar=sidecar, path=path, sidecar_path=sidecar_path, data=data, served=served)
 
 
 def _numbers(values: Any) -> Any:
@@ -402,12 +402,19 @@ def _check_unique(frame: Any, *, path: Path) -> None:
 
 
 def _check_sidecar(frame: Any, *, sidecar: Mapping[str, Any], path: Path, sidecar_path: Path | None,
-                   data: bytes | None) -> None:
-    """The sidecar `tunetable record` wrote beside the recording describes exactly these rows."""
+                   data: bytes | None, served: bool = True) -> None:
+    """The sidecar `tunetable record` wrote beside the recording describes exactly these rows.
+
+    A served recording's sidecar must record the parquet's sha256 (`tunetable record` writes it): a recording
+    edited or swapped since it was recorded is refused, not replayed.
+    """
     name = sidecar_path.name if sidecar_path is not None else "sidecar"
     if not isinstance(sidecar, Mapping):
         raise TuneTableError("a recording's sidecar must be a JSON object", path=sidecar_path or path)
     recorded = sidecar.get(SIDECAR_HASH)
+    if served and recorded is None:
+        raise TuneTableError(f"its sidecar {name} records no {SIDECAR_HASH}: a replayed recording must be the file "
+                             "`tunetable record` wrote (re-export it with `tunetable record`)", path=path)
     if recorded is not None and data is not None:
         digest = hashlib.sha256(data).hexdigest()
         if digest != recorded:

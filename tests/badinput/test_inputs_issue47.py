@@ -8,12 +8,13 @@ error line naming the file and the place, exit 2, and nothing written (badinput_
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import polars as pl
 import pytest
-from badinput_support import PROJECT_FILES, RECORDINGS, Project, make_project, run_cli, snapshot
+from badinput_support import PROJECT_FILES, RECORDINGS, REPO, Project, make_project, run_cli, snapshot
 from result_rows import row, shard
 
 from tunetable.errors import TuneTableError
@@ -193,6 +194,9 @@ def test_a_recording_that_disagrees_with_its_sidecar_stops_replay(tmp_path):
     project = recording_project(tmp_path)
     frame = pl.read_parquet(project.path(REC))
     frame.filter(pl.int_range(pl.len()) != 5).write_parquet(project.path(REC))   # one row dropped
+    sidecar = json.loads(project.text(SIDECAR))   # its hash made to agree: the row count still tells
+    sidecar["parquet_sha256"] = hashlib.sha256(project.path(REC).read_bytes()).hexdigest()
+    project.write(SIDECAR, json.dumps(sidecar))
     project.freeze()
     replay(project).expect_error(rf"{E_REC}: holds {frame.height - 1} rows, its sidecar "
                                  r"h200_gemm_mma\.json says \d+")
@@ -206,6 +210,21 @@ def test_a_recording_whose_sidecar_hash_differs_stops_replay(tmp_path):
     project.freeze()
     replay(project).expect_error(rf"{E_REC}: sha256 [0-9a-f]+ does not match the 0+ its sidecar "
                                  r"h200_gemm_mma\.json records")
+
+
+def test_a_served_recording_whose_sidecar_records_no_hash_stops_replay(tmp_path):
+    project = recording_project(tmp_path)
+    sidecar = json.loads(project.text(SIDECAR))
+    del sidecar["parquet_sha256"]
+    project.write(SIDECAR, json.dumps(sidecar))
+    project.freeze()
+    replay(project).expect_error(rf"{E_REC}: its sidecar h200_gemm_mma\.json records no parquet_sha256: .+")
+
+
+@pytest.mark.parametrize("sidecar", sorted((REPO / "data" / "recordings").glob("*.json")), ids=lambda p: p.name)
+def test_every_committed_recording_carries_its_own_sha256(sidecar):
+    recorded = json.loads(sidecar.read_text())["parquet_sha256"]
+    assert recorded == hashlib.sha256(sidecar.with_suffix(".parquet").read_bytes()).hexdigest()
 
 
 # -- 8. a corrupt recording read while Snakemake plans: one line naming the recording ---------------------
