@@ -176,7 +176,12 @@ def parse_trace(data: Any, *, path: Path) -> list[ShapeCount]:
             start, length = float(event.get("ts", 0.0)), float(event.get("dur", 0.0))
         except (TypeError, ValueError):
             raise TuneTableError("ts / dur must be numbers", path=path, where=f"traceEvents[{index}]") from None
-        gemms.append((index, (event.get("pid"), event.get("tid")), start, start + length, found))
+        thread = (event.get("pid"), event.get("tid"))
+        if not all(part is None or (isinstance(part, (int, str)) and not isinstance(part, bool)) for part in thread):
+            raise TuneTableError("pid / tid must be integers or text", path=path, where=f"traceEvents[{index}]")
+        if not (math.isfinite(start) and math.isfinite(length)):
+            raise TuneTableError("ts / dur must be finite numbers", path=path, where=f"traceEvents[{index}]")
+        gemms.append((index, thread, start, start + length, found))
     if not gemms:
         raise TuneTableError(f"no GEMM ops ({', '.join(GEMM_OPS)}) in the trace", path=path)
     # Outermost only: an op inside another GEMM op's span on the same thread is its implementation.

@@ -350,3 +350,17 @@ def test_a_corrupt_recording_under_snakemake_is_one_line_naming_it(tmp_path):
     assert done.returncode != 0 and "Traceback" not in done.output, done.output[-3000:]
     assert len(errors) == 1 and errors[0].startswith(f"error: {REC}: row {frame.height}: measurement M=1 "), errors
     assert not list((root / "results").rglob("*.pkl")) if (root / "results").is_dir() else True
+
+
+# -- found by the property-based suite: a trace event's thread must be a plain value ----------------------
+
+@pytest.mark.parametrize("field", ["pid", "tid"])
+def test_a_trace_event_whose_thread_is_a_list_is_one_line(tmp_path, field):
+    project = make_project(tmp_path)
+    event = {"name": "aten::mm", "ph": "X", "ts": 0.0, "dur": 5.0, "pid": 1, "tid": 1,
+             "args": {"Input Dims": [[8, 4096], [4096, 4096]]}}
+    event[field] = []
+    project.write("trace.json", json.dumps({"traceEvents": [event]}))
+    project.freeze()
+    run_cli(project, "shapes", "import", "trace.json", "--out", "shapes.csv").expect_error(
+        r"error: trace\.json: traceEvents\[0\]: pid / tid must be integers or text")
