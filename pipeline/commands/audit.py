@@ -13,6 +13,7 @@ from tunetable import plots
 from tunetable.atomic import atomic_write_bytes
 from tunetable.audit import TableAudit, audit
 from tunetable.console_table import ConsoleTable, print_table
+from tunetable.numbers import number_cell
 from tunetable.selector_review import LISTED
 
 EPILOG = """\b
@@ -25,8 +26,8 @@ Examples:
 
 
 def _us(ms: float | None) -> str:
-    """Milliseconds as microseconds with one decimal, '-' for None."""
-    return "-" if ms is None else f"{ms * 1000:.1f}"
+    """Milliseconds as microseconds at the one format of measured values (tunetable.numbers), '-' for None."""
+    return "-" if ms is None else number_cell(ms * 1000)
 
 
 def _times(value: float | None) -> str:
@@ -43,7 +44,7 @@ def _pick(prediction) -> str:
     """A selector prediction as 'table config (µs)', '-' for None."""
     if prediction is None:
         return "-"
-    return f"{prediction.candidate.table} {prediction.candidate.config_id} ({prediction.seconds * 1e6:.1f} µs)"
+    return f"{prediction.candidate.table} {prediction.candidate.config_id} ({number_cell(prediction.seconds * 1e6)} µs)"
 
 
 def _cells_table(title: str, cells, *, rev_a: str, rev_b: str) -> ConsoleTable:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tunetable import paths
+from tunetable.numbers import number_cell
 from tunetable.bench.devices import visible_gpu_ids
 from tunetable.bench.live import LiveRunner, estimate_seconds
 from tunetable.bench.runner import Runner, run_shards
@@ -33,7 +34,7 @@ def _summary(rows_by_shard: dict[Path, list[dict[str, Any]]]) -> ConsoleTable:
         ok = [r for r in kernels if r["status"] == "ok"]
         best = min(ok, key=lambda r: (r["median_ms"], r["config_id"])) if ok else None
         base = next((r for r in rows if r["kind"] == "baseline" and r["status"] == "ok"), None)
-        ratio = f"{best['tflops'] / base['tflops']:.2f}" if best and base else "-"
+        ratio = number_cell(best["tflops"] / base["tflops"]) if best and base else "-"   # tunetable.numbers
         table.add_row(str(rows[0]["M"]), str(rows[0]["N"]), str(rows[0]["K"]), str(len(ok)),
                       str(len(kernels) - len(ok)), best["config_id"] if best else "-",
                       f"{best['tflops']:.1f}" if best else "-",
