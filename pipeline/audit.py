@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from tunetable import lineage, paths, rawstore, resultset
 from tunetable.errors import TuneTableError
 from tunetable.manifest import ManifestEntry, lookup, ranges_from_text
-from tunetable.params import table_spec
+from tunetable.params import primary_recording, table_spec
 from tunetable.results import BASELINE_ID, journal_of
 from tunetable.select_winners import data_hash
 from tunetable.selector_review import SelectorReview, review_selector, selector_side
@@ -219,8 +219,7 @@ class _Side:
         if self.recording is not MISSING:
             return self.recording
         self.recording = None
-        spec = (self.params.get("tables") or {}).get(self.table) or {}
-        name = spec.get("recording")
+        name = primary_recording(self.params, self.table) if self.table in (self.params.get("tables") or {}) else None
         if not name:
             self.recording_note = "the table names no recording"
             return None

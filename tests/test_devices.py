@@ -1,0 +1,86 @@
+"""The device dimension: params.yaml's devices, how a GPU is recognised, recordings per device, the fallback rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tunetable.errors import TuneTableError
+from tunetable.kernels.families.devices import (
+    GIB,
+    recognise,
+    recording_path,
+    serving_device,
+    sidecar_path,
+)
+from tunetable.params import device_specs, load_params, primary_device, table_recordings, table_spec
+from tunetable.yamlio import load_yaml_file
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = load_params(REPO / "params.yaml")
+DEVICES = device_specs(PARAMS)
+
+# What the driver reports (names as nvidia-smi prints them; memory as cuDeviceTotalMem returns it).
+H200 = {"name": "NVIDIA H200", "sm_count": 132, "memory_bytes": 150_754_820_096}
+H100_SXM = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "memory_bytes": 85_031_714_816}
+H100_PCIE = {"name": "NVIDIA H100 PCIe", "sm_count": 114, "memory_bytes": 85_031_714_816}
+H20 = {"name": "NVIDIA H20", "sm_count": 78, "memory_bytes": 102 * GIB}
+
+
+def test_params_declare_the_h200_first_and_the_h100() -> None:
+    assert [spec.key for spec in DEVICES] == ["h200", "h100"]
+    assert primary_device(PARAMS) == "h200"
+    assert all(spec.arch == "sm_90a" for spec in DEVICES)
+    assert dict((spec.key, spec.fallback) for spec in DEVICES) == {"h200": (), "h100": ("h200",)}
+
+
+def test_a_gpu_is_recognised_by_name_sm_count_and_memory() -> None:
+    assert recognise(**H200, devices=DEVICES) == "h200"
+    assert recognise(**H100_SXM, devices=DEVICES) == "h100"
+    assert recognise(**H100_PCIE, devices=DEVICES) is None      # 114 SMs: not the H100 SXM the table is for
+    assert recognise(**H20, devices=DEVICES) is None
+    # An H200 name with 80 GiB is no H200 (the memory range is part of the match).
+    assert recognise(name="NVIDIA H200", sm_count=132, memory_bytes=80 * GIB, devices=DEVICES) is None
+
+
+def test_recordings_are_derived_per_device_and_the_primary_one_keeps_todays_path() -> None:
+    assert recording_path(device="h100", table="gemm_mma") == "data/recordings/h100_gemm_mma.parquet"
+    assert sidecar_path("data/recordings/h100_gemm_mma.parquet") == "data/recordings/h100_gemm_mma.json"
+    assert table_recordings(PARAMS, "gemm_wgmma") == (
+        ("h200", "data/recordings/h200_gemm_wgmma.parquet"), ("h100", "data/recordings/h100_gemm_wgmma.parquet"))
+    for name in PARAMS["tables"]:
+        spec = table_spec(PARAMS, name)
+        assert spec.recording == f"data/recordings/h200_{name}.parquet" and (REPO / spec.recording).is_file()
+
+
+def test_a_device_without_tables_is_served_by_its_fallback_else_its_arch() -> None:
+    assert serving_device(device="h200", recorded=("h200",), devices=DEVICES) == "h200"
+    assert serving_device(device="h100", recorded=("h200",), devices=DEVICES) == "h200"
+    assert serving_device(device="h100", recorded=("h200", "h100"), devices=DEVICES) == "h100"
+    assert serving_device(device="h200", recorded=("h100",), devices=DEVICES) == "h100"   # same arch, no fallback
+    assert serving_device(device=None, recorded=("h200",), devices=DEVICES, arch="sm_90a") == "h200"
+    assert serving_device(device=None, recorded=("h200",), devices=DEVICES, arch="sm_100a") is None
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_fallback_naming_no_declared_device_is_one_error_naming_the_place(tmp_path: Path) -> None:
+    data = load_yaml_file(REPO / "params.yaml")
+    data["devices"]["h100"]["fallback"] = ["a100"]
+    with pytest.raises(TuneTableError) as info:
+        load_params(_write(tmp_path, data))
+    assert str(info.value) == (f"{tmp_path / 'params.yaml'}: devices.h100.fallback[0]: fallback 'a100' is not "
+                               "another declared device (declared: h100, h200)")
+
+
+def test_a_device_match_without_a_name_is_a_schema_error(tmp_path: Path) -> None:
+    data = load_yaml_file(REPO / "params.yaml")
+    del data["devices"]["h100"]["match"]["name"]
+    with pytest.raises(TuneTableError, match=r"devices.h100.match: 'name' is a required property"):
+        load_params(_write(tmp_path, data))
