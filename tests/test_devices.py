@@ -84,3 +84,30 @@ def test_a_device_match_without_a_name_is_a_schema_error(tmp_path: Path) -> None
     del data["devices"]["h100"]["match"]["name"]
     with pytest.raises(TuneTableError, match=r"devices.h100.match: 'name' is a required property"):
         load_params(_write(tmp_path, data))
+
+
+# --- the runtime's side: the generated DEVICES region and decide's device parameter -----------------
+
+def test_the_generated_devices_are_params_yaml_s_and_hold_the_primary_device_s_tables() -> None:
+    from tunetable.kernels import tuning_configs
+
+    assert tuple(tuning_configs.DEVICES.values()) == DEVICES       # codegen wrote params.yaml's, literally
+    assert tuning_configs.RECORDED_DEVICES == ("h200",)
+    assert tuning_configs.DEVICE_TABLES["h200"].tables is tuning_configs.TABLES
+
+
+def test_decide_serves_every_declared_device_from_a_recorded_one() -> None:
+    from tunetable.kernels.runtime import decide
+
+    assert decide.serving_device() == "h200" and decide.serving_device("h100") == "h200"
+    assert decide.serving_device(None, arch="sm_90a") == "h200"
+    unknown = r"unknown device 'a100' \(declared: h200, h100; recorded: h200\)"
+    with pytest.raises(decide.UnknownDeviceError, match=unknown):
+        decide.serving_device("a100")
+    with pytest.raises(decide.UnknownDeviceError, match="no recorded device serves a GPU of sm_100a"):
+        decide.serving_device(None, arch="sm_100a")
+    assert decide.recognise_gpu(**H100_SXM) == "h100" and decide.recognise_gpu(**H100_PCIE) is None
+    # One dispatcher per serving device: an H100 (no tables of its own yet) shares the H200's.
+    assert decide.dispatcher(device="h100") is decide.dispatcher(device="h200") is decide.dispatcher()
+    held = decide.dispatcher(device="h100").decide(m=1, n=4096, k=4096)
+    assert not held.fallback and held.entry == decide.dispatcher().decide(m=1, n=4096, k=4096).entry
