@@ -111,3 +111,44 @@ def test_decide_serves_every_declared_device_from_a_recorded_one() -> None:
     assert decide.dispatcher(device="h100") is decide.dispatcher(device="h200") is decide.dispatcher()
     held = decide.dispatcher(device="h100").decide(m=1, n=4096, k=4096)
     assert not held.fallback and held.entry == decide.dispatcher().decide(m=1, n=4096, k=4096).entry
+
+
+# --- the pipeline's side: the banner names each device, another device's tables stay as committed -----
+
+def _replay_plan(root: Path, monkeypatch: pytest.MonkeyPatch):
+    from tunetable.workflow import run_plan
+
+    monkeypatch.chdir(root)
+    params = load_params(root / "params.yaml")
+    return run_plan.make_plan({**params, "bench": {**params["bench"], "backend": "replay"}})
+
+
+def test_a_replay_builds_the_primary_device_and_skips_another_without_recordings_loudly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunetable.workflow import messages
+
+    plan = _replay_plan(REPO, monkeypatch)
+    assert plan.device_lines == (
+        "DEVICE h200: its tables replay its recordings (data/recordings/h200_<table>.parquet)",
+        "SKIPPING device h100: no recording yet (data/recordings/h100_<table>.parquet: scripts/device_record_h100.sh "
+        "on that GPU); its tables stay as committed (the runtime serves it h200's: docs/devices.md)")
+    assert messages.banner(plan).splitlines()[-2:] == [f"tunetable: {line}" for line in plan.device_lines]
+
+
+def test_another_device_s_recording_is_named_in_the_banner_and_changes_no_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    for name in ("params.yaml", "data/recordings/h200_gemm_mma.parquet", "data/recordings/h200_gemm_mma.json",
+                 "data/recordings/h200_gemm_wgmma.parquet", "data/recordings/h200_gemm_wgmma.json",
+                 "data/recordings/h200_gemm_wgmma_swap.parquet", "data/recordings/h200_gemm_wgmma_swap.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / name, tmp_path / name)
+    before = _replay_plan(tmp_path, monkeypatch).keys
+    # A stand-in second device's recording: the committed H200 rerun (a second session), copied under h100's name.
+    shutil.copyfile(REPO / "data/recordings/h200_gemm_mma_rerun.parquet",
+                    tmp_path / "data/recordings/h100_gemm_mma.parquet")
+    plan = _replay_plan(tmp_path, monkeypatch)
+    assert plan.keys == before
+    assert plan.device_lines[1].startswith(
+        "SKIPPING device h100: recordings present (h100_gemm_mma.parquet) that this version does not build")

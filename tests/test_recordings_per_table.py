@@ -95,7 +95,7 @@ def test_replay_covers_every_table_with_a_recording_and_keys_each_by_its_own(pro
     assert [spec.name for spec in plan.tables] == ["gemm_mma", "gemm_wgmma"] and plan.skipped == {}
     assert [spec.name for spec in plan.dispatches] == ["gemm_dispatch"] and plan.skipped_dispatches == {}
     assert plan.keys["gemm_mma"] == before  # another table's recording does not touch this key
-    assert len(messages.banner(plan).splitlines()) == 3  # one serving line per table
+    assert len(messages.banner(plan).splitlines()) == 3 + 2  # one serving line per table, then the two devices
     assert "serving data/recordings/other.parquet" in messages.banner(plan)
     assert targets.replay_inputs(plan, table="gemm_wgmma") == ["data/recordings/other.parquet",
                                                                "data/recordings/other.json"]
@@ -139,7 +139,7 @@ def test_live_plan_covers_every_declared_table(project: Path) -> None:
     # The selector is built from the tables' recordings, not from a live run's shards: without
     # gemm_wgmma's it stays as committed, loudly.
     assert plan.selectors == () and list(plan.skipped_selectors) == ["gemm_selector"]
-    assert messages.banner(plan).splitlines()[-1] == (
+    assert messages.banner(plan).splitlines()[-3] == (  # before the device lines
         "tunetable: SKIPPING selector gemm_selector: the recording of table gemm_wgmma is absent; "
         "manifests/gemm_selector.yaml and its generated list stay as committed")
 
