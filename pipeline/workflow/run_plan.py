@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable import paths, rawstore
-from tunetable.bench.devices import device_name, gpu_visible
+from tunetable.bench.devices import device_name, gpu_visible, recognised_device
 from tunetable.errors import TuneTableError
 from tunetable.inputs import read_recording_columns
 from tunetable.keys import kernel_source_hash
@@ -246,8 +246,6 @@ def device_lines(params: Mapping[str, Any], *, declared: Sequence[TableSpec], ba
 
 def live_device(params: Mapping[str, Any]) -> str | None:
     """The declared device the visible GPU is (None: none matches, or pycuda cannot say)."""
-    from tunetable.bench.devices import recognised_device
-
     try:
         return recognised_device(dict(params))
     except ImportError:
