@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,31 @@ def test_another_device_s_recording_is_named_in_the_banner_and_changes_no_key(
     assert plan.keys == before
     assert plan.device_lines[1].startswith(
         "SKIPPING device h100: recordings present (h100_gemm_mma.parquet) that this version does not build")
+
+
+# --- the commands say which device an entry belongs to ---------------------------------------------------
+
+def _tunetable(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tunetable", *args], cwd=REPO, capture_output=True, text=True,
+                          check=False, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "COLUMNS": "200"})
+
+
+def test_suggest_names_the_device_and_whose_tables_serve_it() -> None:
+    done = _tunetable("suggest", "--device", "h100", "--shape", "1,4096,4096")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "device h100: no tables of its own: h200's tables serve it"
+    assert "table gemm_mma[0]" in done.stdout
+    unknown = _tunetable("suggest", "--device", "a100", "--shape", "1,4096,4096")
+    assert unknown.returncode == 2 and unknown.stderr.strip().splitlines()[-1] == (
+        "error: --device: unknown device 'a100' (declared: h200, h100; recorded: h200)")
+
+
+def test_trace_and_audit_name_the_device_of_an_entry_s_measurements() -> None:
+    from tunetable.audit import device_label
+
+    trace = _tunetable("trace", "gemm_mma", "0")
+    assert trace.returncode == 0, trace.stderr
+    assert "device: h200 (the measurement's NVIDIA H200)" in trace.stdout.splitlines()
+    assert device_label(params=PARAMS, provenance={"device": "NVIDIA H100 80GB HBM3"}) == "h100 (NVIDIA H100 80GB HBM3)"
+    assert device_label(params=PARAMS, provenance={"device": "NVIDIA A100"}) == "NVIDIA A100"
+    assert device_label(params={}, provenance={}) == ""

@@ -67,6 +67,12 @@ def recognise(*, name: str, sm_count: int, memory_bytes: int, devices: Sequence[
     return None
 
 
+def device_of_name(*, name: str, devices: Sequence[DeviceSpec]) -> str | None:
+    """The first declared device whose name fragment ``name`` holds (a recording's or manifest's ``device``,
+    which records the driver's name only), or None."""
+    return next((spec.key for spec in devices if spec.match.name in name), None)
+
+
 def serving_device(*, device: str | None, recorded: Sequence[str], devices: Sequence[DeviceSpec],
                    arch: str | None = None) -> str | None:
     """The recorded device whose tables serve ``device`` (its own, its fallbacks, then its arch's first).
