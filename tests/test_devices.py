@@ -182,3 +182,42 @@ def test_trace_and_audit_name_the_device_of_an_entry_s_measurements() -> None:
     assert device_label(params=PARAMS, provenance={"device": "NVIDIA H100 80GB HBM3"}) == "h100 (NVIDIA H100 80GB HBM3)"
     assert device_label(params=PARAMS, provenance={"device": "NVIDIA A100"}) == "NVIDIA A100"
     assert device_label(params={}, provenance={}) == ""
+
+
+# --- a second device tuned cheaply -----------------------------------------------------------------------
+
+def test_tune_device_seeds_every_table_s_search_from_the_other_device_s_recording(tmp_path: Path) -> None:
+    from tunetable.device_tuning import device_tuning, per_shape_budget
+
+    tuned, plans = device_tuning(PARAMS, device="h100", seed_from="h200", budget=0.15, root=REPO)
+    assert [plan.table for plan in plans] == list(PARAMS["tables"])
+    for plan in plans:
+        assert tuned["tables"][plan.table]["search"] == {
+            "strategy": "model", "max_fevals": plan.per_shape, "seed": 0, "transfer": True,
+            "learn_from": f"data/recordings/h200_{plan.table}.parquet"}
+        assert plan.measurements / plan.exhaustive <= 0.15
+    assert "search" not in PARAMS["tables"]["gemm_mma"]          # params.yaml's own settings are untouched
+    assert per_shape_budget(grid=112, budget=0.15) == 16 and per_shape_budget(grid=3, budget=0.15) == 1
+    out = tmp_path / "h100.params.yaml"
+    done = _tunetable("tune-device", "--device", "h100", "--seed-from", "h200", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert load_params(out)["tables"]["gemm_wgmma"]["search"]["learn_from"] == "data/recordings/h200_gemm_wgmma.parquet"
+    missing = _tunetable("tune-device", "--device", "h200", "--seed-from", "h100", "--out", str(out))
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1] == (
+        "error: data/recordings/h100_gemm_mma.parquet: no recording of table gemm_mma on h100 to seed from")
+
+
+def test_device_transfer_with_the_whole_grid_as_budget_reaches_every_exhaustive_best(tmp_path: Path) -> None:
+    """The benchmark's yardstick: a budget of the whole grid measures everything, so every shape is within 2 %."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks/device_transfer.py"), "--table", "gemm_mma",
+         "--seed-from", str(REPO / "data/recordings/h200_gemm_mma_rerun.parquet"),
+         "--target", str(REPO / "data/recordings/h200_gemm_mma_rerun4.parquet"), "--budget", "1.0",
+         "--out", str(tmp_path / "transfer")], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    report = json.loads((tmp_path / "transfer.json").read_text())
+    assert report["budget_per_shape"] == report["grid"] == 52
+    for run in ("seeded", "seeded_with_winners", "unseeded"):
+        assert report[run]["share_within_2pct"] == 1.0 and report[run]["shapes"] == 4
