@@ -229,8 +229,8 @@ def device_lines(params: Mapping[str, Any], *, declared: Sequence[TableSpec], ba
             raise TuneTableError(f"this GPU is device {found}: this version measures the primary device "
                                  f"{primary}'s tables only; record {found}'s with scripts/device_record_h100.sh "
                                  "(docs/devices.md)", path=path, where=f"devices.{found}")
-        gpu = f"{found or 'a GPU none of devices: matches'}"
-        lines = [f"DEVICE {primary}: its tables are measured on this GPU ({gpu}: {device_name()})"]
+        what = f"recognised as {found}" if found else "which matches no declared device"
+        lines = [f"DEVICE {primary}: its tables are measured on this GPU ({device_name()}, {what})"]
     else:
         lines = [f"DEVICE {primary}: its tables replay its recordings (data/recordings/{primary}_<table>.parquet)"]
     for device in others:
