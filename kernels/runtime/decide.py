@@ -49,11 +49,13 @@ from tunetable.kernels.families.common import INT32_MAX, ShapeCandidate, TableEn
 from tunetable.kernels.families.devices import recognise, serving_device as serving_rule
 from tunetable.kernels.families.selector_data import parse_selector_file
 from tunetable.kernels.runtime.selector_serve import SELECTOR, ShapeSelector
-from tunetable.kernels.tuning_configs import (
+from tunetable.kernels.tuning_configs import (  # DISPATCH, SELECTOR_FILES: the primary device's, re-exported
     BUILDS,
     DEVICE_TABLES,
     DEVICES,
+    DISPATCH,  # noqa: F401
     RECORDED_DEVICES,
+    SELECTOR_FILES,  # noqa: F401
     TABLES,
     FamilyChoice,
 )
