@@ -33,11 +33,11 @@ sys.path.insert(0, str(REPO))
 from tunetable.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
 from tunetable.baseline import pooled_baselines  # noqa: E402
 from tunetable.manifest import ManifestEntry, load_ranges, lookup  # noqa: E402
-from tunetable.params import load_params  # noqa: E402
+from tunetable.params import load_params, primary_recording  # noqa: E402
 from tunetable.stats import geomean  # noqa: E402
 
 PARAMS = load_params(REPO / "params.yaml")
-TABLES = {name: spec["recording"] for name, spec in PARAMS["tables"].items()}
+TABLES = {name: primary_recording(PARAMS, name) for name in PARAMS["tables"]}
 VALIDATION = {name: str(Path(path).with_name("h200_validation_" + name + ".parquet")) for name, path in TABLES.items()}
 DISPATCH = "manifests/gemm_dispatch.yaml"
 DEFAULT_SHAPES_TABLE = "gemm_mma"   # its shapes are the default set the targets name

@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.params import primary_recording  # noqa: E402
 from tunetable.yamlio import load_yaml_file  # noqa: E402
 
 NK = [(11008, 4096), (4096, 11008), (2560, 2560), (10240, 2560), (8960, 1536), (1536, 8960)]
@@ -57,7 +58,7 @@ def budgeted_params(*, source: Path, out: Path, max_fevals: int) -> Path:
     data = load_yaml_file(source)
     for name, table in data["tables"].items():
         table["search"] = {"strategy": "model", "max_fevals": max_fevals, "seed": 0,
-                           "learn_from": str(REPO / table["recording"]), "seed_from_selector": True}
+                           "learn_from": str(REPO / primary_recording(data, name)), "seed_from_selector": True}
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out
 

@@ -8,8 +8,10 @@ entry whose ``n`` and ``k`` match and whose half-open range ``[m, m_end)`` holds
 dispatch list (``FamilyChoice`` entries, same lookup) says which table serves a shape; shapes it
 does not cover get a choice from the shape selector, fitted on every table's recording into a data
 file that ``SELECTOR_FILES`` names with its sha256 and provenance (tunetable.kernels.runtime.selector_serve).
-``BUILDS`` says how the runtime compiles each table. This file is generated output: keep code
-formatters off it, or the freshness check fails.
+``BUILDS`` says how the runtime compiles each table; ``DEVICES`` the devices params.yaml tunes for
+(how each GPU is recognised, its fallbacks) and ``RECORDED_DEVICES`` whose tables this file holds
+(``DEVICE_TABLES``: the first one's are ``TABLES``, ``DISPATCH`` and ``SELECTOR_FILES``). This file
+is generated output: keep code formatters off it, or the freshness check fails.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 # Each family's entry class: its typed tunables after the shape fields (kernels/families/<name>/family.py);
 # SelectorFile: a shape selector's data file as codegen checked it (kernels/families/common.py).
 from tunetable.kernels.families.common import SelectorFile, TableBuild, TableEntry
+from tunetable.kernels.families.devices import DeviceMatch, DeviceSpec
 from tunetable.kernels.families.gemm_mma.family import TuningConfig
 from tunetable.kernels.families.gemm_wgmma.family import WgmmaTuningConfig
 from tunetable.kernels.families.gemm_wgmma_swap.family import SwapTuningConfig
@@ -2947,4 +2950,35 @@ SELECTOR_FILES: dict[str, SelectorFile] = {
         ),
     ),
     # END-TUNING-SELECTOR-GEMM_SELECTOR
+}
+
+# The devices the tables are tuned for and which of them this file holds tables of (params.yaml
+# ``devices:``; the runtime picks by device through tunetable.kernels.runtime.decide, docs/devices.md).
+# BEGIN-TUNING-DEVICES
+# Automatically generated from [params.yaml]: the devices, how each is recognised, its fallbacks
+DEVICES: dict[str, DeviceSpec] = {
+    "h200": DeviceSpec(
+        key="h200", arch="sm_90a", fallback=(),
+        match=DeviceMatch(name="H200", sm_count=132, min_memory_gib=130, max_memory_gib=None)),
+    "h100": DeviceSpec(
+        key="h100", arch="sm_90a", fallback=("h200",),
+        match=DeviceMatch(name="H100", sm_count=132, min_memory_gib=None, max_memory_gib=96)),
+}
+# The devices whose tables this file holds; the first one's are TABLES, DISPATCH and SELECTOR_FILES.
+RECORDED_DEVICES: tuple[str, ...] = ("h200",)
+# END-TUNING-DEVICES
+
+
+@dataclass(frozen=True)
+class DeviceTables:
+    """One recorded device's generated tables: its per-family tables, dispatch lists and selector files."""
+
+    tables: dict[str, list[TuningConfig] | list[WgmmaTuningConfig] | list[SwapTuningConfig]]
+    dispatch: dict[str, list[FamilyChoice]]
+    selector_files: dict[str, SelectorFile]
+
+
+# Today the primary device's tables only; another recorded device's are added beside them (docs/devices.md).
+DEVICE_TABLES: dict[str, DeviceTables] = {
+    RECORDED_DEVICES[0]: DeviceTables(tables=TABLES, dispatch=DISPATCH, selector_files=SELECTOR_FILES),
 }

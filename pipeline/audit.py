@@ -31,8 +31,9 @@ from typing import Any, Mapping, Sequence
 
 from tunetable import lineage, paths, rawstore, resultset
 from tunetable.errors import TuneTableError
+from tunetable.kernels.families.devices import device_of_name, device_specs_from_mapping
 from tunetable.manifest import ManifestEntry, lookup, ranges_from_text
-from tunetable.params import table_spec
+from tunetable.params import primary_recording, table_spec
 from tunetable.results import BASELINE_ID, journal_of
 from tunetable.select_winners import data_hash
 from tunetable.selector_review import SelectorReview, review_selector, selector_side
@@ -107,6 +108,16 @@ class TableAudit:
     sources: tuple[str, ...] = ()    # where each side's times came from
     gaps: tuple[str, ...] = ()       # what could not be compared, and why (one line each)
     dispatch: bool = False
+    device: str = ""                 # whose measurements (rev_b's manifest): 'h200 (NVIDIA H200)', '' unknown
+
+
+def device_label(*, params: Mapping[str, Any], provenance: Mapping[str, Any]) -> str:
+    """'h200 (NVIDIA H200)': the declared device a manifest's provenance names ('' when it names none)."""
+    name = str(provenance.get("device") or "")
+    if not name:
+        return ""
+    key = device_of_name(name=name, devices=device_specs_from_mapping(params.get("devices") or {}))
+    return f"{key} ({name})" if key else name
 
 
 @dataclass(frozen=True)
@@ -219,8 +230,7 @@ class _Side:
         if self.recording is not MISSING:
             return self.recording
         self.recording = None
-        spec = (self.params.get("tables") or {}).get(self.table) or {}
-        name = spec.get("recording")
+        name = primary_recording(self.params, self.table) if self.table in (self.params.get("tables") or {}) else None
         if not name:
             self.recording_note = "the table names no recording"
             return None
@@ -355,7 +365,8 @@ def audit_table(*, a: _Side, b: _Side, shapes: Sequence[tuple[int, int, int]], a
     return TableAudit(table=a.table, key_before=a.key, key_after=b.key,
                       entries=tuple(entry_changes(before=a.entries, after=b.entries)), shapes=tuple(changed_shapes),
                       shapes_total=len(shapes), sources=_sources([a, b]),
-                      gaps=tuple(g for g in (a.gap(wanted=wanted), b.gap(wanted=wanted)) if g))
+                      gaps=tuple(g for g in (a.gap(wanted=wanted), b.gap(wanted=wanted)) if g),
+                      device=device_label(params=b.params, provenance=b.provenance))
 
 
 def audit_dispatch(*, name: str, a: _Side, b: _Side, tables: Mapping[str, tuple[_Side, _Side]],
@@ -389,7 +400,8 @@ def audit_dispatch(*, name: str, a: _Side, b: _Side, tables: Mapping[str, tuple[
     return TableAudit(table=name, key_before=None, key_after=None,
                       entries=tuple(entry_changes(before=a.entries, after=b.entries)), shapes=tuple(changed),
                       shapes_total=len(shapes), sources=_sources(sides),
-                      gaps=tuple(g for side in sides if (g := side.gap(wanted=wanted))), dispatch=True)
+                      gaps=tuple(g for side in sides if (g := side.gap(wanted=wanted))), dispatch=True,
+                      device=device_label(params=b.params, provenance=b.provenance))
 
 
 def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: Sequence[str] = (),

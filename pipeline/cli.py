@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, str] = {
     "shapes": "shapes",
     "suggest": "suggest",
     "plots": "plots",
+    "tune-device": "tune_device",
 }
 
 

@@ -45,7 +45,10 @@ from tunetable.codegen_render import (  # noqa: F401
     params_hash,
     parse_snippet_variants,
     provenance_comment,
+    DEVICES_BEGIN_MARKER,
+    DEVICES_END_MARKER,
     render_builds_region,
+    render_devices_region,
     render_region,
     render_selector_region,
     render_snippet,
@@ -170,6 +173,9 @@ def generate_targets(*, jobs: Sequence[TableJob | SelectorJob], builds: Sequence
         for build in build_jobs:
             text = replace_generated_region(text, begin_marker=build.begin_marker, end_marker=build.end_marker,
                                             generated=render_builds_region(build), path=target_path)
+            if build.devices:
+                text = replace_generated_region(text, begin_marker=DEVICES_BEGIN_MARKER, end_marker=DEVICES_END_MARKER,
+                                                generated=render_devices_region(build), path=target_path)
         results.append(
             TargetResult(
                 target_path=target_path, label=str(target_path), current=current, generated=text,

@@ -15,7 +15,8 @@ from typing import Any
 
 from tunetable.codegen_fields import EntryFields, dispatch_fields, table_fields
 from tunetable.codegen_overlap import OverlapReport
-from tunetable.params import builds_spec, dispatch_spec, selector_spec, table_spec
+from tunetable.kernels.families.devices import DeviceSpec
+from tunetable.params import builds_spec, device_specs, dispatch_spec, selector_spec, table_spec
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class BuildsJob:
     end_marker: str
     source_label: str
     lines: tuple[TableBuildLine, ...]
+    devices: tuple[DeviceSpec, ...] = ()     # params.yaml's devices: the DEVICES region (none: no region)
+    recorded: tuple[str, ...] = ()           # the devices whose tables the target holds, primary first
 
 
 def _table_job(*, name: str, params: Mapping[str, Any], params_path: str | Path,
@@ -154,8 +157,10 @@ def builds_job_from_params(*, params: Mapping[str, Any], params_path: str | Path
         for name in params.get("tables") or {}
         for table in (table_spec(dict(params), name, path=params_path),)
     )
+    devices = device_specs(dict(params), path=params_path)
     return BuildsJob(target_path=Path(params_path).parent / spec.target, begin_marker=spec.begin_marker,
-                     end_marker=spec.end_marker, source_label=spec.source_label, lines=lines)
+                     end_marker=spec.end_marker, source_label=spec.source_label, lines=lines,
+                     devices=devices, recorded=tuple(spec.key for spec in devices[:1]))
 
 
 def declared_job(job: TableJob, *, params: Mapping[str, Any], params_path: str | Path) -> TableJob:

@@ -144,6 +144,39 @@ def render_builds_region(job: Any, *, indent: str = "    ") -> str:
     return "\n".join(lines)
 
 
+# The DEVICES region of the builds target (beside BUILDS): params.yaml's devices and the recorded ones.
+DEVICES_BEGIN_MARKER = "BEGIN-TUNING-DEVICES"
+DEVICES_END_MARKER = "END-TUNING-DEVICES"
+
+
+def _optional_literal(value: object) -> str:
+    """None, an int or a float as a Python literal."""
+    return "None" if value is None else repr(int(value)) if type(value) is int else repr(float(value))  # type: ignore[arg-type]
+
+
+def render_devices_region(job: Any, *, indent: str = "    ") -> str:
+    """``DEVICES`` (one ``"<device>": DeviceSpec(...)`` per declared device) and ``RECORDED_DEVICES``: literals only."""
+    check_comment_text(job.source_label, what="source label", path=job.target_path)
+    lines = [f"# Automatically generated from [{job.source_label}]: the devices, how each is recognised, its fallbacks",
+             "DEVICES: dict[str, DeviceSpec] = {"]
+    for spec in job.devices:
+        fallback = ", ".join(_string_literal(other) for other in spec.fallback)
+        fallback = f"({fallback},)" if len(spec.fallback) == 1 else f"({fallback})"
+        match = spec.match
+        lines.append(f"{indent}{_string_literal(spec.key)}: DeviceSpec(")
+        lines.append(f"{indent * 2}key={_string_literal(spec.key)}, arch={_string_literal(spec.arch)}, "
+                     f"fallback={fallback},")
+        lines.append(f"{indent * 2}match=DeviceMatch(name={_string_literal(match.name)}, "
+                     f"sm_count={_optional_literal(match.sm_count)}, "
+                     f"min_memory_gib={_optional_literal(match.min_memory_gib)}, "
+                     f"max_memory_gib={_optional_literal(match.max_memory_gib)})),")
+    recorded = ", ".join(_string_literal(key) for key in job.recorded)
+    recorded = f"({recorded},)" if len(job.recorded) == 1 else f"({recorded})"
+    lines += ["}", "# The devices whose tables this file holds; the first one's are TABLES, DISPATCH and "
+              "SELECTOR_FILES.", f"RECORDED_DEVICES: tuple[str, ...] = {recorded}"]
+    return "\n".join(lines)
+
+
 def _pieces(text: str, *, width: int = 72) -> list[str]:
     """A long text cut at spaces into pieces of about ``width`` characters (adjacent literals join them back)."""
     pieces = [""]

@@ -9,6 +9,7 @@ from typing import Any
 
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.families.devices import DeviceSpec, device_specs_from_mapping, recording_path
 from tunetable.yamlio import load_yaml_file
 
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "params.schema.yaml"
@@ -42,8 +43,9 @@ class TableSpec:
     grid: dict[str, Any]
     codegen: CodegenSpec
     search: dict[str, Any]
-    recording: str | None = None      # what the replay backend serves for this table
+    recording: str | None = None      # what the replay backend serves for this table (the primary device's)
     shape_list: tuple[tuple[int, int, int], ...] = ()   # shapes.list: a workload's (M, N, K), beside the product
+    recordings: tuple[tuple[str, str], ...] = ()   # (device, recording) of every declared device, in order
 
     def shapes(self) -> list[tuple[int, int, int]]:
         """All (M, N, K) shapes of the table: the NK x M product (NK pairs outer, M inner), then the list's others."""
@@ -117,6 +119,7 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
     for spec in table_specs(data, path=source):
         check_table_shapes(spec, path=source)
     dispatch_specs(data, path=source)  # its tables must be declared ones
+    device_specs(data, path=source)    # fallbacks must name declared devices
     selector_specs(data, path=source)
     return data
 
@@ -143,6 +146,7 @@ def table_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_
         raise TuneTableError(f"unknown table '{name}' (declared: {known})", path=path, where="tables")
     raw = tables[name]
     family_files = _family_files(raw, table=name, path=path)
+    recordings = table_recordings(params, name)
     return TableSpec(
         name=name,
         family=raw["family"],
@@ -155,8 +159,44 @@ def table_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_
         grid=raw["grid"],
         codegen=codegen_spec(raw["codegen"], snippet=family_files.get("snippet")),
         search=dict(raw.get("search") or {"strategy": "exhaustive"}),
-        recording=raw.get("recording"),
+        recording=recordings[0][1] if recordings else raw.get("recording"),
+        recordings=recordings,
     )
+
+
+def device_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) -> tuple[DeviceSpec, ...]:
+    """The devices params.yaml tunes for, in order (none when ``devices:`` is absent); fallbacks must be declared."""
+    specs = device_specs_from_mapping(params.get("devices") or {})
+    keys = {spec.key for spec in specs}
+    for spec in specs:
+        for index, other in enumerate(spec.fallback):
+            if other not in keys or other == spec.key:
+                raise TuneTableError(f"fallback '{other}' is not another declared device (declared: "
+                                     f"{', '.join(sorted(keys))})", path=path,
+                                     where=f"devices.{spec.key}.fallback[{index}]")
+    return specs
+
+
+def primary_device(params: dict[str, Any]) -> str | None:
+    """The first declared device (its tables keep the unsuffixed names), None without ``devices:``."""
+    return next(iter(params.get("devices") or {}), None)
+
+
+def primary_recording(params: dict[str, Any], name: str) -> str | None:
+    """The recording the replay backend serves for table ``name`` (the primary device's; None: it names none)."""
+    found = table_recordings(params, name)
+    return found[0][1] if found else params["tables"][name].get("recording")
+
+
+def table_recordings(params: dict[str, Any], name: str) -> tuple[tuple[str, str], ...]:
+    """(device, recording path) of table ``name`` for every declared device; ``tables.<name>.recording``
+    overrides the primary device's path only."""
+    override = params["tables"][name].get("recording")
+    found = []
+    for index, device in enumerate(params.get("devices") or {}):
+        derived = recording_path(device=device, table=name)
+        found.append((device, override if index == 0 and override else derived))
+    return tuple(found)
 
 
 def shape_list(shapes: dict[str, Any], *, table: str, path: str | Path) -> tuple[tuple[int, int, int], ...]:

@@ -127,8 +127,9 @@ def test_bench_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.strip() == ("error: --shape[0]: expected M,N,K with positive integers, "
                                                           "got '1,8'")
     params = tmp_path / "params.yaml"
-    params.write_text((REPO / "params.yaml").read_text().replace("recording: data/recordings/h200_gemm_mma.parquet",
-                                                                 f"recording: {tmp_path / 'none.parquet'}"))
+    # tables.gemm_mma.recording overrides the primary device's derived recording path
+    params.write_text((REPO / "params.yaml").read_text().replace(
+        "\n  gemm_mma:\n", f"\n  gemm_mma:\n    recording: {tmp_path / 'none.parquet'}\n", 1))
     replay = run_cli("bench", "--table", "gemm_mma", "--shape", "1,4096,4096", "--backend", "replay",
                      "--params", str(params), cwd=REPO)
     assert replay.returncode == 2 and "none.parquet: no such recording" in replay.stderr

@@ -19,6 +19,7 @@ from pipeline_repo import (
     snakemake,
     tunetable,
 )
+from tunetable.params import primary_recording
 from tunetable.yamlio import load_yaml_file
 
 TABLE = "gemm_mma"
@@ -121,7 +122,7 @@ def test_replay_dag_never_compiles(copy: Path) -> None:
 def test_replay_leaves_out_a_table_without_its_recording_loudly(copy: Path) -> None:
     if not RECORDING.is_file():
         pytest.skip(NO_RECORDING)
-    wgmma = copy / declared()["gemm_wgmma"]["recording"]
+    wgmma = copy / str(primary_recording(load_yaml_file(REPO / "params.yaml"), "gemm_wgmma"))
     for path in (wgmma, wgmma.with_suffix(".json")):
         path.unlink(missing_ok=True)
     dag = snakemake("all", "-n", "--cores", "2", cwd=copy)
@@ -139,9 +140,9 @@ def test_replay_covers_every_table_whose_recording_is_present(copy: Path) -> Non
     # Point gemm_wgmma at an existing recording: the plan only needs the file (this is a dry run,
     # nothing is replayed), and then both tables and the dispatch list are in the DAG.
     params = copy / "params.yaml"
-    recording = declared()["gemm_wgmma"]["recording"]
-    params.write_text(params.read_text().replace(f"recording: {recording}",
-                                                 f"recording: {RECORDING.relative_to(REPO)}"))
+    # tables.<t>.recording overrides the primary device's derived path (data/recordings/h200_gemm_wgmma.parquet)
+    params.write_text(params.read_text().replace("  gemm_wgmma:\n",
+                                                 f"  gemm_wgmma:\n    recording: {RECORDING.relative_to(REPO)}\n", 1))
     done = snakemake("all", "-n", "--cores", "2", cwd=copy)
     counts = job_counts(done.output)
     assert counts["replay_gemm_mma"] == counts["replay_gemm_wgmma"] == counts["select_gemm_dispatch"] == 1

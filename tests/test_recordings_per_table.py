@@ -90,12 +90,12 @@ def test_replay_covers_every_table_with_a_recording_and_keys_each_by_its_own(pro
     before = run_plan.make_plan(params).keys["gemm_mma"]
     shutil.copyfile(REPO / "data/recordings/h200_gemm_mma_rerun.parquet", project / "data/recordings/other.parquet")
     shutil.copyfile(REPO / "data/recordings/h200_gemm_mma_rerun.json", project / "data/recordings/other.json")
-    params["tables"]["gemm_wgmma"]["recording"] = "data/recordings/other.parquet"
+    params["tables"]["gemm_wgmma"]["recording"] = "data/recordings/other.parquet"  # overrides the derived path
     plan = run_plan.make_plan(params)
     assert [spec.name for spec in plan.tables] == ["gemm_mma", "gemm_wgmma"] and plan.skipped == {}
     assert [spec.name for spec in plan.dispatches] == ["gemm_dispatch"] and plan.skipped_dispatches == {}
     assert plan.keys["gemm_mma"] == before  # another table's recording does not touch this key
-    assert len(messages.banner(plan).splitlines()) == 3  # one serving line per table
+    assert len(messages.banner(plan).splitlines()) == 3 + 2  # one serving line per table, then the two devices
     assert "serving data/recordings/other.parquet" in messages.banner(plan)
     assert targets.replay_inputs(plan, table="gemm_wgmma") == ["data/recordings/other.parquet",
                                                                "data/recordings/other.json"]
@@ -117,8 +117,10 @@ def test_a_recording_without_its_sidecar_is_an_error_not_a_skip(project: Path) -
 
 
 def test_a_table_naming_no_recording_is_left_out_of_a_replay(project: Path) -> None:
+    # Without `devices:` (an older params.yaml) a table names its recording itself, or none.
     params = params_of(project, **REPLAY)
-    del params["tables"]["gemm_wgmma"]["recording"]
+    del params["devices"]
+    params["tables"]["gemm_mma"]["recording"] = MMA_RECORDING
     plan = run_plan.make_plan(params)
     assert [spec.name for spec in plan.tables] == ["gemm_mma"]
     assert plan.skipped["gemm_wgmma"].startswith("it names no recording")
@@ -137,7 +139,7 @@ def test_live_plan_covers_every_declared_table(project: Path) -> None:
     # The selector is built from the tables' recordings, not from a live run's shards: without
     # gemm_wgmma's it stays as committed, loudly.
     assert plan.selectors == () and list(plan.skipped_selectors) == ["gemm_selector"]
-    assert messages.banner(plan).splitlines()[-1] == (
+    assert messages.banner(plan).splitlines()[-3] == (  # before the device lines
         "tunetable: SKIPPING selector gemm_selector: the recording of table gemm_wgmma is absent; "
         "manifests/gemm_selector.yaml and its generated list stay as committed")
 

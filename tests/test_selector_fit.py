@@ -28,7 +28,7 @@ from tunetable.kernels.runtime.selector_serve import (
     model_function,
 )
 from tunetable.kernels.runtime.decide import selector_candidates
-from tunetable.params import load_params, selector_spec, table_spec
+from tunetable.params import load_params, primary_recording, selector_spec, table_spec
 from tunetable.kernels.families.selector_data import candidate_entry
 from tunetable.kernels.tuning_configs import SELECTOR_FILES
 from tunetable.selector_fit import (
@@ -144,7 +144,7 @@ def test_the_selector_reads_only_the_tables_recordings(monkeypatch: pytest.Monke
     for name in SPEC.tables:
         load_table_measurements(root=REPO, spec=table_spec(PARAMS, name))
     assert [Path(p).relative_to(REPO).as_posix() for p in read] == [
-        PARAMS["tables"][name]["recording"] for name in SPEC.tables]
+        primary_recording(PARAMS, name) for name in SPEC.tables]
     assert not any("validation" in p for p in read)
 
 

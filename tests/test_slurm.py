@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from pipeline_repo import BIN, NO_RECORDING, RECORDING, REPO, project_files, run, tool_env
+from tunetable.params import primary_recording
 from tunetable.yamlio import load_yaml_file
 
 SCRIPT = REPO / "scripts" / "slurm_local.sh"
@@ -74,8 +75,9 @@ def project_copy(dest: Path) -> Path:
 def replayed_tables(root: Path) -> list[str]:
     """The tables a replayed run covers there (those whose recording is present)."""
 
-    tables = load_yaml_file(root / "params.yaml")["tables"]
-    return [name for name, spec in tables.items() if spec.get("recording") and (root / spec["recording"]).is_file()]
+    params = load_yaml_file(root / "params.yaml")
+    found = {name: primary_recording(params, name) for name in params["tables"]}
+    return [name for name, recording in found.items() if recording and (root / recording).is_file()]
 
 
 def generated_files(root: Path) -> dict[str, bytes]:

@@ -30,14 +30,14 @@ from tunetable import trace
 from tunetable.codegen import marker_line
 from tunetable.errors import TuneTableError
 from tunetable.manifest import load_ranges, lookup
-from tunetable.params import dispatch_spec, load_params, table_specs
+from tunetable.params import dispatch_spec, load_params, primary_recording, table_specs
 from tunetable.yamlio import load_yaml_file
 
 DISPATCH = "gemm_dispatch"
 TARGET = "kernels/tuning_configs.py"
 PARAMS = load_params(REPO / "params.yaml")
 LISTED = tuple(PARAMS["dispatch"][DISPATCH]["tables"])  # the list's candidate tables, in order
-RECORDINGS = {name: REPO / PARAMS["tables"][name]["recording"] for name in LISTED}
+RECORDINGS = {name: REPO / str(primary_recording(PARAMS, name)) for name in LISTED}
 RERUN = "data/recordings/h200_gemm_mma_rerun.parquet"
 pytestmark = pytest.mark.skipif(not all(p.is_file() for p in RECORDINGS.values()) or not (REPO / RERUN).is_file(),
                                 reason="the committed H200 recordings of the dispatch list's tables (and "

@@ -21,6 +21,13 @@ Without a chooser's answer it runs the table's most common winner among the entr
 holds M (else the most common winner overall, or, for an empty table, the family's size
 heuristic) and warns once (``FallbackWarning``). docs/architecture.md says where choosers plug in.
 
+Devices (docs/devices.md): the generated file holds the tables of each recorded device
+(``DEVICE_TABLES``, ``RECORDED_DEVICES``) and the devices params.yaml tunes for (``DEVICES``). Every
+entry point takes ``device`` (a device key such as ``"h200"``; None: the primary device, the first
+recorded); ``serving_device`` says whose tables serve it (its own, else its fallbacks, else the first
+recorded device of its arch: kernels/families/devices.py) and ``recognise_gpu`` names the device of what
+the driver reports. There is one process-wide dispatcher per serving device.
+
 Decisions are memoised per shape. This module imports only the families and the generated tables.
 """
 
@@ -39,12 +46,51 @@ from typing import Any
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels import tuning_configs
 from tunetable.kernels.families.common import INT32_MAX, ShapeCandidate, TableEntry, config_id, covering_index
+from tunetable.kernels.families.devices import recognise, serving_device as serving_rule
 from tunetable.kernels.families.selector_data import parse_selector_file
 from tunetable.kernels.runtime.selector_serve import SELECTOR, ShapeSelector
-from tunetable.kernels.tuning_configs import BUILDS, DISPATCH, SELECTOR_FILES, TABLES, FamilyChoice
+from tunetable.kernels.tuning_configs import (  # DISPATCH, SELECTOR_FILES: the primary device's, re-exported
+    BUILDS,
+    DEVICE_TABLES,
+    DEVICES,
+    DISPATCH,  # noqa: F401
+    RECORDED_DEVICES,
+    SELECTOR_FILES,  # noqa: F401
+    TABLES,
+    FamilyChoice,
+)
 
 DEFAULT_TABLE = "gemm_mma"       # the table that serves shapes the dispatch list does not cover
 DISPATCH_LIST = "gemm_dispatch"
+
+
+class UnknownDeviceError(ValueError):
+    """A device key that is neither declared nor served by any recorded device of its architecture."""
+
+
+def serving_device(device: str | None = None, *, arch: str | None = None) -> str:
+    """The recorded device whose tables serve ``device`` (None: the primary one); UnknownDeviceError if none.
+
+    ``device`` None with ``arch`` is an unrecognised GPU of that architecture: the first recorded device of
+    it serves. The rule (own tables, then the device's ``fallback`` list, then its arch) is data: params.yaml's
+    ``devices:``, generated into ``DEVICES``.
+    """
+    if device is None and arch is None:
+        return RECORDED_DEVICES[0]
+    if device is not None and device not in DEVICES:
+        raise UnknownDeviceError(f"unknown device '{device}' (declared: {', '.join(DEVICES)}; recorded: "
+                                 f"{', '.join(RECORDED_DEVICES)})")
+    found = serving_rule(device=device, recorded=RECORDED_DEVICES, devices=tuple(DEVICES.values()), arch=arch)
+    if found is None:
+        raise UnknownDeviceError(f"no recorded device serves {device or 'a GPU'} of {arch or 'its'} architecture "
+                                 f"(recorded: {', '.join(RECORDED_DEVICES)}, all "
+                                 f"{', '.join(sorted({spec.arch for spec in DEVICES.values()}))})")
+    return found
+
+
+def recognise_gpu(*, name: str, sm_count: int, memory_bytes: int) -> str | None:
+    """The declared device (key) of a GPU from what the driver reports (name, SM count, total memory), or None."""
+    return recognise(name=name, sm_count=sm_count, memory_bytes=memory_bytes, devices=tuple(DEVICES.values()))
 
 
 class FallbackWarning(UserWarning):
@@ -258,13 +304,13 @@ class FamilyDispatcher:
 
 # --- the shape selector as the untuned chooser ------------------------------------------------------
 
-def selector_chooser(found: Any) -> UntunedChooser:
+def selector_chooser(found: Any, *, tables: Mapping[str, Sequence[TableEntry]] = TABLES) -> UntunedChooser:
     """An ``untuned`` chooser answering with ``found``'s choice (a ShapeSelector): its family and configuration.
 
     It answers only shapes whose (N, K) no table holds, so that a table's own range entries stay the
     choice for its (N, K).
     """
-    held = held_shapes(TABLES)
+    held = held_shapes(tables)
 
     def choose(*, table: str, family: str, m: int, n: int, k: int) -> Untuned | None:
         return None if (n, k) in held else selector_choice(found, m=m, n=n, k=k)
@@ -316,14 +362,14 @@ class SelectorDataError(RuntimeError):
     (sha256), or does not hold what its schema says: the package is broken, never a silent default."""
 
 
-def selector_candidates(name: str = SELECTOR) -> tuple[ShapeCandidate, ...]:
+def selector_candidates(name: str = SELECTOR, *, device: str | None = None) -> tuple[ShapeCandidate, ...]:
     """The candidates of selector ``name``, from its data file (``SELECTOR_FILES[name]``; none when not generated).
 
     The file is read once per process, on first use: its sha256 must be the one codegen recorded, and every
     candidate must hold its family's typed fields (the ones codegen checks), or it is a SelectorDataError
     naming the file.
     """
-    record = SELECTOR_FILES.get(name)
+    record = DEVICE_TABLES[serving_device(device)].selector_files.get(name)
     if record is None:
         return ()
     path = Path(tuning_configs.__file__).resolve().parent / record.path
@@ -349,49 +395,57 @@ def selector_candidates(name: str = SELECTOR) -> tuple[ShapeCandidate, ...]:
     return data.candidates
 
 
-def shape_selector(name: str = SELECTOR) -> ShapeSelector:
-    """The process-wide selector over selector ``name``'s data file (empty when not generated), built on first use."""
-    found = _state.get(("selector", name))
+def shape_selector(name: str = SELECTOR, *, device: str | None = None) -> ShapeSelector:
+    """The process-wide selector over selector ``name``'s data file of ``device``'s serving device (empty when
+    not generated), built on first use."""
+    serving = serving_device(device)
+    found = _state.get(("selector", name, serving))
     if found is None:
         with _lock:
-            found = _state.get(("selector", name))
+            found = _state.get(("selector", name, serving))
             if found is None:
-                found = _state.setdefault(("selector", name), ShapeSelector(selector_candidates(name), name=name))
+                found = _state.setdefault(("selector", name, serving),
+                                          ShapeSelector(selector_candidates(name, device=serving), name=name))
     return found
 
 
 # --- the process-wide dispatcher -------------------------------------------------------------------
 
-_state: dict[Any, Any] = {}   # "dispatcher", ("selector", name)
+_state: dict[Any, Any] = {}   # ("dispatcher", device), ("selector", name, device): per serving device
 _lock = threading.RLock()   # re-entrant: dispatcher() builds the selector under it
 _listeners: list[Callable[[], None]] = []   # told when the dispatcher changes (the launch step's plan memo)
 
 
-def dispatcher(table: str | None = None) -> FamilyDispatcher | Dispatcher:
-    """The process-wide dispatcher tunetable.gemm uses (over the generated DISPATCH and TABLES).
+def dispatcher(table: str | None = None, *, device: str | None = None) -> FamilyDispatcher | Dispatcher:
+    """The process-wide dispatcher tunetable.gemm uses for ``device`` (None: the primary device), over its
+    serving device's generated dispatch list and tables (``DEVICE_TABLES``, ``serving_device``).
 
     With ``table``: that table's own Dispatcher (the same instance the cross-family one consults).
     """
-    found = _state.get("dispatcher")
+    serving = serving_device(device)
+    found = _state.get(("dispatcher", serving))
     if found is None:
         with _lock:
-            found = _state.get("dispatcher")
+            found = _state.get(("dispatcher", serving))
             if found is None:
-                selector = shape_selector()
-                found = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES,
-                                         untuned=selector_chooser(selector),
-                                         between=selector_between(selector, tables=TABLES))
-                _state["dispatcher"] = found
+                generated = DEVICE_TABLES[serving]
+                selector = shape_selector(device=serving)
+                found = FamilyDispatcher(choices=generated.dispatch[DISPATCH_LIST], tables=generated.tables,
+                                         untuned=selector_chooser(selector, tables=generated.tables),
+                                         between=selector_between(selector, tables=generated.tables))
+                _state[("dispatcher", serving)] = found
     return found if table is None else found.tables[table]
 
 
-def set_dispatcher(found: FamilyDispatcher | None) -> None:
-    """Make ``found`` the dispatcher of gemm() (None: back to the generated tables); forgets plans per shape."""
+def set_dispatcher(found: FamilyDispatcher | None, *, device: str | None = None) -> None:
+    """Make ``found`` the dispatcher of gemm() on ``device``'s serving device (None: the primary device;
+    ``found`` None: back to the generated tables); forgets plans per shape."""
+    serving = serving_device(device)
     with _lock:
         if found is None:
-            _state.pop("dispatcher", None)
+            _state.pop(("dispatcher", serving), None)
         else:
-            _state["dispatcher"] = found
+            _state[("dispatcher", serving)] = found
         for listener in _listeners:
             listener()
 

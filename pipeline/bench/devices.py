@@ -1,4 +1,5 @@
-"""The GPUs this process may use, found without creating a CUDA context (no pycuda)."""
+"""The GPUs this process may use, found without creating a CUDA context (no pycuda), and which declared device
+the first one is (``recognised_device``: pycuda's cuInit, lazily, on the GPU host only)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import ctypes
 import glob
 import os
 from pathlib import Path
+
+from tunetable.kernels.families.devices import recognise
 
 
 def _libcuda_loadable() -> bool:
@@ -55,3 +58,21 @@ def device_name() -> str:
             if line.startswith("Model:"):
                 return line.split(":", 1)[1].strip()
     return "cuda-unknown"
+
+
+def gpu_report(ordinal: int = 0) -> tuple[str, int, int]:
+    """(name, SM count, total memory in bytes) the driver reports for GPU ``ordinal`` (pycuda; no context)."""
+    import pycuda.driver as cuda  # lazy: the GPU host's dependency, never a CPU machine's
+
+    cuda.init()
+    device = cuda.Device(ordinal)
+    sm_count = device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
+    return str(device.name()), int(sm_count), int(device.total_memory())
+
+
+def recognised_device(params: dict, ordinal: int = 0) -> str | None:
+    """The declared device (params.yaml ``devices:``) GPU ``ordinal`` is, or None (kernels/families/devices.py)."""
+    from tunetable.params import device_specs  # lazy: the bench's leaf modules stay import-light
+
+    name, sm_count, memory_bytes = gpu_report(ordinal)
+    return recognise(name=name, sm_count=sm_count, memory_bytes=memory_bytes, devices=device_specs(params))

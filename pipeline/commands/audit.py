@@ -99,6 +99,8 @@ def _print_table_audit(console: Console, item, *, rev_a: str, rev_b: str) -> Non
     else:
         console.print(f"\n[bold]{item.table}[/bold]: raw results {item.key_before or '?'} -> "
                       f"{item.key_after or '?'}")
+    if item.device:
+        console.print(f"{item.table}: measured on device {item.device}", markup=False, highlight=False)
     if item.entries:
         entries = ConsoleTable(title=f"{item.table}: manifest entries changed")
         for column in ("change", "index", "entry"):

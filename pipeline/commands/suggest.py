@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -10,10 +11,10 @@ from rich.console import Console
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
-from tunetable.kernels.runtime.decide import dispatcher, shape_selector
+from tunetable.kernels.runtime.decide import UnknownDeviceError, dispatcher, serving_device, shape_selector
 from tunetable.kernels.runtime.selector_serve import SELECTOR
 from tunetable.numbers import number_cell
-from tunetable.params import load_params, selector_specs, table_spec
+from tunetable.params import TableSpec, load_params, selector_specs, table_spec
 from tunetable.selector_fit import cublas_seconds, load_table_measurements, selector_model, shared_yardstick
 from tunetable.shapes import ShapeCount, read_workload
 from tunetable.decision_preview import measured_times, smallest_recorded, suggest, workload_totals
@@ -22,9 +23,16 @@ EPILOG = """\b
 Examples:
   tunetable suggest --shape 200,5120,5120 --shape 1,4096,4096
   tunetable suggest --shapes shapes/llama.csv     M,N,K[,count] rows (tunetable shapes import)
+  tunetable suggest --device h100 --shape 1,4096,4096   what an H100 runs (its tables, else its fallback's)
 A "selector" row is a prediction for a shape no table holds: `tunetable trace gemm_selector INDEX`
 shows the measurements behind it; add the shape to a table (params.yaml) to tune it.
 """
+
+
+def device_recording(spec: TableSpec, *, device: str) -> TableSpec:
+    """``spec`` with ``device``'s recording (params.yaml ``devices:``; unchanged without devices)."""
+    found = dict(spec.recordings)
+    return dataclasses.replace(spec, recording=found[device]) if device in found else spec
 
 
 def parse_shape(text: str, *, index: int) -> tuple[int, int, int]:
@@ -90,7 +98,9 @@ def render(suggestions, *, console: Console, selector: str,
               help="A workload: M,N,K[,count] CSV or a PyTorch profiler trace (as `tunetable shapes import` reads).")
 @click.option("--params", "params_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("params.yaml"),
               show_default=True)
-def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path) -> None:
+@click.option("--device", default=None, help="A device of params.yaml `devices:` (default: the primary one): what "
+              "gemm() runs there, from its tables or, without them, its fallback device's.")
+def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path, device: str | None) -> None:
     """Per shape: the family and configuration gemm() runs (table entry or prediction), its time and cuBLAS's."""
 
     wanted = [ShapeCount(m=m, n=n, k=k) for m, n, k in (parse_shape(t, index=i) for i, t in enumerate(shapes))]
@@ -99,21 +109,29 @@ def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path
     if not wanted:
         raise TuneTableError("give --shape M,N,K (repeatable) or --shapes FILE", where="suggest")
     params = load_params(params_path)
+    try:
+        serving = serving_device(device)
+    except UnknownDeviceError as exc:
+        raise TuneTableError(str(exc), where="--device") from None
     root = params_path.resolve().parent
     specs = selector_specs(params, path=params_path)
     names = list(dict.fromkeys(t for spec in specs for t in spec.tables)) or list(params["tables"])
-    tables = [load_table_measurements(root=root, spec=table_spec(params, name, path=params_path)) for name in names
-              if table_spec(params, name, path=params_path).recording
-              and (root / table_spec(params, name, path=params_path).recording).is_file()]
+    served = [device_recording(table_spec(params, name, path=params_path), device=serving) for name in names]
+    tables = [load_table_measurements(root=root, spec=spec) for spec in served
+              if spec.recording and (root / spec.recording).is_file()]
     tables = list(shared_yardstick(tables))  # measured speedups against the yardstick the selector uses
     model = selector_model(tables=tables) if tables else None
     families = [FAMILIES[name] for name in sorted({spec.family for spec in map(
         lambda t: table_spec(params, t, path=params_path), params["tables"])}) if name in FAMILIES]
     smallest = smallest_recorded(tables)
-    results = [suggest(shape=w.shape, count=w.count, dispatcher=dispatcher(), families=families, model=model,
-                       measured=measured_times(tables), selector_name=SELECTOR,
-                       selector_entries=shape_selector(SELECTOR).candidates,
+    results = [suggest(shape=w.shape, count=w.count, dispatcher=dispatcher(device=serving), families=families,
+                       model=model, measured=measured_times(tables), selector_name=SELECTOR,
+                       selector_entries=shape_selector(SELECTOR, device=serving).candidates,
                        cublas=lambda shape: cublas_seconds(tables=tables, shape=shape) if tables else None,
                        smallest_floor_s=None if smallest is None else smallest[1])
                for w in wanted]
-    render(results, console=Console(), selector=SELECTOR, smallest=smallest)
+    console = Console()
+    if device is not None:
+        whose = "its own tables" if serving == device else f"no tables of its own: {serving}'s tables serve it"
+        console.print(f"device {device}: {whose}", markup=False)
+    render(results, console=console, selector=SELECTOR, smallest=smallest)

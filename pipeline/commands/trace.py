@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -15,7 +16,8 @@ from tunetable.errors import TuneTableError
 from tunetable.numbers import number_cell
 from tunetable.kernels.runtime.selector_serve import BIAS_NK_SCALE, cell_points, nearest_cell
 from tunetable.commands.suggest import parse_shape
-from tunetable.params import dispatch_specs, load_params, selector_specs, table_spec, table_specs
+from tunetable.kernels.families.devices import DeviceSpec, device_of_name
+from tunetable.params import device_specs, dispatch_specs, load_params, selector_specs, table_spec, table_specs
 
 EPILOG = """\b
 Examples:
@@ -42,7 +44,16 @@ def _cell(value: object) -> str:
     return "-" if value is None else number_cell(value)
 
 
-def _print_trace(console: Console, result) -> None:
+def _device_line(provenance: dict | None, *, devices: Sequence[DeviceSpec]) -> str | None:
+    """'device: h200 (the measurement's NVIDIA H200)': which declared device an entry's measurements belong to."""
+    name = str((provenance or {}).get("device") or "")
+    if not name or not devices:
+        return None
+    key = device_of_name(name=name, devices=devices)
+    return f"device: {key or 'none of params.yaml devices:'} (the measurement's {name})"
+
+
+def _print_trace(console: Console, result, *, devices: Sequence[DeviceSpec] = ()) -> None:
     """A table entry: generated lines, manifest entry, ranked rows per M, raw shards."""
     g = result.generated
     console.print(f"[bold]{result.table}[{g.index}][/bold] {result.target}:{g.first_line}-{g.last_line}")
@@ -58,6 +69,8 @@ def _print_trace(console: Console, result) -> None:
     print_table(console, values)
     if result.provenance:
         console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
+        if _device_line(result.provenance, devices=devices):
+            console.print(_device_line(result.provenance, devices=devices), markup=False)
     console.print(f"\n[bold]ranked[/bold] {result.ranked_path} ({result.ranked_note})", highlight=False)
     for at_m in result.ranked:
         rows = ConsoleTable(title=f"M={at_m.m} N={entry.n} K={entry.k}: entry's config ranks {at_m.picked_rank or '-'}")
@@ -132,7 +145,7 @@ def _print_generated(console: Console, result) -> None:
     console.print(g.text, markup=False, highlight=False)
 
 
-def _print_dispatch(console: Console, result) -> None:
+def _print_dispatch(console: Console, result, *, devices: Sequence[DeviceSpec] = ()) -> None:
     """A dispatch entry: generated lines, the decision, each candidate's speedup per measured M, the chosen entry."""
     entry = result.entry
     _print_generated(console, result)
@@ -144,6 +157,8 @@ def _print_dispatch(console: Console, result) -> None:
                   f"{', '.join(result.tables)}", markup=False)
     if result.provenance:
         console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
+        if _device_line(result.provenance, devices=devices):
+            console.print(_device_line(result.provenance, devices=devices), markup=False)
     console.print("\n[bold]measurements[/bold]")
     for source in result.sources:
         console.print(f"  {_source_line(result, source)}", markup=False)
@@ -164,10 +179,10 @@ def _print_dispatch(console: Console, result) -> None:
         console.print(f"note: {note}", markup=False)
     for table_trace in result.table_traces:
         console.print(f"\n[bold]chosen table[/bold] {result.table}: entry {table_trace.entry.index}")
-        _print_trace(console, table_trace)
+        _print_trace(console, table_trace, devices=devices)
 
 
-def _print_selector(console: Console, result) -> None:
+def _print_selector(console: Console, result, *, devices: Sequence[DeviceSpec] = ()) -> None:
     """A selector entry: generated lines, the candidate, and each (N, K)'s term of its bias at both range ends."""
     g, entry = result.generated, result.entry
     _print_generated(console, result)
@@ -186,6 +201,8 @@ def _print_selector(console: Console, result) -> None:
                   markup=False)
     if result.provenance:
         console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
+        if _device_line(result.provenance, devices=devices):
+            console.print(_device_line(result.provenance, devices=devices), markup=False)
     selected = result.selected_hash
     verdict = ("the rows the selector was built from" if result.data_hash == selected
                else f"OTHER rows than the selector was built from ({selected or 'unknown'})")
@@ -255,6 +272,7 @@ def command(what: str, index: int | None, params_path: Path, shape: str | None) 
     """WHAT is a TABLE, dispatch list or selector (then INDEX), or FILE:LINE inside a generated region."""
 
     params = load_params(params_path)
+    devices = device_specs(params, path=params_path)
     root = params_path.resolve().parent
     dispatch = {spec.name: spec for spec in dispatch_specs(params, path=params_path)}
     selectors = {spec.name: spec for spec in selector_specs(params, path=params_path)}
@@ -276,9 +294,11 @@ def command(what: str, index: int | None, params_path: Path, shape: str | None) 
     if name in selectors:
         tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
         _print_selector(console, selector_trace.trace_selector(root=root, spec=selectors[name], tables=tables,
-                                                               index=index, shape=on_shape))
+                                                               index=index, shape=on_shape), devices=devices)
     elif name in dispatch:
         tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
-        _print_dispatch(console, tracing.trace_dispatch(root=root, spec=dispatch[name], tables=tables, index=index))
+        _print_dispatch(console, tracing.trace_dispatch(root=root, spec=dispatch[name], tables=tables, index=index),
+                        devices=devices)
     else:
-        _print_trace(console, tracing.trace(root=root, spec=table_spec(params, name, path=params_path), index=index))
+        _print_trace(console, tracing.trace(root=root, spec=table_spec(params, name, path=params_path), index=index),
+                     devices=devices)

@@ -31,6 +31,7 @@ def banner(plan: Plan) -> str:
               for name, why in plan.skipped_selectors.items()]
     if plan.left_out:
         lines.append(left_out_line(plan).removeprefix("tunetable: "))
+    lines += plan.device_lines
     return "\n".join(f"tunetable: {line}" for line in lines)
 
 

@@ -22,15 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from tunetable import paths, rawstore
-from tunetable.bench.devices import gpu_visible
+from tunetable.bench.devices import device_name, gpu_visible, recognised_device
 from tunetable.errors import TuneTableError
 from tunetable.inputs import read_recording_columns
 from tunetable.keys import kernel_source_hash
+from tunetable.kernels.families.devices import recording_path
 from tunetable.measurement_plan import BackendChoice, grid_config_ids, resolve_backend, shard_key
 from tunetable.params import (
     DispatchSpec,
     SelectorSpec,
     TableSpec,
+    device_specs,
     dispatch_specs,
     load_params,
     selector_specs,
@@ -93,6 +95,7 @@ class Plan:
     left_out: tuple[str, ...] = ()                                  # shard paths this run goes without
     selectors: tuple[SelectorSpec, ...] = ()                        # shape selectors built in this run
     skipped_selectors: Mapping[str, str] = field(default_factory=dict)
+    device_lines: tuple[str, ...] = ()                              # which device's tables, which are skipped
 
     def table(self, name: str) -> TableSpec:
         """The TableSpec of a table this run covers."""
@@ -203,12 +206,50 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
     absent = absent_paths(shards, folder_of=lambda shard: Path(shard.path).parent, journals=journals)
     parked = absent - absent_paths(shards, folder_of=lambda shard: rawstore.parked_path(shard.path).parent,
                                    journals=journals)
-    return Plan(tables=tables, backend=first.backend, backend_line="\n".join(lines), keys=keys,
+    return Plan(device_lines=device_lines(params, declared=declared, backend=first.backend, path=params_path),
+                tables=tables, backend=first.backend, backend_line="\n".join(lines), keys=keys,
                 recordings=recordings, skipped=skipped, dispatches=active, skipped_dispatches=skipped_dispatches,
                 shards=shards, absent=absent, parked=parked,
                 selectors=tuple(spec for spec in selectors if not missing[spec.name]),
                 skipped_selectors={name: f"the recording of table {', '.join(names)} is absent"
                                    for name, names in missing.items() if names})
+
+
+def device_lines(params: Mapping[str, Any], *, declared: Sequence[TableSpec], backend: str,
+                 path: str | Path) -> tuple[str, ...]:
+    """The banner's device lines: whose tables this run builds (the primary device's), and every other declared
+    device left as committed, with why (no recording yet, or recordings this version does not build)."""
+    devices = [spec.key for spec in device_specs(dict(params), path=path)]
+    if not devices:
+        return ()
+    primary, others = devices[0], devices[1:]
+    if backend == "cuda":
+        found = live_device(params)
+        if found is not None and found != primary:
+            raise TuneTableError(f"this GPU is device {found}: this version measures the primary device "
+                                 f"{primary}'s tables only; record {found}'s with scripts/device_record_h100.sh "
+                                 "(docs/devices.md)", path=path, where=f"devices.{found}")
+        what = f"recognised as {found}" if found else "which matches no declared device"
+        lines = [f"DEVICE {primary}: its tables are measured on this GPU ({device_name()}, {what})"]
+    else:
+        lines = [f"DEVICE {primary}: its tables replay its recordings (data/recordings/{primary}_<table>.parquet)"]
+    for device in others:
+        present = [Path(recording_path(device=device, table=spec.name)).name for spec in declared
+                   if Path(recording_path(device=device, table=spec.name)).is_file()]
+        why = (f"recordings present ({', '.join(present)}) that this version does not build into tables yet"
+               if present else f"no recording yet (data/recordings/{device}_<table>.parquet: "
+               "scripts/device_record_h100.sh on that GPU)")
+        lines.append(f"SKIPPING device {device}: {why}; its tables stay as committed (the runtime serves it "
+                     f"{primary}'s: docs/devices.md)")
+    return tuple(lines)
+
+
+def live_device(params: Mapping[str, Any]) -> str | None:
+    """The declared device the visible GPU is (None: none matches, or pycuda cannot say)."""
+    try:
+        return recognised_device(dict(params))
+    except ImportError:
+        return None
 
 
 def absent_paths(shards: Mapping[str, Sequence[Shard]], *, folder_of: Callable[[Shard], Path],

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.measurement_plan import sidecar_path
-from tunetable.params import DispatchSpec, SelectorSpec, dispatch_specs, selector_specs, table_specs
+from tunetable.params import DispatchSpec, SelectorSpec, dispatch_specs, primary_recording, selector_specs, table_specs
 from tunetable.workflow.batches import live_batches, replay_batches, restore_jobs
 from tunetable.workflow.run_plan import Plan, shard_paths, stale_raw
 from tunetable.workflow.stamps import manifest_path, park_stamp, ranked_outputs, select_stamp
@@ -98,7 +98,7 @@ def selector_inputs(spec: SelectorSpec, *, params: Mapping[str, Any]) -> list[st
 
     found = []
     for table in spec.tables:
-        recording = Path(params["tables"][table]["recording"])
+        recording = Path(primary_recording(dict(params), table) or "")
         found += [str(recording), str(sidecar_path(recording))]
     return found
 

@@ -1,0 +1,109 @@
+"""The devices tables are tuned for: how each is recognised, where its recordings live, which serves which.
+
+Pure Python (no pycuda, no build module), so that the build (params.yaml ``devices:``, pipeline/params.py)
+and the runtime (which identifies the GPU the operands live on) share ONE matching rule:
+
+- ``recognise`` names the declared device whose ``match`` holds for what the driver reports (a name
+  fragment, the SM count, a memory range in GiB), or None;
+- ``recording_path`` is where a device's recording of a table lives (``data/recordings/<device>_<table>.parquet``,
+  its sidecar beside it as ``.json``): derived, never written twice;
+- ``serving_device`` is the fallback rule as data: a device with tables of its own serves itself; another
+  serves the first recorded device its ``fallback`` list names, else the first recorded device of its
+  architecture in declaration order; a GPU of no declared architecture serves none (None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+GIB = 1 << 30
+RECORDINGS_DIR = "data/recordings"
+
+
+@dataclass(frozen=True)
+class DeviceMatch:
+    """What the driver must report for a GPU to be this device (None: not checked)."""
+
+    name: str                              # a substring of the driver's device name
+    sm_count: int | None = None
+    min_memory_gib: float | None = None    # total memory at least this (GiB)
+    max_memory_gib: float | None = None    # total memory below this (GiB)
+
+    def holds(self, *, name: str, sm_count: int, memory_bytes: int) -> bool:
+        """Whether a GPU reporting ``name``, ``sm_count`` SMs and ``memory_bytes`` of memory is this device."""
+        gib = memory_bytes / GIB
+        return (self.name in name
+                and (self.sm_count is None or self.sm_count == sm_count)
+                and (self.min_memory_gib is None or gib >= self.min_memory_gib)
+                and (self.max_memory_gib is None or gib < self.max_memory_gib))
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One device params.yaml tunes for: its key (``h200``), architecture, how it is recognised, its fallbacks."""
+
+    key: str
+    arch: str                              # the compute capability the kernels need, e.g. sm_90a
+    match: DeviceMatch
+    fallback: tuple[str, ...] = field(default_factory=tuple)   # devices whose tables serve it, in order
+
+
+def recording_path(*, device: str, table: str, root: str = RECORDINGS_DIR) -> str:
+    """The recording the replay backend serves for ``table`` on ``device``: <root>/<device>_<table>.parquet."""
+    return f"{root}/{device}_{table}.parquet"
+
+
+def sidecar_path(recording: str) -> str:
+    """A recording's sidecar (its provenance and checksum): the same path with .json."""
+    return recording[: -len(".parquet")] + ".json" if recording.endswith(".parquet") else recording + ".json"
+
+
+def recognise(*, name: str, sm_count: int, memory_bytes: int, devices: Sequence[DeviceSpec]) -> str | None:
+    """The key of the first declared device whose match holds for what the driver reports (None: unknown)."""
+    for spec in devices:
+        if spec.match.holds(name=name, sm_count=sm_count, memory_bytes=memory_bytes):
+            return spec.key
+    return None
+
+
+def device_of_name(*, name: str, devices: Sequence[DeviceSpec]) -> str | None:
+    """The first declared device whose name fragment ``name`` holds (a recording's or manifest's ``device``,
+    which records the driver's name only), or None."""
+    return next((spec.key for spec in devices if spec.match.name in name), None)
+
+
+def serving_device(*, device: str | None, recorded: Sequence[str], devices: Sequence[DeviceSpec],
+                   arch: str | None = None) -> str | None:
+    """The recorded device whose tables serve ``device`` (its own, its fallbacks, then its arch's first).
+
+    ``device`` None is an unrecognised GPU of architecture ``arch``: the first recorded device of that
+    architecture serves it. None when no recorded device of the same architecture exists.
+    """
+    by_key: Mapping[str, DeviceSpec] = {spec.key: spec for spec in devices}
+    if device is not None and device in recorded:
+        return device
+    spec = by_key.get(device) if device is not None else None
+    if spec is not None:
+        for other in spec.fallback:
+            if other in recorded:
+                return other
+        arch = spec.arch
+    for other in devices:
+        if other.key in recorded and other.arch == arch:
+            return other.key
+    return None
+
+
+def device_specs_from_mapping(raw: Mapping[str, Mapping[str, object]]) -> tuple[DeviceSpec, ...]:
+    """DeviceSpecs of a validated ``devices:`` mapping (params.yaml, or the generated tables), in order."""
+    specs = []
+    for key, item in raw.items():
+        match = dict(item["match"])     # type: ignore[arg-type]
+        specs.append(DeviceSpec(
+            key=str(key), arch=str(item.get("arch", "sm_90a")),
+            match=DeviceMatch(name=str(match["name"]), sm_count=match.get("sm_count"),   # type: ignore[arg-type]
+                              min_memory_gib=match.get("min_memory_gib"),                 # type: ignore[arg-type]
+                              max_memory_gib=match.get("max_memory_gib")),               # type: ignore[arg-type]
+            fallback=tuple(str(other) for other in item.get("fallback", ()))))           # type: ignore[union-attr]
+    return tuple(specs)

@@ -1,0 +1,223 @@
+"""The device dimension: params.yaml's devices, how a GPU is recognised, recordings per device, the fallback rule."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tunetable.errors import TuneTableError
+from tunetable.kernels.families.devices import (
+    GIB,
+    recognise,
+    recording_path,
+    serving_device,
+    sidecar_path,
+)
+from tunetable.params import device_specs, load_params, primary_device, table_recordings, table_spec
+from tunetable.yamlio import load_yaml_file
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = load_params(REPO / "params.yaml")
+DEVICES = device_specs(PARAMS)
+
+# What the driver reports (names as nvidia-smi prints them; memory as cuDeviceTotalMem returns it).
+H200 = {"name": "NVIDIA H200", "sm_count": 132, "memory_bytes": 150_754_820_096}
+H100_SXM = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "memory_bytes": 85_031_714_816}
+H100_PCIE = {"name": "NVIDIA H100 PCIe", "sm_count": 114, "memory_bytes": 85_031_714_816}
+H20 = {"name": "NVIDIA H20", "sm_count": 78, "memory_bytes": 102 * GIB}
+
+
+def test_params_declare_the_h200_first_and_the_h100() -> None:
+    assert [spec.key for spec in DEVICES] == ["h200", "h100"]
+    assert primary_device(PARAMS) == "h200"
+    assert all(spec.arch == "sm_90a" for spec in DEVICES)
+    assert dict((spec.key, spec.fallback) for spec in DEVICES) == {"h200": (), "h100": ("h200",)}
+
+
+def test_a_gpu_is_recognised_by_name_sm_count_and_memory() -> None:
+    assert recognise(**H200, devices=DEVICES) == "h200"
+    assert recognise(**H100_SXM, devices=DEVICES) == "h100"
+    assert recognise(**H100_PCIE, devices=DEVICES) is None      # 114 SMs: not the H100 SXM the table is for
+    assert recognise(**H20, devices=DEVICES) is None
+    # An H200 name with 80 GiB is no H200 (the memory range is part of the match).
+    assert recognise(name="NVIDIA H200", sm_count=132, memory_bytes=80 * GIB, devices=DEVICES) is None
+
+
+def test_recordings_are_derived_per_device_and_the_primary_one_keeps_todays_path() -> None:
+    assert recording_path(device="h100", table="gemm_mma") == "data/recordings/h100_gemm_mma.parquet"
+    assert sidecar_path("data/recordings/h100_gemm_mma.parquet") == "data/recordings/h100_gemm_mma.json"
+    assert table_recordings(PARAMS, "gemm_wgmma") == (
+        ("h200", "data/recordings/h200_gemm_wgmma.parquet"), ("h100", "data/recordings/h100_gemm_wgmma.parquet"))
+    for name in PARAMS["tables"]:
+        spec = table_spec(PARAMS, name)
+        assert spec.recording == f"data/recordings/h200_{name}.parquet" and (REPO / spec.recording).is_file()
+
+
+def test_a_device_without_tables_is_served_by_its_fallback_else_its_arch() -> None:
+    assert serving_device(device="h200", recorded=("h200",), devices=DEVICES) == "h200"
+    assert serving_device(device="h100", recorded=("h200",), devices=DEVICES) == "h200"
+    assert serving_device(device="h100", recorded=("h200", "h100"), devices=DEVICES) == "h100"
+    assert serving_device(device="h200", recorded=("h100",), devices=DEVICES) == "h100"   # same arch, no fallback
+    assert serving_device(device=None, recorded=("h200",), devices=DEVICES, arch="sm_90a") == "h200"
+    assert serving_device(device=None, recorded=("h200",), devices=DEVICES, arch="sm_100a") is None
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_fallback_naming_no_declared_device_is_one_error_naming_the_place(tmp_path: Path) -> None:
+    data = load_yaml_file(REPO / "params.yaml")
+    data["devices"]["h100"]["fallback"] = ["a100"]
+    with pytest.raises(TuneTableError) as info:
+        load_params(_write(tmp_path, data))
+    assert str(info.value) == (f"{tmp_path / 'params.yaml'}: devices.h100.fallback[0]: fallback 'a100' is not "
+                               "another declared device (declared: h100, h200)")
+
+
+def test_a_device_match_without_a_name_is_a_schema_error(tmp_path: Path) -> None:
+    data = load_yaml_file(REPO / "params.yaml")
+    del data["devices"]["h100"]["match"]["name"]
+    with pytest.raises(TuneTableError, match=r"devices.h100.match: 'name' is a required property"):
+        load_params(_write(tmp_path, data))
+
+
+# --- the runtime's side: the generated DEVICES region and decide's device parameter -----------------
+
+def test_the_generated_devices_are_params_yaml_s_and_hold_the_primary_device_s_tables() -> None:
+    from tunetable.kernels import tuning_configs
+
+    assert tuple(tuning_configs.DEVICES.values()) == DEVICES       # codegen wrote params.yaml's, literally
+    assert tuning_configs.RECORDED_DEVICES == ("h200",)
+    assert tuning_configs.DEVICE_TABLES["h200"].tables is tuning_configs.TABLES
+
+
+def test_decide_serves_every_declared_device_from_a_recorded_one() -> None:
+    from tunetable.kernels.runtime import decide
+
+    assert decide.serving_device() == "h200" and decide.serving_device("h100") == "h200"
+    assert decide.serving_device(None, arch="sm_90a") == "h200"
+    unknown = r"unknown device 'a100' \(declared: h200, h100; recorded: h200\)"
+    with pytest.raises(decide.UnknownDeviceError, match=unknown):
+        decide.serving_device("a100")
+    with pytest.raises(decide.UnknownDeviceError, match="no recorded device serves a GPU of sm_100a"):
+        decide.serving_device(None, arch="sm_100a")
+    assert decide.recognise_gpu(**H100_SXM) == "h100" and decide.recognise_gpu(**H100_PCIE) is None
+    # One dispatcher per serving device: an H100 (no tables of its own yet) shares the H200's.
+    assert decide.dispatcher(device="h100") is decide.dispatcher(device="h200") is decide.dispatcher()
+    held = decide.dispatcher(device="h100").decide(m=1, n=4096, k=4096)
+    assert not held.fallback and held.entry == decide.dispatcher().decide(m=1, n=4096, k=4096).entry
+
+
+# --- the pipeline's side: the banner names each device, another device's tables stay as committed -----
+
+def _replay_plan(root: Path, monkeypatch: pytest.MonkeyPatch):
+    from tunetable.workflow import run_plan
+
+    monkeypatch.chdir(root)
+    params = load_params(root / "params.yaml")
+    return run_plan.make_plan({**params, "bench": {**params["bench"], "backend": "replay"}})
+
+
+def test_a_replay_builds_the_primary_device_and_skips_another_without_recordings_loudly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunetable.workflow import messages
+
+    plan = _replay_plan(REPO, monkeypatch)
+    assert plan.device_lines == (
+        "DEVICE h200: its tables replay its recordings (data/recordings/h200_<table>.parquet)",
+        "SKIPPING device h100: no recording yet (data/recordings/h100_<table>.parquet: scripts/device_record_h100.sh "
+        "on that GPU); its tables stay as committed (the runtime serves it h200's: docs/devices.md)")
+    assert messages.banner(plan).splitlines()[-2:] == [f"tunetable: {line}" for line in plan.device_lines]
+
+
+def test_another_device_s_recording_is_named_in_the_banner_and_changes_no_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    for name in ("params.yaml", "data/recordings/h200_gemm_mma.parquet", "data/recordings/h200_gemm_mma.json",
+                 "data/recordings/h200_gemm_wgmma.parquet", "data/recordings/h200_gemm_wgmma.json",
+                 "data/recordings/h200_gemm_wgmma_swap.parquet", "data/recordings/h200_gemm_wgmma_swap.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / name, tmp_path / name)
+    before = _replay_plan(tmp_path, monkeypatch).keys
+    # A stand-in second device's recording: the committed H200 rerun (a second session), copied under h100's name.
+    shutil.copyfile(REPO / "data/recordings/h200_gemm_mma_rerun.parquet",
+                    tmp_path / "data/recordings/h100_gemm_mma.parquet")
+    plan = _replay_plan(tmp_path, monkeypatch)
+    assert plan.keys == before
+    assert plan.device_lines[1].startswith(
+        "SKIPPING device h100: recordings present (h100_gemm_mma.parquet) that this version does not build")
+
+
+# --- the commands say which device an entry belongs to ---------------------------------------------------
+
+def _tunetable(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tunetable", *args], cwd=REPO, capture_output=True, text=True,
+                          check=False, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "COLUMNS": "200"})
+
+
+def test_suggest_names_the_device_and_whose_tables_serve_it() -> None:
+    done = _tunetable("suggest", "--device", "h100", "--shape", "1,4096,4096")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "device h100: no tables of its own: h200's tables serve it"
+    assert "table gemm_mma[0]" in done.stdout
+    unknown = _tunetable("suggest", "--device", "a100", "--shape", "1,4096,4096")
+    assert unknown.returncode == 2 and unknown.stderr.strip().splitlines()[-1] == (
+        "error: --device: unknown device 'a100' (declared: h200, h100; recorded: h200)")
+
+
+def test_trace_and_audit_name_the_device_of_an_entry_s_measurements() -> None:
+    from tunetable.audit import device_label
+
+    trace = _tunetable("trace", "gemm_mma", "0")
+    assert trace.returncode == 0, trace.stderr
+    assert "device: h200 (the measurement's NVIDIA H200)" in trace.stdout.splitlines()
+    assert device_label(params=PARAMS, provenance={"device": "NVIDIA H100 80GB HBM3"}) == "h100 (NVIDIA H100 80GB HBM3)"
+    assert device_label(params=PARAMS, provenance={"device": "NVIDIA A100"}) == "NVIDIA A100"
+    assert device_label(params={}, provenance={}) == ""
+
+
+# --- a second device tuned cheaply -----------------------------------------------------------------------
+
+def test_tune_device_seeds_every_table_s_search_from_the_other_device_s_recording(tmp_path: Path) -> None:
+    from tunetable.device_tuning import device_tuning, per_shape_budget
+
+    tuned, plans = device_tuning(PARAMS, device="h100", seed_from="h200", budget=0.15, root=REPO)
+    assert [plan.table for plan in plans] == list(PARAMS["tables"])
+    for plan in plans:
+        assert tuned["tables"][plan.table]["search"] == {
+            "strategy": "model", "max_fevals": plan.per_shape, "seed": 0, "transfer": True,
+            "learn_from": f"data/recordings/h200_{plan.table}.parquet"}
+        assert plan.measurements / plan.exhaustive <= 0.15
+    assert "search" not in PARAMS["tables"]["gemm_mma"]          # params.yaml's own settings are untouched
+    assert per_shape_budget(grid=112, budget=0.15) == 16 and per_shape_budget(grid=3, budget=0.15) == 1
+    out = tmp_path / "h100.params.yaml"
+    done = _tunetable("tune-device", "--device", "h100", "--seed-from", "h200", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert load_params(out)["tables"]["gemm_wgmma"]["search"]["learn_from"] == "data/recordings/h200_gemm_wgmma.parquet"
+    missing = _tunetable("tune-device", "--device", "h200", "--seed-from", "h100", "--out", str(out))
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1] == (
+        "error: data/recordings/h100_gemm_mma.parquet: no recording of table gemm_mma on h100 to seed from")
+
+
+def test_device_transfer_with_the_whole_grid_as_budget_reaches_every_exhaustive_best(tmp_path: Path) -> None:
+    """The benchmark's yardstick: a budget of the whole grid measures everything, so every shape is within 2 %."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks/device_transfer.py"), "--table", "gemm_mma",
+         "--seed-from", str(REPO / "data/recordings/h200_gemm_mma_rerun.parquet"),
+         "--target", str(REPO / "data/recordings/h200_gemm_mma_rerun4.parquet"), "--budget", "1.0",
+         "--out", str(tmp_path / "transfer")], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    report = json.loads((tmp_path / "transfer.json").read_text())
+    assert report["budget_per_shape"] == report["grid"] == 52
+    for run in ("seeded", "seeded_with_winners", "unseeded"):
+        assert report[run]["share_within_2pct"] == 1.0 and report[run]["shapes"] == 4
