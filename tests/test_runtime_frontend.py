@@ -131,22 +131,22 @@ def test_a_recorded_device_is_served_its_own_tables() -> None:
     assert table_device(H200) == devices.TableDevice(device="h200", identified="h200")
 
 
-def test_an_h100_runs_the_nearest_recorded_device_with_one_warning_naming_both() -> None:
+def test_an_h100_runs_its_fallback_devices_tables_with_one_warning_naming_both() -> None:
     found = table_device(H100)
     assert found.device == "h200" and found.identified == "h100"
     assert found.warning.startswith("tunetable.gemm: cuda:1 (NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, sm_90) is "
-                                    "NVIDIA H100 SXM with no tables of its own; running the NVIDIA H200's tables")
-    assert "To record tables for it, run the pipeline on this GPU" in found.warning
+                                    "device h100 with no tables of its own; running device h200's tables")
+    assert "declare it in params.yaml's devices: and record on it (docs/devices.md" in found.warning
     # With both devices recorded, each is served its own.
     assert table_device(H100, recorded=("h200", "h100")).warning is None
     assert table_device(H100, recorded=("h200", "h100")).device == "h100"
 
 
-def test_an_unknown_hopper_part_is_served_the_nearest_by_sm_count_then_memory() -> None:
+def test_an_unknown_hopper_part_is_served_the_first_recorded_device_of_its_arch() -> None:
     odd = GpuInfo(ordinal=0, name="NVIDIA H800", sm_count=132, memory_bytes=80 * GIB, compute_capability=(9, 0))
-    found = table_device(odd, recorded=("h200", "h100"))
-    assert found.device == "h100" and found.identified is None
-    assert "a Hopper GPU with no device profile" in found.warning
+    found = table_device(odd, recorded=("h100", "h200"))
+    assert found.device == "h200" and found.identified is None   # params.yaml's order: h200 is declared first
+    assert "a Hopper GPU that no declared device matches" in found.warning
 
 
 def test_a_gpu_of_another_architecture_is_one_clear_error() -> None:

@@ -14,7 +14,7 @@ explicit ``stream=``; else torch's current stream of that device for torch tenso
 stream for CuPy arrays, the ``stream`` of a ``__cuda_array_interface__`` (v3: an operand whose
 producer stream differs from the launch stream is waited for with an event, no host sync); else the
 legacy default stream. Loaded cubins, plans and split-K workspaces are per device (``DeviceRuntime``);
-the device's tables come from ``devices.table_device`` (today's tables are the H200's).
+the device's tables come from ``devices.table_device`` and ``decide.dispatcher(device=...)`` (docs/devices.md).
 
 CUDA graphs. A shape's first call on a device prepares its plan (cubin load, workspace) and must
 run outside capture (inside one it raises ``GraphCaptureError``); later calls allocate nothing on the
@@ -488,10 +488,11 @@ def gemm(a: Any, b: Any, out: Any = None, *, stream: Any = None) -> Any:
     launch_stream = caller_stream(a_op, device=device) if stream is None else stream_handle(stream, device=device)
     if plan is None:
         _prepare(found, launch_stream, m=m, n=n, k=k)
-        decision = dispatcher().decide(m=m, n=n, k=k)
+        serving = found.table.device   # the recorded device whose tables serve this GPU (runtime.devices)
+        decision = dispatcher(device=serving).decide(m=m, n=n, k=k)
         entry = decision.entry
         if decision.prediction is not None and online.enabled():
-            entry = _tuned_entry(a=a, b=b, out=out, m=m, n=n, k=k)
+            entry = _tuned_entry(a=a, b=b, out=out, m=m, n=n, k=k, device=serving)
         plan = found.shape_plans[(m, n, k)] = found.plan(entry, m=m, n=n, k=k)
     recorder = record._state.get("recorder")
     if recorder is not None:
@@ -502,10 +503,11 @@ def gemm(a: Any, b: Any, out: Any = None, *, stream: Any = None) -> Any:
 _online: dict[str, online.OnlineTuner] = {}
 
 
-def _tuned_entry(*, a: Any, b: Any, out: Any, m: int, n: int, k: int) -> TableEntry:
-    """TUNETABLE_AUTOTUNE: the fastest of the selector's top candidates on these inputs (runtime.online)."""
+def _tuned_entry(*, a: Any, b: Any, out: Any, m: int, n: int, k: int, device: str) -> TableEntry:
+    """TUNETABLE_AUTOTUNE: the fastest of ``device``'s selector's top candidates on these inputs (runtime.online)."""
     tuner = _online.setdefault("tuner", online.OnlineTuner(gemm_with=gemm_with))
-    chosen = tuner.choose(m=m, n=n, k=k, a=a, b=b, out=out, ranking=online.ranking(shape_selector(), m=m, n=n, k=k))
+    ranking = online.ranking(shape_selector(device=device), m=m, n=n, k=k)
+    chosen = tuner.choose(m=m, n=n, k=k, a=a, b=b, out=out, ranking=ranking)
     return explicit_entry(chosen["family"], tuple(chosen["tunables"].items()), n, k)
 
 
