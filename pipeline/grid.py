@@ -403,29 +403,21 @@ def check_grid_size(groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]],
     return total
 
 
-def expand(
-    table_spec: TableSpec,
-    *,
-    overrides: Mapping[str, Sequence[Value]] | None = None,
-    filters: Mapping[str, Sequence[Value]] | None = None,
-    limits: DeviceLimits | None = None,
-    path: str | Path = DEFAULT_PARAMS,
-) -> GridResult:
-    """Expand a table's grid: groups -> overrides -> derived -> filters -> rules -> device limits."""
-    table = table_spec.name
-    groups = apply_overrides(
-        normalise_groups(table_spec.grid, path=path, table=table), overrides=overrides or {}, table=table
-    )
-    check_grid_size(groups, grid=table_spec.grid, path=path, table=table)
-    model = grid_model(table_spec, groups=groups, path=path)
+Groups = Sequence[tuple[str, Mapping[str, Sequence[Value]]]]
+
+
+def _check_filter_names(wanted: Mapping[str, Sequence[Value]], *, model: GridModel) -> None:
+    """Every ``--filter`` name is a parameter or a derived value of the grid."""
     all_names = [*model.param_names, *model.derived_names]
-    wanted = dict(filters or {})
     unknown = sorted(set(wanted) - set(all_names))
     if unknown:
         raise TuneTableError(
             f"unknown parameter(s) {', '.join(unknown)} (parameters: {', '.join(all_names)})", where="--filter"
         )
 
+
+def _expand_groups(groups: Groups, *, model: GridModel, family: str) -> tuple[list[KernelConfig], dict[str, str]]:
+    """Every distinct configuration of the groups in order, and the group each was first found in (by id)."""
     expanded: list[KernelConfig] = []
     group_of: dict[str, str] = {}
     seen: set[tuple[Any, ...]] = set()
@@ -442,14 +434,18 @@ def expand(
             seen.add(identity)
             params = dict(zip(names, combination))
             config = KernelConfig(
-                family=table_spec.family, params=tuple(params.items()), derived=tuple(model.derive(params).items())
+                family=family, params=tuple(params.items()), derived=tuple(model.derive(params).items())
             )
             if config.id not in group_of:
                 group_of[config.id] = group_name
                 expanded.append(config)
+    return expanded, group_of
 
-    check_filters(expanded, filters=wanted, table=table)
-    selected = [config for config in expanded if _matches(config, wanted)]
+
+def _prune(
+    selected: Sequence[KernelConfig], *, model: GridModel, limits: DeviceLimits | None, family: str
+) -> tuple[list[KernelConfig], list[Pruned], int]:
+    """(kept, pruned by a rule or a device limit, how many passed the rules) of the selected configurations."""
     kept: list[KernelConfig] = []
     pruned: list[Pruned] = []
     after_rules = 0
@@ -463,7 +459,7 @@ def expand(
             limit_violations(
                 config.defines(),
                 limits=limits,
-                smem_bytes=family_smem_bytes(table_spec.family, config.defines()),
+                smem_bytes=family_smem_bytes(family, config.defines()),
                 threads=config_threads(config),
             )
             if limits is not None
@@ -473,6 +469,30 @@ def expand(
             pruned.append(Pruned(config=config, reason="; ".join(problems), stage="limit"))
         else:
             kept.append(config)
+    return kept, pruned, after_rules
+
+
+def expand(
+    table_spec: TableSpec,
+    *,
+    overrides: Mapping[str, Sequence[Value]] | None = None,
+    filters: Mapping[str, Sequence[Value]] | None = None,
+    limits: DeviceLimits | None = None,
+    path: str | Path = DEFAULT_PARAMS,
+) -> GridResult:
+    """Expand a table's grid: groups -> overrides -> derived -> filters -> rules -> device limits."""
+    table = table_spec.name
+    groups = apply_overrides(
+        normalise_groups(table_spec.grid, path=path, table=table), overrides=overrides or {}, table=table
+    )
+    check_grid_size(groups, grid=table_spec.grid, path=path, table=table)
+    model = grid_model(table_spec, groups=groups, path=path)
+    wanted = dict(filters or {})
+    _check_filter_names(wanted, model=model)
+    expanded, group_of = _expand_groups(groups, model=model, family=table_spec.family)
+    check_filters(expanded, filters=wanted, table=table)
+    selected = [config for config in expanded if _matches(config, wanted)]
+    kept, pruned, after_rules = _prune(selected, model=model, limits=limits, family=table_spec.family)
     if wanted and not kept:
         shown = " ".join(f"{name}={','.join(map(str, values))}" for name, values in wanted.items())
         reason = pruned[0].reason if pruned else "no configuration has every value"
