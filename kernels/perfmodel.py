@@ -35,7 +35,7 @@ TAIL_SPLIT = 2 (the stream-K tail of a probe variant) the same with its longest 
 The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
 only has to rank configurations, and the model-based search corrects what it gets wrong.
 
-Pure Python (no numpy): the build (``tunetable.search.perfmodel``, the search and the selector
+Pure Python (no numpy): the build (``tunetable.search.prior``, the search and the selector
 builder) and the runtime's shape selector (``tunetable.kernels.runtime.selector_serve``) both evaluate it.
 """
 
