@@ -34,6 +34,8 @@ from tunetable.params import DEFAULT_PARAMS, TableSpec, load_params, table_spec
 # Register allocation on sm_90 is per warp in units of 256 registers (CUDA occupancy calculator).
 REGISTER_ALLOCATION_UNIT = 256
 WARP_SIZE = 32
+# A table's grid groups after overrides: (group name, values of each tunable it sets), in order.
+Groups = Sequence[tuple[str, Mapping[str, Sequence[Value]]]]
 
 
 @dataclass(frozen=True)
@@ -348,8 +350,7 @@ class GridModel:
     rules: tuple[Rule, ...]
 
 
-def _check_family_groups(groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]], *, family: KernelFamily,
-                         path: str | Path, table: str) -> None:
+def _check_family_groups(groups: Groups, *, family: KernelFamily, path: str | Path, table: str) -> None:
     """Every group names exactly the family's tunables, with integer values (the kernel's -D defines)."""
     expected = family.tunable_names()
     for index, (_, values) in enumerate(groups):
@@ -366,8 +367,7 @@ def _check_family_groups(groups: Sequence[tuple[str, Mapping[str, Sequence[Value
                 raise TuneTableError(f"{name} must be integers, got {bad[0]!r}", path=path, where=f"{where}.{name}")
 
 
-def grid_model(table_spec: TableSpec, *, groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]],
-               path: str | Path) -> GridModel:
+def grid_model(table_spec: TableSpec, *, groups: Groups, path: str | Path) -> GridModel:
     """The family's tunables, derived values and rules (plus the table's rules), or params.yaml's for an
     ad-hoc family."""
     table = table_spec.name
@@ -389,8 +389,7 @@ def grid_model(table_spec: TableSpec, *, groups: Sequence[tuple[str, Mapping[str
 DEFAULT_MAX_CONFIGS = 1_000_000   # tables.<name>.grid.max_configs overrides it
 
 
-def check_grid_size(groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]], *, grid: Mapping[str, Any],
-                    path: str | Path, table: str) -> int:
+def check_grid_size(groups: Groups, *, grid: Mapping[str, Any], path: str | Path, table: str) -> int:
     """The configurations the groups expand to (before rules), refused past ``grid.max_configs`` before expanding."""
     cap = int(grid.get("max_configs", DEFAULT_MAX_CONFIGS))
     sizes = [(name, math.prod(len(items) for items in values.values())) for name, values in groups]
@@ -401,9 +400,6 @@ def check_grid_size(groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]],
                              f"max_configs = {cap}: narrow the groups, or raise tables.{table}.grid.max_configs",
                              path=path, where=f"tables.{table}.grid")
     return total
-
-
-Groups = Sequence[tuple[str, Mapping[str, Sequence[Value]]]]
 
 
 def _check_filter_names(wanted: Mapping[str, Sequence[Value]], *, model: GridModel) -> None:
@@ -455,16 +451,9 @@ def _prune(
             pruned.append(Pruned(config=config, reason=failed.reason(), stage="rule"))
             continue
         after_rules += 1
-        problems = (
-            limit_violations(
-                config.defines(),
-                limits=limits,
-                smem_bytes=family_smem_bytes(family, config.defines()),
-                threads=config_threads(config),
-            )
-            if limits is not None
-            else []
-        )
+        problems = [] if limits is None else limit_violations(
+            config.defines(), limits=limits, smem_bytes=family_smem_bytes(family, config.defines()),
+            threads=config_threads(config))
         if problems:
             pruned.append(Pruned(config=config, reason="; ".join(problems), stage="limit"))
         else:
