@@ -35,7 +35,7 @@ TAIL_SPLIT = 2 (the stream-K tail of a probe variant) the same with its longest 
 The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
 only has to rank configurations, and the model-based search corrects what it gets wrong.
 
-Pure Python (no numpy): the build (``tunetable.search.perfmodel``, the search and the selector
+Pure Python (no numpy): the build (``tunetable.search.prior``, the search and the selector
 builder) and the runtime's shape selector (``tunetable.kernels.runtime.selector_serve``) both evaluate it.
 """
 
@@ -269,6 +269,23 @@ def tail_split_busiest_s(*, plan: Any, units: int, k_tiles: int, tile_s: float, 
     return whole + plan.per_split / k_tiles * tile_s + plan.max_splits * fp32 + epilogue_s
 
 
+def _tile_rates(*, tile: PersistentTile) -> tuple[float, float, int, float]:
+    """What ``persistent_model`` needs of the tile alone: (math rate, TMA feed rate, output bytes per element,
+    epilogue store rate)."""
+    bm, bn, bk, split_k = tile.block_m, tile.block_n, tile.block_k, tile.split_k
+    # Tensor cores: the padded tile at the wgmma rate, derated for a single consumer and bounded
+    # by shared-memory reads (both operands come from smem: (64 + n) x 16 x 2 bytes per m64nNk16).
+    fill = 1.0 if tile.consumers > 1 else SINGLE_CONSUMER_FRACTION
+    smem_bytes_per_flop = (WGMMA_M + bn) / (WGMMA_M * bn)
+    rate = min(DEVICE_FLOPS / NUM_SMS * fill, SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop)
+    # TMA feed: STAGES stages in flight sustain a rate, capped by the L2 port.
+    in_flight = tile.stages * (bm + bn) * bk * BF16_BYTES
+    feed_rate = min(L2_BYTES_PER_CLOCK * SM_CLOCK_HZ, in_flight / MEMORY_LATENCY_S)
+    out_element_bytes = BF16_BYTES if split_k == 1 else FP32_BYTES * (1 + split_k)
+    epilogue_rate = EPILOGUE_BYTES_PER_CLOCK * SM_CLOCK_HZ
+    return rate, feed_rate, out_element_bytes, epilogue_rate
+
+
 def persistent_model(tile: PersistentTile) -> Callable[[int, int, int], float]:
     """``predict_persistent_seconds`` of one tile as ``f(m, n, k)``: what depends on the tile alone is computed once.
 
@@ -281,16 +298,7 @@ def persistent_model(tile: PersistentTile) -> Callable[[int, int, int], float]:
     cluster = cm * cn
     max_clusters = NUM_SMS // cluster
     tile_area = 2.0 * bm * bn
-    # Tensor cores: the padded tile at the wgmma rate, derated for a single consumer and bounded
-    # by shared-memory reads (both operands come from smem: (64 + n) x 16 x 2 bytes per m64nNk16).
-    fill = 1.0 if tile.consumers > 1 else SINGLE_CONSUMER_FRACTION
-    smem_bytes_per_flop = (WGMMA_M + bn) / (WGMMA_M * bn)
-    rate = min(DEVICE_FLOPS / NUM_SMS * fill, SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop)
-    # TMA feed: STAGES stages in flight sustain a rate, capped by the L2 port.
-    in_flight = tile.stages * (bm + bn) * bk * BF16_BYTES
-    feed_rate = min(L2_BYTES_PER_CLOCK * SM_CLOCK_HZ, in_flight / MEMORY_LATENCY_S)
-    out_element_bytes = BF16_BYTES if split_k == 1 else FP32_BYTES * (1 + split_k)
-    epilogue_rate = EPILOGUE_BYTES_PER_CLOCK * SM_CLOCK_HZ
+    rate, feed_rate, out_element_bytes, epilogue_rate = _tile_rates(tile=tile)
 
     # Per shape: integer tile counts and the float operations of a single call, in the same order; min / max
     # written as conditionals (the selector calls this per candidate: builtin calls are most of its cost).

@@ -34,6 +34,8 @@ from tunetable.params import DEFAULT_PARAMS, TableSpec, load_params, table_spec
 # Register allocation on sm_90 is per warp in units of 256 registers (CUDA occupancy calculator).
 REGISTER_ALLOCATION_UNIT = 256
 WARP_SIZE = 32
+# A table's grid groups after overrides: (group name, values of each tunable it sets), in order.
+Groups = Sequence[tuple[str, Mapping[str, Sequence[Value]]]]
 
 
 @dataclass(frozen=True)
@@ -348,8 +350,7 @@ class GridModel:
     rules: tuple[Rule, ...]
 
 
-def _check_family_groups(groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]], *, family: KernelFamily,
-                         path: str | Path, table: str) -> None:
+def _check_family_groups(groups: Groups, *, family: KernelFamily, path: str | Path, table: str) -> None:
     """Every group names exactly the family's tunables, with integer values (the kernel's -D defines)."""
     expected = family.tunable_names()
     for index, (_, values) in enumerate(groups):
@@ -366,8 +367,7 @@ def _check_family_groups(groups: Sequence[tuple[str, Mapping[str, Sequence[Value
                 raise TuneTableError(f"{name} must be integers, got {bad[0]!r}", path=path, where=f"{where}.{name}")
 
 
-def grid_model(table_spec: TableSpec, *, groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]],
-               path: str | Path) -> GridModel:
+def grid_model(table_spec: TableSpec, *, groups: Groups, path: str | Path) -> GridModel:
     """The family's tunables, derived values and rules (plus the table's rules), or params.yaml's for an
     ad-hoc family."""
     table = table_spec.name
@@ -389,8 +389,7 @@ def grid_model(table_spec: TableSpec, *, groups: Sequence[tuple[str, Mapping[str
 DEFAULT_MAX_CONFIGS = 1_000_000   # tables.<name>.grid.max_configs overrides it
 
 
-def check_grid_size(groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]], *, grid: Mapping[str, Any],
-                    path: str | Path, table: str) -> int:
+def check_grid_size(groups: Groups, *, grid: Mapping[str, Any], path: str | Path, table: str) -> int:
     """The configurations the groups expand to (before rules), refused past ``grid.max_configs`` before expanding."""
     cap = int(grid.get("max_configs", DEFAULT_MAX_CONFIGS))
     sizes = [(name, math.prod(len(items) for items in values.values())) for name, values in groups]
@@ -401,6 +400,65 @@ def check_grid_size(groups: Sequence[tuple[str, Mapping[str, Sequence[Value]]]],
                              f"max_configs = {cap}: narrow the groups, or raise tables.{table}.grid.max_configs",
                              path=path, where=f"tables.{table}.grid")
     return total
+
+
+def _check_filter_names(wanted: Mapping[str, Sequence[Value]], *, model: GridModel) -> None:
+    """Every ``--filter`` name is a parameter or a derived value of the grid."""
+    all_names = [*model.param_names, *model.derived_names]
+    unknown = sorted(set(wanted) - set(all_names))
+    if unknown:
+        raise TuneTableError(
+            f"unknown parameter(s) {', '.join(unknown)} (parameters: {', '.join(all_names)})", where="--filter"
+        )
+
+
+def _expand_groups(groups: Groups, *, model: GridModel, family: str) -> tuple[list[KernelConfig], dict[str, str]]:
+    """Every distinct configuration of the groups in order, and the group each was first found in (by id)."""
+    expanded: list[KernelConfig] = []
+    group_of: dict[str, str] = {}
+    seen: set[tuple[Any, ...]] = set()
+    for group_name, values in groups:
+        names = [name for name in model.param_names if name in values]   # the family's order
+        # The id hashes the tunables whatever their order: a repeat (groups overlap) is skipped before it
+        # is derived and hashed, by its values in name order with their types (True is not 1).
+        order = sorted(range(len(names)), key=names.__getitem__)
+        sorted_names = tuple(names[i] for i in order)
+        for combination in itertools.product(*(values[name] for name in names)):
+            identity = (sorted_names, tuple(combination[i] for i in order), tuple(map(type, combination)))
+            if identity in seen:
+                continue
+            seen.add(identity)
+            params = dict(zip(names, combination))
+            config = KernelConfig(
+                family=family, params=tuple(params.items()), derived=tuple(model.derive(params).items())
+            )
+            if config.id not in group_of:
+                group_of[config.id] = group_name
+                expanded.append(config)
+    return expanded, group_of
+
+
+def _prune(
+    selected: Sequence[KernelConfig], *, model: GridModel, limits: DeviceLimits | None, family: str
+) -> tuple[list[KernelConfig], list[Pruned], int]:
+    """(kept, pruned by a rule or a device limit, how many passed the rules) of the selected configurations."""
+    kept: list[KernelConfig] = []
+    pruned: list[Pruned] = []
+    after_rules = 0
+    for config in selected:
+        failed = first_failed_rule(config.defines(), model.rules)
+        if failed is not None:
+            pruned.append(Pruned(config=config, reason=failed.reason(), stage="rule"))
+            continue
+        after_rules += 1
+        problems = [] if limits is None else limit_violations(
+            config.defines(), limits=limits, smem_bytes=family_smem_bytes(family, config.defines()),
+            threads=config_threads(config))
+        if problems:
+            pruned.append(Pruned(config=config, reason="; ".join(problems), stage="limit"))
+        else:
+            kept.append(config)
+    return kept, pruned, after_rules
 
 
 def expand(
@@ -418,61 +476,12 @@ def expand(
     )
     check_grid_size(groups, grid=table_spec.grid, path=path, table=table)
     model = grid_model(table_spec, groups=groups, path=path)
-    all_names = [*model.param_names, *model.derived_names]
     wanted = dict(filters or {})
-    unknown = sorted(set(wanted) - set(all_names))
-    if unknown:
-        raise TuneTableError(
-            f"unknown parameter(s) {', '.join(unknown)} (parameters: {', '.join(all_names)})", where="--filter"
-        )
-
-    expanded: list[KernelConfig] = []
-    group_of: dict[str, str] = {}
-    seen: set[tuple[Any, ...]] = set()
-    for group_name, values in groups:
-        names = [name for name in model.param_names if name in values]   # the family's order
-        # The id hashes the tunables whatever their order: a repeat (groups overlap) is skipped before it
-        # is derived and hashed, by its values in name order with their types (True is not 1).
-        order = sorted(range(len(names)), key=names.__getitem__)
-        sorted_names = tuple(names[i] for i in order)
-        for combination in itertools.product(*(values[name] for name in names)):
-            identity = (sorted_names, tuple(combination[i] for i in order), tuple(map(type, combination)))
-            if identity in seen:
-                continue
-            seen.add(identity)
-            params = dict(zip(names, combination))
-            config = KernelConfig(
-                family=table_spec.family, params=tuple(params.items()), derived=tuple(model.derive(params).items())
-            )
-            if config.id not in group_of:
-                group_of[config.id] = group_name
-                expanded.append(config)
-
+    _check_filter_names(wanted, model=model)
+    expanded, group_of = _expand_groups(groups, model=model, family=table_spec.family)
     check_filters(expanded, filters=wanted, table=table)
     selected = [config for config in expanded if _matches(config, wanted)]
-    kept: list[KernelConfig] = []
-    pruned: list[Pruned] = []
-    after_rules = 0
-    for config in selected:
-        failed = first_failed_rule(config.defines(), model.rules)
-        if failed is not None:
-            pruned.append(Pruned(config=config, reason=failed.reason(), stage="rule"))
-            continue
-        after_rules += 1
-        problems = (
-            limit_violations(
-                config.defines(),
-                limits=limits,
-                smem_bytes=family_smem_bytes(table_spec.family, config.defines()),
-                threads=config_threads(config),
-            )
-            if limits is not None
-            else []
-        )
-        if problems:
-            pruned.append(Pruned(config=config, reason="; ".join(problems), stage="limit"))
-        else:
-            kept.append(config)
+    kept, pruned, after_rules = _prune(selected, model=model, limits=limits, family=table_spec.family)
     if wanted and not kept:
         shown = " ".join(f"{name}={','.join(map(str, values))}" for name, values in wanted.items())
         reason = pruned[0].reason if pruned else "no configuration has every value"

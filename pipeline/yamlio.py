@@ -17,6 +17,7 @@ tools can all use it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,37 @@ def expanded_size(root: Node) -> tuple[int, int]:
     return distinct, sizes[id(root)]
 
 
+def check_alias_expansion(node: Node) -> None:
+    """Refuse a composed document whose aliases expand it past ``alias_limit`` of its distinct nodes."""
+    distinct, expanded = expanded_size(node)
+    if expanded > alias_limit(distinct):
+        raise _Refused(f"aliases expand the document to {expanded} nodes (limit {alias_limit(distinct)}: "
+                       f"{ALIAS_FACTOR} x its {distinct} nodes + {ALIAS_SLACK}); an alias bomb?")
+
+
+def check_duplicate_keys(node: MappingNode, *, construct: Callable[[Node], Any]) -> None:
+    """Keys of one mapping as written (merge keys included) must differ; the error names both lines."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        line = key_node.start_mark.line + 1
+        if key_node.tag == MERGE_TAG:
+            key: Any = ("<<",)
+            shown = "<<"
+        elif isinstance(key_node, ScalarNode):
+            key = construct(key_node)
+            shown = key_node.value
+        else:
+            continue  # a complex key: PyYAML refuses unhashable keys itself
+        try:
+            first = seen.get(key)
+        except TypeError:
+            continue
+        if first is not None:
+            raise _Refused(f"duplicate key '{shown}' (first at line {first}); YAML would keep only the last",
+                           line=line)
+        seen[key] = line
+
+
 def strict_loader(base: type) -> type:
     """``base`` (a PyYAML safe loader class) with duplicate keys refused and alias expansion bounded."""
 
@@ -125,10 +157,7 @@ def strict_loader(base: type) -> type:
             node = self.get_single_node()
             if node is None:
                 return None
-            distinct, expanded = expanded_size(node)
-            if expanded > alias_limit(distinct):
-                raise _Refused(f"aliases expand the document to {expanded} nodes (limit {alias_limit(distinct)}: "
-                               f"{ALIAS_FACTOR} x its {distinct} nodes + {ALIAS_SLACK}); an alias bomb?")
+            check_alias_expansion(node)
             return self.construct_document(node)
 
         def construct_object(self, node: Node, deep: bool = False) -> Any:
@@ -157,25 +186,7 @@ def strict_loader(base: type) -> type:
 
         def _check_duplicates(self, node: MappingNode) -> None:
             """Keys of one mapping as written (merge keys included) must differ; the error names both lines."""
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                line = key_node.start_mark.line + 1
-                if key_node.tag == MERGE_TAG:
-                    key: Any = ("<<",)
-                    shown = "<<"
-                elif isinstance(key_node, ScalarNode):
-                    key = self.construct_object(key_node)
-                    shown = key_node.value
-                else:
-                    continue  # a complex key: PyYAML refuses unhashable keys itself
-                try:
-                    first = seen.get(key)
-                except TypeError:
-                    continue
-                if first is not None:
-                    raise _Refused(f"duplicate key '{shown}' (first at line {first}); YAML would keep only the last",
-                                   line=line)
-                seen[key] = line
+            check_duplicate_keys(node, construct=self.construct_object)
 
     Strict.__name__ = Strict.__qualname__ = f"Strict{base.__name__}"
     return Strict

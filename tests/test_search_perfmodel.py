@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tunetable.config import KernelConfig
-from tunetable.search.perfmodel import (
+from tunetable.search.prior import (
     SATURATING_WARPS,
     GemmTile,
     PersistentTile,

@@ -270,7 +270,7 @@ class KernelFamily:
     entry_type: ClassVar[type]
     derived_names: ClassVar[tuple[str, ...]] = ("THREADS", "SMEM_BYTES")
     rules: ClassVar[tuple[Rule, ...]]
-    perf_model: ClassVar[str]              # which model of tunetable.search.perfmodel ranks it
+    perf_model: ClassVar[str]              # which model of tunetable.search.prior ranks it
     default_tunables: ClassVar[Any]        # the untuned default: valid on every shape
     skinny_tunables: ClassVar[Any]         # the untuned choice for memory-bound small M
     skinny_max_m: ClassVar[int] = 32

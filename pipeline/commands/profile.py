@@ -237,6 +237,38 @@ def _csv_name(result: resultset.LoadedResult, view: str) -> str:
     return f"{Path(result.path).stem}.{view}"
 
 
+def _check_limits(*, top: float, top_fraction: float, head: int, tail: int) -> None:
+    """Refuse a bad --top, --top-fraction, --head or --tail, and --top given with --top-fraction."""
+    check_threshold(value=top, flag="--top")
+    check_fraction(value=top_fraction, flag="--top-fraction")
+    if top and top_fraction:
+        raise TuneTableError("give --top (kprofile's threshold) or --top-fraction, not both", where="--top")
+    check_row_count(value=head, flag="--head")
+    check_row_count(value=tail, flag="--tail")
+
+
+def _merge_files(*, display: Display, console: Console, files: tuple[Path, ...], output: Path | None,
+                 pivot_names: list[str], sort_names: list[str], query: str | None, verbose: bool) -> None:
+    """--merge: show the merged entries, and write them to ``output`` when given."""
+    merged, name, source = _merge(display, files, pivot_names, sort_names, query, verbose)
+    show(display, merged.drop("source"), title=f"merged: {len(merged)} entries", csv_name="merged")
+    if output is not None:
+        entries = [{k: v for k, v in row.items() if v is not None and k != "source"}
+                   for row in merged.iter_rows(named=True)]
+        _write_yaml(console, output, entries, name, source)
+
+
+def _print_invalid(*, console: Console, invalid: list[str], unsupported: list[Path], files: tuple[Path, ...],
+                   verbose: bool) -> None:
+    """kprofile's closing lines: how many inputs were invalid (each named with --verbose)."""
+    console.print(f"num invalid pkls: {len(invalid) + len(unsupported)} out of num-files: {len(files)}",
+                  markup=False)
+    if verbose:
+        for index, path in enumerate(invalid):
+            console.print(f"invalid pkl [{index}]: [{path}]", markup=False)
+    console.print(RULE)
+
+
 @click.command("profile", context_settings={"help_option_names": ["-h", "-help", "--help"]})
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -276,12 +308,7 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, top_fracti
     FILES: raw shards and kbench pickles (.pkl), ranked tables (results/ranked/*.parquet or .csv) and
     recordings (data/recordings/*.parquet); YAML manifests with --merge.
     """
-    check_threshold(value=top, flag="--top")
-    check_fraction(value=top_fraction, flag="--top-fraction")
-    if top and top_fraction:
-        raise TuneTableError("give --top (kprofile's threshold) or --top-fraction, not both", where="--top")
-    check_row_count(value=head, flag="--head")
-    check_row_count(value=tail, flag="--tail")
+    _check_limits(top=top, top_fraction=top_fraction, head=head, tail=tail)
     console = Console(soft_wrap=True)
     display = Display(console=console, max_rows=max_rows, all_rows=all_rows,
                       csv_dir=out_dir if write_csv else None, out_dir=out_dir)
@@ -290,12 +317,8 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, top_fracti
     pivot_names = views.parse_pivots(values=pivots)
     sort_names = views.parse_pivots(values=sort_pivots)
     if merge:
-        merged, name, source = _merge(display, files, pivot_names, sort_names, query, verbose)
-        show(display, merged.drop("source"), title=f"merged: {len(merged)} entries", csv_name="merged")
-        if output is not None:
-            entries = [{k: v for k, v in row.items() if v is not None and k != "source"}
-                       for row in merged.iter_rows(named=True)]
-            _write_yaml(console, output, entries, name, source)
+        _merge_files(display=display, console=console, files=files, output=output, pivot_names=pivot_names,
+                     sort_names=sort_names, query=query, verbose=verbose)
         return
     if query:
         raise TuneTableError("--query applies to --merge only", where="--query")
@@ -322,12 +345,7 @@ def command(files: tuple[Path, ...], output: Path | None, top: float, top_fracti
             _write_yaml(console, output, configs, name, _one_source(sources))
     if correlate:
         _correlation(display, results, metric)
-    console.print(f"num invalid pkls: {len(invalid) + len(unsupported)} out of num-files: {len(files)}",
-                  markup=False)
-    if verbose:
-        for index, path in enumerate(invalid):
-            console.print(f"invalid pkl [{index}]: [{path}]", markup=False)
-    console.print(RULE)
+    _print_invalid(console=console, invalid=invalid, unsupported=unsupported, files=files, verbose=verbose)
 
 
 def _entries_frame(entries: list[dict[str, Any]]) -> pl.DataFrame:

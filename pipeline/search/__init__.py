@@ -34,7 +34,7 @@ from tunetable.search.evolutionary import GeneticAlgorithm
 from tunetable.search.exhaustive import Exhaustive
 from tunetable.search.learned import Profile, Shape, learned_prior
 from tunetable.search.model import BayesianOptimisation
-from tunetable.search.perfmodel import top_k as perf_top_k
+from tunetable.search.prior import top_k as perf_top_k
 from tunetable.search.random_sample import RandomSample
 from tunetable.search.space import SearchSpace
 

@@ -45,7 +45,7 @@ from tunetable.errors import TuneTableError
 from tunetable.search import SearchPlan, SearchSettings, make_strategy
 from tunetable.search.base import Failure, Outcome, SearchResult
 from tunetable.search.learned import Profile
-from tunetable.search.perfmodel import predict_space
+from tunetable.search.prior import predict_space
 from tunetable.search.transfer import interleave, seed_shapes
 from tunetable.results import read_shard
 from tunetable.search.kt_interop import load_rows

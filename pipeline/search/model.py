@@ -1,7 +1,7 @@
 """Model-based search: Bayesian optimisation with a small numpy Gaussian process.
 
 The GP models log(time) over the configurations' scaled log2 parameter values. Its prior mean
-is the analytical performance model (``perfmodel``), so the first measurement goes to the
+is the analytical performance model (``tunetable.search.prior``), so the first measurement goes to the
 model's favourite (or a neighbouring shape's winner) and the GP only has to learn where the
 model is wrong. Measurements of neighbouring shapes (transfer) enter the GP as the model's
 error there, one more input dimension holding the distance between the shapes, so what the

@@ -20,7 +20,7 @@ from tunetable.errors import TuneTableError
 from tunetable.search.base import Failure, MeasureFn, Outcome
 from tunetable.search.space import SearchSpace
 from tunetable.search.kt_interop import load_rows, parameter_names, parameter_value
-from tunetable.search.perfmodel import predict_space
+from tunetable.search.prior import predict_space
 
 Shape = tuple[int, int, int]
 
