@@ -44,7 +44,7 @@ def test_generated_entries_match_the_manifest() -> None:
         assert "# Automatically generated from [" in lines[entry.first_line - 1]
         assert f"# index: [{entry.index}]" in entry.text
         assert f'config_id="{values["CONFIG_ID"]}"' in entry.text
-        assert lines[entry.last_line - 1].strip() == "),"
+        assert lines[entry.last_line - 1].endswith("),")   # the snippet's last line and the trailing comma
 
 
 def test_entry_at_line_finds_the_enclosing_entry() -> None:

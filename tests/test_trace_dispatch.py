@@ -166,7 +166,7 @@ def test_every_dispatch_entry_traces_to_the_recordings(copy: Path) -> None:
 def test_trace_by_line_in_the_dispatch_region(copy: Path) -> None:
     lines = (copy / TARGET).read_text().splitlines()
     begin = next(i for i, text in enumerate(lines, 1) if "BEGIN-TUNING-LIST-GEMM_DISPATCH" in text)
-    line = next(i for i, text in enumerate(lines, 1) if i > begin and "# index: [2]" in text) + 3
+    line = next(i for i, text in enumerate(lines, 1) if i > begin and "# index: [2]" in text) + 1   # snippet line 1
     params = load_params(copy / "params.yaml")
     specs = [*table_specs(params), dispatch_spec(params, DISPATCH)]
     assert trace.entry_at_line(root=copy, specs=specs, file=TARGET, line=line) == (DISPATCH, 2)

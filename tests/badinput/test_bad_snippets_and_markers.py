@@ -59,7 +59,7 @@ CASES = [
          rf"s a string literal"),
     Case("snippet-string-field-half-quoted", edit(SNIPPET, 'kernel="[@KERNEL]"', 'kernel="[@KERNEL]'),
          rf"{E_SNIPPET}: \[@KERNEL\] is a string field: .*"),
-    Case("snippet-unknown-placeholder", edit(SNIPPET, "    m=[@M],", "    m=[@M],\n    evil=[@EVIL],"),
+    Case("snippet-unknown-placeholder", edit(SNIPPET, "m=[@M],", "m=[@M], evil=[@EVIL],"),
          rf"{E_SNIPPET}: \[@EVIL\] is not a field of dispatch list gemm_dispatch \(fields: M, M_END, N, K, KERNEL, "
          r"TABLE, CONFIG_ID\)"),
     Case("tables-sharing-a-marker", edit("params.yaml", 'end_marker: "END-TUNING-LIST-GEMM_WGMMA"',
