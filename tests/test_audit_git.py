@@ -42,7 +42,7 @@ def test_audit_all_shapes_reads_the_committed_recording(clone: Path) -> None:
     winner_us = 1e3 * shard.filter(pl.col("config_id") == winner)["median_ms"].item()
     cublas_us = 1e3 * shard.filter(pl.col("config_id") == "cublas")["median_ms"].item()
     row = next(line for line in done.output.splitlines() if line.startswith(f"│    1 │  4096 │  4096 │ {winner}"))
-    assert row.count(f"{winner_us:.1f}") == 2 and "1.000x" in row  # the same time on both sides
+    assert row.count(f"{winner_us:.3f}") == 2 and "1.000x" in row  # the same time on both sides
     dispatch = next(line for line in done.output.splitlines()
                     if line.startswith("│    1 │  4096 │  4096 │ gemm_mma ") and "x │" in line)
     assert dispatch.count(f"{cublas_us / winner_us:.3f}x") == 2  # cuBLAS / winner, from the same shard
