@@ -239,7 +239,7 @@ def test_select_dispatch_cli_then_codegen_is_fresh(project: Path) -> None:
     region = generated.split("# BEGIN-TUNING-LIST-GEMM_DISPATCH")[1].split("# END-TUNING-LIST-GEMM_DISPATCH")[0]
     assert region.count("FamilyChoice(") == len(entries)
     assert "# Provenance: [manifests/gemm_dispatch.yaml]" in region and "device: NVIDIA H200" in region
-    assert f'table="{entries[0]["TABLE"]}",' in region and f'config_id="{entries[0]["CONFIG_ID"]}",' in region
+    assert f'table="{entries[0]["TABLE"]}",' in region and f'config_id="{entries[0]["CONFIG_ID"]}")' in region
     check = run_cli("codegen", "--table", "gemm_dispatch", "--check", cwd=project)
     assert check.returncode == 0 and check.stderr == ""
 
