@@ -286,31 +286,33 @@ def stub_results(torch: Any) -> dict[str, Any]:
             "shapes": {f"{m}x{n}x{k}": {**shape, "op_path": "tunetable"}}, "dispatch": dispatch_variants(torch)}
 
 
-def main() -> None:
-    """Measure (GPU or stub mode), print the table and write the figures."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stub", action="store_true", help="no GPU: the dispatch variants and the stubbed path")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
-    args = parser.parse_args()
+def run_host(*, stub: bool, out: Path) -> dict[str, Any]:
+    """Measure (GPU or stub mode), write runtime_gemm_host[_stub].json / .md under ``out``, print the table."""
     import torch
 
     from tunetable.keys import git_revision
 
-    if args.stub:
-        results = stub_results(torch)
-        stem = "runtime_gemm_host_stub"
-    else:
-        results = gpu_results(torch)
-        stem = "runtime_gemm_host"
+    results = stub_results(torch) if stub else gpu_results(torch)
+    stem = "runtime_gemm_host_stub" if stub else "runtime_gemm_host"
     results.update(git_rev=os.environ.get("TUNETABLE_GIT_REV") or git_revision(REPO),
                    date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                    method=f"median of {HOST_REPEATS} rounds of {HOST_CALLS} calls, contenders interleaved per round"
-                   + ("" if args.stub else ", queued behind torch.cuda._sleep (host cost alone)"))
-    args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / f"{stem}.json", json.dumps(results, indent=1, sort_keys=True) + "\n")
+                   + ("" if stub else ", queued behind torch.cuda._sleep (host cost alone)"))
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / f"{stem}.json", json.dumps(results, indent=1, sort_keys=True) + "\n")
     text = render_markdown(results)
-    atomic_write_text(args.out / f"{stem}.md", text)
+    atomic_write_text(out / f"{stem}.md", text)
     print(text)
+    return results
+
+
+def main() -> None:
+    """Parse the options and measure."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stub", action="store_true", help="no GPU: the dispatch variants and the stubbed path")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = parser.parse_args()
+    run_host(stub=args.stub, out=args.out)
 
 
 if __name__ == "__main__":
