@@ -127,13 +127,14 @@ def _gemm_cuda(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         n, _ = b.shape
     except ValueError:
         return launch.gemm(a, b)   # not 2-D: the runtime's own error
-    found = _routes.get((m, n, k, a.get_device()))
+    device = a.get_device()
+    found = _routes.get((m, n, k, device))
     if found is None:
         check_problem(operand("a", a), operand("b", b), family=FAMILIES[decide.DEFAULT_TABLE])
-        found = route(m, n, k, a.get_device())
-    if found.torch and a.dtype is _BF16 and b.dtype is _BF16:
+        found = route(m, n, k, device)
+    if found.torch and a.dtype is _BF16 and b.dtype is _BF16 and b.get_device() == device:
         return torch.mm(a, b.t())
-    return launch.gemm(a, b)
+    return launch.gemm(a, b)   # (also the runtime's errors: a dtype, two devices)
 
 
 def _gemm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
