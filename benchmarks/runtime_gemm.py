@@ -373,12 +373,11 @@ def main() -> None:
     if args.host_only:
         run_host(stub=False, out=args.out)
         return
-    wanted = [] if args.host_only else [name.strip() for name in args.sets.split(",") if name.strip()]
+    wanted = [name.strip() for name in args.sets.split(",") if name.strip()]
     unknown = sorted(set(wanted) - {"default", "other", "validation"})
     if unknown:
         parser.error(f"unknown shape set(s) {', '.join(unknown)} (known: default, other, validation)")
-    stem = "runtime_gemm" if set(wanted) == {"default", "other", "validation"} else "runtime_gemm_" + (
-        "_".join(wanted) or "host")
+    stem = "runtime_gemm" if set(wanted) == {"default", "other", "validation"} else "runtime_gemm_" + "_".join(wanted)
 
     import torch
 
@@ -403,30 +402,9 @@ def main() -> None:
     }
     started = time.perf_counter()
     for set_name, shapes in shape_sets.items():
-        if set_name == "validation":
-            results["sets"][set_name], results["summary"][set_name] = run_validation(
-                torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size,
-                started=started)
-            write_json(results, out=args.out, stem=stem)
-            continue
-        rows = []
-        for m, n, k in shapes:
-            rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=args.rounds,
-                                   l2_bytes=props.L2_cache_size))
-            torch.cuda.empty_cache()
-            print(f"{set_name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s, cuBLAS "
-                  f"{rows[-1]['cublas_tflops']:.1f}, untuned {rows[-1]['untuned_tflops']:.1f} "
-                  f"({time.perf_counter() - started:.0f} s)", flush=True)
-        results["sets"][set_name] = rows
-        results["summary"][set_name] = {
-            "geomean_vs_cublas": geomean([r["gemm_vs_cublas"] for r in rows]),
-            "geomean_vs_untuned": geomean([r["gemm_vs_untuned"] for r in rows]),
-            "geomean_gemm_tflops": geomean([r["gemm_tflops"] for r in rows]),
-            "geomean_cublas_tflops": geomean([r["cublas_tflops"] for r in rows]),
-            "verified": sum(r["verified"] for r in rows),
-            "from_table": sum(r["source"].startswith("table") for r in rows),
-            "from_selector": sum(r["source"] == "selector" for r in rows),
-        }
+        run = run_validation if set_name == "validation" else lambda torch, **kw: run_set(torch, name=set_name, **kw)
+        results["sets"][set_name], results["summary"][set_name] = run(
+            torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size, started=started)
         write_json(results, out=args.out, stem=stem)  # partial figures survive a run cut short
     results["host_overhead"] = {
         f"{m}x{n}x{k}": gpu_shape(torch, m=m, n=n, k=k) for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096))
@@ -437,6 +415,27 @@ def main() -> None:
     write_json(results, out=args.out, stem=stem)
     atomic_write_text(args.out / f"{stem}.md", render_markdown(results))
     print_summary(results)
+
+
+def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int, int, int]], rounds: int,
+            l2_bytes: int, started: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A table-shape set: gemm, untuned and cuBLAS per shape; its rows and geomeans."""
+    rows = []
+    for m, n, k in shapes:
+        rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes))
+        torch.cuda.empty_cache()
+        print(f"{name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s, cuBLAS "
+              f"{rows[-1]['cublas_tflops']:.1f}, untuned {rows[-1]['untuned_tflops']:.1f} "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
+    return rows, {
+        "geomean_vs_cublas": geomean([r["gemm_vs_cublas"] for r in rows]),
+        "geomean_vs_untuned": geomean([r["gemm_vs_untuned"] for r in rows]),
+        "geomean_gemm_tflops": geomean([r["gemm_tflops"] for r in rows]),
+        "geomean_cublas_tflops": geomean([r["cublas_tflops"] for r in rows]),
+        "verified": sum(r["verified"] for r in rows),
+        "from_table": sum(r["source"].startswith("table") for r in rows),
+        "from_selector": sum(r["source"] == "selector" for r in rows),
+    }
 
 
 def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, int, int]], rounds: int,

@@ -218,12 +218,13 @@ def stub_runtime(torch: Any, *, m: int, n: int, k: int) -> None:
 
     from tunetable.kernels.families import FAMILIES
     from tunetable.kernels.runtime import launch, torch_ops
-    from tunetable.kernels.runtime import plan as plan_module
-    from tunetable.kernels.runtime.plan import LaunchPlan, PreparedLaunch, ShapePlan
+    from tunetable.kernels.runtime import prepared as prepared_module
+    from tunetable.kernels.runtime.plan import LaunchPlan
+    from tunetable.kernels.runtime.prepared import PreparedLaunch, ShapePlan
 
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     fake = type("FakeLibcuda", (), {"cuLaunchKernel": libc.ffs, "cuCtxGetCurrent": libc.ffs})()
-    plan_module.bare_libcuda = lambda: fake   # as plan.bare_libcuda: no argument types declared
+    prepared_module.bare_libcuda = lambda: fake   # as prepared.bare_libcuda: no argument types declared
     kernel = type("FakeKernel", (), {"function": ctypes.c_void_p(0)})()
     plan = ShapePlan(plan=LaunchPlan(family=FAMILIES["gemm_mma"], defines={}, m=m, n=n, k=k, grid=(132, 1, 1),
                                      block=(128, 1, 1), smem_bytes=0, workspace_ptr=0, kernel=kernel))

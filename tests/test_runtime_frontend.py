@@ -275,11 +275,12 @@ class RecordingLibcuda:
 def prepared_launch(monkeypatch: pytest.MonkeyPatch, lib: RecordingLibcuda) -> object:
     """A PreparedLaunch of gemm_mma's pointer arguments on stream 0x55 (workspace 0x5000) over ``lib``."""
     from tunetable.kernels.families import FAMILIES
-    from tunetable.kernels.runtime import plan as plan_module
+    from tunetable.kernels.runtime import prepared as plan_module
+    from tunetable.kernels.runtime.plan import LaunchPlan
 
     monkeypatch.setattr(plan_module, "bare_libcuda", lambda: lib)
     kernel = type("Kernel", (), {"function": ctypes.c_void_p(0x4242)})()
-    shape_plan = plan_module.ShapePlan(plan=plan_module.LaunchPlan(
+    shape_plan = plan_module.ShapePlan(plan=LaunchPlan(
         family=FAMILIES["gemm_mma"], defines={}, m=7, n=4096, k=4096, grid=(64, 1, 2), block=(128, 1, 1),
         smem_bytes=4096, workspace_ptr=0x5000, kernel=kernel))
     return plan_module.PreparedLaunch(shape_plan, stream=0x55, context=0x77)

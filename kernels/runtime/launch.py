@@ -62,13 +62,12 @@ from tunetable.kernels.runtime.operands import (
     check_problem,
     operand,
 )
-from tunetable.kernels.runtime.plan import (  # noqa: F401 - ShapePlan, ARGUMENT_CACHE_SIZE: re-exported
+from tunetable.kernels.runtime.plan import Loader, build_plan
+from tunetable.kernels.runtime.prepared import (  # noqa: F401 - ShapePlan, ARGUMENT_CACHE_SIZE: re-exported
     ARGUMENT_CACHE_SIZE,
     GraphCaptureError,
-    Loader,
     PreparedLaunch,
     ShapePlan,
-    build_plan,
 )
 from tunetable.kernels.tuning_configs import BUILDS, TABLES
 
