@@ -449,7 +449,7 @@ def gemm(a: Any, b: Any, out: Any = None, *, stream: Any = None) -> Any:
         recorder.add(m, n, k)
     result = _launch(found, plan, a, a_op, b_op, out, m, n, launch_stream)
     if stream is None and a_op.library == "torch" and b_op.library == "torch" and plan.plan.kernel is not None:
-        _prepare_torch(found, plan, a, m=m, n=n, k=k, stream=launch_stream)
+        _prepare_torch(found, plan, m=m, n=n, k=k, stream=launch_stream)
     return result
 
 
@@ -461,7 +461,7 @@ _prepared: dict[tuple[int, int, int, int, int, int], PreparedLaunch] = {}
 _torch: dict[str, Any] = {"types": frozenset()}
 
 
-def _prepare_torch(found: DeviceRuntime, plan: ShapePlan, a: Any, *, m: int, n: int, k: int, stream: int) -> None:
+def _prepare_torch(found: DeviceRuntime, plan: ShapePlan, *, m: int, n: int, k: int, stream: int) -> None:
     """After a torch call on the full path: its (shape, device, stream, thread)'s prepared launch for the next."""
     torch = sys.modules["torch"]
     if not _torch["types"]:
