@@ -228,7 +228,9 @@ def test_a_selector_prediction_runs_tunetable_only_when_credible_and_confidently
     below = torch_serves(Decision(Prediction(80e-6, 120e-6)), **shape)
     assert below == "the shape selector's prediction (80.0 µs) is below the roofline floor (85.9 µs): not credible"
     tiny = torch_serves(Decision(Prediction(9e-6, 30e-6)), m=1, n=1024, k=1024, smallest_floor_s=8e-6)
-    assert tiny == "smaller than every recorded shape: the shape selector's prediction is extrapolated"
+    assert tiny == "smaller than every recorded shape: the shape selector's 3.33x cuBLAS's speed is extrapolated"
+    slow_and_tiny = torch_serves(Decision(Prediction(9e-6, 4e-6)), m=1, n=1024, k=1024, smallest_floor_s=8e-6)
+    assert slow_and_tiny.startswith("the shape selector predicts 0.44x cuBLAS's speed")
 
 
 def test_on_the_generated_tables_llamas_kv_projection_goes_to_torch_and_its_table_shapes_to_tunetable() -> None:

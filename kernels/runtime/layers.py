@@ -10,8 +10,9 @@ shape rule, shared by its fake (meta) implementation.
 runtime knows does not say tunetable's choice is faster. A table entry (measured against cuBLAS in its
 recording; a dispatch entry that carries the recorded ``speedup_vs_cublas`` below 1 goes to torch) runs
 tunetable's kernel; a shape the shape selector answers runs it only when the prediction is credible (not
-below the shape's roofline floor, not smaller than every recorded shape) and at least ``CONFIDENT_SPEEDUP``
-x cuBLAS's predicted speed. ``layer_left`` applies it to a layer's (N, K) at every recorded M: a layer torch
+below the shape's roofline floor), at least ``CONFIDENT_SPEEDUP`` x cuBLAS's predicted speed, and not
+extrapolated (the shape is not smaller than every recorded shape); the first of these that fails is the
+reason given. ``layer_left`` applies it to a layer's (N, K) at every recorded M: a layer torch
 serves at each is left to torch by ``patch``. Pure Python, so all of it is tested without torch.
 """
 
@@ -127,11 +128,12 @@ def torch_serves(decision: Any, *, m: int, n: int, k: int, smallest_floor_s: flo
     if prediction.seconds < floor:
         return (f"the shape selector's prediction ({prediction.seconds * 1e6:.1f} µs) is below the roofline floor "
                 f"({floor * 1e6:.1f} µs): not credible")
-    if smallest_floor_s is not None and floor < smallest_floor_s:
-        return "smaller than every recorded shape: the shape selector's prediction is extrapolated"
     if prediction.speedup_vs_cublas < CONFIDENT_SPEEDUP:
         return (f"the shape selector predicts {prediction.speedup_vs_cublas:.2f}x cuBLAS's speed, not confidently "
                 f"faster (< {CONFIDENT_SPEEDUP:.2f}x)")
+    if smallest_floor_s is not None and floor < smallest_floor_s:
+        return (f"smaller than every recorded shape: the shape selector's {prediction.speedup_vs_cublas:.2f}x "
+                "cuBLAS's speed is extrapolated")
     return None
 
 
