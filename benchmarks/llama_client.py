@@ -278,30 +278,44 @@ def layer_kinds(model: Any) -> dict[tuple[int, int], list[str]]:
     return {shape: sorted(kinds) for shape, kinds in found.items()}
 
 
+def kernel_check(torch: Any, launch: Any, *, m: int, n: int, k: int, gen: Any) -> dict[str, Any]:
+    """tunetable's kernel against torch.mm on random (M, N, K) inputs: warm time of SHAPE_REPS calls each, bit-for-bit
+    equality, and each one's error against the fp32 product."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen) * 0.02
+    ours, theirs = launch.gemm(a, b), torch.mm(a, b.t())
+    want = a.float() @ b.float().t()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    ours_ms = events_ms(torch, lambda: launch.gemm(a, b, out=out), count=SHAPE_REPS)
+    theirs_ms = events_ms(torch, lambda: torch.mm(a, b.t(), out=out), count=SHAPE_REPS)
+    return {"bitwise_equal_to_torch": bool(torch.equal(ours, theirs)),
+            "tunetable_err_vs_fp32": rel_err(torch, ours, want), "torch_err_vs_fp32": rel_err(torch, theirs, want),
+            "tunetable_ms": ours_ms, "torch_ms": theirs_ms, "torch_over_tunetable": theirs_ms / ours_ms}
+
+
 def shape_checks(torch: Any, *, phases: dict[tuple[int, int, int], str], launches: dict[str, dict],
-                 kinds: dict[tuple[int, int], list[str]]) -> list[dict[str, Any]]:
-    """Per shape the operator served: its path and why, tunetable's kernel launches per phase, and on random inputs
-    tunetable's kernel and torch.mm each timed (warm, SHAPE_REPS calls), compared bit for bit and against fp32."""
+                 kinds: dict[tuple[int, int], list[str]], left: dict[tuple[int, int], str]) -> list[dict[str, Any]]:
+    """Per shape the operator served (and, at the same Ms, each (N, K) whose layers patch left to torch): its path
+    and why, tunetable's kernel launches per phase, and on random inputs tunetable's kernel and torch.mm each timed
+    (warm, SHAPE_REPS calls), compared bit for bit and against fp32."""
     import tunetable.torch as tt
     from tunetable.kernels.runtime import launch
 
     rows = []
     gen = torch.Generator(device="cuda").manual_seed(3)
-    for route in tt.decisions():
+    served = tt.decisions()
+    ms = sorted({route["M"] for route in served})
+    kept = [{"M": m, "N": n, "K": k, "device": 0, "path": "torch", "source": "nn.Linear (left by patch)", "why": why}
+            for (n, k), why in sorted(left.items()) for m in ms]
+    for route in served + kept:
         m, n, k = route["M"], route["N"], route["K"]
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen) * 0.02
-        ours, theirs = launch.gemm(a, b), torch.mm(a, b.t())
-        want = a.float() @ b.float().t()
-        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        ours_ms = events_ms(torch, lambda: launch.gemm(a, b, out=out), count=SHAPE_REPS)
-        theirs_ms = events_ms(torch, lambda: torch.mm(a, b.t(), out=out), count=SHAPE_REPS)
-        rows.append({**route, "layers": kinds.get((n, k), []), "first_phase": phases.get((m, n, k), "-"),
-                     "tunetable_launches": {phase: counts.get(f"{m},{n},{k}", 0) for phase, counts in launches.items()},
-                     "bitwise_equal_to_torch": bool(torch.equal(ours, theirs)),
-                     "tunetable_err_vs_fp32": rel_err(torch, ours, want),
-                     "torch_err_vs_fp32": rel_err(torch, theirs, want),
-                     "tunetable_ms": ours_ms, "torch_ms": theirs_ms, "torch_over_tunetable": theirs_ms / ours_ms})
+        row = {**route, "layers": kinds.get((n, k), []), "first_phase": phases.get((m, n, k), "-"),
+               "tunetable_launches": {phase: counts.get(f"{m},{n},{k}", 0) for phase, counts in launches.items()}}
+        try:
+            row.update(kernel_check(torch, launch, m=m, n=n, k=k, gen=gen))
+        except Exception as exc:  # noqa: BLE001 - one shape that cannot run is reported, the others still are
+            row["check_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        rows.append(row)
     torch.cuda.empty_cache()
     return rows
 
@@ -386,6 +400,11 @@ def shape_markdown(rows: list[dict[str, Any]]) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         launches = ", ".join(f"{phase}: {count}" for phase, count in r["tunetable_launches"].items() if count) or "0"
+        if "check_error" in r:
+            lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {', '.join(r['layers'])} | {r['first_phase']} | "
+                         f"{r['path']} | {r['source']} | {r['why']} | {launches} | {r['check_error']} |"
+                         + " - |" * 5)
+            continue
         lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {', '.join(r['layers'])} | {r['first_phase']} | "
                      f"{r['path']} | {r['source']} | {r['why']} | {launches} | {r['tunetable_ms']:.4f} | "
                      f"{r['torch_ms']:.4f} | "
@@ -474,8 +493,11 @@ def run_phases(torch: Any, models: dict[str, Any], config: Any, results: dict[st
         torch, models, config, batch=b, reference=refs.get(f"decode {b}")), served=True) for batch in DECODE_BATCHES)
         if row is not None]
     refs.clear()
+    modules = dict(models["unpatched"].named_modules())
+    left = {(modules[item["name"]].out_features, modules[item["name"]].in_features): item["reason"]
+            for item in results["left"] if item["name"] in modules}
     results["shapes"] = phase("shape checks", lambda: shape_checks(torch, phases=phases, launches=launches,
-                                                                  kinds=layer_kinds(models["unpatched"])))
+                                                                  kinds=layer_kinds(models["unpatched"]), left=left))
     results["compile"] = phase("compile", lambda: graph_breaks(torch, models, vocab=config.vocab_size))
 
 

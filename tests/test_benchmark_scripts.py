@@ -549,6 +549,22 @@ def test_llama_client_counts_a_failed_phase_as_a_target_not_met() -> None:
     assert "Failed: prefill: RuntimeError: x" in text and "- prefill <= 1.0x unpatched: NOT met" in text
 
 
+def test_llama_client_reports_each_shapes_path_and_a_check_that_failed() -> None:
+    client = load_benchmark_script("llama_client")
+    base = {"M": 2048, "N": 4096, "K": 4096, "device": 0, "layers": ["self_attn.o_proj", "self_attn.q_proj"],
+            "first_phase": "prefill", "path": "tunetable", "source": "table gemm_wgmma[8] c05e6993f39",
+            "why": "tunetable's kernel", "tunetable_launches": {"prefill": 192, "decode batch 1": 0}}
+    ok = {**base, "bitwise_equal_to_torch": True, "tunetable_err_vs_fp32": 2.1e-3, "torch_err_vs_fp32": 2.1e-3,
+          "tunetable_ms": 0.0885, "torch_ms": 0.088, "torch_over_tunetable": 0.994}
+    failed = {**base, "M": 1, "N": 1024, "path": "torch", "check_error": "RuntimeError: no cubin"}
+    lines = client.shape_markdown([ok, failed])
+    assert ("| 2048 | 4096 | 4096 | self_attn.o_proj, self_attn.q_proj | prefill | tunetable | table gemm_wgmma[8] "
+            "c05e6993f39 | tunetable's kernel | prefill: 192 | 0.0885 | 0.0880 | 0.994 | yes | 2.10e-03 | 2.10e-03 |"
+            ) in lines
+    assert lines[-1].endswith("| RuntimeError: no cubin | - | - | - | - | - |")
+    assert client.shape_markdown([]) == []
+
+
 def test_llama_client_judges_bf16_tolerance_against_the_fp32_model() -> None:
     """The patched model's error against fp32 may be up to 1.25x the unpatched model's, not more."""
     client = load_benchmark_script("llama_client")
