@@ -5,7 +5,8 @@ GPU sleeps (torch.cuda._sleep holds the stream, so the queue neither drains nor 
 of HOST_REPEATS, for each contender in the same run, interleaved round by round:
   torch.mm (allocates), torch.mm(out=), F.linear (nn.Linear's forward), tunetable.gemm(out=), tunetable.gemm
   (allocates), the prepared launch alone (addresses to cuLaunchKernel), torch.ops.tunetable.gemm under
-  torch.inference_mode and under torch.no_grad, tunetable.torch.Linear (inference_mode).
+  torch.inference_mode, torch.no_grad and grad mode (no input requires grad: how git 6adb683's figure of 53 µs
+  was taken), tunetable.torch.Linear (inference_mode).
 Targets: the operator under TORCH_OP_TARGET_US (issue 50), and no more than torch.mm's own cost on the same host
 (the ratio is what the host's speed does not change).
 
@@ -45,10 +46,11 @@ SLEEP_CYCLES = 40_000_000        # ~20 ms at <= 1.98 GHz: longer than queuing HO
 TORCH_OP_TARGET_US = 10.0        # issue 50: the tunetable::gemm operator per call
 SHAPES = ((1, 4096, 4096), (8, 14336, 4096), (2048, 4096, 4096))
 CONTENDERS = ("torch_mm", "torch_mm_out", "f_linear", "gemm_out", "gemm_alloc", "prepared_launch", "torch_op",
-              "torch_op_no_grad", "torch_linear")
+              "torch_op_no_grad", "torch_op_grad_mode", "torch_linear")
 LABELS = {"torch_mm": "torch.mm", "torch_mm_out": "torch.mm(out=)", "f_linear": "F.linear", "gemm_out": "gemm(out=)",
           "gemm_alloc": "gemm (allocates)", "prepared_launch": "prepared launch",
           "torch_op": "tunetable::gemm (inference_mode)", "torch_op_no_grad": "tunetable::gemm (no_grad)",
+          "torch_op_grad_mode": "tunetable::gemm (grad mode)",
           "torch_linear": "tunetable.torch.Linear"}
 
 
@@ -102,9 +104,10 @@ def gpu_shape(torch: Any, *, m: int, n: int, k: int) -> dict[str, float]:
         "f_linear": lambda: torch.nn.functional.linear(a, weight), "gemm_out": lambda: gemm(a, b, out=c),
         "gemm_alloc": lambda: gemm(a, b), "prepared_launch": lambda: prepared(a_ptr, b_ptr, c_ptr),
         "torch_op": lambda: tt.gemm(a, weight), "torch_op_no_grad": lambda: tt.gemm(a, weight),
-        "torch_linear": lambda: linear(a),
+        "torch_op_grad_mode": lambda: tt.gemm(a, weight), "torch_linear": lambda: linear(a),
     }
-    contexts = {name: torch.inference_mode for name in calls} | {"torch_op_no_grad": torch.no_grad}
+    contexts = {name: torch.inference_mode for name in calls} | {"torch_op_no_grad": torch.no_grad,
+                                                                 "torch_op_grad_mode": torch.enable_grad}
     for name, call in calls.items():     # first calls (plans, routes, cuBLAS heuristics) stay out of the figures
         with contexts[name]():
             call()
