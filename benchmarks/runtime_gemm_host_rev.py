@@ -4,9 +4,10 @@ Both run in their own interpreter with the same stubs (runtime_gemm_host.py --st
 internals allow): CPU tensors dressed as CUDA tensors of device 0, a hand-made gemm_mma plan of 8 x 4096 x 4096,
 libcuda's launch replaced by libc's ffs through ctypes with the launch's argument conversion (26848d9: its typed
 call; now: the untyped prepared call), torch's raw stream answered by Python; 26848d9's current-context query
-(a ctypes call there) is answered by Python too, so its figures are if anything low. Each child: median of 9
-rounds of 1000 calls of tunetable.gemm(out=), gemm() and the operator under inference_mode, no_grad and grad
-mode; the two trees' children alternate 5 times and each figure is the median of its 5.
+(a ctypes call there) is answered by Python too, so its figures are if anything low. Each child: the fastest
+of 9 rounds of 1000 calls (timeit's rule: other processes on the machine's shared cores only ever add time) of
+tunetable.gemm(out=), gemm() and the operator under inference_mode, no_grad and grad mode; the two trees'
+children alternate 5 times and each figure is the median of its 5.
 
     python benchmarks/runtime_gemm_host_rev.py [--rev 26848d9] [--out benchmarks/results]
 
@@ -56,7 +57,8 @@ libc = ctypes.CDLL(ctypes.util.find_library("c"))
 typed = ctypes.CDLL(ctypes.util.find_library("c")).ffs
 typed.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
                                                             ctypes.POINTER(ctypes.c_void_p)]
-driver._cuda = lambda: type("Typed", (), {"cuLaunchKernel": typed})()
+typed_lib = type("Typed", (), {"cuLaunchKernel": typed})()   # made once: driver._cuda() is called per launch
+driver._cuda = lambda: typed_lib
 driver.current_context = lambda: None
 torch._C._cuda_getCurrentRawStream = lambda device: 0
 m, n, k = 8, 4096, 4096
@@ -69,7 +71,8 @@ runtime.ordinal, runtime.handle, runtime.shape_plans = 0, None, {(m, n, k): plan
 launch._runtimes[0] = runtime
 if hasattr(launch, "_prepared"):   # this tree: the Library op, the prepared launch, the route
     from tunetable.kernels.runtime import prepared, torch_ops
-    prepared.bare_libcuda = lambda: type("Bare", (), {"cuLaunchKernel": libc.ffs, "cuCtxGetCurrent": libc.ffs})()
+    bare_lib = type("Bare", (), {"cuLaunchKernel": libc.ffs, "cuCtxGetCurrent": libc.ffs})()
+    prepared.bare_libcuda = lambda: bare_lib
     launch._torch.update(types=frozenset({Dressed}), bf16=torch.bfloat16, stream=lambda device: 0)
     launch._prepared[(m, n, k, 0, 0, threading.get_ident())] = prepared.PreparedLaunch(plan, stream=0, context=None)
     torch_ops._routes[(m, n, k, 0)] = torch_ops.Route(m=m, n=n, k=k, device=0, why_torch=None, source="stub")
@@ -93,7 +96,7 @@ def per_call_us(call, context):
             for _ in range(CALLS):
                 call()
             rounds.append((time.perf_counter() - started) / CALLS * 1e6)
-    return statistics.median(rounds)
+    return min(rounds)   # timeit's rule: other processes on the shared cores only ever add time
 
 ROUNDS, CALLS = int(sys.argv[2]), int(sys.argv[3])
 print(json.dumps({"gemm_out_us": per_call_us(lambda: gemm(a, b, out=c), torch.inference_mode),
@@ -145,9 +148,11 @@ def main() -> None:
                "runs": runs, "method": __doc__.split("\n\n")[1].replace("\n", " ")}
     lines = [f"# Host path per call on the CPU machine (stubs, no driver): git {args.rev} against "
              f"{results['rev_after']}", "", results["method"], "",
-             "| call | before µs | after µs | after / before |", "|---|---|---|---|"]
-    lines += [f"| {label} | {before[key]:.2f} | {after[key]:.2f} | {after[key] / before[key]:.2f} |"
-              for key, label in LABELS.items()]
+             "| call | before µs | after µs | after / before | before, each run | after, each run |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {label} | {before[key]:.2f} | {after[key]:.2f} | {after[key] / before[key]:.2f} | "
+              f"{' '.join(f'{run[key]:.1f}' for run in runs['before'])} | "
+              f"{' '.join(f'{run[key]:.1f}' for run in runs['after'])} |" for key, label in LABELS.items()]
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "runtime_gemm_host_rev.json", json.dumps(results, indent=1, sort_keys=True) + "\n")
     atomic_write_text(args.out / "runtime_gemm_host_rev.md", "\n".join(lines) + "\n")
