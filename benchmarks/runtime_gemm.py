@@ -13,10 +13,10 @@ L2 (cold L2); a spin kernel holds the stream while the host queues a batch of at
 (sized per contender by a time-based warm-up), CUDA events bracket the batch (GPU time, no launch
 gaps); contenders interleaved round by round; median of the rounds. gemm's output is verified
 (float32 reference).
-Host overhead per call is measured apart: wall time of queuing 200 calls behind a sleeping GPU, for
-gemm(out=), gemm() allocating, the raw launch, the torch operator torch.ops.tunetable.gemm (target
-< 10 µs) and tunetable.torch.Linear, beside torch.mm. ``--host-only`` measures that alone
-(runtime_gemm_host.json / .md).
+Host overhead per call is measured apart (benchmarks/runtime_gemm_host.py): wall time of queuing 200 calls
+behind a sleeping GPU, for gemm(out=), gemm() allocating, the prepared launch, the torch operator
+torch.ops.tunetable.gemm (target < 10 µs) and tunetable.torch.Linear, beside torch.mm and F.linear in the same
+run. ``--host-only`` measures that alone (runtime_gemm_host.json / .md, as runtime_gemm_host.py writes them).
 
 A third set, the validation shapes (data/validation_shapes.csv: (N, K) of other model sizes, M
 between the buckets; never tuned on), compares four contenders the same way:
@@ -56,6 +56,8 @@ import tunetable.kernels  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.kernels.runtime import decide  # noqa: E402
 from tunetable.kernels.runtime.launch import runtime  # noqa: E402
+sys.path.insert(0, str(REPO / "benchmarks"))  # runtime_gemm_host: the host overhead, measured one way for both
+from runtime_gemm_host import HOST_CALLS, HOST_REPEATS, TORCH_OP_TARGET_US, gpu_shape, run_host  # noqa: E402
 from tunetable.kernels.runtime.decide import shape_selector  # noqa: E402
 from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets  # noqa: E402
 from tunetable.keys import git_revision  # noqa: E402
@@ -66,10 +68,7 @@ WARMUP_MS = 25.0                  # the bench's defaults (params.yaml bench:)
 MIN_BATCH_MS = 0.3
 CYCLES_PER_NS = 2.0               # torch.cuda._sleep counts SM cycles (<= 1.98 GHz on the H200)
 VERIFY_RTOL = 1e-2
-HOST_CALLS = 200
-HOST_REPEATS = 15
 HOST_TARGET_US = 20.0
-TORCH_OP_TARGET_US = 10.0         # the tunetable::gemm operator (issue 50)
 VALIDATION = {table: REPO / f"data/recordings/h200_validation_{table}.parquet"
               for table in ("gemm_mma", "gemm_wgmma", "gemm_wgmma_swap")}
 VALIDATION_TARGETS = {"gemm_of_best": 0.95, "gemm_vs_cublas": 0.9, "online_of_best": 0.98}
@@ -264,47 +263,6 @@ def validation_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def host_overhead(torch: Any, *, m: int, n: int, k: int) -> dict[str, float]:
-    """Median µs per call of queuing HOST_CALLS calls while the GPU sleeps (host cost alone)."""
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    import tunetable.torch as tt
-
-    plan = runtime().plan(decide.dispatcher().decide(m=m, n=n, k=k).entry, m=m, n=n, k=k)
-    a_ptr, b_ptr, c_ptr = a.data_ptr(), b.data_ptr(), c.data_ptr()
-    linear = tt.Linear.from_linear(torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16))
-    linear.weight.data.copy_(b)
-    linear.requires_grad_(False)
-    calls: dict[str, Callable[[], Any]] = {
-        "gemm_out": lambda: tunetable.kernels.gemm(a, b, out=c),
-        "gemm_alloc": lambda: tunetable.kernels.gemm(a, b),
-        "raw_launch": lambda: plan.launch(a_ptr, b_ptr, c_ptr),
-        "torch_op": lambda: torch.ops.tunetable.gemm(a, b),
-        "torch_linear": lambda: linear(a),
-        "torch_mm_out": lambda: torch.mm(a, b.t(), out=c),
-        "torch_mm": lambda: torch.mm(a, b.t()),
-    }
-    first_started = time.perf_counter()
-    tunetable.kernels.gemm(a, b, out=c)
-    torch.cuda.synchronize()
-    torch.ops.tunetable.gemm(a, b)   # the operator's own first call (dispatcher set-up) stays out of the figures
-    torch.cuda.synchronize()
-    result: dict[str, float] = {"first_call_us": (time.perf_counter() - first_started) * 1e6}
-    for name, call in calls.items():
-        per_call = []
-        for _ in range(HOST_REPEATS):
-            torch.cuda.synchronize()
-            torch.cuda._sleep(int(CYCLES_PER_NS * 20_000_000))  # 20 ms: the queue never drains or fills
-            started = time.perf_counter()
-            for _ in range(HOST_CALLS):
-                call()
-            per_call.append((time.perf_counter() - started) / HOST_CALLS * 1e6)
-        torch.cuda.synchronize()
-        result[f"{name}_us"] = statistics.median(per_call)
-    return result
-
-
 def render_markdown(results: dict[str, Any]) -> str:
     """The human summary: per set, per shape TFLOP/s and ratios; host overhead."""
     lines = ["# tunetable.kernels.gemm() vs cuBLAS and vs the untuned configuration", "",
@@ -331,12 +289,12 @@ def render_markdown(results: dict[str, Any]) -> str:
     host = results["host_overhead"]
     lines += ["## Host overhead per call (µs, median of "
               f"{HOST_REPEATS} x {HOST_CALLS} calls queued behind a sleeping GPU)", "",
-              "| shape | gemm(out=) | gemm (allocates) | raw launch | torch.ops.tunetable.gemm | "
+              "| shape | gemm(out=) | gemm (allocates) | prepared launch | torch.ops.tunetable.gemm | "
               "tunetable.torch.Linear | torch.mm(out=) | torch.mm | first call |",
               "|---|---|---|---|---|---|---|---|---|"]
     for label, item in host.items():
         lines.append(f"| {label} | {item['gemm_out_us']:.1f} | {item['gemm_alloc_us']:.1f} | "
-                     f"{item['raw_launch_us']:.1f} | {item['torch_op_us']:.1f} | {item['torch_linear_us']:.1f} | "
+                     f"{item['prepared_launch_us']:.1f} | {item['torch_op_us']:.1f} | {item['torch_linear_us']:.1f} | "
                      f"{item['torch_mm_out_us']:.1f} | {item['torch_mm_us']:.1f} | {item['first_call_us']:.0f} |")
     lines += ["", f"Target: gemm(out=) under {HOST_TARGET_US:g} µs per call after the first: "
               f"{'met' if results['host_target_met'] else 'NOT met'}; the torch operator under "
@@ -412,12 +370,14 @@ def main() -> None:
                         help="comma-separated shape sets: default, other, validation")
     parser.add_argument("--host-only", action="store_true", help="measure the host overhead alone")
     args = parser.parse_args()
-    wanted = [] if args.host_only else [name.strip() for name in args.sets.split(",") if name.strip()]
+    if args.host_only:
+        run_host(stub=False, out=args.out)
+        return
+    wanted = [name.strip() for name in args.sets.split(",") if name.strip()]
     unknown = sorted(set(wanted) - {"default", "other", "validation"})
     if unknown:
         parser.error(f"unknown shape set(s) {', '.join(unknown)} (known: default, other, validation)")
-    stem = "runtime_gemm" if set(wanted) == {"default", "other", "validation"} else "runtime_gemm_" + (
-        "_".join(wanted) or "host")
+    stem = "runtime_gemm" if set(wanted) == {"default", "other", "validation"} else "runtime_gemm_" + "_".join(wanted)
 
     import torch
 
@@ -442,33 +402,12 @@ def main() -> None:
     }
     started = time.perf_counter()
     for set_name, shapes in shape_sets.items():
-        if set_name == "validation":
-            results["sets"][set_name], results["summary"][set_name] = run_validation(
-                torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size,
-                started=started)
-            write_json(results, out=args.out, stem=stem)
-            continue
-        rows = []
-        for m, n, k in shapes:
-            rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=args.rounds,
-                                   l2_bytes=props.L2_cache_size))
-            torch.cuda.empty_cache()
-            print(f"{set_name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s, cuBLAS "
-                  f"{rows[-1]['cublas_tflops']:.1f}, untuned {rows[-1]['untuned_tflops']:.1f} "
-                  f"({time.perf_counter() - started:.0f} s)", flush=True)
-        results["sets"][set_name] = rows
-        results["summary"][set_name] = {
-            "geomean_vs_cublas": geomean([r["gemm_vs_cublas"] for r in rows]),
-            "geomean_vs_untuned": geomean([r["gemm_vs_untuned"] for r in rows]),
-            "geomean_gemm_tflops": geomean([r["gemm_tflops"] for r in rows]),
-            "geomean_cublas_tflops": geomean([r["cublas_tflops"] for r in rows]),
-            "verified": sum(r["verified"] for r in rows),
-            "from_table": sum(r["source"].startswith("table") for r in rows),
-            "from_selector": sum(r["source"] == "selector" for r in rows),
-        }
+        run = run_validation if set_name == "validation" else lambda torch, **kw: run_set(torch, name=set_name, **kw)
+        results["sets"][set_name], results["summary"][set_name] = run(
+            torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size, started=started)
         write_json(results, out=args.out, stem=stem)  # partial figures survive a run cut short
     results["host_overhead"] = {
-        f"{m}x{n}x{k}": host_overhead(torch, m=m, n=n, k=k) for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096))
+        f"{m}x{n}x{k}": gpu_shape(torch, m=m, n=n, k=k) for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096))
     }
     results["host_target_met"] = all(item["gemm_out_us"] < HOST_TARGET_US for item in results["host_overhead"].values())
     results["torch_op_target_met"] = all(item["torch_op_us"] < TORCH_OP_TARGET_US
@@ -476,6 +415,27 @@ def main() -> None:
     write_json(results, out=args.out, stem=stem)
     atomic_write_text(args.out / f"{stem}.md", render_markdown(results))
     print_summary(results)
+
+
+def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int, int, int]], rounds: int,
+            l2_bytes: int, started: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A table-shape set: gemm, untuned and cuBLAS per shape; its rows and geomeans."""
+    rows = []
+    for m, n, k in shapes:
+        rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes))
+        torch.cuda.empty_cache()
+        print(f"{name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s, cuBLAS "
+              f"{rows[-1]['cublas_tflops']:.1f}, untuned {rows[-1]['untuned_tflops']:.1f} "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
+    return rows, {
+        "geomean_vs_cublas": geomean([r["gemm_vs_cublas"] for r in rows]),
+        "geomean_vs_untuned": geomean([r["gemm_vs_untuned"] for r in rows]),
+        "geomean_gemm_tflops": geomean([r["gemm_tflops"] for r in rows]),
+        "geomean_cublas_tflops": geomean([r["cublas_tflops"] for r in rows]),
+        "verified": sum(r["verified"] for r in rows),
+        "from_table": sum(r["source"].startswith("table") for r in rows),
+        "from_selector": sum(r["source"] == "selector" for r in rows),
+    }
 
 
 def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, int, int]], rounds: int,

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Issue 50's GPU run, one device call: the new PyTorch-runtime tests, the Llama client, the host overhead
-# through the torch operator, then the whole `pytest -m gpu` suite. Everything goes to $OUT/log.
+# Issue 50's GPU run, one device call of about 3-4 minutes (budget 300 s): the PyTorch-runtime GPU tests, the
+# Llama client and the host overhead. Each step's output goes to $OUT/<step>.log and all of it to $OUT/log;
+# the figures to $OUT (llama_client.json / .md, runtime_gemm_host.json / .md, new.xml).
 #
 #   cd <repo> && source scripts/device_env.sh && bash scripts/device_torch.sh [new|client|host|suite ...]
 #   carry the repo copy with .whl/ and .cache/cubins (a cubin cache compiled here with the same nvcc).
+#
+# Expected on an H100 / H200 (git 6adb683's run, plus this change's additions):
+#   new     tests/gpu/test_torch_gpu.py, 28 tests           ~45 s  (limit NEW_TIMEOUT_S, 90)
+#   client  benchmarks/llama_client.py, fp32 reference too  ~70 s  (limit CLIENT_TIMEOUT_S, 150; needs ~50 GB)
+#   host    benchmarks/runtime_gemm_host.py, 3 shapes       ~25 s  (limit HOST_TIMEOUT_S, 60)
+# (the limits sum to 300 s; scripts/device_env.sh's installs come before, ~10-20 s)
+#   suite   the rest of `pytest -m gpu` (not a default step: ~180 s on its own; what is left of CALL_BUDGET_S)
 set -uo pipefail
 OUT=${OUT:-/tmp/tunetable-out}
 mkdir -p "$OUT"
-STEPS=${*:-new client host suite}
+STEPS=${*:-new client host}
 START=$(date +%s)   # the suite gets what is left of CALL_BUDGET_S (the device call's limit, less a margin)
 export TUNETABLE_GIT_REV=${TUNETABLE_GIT_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 {
@@ -16,16 +24,19 @@ export TUNETABLE_GIT_REV=${TUNETABLE_GIT_REV:-$(git rev-parse --short HEAD 2>/de
   for step in $STEPS; do
     echo "== $step $(date -u +%H:%M:%S)"
     case $step in
-      new) timeout ${NEW_TIMEOUT_S:-180} python3 -m pytest -m gpu tests/gpu/test_torch_gpu.py -x -q -p no:cacheprovider ;;
-      client) timeout ${CLIENT_TIMEOUT_S:-300} python3 benchmarks/llama_client.py --out "$OUT" ;;
-      host) timeout ${HOST_TIMEOUT_S:-90} python3 benchmarks/runtime_gemm.py --host-only --out "$OUT" ;;
+      new) timeout "${NEW_TIMEOUT_S:-90}" python3 -m pytest -m gpu tests/gpu/test_torch_gpu.py -q -p no:cacheprovider \
+             -rs --junitxml "$OUT/new.xml" 2>&1 | tee "$OUT/new.log" ;;
+      client) timeout "${CLIENT_TIMEOUT_S:-150}" python3 benchmarks/llama_client.py --out "$OUT" 2>&1 \
+                | tee "$OUT/client.log" ;;
+      host) timeout "${HOST_TIMEOUT_S:-60}" python3 benchmarks/runtime_gemm_host.py --out "$OUT" 2>&1 \
+              | tee "$OUT/host.log" ;;
       suite) left=$(( ${CALL_BUDGET_S:-570} - ($(date +%s) - START) ))
              if [ "$left" -lt 30 ]; then echo "suite skipped: ${left} s of the call's budget left"; else
                timeout "$left" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider \
-                 --ignore tests/gpu/test_torch_gpu.py; fi ;;
+                 --ignore tests/gpu/test_torch_gpu.py 2>&1 | tee "$OUT/suite.log"; fi ;;
       *) echo "unknown step $step" ;;
     esac
-    rc=$?
-    echo "== $step done: rc $rc $(date -u +%H:%M:%S)"
+    rc=${PIPESTATUS[0]}
+    echo "== $step done: rc $rc $(date -u +%H:%M:%S) ($(( $(date +%s) - START )) s since the start)"
   done
 } 2>&1 | tee "$OUT/log"

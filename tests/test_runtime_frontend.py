@@ -1,7 +1,9 @@
 """The runtime's PyTorch front end and device/stream rules that need no GPU and no torch.
 
 Which nn.Linear layers patch() takes (through the same choice tunetable.torch uses, on layer
-descriptions), the operator's fake shape rule, the recorded-shapes file and its import, the device
+descriptions), which shapes the operator hands to torch's matmul (on the generated tables and selector), the
+prepared launch (libcuda replaced by a recorder), the operator's fake shape rule, the recorded-shapes file and
+its import, the device
 identification for per-device tables, the caller's-stream and device errors, and the layering:
 `import tunetable` and the runtime import neither torch nor each other in a circle.
 """
@@ -9,16 +11,29 @@ identification for per-device tables, the caller's-stream and device errors, and
 from __future__ import annotations
 
 import ast
+import ctypes
 import datetime as dt
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 from tunetable.kernels.runtime import devices, launch, record
 from tunetable.kernels.runtime.devices import GpuInfo, UnsupportedDeviceError, table_device
-from tunetable.kernels.runtime.layers import LayerView, PatchReport, choose_layer, gemm_output_shape
+from tunetable.kernels.runtime import decide
+from tunetable.kernels.runtime.layers import (
+    CONFIDENT_SPEEDUP,
+    LayerChoice,
+    LayerView,
+    PatchReport,
+    choose_layer,
+    gemm_output_shape,
+    layer_left,
+    smallest_recorded_floor_s,
+    torch_serves,
+)
 from tunetable.kernels.runtime.operands import Operand, cai_stream, operand
 from tunetable.shapes import read_workload
 
@@ -61,6 +76,15 @@ def test_patch_takes_bf16_cuda_layers_of_served_shapes_and_says_why_it_left_the_
     summary = report.summary()
     assert summary.startswith("tunetable.torch.patch: took 8 of 12 nn.Linear layers; left to torch: score (")
     assert summary.endswith("; and 1 more")
+
+
+def test_the_summary_groups_layers_left_for_one_reason() -> None:
+    report = PatchReport()
+    for index in range(32):
+        report.add(LayerChoice(f"model.layers.{index}.self_attn.k_proj", False, "N=1024, K=4096: torch serves"))
+    report.add(LayerChoice("lm_head", True))
+    assert report.summary() == ("tunetable.torch.patch: took 1 of 33 nn.Linear layers; left to torch: "
+                                "model.layers.0.self_attn.k_proj and 31 more (N=1024, K=4096: torch serves)")
 
 
 def test_a_model_with_every_layer_taken_says_so_in_one_line() -> None:
@@ -155,6 +179,149 @@ def test_a_gpu_of_another_architecture_is_one_clear_error() -> None:
     with pytest.raises(UnsupportedDeviceError, match=r"cuda:0 \(NVIDIA A100-SXM4-80GB, 108 SMs, 80.0 GiB, sm_80\) "
                                                      r"has compute capability 8.0; the kernels need sm_90a"):
         table_device(ampere)
+
+
+# --- which shapes the operator hands to torch's matmul ------------------------------------------------------
+
+class Candidate:
+    """What a shape selector's prediction names: its table and configuration."""
+
+    table = "gemm_wgmma"
+    config_id = "c0000000000"
+
+
+class Prediction:
+    """A shape selector prediction: its time and cuBLAS's predicted time (seconds)."""
+
+    def __init__(self, seconds: float, cublas_seconds: float):
+        self.candidate, self.seconds, self.cublas_seconds = Candidate(), seconds, cublas_seconds
+
+    @property
+    def speedup_vs_cublas(self) -> float:
+        return self.cublas_seconds / self.seconds
+
+
+class Decision:
+    """decide.Decision's fields the rule reads."""
+
+    def __init__(self, prediction: Prediction | None = None, choice: object = None):
+        self.prediction, self.choice, self.index, self.entry = prediction, choice, 3, None
+
+
+def test_a_table_entry_runs_tunetable_unless_its_recording_measured_cublas_faster() -> None:
+    assert torch_serves(Decision(), m=2048, n=4096, k=4096, smallest_floor_s=8e-6) is None
+
+    class Choice:
+        speedup_vs_cublas = 0.97
+
+    assert torch_serves(Decision(choice=Choice()), m=2048, n=4096, k=4096, smallest_floor_s=8e-6) == (
+        "its recording measured cuBLAS faster (0.970x cuBLAS's speed)")
+
+
+def test_a_selector_prediction_runs_tunetable_only_when_credible_and_confidently_faster() -> None:
+    # 2048 x 4096 x 4096: 68.7 GFLOP, a roofline floor of 85.9 µs at 800 TFLOP/s.
+    shape = dict(m=2048, n=4096, k=4096, smallest_floor_s=8e-6)
+    assert torch_serves(Decision(Prediction(100e-6, 100e-6 * (CONFIDENT_SPEEDUP + 0.01))), **shape) is None
+    slower = torch_serves(Decision(Prediction(100e-6, 100e-6 * 0.98)), **shape)
+    assert slower == ("the shape selector predicts 0.98x cuBLAS's speed, not confidently faster "
+                      f"(< {CONFIDENT_SPEEDUP:.2f}x)")
+    below = torch_serves(Decision(Prediction(80e-6, 120e-6)), **shape)
+    assert below == "the shape selector's prediction (80.0 µs) is below the roofline floor (85.9 µs): not credible"
+    tiny = torch_serves(Decision(Prediction(9e-6, 30e-6)), m=1, n=1024, k=1024, smallest_floor_s=8e-6)
+    assert tiny == "smaller than every recorded shape: the shape selector's 3.33x cuBLAS's speed is extrapolated"
+    slow_and_tiny = torch_serves(Decision(Prediction(9e-6, 4e-6)), m=1, n=1024, k=1024, smallest_floor_s=8e-6)
+    assert slow_and_tiny.startswith("the shape selector predicts 0.44x cuBLAS's speed")
+
+
+def test_on_the_generated_tables_llamas_kv_projection_goes_to_torch_and_its_table_shapes_to_tunetable() -> None:
+    """The H200's selector predicts cuBLAS faster for N=1024, K=4096 (no table holds it) at every recorded M, and
+    the lm_head's predictions fall below the roofline floor at M=1 and 2048; q_proj's table serves M=2048."""
+    selector = decide.shape_selector()
+    smallest = smallest_recorded_floor_s(ms=selector.starts, pairs=selector.pairs)
+
+    def why(m: int, n: int, k: int) -> str | None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", decide.FallbackWarning)   # memoised: only a first decision warns
+            found = decide.dispatcher().decide(m=m, n=n, k=k)
+        return torch_serves(found, m=m, n=n, k=k, smallest_floor_s=smallest)
+
+    assert why(2048, 4096, 4096) is None
+    assert "not confidently faster" in why(2048, 1024, 4096)
+    assert "below the roofline floor" in why(1, 128256, 4096)
+    left = layer_left(n=1024, k=4096, ms=sorted(set(selector.starts)), why_at=lambda m: why(m, 1024, 4096))
+    assert left.startswith("N=1024, K=4096: torch's matmul serves every recorded M (1-8192); at M=1: ")
+    assert layer_left(n=4096, k=4096, ms=[1, 2048], why_at=lambda m: why(m, 4096, 4096)) is None
+
+
+# --- the prepared launch (libcuda replaced by a recorder) ------------------------------------------------
+
+class RecordingLibcuda:
+    """cuLaunchKernel / cuCtxGetCurrent stand-ins: each launch's arguments and C's slot value at that moment."""
+
+    def __init__(self, context: int | None):
+        self.launches: list[tuple] = []
+        self.context = context
+
+    def cuLaunchKernel(self, *args: object) -> int:
+        function, gx, gy, gz, bx, by, bz, smem, stream, params, extra = args
+        values = [ctypes.c_uint64.from_address(ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))[i]).value
+                  for i in range(4)]
+        self.launches.append(((gx, gy, gz), (bx, by, bz), smem, stream.value, values))
+        return 0
+
+    def cuCtxGetCurrent(self, ref: object) -> int:
+        ctypes.cast(ref, ctypes.POINTER(ctypes.c_void_p))[0] = self.context
+        return 0
+
+
+def prepared_launch(monkeypatch: pytest.MonkeyPatch, lib: RecordingLibcuda) -> object:
+    """A PreparedLaunch of gemm_mma's pointer arguments on stream 0x55 (workspace 0x5000) over ``lib``."""
+    from tunetable.kernels.families import FAMILIES
+    from tunetable.kernels.runtime import prepared as plan_module
+    from tunetable.kernels.runtime.plan import LaunchPlan
+
+    monkeypatch.setattr(plan_module, "bare_libcuda", lambda: lib)
+    kernel = type("Kernel", (), {"function": ctypes.c_void_p(0x4242)})()
+    shape_plan = plan_module.ShapePlan(plan=LaunchPlan(
+        family=FAMILIES["gemm_mma"], defines={}, m=7, n=4096, k=4096, grid=(64, 1, 2), block=(128, 1, 1),
+        smem_bytes=4096, workspace_ptr=0x5000, kernel=kernel))
+    return plan_module.PreparedLaunch(shape_plan, stream=0x55, context=0x77)
+
+
+def test_a_prepared_launch_encodes_once_per_a_b_pair_and_writes_c_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = RecordingLibcuda(context=0x77)
+    launch_now = prepared_launch(monkeypatch, lib)
+    launch_now(0x1000, 0x2000, 0x3000)
+    launch_now(0x1000, 0x2000, 0x3100)
+    launch_now(0x1100, 0x2000, 0x3200)
+    assert len(launch_now.sets) == 2
+    assert [item[4] for item in lib.launches] == [[0x1000, 0x2000, 0x3000, 0x5000], [0x1000, 0x2000, 0x3100, 0x5000],
+                                                   [0x1100, 0x2000, 0x3200, 0x5000]]
+    assert lib.launches[0][:4] == ((64, 1, 2), (128, 1, 1), 4096, 0x55)
+
+
+def test_a_prepared_launch_pushes_its_context_only_when_another_is_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunetable.kernels import driver
+
+    pushed: list[object] = []
+    monkeypatch.setattr(driver, "push_context", lambda handle: pushed.append(handle))
+    monkeypatch.setattr(driver, "pop_context", lambda: pushed.append("pop"))
+    lib = RecordingLibcuda(context=0x77)
+    launch_now = prepared_launch(monkeypatch, lib)
+    launch_now(0x1000, 0x2000, 0x3000)
+    assert pushed == []
+    lib.context = 0x99   # another device's context is current
+    launch_now(0x1000, 0x2000, 0x3000)
+    assert pushed == [0x77, "pop"] and len(lib.launches) == 2
+
+
+def test_a_failed_launch_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunetable.kernels import driver
+
+    lib = RecordingLibcuda(context=0x77)
+    lib.cuLaunchKernel = lambda *args: 700
+    with pytest.raises(driver.DriverError, match="cuLaunchKernel failed with CUresult 700"):
+        prepared_launch(monkeypatch, lib)(0x1000, 0x2000, 0x3000)
 
 
 # --- the caller's device and stream ----------------------------------------------------------------------

@@ -21,7 +21,9 @@ run outside capture (inside one it raises ``GraphCaptureError``); later calls al
 host's behalf but torch's output, encode arguments into host memory and launch, which a capture
 records. Each stream gets its own split-K workspace (no race between streams); the first capturing
 stream without one takes the plan's spare, allocated with the plan. A call after the first costs the
-operand checks, a dictionary lookup and the launch.
+operand checks, a dictionary lookup and the launch; torch tensors on torch's current stream take a shorter
+path after their (shape, device, stream)'s first call in a thread: the checks no cache can answer (dtype,
+layout, 16-byte alignment, one device) and a ``PreparedLaunch`` (launch bound once, argument sets per (A, B)).
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
-from collections import OrderedDict
+from collections.abc import Iterator
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from tunetable.kernels import driver
@@ -53,21 +54,25 @@ from tunetable.kernels.runtime.decide import (
 )
 from tunetable.kernels.runtime import online, record
 from tunetable.kernels.runtime.devices import DeviceTableWarning, GpuInfo, TableDevice, table_device
-from tunetable.kernels.runtime.operands import Operand, cai_numpy_dtype, check_out, check_problem, operand
-from tunetable.kernels.runtime.plan import LaunchPlan, Loader, build_plan
+from tunetable.kernels.runtime.operands import (
+    ALIGNMENT,
+    Operand,
+    cai_numpy_dtype,
+    check_out,
+    check_problem,
+    operand,
+)
+from tunetable.kernels.runtime.plan import Loader, build_plan
+from tunetable.kernels.runtime.prepared import (  # noqa: F401 - ShapePlan, ARGUMENT_CACHE_SIZE: re-exported
+    ARGUMENT_CACHE_SIZE,
+    GraphCaptureError,
+    PreparedLaunch,
+    ShapePlan,
+)
 from tunetable.kernels.tuning_configs import BUILDS, TABLES
-
-# Encoded argument sets kept per plan, one per (A, B, C, workspace) address set seen (TMA tensor maps
-# embed the A and B addresses; a graph captures the set of its static buffers).
-ARGUMENT_CACHE_SIZE = 16
-
 
 class NoGpuError(RuntimeError):
     """pycuda or a CUDA device is missing: GEMMs cannot run on this machine."""
-
-
-class GraphCaptureError(RuntimeError):
-    """A call that must load, compile or allocate ran while its stream was capturing a CUDA graph."""
 
 
 # --- cubins: the generated build settings + the JIT leaf ---------------------------------------------
@@ -120,66 +125,6 @@ def warm_cache(*, table: str = DEFAULT_TABLE, workers: int = 0,
         unique.items(), kernel_path=family.source, flags=build.nvcc_flags, arch=build.arch,
         cache_dir=cache_dir or default_cache_dir(), workers=workers or os.cpu_count() or 1)
     return {config_id: result.status for config_id, result in results.items()}
-
-
-@dataclass
-class ShapePlan:
-    """gemm()'s plan of one (configuration, shape) on one device: the launch plan, workspaces, argument sets.
-
-    Argument sets are kept for the ``ARGUMENT_CACHE_SIZE`` most recent (A, B, C, workspace) addresses,
-    so a repeated call encodes nothing. A family with a split-K workspace gets one per stream
-    (``new_workspace`` allocates it, outside capture) and a spare for the first capturing stream.
-    """
-
-    plan: LaunchPlan
-    workspace: Any = None  # DeviceAllocation or None, kept alive with the plan
-    arguments: OrderedDict = field(default_factory=OrderedDict)
-    encodes: int = 0  # argument sets built (a cached address set builds none)
-    new_workspace: Callable[[], int] | None = None
-    workspaces: dict[int, int] = field(default_factory=dict)   # stream handle -> workspace address
-    spare: int = 0   # a workspace for the first capturing stream that has none (0: none left)
-
-    def arguments_for(self, a_ptr: int, b_ptr: int, c_ptr: int, workspace: int | None = None) -> Any:
-        """The arguments of one address set, built on first use, least recently used dropped."""
-        key = (a_ptr, b_ptr, c_ptr, workspace)
-        found = self.arguments.get(key)
-        if found is not None:
-            self.arguments.move_to_end(key)
-            return found
-        found = self.plan.arguments(a_ptr, b_ptr, c_ptr, workspace)
-        self.encodes += 1
-        self.arguments[key] = found
-        if len(self.arguments) > ARGUMENT_CACHE_SIZE:
-            self.arguments.popitem(last=False)
-        return found
-
-    def workspace_for(self, stream: int) -> int | None:
-        """The stream's own workspace address (None: the family needs none), made on its first use."""
-        if self.new_workspace is None:
-            return None
-        found = self.workspaces.get(stream)
-        if found is None:
-            if driver.stream_is_capturing(stream):
-                if not self.spare:
-                    raise GraphCaptureError(
-                        f"gemm: M={self.plan.m}, N={self.plan.n}, K={self.plan.k} needs a split-K workspace for "
-                        "this capturing stream and the plan's spare is taken: call it once on this stream "
-                        "before capturing")
-                found, self.spare = self.spare, 0
-            elif self.plan.workspace_ptr and self.plan.workspace_ptr not in self.workspaces.values():
-                found = self.plan.workspace_ptr   # the one build_plan made goes to the first stream
-            else:
-                found = self.new_workspace()
-            self.workspaces[stream] = found
-        return found
-
-    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int = 0) -> None:
-        """Enqueue the GEMM on ``stream`` (a raw CUstream handle; 0: the legacy default stream)."""
-        if self.plan.kernel is None:
-            self.plan.launch(self.plan.arguments(a_ptr, b_ptr, c_ptr))
-        else:
-            arguments = self.arguments_for(a_ptr, b_ptr, c_ptr, self.workspace_for(stream))
-            self.plan.launch_on(arguments, stream)
 
 
 # --- the process's GPU state: one runtime per device --------------------------------------------------
@@ -337,6 +282,7 @@ def _clear_shape_plans() -> None:
     """The dispatcher changed: every device forgets its per-shape plan choices."""
     for found in _runtimes.values():
         found.shape_plans.clear()
+    _prepared.clear()
 
 
 on_dispatcher_change(_clear_shape_plans)
@@ -471,12 +417,16 @@ def gemm(a: Any, b: Any, out: Any = None, *, stream: Any = None) -> Any:
     the device the operands live on, queued on ``stream`` or the caller's library's current stream
     (module docstring), and returns without waiting. Capturable in a CUDA graph after the shape's first call.
     """
+    if stream is None and type(a) in _torch["types"] and type(b) in _torch["types"]:
+        served = _torch_fast(a, b, out)
+        if served is not None:
+            return served
     a_op = operand("a", a)
     b_op = operand("b", b)
     if a_op.cols != b_op.cols:
         check_problem(a_op, b_op, family=FAMILIES[DEFAULT_TABLE])  # raises the mismatched-K error
     m, n, k = a_op.rows, b_op.rows, a_op.cols
-    # Fast path: torch / CuPy operands on one device whose runtime has planned this shape.
+    # Torch / CuPy operands on one device whose runtime has planned this shape skip the shape checks.
     found = _runtimes.get(a_op.device) if a_op.device >= 0 and a_op.device == b_op.device else None
     plan = found.shape_plans.get((m, n, k)) if found is not None else None
     if plan is None:
@@ -497,7 +447,59 @@ def gemm(a: Any, b: Any, out: Any = None, *, stream: Any = None) -> Any:
     recorder = record._state.get("recorder")
     if recorder is not None:
         recorder.add(m, n, k)
-    return _launch(found, plan, a, a_op, b_op, out, m, n, launch_stream)
+    result = _launch(found, plan, a, a_op, b_op, out, m, n, launch_stream)
+    if stream is None and a_op.library == "torch" and b_op.library == "torch" and plan.plan.kernel is not None:
+        _prepare_torch(found, plan, m=m, n=n, k=k, stream=launch_stream)
+    return result
+
+
+# --- torch tensors after their (shape, device, stream)'s first call --------------------------------------
+
+# (M, N, K, device, stream, thread) -> the prepared launch; "types": the torch tensor types seen (none before
+# the first torch call, so that no other input ever reaches the torch checks), "bf16", "stream": torch's getter.
+_prepared: dict[tuple[int, int, int, int, int, int], PreparedLaunch] = {}
+_torch: dict[str, Any] = {"types": frozenset()}
+
+
+def _prepare_torch(found: DeviceRuntime, plan: ShapePlan, *, m: int, n: int, k: int, stream: int) -> None:
+    """After a torch call on the full path: its (shape, device, stream, thread)'s prepared launch for the next."""
+    torch = sys.modules["torch"]
+    if not _torch["types"]:
+        _torch.update(types=frozenset({torch.Tensor, torch.nn.Parameter}), bf16=torch.bfloat16,
+                      stream=torch._C._cuda_getCurrentRawStream)
+    key = (m, n, k, found.ordinal, stream, threading.get_ident())
+    if key not in _prepared:
+        _prepared[key] = PreparedLaunch(plan, stream=stream, context=found.handle)
+
+
+def _torch_fast(a: Any, b: Any, out: Any) -> Any:
+    """gemm() of torch tensors whose (shape, device, stream) this thread has run: the checks no cache can answer
+    (dtype, layout, alignment, device) and the prepared launch; None sends the call down the full path."""
+    bf16 = _torch["bf16"]
+    if a.dtype is not bf16 or b.dtype is not bf16 or not a.is_contiguous() or not b.is_contiguous():
+        return None
+    try:
+        m, k = a.shape
+        n, kb = b.shape
+    except ValueError:
+        return None   # not 2-D: the full path's error
+    device = a.get_device()
+    a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+    if kb != k or device < 0 or b.get_device() != device or (a_ptr | b_ptr) % ALIGNMENT:
+        return None
+    prepared = _prepared.get((m, n, k, device, _torch["stream"](device), threading.get_ident()))
+    if prepared is None:
+        return None
+    if out is None:
+        out = a.new_empty((m, n))
+    elif (type(out) not in _torch["types"] or out.dtype is not bf16 or out.get_device() != device
+          or not out.is_contiguous() or out.shape != (m, n) or out.data_ptr() % ALIGNMENT):
+        return None
+    prepared(a_ptr, b_ptr, out.data_ptr())
+    recorder = record._state.get("recorder")
+    if recorder is not None:
+        recorder.add(m, n, k)
+    return out
 
 
 _online: dict[str, online.OnlineTuner] = {}

@@ -4,21 +4,36 @@
 kernels serve it: bf16 weights on a CUDA device, contiguous, N (out_features) and K (in_features)
 within the family's shape rules (multiples of 8, int32); the bias is added after the GEMM. Anything
 else stays with torch, with the reason. ``gemm_output_shape`` is the ``tunetable::gemm`` operator's
-shape rule, shared by its fake (meta) implementation. Pure Python, so both are tested without torch.
+shape rule, shared by its fake (meta) implementation.
+
+``torch_serves`` is the operator's per-shape rule: a shape goes to torch's matmul (cuBLAS) where what the
+runtime knows does not say tunetable's choice is faster. A table entry (measured against cuBLAS in its
+recording; a dispatch entry that carries the recorded ``speedup_vs_cublas`` below 1 goes to torch) runs
+tunetable's kernel; a shape the shape selector answers runs it only when the prediction is credible (not
+below the shape's roofline floor), at least ``CONFIDENT_SPEEDUP`` x cuBLAS's predicted speed, and not
+extrapolated (the shape is not smaller than every recorded shape); the first of these that fails is the
+reason given. ``layer_left`` applies it to a layer's (N, K) at every recorded M: a layer torch
+serves at each is left to torch by ``patch``. Pure Python, so all of it is tested without torch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tunetable.kernels.families import FAMILIES, KernelFamily
+from tunetable.kernels.perfmodel import roofline_floor_s
 from tunetable.kernels.runtime.decide import DEFAULT_TABLE
 
 SERVED_DTYPE = "torch.bfloat16"
 BACKWARD_ERROR = ("tunetable::gemm is inference-only: it has no backward. Run the model under torch.no_grad() or "
                   "torch.inference_mode(), or train an unpatched copy (tunetable.torch.patch swapped its nn.Linear "
                   "layers for tunetable.torch.Linear)")
+# A selector prediction runs tunetable's kernel only at this many times cuBLAS's predicted speed or more: the
+# prediction of cuBLAS's time misses by 4.3 % (median, leaving each recorded (N, K) out: selector_serve's
+# CUBLAS_NK_SCALE) and the selector's pick is 4-5 % slower than the best (geomean, the validation shapes).
+CONFIDENT_SPEEDUP = 1.10
 
 
 @dataclass(frozen=True)
@@ -74,14 +89,67 @@ class PatchReport:
             self.left.append(choice)
 
     def summary(self) -> str:
-        """One line: how many layers were taken, and which were left to torch and why (the first few)."""
+        """One line: how many layers were taken, and which were left to torch and why (the first few reasons,
+        each with its first layer and how many more share it)."""
         total = len(self.taken) + len(self.left)
         line = f"tunetable.torch.patch: took {len(self.taken)} of {total} nn.Linear layers"
         if self.left:
-            shown = "; ".join(f"{item.name} ({item.reason})" for item in self.left[:3])
-            more = f"; and {len(self.left) - 3} more" if len(self.left) > 3 else ""
+            groups: dict[str, list[str]] = {}
+            for item in self.left:
+                groups.setdefault(item.reason, []).append(item.name)
+            shown = "; ".join(f"{names[0]}{f' and {len(names) - 1} more' if len(names) > 1 else ''} ({reason})"
+                              for reason, names in list(groups.items())[:3])
+            rest = sum(len(names) for names in list(groups.values())[3:])
+            more = f"; and {rest} more" if rest else ""
             line += f"; left to torch: {shown}{more}"
         return line
+
+
+def decision_source(decision: Any) -> str:
+    """Where a runtime decision (decide.Decision) comes from: 'table <table>[i]', 'selector <table> <id>', ..."""
+    if decision.prediction is not None:
+        candidate = decision.prediction.candidate
+        return f"selector {candidate.table} {candidate.config_id}"
+    table = decision.choice.table if decision.choice is not None else decision.entry.kernel
+    if decision.index is None:
+        return f"fallback of {table} {decision.entry.config_id}"
+    return f"table {table}[{decision.index}] {decision.entry.config_id}"
+
+
+def torch_serves(decision: Any, *, m: int, n: int, k: int, smallest_floor_s: float | None) -> str | None:
+    """Why torch's matmul serves (M, N, K) rather than ``decision`` (decide.Decision), or None: tunetable's kernel."""
+    prediction = decision.prediction
+    if prediction is None:
+        recorded = getattr(decision.choice, "speedup_vs_cublas", None)
+        if recorded is not None and recorded < 1.0:
+            return f"its recording measured cuBLAS faster ({recorded:.3f}x cuBLAS's speed)"
+        return None
+    floor = roofline_floor_s(m=m, n=n, k=k)
+    if prediction.seconds < floor:
+        return (f"the shape selector's prediction ({prediction.seconds * 1e6:.1f} µs) is below the roofline floor "
+                f"({floor * 1e6:.1f} µs): not credible")
+    if prediction.speedup_vs_cublas < CONFIDENT_SPEEDUP:
+        return (f"the shape selector predicts {prediction.speedup_vs_cublas:.2f}x cuBLAS's speed, not confidently "
+                f"faster (< {CONFIDENT_SPEEDUP:.2f}x)")
+    if smallest_floor_s is not None and floor < smallest_floor_s:
+        return (f"smaller than every recorded shape: the shape selector's {prediction.speedup_vs_cublas:.2f}x "
+                "cuBLAS's speed is extrapolated")
+    return None
+
+
+def smallest_recorded_floor_s(*, ms: Sequence[int], pairs: Sequence[tuple[int, int]]) -> float | None:
+    """The lowest roofline floor of the recorded shapes (every recorded M with every recorded (N, K))."""
+    if not ms or not pairs:
+        return None
+    return min(roofline_floor_s(m=min(ms), n=n, k=k) for n, k in pairs)
+
+
+def layer_left(*, n: int, k: int, ms: Sequence[int], why_at: Callable[[int], str | None]) -> str | None:
+    """Why a layer of (N, K) is left to torch: torch serves it at every recorded M (``why_at(M)``); None: taken."""
+    reasons = [why_at(m) for m in ms]
+    if not reasons or any(reason is None for reason in reasons):
+        return None
+    return f"N={n}, K={k}: torch's matmul serves every recorded M ({ms[0]}-{ms[-1]}); at M={ms[0]}: {reasons[0]}"
 
 
 def gemm_output_shape(a_shape: tuple[Any, ...], a_dtype: str, b_shape: tuple[Any, ...],

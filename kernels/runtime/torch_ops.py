@@ -1,56 +1,175 @@
 """tunetable.gemm for PyTorch models: the ``tunetable::gemm`` operator, ``Linear`` and ``patch(model)``.
 
-- ``torch.ops.tunetable.gemm(a, b)`` (also ``gemm`` here) is ``tunetable.gemm`` as a torch custom
-  operator: a fake (meta) implementation gives torch.compile its output shape, so a model calling it
-  traces with ``fullgraph=True``; it runs on the tensors' device and torch's current stream, and is
-  capturable in a CUDA graph after each shape's first call. Inference only: a backward through it
-  raises a clear error (``layers.BACKWARD_ERROR``).
+- ``torch.ops.tunetable.gemm(a, b)`` (also ``gemm`` here) is C = a · bᵀ as a torch operator: a fake (meta)
+  implementation gives torch.compile its output shape, so a model calling it traces with ``fullgraph=True``;
+  it runs on the tensors' device and torch's current stream, and is capturable in a CUDA graph after each
+  shape's first call. Per shape it runs tunetable's kernel, or torch's matmul (cuBLAS) where what the runtime
+  knows does not say tunetable's choice is faster (``layers.torch_serves``; ``decisions()`` lists each shape's
+  path and why). Inference only: a backward through it raises a clear error (``layers.BACKWARD_ERROR``).
 - ``Linear`` is ``nn.Linear``'s forward through the operator (bias added after); inputs the kernels
   do not serve (not bf16, not CUDA) go to ``torch.nn.functional.linear``.
 - ``patch(model)`` swaps the model's ``nn.Linear`` layers that the kernels serve for ``Linear``
-  (sharing their parameters) and leaves the rest to torch; it says how many it took.
+  (sharing their parameters) and leaves the rest to torch, with those whose (N, K) torch's matmul would serve
+  at every recorded M; it says how many it took.
+
+The operator is defined with ``torch.library.Library`` (a CUDA kernel, a fake kernel and an Autograd
+kernel), not ``torch.library.custom_op``, whose Python wrapper cost more per call than the GEMM's own host
+path (benchmarks/runtime_gemm_host.py). The Autograd kernel calls the CUDA kernel directly for plain CUDA
+tensors with no gradient to record and no dispatch mode active, redispatches below autograd otherwise
+(tracing: fake and functional tensors), and wraps the call in a Function whose backward raises where a
+gradient is wanted.
 
 Importing this module imports torch (``tunetable`` itself never does); the user-facing name is
 ``tunetable.torch``.
 """
 
-# No `from __future__ import annotations`: torch.library.custom_op reads the operator's schema from the
-# annotations, which must be types, not strings.
 import sys
+import threading
+import warnings
 
 import torch
 from torch import nn
 from torch.nn import functional
 
-from tunetable.kernels.runtime import launch
+from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.runtime import decide, launch
 from tunetable.kernels.runtime.layers import (
     BACKWARD_ERROR,
+    LayerChoice,
     LayerView,
     PatchReport,
     choose_layer,
+    decision_source,
     gemm_output_shape,
+    layer_left,
+    smallest_recorded_floor_s,
+    torch_serves,
 )
+from tunetable.kernels.runtime.operands import check_problem, operand
+
+_LIBRARY = torch.library.Library("tunetable", "DEF")
+_LIBRARY.define("gemm(Tensor a, Tensor b) -> Tensor")
+_PLAIN = frozenset({torch.Tensor, nn.Parameter})
+_BF16 = torch.bfloat16
 
 
-@torch.library.custom_op("tunetable::gemm", mutates_args=(), device_types="cuda")
-def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """C = a · bᵀ (a: M x K, b: N x K, bf16, CUDA) through tunetable's tuned kernels, on torch's current stream."""
-    return launch.gemm(a, b)
+class Route:
+    """Which library serves one shape on one device through the operator, and why."""
+
+    __slots__ = ("m", "n", "k", "device", "torch", "source", "why")
+
+    def __init__(self, *, m: int, n: int, k: int, device: int, why_torch: str | None, source: str):
+        self.m, self.n, self.k, self.device = m, n, k, device
+        self.torch = why_torch is not None
+        self.source = source
+        self.why = why_torch or "tunetable's kernel"
+
+    def as_dict(self) -> dict:
+        """The route as plain values (M, N, K, device, path, source, why)."""
+        return {"M": self.m, "N": self.n, "K": self.k, "device": self.device,
+                "path": "torch" if self.torch else "tunetable", "source": self.source, "why": self.why}
 
 
-@gemm.register_fake
+_routes: dict[tuple[int, int, int, int], Route] = {}
+_route_lock = threading.Lock()
+
+
+def _serving(device: int) -> str:
+    """The recorded device whose tables serve GPU ``device`` (its runtime made on first use)."""
+    return launch.device_runtime(device).table.device
+
+
+def decide_route(m: int, n: int, k: int, device: int) -> tuple[Route, list[warnings.WarningMessage]]:
+    """The operator's path for (M, N, K) on GPU ``device`` (the runtime's decision, then ``torch_serves``) and the
+    warnings the decision gave (held back: they concern tunetable's kernel, which may not run)."""
+    serving = _serving(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        decision = decide.dispatcher(device=serving).decide(m=m, n=n, k=k)
+    selector = decide.shape_selector(device=serving)
+    smallest = smallest_recorded_floor_s(ms=selector.starts, pairs=selector.pairs)
+    why = torch_serves(decision, m=m, n=n, k=k, smallest_floor_s=smallest)
+    return Route(m=m, n=n, k=k, device=device, why_torch=why, source=decision_source(decision)), list(caught)
+
+
+def route(m: int, n: int, k: int, device: int) -> Route:
+    """The path the operator serves (M, N, K) on GPU ``device`` with, decided on first use; the decision's warning
+    is shown only where tunetable's kernel runs."""
+    found = _routes.get((m, n, k, device))
+    if found is not None:
+        return found
+    with _route_lock:
+        found, caught = decide_route(m, n, k, device)
+        found = _routes.setdefault((m, n, k, device), found)
+    if not found.torch:
+        for item in caught:
+            warnings.warn(item.message, item.category, stacklevel=4)
+    return found
+
+
+def decisions() -> list[dict]:
+    """Every shape the operator has served in this process: its path (tunetable or torch), source and why."""
+    return [item.as_dict() for _, item in sorted(_routes.items())]
+
+
+def _clear_routes() -> None:
+    """The dispatcher changed: the routes are decided again."""
+    _routes.clear()
+
+
+decide.on_dispatcher_change(_clear_routes)
+
+
+def _gemm_cuda(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The operator's CUDA kernel: tunetable's GEMM, or torch's matmul where the shape's route says so."""
+    try:
+        m, k = a.shape
+        n, _ = b.shape
+    except ValueError:
+        return launch.gemm(a, b)   # not 2-D: the runtime's own error
+    device = a.get_device()
+    found = _routes.get((m, n, k, device))
+    if found is None:
+        check_problem(operand("a", a), operand("b", b), family=FAMILIES[decide.DEFAULT_TABLE])
+        found = route(m, n, k, device)
+    if found.torch and a.dtype is _BF16 and b.dtype is _BF16 and b.get_device() == device:
+        return torch.mm(a, b.t())
+    return launch.gemm(a, b)   # (also the runtime's errors: a dtype, two devices)
+
+
 def _gemm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The output's shape, dtype and device, for tracing (no GPU work)."""
     m, n = gemm_output_shape(tuple(a.shape), str(a.dtype), tuple(b.shape), str(b.dtype))
     return a.new_empty((m, n))
 
 
-def _gemm_backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """No gradient: tunetable's kernels are for inference."""
-    raise RuntimeError(BACKWARD_ERROR)
+class _InferenceOnly(torch.autograd.Function):
+    """The operator where a gradient is wanted: the forward runs it, the backward raises BACKWARD_ERROR."""
+
+    @staticmethod
+    def forward(ctx: object, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return gemm(a, b)
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise RuntimeError(BACKWARD_ERROR)
 
 
-gemm.register_autograd(_gemm_backward)
+def _gemm_autograd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Autograd: the CUDA kernel directly for plain CUDA tensors outside tracing; a Function where a gradient is
+    wanted; else below autograd (fake, functional or mode-traced tensors reach the fake kernel)."""
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _InferenceOnly.apply(a, b)
+    if type(a) in _PLAIN and type(b) in _PLAIN and a.is_cuda and not torch._C._len_torch_dispatch_stack():
+        return _gemm_cuda(a, b)
+    with torch._C._AutoDispatchBelowAutograd():
+        return gemm(a, b)
+
+
+_LIBRARY.impl("gemm", _gemm_cuda, "CUDA")
+_LIBRARY.impl("gemm", _gemm_autograd, "Autograd")
+torch.library.register_fake("tunetable::gemm", _gemm_fake, lib=_LIBRARY)
+gemm = torch.ops.tunetable.gemm.default   # C = a · bᵀ (a: M x K, b: N x K, bf16, CUDA), on torch's current stream
 
 
 class Linear(nn.Module):
@@ -76,13 +195,13 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x · Wᵀ (+ b) through tunetable::gemm for bf16 CUDA input; anything else through F.linear."""
-        if x.dtype != torch.bfloat16 or not x.is_cuda or x.numel() == 0:
+        if x.dtype is not _BF16 or not x.is_cuda or x.numel() == 0:
             return functional.linear(x, self.weight, self.bias)
-        rows = x.reshape(-1, self.in_features).contiguous()
-        out = torch.ops.tunetable.gemm(rows, self.weight)
+        rows = x if x.ndim == 2 else x.reshape(-1, self.in_features)
+        out = gemm(rows if rows.is_contiguous() else rows.contiguous(), self.weight)
         if self.bias is not None:
             out = out.add_(self.bias)   # in place: the operator's output is ours
-        return out.view(*x.shape[:-1], self.out_features)
+        return out if x.ndim == 2 else out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         """As nn.Linear's, naming the operator."""
@@ -97,16 +216,35 @@ def layer_view(name: str, layer: nn.Linear) -> LayerView:
                      dtype=str(weight.dtype), device_type=weight.device.type, contiguous=weight.is_contiguous())
 
 
-def patch(model: nn.Module, *, verbose: bool = True) -> PatchReport:
+def _left_by_route(layer: nn.Linear, cache: dict) -> str | None:
+    """Why a servable layer is left to torch: its (N, K) goes to torch's matmul at every recorded M (None: taken)."""
+    n, k, device = layer.out_features, layer.in_features, layer.weight.get_device()
+    if (n, k, device) not in cache:
+        selector = decide.shape_selector(device=_serving(device))
+        ms = sorted(set(selector.starts)) or [1]
+        routes = {m: decide_route(m, n, k, device)[0] for m in ms}
+        cache[(n, k, device)] = layer_left(n=n, k=k, ms=ms, why_at=lambda m: routes[m].why if routes[m].torch
+                                           else None)
+    return cache[(n, k, device)]
+
+
+def patch(model: nn.Module, *, verbose: bool = True, keep_all: bool = False) -> PatchReport:
     """Swap the ``nn.Linear`` layers of ``model`` that the kernels serve for ``Linear`` (in place); the report
-    says which were taken and which were left to torch (printed as one line on stderr when ``verbose``)."""
+    says which were taken and which were left to torch (printed as one line on stderr when ``verbose``).
+
+    A layer whose (N, K) the operator would hand to torch's matmul at every recorded M stays an nn.Linear
+    (``keep_all``: take it anyway; the operator still routes each shape)."""
     report = PatchReport()
+    left: dict = {}
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
             if type(child) is not nn.Linear:   # subclasses (quantised, LoRA, ...) keep their own forward
                 continue
             name = f"{parent_name}.{child_name}" if parent_name else child_name
             choice = choose_layer(layer_view(name, child))
+            if choice.taken and not keep_all:
+                why = _left_by_route(child, left)
+                choice = choice if why is None else LayerChoice(name, False, why)
             report.add(choice)
             if choice.taken:
                 setattr(parent, child_name, Linear.from_linear(child))

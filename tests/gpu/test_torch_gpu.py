@@ -85,20 +85,23 @@ def test_an_explicit_stream_argument_and_an_out_buffer() -> None:
         assert rel_err(out, reference(source, b)) < REL_TOL
 
 
+@pytest.mark.parametrize("call", ["gemm", "operator"])
 @pytest.mark.parametrize("shape", DECODE_SHAPES, ids=lambda s: "M{}_N{}_K{}".format(*s))
-def test_a_captured_graph_replays_with_new_inputs(shape: tuple[int, int, int]) -> None:
-    """torch's model: warm up, capture with static buffers, copy new inputs in, replay; the output follows."""
+def test_a_captured_graph_replays_with_new_inputs(shape: tuple[int, int, int], call: str) -> None:
+    """torch's model: warm up, capture with static buffers, copy new inputs in, replay; the output follows (through
+    tunetable.gemm, and through the operator, which may route the shape to torch's matmul)."""
+    gemm = tunetable.gemm if call == "gemm" else tt.gemm
     m, n, k = shape
     static_a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     static_b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     warm = torch.cuda.Stream()
     warm.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(warm):
-        tunetable.gemm(static_a, static_b)          # the shape's first call: plan, cubin, workspace
+        gemm(static_a, static_b)          # the shape's first call: plan, cubin, workspace (or the route)
     torch.cuda.current_stream().wait_stream(warm)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_c = tunetable.gemm(static_a, static_b)
+        static_c = gemm(static_a, static_b)
         static_ref = static_a.float() @ static_b.float().T   # torch's own GEMM in the same graph
     previous = None
     for _ in range(4):
@@ -111,6 +114,53 @@ def test_a_captured_graph_replays_with_new_inputs(shape: tuple[int, int, int]) -
         if previous is not None:
             assert not torch.equal(static_c, previous)
         previous = static_c.clone()
+
+
+def test_repeated_calls_follow_new_buffers_outputs_and_streams() -> None:
+    """After a shape's first call, torch tensors take the prepared launch: each call's own A, B and C addresses
+    (argument sets per (A, B), C written per call), on each stream's own launch."""
+    m, n, k = 8, 4096, 4096
+    weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    inputs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    side = torch.cuda.Stream()
+    outs = []
+    for trial in range(12):
+        a, b = inputs[trial % 3], weights[(trial // 3) % 3]
+        with torch.cuda.stream(side if trial % 2 else torch.cuda.current_stream()):
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            results = [tunetable.gemm(a, b), tunetable.gemm(a, b, out=out), tt.gemm(a, b)]
+        outs.append((a, b, results))
+    torch.cuda.synchronize()
+    for trial, (a, b, results) in enumerate(outs):
+        for which, c in enumerate(results):
+            assert rel_err(c, reference(a, b)) < REL_TOL, f"trial {trial}, call {which}"
+    assert any(key[:3] == (m, n, k) for key in launch._prepared)
+
+
+def test_shapes_routed_to_torch_are_torch_bit_for_bit_and_listed() -> None:
+    """N=1024, K=4096 (Llama's k/v projection): the selector predicts cuBLAS faster, so the operator runs torch.mm;
+    a table shape runs tunetable's kernel. tunetable.torch.decisions() says which and why."""
+    a = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    assert torch.equal(tt.gemm(a, kv), torch.mm(a, kv.t()))
+    assert rel_err(tt.gemm(a, q), reference(a, q)) < REL_TOL
+    paths = {(item["M"], item["N"], item["K"]): item for item in tt.decisions()}
+    assert paths[(8, 1024, 4096)]["path"] == "torch" and "cuBLAS" in paths[(8, 1024, 4096)]["why"]
+    assert paths[(8, 4096, 4096)]["path"] == "tunetable" and paths[(8, 4096, 4096)]["source"].startswith("table ")
+
+
+def test_patch_leaves_a_layer_torch_serves_at_every_m(capsys: pytest.CaptureFixture) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4096, 1024, bias=False), torch.nn.Linear(1024, 4096, bias=False))
+    model = model.to(device="cuda", dtype=torch.bfloat16).eval()
+    x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = model(x)
+        report = tt.patch(model, verbose=False)
+        got = model(x)
+    reasons = {item.name: item.reason for item in report.left}
+    assert reasons["0"].startswith("N=1024, K=4096: torch's matmul serves every recorded M")
+    assert type(model[0]) is torch.nn.Linear and rel_err(got, want) < REL_TOL
 
 
 def test_a_shapes_first_call_inside_a_capture_is_a_clear_error() -> None:
