@@ -1007,7 +1007,15 @@ class DeviceTables:
     selector_files: dict[str, SelectorFile]
 
 
-# Today the primary device's tables only; another recorded device's are added beside them (docs/devices.md).
+# The primary device's tables; every other device with all its tables is added in the region below.
 DEVICE_TABLES: dict[str, DeviceTables] = {
     RECORDED_DEVICES[0]: DeviceTables(tables=TABLES, dispatch=DISPATCH, selector_files=SELECTOR_FILES),
 }
+
+# Every other device's tables (params.yaml ``devices:`` besides the first; docs/devices.md), written whole by
+# codegen once a device has recordings: one list per table, each filled through its own marker region
+# (``BEGIN-<DEVICE>-TUNING-LIST-<TABLE>``), and a ``DEVICE_TABLES`` entry once the device has every table.
+# BEGIN-TUNING-DEVICE-TABLES
+# Automatically generated from [params.yaml]: the tables of every device besides the primary one
+# (none has recordings yet: the runtime serves every GPU the primary device's tables)
+# END-TUNING-DEVICE-TABLES

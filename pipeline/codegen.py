@@ -35,6 +35,12 @@ from tunetable.codegen_jobs import (  # noqa: F401
     declared_job,
     jobs_from_params,
 )
+from tunetable.codegen_devices import (  # noqa: F401
+    DEVICE_TABLES_BEGIN_MARKER,
+    DEVICE_TABLES_END_MARKER,
+    DeviceBlock,
+    render_device_tables_region,
+)
 from tunetable.codegen_overlap import Overlap, OverlapReport, find_overlaps, int_value  # noqa: F401
 from tunetable.codegen_render import (  # noqa: F401
     DEFAULT_INDENT,
@@ -162,6 +168,14 @@ def generate_targets(*, jobs: Sequence[TableJob | SelectorJob], builds: Sequence
         _check_distinct_markers(tables, target_path=target_path)
         current = _read_text(target_path, keep_newlines=True)
         text = current
+        for build in build_jobs:   # first: the other devices' lists hold the regions their tables fill next
+            # A target without the region (one written before devices) needs it only once another device has tables.
+            if build.devices and (build.device_blocks or DEVICE_TABLES_BEGIN_MARKER in text):
+                text = replace_generated_region(
+                    text, begin_marker=DEVICE_TABLES_BEGIN_MARKER, end_marker=DEVICE_TABLES_END_MARKER,
+                    generated=render_device_tables_region(build.device_blocks, bases=[line.table for line in build.lines],
+                                                          source_label=build.source_label, path=target_path),
+                    path=target_path)
         for table in tables:
             text = replace_generated_region(
                 text,

@@ -8,6 +8,7 @@ import click
 
 from tunetable import codegen
 from tunetable.atomic import atomic_write_text
+from tunetable.device_tables import present_device_tables, with_device_tables
 from tunetable.errors import StaleError, TuneTableError
 from tunetable.params import load_params
 
@@ -46,6 +47,8 @@ def _declared_jobs(*, params_path: str, names: tuple[str, ...]) -> tuple[list[co
                                                                            list[codegen.BuildsJob]]:
     """Jobs for the tables declared in params.yaml (all, or those named by --table); with all, the builds region."""
     params = load_params(params_path)
+    # The other devices' tables the project has (docs/devices.md): a recording or a manifest of their own.
+    params = with_device_tables(params, present_device_tables(params, root=Path(params_path).parent))
     jobs = codegen.jobs_from_params(params=params, params_path=params_path, names=names or None)
     builds = None if names else codegen.builds_job_from_params(params=params, params_path=params_path)
     return jobs, [builds] if builds is not None else []

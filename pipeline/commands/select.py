@@ -60,7 +60,8 @@ def _table_results(*, params: dict, params_path: Path, table: str, ranked_path: 
         raise TuneTableError(f"table {table} has no selected entries yet: select it first",
                              path=spec.codegen.manifest)
     ranked = read_ranked(path=ranked_path, required=(*RANKED_REQUIRED, "cublas_ms"))
-    return TableResults(name=table, entries=tuple(manifest.params), provenance=dict(manifest.provenance or {}),
+    # A device table's entries name its base table (what the runtime looks up on that device).
+    return TableResults(name=spec.base, entries=tuple(manifest.params), provenance=dict(manifest.provenance or {}),
                         ranked=ranked)
 
 
