@@ -61,6 +61,7 @@ from tunetable.codegen_render import (  # noqa: F401
     replace_generated_region,
     unified_diff,
 )
+from tunetable.device_tables import split_device_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families.entry_fields import EntryFields, Field, check_entries  # noqa: F401
 from tunetable.manifest import (  # noqa: F401
@@ -106,9 +107,10 @@ def render_selector(job: SelectorJob) -> TableResult:
                              "`tunetable select --selector`", path=job.manifest_path, where="data.path")
     if not job.data_path.is_file():
         raise TuneTableError("no such file: run `tunetable select --selector` (or restore it)", path=job.data_label)
-    data = check_selector_data(job.data_path.read_bytes(), manifest=manifest, path=job.data_label, name=job.name,
+    name = split_device_table(job.name)[0]   # a device's selector: its files and region keep the base name
+    data = check_selector_data(job.data_path.read_bytes(), manifest=manifest, path=job.data_label, name=name,
                                table_families=job.table_families, manifest_path=job.manifest_path)
-    region = render_selector_region(name=job.name, path=job.record_path, sha256=manifest.sha256,
+    region = render_selector_region(name=name, path=job.record_path, sha256=manifest.sha256,
                                     candidates=len(data.candidates), provenance=data.provenance,
                                     source_label=job.source_label)
     return TableResult(job=job, region=region, overlaps=OverlapReport())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunetable.codegen_render import check_comment_text
-from tunetable.device_tables import complete_devices, device_table_name, device_tables_of, other_devices, split_device_table
+from tunetable.device_tables import complete_devices, device_tables_of, other_devices, split_device_table
 from tunetable.kernels.families import FAMILIES
 
 DEVICE_TABLES_BEGIN_MARKER = "BEGIN-TUNING-DEVICE-TABLES"
@@ -90,12 +90,14 @@ def _list_lines(item: DeviceList, *, device: str, indent: str) -> list[str]:
 def _entry_lines(block: DeviceBlock, *, indent: str) -> list[str]:
     """A complete device's ``DEVICE_TABLES`` entry: its tables, dispatch lists and selector files."""
     device = block.device
-    tables = ", ".join(f'"{item.base}": {item.variable(device)}' for item in block.lists if item.kind == "table")
-    dispatch = ", ".join(f'"{item.base}": {item.variable(device)}' for item in block.lists if item.kind == "dispatch")
+    lines = [f'DEVICE_TABLES["{device}"] = DeviceTables(']
+    for key, kind in (("tables", "table"), ("dispatch", "dispatch")):
+        lines.append(f"{indent}{key}={{")
+        lines += [f'{indent * 2}"{item.base}": {item.variable(device)},' for item in block.lists if item.kind == kind]
+        lines.append(f"{indent}}},")
     selectors = [item for item in block.lists if item.kind == "selector"]
-    return [f'DEVICE_TABLES["{device}"] = DeviceTables(', f"{indent}tables={{{tables}}},",
-            f"{indent}dispatch={{{dispatch}}},",
-            f"{indent}selector_files={selectors[0].variable(device) if selectors else '{}'},", ")"]
+    lines += [f"{indent}selector_files={selectors[0].variable(device) if selectors else '{}'},", ")"]
+    return lines
 
 
 def render_device_tables_region(blocks: Sequence[DeviceBlock], *, bases: Sequence[str], source_label: str,
@@ -118,9 +120,3 @@ def render_device_tables_region(blocks: Sequence[DeviceBlock], *, bases: Sequenc
         if block.complete:
             lines += _entry_lines(block, indent=indent)
     return "\n".join(lines)
-
-
-def device_table_names(params: Mapping[str, Any], *, device: str) -> list[str]:
-    """A device's device tables in (expanded) ``params``, in params.yaml order."""
-    return [device_table_name(base=split_device_table(name)[0], device=device) for name in device_tables_of(params)
-            if split_device_table(name)[1] == device]
