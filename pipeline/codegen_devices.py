@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunetable.codegen_render import check_comment_text
+from tunetable.codegen_render import check_comment_text, replace_generated_region
 from tunetable.device_tables import complete_devices, device_tables_of, other_devices, split_device_table
 from tunetable.kernels.families import FAMILIES
 
@@ -120,3 +120,58 @@ def render_device_tables_region(blocks: Sequence[DeviceBlock], *, bases: Sequenc
         if block.complete:
             lines += _entry_lines(block, indent=indent)
     return "\n".join(lines)
+
+
+# dvc.yaml cannot glob: the other devices' files are listed in its marker regions, derived from the device tables
+# present (``tunetable codegen --all`` writes them, ``--check`` checks them), so that adding a device's recordings
+# needs no hand edit. Each region: (marker stem, indent, the lines of one name).
+DVC_FILE = "dvc.yaml"
+DVC_REGIONS = ("DVC-DEVICE-RECORDINGS", "DVC-DEVICE-OUTS", "DVC-DEVICE-METRICS", "DVC-DEVICE-MANIFESTS",
+               "DVC-DEVICE-PLOTS")
+
+
+def dvc_device_lines(params: Mapping[str, Any], *, root: Any) -> dict[str, list[str]]:
+    """Per dvc.yaml region, its lines for the device tables, dispatch lists and selectors of (expanded) ``params``."""
+    tables = device_tables_of(params)
+    lists = [name for name in params.get("dispatch") or {} if split_device_table(name)[1] is not None]
+    selectors = {name: raw for name, raw in (params.get("selector") or {}).items()
+                 if split_device_table(name)[1] is not None}
+    recordings = [str(params["tables"][name]["recording"]) for name in tables
+                  if (root / str(params["tables"][name]["recording"])).is_file()]
+    persist = ["cache: false", "persist: true"]
+    outs: list[str] = []
+    for name in [*tables, *lists]:
+        outs += _dvc_out(f"manifests/{name}.yaml", persist)
+    for name, raw in selectors.items():
+        outs += _dvc_out(f"manifests/{name}.yaml", persist) + _dvc_out(str(raw["data"]), persist)
+    for name in [*tables, *lists]:
+        outs += _dvc_out(f"results/plots/{name}.csv", ["cache: false"]) + _dvc_out(f"results/plots/{name}.png",
+                                                                                  ["cache: false"])
+    return {
+        "DVC-DEVICE-RECORDINGS": [f"- {path}" for path in recordings],
+        "DVC-DEVICE-OUTS": outs,
+        "DVC-DEVICE-METRICS": [line for name in [*tables, *lists]
+                               for line in _dvc_out(f"results/metrics/{name}.json", ["cache: false"])],
+        "DVC-DEVICE-MANIFESTS": [f"- manifests/{name}.yaml" for name in [*tables, *lists, *selectors]]
+        + [f"- {raw['data']}" for raw in selectors.values()],
+        "DVC-DEVICE-PLOTS": [f"- results/plots/{name}.png" for name in [*tables, *lists]],
+    }
+
+
+def _dvc_out(path: str, settings: Sequence[str]) -> list[str]:
+    """One out of a dvc.yaml list: ``- path:`` and its settings, indented under it."""
+    return [f"- {path}:", *(f"    {setting}" for setting in settings)]
+
+
+def render_dvc_regions(text: str, *, lines: Mapping[str, list[str]], path: Any) -> str:
+    """dvc.yaml's text with each device region that it holds rewritten (indented as its begin marker)."""
+
+    for stem in DVC_REGIONS:
+        begin = next((line for line in text.splitlines() if f"# BEGIN-{stem}" in line), None)
+        if begin is None:
+            continue
+        indent = begin[: len(begin) - len(begin.lstrip())]
+        body = [f"{indent}{line}" for line in lines.get(stem, [])] or [f"{indent}# (no other device has tables)"]
+        text = replace_generated_region(text, begin_marker=f"BEGIN-{stem}", end_marker=f"END-{stem}",
+                                        generated="\n".join(body), path=path)
+    return text
