@@ -175,8 +175,9 @@ def generate_targets(*, jobs: Sequence[TableJob | SelectorJob], builds: Sequence
             if build.devices and (build.device_blocks or DEVICE_TABLES_BEGIN_MARKER in text):
                 text = replace_generated_region(
                     text, begin_marker=DEVICE_TABLES_BEGIN_MARKER, end_marker=DEVICE_TABLES_END_MARKER,
-                    generated=render_device_tables_region(build.device_blocks, bases=[line.table for line in build.lines],
-                                                          source_label=build.source_label, path=target_path),
+                    generated=render_device_tables_region(
+                        build.device_blocks, bases=[line.table for line in build.lines],
+                        source_label=build.source_label, path=target_path),
                     path=target_path)
         for table in tables:
             text = replace_generated_region(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunetable import paths
-from tunetable.bench.devices import device_name, gpu_visible
+from tunetable.bench.devices import device_name, gpu_visible, recognised_device
 from tunetable.bench.runner import ShardJob
 from tunetable.bench.tasks import (
     BenchSettings,
@@ -83,6 +83,20 @@ def check_recording_device(params: Mapping[str, Any], *, table: TableSpec, prove
                                  params=params)
     if why is not None:
         raise TuneTableError(f"refused for table {table.name}: {why}", path=recording)
+
+
+def check_live_device(params: Mapping[str, Any], *, table: TableSpec) -> None:
+    """A device table is measured on that device's GPU only (an H200 never writes into ``gemm_mma.h100``)."""
+    if table.device is None:
+        return
+    try:
+        found = recognised_device(dict(params))
+    except ImportError:        # no pycuda here: the measurement itself stops with its own error
+        return
+    if found != table.device:
+        raise TuneTableError(f"table {table.name} is device {table.device}'s, and this GPU ({device_name()}) is "
+                             f"{'device ' + found if found else 'no declared device'}: measure it on a {table.device}",
+                             path="params.yaml", where=f"devices.{table.device}")
 
 
 def recorded_nvcc(provenance: Mapping[str, Any]) -> str:
@@ -186,6 +200,7 @@ def shard_key(params: Mapping[str, Any], table: TableSpec, backend: str) -> str:
         recording_hash = sha256_file(recording)[:16]
     else:
         device = device_name()
+        check_live_device(params, table=table)
     return results_key(
         table=table.name,
         config_ids=grid_config_ids(params=params, table=table),

@@ -26,7 +26,8 @@ MATCH_KEYS = ("table", "M", "N", "K", "config_id", "kernel_hash")
 SHOW_MISSING = 5
 
 
-def load_recording(path: Path, *, served_as: Mapping[str, str] | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
+def load_recording(path: Path, *,
+                   served_as: Mapping[str, str] | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The recording's rows keyed by MATCH_KEYS, after checking it whole (``tunetable.inputs.check_recording``).
 
     Its sidecar (NAME.json beside it), when there is one, must describe exactly these rows. ``served_as``
@@ -37,8 +38,8 @@ def load_recording(path: Path, *, served_as: Mapping[str, str] | None = None) ->
     renamed = dict(served_as or {})
     index: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in frame.to_dict(orient="records"):
-        key = (renamed.get(record["table"], record["table"]), int(record["M"]), int(record["N"]), int(record["K"]), record["config_id"],
-               record["kernel_hash"])
+        table = renamed.get(record["table"], record["table"])
+        key = (table, int(record["M"]), int(record["N"]), int(record["K"]), record["config_id"], record["kernel_hash"])
         index[key] = record
     return index
 

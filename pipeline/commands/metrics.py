@@ -57,8 +57,8 @@ def _dispatch_outputs(*, name: str, params_path: Path, manifest_path: Path | Non
     spec = dispatch_spec(params, name, path=params_path)
     ranked_paths = dispatch_ranked_paths(ranked_values, tables=spec.tables)
     # Keyed by base table: a device's dispatch entries name the base tables (gemm_mma, not gemm_mma.h100).
-    keys = {split_device_table(table)[0]: metrics.shards_key(shards=[s for s in shards if s.parent.parent.name == table],
-                                                             table=table) for table in spec.tables}
+    keys = {split_device_table(table)[0]: metrics.shards_key(
+        shards=[s for s in shards if s.parent.parent.name == table], table=table) for table in spec.tables}
     provenance, entries = load_ranges(manifest_path or Path(spec.codegen.manifest))
     ranked = {split_device_table(table)[0]: read_ranked(path=ranked_paths[table]) for table in spec.tables}
     shapes = list(dict.fromkeys(shape for table in spec.tables

@@ -205,8 +205,11 @@ def run_backend(declared: Sequence[TableSpec], *, requested: str, params_path: s
     return resolve_backend(requested=requested, recording=recording or Path(NO_RECORDING))
 
 
+Covered = tuple[tuple[TableSpec, ...], dict[str, str], list[str], dict[str, Path]]
+
+
 def covered_tables(declared: Sequence[TableSpec], *, backend: BackendChoice, requested: str, params_path: str | Path,
-                   measured: str | None = None) -> tuple[tuple[TableSpec, ...], dict[str, str], list[str], dict[str, Path]]:
+                   measured: str | None = None) -> Covered:
     """(tables the run covers, skipped table -> why, the backend lines, table -> its recording when replaying).
 
     Measuring, the run covers the tables of ``measured`` (the GPU's device; None: no devices declared) and leaves
