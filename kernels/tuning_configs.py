@@ -10,7 +10,8 @@ does not cover get a choice from the shape selector, fitted on every table's rec
 file that ``SELECTOR_FILES`` names with its sha256 and provenance (tunetable.kernels.runtime.selector_serve).
 ``BUILDS`` says how the runtime compiles each table; ``DEVICES`` the devices params.yaml tunes for
 (how each GPU is recognised, its fallbacks) and ``RECORDED_DEVICES`` whose tables this file holds
-(``DEVICE_TABLES``: the first one's are ``TABLES``, ``DISPATCH`` and ``SELECTOR_FILES``). This file
+(``DEVICE_TABLES``: the first one's are ``TABLES``, ``DISPATCH`` and ``SELECTOR_FILES``; every other
+device's are generated whole in the last region of this file, docs/devices.md). This file
 is generated output: keep code formatters off it, or the freshness check fails.
 """
 

@@ -140,17 +140,24 @@ def complete_devices(params: Mapping[str, Any], names: Iterable[str]) -> list[st
             if all(device_table_name(base=t, device=device) in have for t in base_tables(params))]
 
 
-def with_device_tables(params: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+def with_device_tables(params: Mapping[str, Any], names: Iterable[str], *, root: Path | None = None) -> dict[str, Any]:
     """``params`` with the device tables ``names`` declared, and the dispatch lists and selectors of each
-    complete device (``complete_devices``); without names, ``params`` unchanged (a shallow copy)."""
+    complete device (``complete_devices``); without names, ``params`` unchanged (a shallow copy).
+
+    A selector is fitted on recordings, never on a run's shards: with ``root``, a device's selectors are
+    declared only once each of its tables' recordings exists there (a GPU host measuring a device's tables
+    before they are recorded builds its dispatch lists, not its selectors)."""
     listed = list(names)
     expanded = dict(params)
     if not listed:
         return expanded
     expanded["tables"] = {**params["tables"], **{name: derived_table(params, name) for name in listed}}
+    recorded = [device for device in complete_devices(params, listed) if root is None or all(
+        (root / recording_path(device=device, table=base)).is_file() for base in base_tables(params))]
     for section, derive in (("dispatch", derived_dispatch), ("selector", derived_selector)):
+        devices = complete_devices(params, listed) if section == "dispatch" else recorded
         if params.get(section):
-            names_on = [device_table_name(base=base, device=device) for device in complete_devices(params, listed)
+            names_on = [device_table_name(base=base, device=device) for device in devices
                         for base in params[section] if split_device_table(base)[1] is None]
             expanded[section] = {**params[section], **{name: derive(params, name) for name in names_on}}
     return expanded
@@ -172,3 +179,10 @@ def recording_device_error(*, device: str, recorded_on: str | None, params: Mapp
     return (f"recorded on {recorded_on or 'an unnamed GPU'} (its sidecar's device), which is "
             f"{'device ' + found if found else 'no declared device'}, not {device}: a recording is named for the "
             f"device that made it")
+
+
+def with_present_device_tables(params: Mapping[str, Any], *, root: Path,
+                               measured: Sequence[str] = ()) -> dict[str, Any]:
+    """``params`` with the device tables the project at ``root`` has (``present_device_tables``), the dispatch lists
+    of its complete devices and the selectors of its fully recorded ones: what every command builds or reads."""
+    return with_device_tables(params, present_device_tables(params, root=root, measured=measured), root=root)

@@ -24,6 +24,7 @@ from tunetable.device_tables import (
     recording_device_error,
     split_device_table,
     with_device_tables,
+    with_present_device_tables,
 )
 from tunetable.errors import TuneTableError
 from tunetable.measurement_plan import BackendChoice, check_recording_device
@@ -106,6 +107,11 @@ def test_a_partial_device_gets_its_recorded_tables_only_never_a_dispatch_list_or
     assert list(full["dispatch"]) == ["gemm_dispatch", "gemm_dispatch.h100"]
     assert list(full["selector"]) == ["gemm_selector", "gemm_selector.h100"]
     assert with_device_tables(full, measured) == full          # idempotent (the Snakefile's config, then the plan)
+    # Measured but not yet recorded: its dispatch list is built from the run's shards, its selector (fitted on
+    # recordings only) not until the recordings exist.
+    live = with_present_device_tables(PARAMS, root=tmp_path, measured=["h100"])
+    assert list(live["dispatch"]) == ["gemm_dispatch", "gemm_dispatch.h100"]
+    assert list(live["selector"]) == ["gemm_selector"]
 
 
 def test_a_recording_is_refused_unless_its_sidecar_names_a_gpu_of_that_device() -> None:

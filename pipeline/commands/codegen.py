@@ -9,7 +9,7 @@ import click
 from tunetable import codegen
 from tunetable.atomic import atomic_write_text
 from tunetable.codegen_devices import DVC_FILE, dvc_device_lines, render_dvc_regions
-from tunetable.device_tables import present_device_tables, with_device_tables
+from tunetable.device_tables import with_present_device_tables
 from tunetable.errors import StaleError, TuneTableError
 from tunetable.params import load_params
 
@@ -49,7 +49,7 @@ def _declared_jobs(*, params_path: str, names: tuple[str, ...]) -> tuple[list[co
     """Jobs for the tables declared in params.yaml (all, or those named by --table); with all, the builds region."""
     params = load_params(params_path)
     # The other devices' tables the project has (docs/devices.md): a recording or a manifest of their own.
-    params = with_device_tables(params, present_device_tables(params, root=Path(params_path).parent))
+    params = with_present_device_tables(params, root=Path(params_path).parent)
     jobs = codegen.jobs_from_params(params=params, params_path=params_path, names=names or None)
     builds = None if names else codegen.builds_job_from_params(params=params, params_path=params_path)
     return jobs, [builds] if builds is not None else []
@@ -62,7 +62,7 @@ def _dvc_result(*, params_path: str) -> codegen.TargetResult | None:
     if not path.is_file():
         return None
     params = load_params(params_path)
-    params = with_device_tables(params, present_device_tables(params, root=root))
+    params = with_present_device_tables(params, root=root)
     current = path.read_text(encoding="utf-8")
     generated = render_dvc_regions(current, lines=dvc_device_lines(params, root=root), path=path)
     return codegen.TargetResult(target_path=path, label=str(path), current=current, generated=generated, tables=())

@@ -14,7 +14,7 @@ from tunetable import paths
 from tunetable import selector_trace
 from tunetable import trace as tracing
 from tunetable.console_table import ConsoleTable, print_table
-from tunetable.device_tables import present_device_tables, split_device_table, with_device_tables
+from tunetable.device_tables import split_device_table, with_present_device_tables
 from tunetable.errors import TuneTableError
 from tunetable.numbers import number_cell
 from tunetable.kernels.runtime.selector_serve import BIAS_NK_SCALE, cell_points, nearest_cell
@@ -286,7 +286,7 @@ def command(what: str, index: int | None, params_path: Path, shape: str | None) 
 
     params = load_params(params_path)
     root = params_path.resolve().parent
-    params = with_device_tables(params, present_device_tables(params, root=root))   # docs/devices.md
+    params = with_present_device_tables(params, root=root)   # docs/devices.md
     devices = device_specs(params, path=params_path)
     dispatch = {spec.name: spec for spec in dispatch_specs(params, path=params_path)}
     selectors = {spec.name: spec for spec in selector_specs(params, path=params_path)}

@@ -27,9 +27,8 @@ from tunetable.device_tables import (
     complete_devices,
     device_table_name,
     other_devices,
-    present_device_tables,
     split_device_table,
-    with_device_tables,
+    with_present_device_tables,
 )
 from tunetable.errors import TuneTableError
 from tunetable.inputs import read_recording_columns
@@ -164,8 +163,7 @@ def device_params(config: Mapping[str, Any], *, params_path: str | Path = "param
     live = live_requested(params)
     found = measured_device(params) if live else None
     measured = [found] if found in other_devices(params) else []
-    names = present_device_tables(params, root=Path(params_path).parent, measured=measured)
-    return with_device_tables(params, names)
+    return with_present_device_tables(params, root=Path(params_path).parent, measured=measured)
 
 
 def add_device_tables(config: dict[str, Any], *, params_path: str | Path = "params.yaml") -> None:
