@@ -213,7 +213,8 @@ def covered_tables(declared: Sequence[TableSpec], *, backend: BackendChoice, req
     Measuring, the run covers the tables of ``measured`` (the GPU's device; None: no devices declared) and leaves
     every other device's tables as committed."""
     if backend.backend == "cuda":
-        primary = next((spec.recordings[0][0] for spec in declared if spec.recordings), None)
+        # A declared table's first recording is the primary device's (params.table_recordings): whose it is.
+        primary = next((spec.recordings[0][0] for spec in declared if spec.device is None and spec.recordings), None)
         mine = [spec for spec in declared if measured is None or (spec.device or primary) == measured]
         skipped = {spec.name: f"it is device {spec.device or primary}'s and this GPU is {measured}"
                    for spec in declared if spec not in mine}
