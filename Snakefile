@@ -25,6 +25,14 @@ run_plan.merge_config(config, PARAMS, overrides=workflow.config_settings.overwri
 
 validate(config, str(SCHEMA_PATH))
 
+# The other devices' tables (`gemm_mma.h100`: docs/devices.md), declared after the schema check (their
+# names hold a dot, which params.yaml's may not): those with a recording or a manifest, and on a GPU host
+# every table of the device it is. Without other devices' recordings, config is params.yaml's as it is.
+try:
+    run_plan.add_device_tables(config)
+except TuneTableError as exc:
+    sys.exit(f"error: {exc}")
+
 try:
     PLAN = run_plan.make_plan(config)
     # Shards a replayed run cannot serve (not in the recording, no GPU here): one line before any work,

@@ -10,7 +10,8 @@ does not cover get a choice from the shape selector, fitted on every table's rec
 file that ``SELECTOR_FILES`` names with its sha256 and provenance (tunetable.kernels.runtime.selector_serve).
 ``BUILDS`` says how the runtime compiles each table; ``DEVICES`` the devices params.yaml tunes for
 (how each GPU is recognised, its fallbacks) and ``RECORDED_DEVICES`` whose tables this file holds
-(``DEVICE_TABLES``: the first one's are ``TABLES``, ``DISPATCH`` and ``SELECTOR_FILES``). This file
+(``DEVICE_TABLES``: the first one's are ``TABLES``, ``DISPATCH`` and ``SELECTOR_FILES``; every other
+device's are generated whole in the last region of this file, docs/devices.md). This file
 is generated output: keep code formatters off it, or the freshness check fails.
 """
 
@@ -1007,7 +1008,15 @@ class DeviceTables:
     selector_files: dict[str, SelectorFile]
 
 
-# Today the primary device's tables only; another recorded device's are added beside them (docs/devices.md).
+# The primary device's tables; every other device with all its tables is added in the region below.
 DEVICE_TABLES: dict[str, DeviceTables] = {
     RECORDED_DEVICES[0]: DeviceTables(tables=TABLES, dispatch=DISPATCH, selector_files=SELECTOR_FILES),
 }
+
+# Every other device's tables (params.yaml ``devices:`` besides the first; docs/devices.md), written whole by
+# codegen once a device has recordings: one list per table, each filled through its own marker region
+# (``BEGIN-<DEVICE>-TUNING-LIST-<TABLE>``), and a ``DEVICE_TABLES`` entry once the device has every table.
+# BEGIN-TUNING-DEVICE-TABLES
+# Automatically generated from [params.yaml]: the tables of every device besides the primary one
+# (none has recordings yet: the runtime serves every GPU the primary device's tables)
+# END-TUNING-DEVICE-TABLES

@@ -31,6 +31,13 @@ from typing import Any, Mapping, Sequence
 
 from tunetable import lineage, paths, rawstore, resultset
 from tunetable.errors import TuneTableError
+from tunetable.device_tables import (
+    base_tables,
+    device_table_name,
+    other_devices,
+    split_device_table,
+    with_device_tables,
+)
 from tunetable.kernels.families.devices import device_of_name, device_specs_from_mapping
 from tunetable.manifest import ManifestEntry, lookup, ranges_from_text
 from tunetable.params import primary_recording, table_spec
@@ -111,13 +118,23 @@ class TableAudit:
     device: str = ""                 # whose measurements (rev_b's manifest): 'h200 (NVIDIA H200)', '' unknown
 
 
-def device_label(*, params: Mapping[str, Any], provenance: Mapping[str, Any]) -> str:
-    """'h200 (NVIDIA H200)': the declared device a manifest's provenance names ('' when it names none)."""
+def device_label(*, params: Mapping[str, Any], provenance: Mapping[str, Any], table: str = "") -> str:
+    """'h200 (NVIDIA H200)': the declared device a manifest's provenance names ('' when it names none); a device
+    table's (``gemm_mma.h100``) is its own device's."""
     name = str(provenance.get("device") or "")
     if not name:
         return ""
-    key = device_of_name(name=name, devices=device_specs_from_mapping(params.get("devices") or {}))
+    key = split_device_table(table)[1] or device_of_name(name=name, devices=device_specs_from_mapping(
+        params.get("devices") or {}))
     return f"{key} ({name})" if key else name
+
+
+def with_devices_at(params: Mapping[str, Any], *, root: Path, rev: str | None) -> dict[str, Any]:
+    """``params`` with the device tables whose manifest exists at ``rev`` (None: the working tree), docs/devices.md."""
+    names = [device_table_name(base=base, device=device) for device in other_devices(params)
+             for base in base_tables(params)
+             if lineage.git_text(root=root, rev=rev, path=f"manifests/{base}.{device}.yaml") is not None]
+    return with_device_tables(params, names)
 
 
 @dataclass(frozen=True)
@@ -366,7 +383,7 @@ def audit_table(*, a: _Side, b: _Side, shapes: Sequence[tuple[int, int, int]], a
                       entries=tuple(entry_changes(before=a.entries, after=b.entries)), shapes=tuple(changed_shapes),
                       shapes_total=len(shapes), sources=_sources([a, b]),
                       gaps=tuple(g for g in (a.gap(wanted=wanted), b.gap(wanted=wanted)) if g),
-                      device=device_label(params=b.params, provenance=b.provenance))
+                      device=device_label(params=b.params, provenance=b.provenance, table=a.table))
 
 
 def audit_dispatch(*, name: str, a: _Side, b: _Side, tables: Mapping[str, tuple[_Side, _Side]],
@@ -401,7 +418,7 @@ def audit_dispatch(*, name: str, a: _Side, b: _Side, tables: Mapping[str, tuple[
                       entries=tuple(entry_changes(before=a.entries, after=b.entries)), shapes=tuple(changed),
                       shapes_total=len(shapes), sources=_sources(sides),
                       gaps=tuple(g for side in sides if (g := side.gap(wanted=wanted))), dispatch=True,
-                      device=device_label(params=b.params, provenance=b.provenance))
+                      device=device_label(params=b.params, provenance=b.provenance, table=name))
 
 
 def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: Sequence[str] = (),
@@ -412,8 +429,10 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
     commit_a = lineage.resolve_rev(root=root, rev=rev_a)
     commit_b = lineage.resolve_rev(root=root, rev=rev_b) if rev_b is not None else None
     label_a, label_b = rev_a, lineage.rev_label(rev_b)
-    params_a = _load_params_text(lineage.git_text(root=root, rev=commit_a, path="params.yaml"), label=rev_a)
-    params_b = _load_params_text(lineage.git_text(root=root, rev=commit_b, path="params.yaml"), label=label_b)
+    raw_a = _load_params_text(lineage.git_text(root=root, rev=commit_a, path="params.yaml"), label=rev_a)
+    raw_b = _load_params_text(lineage.git_text(root=root, rev=commit_b, path="params.yaml"), label=label_b)
+    params_a = with_devices_at(raw_a, root=root, rev=commit_a)
+    params_b = with_devices_at(raw_b, root=root, rev=commit_b)
     declared = list(dict.fromkeys([*(params_a.get("tables") or {}), *(params_b.get("tables") or {})]))
     lists = list(dict.fromkeys([*(params_a.get("dispatch") or {}), *(params_b.get("dispatch") or {})]))
     selectors = list(dict.fromkeys([*(params_a.get("selector") or {}), *(params_b.get("selector") or {})]))
@@ -451,14 +470,16 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
         b = _side(root=root, rev=commit_b, label=label_b, table=name, manifest=manifest, params=params_b)
         shapes = list(dict.fromkeys(shape for t in members for params in (params_a, params_b)
                                     for shape in _shapes(params, t)))
-        results.append(audit_dispatch(name=name, a=a, b=b, tables={t: table_sides(t) for t in members},
+        # keyed as the list's entries name them (a device's: base tables)
+        results.append(audit_dispatch(name=name, a=a, b=b, tables={split_device_table(t)[0]: table_sides(t)
+                                                                   for t in members},
                                       shapes=shapes, all_shapes=all_shapes))
     reviews = tuple(review_selector(name=name, before=selector_side(root=root, rev=commit_a, label=label_a, name=name,
                                                                    spec=_section(params_a, "selector", name)),
                                     after=selector_side(root=root, rev=commit_b, label=label_b, name=name,
                                                         spec=_section(params_b, "selector", name)))
                     for name in selectors if not tables or name in tables)
-    return Audit(rev_a=label_a, rev_b=label_b, params=tuple(params_changes(before=params_a, after=params_b)),
+    return Audit(rev_a=label_a, rev_b=label_b, params=tuple(params_changes(before=raw_a, after=raw_b)),
                  tables=tuple(results), selectors=reviews)
 
 

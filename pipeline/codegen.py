@@ -35,6 +35,12 @@ from tunetable.codegen_jobs import (  # noqa: F401
     declared_job,
     jobs_from_params,
 )
+from tunetable.codegen_devices import (  # noqa: F401
+    DEVICE_TABLES_BEGIN_MARKER,
+    DEVICE_TABLES_END_MARKER,
+    DeviceBlock,
+    render_device_tables_region,
+)
 from tunetable.codegen_overlap import Overlap, OverlapReport, find_overlaps, int_value  # noqa: F401
 from tunetable.codegen_render import (  # noqa: F401
     DEFAULT_INDENT,
@@ -55,6 +61,7 @@ from tunetable.codegen_render import (  # noqa: F401
     replace_generated_region,
     unified_diff,
 )
+from tunetable.device_tables import split_device_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families.entry_fields import EntryFields, Field, check_entries  # noqa: F401
 from tunetable.manifest import (  # noqa: F401
@@ -100,9 +107,10 @@ def render_selector(job: SelectorJob) -> TableResult:
                              "`tunetable select --selector`", path=job.manifest_path, where="data.path")
     if not job.data_path.is_file():
         raise TuneTableError("no such file: run `tunetable select --selector` (or restore it)", path=job.data_label)
-    data = check_selector_data(job.data_path.read_bytes(), manifest=manifest, path=job.data_label, name=job.name,
+    name = split_device_table(job.name)[0]   # a device's selector: its files and region keep the base name
+    data = check_selector_data(job.data_path.read_bytes(), manifest=manifest, path=job.data_label, name=name,
                                table_families=job.table_families, manifest_path=job.manifest_path)
-    region = render_selector_region(name=job.name, path=job.record_path, sha256=manifest.sha256,
+    region = render_selector_region(name=name, path=job.record_path, sha256=manifest.sha256,
                                     candidates=len(data.candidates), provenance=data.provenance,
                                     source_label=job.source_label)
     return TableResult(job=job, region=region, overlaps=OverlapReport())
@@ -162,6 +170,15 @@ def generate_targets(*, jobs: Sequence[TableJob | SelectorJob], builds: Sequence
         _check_distinct_markers(tables, target_path=target_path)
         current = _read_text(target_path, keep_newlines=True)
         text = current
+        for build in build_jobs:   # first: the other devices' lists hold the regions their tables fill next
+            # A target without the region (one written before devices) needs it only once another device has tables.
+            if build.devices and (build.device_blocks or DEVICE_TABLES_BEGIN_MARKER in text):
+                text = replace_generated_region(
+                    text, begin_marker=DEVICE_TABLES_BEGIN_MARKER, end_marker=DEVICE_TABLES_END_MARKER,
+                    generated=render_device_tables_region(
+                        build.device_blocks, bases=[line.table for line in build.lines],
+                        source_label=build.source_label, path=target_path),
+                    path=target_path)
         for table in tables:
             text = replace_generated_region(
                 text,

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tunetable.device_tables import split_device_table
 from tunetable.errors import TuneTableError
 from tunetable.grid import normalise_groups
 from tunetable.kernels.families import FAMILIES
@@ -59,12 +60,13 @@ def _string_values(spec: TableSpec, name: str) -> tuple[str, ...]:
 
 def dispatch_fields(spec: DispatchSpec, *, families: Mapping[str, str]) -> EntryFields:
     """A dispatch list's entry fields: the shape, TABLE (one of its tables), KERNEL (that table's family)."""
-    tables = tuple(spec.tables)
-    kernels = tuple(dict.fromkeys(families[table] for table in tables))
+    # A device's dispatch list names its base tables (the runtime's keys on that device).
+    bases = {split_device_table(table)[0]: families[table] for table in spec.tables}
+    tables = tuple(bases)
+    kernels = tuple(dict.fromkeys(bases.values()))
     fields = [*shape_fields(), Field("KERNEL", str, choices=kernels), Field("TABLE", str, choices=tables),
               Field("CONFIG_ID", str)]
-    return EntryFields(label=f"dispatch list {spec.name}", fields=tuple(fields),
-                       table_families={table: families[table] for table in tables})
+    return EntryFields(label=f"dispatch list {spec.name}", fields=tuple(fields), table_families=bases)
 
 
 def literal_entries(entries: Sequence[Mapping[str, Any]], *, fields: EntryFields) -> list[dict[str, Any]]:

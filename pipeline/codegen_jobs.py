@@ -15,6 +15,8 @@ from typing import Any
 
 from tunetable.codegen_fields import EntryFields, dispatch_fields, table_fields
 from tunetable.codegen_overlap import OverlapReport
+from tunetable.codegen_devices import DeviceBlock, device_blocks
+from tunetable.device_tables import base_tables, complete_devices, device_tables_of, split_device_table
 from tunetable.kernels.families.devices import DeviceSpec
 from tunetable.params import builds_spec, device_specs, dispatch_spec, selector_spec, table_spec
 
@@ -97,6 +99,7 @@ class BuildsJob:
     lines: tuple[TableBuildLine, ...]
     devices: tuple[DeviceSpec, ...] = ()     # params.yaml's devices: the DEVICES region (none: no region)
     recorded: tuple[str, ...] = ()           # the devices whose tables the target holds, primary first
+    device_blocks: tuple[DeviceBlock, ...] = ()   # the other devices' lists (the DEVICE-TABLES region)
 
 
 def _table_job(*, name: str, params: Mapping[str, Any], params_path: str | Path,
@@ -128,7 +131,7 @@ def _selector_job(*, name: str, params: Mapping[str, Any], params_path: str | Pa
                        data_label=declared.data, record_path=record, target_path=root / spec.target,
                        begin_marker=spec.begin_marker, end_marker=spec.end_marker,
                        source_label=spec.source_label, name=name,
-                       table_families={table: families[table] for table in declared.tables})
+                       table_families={split_device_table(table)[0]: families[table] for table in declared.tables})
 
 
 def jobs_from_params(
@@ -154,13 +157,15 @@ def builds_job_from_params(*, params: Mapping[str, Any], params_path: str | Path
     flags = tuple(str(flag) for flag in (params.get("compile") or {}).get("nvcc_flags") or ())
     lines = tuple(
         TableBuildLine(table=name, family=table.family, arch=table.arch, nvcc_flags=flags)
-        for name in params.get("tables") or {}
+        for name in base_tables(params)      # a device table builds as its base table does
         for table in (table_spec(dict(params), name, path=params_path),)
     )
     devices = device_specs(dict(params), path=params_path)
+    complete = complete_devices(params, device_tables_of(params))
     return BuildsJob(target_path=Path(params_path).parent / spec.target, begin_marker=spec.begin_marker,
                      end_marker=spec.end_marker, source_label=spec.source_label, lines=lines,
-                     devices=devices, recorded=tuple(spec.key for spec in devices[:1]))
+                     devices=devices, recorded=(*(spec.key for spec in devices[:1]), *complete),
+                     device_blocks=device_blocks(params))
 
 
 def declared_job(job: TableJob, *, params: Mapping[str, Any], params_path: str | Path) -> TableJob:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunetable import paths
-from tunetable.bench.devices import device_name, gpu_visible
+from tunetable.bench.devices import device_name, gpu_visible, recognised_device
 from tunetable.bench.runner import ShardJob
 from tunetable.bench.tasks import (
     BenchSettings,
@@ -36,6 +36,7 @@ from tunetable.bench.tasks import (
     settings_from_params,
     tasks_from_reports,
 )
+from tunetable.device_tables import recording_device_error
 from tunetable.errors import TuneTableError
 from tunetable.inputs import load_json_file, sidecar_path
 from tunetable.grid import DeviceLimits, expand
@@ -70,6 +71,32 @@ def recording_provenance(recording: Path) -> dict[str, Any]:
     if not isinstance(provenance, dict):
         raise TuneTableError("a recording's sidecar must be a JSON object", path=sidecar)
     return provenance
+
+
+def check_recording_device(params: Mapping[str, Any], *, table: TableSpec, provenance: Mapping[str, Any],
+                           recording: Path) -> None:
+    """A device table's recording must have been made on that device (its sidecar's ``device``): one line if not."""
+    if table.device is None:
+        return
+    recorded_on = provenance.get("device")
+    why = recording_device_error(device=table.device, recorded_on=str(recorded_on) if recorded_on else None,
+                                 params=params)
+    if why is not None:
+        raise TuneTableError(f"refused for table {table.name}: {why}", path=recording)
+
+
+def check_live_device(params: Mapping[str, Any], *, table: TableSpec) -> None:
+    """A device table is measured on that device's GPU only (an H200 never writes into ``gemm_mma.h100``)."""
+    if table.device is None:
+        return
+    try:
+        found = recognised_device(dict(params))
+    except ImportError:        # no pycuda here: the measurement itself stops with its own error
+        return
+    if found != table.device:
+        raise TuneTableError(f"table {table.name} is device {table.device}'s, and this GPU ({device_name()}) is "
+                             f"{'device ' + found if found else 'no declared device'}: measure it on a {table.device}",
+                             path="params.yaml", where=f"devices.{table.device}")
 
 
 def recorded_nvcc(provenance: Mapping[str, Any]) -> str:
@@ -168,10 +195,12 @@ def shard_key(params: Mapping[str, Any], table: TableSpec, backend: str) -> str:
         # so a fresh clone without nvcc (or with another one) gets the same key as the committed lock.
         recording = recording_path(table=table)
         provenance = recording_provenance(recording)
+        check_recording_device(params, table=table, provenance=provenance, recording=recording)
         device, nvcc = str(provenance.get("device")), recorded_nvcc(provenance)
         recording_hash = sha256_file(recording)[:16]
     else:
         device = device_name()
+        check_live_device(params, table=table)
     return results_key(
         table=table.name,
         config_ids=grid_config_ids(params=params, table=table),
@@ -302,7 +331,8 @@ def replay_runner(*, table: TableSpec, choice: BackendChoice, allow_missing: boo
     from tunetable.bench.replay import ReplayRunner, load_recording
 
     recording = recording_path(table=table)
-    return ReplayRunner(recording=load_recording(recording), recording_path=recording,
+    served_as = {table.base: table.name} if table.device is not None else None
+    return ReplayRunner(recording=load_recording(recording, served_as=served_as), recording_path=recording,
                         provenance=choice.provenance, allow_missing=allow_missing)
 
 

@@ -7,6 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tunetable.device_tables import derived_dispatch, derived_selector, derived_table, split_device_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.devices import DeviceSpec, device_specs_from_mapping, recording_path
@@ -46,6 +47,12 @@ class TableSpec:
     recording: str | None = None      # what the replay backend serves for this table (the primary device's)
     shape_list: tuple[tuple[int, int, int], ...] = ()   # shapes.list: a workload's (M, N, K), beside the product
     recordings: tuple[tuple[str, str], ...] = ()   # (device, recording) of every declared device, in order
+    device: str | None = None         # a device table's device (``gemm_mma.h100``: h100); None: the primary's
+
+    @property
+    def base(self) -> str:
+        """The declared table this is (a device table's base name: its recording's rows carry it)."""
+        return split_device_table(self.name)[0]
 
     def shapes(self) -> list[tuple[int, int, int]]:
         """All (M, N, K) shapes of the table: the NK x M product (NK pairs outer, M inner), then the list's others."""
@@ -141,10 +148,10 @@ def cached_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
 def table_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_PARAMS) -> TableSpec:
     """The TableSpec for table ``name``; an unknown name lists the declared ones."""
     tables = params["tables"]
-    if name not in tables:
+    raw = tables.get(name) or derived_table(params, name)
+    if raw is None:
         known = ", ".join(sorted(tables))
         raise TuneTableError(f"unknown table '{name}' (declared: {known})", path=path, where="tables")
-    raw = tables[name]
     family_files = _family_files(raw, table=name, path=path)
     recordings = table_recordings(params, name)
     return TableSpec(
@@ -161,6 +168,7 @@ def table_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_
         search=dict(raw.get("search") or {"strategy": "exhaustive"}),
         recording=recordings[0][1] if recordings else raw.get("recording"),
         recordings=recordings,
+        device=split_device_table(name)[1],
     )
 
 
@@ -189,8 +197,12 @@ def primary_recording(params: dict[str, Any], name: str) -> str | None:
 
 
 def table_recordings(params: dict[str, Any], name: str) -> tuple[tuple[str, str], ...]:
-    """(device, recording path) of table ``name`` for every declared device; ``tables.<name>.recording``
-    overrides the primary device's path only."""
+    """(device, recording path) of table ``name`` for every declared device (a device table: its device's
+    only); ``tables.<name>.recording`` overrides the primary device's path only."""
+    base, device = split_device_table(name)
+    if device is not None:
+        derived = derived_table(params, name)
+        return ((device, derived["recording"]),) if derived is not None else ()
     override = params["tables"][name].get("recording")
     found = []
     for index, device in enumerate(params.get("devices") or {}):
@@ -285,15 +297,15 @@ class DispatchSpec:
 def dispatch_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_PARAMS) -> DispatchSpec:
     """The DispatchSpec ``name``; its tables must be declared and its name must not be a table's."""
     declared = params.get("dispatch") or {}
-    if name not in declared:
+    raw = declared.get(name) or derived_dispatch(params, name)
+    if raw is None:
         known = ", ".join(sorted(declared)) or "none"
         raise TuneTableError(f"unknown dispatch list '{name}' (declared: {known})", path=path, where="dispatch")
-    raw = declared[name]
     tables = params["tables"]
     if name in tables:
         raise TuneTableError("a dispatch list cannot share its name with a table", path=path, where=f"dispatch.{name}")
     for index, table in enumerate(raw["tables"]):
-        if table not in tables:
+        if table not in tables and derived_table(params, table) is None:
             raise TuneTableError(f"unknown table '{table}' (declared: {', '.join(sorted(tables))})", path=path,
                                  where=f"dispatch.{name}.tables[{index}]")
     return DispatchSpec(name=name, tables=tuple(raw["tables"]), tie_tolerance=float(raw.get("tie_tolerance", 0.0)),
@@ -341,16 +353,16 @@ DEFAULT_SELECTOR_CANDIDATES = 8
 def selector_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_PARAMS) -> SelectorSpec:
     """The SelectorSpec ``name``; its tables must be declared and its name must be no table's or dispatch list's."""
     declared = params.get("selector") or {}
-    if name not in declared:
+    raw = declared.get(name) or derived_selector(params, name)
+    if raw is None:
         known = ", ".join(sorted(declared)) or "none"
         raise TuneTableError(f"unknown selector '{name}' (declared: {known})", path=path, where="selector")
-    raw = declared[name]
     tables = params["tables"]
     if name in tables or name in (params.get("dispatch") or {}):
         raise TuneTableError("a selector cannot share its name with a table or a dispatch list", path=path,
                              where=f"selector.{name}")
     for index, table in enumerate(raw["tables"]):
-        if table not in tables:
+        if table not in tables and derived_table(params, table) is None:
             raise TuneTableError(f"unknown table '{table}' (declared: {', '.join(sorted(tables))})", path=path,
                                  where=f"selector.{name}.tables[{index}]")
     return SelectorSpec(name=name, tables=tuple(raw["tables"]),

@@ -299,7 +299,9 @@ def load_table_measurements(*, root: Path, spec: Any) -> TableMeasurements:
                              path=spec.recording)
     load_checked_recording(path)   # whole, against its sidecar (tunetable.inputs): one line naming it if not
     frame = rank.read_parquet_file(path=path, what="a recording (parquet)")
-    loaded = resultset.from_frame(frame=frame, path=spec.recording, name=spec.name)
+    # A device table's recording holds its rows under the base table's name, which the selector's data keeps.
+    base = str(getattr(spec, "base", spec.name))
+    loaded = resultset.from_frame(frame=frame, path=spec.recording, name=base)
     wanted = pl.DataFrame(list(spec.shapes()), schema=["M", "N", "K"], orient="row")
     rows = loaded.frame.join(wanted, on=["M", "N", "K"], how="semi")
     parameters = [name for name in grid_parameter_names(spec.grid) if name in loaded.parameters]
@@ -311,9 +313,9 @@ def load_table_measurements(*, root: Path, spec: Any) -> TableMeasurements:
     if {"registers", "smem_bytes"} <= set(frame.columns):
         for row in frame.select("config_id", "registers", "smem_bytes").drop_nulls().iter_rows():
             resources.setdefault(str(row[0]), (int(row[1]), int(row[2])))
-    return measurements_from_frames(table=spec.name, family=spec.family, ranked=ranked, resources=resources,
+    return measurements_from_frames(table=base, family=spec.family, ranked=ranked, resources=resources,
                                     parameters=parameters, source=spec.recording,
-                                    provenance=provenance(table=spec.name, ranked=ranked))
+                                    provenance=provenance(table=base, ranked=ranked))
 
 
 def shared_yardstick(tables: Sequence[TableMeasurements]) -> tuple[TableMeasurements, ...]:

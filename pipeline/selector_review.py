@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunetable.device_tables import split_device_table
 from tunetable import lineage
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families.common import INT32_MAX, ShapeCandidate
@@ -98,7 +99,7 @@ def selector_side(*, root: Path, rev: str | None, label: str, name: str, spec: M
         if data:
             raw = lineage.git_bytes(root=root, rev=rev, path=str(data))
             if raw is not None:
-                return _from_data(raw, label=label, path=str(data), name=name)
+                return _from_data(raw, label=label, path=str(data), name=split_device_table(name)[0])
             return SelectorSide(label=label, gap=f"{data} is absent at {label}")
         text = lineage.git_text(root=root, rev=rev, path=manifest)
         if text is None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunetable.device_tables import split_device_table
 from tunetable import selector_fit as building
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families.selector_data import SelectorData, candidate_entry, entry_terms, parse_selector_file
@@ -39,7 +40,8 @@ def read_data(*, root: Path, spec: SelectorSpec) -> tuple[SelectorData, list[str
     if not path.is_file():
         raise TuneTableError("no such file", path=spec.data)
     raw = path.read_bytes()
-    data = parse_selector_file(raw, path=spec.data, entry_types=entry_types(), name=spec.name)
+    # A device's selector (gemm_selector.h100) keeps its base name inside its data file.
+    data = parse_selector_file(raw, path=spec.data, entry_types=entry_types(), name=split_device_table(spec.name)[0])
     return data, raw.decode().splitlines()
 
 

@@ -403,12 +403,14 @@ def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str,
 
 
 def _candidate(*, source: TableSource, entries: Sequence[ManifestEntry], m: int, n: int, k: int,
-               yardstick: Mapping[tuple[int, int, int], float]) -> CandidateAtM:
-    """What one table's manifest picks at a shape and its measurement (empty when no entry covers it)."""
+               yardstick: Mapping[tuple[int, int, int], float], table: str | None = None) -> CandidateAtM:
+    """What one table's manifest picks at a shape and its measurement (empty when no entry covers it);
+    ``table``: the name the dispatch list's entries use for it (a device's: its base name)."""
     entry = lookup(entries, m=m, n=n, k=k)
+    named = table or source.table
     if entry is None:
-        return CandidateAtM(table=source.table, entry_index=None, config_id=None, measured=None)
-    return CandidateAtM(table=source.table, entry_index=entry.index, config_id=entry.config_id,
+        return CandidateAtM(table=named, entry_index=None, config_id=None, measured=None)
+    return CandidateAtM(table=named, entry_index=entry.index, config_id=entry.config_id,
                         measured=measured(source=source, m=m, n=n, k=k, config_id=entry.config_id,
                                           yardstick=yardstick))
 
@@ -444,7 +446,7 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
     decisions = []
     for m in m_values:
         candidates = tuple(_candidate(source=sources[name], entries=selected[name], m=m, n=entry.n, k=entry.k,
-                                      yardstick=yardsticks[name]) for name in spec.tables)
+                                      yardstick=yardsticks[name], table=name) for name in spec.tables)
         decisions.append(DecisionAtM(m=m, candidates=candidates,
                                      rule_pick=rule_pick(candidates=candidates, order=spec.tables,
                                                          tolerance=spec.tie_tolerance)))

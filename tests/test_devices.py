@@ -137,7 +137,7 @@ def test_a_replay_builds_the_primary_device_and_skips_another_without_recordings
     assert messages.banner(plan).splitlines()[-2:] == [f"tunetable: {line}" for line in plan.device_lines]
 
 
-def test_another_device_s_recording_is_named_in_the_banner_and_changes_no_key(
+def test_another_device_s_recording_adds_its_table_and_changes_no_primary_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
@@ -146,14 +146,31 @@ def test_another_device_s_recording_is_named_in_the_banner_and_changes_no_key(
                  "data/recordings/h200_gemm_wgmma_swap.parquet", "data/recordings/h200_gemm_wgmma_swap.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, tmp_path / name)
+    # A second declared device whose match fits the committed recordings' "NVIDIA H200" (no H100 recording
+    # exists yet, and timings are never made up): the H200's gemm_mma recording copied under its name.
+    data = load_yaml_file(tmp_path / "params.yaml")
+    data["devices"]["nvl"] = {"arch": "sm_90a", "match": {"name": "NVIDIA H200", "sm_count": 132},
+                              "fallback": ["h200"]}
+    _write(tmp_path, data)
     before = _replay_plan(tmp_path, monkeypatch).keys
-    # A stand-in second device's recording: the committed H200 rerun (a second session), copied under h100's name.
-    shutil.copyfile(REPO / "data/recordings/h200_gemm_mma_rerun.parquet",
-                    tmp_path / "data/recordings/h100_gemm_mma.parquet")
+    for suffix in (".parquet", ".json"):
+        shutil.copyfile(REPO / f"data/recordings/h200_gemm_mma{suffix}",
+                        tmp_path / f"data/recordings/nvl_gemm_mma{suffix}")
     plan = _replay_plan(tmp_path, monkeypatch)
-    assert plan.keys == before
-    assert plan.device_lines[1].startswith(
-        "SKIPPING device h100: recordings present (h100_gemm_mma.parquet) that this version does not build")
+    assert {name: key for name, key in plan.keys.items() if name in before} == before
+    assert [spec.name for spec in plan.tables] == [*before, "gemm_mma.nvl"] and "gemm_mma.nvl" not in before
+    assert plan.recordings["gemm_mma.nvl"] == Path("data/recordings/nvl_gemm_mma.parquet")
+    assert [spec.name for spec in plan.dispatches] == ["gemm_dispatch"]     # nvl is partial: no list of its own
+    assert plan.device_lines[2].startswith("DEVICE nvl: tables gemm_mma.nvl replay its recordings")
+    # The same recording under h100's name: its sidecar says NVIDIA H200, which is no H100: one line naming it.
+    for suffix in (".parquet", ".json"):
+        shutil.copyfile(REPO / f"data/recordings/h200_gemm_mma{suffix}",
+                        tmp_path / f"data/recordings/h100_gemm_mma{suffix}")
+    with pytest.raises(TuneTableError) as info:
+        _replay_plan(tmp_path, monkeypatch)
+    assert str(info.value) == ("data/recordings/h100_gemm_mma.parquet: refused for table gemm_mma.h100: recorded on "
+                               "NVIDIA H200 (its sidecar's device), which is device h200, not h100: a recording is "
+                               "named for the device that made it")
 
 
 # --- the commands say which device an entry belongs to ---------------------------------------------------

@@ -1,8 +1,10 @@
 """Which recorded device a GPU is, and which device's tables serve it (pure Python, no GPU call).
 
-The tables were measured on particular GPUs (``RECORDED_DEVICES`` of the generated file: today the H200
-alone). At run time each GPU the operands live on is recognised from what the driver reports (name, SM
-count, memory size) by params.yaml's ``devices:`` (generated into ``DEVICES``; the one rule is
+The tables were measured on particular GPUs (``RECORDED_DEVICES`` of the generated file: the primary
+device and every other device with all of its tables, docs/devices.md; a device with some tables only is
+not among them, and its fallback serves it whole). At run time each GPU the operands live on is
+recognised from what the driver reports (name, SM count, memory size) by params.yaml's ``devices:``
+(generated into ``DEVICES``; the one rule is
 ``tunetable.kernels.families.devices``):
 
 - a GPU of another architecture than the kernels' (sm_90) is refused with one error naming the GPU

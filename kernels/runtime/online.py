@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tunetable.kernels.autotune import Autotuner
+from tunetable.kernels.autotune import Autotuner, default_device
 from tunetable.kernels.families import FAMILIES
 
 AUTOTUNE_ENV = "TUNETABLE_AUTOTUNE"
@@ -97,19 +97,26 @@ class OnlineTuner:
 
     def __init__(self, *, gemm_with: GemmWith) -> None:
         self.run = runner(gemm_with)
-        self.tuners: dict[tuple[int, int, int], Any] = {}
+        self.tuners: dict[tuple[str, int, int, int], Any] = {}
 
-    def choose(self, *, m: int, n: int, k: int, a: Any, b: Any, out: Any, ranking: Sequence[Any]) -> dict[str, Any]:
-        """The fastest of the ``top_k()`` best predicted candidates on these inputs (tuned now, or from the cache)."""
+    def choose(self, *, m: int, n: int, k: int, a: Any, b: Any, out: Any, ranking: Sequence[Any],
+               device: str | None = None) -> dict[str, Any]:
+        """The fastest of the ``top_k()`` best predicted candidates on these inputs (tuned now, or from the cache).
 
-        tuner = self.tuners.get((m, n, k))
+        Keyed by device as well as shape (``device``: the GPU the operands live on, by default the current
+        CUDA device's name and compute capability): an H100 and an H200 in one process each tune their own,
+        among their own selector's candidates, in memory and in the cache file alike.
+        """
+
+        gpu = device or default_device()
+        tuner = self.tuners.get((gpu, m, n, k))
         if tuner is None:
             configs = candidate_configs(ranking, count=top_k())
             if not configs:
                 raise ValueError(f"no selector candidate for M={m}, N={n}, K={k}")
             tuner = Autotuner(self.run, configs=configs, key=["m", "n", "k"], restore_value=["out"],
-                              verify=_verifier(), sources=[family.source for family in FAMILIES.values()])
-            self.tuners[(m, n, k)] = tuner
+                              verify=_verifier(), sources=[family.source for family in FAMILIES.values()], device=gpu)
+            self.tuners[(gpu, m, n, k)] = tuner
         if out is None:
             out = a.new_empty((m, n)) if hasattr(a, "new_empty") else None
         if out is None:

@@ -26,16 +26,20 @@ MATCH_KEYS = ("table", "M", "N", "K", "config_id", "kernel_hash")
 SHOW_MISSING = 5
 
 
-def load_recording(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
+def load_recording(path: Path, *,
+                   served_as: Mapping[str, str] | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The recording's rows keyed by MATCH_KEYS, after checking it whole (``tunetable.inputs.check_recording``).
 
-    Its sidecar (NAME.json beside it), when there is one, must describe exactly these rows.
+    Its sidecar (NAME.json beside it), when there is one, must describe exactly these rows. ``served_as``
+    maps a recorded table name to the table its rows serve (a device table ``gemm_mma.h100`` replays the
+    rows its device's recording holds under ``gemm_mma``).
     """
     frame = load_checked_recording(path)
+    renamed = dict(served_as or {})
     index: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in frame.to_dict(orient="records"):
-        key = (record["table"], int(record["M"]), int(record["N"]), int(record["K"]), record["config_id"],
-               record["kernel_hash"])
+        table = renamed.get(record["table"], record["table"])
+        key = (table, int(record["M"]), int(record["N"]), int(record["K"]), record["config_id"], record["kernel_hash"])
         index[key] = record
     return index
 

@@ -8,6 +8,8 @@ import click
 
 from tunetable import codegen
 from tunetable.atomic import atomic_write_text
+from tunetable.codegen_devices import DVC_FILE, dvc_device_lines, render_dvc_regions
+from tunetable.device_tables import with_present_device_tables
 from tunetable.errors import StaleError, TuneTableError
 from tunetable.params import load_params
 
@@ -46,9 +48,24 @@ def _declared_jobs(*, params_path: str, names: tuple[str, ...]) -> tuple[list[co
                                                                            list[codegen.BuildsJob]]:
     """Jobs for the tables declared in params.yaml (all, or those named by --table); with all, the builds region."""
     params = load_params(params_path)
+    # The other devices' tables the project has (docs/devices.md): a recording or a manifest of their own.
+    params = with_present_device_tables(params, root=Path(params_path).parent)
     jobs = codegen.jobs_from_params(params=params, params_path=params_path, names=names or None)
     builds = None if names else codegen.builds_job_from_params(params=params, params_path=params_path)
     return jobs, [builds] if builds is not None else []
+
+
+def _dvc_result(*, params_path: str) -> codegen.TargetResult | None:
+    """dvc.yaml beside params.yaml with its device regions regenerated (None: no dvc.yaml, or no region in it)."""
+    root = Path(params_path).parent
+    path = root / DVC_FILE
+    if not path.is_file():
+        return None
+    params = load_params(params_path)
+    params = with_present_device_tables(params, root=root)
+    current = path.read_text(encoding="utf-8")
+    generated = render_dvc_regions(current, lines=dvc_device_lines(params, root=root), path=path)
+    return codegen.TargetResult(target_path=path, label=str(path), current=current, generated=generated, tables=())
 
 
 def _region_names(result: codegen.TargetResult) -> list[str]:
@@ -153,6 +170,8 @@ def command(
     else:
         jobs = [_typed_if_declared(_single_job(options, snippet_variants), params_path=params_path)]
     results = codegen.generate_targets(jobs=jobs, builds=builds)
+    if all_tables:   # dvc.yaml's list of the other devices' files (it cannot glob: docs/devices.md)
+        results += [found for found in (_dvc_result(params_path=params_path),) if found is not None]
     _report_overlaps(results, strict=strict)
     if check:
         stale = [result for result in results if result.stale]

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from tunetable.console_table import ConsoleTable, print_table
 from tunetable.gc import delete_folders, plan_gc
+from tunetable.device_tables import with_present_device_tables
 from tunetable.params import load_params
 
 EPILOG = """\b
@@ -42,7 +43,9 @@ def command(dry_run: bool, yes: bool, root: Path) -> None:
     """Keep results/raw/<table>/<key> when params.yaml resolves to KEY now or a metrics file names it at a git ref."""
 
     root = root.resolve()
-    plan = plan_gc(root=root, params=load_params(root / "params.yaml"))
+    params = load_params(root / "params.yaml")
+    # The other devices' tables are tables too (docs/devices.md): their shards are kept as the primary's are.
+    plan = plan_gc(root=root, params=with_present_device_tables(params, root=root))
     console = Console()
     table = ConsoleTable(title=f"results/raw and results/parked: {len(plan.decisions)} folders, refs read: "
                                f"{', '.join(plan.refs) or '-'}")

@@ -13,6 +13,7 @@ from tunetable.manifest import load_ranges
 import polars as pl
 from tunetable import metrics, paths
 from tunetable.commands.select import dispatch_ranked_paths
+from tunetable.device_tables import split_device_table
 from tunetable.params import dispatch_spec, load_params, table_spec
 from tunetable.rank import failures_path, read_ranked
 
@@ -55,10 +56,11 @@ def _dispatch_outputs(*, name: str, params_path: Path, manifest_path: Path | Non
     params = load_params(params_path)
     spec = dispatch_spec(params, name, path=params_path)
     ranked_paths = dispatch_ranked_paths(ranked_values, tables=spec.tables)
-    keys = {table: metrics.shards_key(shards=[s for s in shards if s.parent.parent.name == table], table=table)
-            for table in spec.tables}
+    # Keyed by base table: a device's dispatch entries name the base tables (gemm_mma, not gemm_mma.h100).
+    keys = {split_device_table(table)[0]: metrics.shards_key(
+        shards=[s for s in shards if s.parent.parent.name == table], table=table) for table in spec.tables}
     provenance, entries = load_ranges(manifest_path or Path(spec.codegen.manifest))
-    ranked = {table: read_ranked(path=ranked_paths[table]) for table in spec.tables}
+    ranked = {split_device_table(table)[0]: read_ranked(path=ranked_paths[table]) for table in spec.tables}
     shapes = list(dict.fromkeys(shape for table in spec.tables
                                 for shape in table_spec(params, table, path=params_path).shapes()))
     results = metrics.dispatch_shape_results(entries=entries, ranked=ranked, shapes=shapes)

@@ -14,6 +14,7 @@ from tunetable.bench.record import (
     shard_provenance,
     write_recording,
 )
+from tunetable.device_tables import split_device_table
 from tunetable.measurement_plan import measured_git_revision
 
 
@@ -23,9 +24,14 @@ from tunetable.measurement_plan import measured_git_revision
 @click.option("--out-dir", type=click.Path(path_type=Path), default=Path("data/recordings"), show_default=True)
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path))
 def command(table_name: str, name: str, out_dir: Path, shards: tuple[Path, ...]) -> None:
-    """Write the rows of SHARDS (cuda backend only) and their provenance."""
-    frame = recording_frame(table=table_name, shard_paths=list(shards))
-    provenance = recording_provenance(frame=frame, table=table_name,
+    """Write the rows of SHARDS (cuda backend only) and their provenance.
+
+    A device table's shards (``--table gemm_mma.h100``) are recorded under the base table's name
+    (``gemm_mma``), as every recording is: the device is in the recording's name and sidecar.
+    """
+    recorded_as = split_device_table(table_name)[0]
+    frame = recording_frame(table=recorded_as, shard_paths=list(shards))
+    provenance = recording_provenance(frame=frame, table=recorded_as,
                                       command=record_command(table=table_name, name=name, shards=list(shards)),
                                       git_rev=measured_git_revision(),
                                       settings=shard_provenance(list(shards), "settings"),

@@ -12,6 +12,7 @@ from rich.progress import Progress
 
 from tunetable import paths
 from tunetable.atomic import atomic_write_text
+from tunetable.device_tables import split_device_table
 from tunetable.errors import TuneTableError
 from tunetable.manifest import load_manifest_document
 from tunetable.params import dispatch_spec, load_params, selector_spec, table_spec
@@ -60,7 +61,8 @@ def _table_results(*, params: dict, params_path: Path, table: str, ranked_path: 
         raise TuneTableError(f"table {table} has no selected entries yet: select it first",
                              path=spec.codegen.manifest)
     ranked = read_ranked(path=ranked_path, required=(*RANKED_REQUIRED, "cublas_ms"))
-    return TableResults(name=table, entries=tuple(manifest.params), provenance=dict(manifest.provenance or {}),
+    # A device table's entries name its base table (what the runtime looks up on that device).
+    return TableResults(name=spec.base, entries=tuple(manifest.params), provenance=dict(manifest.provenance or {}),
                         ranked=ranked)
 
 
@@ -94,7 +96,9 @@ def _select_selector(*, name: str, params_path: Path, console: Console) -> tuple
         def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        text, data = fit_selector_files(name=name, tables=tables, data_path=spec.data, candidates=spec.candidates,
+        # A device's selector keeps the base name inside its files (what the runtime asks that device for).
+        text, data = fit_selector_files(name=split_device_table(name)[0], tables=tables, data_path=spec.data,
+                                        candidates=spec.candidates,
                                         progress=advance)
     return text, root / spec.data, data
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -12,6 +14,7 @@ from tunetable import paths
 from tunetable import selector_trace
 from tunetable import trace as tracing
 from tunetable.console_table import ConsoleTable, print_table
+from tunetable.device_tables import split_device_table, with_present_device_tables
 from tunetable.errors import TuneTableError
 from tunetable.numbers import number_cell
 from tunetable.kernels.runtime.selector_serve import BIAS_NK_SCALE, cell_points, nearest_cell
@@ -51,6 +54,16 @@ def _device_line(provenance: dict | None, *, devices: Sequence[DeviceSpec]) -> s
         return None
     key = device_of_name(name=name, devices=devices)
     return f"device: {key or 'none of params.yaml devices:'} (the measurement's {name})"
+
+
+def _on_device(params: dict, *, params_path: Path, spec: Any) -> tuple[dict[str, Any], Any]:
+    """The table specs a dispatch list's or selector's entries name, and the spec as they name its tables: a
+    device's entries name base tables (``gemm_mma``), which are that device's (``gemm_mma.h100``) there."""
+    tables = {table.name: table for table in table_specs(params, path=params_path)}
+    if split_device_table(spec.name)[1] is None:
+        return tables, spec
+    bases = {split_device_table(name)[0]: tables[name] for name in spec.tables}
+    return {**tables, **bases}, replace(spec, tables=tuple(bases))
 
 
 def _print_trace(console: Console, result, *, devices: Sequence[DeviceSpec] = ()) -> None:
@@ -272,8 +285,9 @@ def command(what: str, index: int | None, params_path: Path, shape: str | None) 
     """WHAT is a TABLE, dispatch list or selector (then INDEX), or FILE:LINE inside a generated region."""
 
     params = load_params(params_path)
-    devices = device_specs(params, path=params_path)
     root = params_path.resolve().parent
+    params = with_present_device_tables(params, root=root)   # docs/devices.md
+    devices = device_specs(params, path=params_path)
     dispatch = {spec.name: spec for spec in dispatch_specs(params, path=params_path)}
     selectors = {spec.name: spec for spec in selector_specs(params, path=params_path)}
     location = tracing.parse_location(what)
@@ -291,13 +305,16 @@ def command(what: str, index: int | None, params_path: Path, shape: str | None) 
         raise TuneTableError(f"--shape applies to a selector entry ('{name}' is no selector)", where="--shape")
     on_shape = None if shape is None else parse_shape(shape, index=0)
     console = Console()
+    owner = split_device_table(name)[1]
+    if owner is not None:   # a device's table, dispatch list or selector: its measurements are that device's
+        devices = tuple(spec for spec in devices if spec.key == owner)
     if name in selectors:
-        tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
-        _print_selector(console, selector_trace.trace_selector(root=root, spec=selectors[name], tables=tables,
+        tables, spec = _on_device(params, params_path=params_path, spec=selectors[name])
+        _print_selector(console, selector_trace.trace_selector(root=root, spec=spec, tables=tables,
                                                                index=index, shape=on_shape), devices=devices)
     elif name in dispatch:
-        tables = {spec.name: spec for spec in table_specs(params, path=params_path)}
-        _print_dispatch(console, tracing.trace_dispatch(root=root, spec=dispatch[name], tables=tables, index=index),
+        tables, spec = _on_device(params, params_path=params_path, spec=dispatch[name])
+        _print_dispatch(console, tracing.trace_dispatch(root=root, spec=spec, tables=tables, index=index),
                         devices=devices)
     else:
         _print_trace(console, tracing.trace(root=root, spec=table_spec(params, name, path=params_path), index=index),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tunetable.device_tables import base_tables
 from tunetable.keys import canonical_json, sha256_text
 
 
@@ -21,14 +22,15 @@ def settings_tag(value: Any) -> str:
 
 
 def select_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What manifests depend on besides the ranked tables: select settings and each table's family."""
-    return {"select": config.get("select"), "families": {n: s["family"] for n, s in config["tables"].items()}}
+    """What manifests depend on besides the ranked tables: select settings and each table's family (a device
+    table's are its base table's: adding one re-selects nothing else)."""
+    return {"select": config.get("select"), "families": {n: config["tables"][n]["family"] for n in base_tables(config)}}
 
 
 def metrics_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """What metrics depend on besides their inputs: every table's declared shapes (a shape the run leaves
     out, or one reverted, changes the metrics while the shard list may stay the same)."""
-    return {name: spec.get("shapes") for name, spec in config["tables"].items()}
+    return {name: config["tables"][name].get("shapes") for name in base_tables(config)}
 
 
 def codegen_settings(config: Mapping[str, Any]) -> dict[str, Any]:

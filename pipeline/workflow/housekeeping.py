@@ -8,7 +8,7 @@ from typing import Any
 
 from tunetable.keys import sha256_file
 from tunetable.workflow.run_plan import Plan
-from tunetable.workflow.stamps import metrics_stamp
+from tunetable.workflow.stamps import metrics_stamp, select_stamp
 
 RUN_LOCK = Path(".snakemake") / "tunetable-run.lock"
 _RUN_LOCK_HANDLE: Any = None  # held (fcntl) for the life of the snakemake process that parsed the Snakefile
@@ -65,8 +65,10 @@ def drop_stale_stamps(plan: Plan) -> list[str]:
     failure); the stamp stands for them, so it is only as good as the files it lists.
     """
     dropped = []
-    for spec in (*plan.tables, *plan.dispatches):
-        stamp = metrics_stamp(spec.name)
+    # A selector's select stamp stands for its manifest and data file (codegen's inputs: tunetable.workflow.targets).
+    stamps = [*(metrics_stamp(spec.name) for spec in (*plan.tables, *plan.dispatches)),
+              *(select_stamp(spec.name) for spec in plan.selectors)]
+    for stamp in stamps:
         if stamp.is_file() and not stamp_matches(stamp):
             stamp.unlink()
             dropped.append(str(stamp))

@@ -23,6 +23,13 @@ from typing import Any
 
 from tunetable import paths, rawstore
 from tunetable.bench.devices import device_name, gpu_visible, recognised_device
+from tunetable.device_tables import (
+    complete_devices,
+    device_table_name,
+    other_devices,
+    split_device_table,
+    with_present_device_tables,
+)
 from tunetable.errors import TuneTableError
 from tunetable.inputs import read_recording_columns
 from tunetable.keys import kernel_source_hash
@@ -133,6 +140,38 @@ def check_manifest_paths(specs: Sequence[TableSpec | DispatchSpec | SelectorSpec
             )
 
 
+def live_requested(config: Mapping[str, Any]) -> bool:
+    """Whether this run measures on a GPU (bench.backend cuda, or auto with a GPU visible)."""
+    requested = str((config.get("bench") or {}).get("backend", "auto"))
+    return requested == "cuda" or (requested == "auto" and gpu_visible())
+
+
+def measured_device(config: Mapping[str, Any]) -> str | None:
+    """The declared device whose tables this run measures: the GPU's when it is recognised, else the primary
+    device (a GPU matching no declared device is measured as the primary's, as before devices existed)."""
+    devices = list(config.get("devices") or {})
+    if not devices or not live_requested(config):
+        return None
+    found = live_device(config)
+    return found if found in devices else devices[0]
+
+
+def device_params(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> dict[str, Any]:
+    """``config`` with the project's device tables (docs/devices.md): replaying, every other device's tables
+    that have a recording or a manifest; measuring, those with a manifest and every table of the GPU's device."""
+    params = dict(config)
+    live = live_requested(params)
+    found = measured_device(params) if live else None
+    measured = [found] if found in other_devices(params) else []
+    return with_present_device_tables(params, root=Path(params_path).parent, measured=measured)
+
+
+def add_device_tables(config: dict[str, Any], *, params_path: str | Path = "params.yaml") -> None:
+    """Declare the project's device tables in Snakemake's ``config`` (after its schema check: their names hold
+    a dot, which params.yaml's own names may not), so that the rules see them as tables."""
+    config.update(device_params(config, params_path=params_path))
+
+
 def recording_of(spec: TableSpec, *, path: str | Path) -> Path:
     """The recording a table names (tables.<name>.recording)."""
     if spec.recording is None:
@@ -164,11 +203,22 @@ def run_backend(declared: Sequence[TableSpec], *, requested: str, params_path: s
     return resolve_backend(requested=requested, recording=recording or Path(NO_RECORDING))
 
 
-def covered_tables(declared: Sequence[TableSpec], *, backend: BackendChoice, requested: str,
-                   params_path: str | Path) -> tuple[tuple[TableSpec, ...], dict[str, str], list[str], dict[str, Path]]:
-    """(tables the run covers, skipped table -> why, the backend lines, table -> its recording when replaying)."""
+Covered = tuple[tuple[TableSpec, ...], dict[str, str], list[str], dict[str, Path]]
+
+
+def covered_tables(declared: Sequence[TableSpec], *, backend: BackendChoice, requested: str, params_path: str | Path,
+                   measured: str | None = None) -> Covered:
+    """(tables the run covers, skipped table -> why, the backend lines, table -> its recording when replaying).
+
+    Measuring, the run covers the tables of ``measured`` (the GPU's device; None: no devices declared) and leaves
+    every other device's tables as committed."""
     if backend.backend == "cuda":
-        return tuple(declared), {}, [backend.reason], {}
+        # A declared table's first recording is the primary device's (params.table_recordings): whose it is.
+        primary = next((spec.recordings[0][0] for spec in declared if spec.device is None and spec.recordings), None)
+        mine = [spec for spec in declared if measured is None or (spec.device or primary) == measured]
+        skipped = {spec.name: f"it is device {spec.device or primary}'s and this GPU is {measured}"
+                   for spec in declared if spec not in mine}
+        return tuple(mine), skipped, [backend.reason], {}
     tables = tuple(spec for spec in declared if skip_reason(spec) is None)
     skipped = {spec.name: str(skip_reason(spec)) for spec in declared if skip_reason(spec) is not None}
     recordings = {spec.name: recording_of(spec, path=params_path) for spec in tables}
@@ -179,7 +229,7 @@ def covered_tables(declared: Sequence[TableSpec], *, backend: BackendChoice, req
 def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> Plan:
     """Resolve backend, covered tables and content keys (the Snakefile calls this once per parse)."""
 
-    params = dict(config)
+    params = device_params(config, params_path=params_path)
     declared = tuple(table_specs(params, path=params_path))
     dispatch = tuple(dispatch_specs(params, path=params_path))
     selectors = tuple(selector_specs(params, path=params_path))
@@ -187,7 +237,7 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
     requested = str((config.get("bench") or {}).get("backend", "auto"))
     first = run_backend(declared, requested=requested, params_path=params_path)
     tables, skipped, lines, recordings = covered_tables(declared, backend=first, requested=requested,
-                                                        params_path=params_path)
+                                                        params_path=params_path, measured=measured_device(params))
     keys = {spec.name: shard_key(params, spec, first.backend) for spec in tables}
     covered = {spec.name for spec in tables}
     active = tuple(spec for spec in dispatch if covered.issuperset(spec.tables))
@@ -197,7 +247,8 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
     }
     # A selector is built from its tables' recordings (never from this run's shards): it needs them all.
     by_name = {spec.name: spec for spec in declared}
-    missing = {spec.name: [t for t in spec.tables if skip_reason(by_name[t]) is not None] for spec in selectors}
+    missing = {spec.name: [t for t in spec.tables if skip_reason(by_name[t]) is not None or t in skipped]
+               for spec in selectors}
     shards = {spec.name: tuple(Shard(spec.name, keys[spec.name], m, n, k) for (m, n, k) in spec.shapes())
               for spec in tables}
     # Replaying, a shard without its journal counts as absent too: its checksum cannot be verified (a
@@ -217,31 +268,42 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
 
 def device_lines(params: Mapping[str, Any], *, declared: Sequence[TableSpec], backend: str,
                  path: str | Path) -> tuple[str, ...]:
-    """The banner's device lines: whose tables this run builds (the primary device's), and every other declared
-    device left as committed, with why (no recording yet, or recordings this version does not build)."""
+    """The banner's device lines: whose tables this run measures or replays, and every declared device
+    left as committed, with why (no recording yet, or another device's GPU)."""
     devices = [spec.key for spec in device_specs(dict(params), path=path)]
     if not devices:
         return ()
-    primary, others = devices[0], devices[1:]
     if backend == "cuda":
         found = live_device(params)
-        if found is not None and found != primary:
-            raise TuneTableError(f"this GPU is device {found}: this version measures the primary device "
-                                 f"{primary}'s tables only; record {found}'s with scripts/device_record_h100.sh "
-                                 "(docs/devices.md)", path=path, where=f"devices.{found}")
+        measured = found if found in devices else devices[0]
         what = f"recognised as {found}" if found else "which matches no declared device"
-        lines = [f"DEVICE {primary}: its tables are measured on this GPU ({device_name()}, {what})"]
-    else:
-        lines = [f"DEVICE {primary}: its tables replay its recordings (data/recordings/{primary}_<table>.parquet)"]
-    for device in others:
-        present = [Path(recording_path(device=device, table=spec.name)).name for spec in declared
-                   if Path(recording_path(device=device, table=spec.name)).is_file()]
-        why = (f"recordings present ({', '.join(present)}) that this version does not build into tables yet"
-               if present else f"no recording yet (data/recordings/{device}_<table>.parquet: "
-               "scripts/device_record_h100.sh on that GPU)")
-        lines.append(f"SKIPPING device {device}: {why}; its tables stay as committed (the runtime serves it "
-                     f"{primary}'s: docs/devices.md)")
+        lines = [f"DEVICE {measured}: its tables are measured on this GPU ({device_name()}, {what})"]
+        return tuple(lines + [f"SKIPPING device {device}: this GPU is {measured}; its tables stay as committed"
+                              for device in devices if device != measured])
+    primary = devices[0]
+    lines = [f"DEVICE {primary}: its tables replay its recordings (data/recordings/{primary}_<table>.parquet)"]
+    for device in devices[1:]:
+        lines.append(replayed_device_line(params, device=device, primary=primary,
+                                          names=[spec.name for spec in declared]))
     return tuple(lines)
+
+
+def replayed_device_line(params: Mapping[str, Any], *, device: str, primary: str, names: Sequence[str]) -> str:
+    """One banner line of a device besides the primary one in a replayed run: its tables, whole or partial."""
+    mine = [name for name in names if split_device_table(name)[1] == device]
+    if not mine:
+        return (f"SKIPPING device {device}: no recording yet (data/recordings/{device}_<table>.parquet: "
+                f"scripts/device_record_h100.sh on that GPU); its tables stay as committed (the runtime serves it "
+                f"{primary}'s: docs/devices.md)")
+    present = ", ".join(Path(recording_path(device=device, table=split_device_table(name)[0])).name for name in mine)
+    if device in complete_devices(params, names):
+        return (f"DEVICE {device}: its tables replay its recordings ({present}), with its own dispatch lists and "
+                "selectors")
+    missing = [base for base in params.get("tables") or {} if split_device_table(base)[1] is None
+               and device_table_name(base=base, device=device) not in mine]
+    return (f"DEVICE {device}: tables {', '.join(mine)} replay its recordings ({present}); not recorded yet: "
+            f"{', '.join(missing)}, so its dispatch lists and selectors are not built and the runtime serves it "
+            "its fallback's tables whole (docs/devices.md)")
 
 
 def live_device(params: Mapping[str, Any]) -> str | None:
@@ -344,7 +406,7 @@ def unrecorded_shards(plan: Plan, config: Mapping[str, Any]) -> list[Shard]:
         # Checked whole first (tunetable.inputs): a corrupt recording is one line naming it, not a polars error.
         columns = ["table", "M", "N", "K", "config_id", "kernel_hash"]
         rows = (pl.from_pandas(read_recording_columns(plan.recordings[table], columns=columns))
-                .filter((pl.col("table") == table) & (pl.col("kernel_hash") == kernel_source_hash(spec.kernel))))
+                .filter((pl.col("table") == spec.base) & (pl.col("kernel_hash") == kernel_source_hash(spec.kernel))))
         recorded: dict[tuple[int, int, int], set[str]] = {}
         for m, n, k, config_id in rows.select("M", "N", "K", "config_id").iter_rows():
             recorded.setdefault((int(m), int(n), int(k)), set()).add(str(config_id))

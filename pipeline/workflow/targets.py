@@ -76,13 +76,17 @@ def codegen_inputs(plan: Plan, config: Mapping[str, Any]) -> list[str]:
     """Select stamps, snippets and targets: a hand edit of a generated file re-runs codegen.
 
     Codegen renders every declared table and dispatch list; the manifests of those this run leaves
-    out are plain inputs (their select rule is not part of the run).
+    out are plain inputs (their select rule is not part of the run). A selector's data file stands in its
+    snippet's place; one this run selects is represented by its select stamp instead (which holds the file's
+    sha256, and is dropped when the file changes: housekeeping), as a device's first one does not exist yet.
     """
     params = dict(config)
     files: list[str] = [str(select_stamp(spec.name)) for spec in (*plan.tables, *plan.dispatches, *plan.selectors)]
     files += [str(manifest_path(name)) for name in (*plan.skipped, *plan.skipped_dispatches, *plan.skipped_selectors)]
+    selected = {spec.name for spec in plan.selectors}
     for spec in (*table_specs(params), *dispatch_specs(params), *selector_specs(params)):
-        files.append(spec.codegen.snippet)
+        if spec.name not in selected:
+            files.append(spec.codegen.snippet)
         files.extend(spec.codegen.variants.values())
         files.append(spec.codegen.target)
     return sorted(set(files), key=files.index)
