@@ -995,7 +995,7 @@ DEVICES: dict[str, DeviceSpec] = {
         match=DeviceMatch(name="H100", sm_count=132, min_memory_gib=None, max_memory_gib=96)),
 }
 # The devices whose tables this file holds; the first one's are TABLES, DISPATCH and SELECTOR_FILES.
-RECORDED_DEVICES: tuple[str, ...] = ("h200",)
+RECORDED_DEVICES: tuple[str, ...] = ("h200", "h100")
 # END-TUNING-DEVICES
 
 
@@ -1018,5 +1018,922 @@ DEVICE_TABLES: dict[str, DeviceTables] = {
 # (``BEGIN-<DEVICE>-TUNING-LIST-<TABLE>``), and a ``DEVICE_TABLES`` entry once the device has every table.
 # BEGIN-TUNING-DEVICE-TABLES
 # Automatically generated from [params.yaml]: the tables of every device besides the primary one
-# (none has recordings yet: the runtime serves every GPU the primary device's tables)
+# Device h100: its own tables, dispatch lists and selectors
+H100_GEMM_MMA_CONFIGS: list[TuningConfig] = [
+    # BEGIN-H100-TUNING-LIST-GEMM_MMA
+        # Provenance: [manifests/gemm_mma.h100.yaml] params sha256:2ae8c6bdd183, device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [0]
+        TuningConfig(m=1, m_end=32, n=4096, k=4096, kernel="gemm_mma", config_id="c556aeb46a1",
+                     block_m=16, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=4, stages=8, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [1]
+        TuningConfig(m=32, m_end=64, n=4096, k=4096, kernel="gemm_mma", config_id="cf65b71aaa6",
+                     block_m=32, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=4, stages=8, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [2]
+        TuningConfig(m=64, m_end=128, n=4096, k=4096, kernel="gemm_mma", config_id="c17377d83c9",
+                     block_m=32, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=2, stages=6, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [3]
+        TuningConfig(m=128, m_end=256, n=4096, k=4096, kernel="gemm_mma", config_id="c65c78aa8a2",
+                     block_m=64, block_n=64, block_k=128, warps_m=2, warps_n=2,
+                     warps_k=2, stages=4, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [4]
+        TuningConfig(m=256, m_end=1024, n=4096, k=4096, kernel="gemm_mma", config_id="c540ba05a15",
+                     block_m=64, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=4, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [5]
+        TuningConfig(m=1024, m_end=2147483647, n=4096, k=4096, kernel="gemm_mma", config_id="cbb7e888109",
+                     block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=3, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [6]
+        TuningConfig(m=1, m_end=8, n=4096, k=14336, kernel="gemm_mma", config_id="c1482322d11",
+                     block_m=16, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=2, stages=8, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [7]
+        TuningConfig(m=8, m_end=32, n=4096, k=14336, kernel="gemm_mma", config_id="c556aeb46a1",
+                     block_m=16, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=4, stages=8, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [8]
+        TuningConfig(m=32, m_end=64, n=4096, k=14336, kernel="gemm_mma", config_id="cf65b71aaa6",
+                     block_m=32, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=4, stages=8, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [9]
+        TuningConfig(m=64, m_end=128, n=4096, k=14336, kernel="gemm_mma", config_id="c17377d83c9",
+                     block_m=32, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=2, stages=6, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [10]
+        TuningConfig(m=128, m_end=256, n=4096, k=14336, kernel="gemm_mma", config_id="c65c78aa8a2",
+                     block_m=64, block_n=64, block_k=128, warps_m=2, warps_n=2,
+                     warps_k=2, stages=4, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [11]
+        TuningConfig(m=256, m_end=512, n=4096, k=14336, kernel="gemm_mma", config_id="c540ba05a15",
+                     block_m=64, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=4, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [12]
+        TuningConfig(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_mma", config_id="ce0ce2b4d5e",
+                     block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=4, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [13]
+        TuningConfig(m=1024, m_end=2048, n=4096, k=14336, kernel="gemm_mma", config_id="cc8c4c6a8c3",
+                     block_m=256, block_n=128, block_k=64, warps_m=4, warps_n=2,
+                     warps_k=1, stages=3, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [14]
+        TuningConfig(m=2048, m_end=4096, n=4096, k=14336, kernel="gemm_mma", config_id="c2ec1e61dc8",
+                     block_m=256, block_n=128, block_k=64, warps_m=4, warps_n=2,
+                     warps_k=1, stages=4, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [15]
+        TuningConfig(m=4096, m_end=8192, n=4096, k=14336, kernel="gemm_mma", config_id="cc8c4c6a8c3",
+                     block_m=256, block_n=128, block_k=64, warps_m=4, warps_n=2,
+                     warps_k=1, stages=3, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [16]
+        TuningConfig(m=8192, m_end=2147483647, n=4096, k=14336, kernel="gemm_mma", config_id="c3925c11e6f",
+                     block_m=128, block_n=256, block_k=64, warps_m=2, warps_n=4,
+                     warps_k=1, stages=3, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [17]
+        TuningConfig(m=1, m_end=32, n=6144, k=4096, kernel="gemm_mma", config_id="cdba23ace0e",
+                     block_m=16, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=2, stages=6, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [18]
+        TuningConfig(m=32, m_end=64, n=6144, k=4096, kernel="gemm_mma", config_id="c0e533edf66",
+                     block_m=32, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=2, stages=4, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [19]
+        TuningConfig(m=64, m_end=128, n=6144, k=4096, kernel="gemm_mma", config_id="c65c78aa8a2",
+                     block_m=64, block_n=64, block_k=128, warps_m=2, warps_n=2,
+                     warps_k=2, stages=4, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [20]
+        TuningConfig(m=128, m_end=512, n=6144, k=4096, kernel="gemm_mma", config_id="c540ba05a15",
+                     block_m=64, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=4, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [21]
+        TuningConfig(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_mma", config_id="cc30e1d4e81",
+                     block_m=64, block_n=128, block_k=32, warps_m=1, warps_n=4,
+                     warps_k=1, stages=4, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [22]
+        TuningConfig(m=1024, m_end=2147483647, n=6144, k=4096, kernel="gemm_mma", config_id="cbb7e888109",
+                     block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=3, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [23]
+        TuningConfig(m=1, m_end=8, n=8192, k=8192, kernel="gemm_mma", config_id="c556aeb46a1",
+                     block_m=16, block_n=32, block_k=128, warps_m=1, warps_n=2,
+                     warps_k=4, stages=8, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [24]
+        TuningConfig(m=8, m_end=32, n=8192, k=8192, kernel="gemm_mma", config_id="c5d7250bac0",
+                     block_m=16, block_n=64, block_k=128, warps_m=1, warps_n=4,
+                     warps_k=1, stages=6, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [25]
+        TuningConfig(m=32, m_end=64, n=8192, k=8192, kernel="gemm_mma", config_id="caa9764be80",
+                     block_m=32, block_n=64, block_k=128, warps_m=1, warps_n=4,
+                     warps_k=2, stages=6, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [26]
+        TuningConfig(m=64, m_end=128, n=8192, k=8192, kernel="gemm_mma", config_id="c65c78aa8a2",
+                     block_m=64, block_n=64, block_k=128, warps_m=2, warps_n=2,
+                     warps_k=2, stages=4, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [27]
+        TuningConfig(m=128, m_end=512, n=8192, k=8192, kernel="gemm_mma", config_id="c540ba05a15",
+                     block_m=64, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=4, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [28]
+        TuningConfig(m=512, m_end=2147483647, n=8192, k=8192, kernel="gemm_mma", config_id="cbb7e888109",
+                     block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=3, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [29]
+        TuningConfig(m=1, m_end=32, n=14336, k=4096, kernel="gemm_mma", config_id="c88f2d930a4",
+                     block_m=16, block_n=128, block_k=128, warps_m=1, warps_n=4,
+                     warps_k=1, stages=4, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [30]
+        TuningConfig(m=32, m_end=64, n=14336, k=4096, kernel="gemm_mma", config_id="c34d769966c",
+                     block_m=32, block_n=128, block_k=128, warps_m=1, warps_n=4,
+                     warps_k=1, stages=4, split_k=1, group_m=1),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [31]
+        TuningConfig(m=64, m_end=256, n=14336, k=4096, kernel="gemm_mma", config_id="c540ba05a15",
+                     block_m=64, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=4, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [32]
+        TuningConfig(m=256, m_end=1024, n=14336, k=4096, kernel="gemm_mma", config_id="c2ec1e61dc8",
+                     block_m=256, block_n=128, block_k=64, warps_m=4, warps_n=2,
+                     warps_k=1, stages=4, split_k=1, group_m=8),
+        # Automatically generated from [manifests/gemm_mma.h100.yaml]
+        # index: [33]
+        TuningConfig(m=1024, m_end=2147483647, n=14336, k=4096, kernel="gemm_mma", config_id="cbb7e888109",
+                     block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2,
+                     warps_k=1, stages=3, split_k=1, group_m=8),
+    # END-H100-TUNING-LIST-GEMM_MMA
+]
+H100_GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
+    # BEGIN-H100-TUNING-LIST-GEMM_WGMMA
+        # Provenance: [manifests/gemm_wgmma.h100.yaml] params sha256:ce2deeea9962, device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [0]
+        WgmmaTuningConfig(m=1, m_end=8, n=4096, k=4096, kernel="gemm_wgmma", config_id="c8092dd072c",
+                          block_m=64, block_n=128, block_k=128, stages=4,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=4, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [1]
+        WgmmaTuningConfig(m=8, m_end=64, n=4096, k=4096, kernel="gemm_wgmma", config_id="ce9d2033d99",
+                          block_m=64, block_n=64, block_k=128, stages=7,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=2, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [2]
+        WgmmaTuningConfig(m=64, m_end=112, n=4096, k=4096, kernel="gemm_wgmma", config_id="cb3a90e9540",
+                          block_m=64, block_n=64, block_k=64, stages=13,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [3]
+        WgmmaTuningConfig(m=112, m_end=176, n=4096, k=4096, kernel="gemm_wgmma", config_id="c15e2b35668",
+                          block_m=64, block_n=64, block_k=128, stages=7,
+                          consumers=1, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [4]
+        WgmmaTuningConfig(m=176, m_end=256, n=4096, k=4096, kernel="gemm_wgmma", config_id="ca7c6219b6f",
+                          block_m=64, block_n=128, block_k=64, stages=6,
+                          consumers=1, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [5]
+        WgmmaTuningConfig(m=256, m_end=320, n=4096, k=4096, kernel="gemm_wgmma", config_id="c802708bac7",
+                          block_m=128, block_n=64, block_k=64, stages=8,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [6]
+        WgmmaTuningConfig(m=320, m_end=512, n=4096, k=4096, kernel="gemm_wgmma", config_id="c7d87dbb50c",
+                          block_m=128, block_n=128, block_k=64, stages=6,
+                          consumers=2, cluster_m=1, cluster_n=2, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [7]
+        WgmmaTuningConfig(m=512, m_end=1024, n=4096, k=4096, kernel="gemm_wgmma", config_id="c995170dd40",
+                          block_m=128, block_n=128, block_k=64, stages=6,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=1),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [8]
+        WgmmaTuningConfig(m=1024, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma", config_id="c05e6993f39",
+                          block_m=128, block_n=256, block_k=64, stages=4,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=16, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [9]
+        WgmmaTuningConfig(m=1, m_end=64, n=4096, k=14336, kernel="gemm_wgmma", config_id="ce9d2033d99",
+                          block_m=64, block_n=64, block_k=128, stages=7,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=2, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [10]
+        WgmmaTuningConfig(m=64, m_end=112, n=4096, k=14336, kernel="gemm_wgmma", config_id="c05b5213896",
+                          block_m=64, block_n=64, block_k=128, stages=7,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [11]
+        WgmmaTuningConfig(m=112, m_end=176, n=4096, k=14336, kernel="gemm_wgmma", config_id="c15e2b35668",
+                          block_m=64, block_n=64, block_k=128, stages=7,
+                          consumers=1, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [12]
+        WgmmaTuningConfig(m=176, m_end=256, n=4096, k=14336, kernel="gemm_wgmma", config_id="c49cfd20b18",
+                          block_m=192, block_n=128, block_k=64, stages=5,
+                          consumers=3, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=4, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [13]
+        WgmmaTuningConfig(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma", config_id="c995170dd40",
+                          block_m=128, block_n=128, block_k=64, stages=6,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=1),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [14]
+        WgmmaTuningConfig(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma", config_id="c911a830269",
+                          block_m=128, block_n=256, block_k=64, stages=4,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=2, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [15]
+        WgmmaTuningConfig(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma", config_id="c995170dd40",
+                          block_m=128, block_n=128, block_k=64, stages=6,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=1),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [16]
+        WgmmaTuningConfig(m=1024, m_end=4096, n=4096, k=14336, kernel="gemm_wgmma", config_id="c218d6f5726",
+                          block_m=128, block_n=256, block_k=64, stages=4,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [17]
+        WgmmaTuningConfig(m=4096, m_end=8192, n=4096, k=14336, kernel="gemm_wgmma", config_id="c6d4d453c72",
+                          block_m=128, block_n=256, block_k=64, stages=4,
+                          consumers=2, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [18]
+        WgmmaTuningConfig(m=8192, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma", config_id="c05e6993f39",
+                          block_m=128, block_n=256, block_k=64, stages=4,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=16, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [19]
+        WgmmaTuningConfig(m=1, m_end=32, n=6144, k=4096, kernel="gemm_wgmma", config_id="ca88c7f63ff",
+                          block_m=64, block_n=96, block_k=64, stages=10,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=2, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [20]
+        WgmmaTuningConfig(m=32, m_end=112, n=6144, k=4096, kernel="gemm_wgmma", config_id="c35a6eee8da",
+                          block_m=64, block_n=96, block_k=64, stages=10,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [21]
+        WgmmaTuningConfig(m=112, m_end=176, n=6144, k=4096, kernel="gemm_wgmma", config_id="c802708bac7",
+                          block_m=128, block_n=64, block_k=64, stages=8,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [22]
+        WgmmaTuningConfig(m=176, m_end=256, n=6144, k=4096, kernel="gemm_wgmma", config_id="c5be064a1ee",
+                          block_m=64, block_n=192, block_k=64, stages=6,
+                          consumers=1, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [23]
+        WgmmaTuningConfig(m=256, m_end=320, n=6144, k=4096, kernel="gemm_wgmma", config_id="c92851483c1",
+                          block_m=128, block_n=96, block_k=64, stages=7,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [24]
+        WgmmaTuningConfig(m=320, m_end=512, n=6144, k=4096, kernel="gemm_wgmma", config_id="c62685845ed",
+                          block_m=192, block_n=128, block_k=64, stages=5,
+                          consumers=3, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [25]
+        WgmmaTuningConfig(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_wgmma", config_id="ca81defb6d1",
+                          block_m=128, block_n=192, block_k=64, stages=5,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [26]
+        WgmmaTuningConfig(m=1024, m_end=2147483647, n=6144, k=4096, kernel="gemm_wgmma", config_id="c6f7f84261b",
+                          block_m=256, block_n=192, block_k=64, stages=4,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [27]
+        WgmmaTuningConfig(m=1, m_end=8, n=8192, k=8192, kernel="gemm_wgmma", config_id="c3ef087150d",
+                          block_m=64, block_n=128, block_k=64, stages=8,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=2, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [28]
+        WgmmaTuningConfig(m=8, m_end=112, n=8192, k=8192, kernel="gemm_wgmma", config_id="cb3a90e9540",
+                          block_m=64, block_n=64, block_k=64, stages=13,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [29]
+        WgmmaTuningConfig(m=112, m_end=176, n=8192, k=8192, kernel="gemm_wgmma", config_id="c802708bac7",
+                          block_m=128, block_n=64, block_k=64, stages=8,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [30]
+        WgmmaTuningConfig(m=176, m_end=256, n=8192, k=8192, kernel="gemm_wgmma", config_id="c87765b4710",
+                          block_m=192, block_n=128, block_k=64, stages=5,
+                          consumers=3, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=2, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [31]
+        WgmmaTuningConfig(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma", config_id="c995170dd40",
+                          block_m=128, block_n=128, block_k=64, stages=6,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=1),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [32]
+        WgmmaTuningConfig(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma", config_id="c62685845ed",
+                          block_m=192, block_n=128, block_k=64, stages=5,
+                          consumers=3, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [33]
+        WgmmaTuningConfig(m=512, m_end=4096, n=8192, k=8192, kernel="gemm_wgmma", config_id="c05e6993f39",
+                          block_m=128, block_n=256, block_k=64, stages=4,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=16, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [34]
+        WgmmaTuningConfig(m=4096, m_end=8192, n=8192, k=8192, kernel="gemm_wgmma", config_id="c7e7999eabb",
+                          block_m=128, block_n=256, block_k=64, stages=4,
+                          consumers=2, cluster_m=2, cluster_n=1, raster=0,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [35]
+        WgmmaTuningConfig(m=8192, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", config_id="c4b6ea49e86",
+                          block_m=256, block_n=144, block_k=64, stages=4,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [36]
+        WgmmaTuningConfig(m=1, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", config_id="c46af193f02",
+                          block_m=64, block_n=128, block_k=128, stages=4,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [37]
+        WgmmaTuningConfig(m=112, m_end=176, n=14336, k=4096, kernel="gemm_wgmma", config_id="c9cdc065492",
+                          block_m=128, block_n=112, block_k=64, stages=7,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [38]
+        WgmmaTuningConfig(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma", config_id="cfa063dff86",
+                          block_m=192, block_n=128, block_k=64, stages=5,
+                          consumers=3, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [39]
+        WgmmaTuningConfig(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", config_id="ce075fa6ffb",
+                          block_m=128, block_n=224, block_k=64, stages=5,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [40]
+        WgmmaTuningConfig(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma", config_id="c62685845ed",
+                          block_m=192, block_n=128, block_k=64, stages=5,
+                          consumers=3, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [41]
+        WgmmaTuningConfig(m=512, m_end=1024, n=14336, k=4096, kernel="gemm_wgmma", config_id="ce8a49fe873",
+                          block_m=128, block_n=224, block_k=64, stages=5,
+                          consumers=2, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [42]
+        WgmmaTuningConfig(m=1024, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", config_id="ce075fa6ffb",
+                          block_m=128, block_n=224, block_k=64, stages=5,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [43]
+        WgmmaTuningConfig(m=2048, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma", config_id="c711d0d56b5",
+                          block_m=256, block_n=176, block_k=64, stages=4,
+                          consumers=2, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
+    # END-H100-TUNING-LIST-GEMM_WGMMA
+]
+H100_GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
+    # BEGIN-H100-TUNING-LIST-GEMM_SWAP
+        # Provenance: [manifests/gemm_wgmma_swap.h100.yaml] params sha256:df37192a7494, device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [0]
+        SwapTuningConfig(m=1, m_end=32, n=4096, k=4096, kernel="gemm_wgmma_swap", config_id="ce2e4d4c14f",
+                         block_m=40, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [1]
+        SwapTuningConfig(m=32, m_end=112, n=4096, k=4096, kernel="gemm_wgmma_swap", config_id="c419852ee1e",
+                         block_m=48, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [2]
+        SwapTuningConfig(m=112, m_end=176, n=4096, k=4096, kernel="gemm_wgmma_swap", config_id="cbb1316b55c",
+                         block_m=64, block_n=64, block_k=128, stages=7,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [3]
+        SwapTuningConfig(m=176, m_end=256, n=4096, k=4096, kernel="gemm_wgmma_swap", config_id="c15d5c3560d",
+                         block_m=88, block_n=64, block_k=128, stages=5,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [4]
+        SwapTuningConfig(m=256, m_end=320, n=4096, k=4096, kernel="gemm_wgmma_swap", config_id="ca0cfa76740",
+                         block_m=72, block_n=128, block_k=64, stages=8,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [5]
+        SwapTuningConfig(m=320, m_end=512, n=4096, k=4096, kernel="gemm_wgmma_swap", config_id="c26f61dd7af",
+                         block_m=80, block_n=128, block_k=64, stages=8,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [6]
+        SwapTuningConfig(m=512, m_end=1024, n=4096, k=4096, kernel="gemm_wgmma_swap", config_id="c7deb9573ee",
+                         block_m=144, block_n=128, block_k=64, stages=6,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [7]
+        SwapTuningConfig(m=1024, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma_swap", config_id="cd57ea8e1dc",
+                         block_m=256, block_n=128, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [8]
+        SwapTuningConfig(m=1, m_end=32, n=4096, k=14336, kernel="gemm_wgmma_swap", config_id="c4e0cb1d4d5",
+                         block_m=48, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=2),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [9]
+        SwapTuningConfig(m=32, m_end=112, n=4096, k=14336, kernel="gemm_wgmma_swap", config_id="c419852ee1e",
+                         block_m=48, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [10]
+        SwapTuningConfig(m=112, m_end=176, n=4096, k=14336, kernel="gemm_wgmma_swap", config_id="cbb1316b55c",
+                         block_m=64, block_n=64, block_k=128, stages=7,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [11]
+        SwapTuningConfig(m=176, m_end=256, n=4096, k=14336, kernel="gemm_wgmma_swap", config_id="c15d5c3560d",
+                         block_m=88, block_n=64, block_k=128, stages=5,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [12]
+        SwapTuningConfig(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma_swap", config_id="ca0cfa76740",
+                         block_m=72, block_n=128, block_k=64, stages=8,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [13]
+        SwapTuningConfig(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma_swap", config_id="c26f61dd7af",
+                         block_m=80, block_n=128, block_k=64, stages=8,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [14]
+        SwapTuningConfig(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma_swap", config_id="c48c2374c70",
+                         block_m=128, block_n=128, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [15]
+        SwapTuningConfig(m=1024, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma_swap", config_id="cd57ea8e1dc",
+                         block_m=256, block_n=128, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [16]
+        SwapTuningConfig(m=1, m_end=64, n=6144, k=4096, kernel="gemm_wgmma_swap", config_id="c419852ee1e",
+                         block_m=48, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [17]
+        SwapTuningConfig(m=64, m_end=176, n=6144, k=4096, kernel="gemm_wgmma_swap", config_id="ca0cfa76740",
+                         block_m=72, block_n=128, block_k=64, stages=8,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [18]
+        SwapTuningConfig(m=176, m_end=256, n=6144, k=4096, kernel="gemm_wgmma_swap", config_id="cb530ae64c0",
+                         block_m=96, block_n=128, block_k=64, stages=8,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [19]
+        SwapTuningConfig(m=256, m_end=320, n=6144, k=4096, kernel="gemm_wgmma_swap", config_id="c7deb9573ee",
+                         block_m=144, block_n=128, block_k=64, stages=6,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [20]
+        SwapTuningConfig(m=320, m_end=512, n=6144, k=4096, kernel="gemm_wgmma_swap", config_id="c912339e000",
+                         block_m=160, block_n=128, block_k=64, stages=6,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [21]
+        SwapTuningConfig(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_wgmma_swap", config_id="cc176767297",
+                         block_m=112, block_n=128, block_k=64, stages=7,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [22]
+        SwapTuningConfig(m=1024, m_end=2147483647, n=6144, k=4096, kernel="gemm_wgmma_swap", config_id="c4a15955779",
+                         block_m=96, block_n=256, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [23]
+        SwapTuningConfig(m=1, m_end=8, n=8192, k=8192, kernel="gemm_wgmma_swap", config_id="ce2e4d4c14f",
+                         block_m=40, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [24]
+        SwapTuningConfig(m=8, m_end=32, n=8192, k=8192, kernel="gemm_wgmma_swap", config_id="c419852ee1e",
+                         block_m=48, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [25]
+        SwapTuningConfig(m=32, m_end=64, n=8192, k=8192, kernel="gemm_wgmma_swap", config_id="ce2e4d4c14f",
+                         block_m=40, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [26]
+        SwapTuningConfig(m=64, m_end=112, n=8192, k=8192, kernel="gemm_wgmma_swap", config_id="c1c5004278b",
+                         block_m=80, block_n=64, block_k=128, stages=6,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [27]
+        SwapTuningConfig(m=112, m_end=176, n=8192, k=8192, kernel="gemm_wgmma_swap", config_id="ca0cfa76740",
+                         block_m=72, block_n=128, block_k=64, stages=8,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [28]
+        SwapTuningConfig(m=176, m_end=256, n=8192, k=8192, kernel="gemm_wgmma_swap", config_id="cb530ae64c0",
+                         block_m=96, block_n=128, block_k=64, stages=8,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [29]
+        SwapTuningConfig(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma_swap", config_id="c7deb9573ee",
+                         block_m=144, block_n=128, block_k=64, stages=6,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [30]
+        SwapTuningConfig(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma_swap", config_id="c912339e000",
+                         block_m=160, block_n=128, block_k=64, stages=6,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [31]
+        SwapTuningConfig(m=512, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma_swap", config_id="cd57ea8e1dc",
+                         block_m=256, block_n=128, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [32]
+        SwapTuningConfig(m=1, m_end=8, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="c419852ee1e",
+                         block_m=48, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [33]
+        SwapTuningConfig(m=8, m_end=32, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="ce2e4d4c14f",
+                         block_m=40, block_n=64, block_k=128, stages=8,
+                         consumers=1, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [34]
+        SwapTuningConfig(m=32, m_end=64, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="c5b06206301",
+                         block_m=32, block_n=128, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [35]
+        SwapTuningConfig(m=64, m_end=128, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="ca0cfa76740",
+                         block_m=72, block_n=128, block_k=64, stages=8,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [36]
+        SwapTuningConfig(m=128, m_end=176, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="c48c2374c70",
+                         block_m=128, block_n=128, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [37]
+        SwapTuningConfig(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="cfb20e194d1",
+                         block_m=176, block_n=128, block_k=64, stages=5,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [38]
+        SwapTuningConfig(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="cd57ea8e1dc",
+                         block_m=256, block_n=128, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [39]
+        SwapTuningConfig(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="c96c7331b58",
+                         block_m=160, block_n=256, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [40]
+        SwapTuningConfig(m=512, m_end=1024, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="cd57ea8e1dc",
+                         block_m=256, block_n=128, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+        # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
+        # index: [41]
+        SwapTuningConfig(m=1024, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma_swap", config_id="c96c7331b58",
+                         block_m=160, block_n=256, block_k=64, stages=4,
+                         consumers=2, split_k=1),
+    # END-H100-TUNING-LIST-GEMM_SWAP
+]
+H100_GEMM_DISPATCH: list[FamilyChoice] = [
+    # BEGIN-H100-TUNING-LIST-GEMM_DISPATCH
+        # Provenance: [manifests/gemm_dispatch.h100.yaml] params sha256:df1d5c174b66, device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [0]
+        FamilyChoice(m=1, m_end=32, n=4096, k=4096, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c556aeb46a1"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [1]
+        FamilyChoice(m=32, m_end=112, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c419852ee1e"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [2]
+        FamilyChoice(m=112, m_end=176, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cbb1316b55c"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [3]
+        FamilyChoice(m=176, m_end=256, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c15d5c3560d"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [4]
+        FamilyChoice(m=256, m_end=320, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c802708bac7"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [5]
+        FamilyChoice(m=320, m_end=512, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c26f61dd7af"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [6]
+        FamilyChoice(m=512, m_end=1024, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c995170dd40"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [7]
+        FamilyChoice(m=1024, m_end=2048, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cd57ea8e1dc"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [8]
+        FamilyChoice(m=2048, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [9]
+        FamilyChoice(m=1, m_end=8, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c1482322d11"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [10]
+        FamilyChoice(m=8, m_end=32, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c556aeb46a1"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [11]
+        FamilyChoice(m=32, m_end=112, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c419852ee1e"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [12]
+        FamilyChoice(m=112, m_end=176, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cbb1316b55c"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [13]
+        FamilyChoice(m=176, m_end=256, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c15d5c3560d"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [14]
+        FamilyChoice(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ca0cfa76740"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [15]
+        FamilyChoice(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c26f61dd7af"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [16]
+        FamilyChoice(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c995170dd40"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [17]
+        FamilyChoice(m=1024, m_end=4096, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c218d6f5726"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [18]
+        FamilyChoice(m=4096, m_end=8192, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c6d4d453c72"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [19]
+        FamilyChoice(m=8192, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [20]
+        FamilyChoice(m=1, m_end=32, n=6144, k=4096, kernel="gemm_mma", table="gemm_mma",
+                     config_id="cdba23ace0e"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [21]
+        FamilyChoice(m=32, m_end=112, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c35a6eee8da"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [22]
+        FamilyChoice(m=112, m_end=176, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ca0cfa76740"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [23]
+        FamilyChoice(m=176, m_end=256, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cb530ae64c0"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [24]
+        FamilyChoice(m=256, m_end=320, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c92851483c1"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [25]
+        FamilyChoice(m=320, m_end=512, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c912339e000"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [26]
+        FamilyChoice(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ca81defb6d1"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [27]
+        FamilyChoice(m=1024, m_end=2147483647, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c6f7f84261b"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [28]
+        FamilyChoice(m=1, m_end=8, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c556aeb46a1"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [29]
+        FamilyChoice(m=8, m_end=32, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c5d7250bac0"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [30]
+        FamilyChoice(m=32, m_end=64, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ce2e4d4c14f"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [31]
+        FamilyChoice(m=64, m_end=112, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="cb3a90e9540"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [32]
+        FamilyChoice(m=112, m_end=176, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c802708bac7"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [33]
+        FamilyChoice(m=176, m_end=256, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cb530ae64c0"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [34]
+        FamilyChoice(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c995170dd40"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [35]
+        FamilyChoice(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c912339e000"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [36]
+        FamilyChoice(m=512, m_end=4096, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [37]
+        FamilyChoice(m=4096, m_end=8192, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c7e7999eabb"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [38]
+        FamilyChoice(m=8192, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c4b6ea49e86"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [39]
+        FamilyChoice(m=1, m_end=8, n=14336, k=4096, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c88f2d930a4"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [40]
+        FamilyChoice(m=8, m_end=32, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ce2e4d4c14f"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [41]
+        FamilyChoice(m=32, m_end=64, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c5b06206301"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [42]
+        FamilyChoice(m=64, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c46af193f02"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [43]
+        FamilyChoice(m=112, m_end=176, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c9cdc065492"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [44]
+        FamilyChoice(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cfb20e194d1"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [45]
+        FamilyChoice(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ce075fa6ffb"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [46]
+        FamilyChoice(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c96c7331b58"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [47]
+        FamilyChoice(m=512, m_end=1024, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ce8a49fe873"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [48]
+        FamilyChoice(m=1024, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ce075fa6ffb"),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [49]
+        FamilyChoice(m=2048, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c711d0d56b5"),
+    # END-H100-TUNING-LIST-GEMM_DISPATCH
+]
+H100_SELECTOR_FILES: dict[str, SelectorFile] = {
+    # BEGIN-H100-TUNING-SELECTOR-GEMM_SELECTOR
+    # Automatically generated from [kernels/data/gemm_selector.h100.json]: its sha256, candidates and provenance
+    "gemm_selector": SelectorFile(
+        path="data/gemm_selector.h100.json",
+        sha256="993ce0f6f63b95971cbead870c8e842da928babc8ee2fbb1878c3715a9b7dea1",
+        candidates=499,
+        provenance=(
+            ("table", "gemm_selector"),
+            ("tables", "gemm_mma,gemm_wgmma,gemm_wgmma_swap"),
+            ("basis", "log(median / cuBLAS yardstick, the tables' rows pooled) - log(perf "
+                      "model / roofline floor) per (N, K), linear in log M between anchors; at "
+                      "a shape their mean weighted by e^(-octaves beyond the (N, K)'s Ms) x 1 "
+                      "for every (N, K) (cuBLAS: e^(-distance / 0.5))"),
+            ("device", "NVIDIA H100 80GB HBM3"),
+            ("date", "2026-12-06"),
+            ("anchors", "1,8,32,64,112,128,176,256,320,512,1024,2048,4096,8192"),
+            ("candidates", 12),
+            ("lattice", "N, K in 1024..32768 (11 values), 8 Ms per range, a shortlist per point "
+                        "over the points within 1"),
+            ("gemm_mma_recording", "data/recordings/h100_gemm_mma.parquet"),
+            ("gemm_mma_data_hash", "adf59b5c72763b36"),
+            ("gemm_mma_kernel_hash", "8a2c6cc2595fc8fb"),
+            ("gemm_mma_git_rev", "1460366"),
+            ("gemm_mma_date", "2026-12-06"),
+            ("gemm_mma_shapes", 55),
+            ("gemm_wgmma_recording", "data/recordings/h100_gemm_wgmma.parquet"),
+            ("gemm_wgmma_data_hash", "546a828d34ed7ff8"),
+            ("gemm_wgmma_kernel_hash", "43ae37918bb9c853"),
+            ("gemm_wgmma_git_rev", "1460366"),
+            ("gemm_wgmma_date", "2026-12-06"),
+            ("gemm_wgmma_shapes", 70),
+            ("gemm_wgmma_swap_recording", "data/recordings/h100_gemm_wgmma_swap.parquet"),
+            ("gemm_wgmma_swap_data_hash", "600f48f73b2899ec"),
+            ("gemm_wgmma_swap_kernel_hash", "e9b97fabc6af4960"),
+            ("gemm_wgmma_swap_git_rev", "1460366"),
+            ("gemm_wgmma_swap_date", "2026-12-06"),
+            ("gemm_wgmma_swap_shapes", 55),
+        ),
+    ),
+    # END-H100-TUNING-SELECTOR-GEMM_SELECTOR
+}
+DEVICE_TABLES["h100"] = DeviceTables(
+    tables={
+        "gemm_mma": H100_GEMM_MMA_CONFIGS,
+        "gemm_wgmma": H100_GEMM_WGMMA_CONFIGS,
+        "gemm_wgmma_swap": H100_GEMM_WGMMA_SWAP_CONFIGS,
+    },
+    dispatch={
+        "gemm_dispatch": H100_GEMM_DISPATCH,
+    },
+    selector_files=H100_SELECTOR_FILES,
+)
 # END-TUNING-DEVICE-TABLES
