@@ -44,6 +44,7 @@ import table_vs_cublas as tvc  # noqa: E402
 from tunetable import rank, resultset  # noqa: E402
 from tunetable.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
 from tunetable.inputs import load_checked_recording  # noqa: E402
+from tunetable.keys import sha256_file  # noqa: E402
 from tunetable.kernels.families.devices import recording_path  # noqa: E402
 from tunetable.manifest import ManifestEntry, lookup, parse_manifest_text, ranges_from_text  # noqa: E402
 from tunetable.params import dispatch_spec, load_params, table_spec  # noqa: E402
@@ -241,6 +242,7 @@ def figures() -> dict[str, Any]:
                  for d in DEVICES}
     return {
         "recordings": {d: {t: str(recording(device=d, table=t).relative_to(REPO)) for t in TABLES} for d in DEVICES},
+        "recording_sha256": {d: {t: sha256_file(recording(device=d, table=t)) for t in TABLES} for d in DEVICES},
         "h200_selection_equals_committed": same,
         "speedup_vs_cublas": summaries,
         "differences": {t: winner_differences(table=t, times=times, selections=chosen) for t in TABLES},
