@@ -43,6 +43,7 @@ import table_vs_cublas as tvc  # noqa: E402
 
 from tunetable import rank, resultset  # noqa: E402
 from tunetable.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from tunetable.errors import TuneTableError  # noqa: E402
 from tunetable.inputs import load_checked_recording  # noqa: E402
 from tunetable.keys import sha256_file  # noqa: E402
 from tunetable.kernels.families.devices import recording_path  # noqa: E402
@@ -422,4 +423,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except TuneTableError as exc:   # an unreadable or unverifiable recording or manifest: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

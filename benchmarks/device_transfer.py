@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.errors import TuneTableError  # noqa: E402
 from tunetable.keys import sha256_file  # noqa: E402
 from tunetable.params import load_params, table_spec  # noqa: E402
 from tunetable.search import make_strategy  # noqa: E402
@@ -193,4 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except TuneTableError as exc:   # an unreadable or unverifiable recording: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None

@@ -63,3 +63,16 @@ def test_transfer_summary_counts_shapes_reached_within_the_budget() -> None:
     assert (item["shapes_within_2pct"], item["share_within_2pct"]) == (1, 0.5)
     assert (item["measurements"], item["exhaustive_measurements"], item["measurement_share"]) == (8, 80, 0.1)
     assert item["worst_best_vs_exhaustive"] == 1.05
+
+
+def test_device_transfer_names_a_missing_recording_in_one_line(tmp_path) -> None:
+    """A seed that does not exist: one error line naming it, exit 2, nothing written."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(device_transfer.REPO / "benchmarks/device_transfer.py"),
+                           "--seed-from", str(tmp_path / "absent.parquet"),
+                           "--target", str(device_transfer.REPO / "data/recordings/h100_gemm_mma.parquet"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (2, f"error: {tmp_path / 'absent.parquet'}: no such file\n")
+    assert list(tmp_path.iterdir()) == []
