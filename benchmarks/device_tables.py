@@ -283,7 +283,7 @@ def difference_rows(result: dict[str, Any]) -> list[list[str]]:
     for name, item in result["differences"].items():
         for label, part in (("all", item), *item["by_m"].items()):
             cost = part["selected_cost"]
-            worst = cost.get("worst", [{}])[0] if cost.get("shapes") else {}
+            worst = cost["worst"][0] if cost.get("shapes") and cost["max"] > 0 else {}
             rows.append([name, label, str(part["shapes"]), str(part["strict_winner_differs"]),
                          str(part["selected_differs"]), f"{100 * cost.get('geomean', 0.0):.2f} %",
                          f"{100 * cost.get('max', 0.0):.2f} %", str(cost.get("over_2pct", 0)),
@@ -336,6 +336,14 @@ def verdicts(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def selector_line(quoted: dict[str, Any] | None) -> str:
+    """The quoted selector figure in words (or why it is absent)."""
+    if not quoted:
+        return "not available (benchmarks/results/unseen_shapes.json has no validation figure)"
+    return (f"{quoted['speedup_vs_cublas']:.3f}x cuBLAS, {quoted['of_exhaustive_best']:.3f}x the exhaustive best "
+            f"(quoted from {quoted['source']})")
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The report as Markdown."""
     def table(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
@@ -355,7 +363,7 @@ def markdown(result: dict[str, Any]) -> str:
              *table(DIFFERENCE_COLUMNS, difference_rows(result)), "",
              "## Held out: the validation shapes (never tuned on), reach = best configuration per shape", "",
              *table(VALIDATION_COLUMNS, validation_rows(result)), "",
-             f"- selector's choice on the H200: {json.dumps(result['selector_on_validation']['h200'])}",
+             f"- selector's choice on the H200: {selector_line(result['selector_on_validation']['h200'])}",
              "- selector's choice on the H100: not computable "
              f"({result['selector_on_validation']['h100_why_missing']})",
              "", *(f"- {line}" for line in verdicts(result)), "", "![per shape](device_tables.png)"]
