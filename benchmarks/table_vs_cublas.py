@@ -76,6 +76,17 @@ def table_ratios(*, times: dict[tuple[int, int, int], dict[str, float]],
     return ratios
 
 
+def dispatch_ratios(*, series: dict[str, dict[tuple[int, int, int], float]],
+                    entries: list[ManifestEntry]) -> dict[tuple[int, int, int], float]:
+    """Per shape of any table: the ratio of the table the dispatch list names there (its selected configuration)."""
+    dispatch = {}
+    for shape in set().union(*series.values()):
+        choice = lookup(entries, m=shape[0], n=shape[1], k=shape[2])
+        if choice is not None and shape in series[choice.values["TABLE"]]:
+            dispatch[shape] = series[choice.values["TABLE"]][shape]
+    return dispatch
+
+
 def shown(*, value: float, target: float) -> str:
     """The value to 3 decimals, or to 4 where 3 would round it onto the other side of its target."""
     text = f"{value:.3f}"
@@ -182,13 +193,7 @@ def main() -> None:
     times = {name: shard_times(REPO / path) for name, path in TABLES.items()}
     series = {name: table_ratios(times=times[name], entries=manifest_entries(REPO / f"manifests/{name}.yaml"))
               for name in TABLES}
-    dispatch_entries = manifest_entries(REPO / DISPATCH)
-    dispatch = {}
-    for shape in set().union(*series.values()):
-        choice = lookup(dispatch_entries, m=shape[0], n=shape[1], k=shape[2])
-        if choice is not None and shape in series[choice.values["TABLE"]]:
-            dispatch[shape] = series[choice.values["TABLE"]][shape]
-    series["gemm_dispatch"] = dispatch
+    series["gemm_dispatch"] = dispatch_ratios(series=series, entries=manifest_entries(REPO / DISPATCH))
 
     best_square = {}
     for name in TABLES:

@@ -219,9 +219,18 @@ def test_tune_device_seeds_every_table_s_search_from_the_other_device_s_recordin
     done = _tunetable("tune-device", "--device", "h100", "--seed-from", "h200", "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert load_params(out)["tables"]["gemm_wgmma"]["search"]["learn_from"] == "data/recordings/h200_gemm_wgmma.parquet"
-    missing = _tunetable("tune-device", "--device", "h200", "--seed-from", "h100", "--out", str(out))
+    # The H100's recordings exist (data/recordings/h100_*): they seed the other direction as well.
+    back = _tunetable("tune-device", "--device", "h200", "--seed-from", "h100", "--out", str(out))
+    assert back.returncode == 0, back.stderr
+    assert load_params(out)["tables"]["gemm_mma"]["search"]["learn_from"] == "data/recordings/h100_gemm_mma.parquet"
+    # A project without the seed device's recordings: one error line naming the first one missing.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "params.yaml").write_bytes((REPO / "params.yaml").read_bytes())
+    missing = _tunetable("tune-device", "--device", "h100", "--seed-from", "h200", "--params",
+                         str(bare / "params.yaml"), "--out", str(out))
     assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1] == (
-        "error: data/recordings/h100_gemm_mma.parquet: no recording of table gemm_mma on h100 to seed from")
+        "error: data/recordings/h200_gemm_mma.parquet: no recording of table gemm_mma on h200 to seed from")
 
 
 def test_device_transfer_with_the_whole_grid_as_budget_reaches_every_exhaustive_best(tmp_path: Path) -> None:
