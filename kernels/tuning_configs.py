@@ -1021,7 +1021,8 @@ DEVICE_TABLES: dict[str, DeviceTables] = {
 # Device h100: its own tables, dispatch lists and selectors
 H100_GEMM_MMA_CONFIGS: list[TuningConfig] = [
     # BEGIN-H100-TUNING-LIST-GEMM_MMA
-        # Provenance: [manifests/gemm_mma.h100.yaml] params sha256:2ae8c6bdd183, device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Provenance: [manifests/gemm_mma.h100.yaml] params sha256:2ae8c6bdd183,
+        # device: NVIDIA H100 80GB HBM3, date: 2026-12-06
         # Automatically generated from [manifests/gemm_mma.h100.yaml]
         # index: [0]
         TuningConfig(m=1, m_end=32, n=4096, k=4096, kernel="gemm_mma", config_id="c556aeb46a1",
@@ -1196,7 +1197,8 @@ H100_GEMM_MMA_CONFIGS: list[TuningConfig] = [
 ]
 H100_GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
     # BEGIN-H100-TUNING-LIST-GEMM_WGMMA
-        # Provenance: [manifests/gemm_wgmma.h100.yaml] params sha256:ce2deeea9962, device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Provenance: [manifests/gemm_wgmma.h100.yaml] params sha256:ce2deeea9962,
+        # device: NVIDIA H100 80GB HBM3, date: 2026-12-06
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
         # index: [0]
         WgmmaTuningConfig(m=1, m_end=8, n=4096, k=4096, kernel="gemm_wgmma", config_id="c8092dd072c",
@@ -1465,7 +1467,8 @@ H100_GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
 ]
 H100_GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
     # BEGIN-H100-TUNING-LIST-GEMM_SWAP
-        # Provenance: [manifests/gemm_wgmma_swap.h100.yaml] params sha256:df37192a7494, device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Provenance: [manifests/gemm_wgmma_swap.h100.yaml] params sha256:df37192a7494,
+        # device: NVIDIA H100 80GB HBM3, date: 2026-12-06
         # Automatically generated from [manifests/gemm_wgmma_swap.h100.yaml]
         # index: [0]
         SwapTuningConfig(m=1, m_end=32, n=4096, k=4096, kernel="gemm_wgmma_swap", config_id="ce2e4d4c14f",
@@ -1680,7 +1683,8 @@ H100_GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
 ]
 H100_GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-H100-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.h100.yaml] params sha256:df1d5c174b66, device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Provenance: [manifests/gemm_dispatch.h100.yaml] params sha256:df1d5c174b66,
+        # device: NVIDIA H100 80GB HBM3, date: 2026-12-06
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [0]
         FamilyChoice(m=1, m_end=32, n=4096, k=4096, kernel="gemm_mma", table="gemm_mma",

@@ -55,6 +55,9 @@ def params_hash(parameters: Sequence[Mapping[str, Any]]) -> str:
     return sha256_text(canonical_json([dict(entry) for entry in parameters]))[:PARAMS_HASH_LENGTH]
 
 
+GENERATED_LINE_LIMIT = 120   # the project's line length (pyproject's ruff), which the generated file keeps too
+
+
 def _one_line(value: Any) -> str:
     """A value as codegen renders it, with its whitespace collapsed onto one line."""
     return " ".join(format_value(value).split())
@@ -66,10 +69,12 @@ def provenance_comment(
     """The region's first line: manifest label, params hash, device and date of the measurement."""
     device = _one_line(provenance.get("device", "unknown"))
     date = _one_line(provenance.get("date", "unknown"))
-    return (
-        f"{indent}# Provenance: [{source_label}] params sha256:{params_hash(parameters)}, "
-        f"device: {device}, date: {date}"
-    )
+    head = f"{indent}# Provenance: [{source_label}] params sha256:{params_hash(parameters)}, "
+    tail = f"device: {device}, date: {date}"
+    if len(head) + len(tail) <= GENERATED_LINE_LIMIT:
+        return head + tail
+    # A long device name (another device's table) goes on a comment line of its own: lines stay within ruff's limit.
+    return f"{head.rstrip()}\n{indent}# {tail}"
 
 
 def _entry_snippet(

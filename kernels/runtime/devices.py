@@ -21,11 +21,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tunetable.kernels.families.devices import DeviceSpec, recognise, serving_device
-from tunetable.kernels.tuning_configs import DEVICES, RECORDED_DEVICES
+from tunetable.kernels.tuning_configs import DEVICE_TABLES, DEVICES, RECORDED_DEVICES
 
 SUPPORTED_ARCH = (9, 0)             # sm_90a kernels: wgmma, TMA (compute capability 9.0)
 ARCH = "sm_90a"                     # the declared devices' architecture the kernels are built for
 GIB = 1 << 30
+
+
+def measured_on(device: str) -> str:
+    """The GPU a recorded device's tables were measured on, as its selector's provenance names it ('NVIDIA H200')."""
+    tables = DEVICE_TABLES.get(device)
+    for selector in (tables.selector_files.values() if tables is not None else ()):
+        named = dict(selector.provenance).get("device")
+        if named:
+            return str(named)
+    spec = DEVICES.get(device)
+    return f"an {spec.match.name}" if spec is not None else device
 
 
 class UnsupportedDeviceError(RuntimeError):
@@ -81,7 +92,7 @@ def table_device(info: GpuInfo, *, recorded: Sequence[str] = RECORDED_DEVICES,
         return TableDevice(device=serving, identified=found)
     what = f"device {found}" if found is not None else "a Hopper GPU that no declared device matches"
     warning = (f"tunetable.gemm: {info.describe()} is {what} with no tables of its own; running device "
-               f"{serving}'s tables (recorded: {', '.join(recorded)}), tuned for another GPU. To record tables "
-               f"for it, declare it in params.yaml's devices: and record on it (docs/devices.md: "
-               f"scripts/device_record_h100.sh, or `tunetable tune-device`)")
+               f"{serving}'s tables, measured on {measured_on(serving)} (recorded: {', '.join(recorded)}), tuned "
+               f"for another GPU. To record tables for it, declare it in params.yaml's devices: and record on it "
+               f"(docs/devices.md: scripts/device_record_h100.sh, or `tunetable tune-device`)")
     return TableDevice(device=serving, identified=found, warning=warning)
