@@ -442,7 +442,7 @@ def gemm(a: Any, b: Any, out: Any = None, *, stream: Any = None) -> Any:
         decision = dispatcher(device=serving).decide(m=m, n=n, k=k)
         entry = decision.entry
         if decision.prediction is not None and online.enabled():
-            entry = _tuned_entry(a=a, b=b, out=out, m=m, n=n, k=k, device=serving)
+            entry = _tuned_entry(a=a, b=b, out=out, m=m, n=n, k=k, device=serving, gpu=found.info)
         plan = found.shape_plans[(m, n, k)] = found.plan(entry, m=m, n=n, k=k)
     recorder = record._state.get("recorder")
     if recorder is not None:
@@ -505,11 +505,14 @@ def _torch_fast(a: Any, b: Any, out: Any) -> Any:
 _online: dict[str, online.OnlineTuner] = {}
 
 
-def _tuned_entry(*, a: Any, b: Any, out: Any, m: int, n: int, k: int, device: str) -> TableEntry:
-    """TUNETABLE_AUTOTUNE: the fastest of ``device``'s selector's top candidates on these inputs (runtime.online)."""
+def _tuned_entry(*, a: Any, b: Any, out: Any, m: int, n: int, k: int, device: str, gpu: GpuInfo) -> TableEntry:
+    """TUNETABLE_AUTOTUNE: the fastest of ``device``'s selector's top candidates on these inputs (runtime.online),
+    tuned and cached for the GPU the operands live on (``gpu``), not the current CUDA device."""
     tuner = _online.setdefault("tuner", online.OnlineTuner(gemm_with=gemm_with))
     ranking = online.ranking(shape_selector(device=device), m=m, n=n, k=k)
-    chosen = tuner.choose(m=m, n=n, k=k, a=a, b=b, out=out, ranking=ranking)
+    major, minor = gpu.compute_capability
+    chosen = tuner.choose(m=m, n=n, k=k, a=a, b=b, out=out, ranking=ranking,
+                          device=f"{gpu.name} (sm_{major}{minor})")   # autotune.default_device's form
     return explicit_entry(chosen["family"], tuple(chosen["tunables"].items()), n, k)
 
 
