@@ -134,14 +134,16 @@ def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
                               kernel=TABLE)
     choice = FamilyChoice(m=1, m_end=INT32_MAX, n=6144, k=4096, kernel=TABLE, table=TABLE,
                           config_id=entry.config_id)
+    serving = launch.runtime().table.device   # the recorded device whose tables gemm() serves this GPU
     decide.set_dispatcher(decide.FamilyDispatcher(choices=[choice],
-                                                      tables={"gemm_mma": TABLES["gemm_mma"], TABLE: [entry]}))
+                                                      tables={"gemm_mma": TABLES["gemm_mma"], TABLE: [entry]}),
+                          device=serving)
     try:
         a, b = operands(torch, 333, 6144, 4096)
         c = launch.gemm(a, b)
         torch.cuda.synchronize()
         assert rel_err(c, a, b) < REL_TOL
-        decision = decide.dispatcher().decide(m=333, n=6144, k=4096)
+        decision = decide.dispatcher(device=serving).decide(m=333, n=6144, k=4096)
         assert decision.entry == entry and decision.choice == choice and not decision.fallback
         plan = launch.runtime().plan(entry, m=333, n=6144, k=4096)
         assert plan.plan.kernel is not None and plan.encodes == 1   # a driver kernel (by-value tensor maps)
@@ -152,9 +154,9 @@ def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
         assert rel_err(out, a, b) < REL_TOL and plan.encodes == 2
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", decide.FallbackWarning)
-            assert decide.dispatcher().decide(m=77, n=4096, k=4096).entry.kernel == "gemm_mma"  # not listed
+            assert decide.dispatcher(device=serving).decide(m=77, n=4096, k=4096).entry.kernel == "gemm_mma"
     finally:
-        decide.set_dispatcher(None)
+        decide.set_dispatcher(None, device=serving)
 
 
 @pytest.mark.parametrize("family", TMA_TABLES)
@@ -181,9 +183,11 @@ def test_tail_split_is_right_on_every_repeat(torch, shape: tuple[int, int, int],
 def test_generated_wgmma_choices_run_through_kernels_gemm(torch, table: str) -> None:
     """Whatever the checked-in dispatch list sends to a TMA table is right."""
     import tunetable.kernels
-    from tunetable.kernels.tuning_configs import DISPATCH
+    from tunetable.kernels.runtime import launch
+    from tunetable.kernels.tuning_configs import DEVICE_TABLES
 
-    choices = [c for c in DISPATCH["gemm_dispatch"] if c.table == table]
+    serving = launch.runtime().table.device   # this GPU's device's dispatch list (an H100 its own)
+    choices = [c for c in DEVICE_TABLES[serving].dispatch["gemm_dispatch"] if c.table == table]
     for choice in choices:
         m = min(max(choice.m, 1), 4096)
         a, b = operands(torch, m, choice.n, choice.k)

@@ -41,6 +41,11 @@ def validation_shapes() -> list[tuple[int, int, int]]:
     return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(lines)]
 
 
+def serving() -> str:
+    """The recorded device whose tables gemm() serves this GPU (an H100 its own, since 2026-12-06)."""
+    return launch.runtime().table.device
+
+
 def operands(m: int, n: int, k: int, seed: int = 0) -> tuple["torch.Tensor", "torch.Tensor"]:
     gen = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn((m, k), generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16)
@@ -57,10 +62,10 @@ def rel_err(c: "torch.Tensor", a: "torch.Tensor", b: "torch.Tensor") -> float:
 def fresh_runtime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The generated tables and a new selector, no plans or online tuners yet, a private autotune cache."""
     monkeypatch.setenv("TUNETABLE_CACHE_DIR", str(tmp_path / "autotune"))
-    decide.set_dispatcher(None)
+    decide.set_dispatcher(None, device=serving())
     launch._online.clear()
     yield tmp_path / "autotune"
-    decide.set_dispatcher(None)
+    decide.set_dispatcher(None, device=serving())
     launch._online.clear()
 
 
@@ -69,7 +74,9 @@ def test_gemm_on_a_validation_shape_is_correct_and_an_untuned_one_warns_once(sha
     m, n, k = shape
     a, b = operands(m, n, k)
     # A table entry serves a measured M of a held (N, K); every other shape is the selector's (one warning).
-    held = decide.dispatcher().table_for(m=m, n=n, k=k)[1] is not None and m in selector().starts
+    device = serving()
+    held = (decide.dispatcher(device=device).table_for(m=m, n=n, k=k)[1] is not None
+            and m in selector(device=device).starts)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         c = launch.gemm(a, b)
@@ -78,9 +85,9 @@ def test_gemm_on_a_validation_shape_is_correct_and_an_untuned_one_warns_once(sha
     untuned = [w for w in caught if issubclass(w.category, UntunedShapeWarning)]
     assert len(untuned) == (0 if held else 1), [str(w.message) for w in caught]
     if not held:
-        chosen = selector().choose(m=m, n=n, k=k).candidate
+        chosen = selector(device=serving()).choose(m=m, n=n, k=k).candidate
         assert chosen.config_id in str(untuned[0].message)
-        assert decide.dispatcher().decide(m=m, n=n, k=k).entry.config_id == chosen.config_id
+        assert decide.dispatcher(device=serving()).decide(m=m, n=n, k=k).entry.config_id == chosen.config_id
     assert rel_err(c, a, b) < REL_TOL and rel_err(again, a, b) < REL_TOL
 
 
@@ -97,7 +104,7 @@ def test_online_tuning_measures_the_selectors_top_candidates_and_caches_the_choi
     files = list(fresh_runtime.glob("*.json"))
     assert len(files) == 1
     entry = json.loads(files[0].read_text())
-    top = [p.candidate.config_id for p in online.ranking(selector(), m=m, n=n, k=k)[:online.MAX_TOP_K]]
+    top = [p.candidate.config_id for p in online.ranking(selector(device=serving()), m=m, n=n, k=k)[:online.MAX_TOP_K]]
     assert [json.loads(c)["config_id"] for c in entry["configs"]] == top
     assert len(entry["trials"]) == len(top) and all(t["status"] == "ok" for t in entry["trials"])
     best = min(entry["trials"], key=lambda t: t["median_ms"])
