@@ -50,6 +50,13 @@ def declared() -> dict:
     return load_yaml_file(REPO / "params.yaml")["tables"]
 
 
+def device_manifests(params: dict, section: str) -> list[str]:
+    """The other devices' names of a section's entries with a committed manifest (manifests/<name>.<device>.yaml)."""
+    devices = list(params.get("devices") or {})[1:]
+    return [f"{name}.{device}" for device in devices for name in params.get(section) or {}
+            if (REPO / "manifests" / f"{name}.{device}.yaml").is_file()]
+
+
 def shapes_count(table: str = TABLE) -> int:
     shapes = declared()[table]["shapes"]
     return len(shapes["NK"]) * len(shapes["M"])
@@ -190,9 +197,12 @@ def test_invalid_params_name_the_key(copy: Path) -> None:
 
 
 def test_missing_recording_fails_with_one_line(copy: Path) -> None:
-    # A replay in which no table has its recording (one absent recording only skips that table).
-    for path in (copy / "data" / "recordings").glob("h200_gemm_*"):
-        path.unlink()
+    # A replay in which no table has its recording, on any device (one absent recording only skips that table:
+    # without the H200's, the H100's tables still replay theirs; tests/test_devices.py).
+    for device in load_yaml_file(REPO / "params.yaml")["devices"]:
+        for path in (copy / "data" / "recordings").glob(f"{device}_gemm_*"):
+            path.unlink()
+    assert not list((copy / "data" / "recordings").glob("*_gemm_mma.parquet"))
     done = snakemake("-n", "--cores", "1", "--config", "bench={backend: replay}", cwd=copy, check=False)
     assert done.returncode != 0
     assert one_error_line(done.output) == (
@@ -206,10 +216,13 @@ def test_unknown_table_fails_with_one_line(copy: Path, args: tuple[str, ...]) ->
     known = ", ".join(sorted(declared()))
     if args[0] == "trace":  # trace also takes dispatch lists and selectors, so its line names them too
         params = load_yaml_file(REPO / "params.yaml")
-        lists = ", ".join(sorted(params.get("dispatch") or {})) or "none"
-        selectors = ", ".join(sorted(params.get("selector") or {})) or "none"
+        # ... and the other devices' (gemm_mma.h100: `tunetable trace gemm_mma.h100 0` is how one reads them)
+        tables = ", ".join(sorted([*declared(), *device_manifests(params, "tables")]))
+        lists = ", ".join(sorted([*(params.get("dispatch") or {}), *device_manifests(params, "dispatch")]))
+        selectors = ", ".join(sorted([*(params.get("selector") or {}), *device_manifests(params, "selector")]))
+        assert "gemm_mma.h100" in tables and "gemm_selector.h100" in selectors   # the H100's, recorded 2026-12-06
         assert one_error_line(done.output) == (f"error: params.yaml: unknown table, dispatch list or selector 'nosuch' "
-                                               f"(declared tables: {known}; dispatch lists: {lists}; "
+                                               f"(declared tables: {tables}; dispatch lists: {lists}; "
                                                f"selectors: {selectors})")
     else:
         assert one_error_line(done.output) == f"error: params.yaml: tables: unknown table 'nosuch' (declared: {known})"
