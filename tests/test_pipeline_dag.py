@@ -394,7 +394,7 @@ def test_a_shape_that_needs_a_gpu_is_named_in_one_line_before_any_work(copy: Pat
     assert line.startswith(f"tunetable: {2 * len(shapes)} shards need a GPU and none is visible here: {TABLE} "
                            "M77_N4096_K4096, ")
     assert f"{TABLE}.h100 M77_N4096_K4096, " in line
-    assert "are not in data/recordings/h200_gemm_mma.parquet" in line
+    assert "are not in data/recordings/h100_gemm_mma.parquet, data/recordings/h200_gemm_mma.parquet" in line
     assert "a GPU host (`snakemake --cores N` there" in line and "scripts/device_session.sh" in line
     assert "TUNETABLE_ALLOW_MISSING=1 snakemake --cores 2 (or dvc repro)" in line
     assert job_counts(dry.output)[f"replay_{TABLE}"] == 1  # the dry run warns, then shows the plan
