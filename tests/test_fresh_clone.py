@@ -57,6 +57,9 @@ def test_the_whole_sequence_on_a_fresh_clone(tmp_path: Path) -> None:
     assert "tunetable: REPLAYING the committed recording (no GPU timing happens in this run)" in main.output
     tables = load_yaml_file(clone / "params.yaml")["tables"]
     counts = {name: len(spec["shapes"]["NK"]) * len(spec["shapes"]["M"]) for name, spec in tables.items()}
+    # ... then each other device's table whose recording the clone has (gemm_mma.h100: the same shapes)
+    counts |= {f"{name}.{device}": counts[name] for device in list(load_yaml_file(clone / "params.yaml")["devices"])[1:]
+               for name in tables if (clone / f"data/recordings/{device}_{name}.parquet").is_file()}
     union = len({(m, n, k) for spec in tables.values() for n, k in spec["shapes"]["NK"] for m in spec["shapes"]["M"]})
     assert (f"tunetable: shards: {sum(counts.values())} replayed from the recordings ("
             + ", ".join(f"{name} {count}" for name, count in counts.items()) + ")") in main.output
