@@ -92,8 +92,10 @@ def test_the_whole_sequence_on_a_fresh_clone(tmp_path: Path) -> None:
     edit_params(clone, lambda d: d["tables"][TABLE]["shapes"]["M"].insert(3, 77))
     dry = snakemake("-n", "--cores", "2", cwd=clone)
     line = lines_with(dry.output, NEEDS_GPU)
+    # M=77 is in neither device's recording: gemm_mma's and the H100's gemm_mma.h100's shards both need a GPU.
     assert len(line) == 1 and line[0].startswith(
-        f"tunetable: {nk} shards need a GPU and none is visible here: {TABLE} M77_N4096_K4096, ")
+        f"tunetable: {2 * nk} shards need a GPU and none is visible here: {TABLE} M77_N4096_K4096, ")
+    assert f"; {TABLE}.h100 M77_N4096_K4096, " in line[0]
     assert "or keep the rest: TUNETABLE_ALLOW_MISSING=1 snakemake --cores 2 (or dvc repro)." in line[0]
     shards_before = sorted(p.name for p in (clone / "results" / "raw").rglob("*.pkl"))
     repro = dvc("repro", cwd=clone, check=False)
@@ -102,7 +104,7 @@ def test_the_whole_sequence_on_a_fresh_clone(tmp_path: Path) -> None:
     assert sorted(p.name for p in (clone / "results" / "raw").rglob("*.pkl")) == shards_before  # no work done
     assert clean(clone).split() == ["M", "params.yaml"]  # dvc.lock untouched
     kept = snakemake("--cores", "2", cwd=clone, env={"TUNETABLE_ALLOW_MISSING": "1"})
-    assert lines_with(kept.output, f"tunetable: LEAVING OUT {nk} shards ({TABLE} M77_N4096_K4096, ")
+    assert lines_with(kept.output, f"tunetable: LEAVING OUT {2 * nk} shards ({TABLE} M77_N4096_K4096, ")
     table = json.loads(git("show", f"HEAD:results/metrics/{TABLE}.json", cwd=clone).output)  # as committed
     assert (f"tunetable: {TABLE}: {table['entries']} entries, {counts[TABLE]}/{counts[TABLE] + nk} shapes, "
             in kept.output)
