@@ -144,23 +144,32 @@ def with_device_tables(params: Mapping[str, Any], names: Iterable[str], *, root:
     """``params`` with the device tables ``names`` declared, and the dispatch lists and selectors of each
     complete device (``complete_devices``); without names, ``params`` unchanged (a shallow copy).
 
-    A selector is fitted on recordings, never on a run's shards: with ``root``, a device's selectors are
-    declared only once each of its tables' recordings exists there (a GPU host measuring a device's tables
-    before they are recorded builds its dispatch lists, not its selectors)."""
+    A selector is fitted on recordings, never on a run's shards: with ``root``, a device's selector is
+    declared once each of its tables' recordings exists there, or its manifest does (committed, it stays
+    as committed, like the primary's whose recordings are absent: the run skips it, codegen renders it).
+    A GPU host measuring a device's tables before they are recorded builds its dispatch lists, not its
+    selectors."""
     listed = list(names)
     expanded = dict(params)
     if not listed:
         return expanded
     expanded["tables"] = {**params["tables"], **{name: derived_table(params, name) for name in listed}}
-    recorded = [device for device in complete_devices(params, listed) if root is None or all(
-        (root / recording_path(device=device, table=base)).is_file() for base in base_tables(params))]
+    complete = complete_devices(params, listed)
     for section, derive in (("dispatch", derived_dispatch), ("selector", derived_selector)):
-        devices = complete_devices(params, listed) if section == "dispatch" else recorded
         if params.get(section):
-            names_on = [device_table_name(base=base, device=device) for device in devices
+            names_on = [device_table_name(base=base, device=device) for device in complete
                         for base in params[section] if split_device_table(base)[1] is None]
+            if section == "selector" and root is not None:
+                names_on = [name for name in names_on if _selector_present(params, name, root=root)]
             expanded[section] = {**params[section], **{name: derive(params, name) for name in names_on}}
     return expanded
+
+
+def _selector_present(params: Mapping[str, Any], name: str, *, root: Path) -> bool:
+    """Whether device selector ``name`` exists at ``root``: every one of its device's recordings, or its manifest."""
+    device = str(split_device_table(name)[1])
+    return (root / "manifests" / f"{name}.yaml").is_file() or all(
+        (root / recording_path(device=device, table=base)).is_file() for base in base_tables(params))
 
 
 def device_tables_of(params: Mapping[str, Any]) -> list[str]:

@@ -72,8 +72,15 @@ def test_an_unknown_name_lists_tables_and_dispatch_lists(clone: Path) -> None:
     done = tunetable("audit", "--table", "nope", cwd=clone, check=False)
     assert done.returncode == 2 and "Traceback" not in done.output
     params = load_yaml_file(clone / "params.yaml")
-    assert (f"unknown table, dispatch list or selector 'nope' (tables: {', '.join(params['tables'])}; dispatch "
-            f"lists: {', '.join(params['dispatch'])}; selectors: {', '.join(params['selector'])})") in done.output
+    # Each section's declared names, then the other devices' whose manifest the clone has (gemm_mma.h100: audit
+    # reviews them by that name too).
+    names = {section: [*params[section], *(f"{name}.{device}" for device in list(params["devices"])[1:]
+                                           for name in params[section]
+                                           if (clone / "manifests" / f"{name}.{device}.yaml").is_file())]
+             for section in ("tables", "dispatch", "selector")}
+    assert "gemm_wgmma_swap.h100" in names["tables"] and names["selector"] == ["gemm_selector", "gemm_selector.h100"]
+    assert (f"unknown table, dispatch list or selector 'nope' (tables: {', '.join(names['tables'])}; dispatch "
+            f"lists: {', '.join(names['dispatch'])}; selectors: {', '.join(names['selector'])})") in done.output
 
 
 def test_trace_on_a_fresh_clone_reads_the_recording_and_says_so(clone: Path) -> None:

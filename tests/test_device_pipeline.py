@@ -1,10 +1,11 @@
 """A second device's tables through the main job, codegen, dvc.yaml and the runtime (docs/devices.md), end to end.
 
-No H100 recording exists yet and timings are never made up, so the throw-away project declares a second
-device, ``nvl``, whose match fits the committed recordings' GPU ("NVIDIA H200"), and copies those recordings
-under its name, table by table: first gemm_mma alone (a partial device), then all three (a complete one). A
-third device, ``h100``, stays without recordings until a recording made on the H200 is put under its name,
-which must be refused. The primary device's files stay byte for byte what the repository holds.
+The throw-away project is the repository without the H100's files (as before they were recorded), and
+timings are never made up, so it declares a second device, ``nvl``, whose match fits the committed
+recordings' GPU ("NVIDIA H200"), and copies those recordings under its name, table by table: first gemm_mma
+alone (a partial device), then all three (a complete one). A third device, ``h100``, stays without
+recordings until a recording made on the H200 is put under its name, which must be refused. The primary
+device's files stay byte for byte what the repository holds.
 """
 
 from __future__ import annotations
@@ -67,9 +68,22 @@ def _runtime(root: Path, script: str) -> str:
     return done.stdout
 
 
+H100_FILES = ("data/recordings/h100_*", "manifests/*.h100.yaml", "kernels/data/*.h100.json",
+              "results/metrics/*.h100.json", "results/plots/*.h100.*")
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_project(tmp_path_factory.mktemp("devices"), remote=None, params_edit=_devices)
+    """The repository as it was before the H100's recordings landed (its files removed, committed so): the
+    primary's files as the repository holds them; the generated file and dvc.yaml regenerate without h100's."""
+    root = make_project(tmp_path_factory.mktemp("devices"), remote=None, params_edit=_devices)
+    removed = [path for pattern in H100_FILES for path in root.glob(pattern)]
+    assert removed and all(path.name.startswith("h100_") or ".h100." in path.name for path in removed)
+    for path in removed:
+        path.unlink()
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "no h100 recording yet", cwd=root)
+    return root
 
 
 def test_a_partial_device_gets_its_tables_and_its_fallback_serves_it(project: Path) -> None:

@@ -87,9 +87,35 @@ def test_a_device_table_is_its_base_table_with_its_own_recording_manifest_and_re
 
 
 def test_without_other_devices_files_the_params_stay_as_they_are(tmp_path: Path) -> None:
-    assert present_device_tables(PARAMS, root=REPO) == []      # the state of main: no H100 recording yet
+    _touch(tmp_path, *(f"data/recordings/h200_{name}.parquet" for name in BASES), "manifests/gemm_mma.yaml")
+    assert present_device_tables(PARAMS, root=tmp_path) == []  # the primary's files only: no H100 recording yet
+    assert with_present_device_tables(PARAMS, root=tmp_path) == PARAMS
     assert with_device_tables(PARAMS, []) == PARAMS
     assert [spec.name for spec in table_specs(with_device_tables(PARAMS, []))] == BASES
+
+
+def test_the_repository_has_the_h100_tables_its_recordings_and_manifests_give() -> None:
+    on_disk = [f"{name}.h100" for name in BASES if (REPO / f"data/recordings/h100_{name}.parquet").is_file()
+               and (REPO / f"manifests/{name}.h100.yaml").is_file()]
+    assert on_disk == ["gemm_mma.h100", "gemm_wgmma.h100", "gemm_wgmma_swap.h100"]   # recorded on 2026-12-06
+    assert present_device_tables(PARAMS, root=REPO) == on_disk
+    expanded = with_present_device_tables(PARAMS, root=REPO)
+    assert list(expanded["tables"]) == [*BASES, *on_disk]
+    assert list(expanded["dispatch"]) == ["gemm_dispatch", "gemm_dispatch.h100"]
+    assert list(expanded["selector"]) == ["gemm_selector", "gemm_selector.h100"]
+
+
+def test_a_committed_device_selector_stays_declared_when_its_recordings_go(tmp_path: Path) -> None:
+    """From the manifests alone, as the primary's: a project without the recordings (a copy of the sources) keeps
+    the device's selector, so codegen renders what is committed instead of dropping it from the generated file."""
+    _touch(tmp_path, *(f"manifests/{name}.h100.yaml" for name in BASES), "manifests/gemm_dispatch.h100.yaml")
+    without = with_present_device_tables(PARAMS, root=tmp_path)
+    assert list(without["dispatch"]) == ["gemm_dispatch", "gemm_dispatch.h100"]
+    assert list(without["selector"]) == ["gemm_selector"]      # never fitted (no recording, no manifest)
+    _touch(tmp_path, "manifests/gemm_selector.h100.yaml")
+    kept = with_present_device_tables(PARAMS, root=tmp_path)
+    assert list(kept["selector"]) == ["gemm_selector", "gemm_selector.h100"]
+    assert kept["selector"]["gemm_selector.h100"]["data"] == "kernels/data/gemm_selector.h100.json"
 
 
 def test_a_partial_device_gets_its_recorded_tables_only_never_a_dispatch_list_or_selector(tmp_path: Path) -> None:

@@ -90,29 +90,67 @@ def test_a_device_match_without_a_name_is_a_schema_error(tmp_path: Path) -> None
 
 # --- the runtime's side: the generated DEVICES region and decide's device parameter -----------------
 
-def test_the_generated_devices_are_params_yaml_s_and_hold_the_primary_device_s_tables() -> None:
+def _recorded_on_disk() -> tuple[str, ...]:
+    """The declared devices with a recording of every table under data/recordings (what the main job builds from)."""
+    return tuple(spec.key for spec in DEVICES if all((REPO / recording_path(device=spec.key, table=name)).is_file()
+                                                     for name in PARAMS["tables"]))
+
+
+def _dispatch_choice(manifest: str, *, m: int, n: int, k: int) -> str:
+    """The CONFIG_ID a committed dispatch manifest names for a shape (read from the file, not the generated code)."""
+    entries = load_yaml_file(REPO / "manifests" / manifest)["params"]
+    return next(str(e["CONFIG_ID"]) for e in entries if (e["N"], e["K"]) == (n, k) and e["M"] <= m < e["M_END"])
+
+
+def test_the_generated_devices_are_params_yaml_s_and_hold_each_recorded_device_s_tables() -> None:
     from tunetable.kernels import tuning_configs
 
     assert tuple(tuning_configs.DEVICES.values()) == DEVICES       # codegen wrote params.yaml's, literally
-    assert tuning_configs.RECORDED_DEVICES == ("h200",)
+    assert _recorded_on_disk() == ("h200", "h100")                 # the H100's recordings landed (2026-12-06)
+    assert tuning_configs.RECORDED_DEVICES == _recorded_on_disk()
     assert tuning_configs.DEVICE_TABLES["h200"].tables is tuning_configs.TABLES
+    h100 = tuning_configs.DEVICE_TABLES["h100"]
+    assert h100.tables["gemm_mma"] is tuning_configs.H100_GEMM_MMA_CONFIGS
+    assert h100.dispatch["gemm_dispatch"] is tuning_configs.H100_GEMM_DISPATCH
+    assert h100.selector_files["gemm_selector"].path == "data/gemm_selector.h100.json"
+    assert len(h100.tables["gemm_wgmma"]) == len(load_yaml_file(REPO / "manifests/gemm_wgmma.h100.yaml")["params"])
 
 
 def test_decide_serves_every_declared_device_from_a_recorded_one() -> None:
     from tunetable.kernels.runtime import decide
 
-    assert decide.serving_device() == "h200" and decide.serving_device("h100") == "h200"
+    assert decide.serving_device() == "h200" and decide.serving_device("h100") == "h100"
     assert decide.serving_device(None, arch="sm_90a") == "h200"
-    unknown = r"unknown device 'a100' \(declared: h200, h100; recorded: h200\)"
+    unknown = r"unknown device 'a100' \(declared: h200, h100; recorded: h200, h100\)"
     with pytest.raises(decide.UnknownDeviceError, match=unknown):
         decide.serving_device("a100")
     with pytest.raises(decide.UnknownDeviceError, match="no recorded device serves a GPU of sm_100a"):
         decide.serving_device(None, arch="sm_100a")
     assert decide.recognise_gpu(**H100_SXM) == "h100" and decide.recognise_gpu(**H100_PCIE) is None
-    # One dispatcher per serving device: an H100 (no tables of its own yet) shares the H200's.
+    # One dispatcher per serving device: the H100 has its own, over its own dispatch list (its manifest's choice
+    # at M=32, N=K=4096 is not the H200's).
+    assert decide.dispatcher(device="h100") is not decide.dispatcher(device="h200")
+    assert decide.dispatcher(device="h200") is decide.dispatcher()
+    h100, h200 = _dispatch_choice("gemm_dispatch.h100.yaml", m=32, n=4096, k=4096), \
+        _dispatch_choice("gemm_dispatch.yaml", m=32, n=4096, k=4096)
+    assert h100 != h200
+    assert decide.dispatcher(device="h100").decide(m=32, n=4096, k=4096).entry.config_id == h100
+    assert decide.dispatcher().decide(m=32, n=4096, k=4096).entry.config_id == h200
+
+
+def test_decide_serves_a_device_without_tables_its_fallback_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback rule, as before the H100 was recorded: only the H200's tables in the generated file."""
+    from tunetable.kernels.runtime import decide
+
+    monkeypatch.setattr(decide, "RECORDED_DEVICES", ("h200",))
+    assert decide.serving_device("h100") == "h200" and decide.serving_device() == "h200"
+    with pytest.raises(decide.UnknownDeviceError, match=r"unknown device 'a100' \(declared: h200, h100; recorded: "
+                                                        r"h200\)"):
+        decide.serving_device("a100")
+    # One dispatcher per serving device: an H100 without tables of its own shares the H200's.
     assert decide.dispatcher(device="h100") is decide.dispatcher(device="h200") is decide.dispatcher()
-    held = decide.dispatcher(device="h100").decide(m=1, n=4096, k=4096)
-    assert not held.fallback and held.entry == decide.dispatcher().decide(m=1, n=4096, k=4096).entry
+    held = decide.dispatcher(device="h100").decide(m=32, n=4096, k=4096)
+    assert not held.fallback and held.entry.config_id == _dispatch_choice("gemm_dispatch.yaml", m=32, n=4096, k=4096)
 
 
 # --- the pipeline's side: the banner names each device, another device's tables stay as committed -----
@@ -125,29 +163,107 @@ def _replay_plan(root: Path, monkeypatch: pytest.MonkeyPatch):
     return run_plan.make_plan({**params, "bench": {**params["bench"], "backend": "replay"}})
 
 
-def test_a_replay_builds_the_primary_device_and_skips_another_without_recordings_loudly(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _h200_only_project(root: Path) -> Path:
+    """params.yaml and the H200's recordings only: a project where no other device has a recording or manifest."""
+    import shutil
+
+    for table in PARAMS["tables"]:
+        for suffix in (".parquet", ".json"):
+            name = f"data/recordings/h200_{table}{suffix}"
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / name, root / name)
+    shutil.copyfile(REPO / "params.yaml", root / "params.yaml")
+    return root
+
+
+def test_a_replay_builds_each_recorded_device_s_tables_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     from tunetable.workflow import messages
 
     plan = _replay_plan(REPO, monkeypatch)
     assert plan.device_lines == (
         "DEVICE h200: its tables replay its recordings (data/recordings/h200_<table>.parquet)",
+        "DEVICE h100: its tables replay its recordings (h100_gemm_mma.parquet, h100_gemm_wgmma.parquet, "
+        "h100_gemm_wgmma_swap.parquet), with its own dispatch lists and selectors")
+    assert messages.banner(plan).splitlines()[-2:] == [f"tunetable: {line}" for line in plan.device_lines]
+    names = [f"{table}.h100" for table in PARAMS["tables"]]
+    assert [spec.name for spec in plan.tables] == [*PARAMS["tables"], *names]
+    assert {name: plan.recordings[name] for name in names} == {
+        name: Path(recording_path(device="h100", table=name.split(".")[0])) for name in names}
+    assert [spec.name for spec in plan.dispatches] == ["gemm_dispatch", "gemm_dispatch.h100"]
+    assert [spec.name for spec in plan.selectors] == ["gemm_selector", "gemm_selector.h100"]
+
+
+def test_a_replay_builds_the_primary_device_and_skips_another_without_recordings_loudly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunetable.workflow import messages
+
+    plan = _replay_plan(_h200_only_project(tmp_path), monkeypatch)
+    assert plan.device_lines == (
+        "DEVICE h200: its tables replay its recordings (data/recordings/h200_<table>.parquet)",
         "SKIPPING device h100: no recording yet (data/recordings/h100_<table>.parquet: scripts/device_record_h100.sh "
         "on that GPU); its tables stay as committed (the runtime serves it h200's: docs/devices.md)")
     assert messages.banner(plan).splitlines()[-2:] == [f"tunetable: {line}" for line in plan.device_lines]
+    assert [spec.name for spec in plan.tables] == list(PARAMS["tables"])
+
+
+def _copy(root: Path, *names: str) -> None:
+    """Files of the repository copied under ``root``."""
+    import shutil
+
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / name, root / name)
+
+
+def test_without_the_primary_s_recordings_its_tables_stay_as_committed_and_the_h100_s_replay(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunetable.workflow import messages
+
+    bases = list(PARAMS["tables"])
+    _copy(tmp_path, "params.yaml", *(f"data/recordings/h100_{name}{suffix}" for name in bases
+                                     for suffix in (".parquet", ".json")))
+    plan = _replay_plan(tmp_path, monkeypatch)
+    assert [spec.name for spec in plan.tables] == [f"{name}.h100" for name in bases]
+    assert [spec.name for spec in plan.dispatches] == ["gemm_dispatch.h100"]
+    assert [spec.name for spec in plan.selectors] == ["gemm_selector.h100"]
+    assert plan.device_lines == (
+        "DEVICE h200: tables none replay its recordings; not recorded here: gemm_mma, gemm_wgmma, gemm_wgmma_swap "
+        "(they stay as committed)",
+        "DEVICE h100: its tables replay its recordings (h100_gemm_mma.parquet, h100_gemm_wgmma.parquet, "
+        "h100_gemm_wgmma_swap.parquet), with its own dispatch lists and selectors")
+    banner = messages.banner(plan)
+    for name in bases:
+        assert f"SKIPPING table {name}: its recording data/recordings/h200_{name}.parquet is absent" in banner
+
+
+def test_a_device_s_committed_tables_without_its_recordings_stay_as_committed_and_the_banner_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bases = list(PARAMS["tables"])
+    _copy(_h200_only_project(tmp_path), *(f"manifests/{name}.h100.yaml" for name in
+                                          [*bases, "gemm_dispatch", "gemm_selector"]))
+    plan = _replay_plan(tmp_path, monkeypatch)
+    assert [spec.name for spec in plan.tables] == bases
+    assert plan.device_lines[1] == ("SKIPPING device h100: no recording here (data/recordings/h100_<table>.parquet); "
+                                    "its tables gemm_mma.h100, gemm_wgmma.h100, gemm_wgmma_swap.h100 stay as "
+                                    "committed")
+    assert set(plan.skipped) == {f"{name}.h100" for name in bases}
+    assert list(plan.skipped_dispatches) == ["gemm_dispatch.h100"]
+    assert list(plan.skipped_selectors) == ["gemm_selector.h100"]   # declared (its manifest), left as committed
+    # One of its recordings back: that table replays, the rest (and its lists) stay as committed.
+    _copy(tmp_path, "data/recordings/h100_gemm_mma.parquet", "data/recordings/h100_gemm_mma.json")
+    plan = _replay_plan(tmp_path, monkeypatch)
+    assert plan.device_lines[1] == ("DEVICE h100: tables gemm_mma.h100 replay its recordings (h100_gemm_mma.parquet); "
+                                    "not recorded here: gemm_wgmma.h100, gemm_wgmma_swap.h100 (they stay as "
+                                    "committed), so its dispatch lists and selectors are not rebuilt")
 
 
 def test_another_device_s_recording_adds_its_table_and_changes_no_primary_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    for name in ("params.yaml", "data/recordings/h200_gemm_mma.parquet", "data/recordings/h200_gemm_mma.json",
-                 "data/recordings/h200_gemm_wgmma.parquet", "data/recordings/h200_gemm_wgmma.json",
-                 "data/recordings/h200_gemm_wgmma_swap.parquet", "data/recordings/h200_gemm_wgmma_swap.json"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(REPO / name, tmp_path / name)
-    # A second declared device whose match fits the committed recordings' "NVIDIA H200" (no H100 recording
-    # exists yet, and timings are never made up): the H200's gemm_mma recording copied under its name.
+    _h200_only_project(tmp_path)
+    # A second declared device whose match fits the committed recordings' "NVIDIA H200" (timings are never made
+    # up; this project copy holds no H100 recording): the H200's gemm_mma recording copied under its name.
     data = load_yaml_file(tmp_path / "params.yaml")
     data["devices"]["nvl"] = {"arch": "sm_90a", "match": {"name": "NVIDIA H200", "sm_count": 132},
                               "fallback": ["h200"]}
@@ -183,11 +299,26 @@ def _tunetable(*args: str) -> subprocess.CompletedProcess[str]:
 def test_suggest_names_the_device_and_whose_tables_serve_it() -> None:
     done = _tunetable("suggest", "--device", "h100", "--shape", "1,4096,4096")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == "device h100: no tables of its own: h200's tables serve it"
-    assert "table gemm_mma[0]" in done.stdout
+    assert done.stdout.splitlines()[0] == "device h100: its own tables"
+    assert "table gemm_mma.h100[0]" in done.stdout     # its own table, by the name `tunetable trace` takes
     unknown = _tunetable("suggest", "--device", "a100", "--shape", "1,4096,4096")
     assert unknown.returncode == 2 and unknown.stderr.strip().splitlines()[-1] == (
-        "error: --device: unknown device 'a100' (declared: h200, h100; recorded: h200)")
+        "error: --device: unknown device 'a100' (declared: h200, h100; recorded: h200, h100)")
+
+
+def test_suggest_says_whose_tables_serve_a_device_without_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As before the H100 was recorded: the generated file holding the H200's tables only."""
+    from click.testing import CliRunner
+
+    from tunetable.commands.suggest import command
+    from tunetable.kernels.runtime import decide
+
+    monkeypatch.setattr(decide, "RECORDED_DEVICES", ("h200",))
+    monkeypatch.chdir(REPO)
+    done = CliRunner().invoke(command, ["--device", "h100", "--shape", "1,4096,4096"])
+    assert done.exit_code == 0, done.output
+    assert done.output.splitlines()[0] == "device h100: no tables of its own: h200's tables serve it"
+    assert "table gemm_mma[0]" in done.output and ".h100[" not in done.output    # the H200's entry, by its name
 
 
 def test_trace_and_audit_name_the_device_of_an_entry_s_measurements() -> None:

@@ -50,6 +50,13 @@ def declared() -> dict:
     return load_yaml_file(REPO / "params.yaml")["tables"]
 
 
+def device_manifests(params: dict, section: str) -> list[str]:
+    """The other devices' names of a section's entries with a committed manifest (manifests/<name>.<device>.yaml)."""
+    devices = list(params.get("devices") or {})[1:]
+    return [f"{name}.{device}" for device in devices for name in params.get(section) or {}
+            if (REPO / "manifests" / f"{name}.{device}.yaml").is_file()]
+
+
 def shapes_count(table: str = TABLE) -> int:
     shapes = declared()[table]["shapes"]
     return len(shapes["NK"]) * len(shapes["M"])
@@ -190,9 +197,14 @@ def test_invalid_params_name_the_key(copy: Path) -> None:
 
 
 def test_missing_recording_fails_with_one_line(copy: Path) -> None:
-    # A replay in which no table has its recording (one absent recording only skips that table).
-    for path in (copy / "data" / "recordings").glob("h200_gemm_*"):
-        path.unlink()
+    # A replay in which no table has its recording, on any device (one absent recording only skips that table:
+    # without the H200's, the H100's tables still replay theirs; tests/test_devices.py).
+    params = load_yaml_file(REPO / "params.yaml")
+    for device in params["devices"]:
+        for path in (copy / "data" / "recordings").glob(f"{device}_gemm_*"):
+            path.unlink()
+    assert not [f"{d}_{t}" for d in params["devices"] for t in params["tables"]
+                if (copy / "data" / "recordings" / f"{d}_{t}.parquet").exists()]
     done = snakemake("-n", "--cores", "1", "--config", "bench={backend: replay}", cwd=copy, check=False)
     assert done.returncode != 0
     assert one_error_line(done.output) == (
@@ -206,10 +218,13 @@ def test_unknown_table_fails_with_one_line(copy: Path, args: tuple[str, ...]) ->
     known = ", ".join(sorted(declared()))
     if args[0] == "trace":  # trace also takes dispatch lists and selectors, so its line names them too
         params = load_yaml_file(REPO / "params.yaml")
-        lists = ", ".join(sorted(params.get("dispatch") or {})) or "none"
-        selectors = ", ".join(sorted(params.get("selector") or {})) or "none"
+        # ... and the other devices' (gemm_mma.h100: `tunetable trace gemm_mma.h100 0` is how one reads them)
+        tables = ", ".join(sorted([*declared(), *device_manifests(params, "tables")]))
+        lists = ", ".join(sorted([*(params.get("dispatch") or {}), *device_manifests(params, "dispatch")]))
+        selectors = ", ".join(sorted([*(params.get("selector") or {}), *device_manifests(params, "selector")]))
+        assert "gemm_mma.h100" in tables and "gemm_selector.h100" in selectors   # the H100's, recorded 2026-12-06
         assert one_error_line(done.output) == (f"error: params.yaml: unknown table, dispatch list or selector 'nosuch' "
-                                               f"(declared tables: {known}; dispatch lists: {lists}; "
+                                               f"(declared tables: {tables}; dispatch lists: {lists}; "
                                                f"selectors: {selectors})")
     else:
         assert one_error_line(done.output) == f"error: params.yaml: tables: unknown table 'nosuch' (declared: {known})"
@@ -374,9 +389,12 @@ def test_a_shape_that_needs_a_gpu_is_named_in_one_line_before_any_work(copy: Pat
     shapes = declared()[TABLE]["shapes"]["NK"]
     dry = snakemake("all", "-n", "--cores", "2", cwd=copy)
     line = _gpu_line(dry.output)
-    assert line.startswith(f"tunetable: {len(shapes)} shards need a GPU and none is visible here: {TABLE} "
+    # M=77 is in neither device's recording: its shards of gemm_mma and of the H100's gemm_mma.h100 need a GPU.
+    assert (copy / "data/recordings/h100_gemm_mma.parquet").is_file()
+    assert line.startswith(f"tunetable: {2 * len(shapes)} shards need a GPU and none is visible here: {TABLE} "
                            "M77_N4096_K4096, ")
-    assert "are not in data/recordings/h200_gemm_mma.parquet" in line
+    assert f"{TABLE}.h100 M77_N4096_K4096, " in line
+    assert "are not in data/recordings/h100_gemm_mma.parquet, data/recordings/h200_gemm_mma.parquet" in line
     assert "a GPU host (`snakemake --cores N` there" in line and "scripts/device_session.sh" in line
     assert "TUNETABLE_ALLOW_MISSING=1 snakemake --cores 2 (or dvc repro)" in line
     assert job_counts(dry.output)[f"replay_{TABLE}"] == 1  # the dry run warns, then shows the plan
@@ -387,7 +405,7 @@ def test_a_shape_that_needs_a_gpu_is_named_in_one_line_before_any_work(copy: Pat
     monkeypatch.setenv("TUNETABLE_ALLOW_MISSING", "1")
     kept = snakemake("all", "-n", "-p", "--cores", "2", *DETAIL, cwd=copy)
     assert "need a GPU and none is visible" not in kept.output
-    assert f"tunetable: LEAVING OUT {len(shapes)} shards ({TABLE} M77_N4096_K4096," in kept.output
+    assert f"tunetable: LEAVING OUT {2 * len(shapes)} shards ({TABLE} M77_N4096_K4096," in kept.output
     replay = next(line for line in kept.output.splitlines() if f"bench --table {TABLE} " in line)
     assert "--shape 64,4096,4096 " in replay and "--shape 77," not in replay
 

@@ -79,7 +79,9 @@ def test_adding_one_shape_reruns_only_that_shard_and_reverting_reuses(project: P
     edit_params(project, lambda d: d["tables"][TABLE]["shapes"]["M"].insert(2, 128))
     added = dvc("repro", cwd=project)
     new = rewritten(before, shard_times(project))
-    assert [Path(p).name for p in new] == ["M128_N4096_K4096.pkl"], added.output[-3000:]
+    # One shard per device that has the table: gemm_mma's and the H100's gemm_mma.h100 (same shapes, its recording).
+    assert sorted((Path(p).parts[2], Path(p).name) for p in new) == [
+        ("gemm_mma", "M128_N4096_K4096.pkl"), ("gemm_mma.h100", "M128_N4096_K4096.pkl")], added.output[-3000:]
     assert '"shapes": 4,' in (project / "results" / "metrics" / f"{TABLE}.json").read_text()
     git("checkout", "--", "params.yaml", cwd=project)
     extended = shard_times(project)
@@ -102,7 +104,8 @@ def test_params_change_changes_table_and_audit_explains_it(project: Path) -> Non
     edit_params(project, lambda d: _exclude_first_winner(d, winner))
     before_change = shard_times(project)
     dvc("repro", cwd=project)
-    assert len(rewritten(before_change, shard_times(project))) == 3  # a grid change is a new content key
+    changed = rewritten(before_change, shard_times(project))   # a grid change is a new content key: every shape
+    assert sorted({Path(p).parts[2] for p in changed}) == [TABLE, f"{TABLE}.h100"] and len(changed) == 2 * 3
     after = manifest_entries(project)
     assert winner["CONFIG_ID"] not in {e["CONFIG_ID"] for e in after}
     params_diff = dvc("params", "diff", cwd=project).output

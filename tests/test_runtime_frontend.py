@@ -155,8 +155,12 @@ def test_a_recorded_device_is_served_its_own_tables() -> None:
     assert table_device(H200) == devices.TableDevice(device="h200", identified="h200")
 
 
+def test_an_h100_is_served_its_own_tables_now_that_they_are_recorded() -> None:
+    assert table_device(H100) == devices.TableDevice(device="h100", identified="h100")   # no warning
+
+
 def test_an_h100_runs_its_fallback_devices_tables_with_one_warning_naming_both() -> None:
-    found = table_device(H100)
+    found = table_device(H100, recorded=("h200",))     # as before the H100's tables were recorded
     assert found.device == "h200" and found.identified == "h100"
     assert found.warning.startswith("tunetable.gemm: cuda:1 (NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, sm_90) is "
                                     "device h100 with no tables of its own; running device h200's tables")

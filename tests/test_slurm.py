@@ -77,6 +77,9 @@ def replayed_tables(root: Path) -> list[str]:
 
     params = load_yaml_file(root / "params.yaml")
     found = {name: primary_recording(params, name) for name in params["tables"]}
+    # ... and each other device's table whose recording is there (gemm_mma.h100: data/recordings/h100_gemm_mma...)
+    found |= {f"{name}.{device}": f"data/recordings/{device}_{name}.parquet"
+              for device in list(params.get("devices") or {})[1:] for name in params["tables"]}
     return [name for name, recording in found.items() if recording and (root / recording).is_file()]
 
 

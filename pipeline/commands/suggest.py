@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from tunetable.console_table import ConsoleTable, print_table
+from tunetable.device_tables import device_table_name
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.runtime.decide import UnknownDeviceError, dispatcher, serving_device, shape_selector
@@ -134,4 +135,14 @@ def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path
     if device is not None:
         whose = "its own tables" if serving == device else f"no tables of its own: {serving}'s tables serve it"
         console.print(f"device {device}: {whose}", markup=False)
-    render(results, console=console, selector=SELECTOR, smallest=smallest)
+    other = None if serving == serving_device() else serving     # another device's tables: their own names
+    render([dataclasses.replace(s, where=_traced_as(s.where, device=other)) for s in results], console=console,
+           selector=_traced_as(SELECTOR, device=other), smallest=smallest)
+
+
+def _traced_as(where: str | None, *, device: str | None) -> str | None:
+    """A row's place as `tunetable trace` takes it: ``gemm_mma[0]``, on another device ``gemm_mma.h100[0]``."""
+    if where is None or device is None:
+        return where
+    name, bracket, index = where.partition("[")
+    return f"{device_table_name(base=name, device=device)}{bracket}{index}"

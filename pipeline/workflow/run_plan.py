@@ -257,7 +257,7 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
     absent = absent_paths(shards, folder_of=lambda shard: Path(shard.path).parent, journals=journals)
     parked = absent - absent_paths(shards, folder_of=lambda shard: rawstore.parked_path(shard.path).parent,
                                    journals=journals)
-    return Plan(device_lines=device_lines(params, declared=declared, backend=first.backend, path=params_path),
+    return Plan(device_lines=device_lines(params, covered=tables, backend=first.backend, path=params_path),
                 tables=tables, backend=first.backend, backend_line="\n".join(lines), keys=keys,
                 recordings=recordings, skipped=skipped, dispatches=active, skipped_dispatches=skipped_dispatches,
                 shards=shards, absent=absent, parked=parked,
@@ -266,10 +266,10 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
                                    for name, names in missing.items() if names})
 
 
-def device_lines(params: Mapping[str, Any], *, declared: Sequence[TableSpec], backend: str,
+def device_lines(params: Mapping[str, Any], *, covered: Sequence[TableSpec], backend: str,
                  path: str | Path) -> tuple[str, ...]:
-    """The banner's device lines: whose tables this run measures or replays, and every declared device
-    left as committed, with why (no recording yet, or another device's GPU)."""
+    """The banner's device lines: whose tables this run measures or replays (``covered``: the tables it does), and
+    every declared device left as committed, with why (no recording yet, or another device's GPU)."""
     devices = [spec.key for spec in device_specs(dict(params), path=path)]
     if not devices:
         return ()
@@ -280,17 +280,30 @@ def device_lines(params: Mapping[str, Any], *, declared: Sequence[TableSpec], ba
         lines = [f"DEVICE {measured}: its tables are measured on this GPU ({device_name()}, {what})"]
         return tuple(lines + [f"SKIPPING device {device}: this GPU is {measured}; its tables stay as committed"
                               for device in devices if device != measured])
-    primary = devices[0]
-    lines = [f"DEVICE {primary}: its tables replay its recordings (data/recordings/{primary}_<table>.parquet)"]
+    primary, names = devices[0], [spec.name for spec in covered]
+    missing = [base for base in _bases(params) if base not in names]
+    lines = [f"DEVICE {primary}: its tables replay its recordings (data/recordings/{primary}_<table>.parquet)"
+             if not missing else
+             f"DEVICE {primary}: tables {', '.join(n for n in names if split_device_table(n)[1] is None) or 'none'} "
+             f"replay its recordings; not recorded here: {', '.join(missing)} (they stay as committed)"]
     for device in devices[1:]:
-        lines.append(replayed_device_line(params, device=device, primary=primary,
-                                          names=[spec.name for spec in declared]))
+        lines.append(replayed_device_line(params, device=device, primary=primary, names=names))
     return tuple(lines)
 
 
+def _bases(params: Mapping[str, Any]) -> list[str]:
+    """The declared tables of the primary device (no device table), in params.yaml order."""
+    return [name for name in params.get("tables") or {} if split_device_table(name)[1] is None]
+
+
 def replayed_device_line(params: Mapping[str, Any], *, device: str, primary: str, names: Sequence[str]) -> str:
-    """One banner line of a device besides the primary one in a replayed run: its tables, whole or partial."""
+    """One banner line of a device besides the primary one in a replayed run (``names``: the tables it replays):
+    its tables, whole or partial; or none, and then whether it has committed tables of its own."""
     mine = [name for name in names if split_device_table(name)[1] == device]
+    committed = [name for name in params.get("tables") or {} if split_device_table(name)[1] == device]
+    if not mine and committed:     # its manifests are here, its recordings are not: nothing to rebuild them from
+        return (f"SKIPPING device {device}: no recording here (data/recordings/{device}_<table>.parquet); its tables "
+                f"{', '.join(committed)} stay as committed")
     if not mine:
         return (f"SKIPPING device {device}: no recording yet (data/recordings/{device}_<table>.parquet: "
                 f"scripts/device_record_h100.sh on that GPU); its tables stay as committed (the runtime serves it "
@@ -299,8 +312,11 @@ def replayed_device_line(params: Mapping[str, Any], *, device: str, primary: str
     if device in complete_devices(params, names):
         return (f"DEVICE {device}: its tables replay its recordings ({present}), with its own dispatch lists and "
                 "selectors")
-    missing = [base for base in params.get("tables") or {} if split_device_table(base)[1] is None
-               and device_table_name(base=base, device=device) not in mine]
+    missing = [base for base in _bases(params) if device_table_name(base=base, device=device) not in mine]
+    if len(committed) > len(mine):
+        return (f"DEVICE {device}: tables {', '.join(mine)} replay its recordings ({present}); not recorded here: "
+                f"{', '.join(n for n in committed if n not in mine)} (they stay as committed), so its dispatch lists "
+                "and selectors are not rebuilt")
     return (f"DEVICE {device}: tables {', '.join(mine)} replay its recordings ({present}); not recorded yet: "
             f"{', '.join(missing)}, so its dispatch lists and selectors are not built and the runtime serves it "
             "its fallback's tables whole (docs/devices.md)")
