@@ -322,8 +322,8 @@ def _ranked_recording(*, data: bytes, name: str, table: str, params: Mapping[str
         frame = pl.read_parquet(io.BytesIO(data))
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise TuneTableError(f"unreadable recording ({exc.__class__.__name__})", path=name) from None
-    if "table" in frame.columns:
-        frame = frame.filter(pl.col("table") == table)
+    if "table" in frame.columns:   # a device table's recording holds its rows under the base table's name
+        frame = frame.filter(pl.col("table") == split_device_table(table)[0])
     if kernel_hash and "kernel_hash" in frame.columns:
         frame = frame.filter(pl.col("kernel_hash").is_in(kernel_hash.split(",")))
     configs = _grid_ids(params=params, table=table)

@@ -257,3 +257,17 @@ def test_the_online_tuner_keeps_one_tuning_per_device_and_shape(monkeypatch: pyt
                                                   "NVIDIA H100 80GB HBM3 (sm_90)"]
     assert sorted(tuner.tuners) == [("NVIDIA H100 80GB HBM3 (sm_90)", 7, 4096, 4096),
                                     ("NVIDIA H200 (sm_90)", 7, 4096, 4096)]
+
+
+def test_audit_reads_a_device_tables_rows_from_its_recording_under_the_base_name() -> None:
+    """With no shards (git alone), audit answers from the recording: a device table's rows are the manifest's."""
+    from tunetable import audit
+    from tunetable.select_winners import data_hash
+    from tunetable.yamlio import load_yaml
+
+    manifest = load_yaml((REPO / "manifests" / "gemm_mma.h100.yaml").read_text())["provenance"]
+    params = with_device_tables(load_params(REPO / "params.yaml"), ["gemm_mma.h100"], root=REPO)
+    ranked = audit._ranked_recording(data=(REPO / "data/recordings/h100_gemm_mma.parquet").read_bytes(),
+                                     name="h100_gemm_mma.parquet", table="gemm_mma.h100", params=params,
+                                     kernel_hash=manifest["kernel_hash"])
+    assert ranked is not None and data_hash(ranked=ranked) == manifest["data_hash"]
