@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from tunetable.errors import TuneTableError
+from tunetable.inputs import sidecar_path
 from tunetable.kernels.families.devices import (
     GIB,
     recognise,
     recording_path,
     serving_device,
-    sidecar_path,
 )
 from tunetable.params import device_specs, load_params, primary_device, table_recordings, table_spec
 from tunetable.yamlio import load_yaml_file
@@ -49,7 +49,7 @@ def test_a_gpu_is_recognised_by_name_sm_count_and_memory() -> None:
 
 def test_recordings_are_derived_per_device_and_the_primary_one_keeps_todays_path() -> None:
     assert recording_path(device="h100", table="gemm_mma") == "data/recordings/h100_gemm_mma.parquet"
-    assert sidecar_path("data/recordings/h100_gemm_mma.parquet") == "data/recordings/h100_gemm_mma.json"
+    assert sidecar_path(Path("data/recordings/h100_gemm_mma.parquet")) == Path("data/recordings/h100_gemm_mma.json")
     assert table_recordings(PARAMS, "gemm_wgmma") == (
         ("h200", "data/recordings/h200_gemm_wgmma.parquet"), ("h100", "data/recordings/h100_gemm_wgmma.parquet"))
     for name in PARAMS["tables"]:

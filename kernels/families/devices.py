@@ -54,11 +54,6 @@ def recording_path(*, device: str, table: str, root: str = RECORDINGS_DIR) -> st
     return f"{root}/{device}_{table}.parquet"
 
 
-def sidecar_path(recording: str) -> str:
-    """A recording's sidecar (its provenance and checksum): the same path with .json."""
-    return recording[: -len(".parquet")] + ".json" if recording.endswith(".parquet") else recording + ".json"
-
-
 def recognise(*, name: str, sm_count: int, memory_bytes: int, devices: Sequence[DeviceSpec]) -> str | None:
     """The key of the first declared device whose match holds for what the driver reports (None: unknown)."""
     for spec in devices:
