@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline_repo import (
-    NO_RECORDING, RECORDING, REPO, dvc, edit_params, git, job_counts, make_project, rewritten, shard_times, small_table,
+    NO_RECORDING, RECORDING, dvc, edit_params, git, make_project, rewritten, shard_times, small_table,
     snakemake, tunetable,
 )
 from tunetable.yamlio import load_yaml, load_yaml_file
@@ -137,21 +137,3 @@ def test_trace_follows_an_entry_to_its_shards(project: Path) -> None:
     line = next(i for i, text in enumerate(lines, 1) if "# index: [0]" in text)
     by_line = tunetable("trace", f"kernels/tuning_configs.py:{line}", cwd=project).output
     assert by_line.splitlines()[0] == out.splitlines()[0]
-
-
-def test_fresh_clone_main_job_reproduces_checked_in_table(tmp_path: Path) -> None:
-    source = make_project(tmp_path / "origin", remote=tmp_path / "remote")
-    clone = tmp_path / "clone"
-    git("clone", "-q", str(source), str(clone), cwd=tmp_path)
-    run = snakemake("--cores", "2", cwd=clone)
-    assert "REPLAYING the committed recording" in run.output
-    counts = job_counts(run.output)
-    assert "compile" not in counts and "grid" not in counts  # replay never compiles
-    shapes = load_yaml_file(clone / "params.yaml")["tables"][TABLE]["shapes"]
-    assert (len([path for path in shard_times(clone) if f"/raw/{TABLE}/" in path])
-            == len(shapes["M"]) * len(shapes["NK"]))
-    diff = git("status", "--porcelain", "--", "manifests", "kernels", "results/metrics", cwd=clone).output
-    assert diff == "", (f"the main job changed checked-in files (regenerate them with `snakemake --cores 2` "
-                        f"and commit manifests, kernels, results/metrics, results/plots):\n{diff}")
-    assert ((clone / "kernels" / "tuning_configs.py").read_bytes()
-            == (REPO / "kernels" / "tuning_configs.py").read_bytes())

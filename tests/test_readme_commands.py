@@ -35,7 +35,7 @@ NOT_COMMANDS = {
     "tunetable: REPLAYING": "the main job's banner (compared with the run below)",
     "tunetable: shards:": "the main job's closing summary (compared with the run below)",
     "tunetable: gemm_dispatch:": "the main job's figures line of the dispatch list (compared with the run below)",
-    "tunetable: 5 shards need a GPU": "the GPU-need line (compared with a dry run below)",
+    "tunetable: 10 shards need a GPU": "the GPU-need line (compared with a dry run below)",
     "not compared:": "an audit line, shortened with '...' (its wording: tests/test_audit_git.py)",
     "No remote provided": "DVC's lines without a remote (compared with dvc pull / dvc push below)",
     "Snakefile ": "the layout",
@@ -253,7 +253,7 @@ def test_every_readme_command_runs_in_a_clone(tmp_path: Path) -> None:
     status = git("status", "--porcelain", "--untracked-files=all", cwd=clone).output.splitlines()
     assert status == [" M .dvc/config"], status
     # The GPU-need line, as the README quotes it, for M=77.
-    gpu = next(b for b in readme_blocks(text) if b.lines[0].startswith("tunetable: 5 shards need a GPU"))
+    gpu = next(b for b in readme_blocks(text) if b.lines[0].startswith("tunetable: 10 shards need a GPU"))
     edit_params(clone, lambda d: d["tables"]["gemm_mma"]["shapes"]["M"].insert(3, 77))
     dry = snakemake("-n", "--cores", "2", cwd=clone).output
     assert gpu.lines[0] in dry.splitlines(), dry[-2000:]
