@@ -298,7 +298,7 @@ def test_a_prepared_launch_encodes_once_per_a_b_pair_and_writes_c_per_call(monke
     launch_now(0x1000, 0x2000, 0x3000)
     launch_now(0x1000, 0x2000, 0x3100)
     launch_now(0x1100, 0x2000, 0x3200)
-    assert len(launch_now.sets) == 2
+    assert len(launch_now.sets) == 2 and launch_now.plan.encodes == 2   # a new C alone encodes nothing
     assert [item[4] for item in lib.launches] == [[0x1000, 0x2000, 0x3000, 0x5000], [0x1000, 0x2000, 0x3100, 0x5000],
                                                    [0x1100, 0x2000, 0x3200, 0x5000]]
     assert lib.launches[0][:4] == ((64, 1, 2), (128, 1, 1), 4096, 0x55)

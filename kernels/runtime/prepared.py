@@ -133,6 +133,7 @@ class PreparedLaunch:
         slots = [item for item in arguments.storage if isinstance(item, ctypes.c_uint64) and item.value == C_SENTINEL]
         if len(slots) != 1:
             raise ValueError(f"{self.plan.plan.family.name}: C's address is not one pointer argument of its launch")
+        self.plan.encodes += 1
         if len(self.sets) >= PREPARED_SETS:
             del self.sets[next(iter(self.sets))]
         found = self.sets[(a_ptr, b_ptr)] = (arguments, slots[0])

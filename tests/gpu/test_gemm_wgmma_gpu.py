@@ -148,7 +148,7 @@ def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
         plan = launch.runtime().plan(entry, m=333, n=6144, k=4096)
         assert plan.plan.kernel is not None and plan.encodes == 1   # a driver kernel (by-value tensor maps)
         out = torch.full((333, 6144), float("nan"), device="cuda", dtype=torch.bfloat16)
-        for _ in range(2):  # a new C address encodes once, then is reused
+        for _ in range(2):  # the prepared launch encodes (A, B) once, then rewrites C's slot per call
             launch.gemm(a, b, out=out)
         torch.cuda.synchronize()
         assert rel_err(out, a, b) < REL_TOL and plan.encodes == 2
