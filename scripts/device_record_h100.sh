@@ -21,7 +21,7 @@ source scripts/device_env.sh >>"$FINAL_OUT/summary.txt" 2>&1
 DEVICE=$(python3 -c "
 from tunetable.bench.devices import gpu_report, recognised_device
 from tunetable.params import load_params
-print(recognised_device(load_params('params.yaml')) or '', '|', *gpu_report())" 2>>"$FINAL_OUT/summary.txt")
+print(recognised_device(load_params('params.yaml')) or '', '|', gpu_report().describe())" 2>>"$FINAL_OUT/summary.txt")
 KEY=${DEVICE%% |*}
 echo "device: $DEVICE" | tee "$FINAL_OUT/device.txt"
 if [ -z "$KEY" ]; then

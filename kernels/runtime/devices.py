@@ -20,12 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tunetable.kernels.families.devices import DeviceSpec, recognise, serving_device
+from tunetable.kernels.families.devices import DeviceSpec, GpuInfo, recognise_gpu, serving_device
 from tunetable.kernels.tuning_configs import DEVICE_TABLES, DEVICES, RECORDED_DEVICES
 
 SUPPORTED_ARCH = (9, 0)             # sm_90a kernels: wgmma, TMA (compute capability 9.0)
 ARCH = "sm_90a"                     # the declared devices' architecture the kernels are built for
-GIB = 1 << 30
 
 
 def measured_on(device: str) -> str:
@@ -48,23 +47,6 @@ class DeviceTableWarning(UserWarning):
 
 
 @dataclass(frozen=True)
-class GpuInfo:
-    """What the driver reports of one GPU."""
-
-    ordinal: int
-    name: str
-    sm_count: int
-    memory_bytes: int
-    compute_capability: tuple[int, int]
-
-    def describe(self) -> str:
-        """'cuda:1 (NVIDIA H100 80GB HBM3, 132 SMs, 79.6 GiB, sm_90)'."""
-        major, minor = self.compute_capability
-        return (f"cuda:{self.ordinal} ({self.name}, {self.sm_count} SMs, {self.memory_bytes / GIB:.1f} GiB, "
-                f"sm_{major}{minor})")
-
-
-@dataclass(frozen=True)
 class TableDevice:
     """The recorded device whose tables serve one GPU; ``warning`` is set when it is not the GPU itself."""
 
@@ -83,7 +65,7 @@ def table_device(info: GpuInfo, *, recorded: Sequence[str] = RECORDED_DEVICES,
             f"tunetable.gemm: {info.describe()} has compute capability {major}.{minor}; the kernels need "
             f"{ARCH} (compute capability {SUPPORTED_ARCH[0]}.{SUPPORTED_ARCH[1]}: Hopper; declared devices: "
             f"{supported})")
-    found = recognise(name=info.name, sm_count=info.sm_count, memory_bytes=info.memory_bytes, devices=devices)
+    found = recognise_gpu(info, devices=devices)
     serving = serving_device(device=found, recorded=recorded, devices=devices, arch=ARCH)
     if serving is None:
         raise UnsupportedDeviceError(f"tunetable.gemm: {info.describe()}: no recorded device of {ARCH} "
