@@ -13,11 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tunetable.codegen_render import check_comment_text, replace_generated_region
-from tunetable.device_tables import complete_devices, device_tables_of, other_devices, split_device_table
+from tunetable.codegen_render import check_comment_text, optional_string_literal, replace_generated_region
+from tunetable.device_tables import (
+    complete_devices,
+    device_table_name,
+    device_tables_of,
+    other_devices,
+    split_device_table,
+)
+from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
+from tunetable.manifest import load_manifest_document
 
 DEVICE_TABLES_BEGIN_MARKER = "BEGIN-TUNING-DEVICE-TABLES"
 DEVICE_TABLES_END_MARKER = "END-TUNING-DEVICE-TABLES"
@@ -47,6 +56,7 @@ class DeviceBlock:
     device: str
     lists: tuple[DeviceList, ...]
     complete: bool
+    measured_on: str | None = None     # the GPU its tables were measured on (``measured_on``; complete only)
 
 
 def _entry_class(family: str) -> str:
@@ -77,6 +87,32 @@ def device_blocks(params: Mapping[str, Any]) -> tuple[DeviceBlock, ...]:
     return tuple(blocks)
 
 
+def measured_on(params: Mapping[str, Any], *, tables: Sequence[str], root: Path) -> str | None:
+    """The GPU ``tables`` (one device's) were measured on: the ``device`` their manifests' provenance names
+    (a manifest not there yet, or naming none, is left out), None when none names one; two GPUs are an error."""
+    named: dict[str, str] = {}
+    for name in tables:
+        path = root / str(params["tables"][name]["codegen"]["manifest"])
+        if not path.is_file():
+            continue
+        device = (load_manifest_document(path).provenance or {}).get("device")
+        if device is None:
+            continue
+        if not isinstance(device, str) or not device.strip():
+            raise TuneTableError(f"provenance.device is {device!r}: the name of the GPU measured on", path=path)
+        named[path.relative_to(root).as_posix()] = device
+    if len(set(named.values())) > 1:
+        found = "; ".join(f"{path}: {device}" for path, device in named.items())
+        raise TuneTableError(f"one device's tables name different GPUs in their provenance's device ({found}): "
+                             "select them all from one GPU's measurements")
+    return next(iter(named.values()), None)
+
+
+def block_tables(block: DeviceBlock) -> list[str]:
+    """The device tables of a device's scaffold (``gemm_mma.h100``, ...), in params.yaml order."""
+    return [device_table_name(base=item.base, device=block.device) for item in block.lists if item.kind == "table"]
+
+
 def _list_lines(item: DeviceList, *, device: str, indent: str) -> list[str]:
     """A device list with its empty marker region (its job fills it)."""
     name = item.variable(device)
@@ -96,7 +132,8 @@ def _entry_lines(block: DeviceBlock, *, indent: str) -> list[str]:
         lines += [f'{indent * 2}"{item.base}": {item.variable(device)},' for item in block.lists if item.kind == kind]
         lines.append(f"{indent}}},")
     selectors = [item for item in block.lists if item.kind == "selector"]
-    lines += [f"{indent}selector_files={selectors[0].variable(device) if selectors else '{}'},", ")"]
+    lines += [f"{indent}selector_files={selectors[0].variable(device) if selectors else '{}'},",
+              f"{indent}measured_on={optional_string_literal(block.measured_on)},", ")"]
     return lines
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from tunetable.codegen_fields import EntryFields, dispatch_fields, table_fields
 from tunetable.codegen_overlap import OverlapReport
-from tunetable.codegen_devices import DeviceBlock, device_blocks
+from tunetable.codegen_devices import DeviceBlock, block_tables, device_blocks, measured_on
 from tunetable.device_tables import base_tables, complete_devices, device_tables_of, split_device_table
 from tunetable.kernels.families.devices import DeviceSpec
 from tunetable.params import builds_spec, device_specs, dispatch_spec, selector_spec, table_spec
@@ -100,6 +100,7 @@ class BuildsJob:
     devices: tuple[DeviceSpec, ...] = ()     # params.yaml's devices: the DEVICES region (none: no region)
     recorded: tuple[str, ...] = ()           # the devices whose tables the target holds, primary first
     device_blocks: tuple[DeviceBlock, ...] = ()   # the other devices' lists (the DEVICE-TABLES region)
+    primary_measured_on: str | None = None   # the GPU the primary device's tables were measured on
 
 
 def _table_job(*, name: str, params: Mapping[str, Any], params_path: str | Path,
@@ -162,10 +163,14 @@ def builds_job_from_params(*, params: Mapping[str, Any], params_path: str | Path
     )
     devices = device_specs(dict(params), path=params_path)
     complete = complete_devices(params, device_tables_of(params))
-    return BuildsJob(target_path=Path(params_path).parent / spec.target, begin_marker=spec.begin_marker,
+    root = Path(params_path).parent
+    primary = measured_on(params, tables=base_tables(params), root=root) if devices else None
+    blocks = tuple(dataclasses.replace(block, measured_on=measured_on(params, tables=block_tables(block), root=root))
+                   if block.complete else block for block in device_blocks(params))
+    return BuildsJob(target_path=root / spec.target, begin_marker=spec.begin_marker,
                      end_marker=spec.end_marker, source_label=spec.source_label, lines=lines,
                      devices=devices, recorded=(*(spec.key for spec in devices[:1]), *complete),
-                     device_blocks=device_blocks(params))
+                     device_blocks=blocks, primary_measured_on=primary)
 
 
 def declared_job(job: TableJob, *, params: Mapping[str, Any], params_path: str | Path) -> TableJob:

@@ -28,12 +28,11 @@ ARCH = "sm_90a"                     # the declared devices' architecture the ker
 
 
 def measured_on(device: str) -> str:
-    """The GPU a recorded device's tables were measured on, as its selector's provenance names it ('NVIDIA H200')."""
+    """The GPU a recorded device's tables were measured on ('NVIDIA H200', generated from its manifests'
+    provenance), else the name fragment its declaration matches ('an H200')."""
     tables = DEVICE_TABLES.get(device)
-    for selector in (tables.selector_files.values() if tables is not None else ()):
-        named = dict(selector.provenance).get("device")
-        if named:
-            return str(named)
+    if tables is not None and tables.measured_on:
+        return tables.measured_on
     spec = DEVICES.get(device)
     return f"an {spec.match.name}" if spec is not None else device
 
