@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import types
@@ -87,6 +89,28 @@ def test_the_runtime_and_the_bench_read_a_gpu_s_identity_through_one_reader(monk
     assert bench_devices.gpu_report(1) == gpu_info(fake, 1) and fake.initialised
     assert [bench_devices.recognised_device(PARAMS, ordinal) for ordinal in range(3)] == ["h200", "h100", None]
     assert recognise_gpu(gpu_info(fake, 0), devices=DEVICES) == recognise(**H200, devices=DEVICES) == "h200"
+
+
+def test_the_recording_script_names_the_device_and_the_gpu_the_driver_reports(tmp_path: Path) -> None:
+    """scripts/device_record_h100.sh's device line, its Python run against a pycuda.driver that reports an H100."""
+    script = (REPO / "scripts" / "device_record_h100.sh").read_text()
+    code = re.search(r'DEVICE=\$\(python3 -c "(.*?)" 2>>', script, re.S).group(1)
+    package = tmp_path / "pycuda"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "driver.py").write_text(
+        "class device_attribute:\n    MULTIPROCESSOR_COUNT = 16\n"
+        "def init():\n    pass\n"
+        "class Device:\n    def __init__(self, ordinal):\n        pass\n"
+        "    def name(self):\n        return 'NVIDIA H100 80GB HBM3'\n"
+        "    def get_attribute(self, attribute):\n        return {16: 132}[attribute]\n"
+        "    def total_memory(self):\n        return 85_031_714_816\n"
+        "    def compute_capability(self):\n        return (9, 0)\n")
+    shell = f'DEVICE=$("{sys.executable}" -c "{code}"); echo "$DEVICE"; echo "${{DEVICE%% |*}}"'   # as the script
+    done = subprocess.run(["bash", "-c", shell],
+                          cwd=REPO, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.stdout.splitlines() == ["h100 | cuda:0 (NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, sm_90)", "h100"], done
 
 
 def test_recordings_are_derived_per_device_and_the_primary_one_keeps_todays_path() -> None:
