@@ -96,7 +96,7 @@ def measured_on(params: Mapping[str, Any], *, tables: Sequence[str], root: Path)
         if not path.is_file():
             continue
         device = (load_manifest_document(path).provenance or {}).get("device")
-        if device is None:
+        if device is None or device == "unknown":      # select's word for measurements that name no GPU
             continue
         if not isinstance(device, str) or not device.strip():
             raise TuneTableError(f"provenance.device is {device!r}: the name of the GPU measured on", path=path)

@@ -236,6 +236,8 @@ def test_a_device_s_gpu_is_the_one_its_manifests_provenance_names_and_two_are_on
     tables = [f"{name}.h100" for name in BASES]
     assert measured_on(params, tables=tables, root=tmp_path) is None            # no manifest yet
     _manifest(tmp_path, tables[0], None)
+    _manifest(tmp_path, tables[2], "unknown")
+    assert measured_on(params, tables=tables, root=tmp_path) is None            # none names a GPU
     _manifest(tmp_path, tables[1], "NVIDIA H100 80GB HBM3")
     assert measured_on(params, tables=tables, root=tmp_path) == "NVIDIA H100 80GB HBM3"
     _manifest(tmp_path, tables[2], "NVIDIA H200")
