@@ -17,13 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.codegen_render import check_comment_text, optional_string_literal, replace_generated_region
-from tunetable.device_tables import (
-    complete_devices,
-    device_table_name,
-    device_tables_of,
-    other_devices,
-    split_device_table,
-)
+from tunetable.device_tables import complete_devices, device_tables_of, other_devices, split_device_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.manifest import load_manifest_document
@@ -56,7 +50,6 @@ class DeviceBlock:
     device: str
     lists: tuple[DeviceList, ...]
     complete: bool
-    measured_on: str | None = None     # the GPU its tables were measured on (``measured_on``; complete only)
 
 
 def _entry_class(family: str) -> str:
@@ -87,12 +80,11 @@ def device_blocks(params: Mapping[str, Any]) -> tuple[DeviceBlock, ...]:
     return tuple(blocks)
 
 
-def measured_on(params: Mapping[str, Any], *, tables: Sequence[str], root: Path) -> str | None:
-    """The GPU ``tables`` (one device's) were measured on: the ``device`` their manifests' provenance names
-    (a manifest not there yet, or naming none, is left out), None when none names one; two GPUs are an error."""
-    named: dict[str, str] = {}
-    for name in tables:
-        path = root / str(params["tables"][name]["codegen"]["manifest"])
+def measured_on(manifests: Sequence[Path]) -> str | None:
+    """The GPU one device's tables were measured on: the ``device`` their manifests' provenance names (a
+    manifest not there yet, or naming none, is left out), None when none names one; two GPUs are an error."""
+    named: dict[Path, str] = {}
+    for path in manifests:
         if not path.is_file():
             continue
         device = (load_manifest_document(path).provenance or {}).get("device")
@@ -100,17 +92,12 @@ def measured_on(params: Mapping[str, Any], *, tables: Sequence[str], root: Path)
             continue
         if not isinstance(device, str) or not device.strip():
             raise TuneTableError(f"provenance.device is {device!r}: the name of the GPU measured on", path=path)
-        named[path.relative_to(root).as_posix()] = device
+        named[path] = device
     if len(set(named.values())) > 1:
-        found = "; ".join(f"{path}: {device}" for path, device in named.items())
+        found = "; ".join(f"{path}: {device!r}" for path, device in named.items())
         raise TuneTableError(f"one device's tables name different GPUs in their provenance's device ({found}): "
                              "select them all from one GPU's measurements")
     return next(iter(named.values()), None)
-
-
-def block_tables(block: DeviceBlock) -> list[str]:
-    """The device tables of a device's scaffold (``gemm_mma.h100``, ...), in params.yaml order."""
-    return [device_table_name(base=item.base, device=block.device) for item in block.lists if item.kind == "table"]
 
 
 def _list_lines(item: DeviceList, *, device: str, indent: str) -> list[str]:
@@ -123,7 +110,7 @@ def _list_lines(item: DeviceList, *, device: str, indent: str) -> list[str]:
             "]"]
 
 
-def _entry_lines(block: DeviceBlock, *, indent: str) -> list[str]:
+def _entry_lines(block: DeviceBlock, *, measured_on: str | None, indent: str) -> list[str]:
     """A complete device's ``DEVICE_TABLES`` entry: its tables, dispatch lists and selector files."""
     device = block.device
     lines = [f'DEVICE_TABLES["{device}"] = DeviceTables(']
@@ -133,13 +120,15 @@ def _entry_lines(block: DeviceBlock, *, indent: str) -> list[str]:
         lines.append(f"{indent}}},")
     selectors = [item for item in block.lists if item.kind == "selector"]
     lines += [f"{indent}selector_files={selectors[0].variable(device) if selectors else '{}'},",
-              f"{indent}measured_on={optional_string_literal(block.measured_on)},", ")"]
+              f"{indent}measured_on={optional_string_literal(measured_on)},", ")"]
     return lines
 
 
 def render_device_tables_region(blocks: Sequence[DeviceBlock], *, bases: Sequence[str], source_label: str,
-                                path: Any, indent: str = "    ") -> str:
-    """The region's text: a header, then per device its lists and (complete) its ``DEVICE_TABLES`` entry."""
+                                path: Any, measured_on: Mapping[str, str | None] | None = None,
+                                indent: str = "    ") -> str:
+    """The region's text: a header, then per device its lists and (complete) its ``DEVICE_TABLES`` entry, which
+    names the GPU ``measured_on`` gives for it."""
     check_comment_text(source_label, what="source label", path=path)
     lines = [f"# Automatically generated from [{source_label}]: the tables of every device besides the primary one"]
     if not blocks:
@@ -155,7 +144,7 @@ def render_device_tables_region(blocks: Sequence[DeviceBlock], *, bases: Sequenc
         for item in block.lists:
             lines += _list_lines(item, device=block.device, indent=indent)
         if block.complete:
-            lines += _entry_lines(block, indent=indent)
+            lines += _entry_lines(block, measured_on=(measured_on or {}).get(block.device), indent=indent)
     return "\n".join(lines)
 
 

@@ -15,8 +15,14 @@ from typing import Any
 
 from tunetable.codegen_fields import EntryFields, dispatch_fields, table_fields
 from tunetable.codegen_overlap import OverlapReport
-from tunetable.codegen_devices import DeviceBlock, block_tables, device_blocks, measured_on
-from tunetable.device_tables import base_tables, complete_devices, device_tables_of, split_device_table
+from tunetable.codegen_devices import DeviceBlock, device_blocks
+from tunetable.device_tables import (
+    base_tables,
+    complete_devices,
+    device_table_names,
+    device_tables_of,
+    split_device_table,
+)
 from tunetable.kernels.families.devices import DeviceSpec
 from tunetable.params import builds_spec, device_specs, dispatch_spec, selector_spec, table_spec
 
@@ -100,7 +106,8 @@ class BuildsJob:
     devices: tuple[DeviceSpec, ...] = ()     # params.yaml's devices: the DEVICES region (none: no region)
     recorded: tuple[str, ...] = ()           # the devices whose tables the target holds, primary first
     device_blocks: tuple[DeviceBlock, ...] = ()   # the other devices' lists (the DEVICE-TABLES region)
-    primary_measured_on: str | None = None   # the GPU the primary device's tables were measured on
+    # Per recorded device, its tables' manifests: the GPU each device was measured on (codegen_devices.measured_on)
+    device_manifests: tuple[tuple[str, tuple[Path, ...]], ...] = ()
 
 
 def _table_job(*, name: str, params: Mapping[str, Any], params_path: str | Path,
@@ -164,13 +171,15 @@ def builds_job_from_params(*, params: Mapping[str, Any], params_path: str | Path
     devices = device_specs(dict(params), path=params_path)
     complete = complete_devices(params, device_tables_of(params))
     root = Path(params_path).parent
-    primary = measured_on(params, tables=base_tables(params), root=root) if devices else None
-    blocks = tuple(dataclasses.replace(block, measured_on=measured_on(params, tables=block_tables(block), root=root))
-                   if block.complete else block for block in device_blocks(params))
+    recorded = (*(spec.key for spec in devices[:1]), *complete)
+    manifests = tuple((device, tuple(root / table_spec(dict(params), name, path=params_path).codegen.manifest
+                                     for name in (device_table_names(base_tables(params), device=device)
+                                                  if device != recorded[0] else base_tables(params))))
+                      for device in recorded)
     return BuildsJob(target_path=root / spec.target, begin_marker=spec.begin_marker,
                      end_marker=spec.end_marker, source_label=spec.source_label, lines=lines,
-                     devices=devices, recorded=(*(spec.key for spec in devices[:1]), *complete),
-                     device_blocks=blocks, primary_measured_on=primary)
+                     devices=devices, recorded=recorded, device_blocks=device_blocks(params),
+                     device_manifests=manifests)
 
 
 def declared_job(job: TableJob, *, params: Mapping[str, Any], params_path: str | Path) -> TableJob:

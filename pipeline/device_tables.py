@@ -87,9 +87,9 @@ def _derived(params: Mapping[str, Any], name: str, *, section: str,
     return {**copy.deepcopy(dict(raw)), **changes(base=base, device=device, raw=raw)}
 
 
-def _device_table_names(tables: Iterable[str], *, device: str) -> list[str]:
-    """Declared table names on ``device``."""
-    return [device_table_name(base=table, device=device) for table in tables]
+def device_table_names(bases: Iterable[str], *, device: str) -> list[str]:
+    """Declared table (or dispatch list) names on ``device``: ``device_table_name`` of each."""
+    return [device_table_name(base=base, device=device) for base in bases]
 
 
 def derived_table(params: Mapping[str, Any], name: str) -> dict[str, Any] | None:
@@ -102,7 +102,7 @@ def derived_table(params: Mapping[str, Any], name: str) -> dict[str, Any] | None
 def derived_dispatch(params: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     """The raw mapping of a dispatch list on a device (its tables that device's), or None."""
     return _derived(params, name, section="dispatch", changes=lambda base, device, raw: {
-        "tables": _device_table_names(raw["tables"], device=device),
+        "tables": device_table_names(raw["tables"], device=device),
         "codegen": _device_codegen(raw["codegen"], name=name, device=device)})
 
 
@@ -111,7 +111,7 @@ def derived_selector(params: Mapping[str, Any], name: str) -> dict[str, Any] | N
 
     def changes(*, base: str, device: str, raw: Mapping[str, Any]) -> dict[str, Any]:
         data = device_data_path(str(raw["data"]), device=device)
-        return {"tables": _device_table_names(raw["tables"], device=device), "data": data,
+        return {"tables": device_table_names(raw["tables"], device=device), "data": data,
                 "codegen": _device_codegen(raw["codegen"], name=name, device=device, label=data)}
 
     return _derived(params, name, section="selector", changes=changes)

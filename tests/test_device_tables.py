@@ -8,7 +8,6 @@ The pipeline end to end (snakemake, the generated file, the runtime) is tests/te
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 from pathlib import Path
 
@@ -213,9 +212,9 @@ def test_the_scaffold_holds_every_list_and_a_device_tables_entry_for_a_complete_
     assert '        "gemm_wgmma_swap": H100_GEMM_WGMMA_SWAP_CONFIGS,' in lines
     assert "    selector_files=H100_SELECTOR_FILES," in lines
     assert "    measured_on=None," in lines                 # no manifest names its GPU
-    named = [dataclasses.replace(block, measured_on='NVIDIA "H100"') for block in device_blocks(whole)]
-    text = render_device_tables_region(named, bases=BASES, source_label="params.yaml", path="x")
-    assert '    measured_on="NVIDIA \\"H100\\"",' in text.splitlines()   # a literal: manifest text never becomes code
+    text = render_device_tables_region(device_blocks(whole), bases=BASES, source_label="params.yaml", path="x",
+                                       measured_on={"h100": 'NVIDIA "H100"\nimport os'})
+    assert '    measured_on="NVIDIA \\"H100\\"\\nimport os",' in text.splitlines()   # manifest text never becomes code
     ast.parse(text)
     empty = render_device_tables_region((), bases=BASES, source_label="params.yaml", path="x")
     assert empty.splitlines()[1] == ("# (none has recordings yet: the runtime serves every GPU the primary device's "
@@ -232,22 +231,22 @@ def _manifest(root: Path, name: str, device: object | None) -> None:
 
 
 def test_a_device_s_gpu_is_the_one_its_manifests_provenance_names_and_two_are_one_error(tmp_path: Path) -> None:
-    params = with_device_tables(PARAMS, [f"{name}.h100" for name in BASES])
     tables = [f"{name}.h100" for name in BASES]
-    assert measured_on(params, tables=tables, root=tmp_path) is None            # no manifest yet
+    manifests = [tmp_path / "manifests" / f"{name}.yaml" for name in tables]
+    assert measured_on(manifests) is None                                     # no manifest yet
     _manifest(tmp_path, tables[0], None)
     _manifest(tmp_path, tables[2], "unknown")
-    assert measured_on(params, tables=tables, root=tmp_path) is None            # none names a GPU
+    assert measured_on(manifests) is None                                     # none names a GPU
     _manifest(tmp_path, tables[1], "NVIDIA H100 80GB HBM3")
-    assert measured_on(params, tables=tables, root=tmp_path) == "NVIDIA H100 80GB HBM3"
-    _manifest(tmp_path, tables[2], "NVIDIA H200")
+    assert measured_on(manifests) == "NVIDIA H100 80GB HBM3"
+    _manifest(tmp_path, tables[2], "NVIDIA H200\nimport os")
     with pytest.raises(TuneTableError) as info:
-        measured_on(params, tables=tables, root=tmp_path)
-    assert str(info.value).count("manifests/") == 2 and "manifests/gemm_wgmma.h100.yaml: NVIDIA H100" in str(info.value)
-    assert "manifests/gemm_wgmma_swap.h100.yaml: NVIDIA H200" in str(info.value)
+        measured_on(manifests)
+    assert "\n" not in str(info.value) and str(info.value).count("manifests/") == 2   # one line, both files named
+    assert f"{manifests[1]}: 'NVIDIA H100 80GB HBM3'; {manifests[2]}: 'NVIDIA H200\\nimport os'" in str(info.value)
     _manifest(tmp_path, tables[2], 7)
     with pytest.raises(TuneTableError, match=r"gemm_wgmma_swap.h100.yaml: provenance.device is 7"):
-        measured_on(params, tables=tables, root=tmp_path)
+        measured_on(manifests)
 
 
 def test_the_generated_tables_name_the_gpu_each_device_s_recordings_were_made_on() -> None:
