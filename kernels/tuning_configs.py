@@ -996,21 +996,26 @@ DEVICES: dict[str, DeviceSpec] = {
 }
 # The devices whose tables this file holds; the first one's are TABLES, DISPATCH and SELECTOR_FILES.
 RECORDED_DEVICES: tuple[str, ...] = ("h200", "h100")
+# The GPU the first one's tables were measured on (their manifests' provenance; each other's: its DEVICE_TABLES entry).
+PRIMARY_MEASURED_ON: str | None = "NVIDIA H200"
 # END-TUNING-DEVICES
 
 
 @dataclass(frozen=True)
 class DeviceTables:
-    """One recorded device's generated tables: its per-family tables, dispatch lists and selector files."""
+    """One recorded device's generated tables: its per-family tables, dispatch lists and selector files, and
+    the GPU they were measured on (its manifests' provenance ``device``; None where none names one)."""
 
     tables: dict[str, list[TuningConfig] | list[WgmmaTuningConfig] | list[SwapTuningConfig]]
     dispatch: dict[str, list[FamilyChoice]]
     selector_files: dict[str, SelectorFile]
+    measured_on: str | None
 
 
 # The primary device's tables; every other device with all its tables is added in the region below.
 DEVICE_TABLES: dict[str, DeviceTables] = {
-    RECORDED_DEVICES[0]: DeviceTables(tables=TABLES, dispatch=DISPATCH, selector_files=SELECTOR_FILES),
+    RECORDED_DEVICES[0]: DeviceTables(tables=TABLES, dispatch=DISPATCH, selector_files=SELECTOR_FILES,
+                                      measured_on=PRIMARY_MEASURED_ON),
 }
 
 # Every other device's tables (params.yaml ``devices:`` besides the first; docs/devices.md), written whole by
@@ -1939,5 +1944,6 @@ DEVICE_TABLES["h100"] = DeviceTables(
         "gemm_dispatch": H100_GEMM_DISPATCH,
     },
     selector_files=H100_SELECTOR_FILES,
+    measured_on="NVIDIA H100 80GB HBM3",
 )
 # END-TUNING-DEVICE-TABLES

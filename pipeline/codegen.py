@@ -39,6 +39,7 @@ from tunetable.codegen_devices import (  # noqa: F401
     DEVICE_TABLES_BEGIN_MARKER,
     DEVICE_TABLES_END_MARKER,
     DeviceBlock,
+    measured_on,
     render_device_tables_region,
 )
 from tunetable.codegen_overlap import Overlap, OverlapReport, find_overlaps, int_value  # noqa: F401
@@ -170,14 +171,17 @@ def generate_targets(*, jobs: Sequence[TableJob | SelectorJob], builds: Sequence
         _check_distinct_markers(tables, target_path=target_path)
         current = _read_text(target_path, keep_newlines=True)
         text = current
-        for build in build_jobs:   # first: the other devices' lists hold the regions their tables fill next
+        # Each recorded device's GPU, from its manifests: read once they are each checked (render_job, above).
+        measured = [{device: measured_on(paths) for device, paths in build.device_manifests} for build in build_jobs]
+        # First: the other devices' lists hold the regions their tables fill next.
+        for build, named in zip(build_jobs, measured):
             # A target without the region (one written before devices) needs it only once another device has tables.
             if build.devices and (build.device_blocks or DEVICE_TABLES_BEGIN_MARKER in text):
                 text = replace_generated_region(
                     text, begin_marker=DEVICE_TABLES_BEGIN_MARKER, end_marker=DEVICE_TABLES_END_MARKER,
                     generated=render_device_tables_region(
                         build.device_blocks, bases=[line.table for line in build.lines],
-                        source_label=build.source_label, path=target_path),
+                        source_label=build.source_label, path=target_path, measured_on=named),
                     path=target_path)
         for table in tables:
             text = replace_generated_region(
@@ -187,12 +191,13 @@ def generate_targets(*, jobs: Sequence[TableJob | SelectorJob], builds: Sequence
                 generated=table.region,
                 path=target_path,
             )
-        for build in build_jobs:
+        for build, named in zip(build_jobs, measured):
             text = replace_generated_region(text, begin_marker=build.begin_marker, end_marker=build.end_marker,
                                             generated=render_builds_region(build), path=target_path)
             if build.devices:
                 text = replace_generated_region(text, begin_marker=DEVICES_BEGIN_MARKER, end_marker=DEVICES_END_MARKER,
-                                                generated=render_devices_region(build), path=target_path)
+                                                generated=render_devices_region(build, measured_on=named),
+                                                path=target_path)
         results.append(
             TargetResult(
                 target_path=target_path, label=str(target_path), current=current, generated=text,

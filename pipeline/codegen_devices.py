@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tunetable.codegen_render import check_comment_text, replace_generated_region
+from tunetable.codegen_render import check_comment_text, optional_string_literal, replace_generated_region
 from tunetable.device_tables import complete_devices, device_tables_of, other_devices, split_device_table
+from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
+from tunetable.manifest import load_manifest_document
 
 DEVICE_TABLES_BEGIN_MARKER = "BEGIN-TUNING-DEVICE-TABLES"
 DEVICE_TABLES_END_MARKER = "END-TUNING-DEVICE-TABLES"
@@ -77,6 +80,26 @@ def device_blocks(params: Mapping[str, Any]) -> tuple[DeviceBlock, ...]:
     return tuple(blocks)
 
 
+def measured_on(manifests: Sequence[Path]) -> str | None:
+    """The GPU one device's tables were measured on: the ``device`` their manifests' provenance names (a
+    manifest not there yet, or naming none, is left out), None when none names one; two GPUs are an error."""
+    named: dict[Path, str] = {}
+    for path in manifests:
+        if not path.is_file():
+            continue
+        device = (load_manifest_document(path).provenance or {}).get("device")
+        if device is None or device == "unknown":      # select's word for measurements that name no GPU
+            continue
+        if not isinstance(device, str) or not device.strip():
+            raise TuneTableError(f"provenance.device is {device!r}: the name of the GPU measured on", path=path)
+        named[path] = device
+    if len(set(named.values())) > 1:
+        found = "; ".join(f"{path}: {device!r}" for path, device in named.items())
+        raise TuneTableError(f"one device's tables name different GPUs in their provenance's device ({found}): "
+                             "select them all from one GPU's measurements")
+    return next(iter(named.values()), None)
+
+
 def _list_lines(item: DeviceList, *, device: str, indent: str) -> list[str]:
     """A device list with its empty marker region (its job fills it)."""
     name = item.variable(device)
@@ -87,7 +110,7 @@ def _list_lines(item: DeviceList, *, device: str, indent: str) -> list[str]:
             "]"]
 
 
-def _entry_lines(block: DeviceBlock, *, indent: str) -> list[str]:
+def _entry_lines(block: DeviceBlock, *, measured_on: str | None, indent: str) -> list[str]:
     """A complete device's ``DEVICE_TABLES`` entry: its tables, dispatch lists and selector files."""
     device = block.device
     lines = [f'DEVICE_TABLES["{device}"] = DeviceTables(']
@@ -96,13 +119,16 @@ def _entry_lines(block: DeviceBlock, *, indent: str) -> list[str]:
         lines += [f'{indent * 2}"{item.base}": {item.variable(device)},' for item in block.lists if item.kind == kind]
         lines.append(f"{indent}}},")
     selectors = [item for item in block.lists if item.kind == "selector"]
-    lines += [f"{indent}selector_files={selectors[0].variable(device) if selectors else '{}'},", ")"]
+    lines += [f"{indent}selector_files={selectors[0].variable(device) if selectors else '{}'},",
+              f"{indent}measured_on={optional_string_literal(measured_on)},", ")"]
     return lines
 
 
 def render_device_tables_region(blocks: Sequence[DeviceBlock], *, bases: Sequence[str], source_label: str,
-                                path: Any, indent: str = "    ") -> str:
-    """The region's text: a header, then per device its lists and (complete) its ``DEVICE_TABLES`` entry."""
+                                path: Any, measured_on: Mapping[str, str | None] | None = None,
+                                indent: str = "    ") -> str:
+    """The region's text: a header, then per device its lists and (complete) its ``DEVICE_TABLES`` entry, which
+    names the GPU ``measured_on`` gives for it."""
     check_comment_text(source_label, what="source label", path=path)
     lines = [f"# Automatically generated from [{source_label}]: the tables of every device besides the primary one"]
     if not blocks:
@@ -118,7 +144,7 @@ def render_device_tables_region(blocks: Sequence[DeviceBlock], *, bases: Sequenc
         for item in block.lists:
             lines += _list_lines(item, device=block.device, indent=indent)
         if block.complete:
-            lines += _entry_lines(block, indent=indent)
+            lines += _entry_lines(block, measured_on=(measured_on or {}).get(block.device), indent=indent)
     return "\n".join(lines)
 
 

@@ -16,7 +16,13 @@ from typing import Any
 from tunetable.codegen_fields import EntryFields, dispatch_fields, table_fields
 from tunetable.codegen_overlap import OverlapReport
 from tunetable.codegen_devices import DeviceBlock, device_blocks
-from tunetable.device_tables import base_tables, complete_devices, device_tables_of, split_device_table
+from tunetable.device_tables import (
+    base_tables,
+    complete_devices,
+    device_table_names,
+    device_tables_of,
+    split_device_table,
+)
 from tunetable.kernels.families.devices import DeviceSpec
 from tunetable.params import builds_spec, device_specs, dispatch_spec, selector_spec, table_spec
 
@@ -100,6 +106,8 @@ class BuildsJob:
     devices: tuple[DeviceSpec, ...] = ()     # params.yaml's devices: the DEVICES region (none: no region)
     recorded: tuple[str, ...] = ()           # the devices whose tables the target holds, primary first
     device_blocks: tuple[DeviceBlock, ...] = ()   # the other devices' lists (the DEVICE-TABLES region)
+    # Per recorded device, its tables' manifests: the GPU each device was measured on (codegen_devices.measured_on)
+    device_manifests: tuple[tuple[str, tuple[Path, ...]], ...] = ()
 
 
 def _table_job(*, name: str, params: Mapping[str, Any], params_path: str | Path,
@@ -162,10 +170,16 @@ def builds_job_from_params(*, params: Mapping[str, Any], params_path: str | Path
     )
     devices = device_specs(dict(params), path=params_path)
     complete = complete_devices(params, device_tables_of(params))
-    return BuildsJob(target_path=Path(params_path).parent / spec.target, begin_marker=spec.begin_marker,
+    root = Path(params_path).parent
+    recorded = (*(spec.key for spec in devices[:1]), *complete)
+    manifests = tuple((device, tuple(root / table_spec(dict(params), name, path=params_path).codegen.manifest
+                                     for name in (device_table_names(base_tables(params), device=device)
+                                                  if device != recorded[0] else base_tables(params))))
+                      for device in recorded)
+    return BuildsJob(target_path=root / spec.target, begin_marker=spec.begin_marker,
                      end_marker=spec.end_marker, source_label=spec.source_label, lines=lines,
-                     devices=devices, recorded=(*(spec.key for spec in devices[:1]), *complete),
-                     device_blocks=device_blocks(params))
+                     devices=devices, recorded=recorded, device_blocks=device_blocks(params),
+                     device_manifests=manifests)
 
 
 def declared_job(job: TableJob, *, params: Mapping[str, Any], params_path: str | Path) -> TableJob:

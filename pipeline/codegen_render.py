@@ -135,6 +135,11 @@ def _string_literal(text: str) -> str:
     return json.dumps(str(text))
 
 
+def optional_string_literal(text: str | None) -> str:
+    """None, or a str as a double-quoted Python literal (``_string_literal``)."""
+    return "None" if text is None else _string_literal(text)
+
+
 def render_builds_region(job: Any, *, indent: str = "    ") -> str:
     """One ``"<table>": TableBuild(...)`` item per table (two lines), literals only, after a provenance comment."""
     check_comment_text(job.source_label, what="source label", path=job.target_path)
@@ -159,8 +164,10 @@ def _optional_literal(value: object) -> str:
     return "None" if value is None else repr(int(value)) if type(value) is int else repr(float(value))  # type: ignore[arg-type]
 
 
-def render_devices_region(job: Any, *, indent: str = "    ") -> str:
-    """``DEVICES`` (one ``"<device>": DeviceSpec(...)`` per declared device) and ``RECORDED_DEVICES``: literals only."""
+def render_devices_region(job: Any, *, measured_on: Mapping[str, str | None] | None = None,
+                          indent: str = "    ") -> str:
+    """``DEVICES`` (one ``"<device>": DeviceSpec(...)`` per declared device), ``RECORDED_DEVICES`` and the GPU the
+    first one's tables were measured on (``measured_on``, by device): literals only."""
     check_comment_text(job.source_label, what="source label", path=job.target_path)
     lines = [f"# Automatically generated from [{job.source_label}]: the devices, how each is recognised, its fallbacks",
              "DEVICES: dict[str, DeviceSpec] = {"]
@@ -177,8 +184,11 @@ def render_devices_region(job: Any, *, indent: str = "    ") -> str:
                      f"max_memory_gib={_optional_literal(match.max_memory_gib)})),")
     recorded = ", ".join(_string_literal(key) for key in job.recorded)
     recorded = f"({recorded},)" if len(job.recorded) == 1 else f"({recorded})"
+    measured = optional_string_literal((measured_on or {}).get(job.recorded[0]) if job.recorded else None)
     lines += ["}", "# The devices whose tables this file holds; the first one's are TABLES, DISPATCH and "
-              "SELECTOR_FILES.", f"RECORDED_DEVICES: tuple[str, ...] = {recorded}"]
+              "SELECTOR_FILES.", f"RECORDED_DEVICES: tuple[str, ...] = {recorded}",
+              "# The GPU the first one's tables were measured on (their manifests' provenance; each other's: its "
+              "DEVICE_TABLES entry).", f"PRIMARY_MEASURED_ON: str | None = {measured}"]
     return "\n".join(lines)
 
 

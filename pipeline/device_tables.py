@@ -17,7 +17,7 @@ Pure functions over params.yaml's raw mapping: params.py derives specs from them
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,41 +76,45 @@ def _base_of(params: Mapping[str, Any], name: str, *, section: str) -> tuple[str
     return base, device, declared[base]
 
 
-def derived_table(params: Mapping[str, Any], name: str) -> dict[str, Any] | None:
-    """The raw mapping of device table ``name`` (the base table's, with its recording and codegen), or None."""
-    found = _base_of(params, name, section="tables")
+def _derived(params: Mapping[str, Any], name: str, *, section: str,
+             changes: Callable[..., Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Device name ``name``'s raw mapping in ``section``: its base's, copied, with ``changes(base=, device=,
+    raw=)`` set over it (keys keep their place); None when ``name`` is no device name there."""
+    found = _base_of(params, name, section=section)
     if found is None:
         return None
     base, device, raw = found
-    derived = copy.deepcopy(dict(raw))
-    derived["recording"] = recording_path(device=device, table=base)
-    derived["codegen"] = _device_codegen(raw["codegen"], name=name, device=device)
-    return derived
+    return {**copy.deepcopy(dict(raw)), **changes(base=base, device=device, raw=raw)}
+
+
+def device_table_names(bases: Iterable[str], *, device: str) -> list[str]:
+    """Declared table (or dispatch list) names on ``device``: ``device_table_name`` of each."""
+    return [device_table_name(base=base, device=device) for base in bases]
+
+
+def derived_table(params: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """The raw mapping of device table ``name`` (the base table's, with its recording and codegen), or None."""
+    return _derived(params, name, section="tables", changes=lambda base, device, raw: {
+        "recording": recording_path(device=device, table=base),
+        "codegen": _device_codegen(raw["codegen"], name=name, device=device)})
 
 
 def derived_dispatch(params: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     """The raw mapping of a dispatch list on a device (its tables that device's), or None."""
-    found = _base_of(params, name, section="dispatch")
-    if found is None:
-        return None
-    _, device, raw = found
-    derived = copy.deepcopy(dict(raw))
-    derived["tables"] = [device_table_name(base=t, device=device) for t in raw["tables"]]
-    derived["codegen"] = _device_codegen(raw["codegen"], name=name, device=device)
-    return derived
+    return _derived(params, name, section="dispatch", changes=lambda base, device, raw: {
+        "tables": device_table_names(raw["tables"], device=device),
+        "codegen": _device_codegen(raw["codegen"], name=name, device=device)})
 
 
 def derived_selector(params: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     """The raw mapping of a shape selector on a device (its tables and data file that device's), or None."""
-    found = _base_of(params, name, section="selector")
-    if found is None:
-        return None
-    _, device, raw = found
-    derived = copy.deepcopy(dict(raw))
-    derived["tables"] = [device_table_name(base=t, device=device) for t in raw["tables"]]
-    derived["data"] = device_data_path(str(raw["data"]), device=device)
-    derived["codegen"] = _device_codegen(raw["codegen"], name=name, device=device, label=derived["data"])
-    return derived
+
+    def changes(*, base: str, device: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+        data = device_data_path(str(raw["data"]), device=device)
+        return {"tables": device_table_names(raw["tables"], device=device), "data": data,
+                "codegen": _device_codegen(raw["codegen"], name=name, device=device, label=data)}
+
+    return _derived(params, name, section="selector", changes=changes)
 
 
 def base_tables(params: Mapping[str, Any]) -> list[str]:

@@ -10,8 +10,9 @@
 #        table and set (device_session.sh's default); a device call lasts at most 10 minutes, so split a
 #        full recording over calls with TABLES=... and SETS=... (the cubin cache makes the later ones cheap)
 #   carry [".whl", ".cache/cubins"]: wheels for pycuda and friends, and a cubin cache compiled here
-# Back from $OUT: device.txt, the recordings (<= 6 files: .parquet + .json per table and set), one
-# logs archive (every table's session.log, summary.txt, build.log, bench.log), summary.txt.
+# Back from $OUT: device.txt (the device key, then the GPU as the driver reports it), the recordings (a .parquet
+# and its .json per table and set), one logs archive (every table's session.log, summary.txt, build.log,
+# bench.log), summary.txt.
 set -uo pipefail
 FINAL_OUT=${OUT:-/tmp/tunetable-out}
 mkdir -p "$FINAL_OUT"
@@ -21,7 +22,7 @@ source scripts/device_env.sh >>"$FINAL_OUT/summary.txt" 2>&1
 DEVICE=$(python3 -c "
 from tunetable.bench.devices import gpu_report, recognised_device
 from tunetable.params import load_params
-print(recognised_device(load_params('params.yaml')) or '', '|', *gpu_report())" 2>>"$FINAL_OUT/summary.txt")
+print(recognised_device(load_params('params.yaml')) or '', '|', gpu_report().describe())" 2>>"$FINAL_OUT/summary.txt")
 KEY=${DEVICE%% |*}
 echo "device: $DEVICE" | tee "$FINAL_OUT/device.txt"
 if [ -z "$KEY" ]; then

@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from tunetable.bench.replay import load_recording
-from tunetable.codegen_devices import device_blocks, dvc_device_lines, render_device_tables_region
+from tunetable.codegen_devices import (
+    device_blocks,
+    dvc_device_lines,
+    measured_on,
+    render_device_tables_region,
+)
 from tunetable.device_tables import (
     complete_devices,
     device_data_path,
@@ -27,6 +32,7 @@ from tunetable.device_tables import (
     with_present_device_tables,
 )
 from tunetable.errors import TuneTableError
+from tunetable.kernels.tuning_configs import DEVICE_TABLES, RECORDED_DEVICES
 from tunetable.measurement_plan import BackendChoice, check_recording_device
 from tunetable.params import dispatch_spec, load_params, selector_spec, table_spec, table_specs
 from tunetable.workflow.run_plan import covered_tables, replayed_device_line
@@ -205,9 +211,50 @@ def test_the_scaffold_holds_every_list_and_a_device_tables_entry_for_a_complete_
     assert 'DEVICE_TABLES["h100"] = DeviceTables(' in lines
     assert '        "gemm_wgmma_swap": H100_GEMM_WGMMA_SWAP_CONFIGS,' in lines
     assert "    selector_files=H100_SELECTOR_FILES," in lines
+    assert "    measured_on=None," in lines                 # no manifest names its GPU
+    text = render_device_tables_region(device_blocks(whole), bases=BASES, source_label="params.yaml", path="x",
+                                       measured_on={"h100": 'NVIDIA "H100"\nimport os'})
+    assert '    measured_on="NVIDIA \\"H100\\"\\nimport os",' in text.splitlines()   # manifest text never becomes code
+    ast.parse(text)
     empty = render_device_tables_region((), bases=BASES, source_label="params.yaml", path="x")
     assert empty.splitlines()[1] == ("# (none has recordings yet: the runtime serves every GPU the primary device's "
                                      "tables)")
+
+
+def _manifest(root: Path, name: str, device: object | None) -> None:
+    """A manifest whose provenance names ``device`` (None: no device key)."""
+    provenance = {"table": name, **({"device": device} if device is not None else {})}
+    path = root / "manifests" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"provenance": provenance, "params": [
+        {"M": 1, "M_END": 2, "N": 8, "K": 8, "KERNEL": "gemm_mma", "CONFIG_ID": "a"}]}))
+
+
+def test_a_device_s_gpu_is_the_one_its_manifests_provenance_names_and_two_are_one_error(tmp_path: Path) -> None:
+    tables = [f"{name}.h100" for name in BASES]
+    manifests = [tmp_path / "manifests" / f"{name}.yaml" for name in tables]
+    assert measured_on(manifests) is None                                     # no manifest yet
+    _manifest(tmp_path, tables[0], None)
+    _manifest(tmp_path, tables[2], "unknown")
+    assert measured_on(manifests) is None                                     # none names a GPU
+    _manifest(tmp_path, tables[1], "NVIDIA H100 80GB HBM3")
+    assert measured_on(manifests) == "NVIDIA H100 80GB HBM3"
+    _manifest(tmp_path, tables[2], "NVIDIA H200\nimport os")
+    with pytest.raises(TuneTableError) as info:
+        measured_on(manifests)
+    assert "\n" not in str(info.value) and str(info.value).count("manifests/") == 2   # one line, both files named
+    assert f"{manifests[1]}: 'NVIDIA H100 80GB HBM3'; {manifests[2]}: 'NVIDIA H200\\nimport os'" in str(info.value)
+    _manifest(tmp_path, tables[2], 7)
+    with pytest.raises(TuneTableError, match=r"gemm_wgmma_swap.h100.yaml: provenance.device is 7"):
+        measured_on(manifests)
+
+
+def test_the_generated_tables_name_the_gpu_each_device_s_recordings_were_made_on() -> None:
+    """DEVICE_TABLES[d].measured_on (from the manifests) is the ``device`` of every sidecar of d's recordings."""
+    for device in RECORDED_DEVICES:
+        sidecars = {json.loads((REPO / "data" / "recordings" / f"{device}_{name}.json").read_text())["device"]
+                    for name in BASES}
+        assert sidecars == {DEVICE_TABLES[device].measured_on}, device
 
 
 def test_dvc_yaml_lists_each_device_tables_files(tmp_path: Path) -> None:

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tunetable.errors import TuneTableError
+from tunetable.kernels.runtime import launch
 from tunetable.inputs import sidecar_path
+from tunetable.bench import devices as bench_devices
 from tunetable.kernels.families.devices import (
     GIB,
+    GpuInfo,
+    gpu_info,
     recognise,
+    recognise_gpu,
     recording_path,
     serving_device,
 )
@@ -45,6 +53,64 @@ def test_a_gpu_is_recognised_by_name_sm_count_and_memory() -> None:
     assert recognise(**H20, devices=DEVICES) is None
     # An H200 name with 80 GiB is no H200 (the memory range is part of the match).
     assert recognise(name="NVIDIA H200", sm_count=132, memory_bytes=80 * GIB, devices=DEVICES) is None
+
+
+class FakeDriver(types.ModuleType):
+    """pycuda.driver as far as the GPU's identity goes: GPUs reporting what ``gpus`` says, (major, minor) each."""
+
+    class device_attribute:  # noqa: N801 - pycuda's name
+        MULTIPROCESSOR_COUNT = "MULTIPROCESSOR_COUNT"
+
+    def __init__(self, gpus: list[tuple[dict, tuple[int, int]]]) -> None:
+        super().__init__("pycuda.driver")
+        self.gpus = gpus
+        self.initialised = False
+
+    def init(self) -> None:
+        self.initialised = True
+
+    def Device(self, ordinal: int) -> types.SimpleNamespace:  # noqa: N802 - pycuda's name
+        report, capability = self.gpus[ordinal]
+        attributes = {self.device_attribute.MULTIPROCESSOR_COUNT: report["sm_count"]}
+        return types.SimpleNamespace(name=lambda: report["name"], get_attribute=attributes.__getitem__,
+                                     total_memory=lambda: report["memory_bytes"],
+                                     compute_capability=lambda: capability)
+
+
+def test_the_runtime_and_the_bench_read_a_gpu_s_identity_through_one_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu_info reads what the driver reports; the bench's gpu_report (scripts/device_record_h100.sh) is it."""
+    fake = FakeDriver([(H200, (9, 0)), (H100_SXM, (9, 0)), (H100_PCIE, (9, 0))])
+    assert gpu_info(fake, 1) == GpuInfo(ordinal=1, name="NVIDIA H100 80GB HBM3", sm_count=132,
+                                        memory_bytes=85_031_714_816, compute_capability=(9, 0))
+    assert gpu_info(fake, 1).describe() == "cuda:1 (NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, sm_90)"
+    assert launch.gpu_info is gpu_info
+    monkeypatch.setitem(sys.modules, "pycuda", types.SimpleNamespace(driver=fake))
+    monkeypatch.setitem(sys.modules, "pycuda.driver", fake)
+    assert bench_devices.gpu_report(1) == gpu_info(fake, 1) and fake.initialised
+    assert [bench_devices.recognised_device(PARAMS, ordinal) for ordinal in range(3)] == ["h200", "h100", None]
+    assert recognise_gpu(gpu_info(fake, 0), devices=DEVICES) == recognise(**H200, devices=DEVICES) == "h200"
+
+
+def test_the_recording_script_names_the_device_and_the_gpu_the_driver_reports(tmp_path: Path) -> None:
+    """scripts/device_record_h100.sh's device line, its Python run against a pycuda.driver that reports an H100."""
+    script = (REPO / "scripts" / "device_record_h100.sh").read_text()
+    code = re.search(r'DEVICE=\$\(python3 -c "(.*?)" 2>>', script, re.S).group(1)
+    package = tmp_path / "pycuda"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "driver.py").write_text(
+        "class device_attribute:\n    MULTIPROCESSOR_COUNT = 16\n"
+        "def init():\n    pass\n"
+        "class Device:\n    def __init__(self, ordinal):\n        pass\n"
+        "    def name(self):\n        return 'NVIDIA H100 80GB HBM3'\n"
+        "    def get_attribute(self, attribute):\n        return {16: 132}[attribute]\n"
+        "    def total_memory(self):\n        return 85_031_714_816\n"
+        "    def compute_capability(self):\n        return (9, 0)\n")
+    shell = f'DEVICE=$("{sys.executable}" -c "{code}"); echo "$DEVICE"; echo "${{DEVICE%% |*}}"'   # as the script
+    done = subprocess.run(["bash", "-c", shell],
+                          cwd=REPO, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.stdout.splitlines() == ["h100 | cuda:0 (NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, sm_90)", "h100"], done
 
 
 def test_recordings_are_derived_per_device_and_the_primary_one_keeps_todays_path() -> None:

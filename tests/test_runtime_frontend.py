@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import dataclasses
 import datetime as dt
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from tunetable.kernels.runtime import devices, launch, record
-from tunetable.kernels.runtime.devices import GpuInfo, UnsupportedDeviceError, table_device
+from tunetable.kernels.families.devices import GpuInfo
+from tunetable.kernels.runtime.devices import UnsupportedDeviceError, table_device
 from tunetable.kernels.runtime import decide
 from tunetable.kernels.runtime.layers import (
     CONFIDENT_SPEEDUP,
@@ -165,9 +167,18 @@ def test_an_h100_runs_its_fallback_devices_tables_with_one_warning_naming_both()
     assert found.warning.startswith("tunetable.gemm: cuda:1 (NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB, sm_90) is "
                                     "device h100 with no tables of its own; running device h200's tables")
     assert "declare it in params.yaml's devices: and record on it (docs/devices.md" in found.warning
+    assert "running device h200's tables, measured on NVIDIA H200 (recorded: h200)" in found.warning
+    # Either way round: the GPU named is the one codegen wrote for the serving device (its manifests' provenance).
+    assert "device h100's tables, measured on NVIDIA H100 80GB HBM3 (" in table_device(H200, recorded=("h100",)).warning
     # With both devices recorded, each is served its own.
     assert table_device(H100, recorded=("h200", "h100")).warning is None
     assert table_device(H100, recorded=("h200", "h100")).device == "h100"
+
+
+def test_a_device_whose_manifests_name_no_gpu_is_named_by_its_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    unnamed = dataclasses.replace(devices.DEVICE_TABLES["h200"], measured_on=None)
+    monkeypatch.setitem(devices.DEVICE_TABLES, "h200", unnamed)
+    assert "running device h200's tables, measured on an H200 (" in table_device(H100, recorded=("h200",)).warning
 
 
 def test_an_unknown_hopper_part_is_served_the_first_recorded_device_of_its_arch() -> None:

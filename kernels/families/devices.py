@@ -3,8 +3,10 @@
 Pure Python (no pycuda, no build module), so that the build (params.yaml ``devices:``, pipeline/params.py)
 and the runtime (which identifies the GPU the operands live on) share ONE matching rule:
 
+- ``gpu_info`` is the one reader of what the driver reports of a GPU (``GpuInfo``: name, SM count, memory,
+  compute capability), for the runtime and the bench alike (handed pycuda's driver module: none imported here);
 - ``recognise`` names the declared device whose ``match`` holds for what the driver reports (a name
-  fragment, the SM count, a memory range in GiB), or None;
+  fragment, the SM count, a memory range in GiB), or None (``recognise_gpu``: for a ``GpuInfo``);
 - ``recording_path`` is where a device's recording of a table lives (``data/recordings/<device>_<table>.parquet``,
   its sidecar beside it as ``.json``): derived, never written twice;
 - ``serving_device`` is the fallback rule as data: a device with tables of its own serves itself; another
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 GIB = 1 << 30
 RECORDINGS_DIR = "data/recordings"
@@ -49,6 +52,32 @@ class DeviceSpec:
     fallback: tuple[str, ...] = field(default_factory=tuple)   # devices whose tables serve it, in order
 
 
+@dataclass(frozen=True)
+class GpuInfo:
+    """What the driver reports of one GPU."""
+
+    ordinal: int
+    name: str
+    sm_count: int
+    memory_bytes: int
+    compute_capability: tuple[int, int]
+
+    def describe(self) -> str:
+        """'cuda:1 (NVIDIA H100 80GB HBM3, 132 SMs, 79.6 GiB, sm_90)'."""
+        major, minor = self.compute_capability
+        return (f"cuda:{self.ordinal} ({self.name}, {self.sm_count} SMs, {self.memory_bytes / GIB:.1f} GiB, "
+                f"sm_{major}{minor})")
+
+
+def gpu_info(cuda: Any, ordinal: int) -> GpuInfo:
+    """What the driver (``cuda``: pycuda.driver, initialised) reports of device ``ordinal``."""
+    device = cuda.Device(ordinal)
+    major, minor = device.compute_capability()
+    return GpuInfo(ordinal=ordinal, name=str(device.name()),
+                   sm_count=int(device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)),
+                   memory_bytes=int(device.total_memory()), compute_capability=(int(major), int(minor)))
+
+
 def recording_path(*, device: str, table: str, root: str = RECORDINGS_DIR) -> str:
     """The recording the replay backend serves for ``table`` on ``device``: <root>/<device>_<table>.parquet."""
     return f"{root}/{device}_{table}.parquet"
@@ -60,6 +89,11 @@ def recognise(*, name: str, sm_count: int, memory_bytes: int, devices: Sequence[
         if spec.match.holds(name=name, sm_count=sm_count, memory_bytes=memory_bytes):
             return spec.key
     return None
+
+
+def recognise_gpu(info: GpuInfo, *, devices: Sequence[DeviceSpec]) -> str | None:
+    """The key of the declared device GPU ``info`` is (``recognise`` over what its driver reported), or None."""
+    return recognise(name=info.name, sm_count=info.sm_count, memory_bytes=info.memory_bytes, devices=devices)
 
 
 def device_of_name(*, name: str, devices: Sequence[DeviceSpec]) -> str | None:

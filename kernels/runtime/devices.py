@@ -20,21 +20,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tunetable.kernels.families.devices import DeviceSpec, recognise, serving_device
+from tunetable.kernels.families.devices import DeviceSpec, GpuInfo, recognise_gpu, serving_device
 from tunetable.kernels.tuning_configs import DEVICE_TABLES, DEVICES, RECORDED_DEVICES
 
 SUPPORTED_ARCH = (9, 0)             # sm_90a kernels: wgmma, TMA (compute capability 9.0)
 ARCH = "sm_90a"                     # the declared devices' architecture the kernels are built for
-GIB = 1 << 30
 
 
 def measured_on(device: str) -> str:
-    """The GPU a recorded device's tables were measured on, as its selector's provenance names it ('NVIDIA H200')."""
+    """The GPU a recorded device's tables were measured on ('NVIDIA H200', generated from its manifests'
+    provenance), else the name fragment its declaration matches ('an H200')."""
     tables = DEVICE_TABLES.get(device)
-    for selector in (tables.selector_files.values() if tables is not None else ()):
-        named = dict(selector.provenance).get("device")
-        if named:
-            return str(named)
+    if tables is not None and tables.measured_on:
+        return tables.measured_on
     spec = DEVICES.get(device)
     return f"an {spec.match.name}" if spec is not None else device
 
@@ -45,23 +43,6 @@ class UnsupportedDeviceError(RuntimeError):
 
 class DeviceTableWarning(UserWarning):
     """A GPU with no tables of its own runs another recorded device's tables."""
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """What the driver reports of one GPU."""
-
-    ordinal: int
-    name: str
-    sm_count: int
-    memory_bytes: int
-    compute_capability: tuple[int, int]
-
-    def describe(self) -> str:
-        """'cuda:1 (NVIDIA H100 80GB HBM3, 132 SMs, 79.6 GiB, sm_90)'."""
-        major, minor = self.compute_capability
-        return (f"cuda:{self.ordinal} ({self.name}, {self.sm_count} SMs, {self.memory_bytes / GIB:.1f} GiB, "
-                f"sm_{major}{minor})")
 
 
 @dataclass(frozen=True)
@@ -83,7 +64,7 @@ def table_device(info: GpuInfo, *, recorded: Sequence[str] = RECORDED_DEVICES,
             f"tunetable.gemm: {info.describe()} has compute capability {major}.{minor}; the kernels need "
             f"{ARCH} (compute capability {SUPPORTED_ARCH[0]}.{SUPPORTED_ARCH[1]}: Hopper; declared devices: "
             f"{supported})")
-    found = recognise(name=info.name, sm_count=info.sm_count, memory_bytes=info.memory_bytes, devices=devices)
+    found = recognise_gpu(info, devices=devices)
     serving = serving_device(device=found, recorded=recorded, devices=devices, arch=ARCH)
     if serving is None:
         raise UnsupportedDeviceError(f"tunetable.gemm: {info.describe()}: no recorded device of {ARCH} "

@@ -42,6 +42,7 @@ from typing import Any
 from tunetable.kernels import driver
 from tunetable.kernels.families import FAMILIES, KernelFamily
 from tunetable.kernels.families.common import TableEntry, config_id
+from tunetable.kernels.families.devices import GpuInfo, gpu_info
 from tunetable.kernels.jit import CompileResult, compile_config, compile_many, default_cache_dir
 from tunetable.kernels.runtime.decide import (
     DEFAULT_TABLE,
@@ -53,7 +54,7 @@ from tunetable.kernels.runtime.decide import (
     tunables_of,
 )
 from tunetable.kernels.runtime import online, record
-from tunetable.kernels.runtime.devices import DeviceTableWarning, GpuInfo, TableDevice, table_device
+from tunetable.kernels.runtime.devices import DeviceTableWarning, TableDevice, table_device
 from tunetable.kernels.runtime.operands import (
     ALIGNMENT,
     Operand,
@@ -146,14 +147,6 @@ def _pycuda() -> Any:
     if count == 0:
         raise NoGpuError("tunetable.gemm: no CUDA device is visible")
     return cuda
-
-
-def gpu_info(cuda: Any, ordinal: int) -> GpuInfo:
-    """What the driver reports of device ``ordinal`` (name, SM count, memory, compute capability)."""
-    device = cuda.Device(ordinal)
-    return GpuInfo(ordinal=ordinal, name=device.name(),
-                   sm_count=int(device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)),
-                   memory_bytes=int(device.total_memory()), compute_capability=tuple(device.compute_capability()))
 
 
 class DeviceRuntime:

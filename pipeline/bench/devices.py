@@ -8,7 +8,7 @@ import glob
 import os
 from pathlib import Path
 
-from tunetable.kernels.families.devices import recognise
+from tunetable.kernels.families.devices import GpuInfo, gpu_info, recognise_gpu
 
 
 def _libcuda_loadable() -> bool:
@@ -60,19 +60,16 @@ def device_name() -> str:
     return "cuda-unknown"
 
 
-def gpu_report(ordinal: int = 0) -> tuple[str, int, int]:
-    """(name, SM count, total memory in bytes) the driver reports for GPU ``ordinal`` (pycuda; no context)."""
+def gpu_report(ordinal: int = 0) -> GpuInfo:
+    """What the driver reports of GPU ``ordinal`` (pycuda; no context), read as the runtime reads it."""
     import pycuda.driver as cuda  # lazy: the GPU host's dependency, never a CPU machine's
 
     cuda.init()
-    device = cuda.Device(ordinal)
-    sm_count = device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
-    return str(device.name()), int(sm_count), int(device.total_memory())
+    return gpu_info(cuda, ordinal)
 
 
 def recognised_device(params: dict, ordinal: int = 0) -> str | None:
     """The declared device (params.yaml ``devices:``) GPU ``ordinal`` is, or None (kernels/families/devices.py)."""
     from tunetable.params import device_specs  # lazy: the bench's leaf modules stay import-light
 
-    name, sm_count, memory_bytes = gpu_report(ordinal)
-    return recognise(name=name, sm_count=sm_count, memory_bytes=memory_bytes, devices=device_specs(params))
+    return recognise_gpu(gpu_report(ordinal), devices=device_specs(params))

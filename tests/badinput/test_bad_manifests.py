@@ -17,6 +17,7 @@ from badinput_support import Case, Project, ids, make_project, run_cli
 
 MMA = "manifests/gemm_mma.yaml"
 WGMMA = "manifests/gemm_wgmma.yaml"
+SWAP = "manifests/gemm_wgmma_swap.yaml"
 DISPATCH = "manifests/gemm_dispatch.yaml"
 TARGET = "kernels/tuning_configs.py"
 FIRST = r"params\[0\]"
@@ -201,6 +202,12 @@ def test_what_codegen_writes_imports_without_running_anything(tmp_path):
     project = make_project(tmp_path)
     project.freeze()
     run_cli(project, "codegen", "--all").expect_ok()
+    module = _import_generated(project)
+    assert len(module.GEMM_MMA_CONFIGS) > 10 and not project.marker.exists()
+
+
+def _import_generated(project: Project):
+    """The module codegen wrote into a project, imported."""
     spec = importlib.util.spec_from_file_location("generated_tables", project.path(TARGET))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
@@ -208,20 +215,27 @@ def test_what_codegen_writes_imports_without_running_anything(tmp_path):
         spec.loader.exec_module(module)
     finally:
         del sys.modules[spec.name]
-    assert len(module.GEMM_MMA_CONFIGS) > 10 and not project.marker.exists()
+    return module
 
 
 def test_a_line_break_in_provenance_is_folded_into_the_comment(tmp_path):
-    """Provenance text is collapsed onto the comment line: a line break cannot start a line of code."""
+    """Provenance text is collapsed onto the comment line, and the GPU it names (``PRIMARY_MEASURED_ON``) is a
+    string literal: a line break cannot start a line of code."""
     project = make_project(tmp_path)
-    edit(MMA, '  device: "NVIDIA H200"',
-        f'  device: "H200\\nimport os; os.system(\'touch {project.marker}\')"')(project)
+    payload = f"H200\\nimport os; os.system('touch {project.marker}')"
+    for manifest in (MMA, WGMMA, SWAP):     # a device's tables name one GPU (two stop codegen)
+        edit(manifest, '  device: "NVIDIA H200"', f'  device: "{payload}"')(project)
     project.freeze()
     run_cli(project, "codegen", "--all").expect_ok(changed=[TARGET])
-    lines = [line for line in project.text(TARGET).splitlines() if "import os" in line]
-    # Folded into a comment line (the provenance line, or its continuation where the text is long).
-    assert len(lines) == 1 and lines[0].lstrip().startswith(
-        ("# Provenance: [manifests/gemm_mma.yaml]", "# device: H200 import os"))
+    lines = [line.lstrip() for line in project.text(TARGET).splitlines() if "import os" in line]
+    # Folded into a comment line (the provenance line, or its continuation where the text is long), one per table.
+    comments = [line for line in lines if line.startswith("#")]
+    assert len(comments) == 3 and all(line.startswith(("# Provenance: [manifests/gemm_", "# device: H200 import os"))
+                                      for line in comments)
+    assert [line for line in lines if not line.startswith("#")] == [
+        f"PRIMARY_MEASURED_ON: str | None = \"{payload}\""]
+    module = _import_generated(project)
+    assert module.DEVICE_TABLES["h200"].measured_on == payload.replace("\\n", "\n") and not project.marker.exists()
 
 
 def _family_snippet(family: str):
