@@ -944,8 +944,8 @@ SELECTOR_FILES: dict[str, SelectorFile] = {
     # Automatically generated from [kernels/data/gemm_selector.json]: its sha256, candidates and provenance
     "gemm_selector": SelectorFile(
         path="data/gemm_selector.json",
-        sha256="70c9398afea25354ab6d57a7ef45211c2b5439e85343404b7e421dbd697c1258",
-        candidates=658,
+        sha256="1c2c7bf36c2a6b39995a4cfbb5f82d0726799415f9b4a9a8fdecb91abb1219a0",
+        candidates=497,
         provenance=(
             ("table", "gemm_selector"),
             ("tables", "gemm_mma,gemm_wgmma,gemm_wgmma_swap"),
@@ -956,7 +956,7 @@ SELECTOR_FILES: dict[str, SelectorFile] = {
             ("device", "NVIDIA H200"),
             ("date", "2026-12-05"),
             ("anchors", "1,8,32,64,112,128,176,256,320,512,1024,2048,4096,8192"),
-            ("candidates", 24),
+            ("candidates", 12),
             ("lattice", "N, K in 1024..32768 (11 values), 8 Ms per range, a shortlist per point "
                         "over the points within 1"),
             ("gemm_mma_recording", "data/recordings/h200_gemm_mma.parquet"),
@@ -1892,8 +1892,8 @@ H100_SELECTOR_FILES: dict[str, SelectorFile] = {
     # Automatically generated from [kernels/data/gemm_selector.h100.json]: its sha256, candidates and provenance
     "gemm_selector": SelectorFile(
         path="data/gemm_selector.h100.json",
-        sha256="68c21f2ef79f4fc7ba41bd4ad5f02d0ca18d01aeda1d11cf4ed7f004d410c17d",
-        candidates=659,
+        sha256="993ce0f6f63b95971cbead870c8e842da928babc8ee2fbb1878c3715a9b7dea1",
+        candidates=499,
         provenance=(
             ("table", "gemm_selector"),
             ("tables", "gemm_mma,gemm_wgmma,gemm_wgmma_swap"),
@@ -1904,7 +1904,7 @@ H100_SELECTOR_FILES: dict[str, SelectorFile] = {
             ("device", "NVIDIA H100 80GB HBM3"),
             ("date", "2026-12-06"),
             ("anchors", "1,8,32,64,112,128,176,256,320,512,1024,2048,4096,8192"),
-            ("candidates", 24),
+            ("candidates", 12),
             ("lattice", "N, K in 1024..32768 (11 values), 8 Ms per range, a shortlist per point "
                         "over the points within 1"),
             ("gemm_mma_recording", "data/recordings/h100_gemm_mma.parquet"),

@@ -5,9 +5,6 @@ tests/fixtures/selector/decisions.json`` on the code of main before that change 
 generated into kernels/tuning_configs.py): per recorded, validation and grid shape, what gemm() runs
 (table entry or the selector's choice, its predicted times) and the selector's best three predictions,
 with and without the neighbouring ranges. This test recomputes every record with today's code.
-Rewritten the same way when issue 49 made the selector's shortlists 24 long instead of 12 (params.yaml, chosen by
-benchmarks/unseen_shapes.py's folds): 127 of the 390 records changed, 14 of them in their choice (the rest in the
-ranking's second and third predictions, which a longer shortlist can fill with other configurations).
 """
 
 from __future__ import annotations
