@@ -136,7 +136,8 @@ M_TILES_EXPONENT: float = 0.1
 # terms' weighted mean plus 0.5 x their weighted standard deviation over the recorded (N', K') (a configuration the
 # (N', K') disagree about predicted slower, in the build and the runtime alike). Leave-one-(N, K)-out
 # [leave-one-M-out] within 5 % / geomean regret, H200 94.3 % / 1.02 % -> 92.9 % / 1.19 % [87.1 % / 2.35 % ->
-# 82.9 % / 2.59 %], H100 91.4 % / 1.44 % -> 87.1 % / 1.92 % [85.7 % / 2.74 % -> 82.9 % / 3.07 %]: worse on both, not kept.
+# 82.9 % / 2.59 %], H100 91.4 % / 1.44 % -> 87.1 % / 1.92 % [85.7 % / 2.74 % -> 82.9 % / 3.07 %]: worse on both,
+# not kept.
 # The (N, K) lattice of the shortlists: each M range has one per point (ShapeCandidate.cells), and a shape is
 # scored on the shortlist of the point nearest its (N, K): 1024 ... 32768 (LLM projections) in half octaves.
 LATTICE: tuple[int, ...] = tuple(int(1024 * 2 ** (i / 2)) // 64 * 64 for i in range(11))
