@@ -1,4 +1,4 @@
-"""The shape selector on shapes it was not built from, scored by the committed H200 recordings.
+"""The shape selector on shapes it was not built from, scored by one device's committed recordings.
 
 Leave-one-(N, K)-out: for every (N, K) of the recordings, the selector is built (exactly as
 `tunetable select --selector` builds it) from every table's recording minus that pair's rows,
@@ -11,11 +11,20 @@ table at that shape. Regret = that quotient - 1.
 Also: leave-one-M-out (M between the anchors that remain: users' M fall between buckets), the
 same model scored over every configuration instead of the runtime's shortlist, the host time of
 a first decision per shape (pure Python, as gemm() pays it), and, when the validation recordings
-exist (data/recordings/h200_validation_gemm_*.parquet, shapes never in params.yaml), the picks of
+exist (data/recordings/<device>_validation_gemm_*.parquet, shapes never in params.yaml), the picks of
 the selector built from every table's recording on those shapes, a truly held-out figure.
 
-    python3 benchmarks/unseen_shapes.py [--out benchmarks/results] [--candidates N (default: params.yaml)]
-Writes unseen_shapes.json under --out. Last line: ``unseen shapes: P% within 5%, geomean regret R%``.
+--device (a params.yaml ``devices:`` key; default the primary one): the selector that device's
+`tunetable select --selector` builds (the primary's ``gemm_selector``, another device's ``gemm_selector.<d>``
+over that device's recordings: tunetable.device_tables), scored on that device's recordings.
+
+The validation recordings are a test set only: nothing in the selector (features, thresholds, settings) is
+chosen by them; settings are chosen by the folds above, on both devices' default recordings.
+
+    python3 benchmarks/unseen_shapes.py [--device D] [--out benchmarks/results] [--candidates N] [--folds-only]
+Writes unseen_shapes.json under --out (another device: unseen_shapes.<device>.json). Last line:
+``unseen shapes: P% within 5%, geomean regret R%``. --folds-only: the two folds' figures only, printed, nothing
+written and no validation recording read (what a setting of the selector is chosen by).
 With --timing-only: only the host time of a first decision, in a process that has just built the selector
 (as an application pays it), written to unseen_shapes_timing.json.
 """
@@ -41,6 +50,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.device_tables import (  # noqa: E402
+    device_data_path,
+    device_table_name,
+    primary_device,
+    split_device_table,
+)
+from tunetable.kernels.families.devices import recording_path  # noqa: E402
 from tunetable.kernels.runtime.selector_serve import ShapeSelector  # noqa: E402
 from tunetable.params import load_params, selector_spec, table_spec  # noqa: E402
 from tunetable.selector_fit import (  # noqa: E402
@@ -53,7 +69,9 @@ from tunetable.selector_fit import (  # noqa: E402
 
 Shape = tuple[int, int, int]
 SELECTOR = "gemm_selector"
-VALIDATION = "data/recordings/h200_validation_{table}.parquet"   # per table of the selector
+VALIDATION = "validation_{table}"   # per table of the selector: recording_path's table name of its validation rows
+OUT_NAME = "unseen_shapes.json"     # the primary device's; another's: device_data_path's (unseen_shapes.<d>.json)
+SLOW = 0.9                          # a pick below this speedup vs cuBLAS counts as slow (issue 49)
 WITHIN = 0.05
 TARGETS = {"share_within_5pct": 0.90, "geomean_regret": 0.03}
 TIMING_SHAPES = 400
@@ -212,23 +230,48 @@ def timing(*, build_candidates: Any, seed: int = 0) -> dict[str, Any]:
             "repeat_cpu_medians_us": [round(r["first_cpu_median_us"], 1) for r in repeats]}
 
 
+def selector_name(*, params: dict[str, Any], device: str) -> str:
+    """The selector `tunetable select --selector` builds for ``device``: the declared one on the primary device,
+    its device selector elsewhere (tunetable.device_tables)."""
+    return SELECTOR if device == primary_device(params) else device_table_name(base=SELECTOR, device=device)
+
+
+def out_name(*, params: dict[str, Any], device: str, name: str = OUT_NAME) -> str:
+    """A result file's name for ``device``: ``name`` on the primary device, <stem>.<d>.json elsewhere."""
+    return name if device == primary_device(params) else device_data_path(name, device=device)
+
+
+def validation_paths(*, device: str, names: Sequence[str]) -> dict[str, Path]:
+    """Base table name -> ``device``'s validation recording of it (recording_path of ``validation_<table>``)."""
+    bases = [split_device_table(name)[0] for name in names]
+    return {base: REPO / recording_path(device=device, table=VALIDATION.format(table=base)) for base in bases}
+
+
+def speedups(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Geomean, min and the count below SLOW of the rows' ``speedup_vs_cublas``."""
+    values = [row["speedup_vs_cublas"] for row in rows]
+    # A pick no recording measured (it cannot run the shape) counts as speedup 0: the geomean is then 0.
+    return {"speedup_vs_cublas": math.exp(statistics.fmean(math.log(v) if v > 0 else -math.inf for v in values)),
+            "min_speedup_vs_cublas": min(values), f"below_{SLOW}x": sum(v < SLOW for v in values)}
+
+
 def validation(*, tables: list[TableMeasurements], candidates: int, params: dict[str, Any],
-               names: tuple[str, ...]) -> dict[str, Any] | None:
-    """Picks on the validation recordings (None: absent): the selector built from every table's recording,
-    and what gemm() decides (a table's entry at a measured M of its (N, K), else the selector)."""
-    paths = {t: REPO / VALIDATION.format(table=t) for t in names}
+               names: tuple[str, ...], device: str) -> dict[str, Any] | None:
+    """Picks on ``device``'s validation recordings (None: absent): the selector built from every table's recording,
+    and what gemm() decides there (a table's entry at a measured M of its (N, K), else the selector)."""
+    paths = validation_paths(device=device, names=names)
     if not all(p.is_file() for p in paths.values()):
         return None
     import warnings
 
     from tunetable import rank, resultset
     from tunetable.kernels.runtime.decide import (
-        DISPATCH,
+        DEVICE_TABLES,
         DISPATCH_LIST,
-        TABLES,
         FamilyDispatcher,
         selector_between,
         selector_chooser,
+        serving_device,
     )
     from tunetable.search.replay import grid_parameter_names
     from tunetable.select_winners import provenance
@@ -247,8 +290,10 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
     measured = normalised(held)
     build = build_selector(tables=tables, candidates=candidates)
     runtime = ShapeSelector(build.candidates)
-    decide = FamilyDispatcher(choices=DISPATCH[DISPATCH_LIST], tables=TABLES, untuned=selector_chooser(runtime),
-                              between=selector_between(runtime, tables=TABLES))
+    generated = DEVICE_TABLES[serving_device(device)]   # the device's own tables (its fallback's if it has none)
+    decide = FamilyDispatcher(choices=generated.dispatch[DISPATCH_LIST], tables=generated.tables,
+                              untuned=selector_chooser(runtime, tables=generated.tables),
+                              between=selector_between(runtime, tables=generated.tables))
     rows = []
     for (m, n, k), by_config in measured.items():
         pick = runtime.choose(m=m, n=n, k=k)
@@ -266,18 +311,19 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
                                                      config_id=pick.candidate.config_id),
                      "gemm": {**gemm, "source": "selector" if decision.prediction else "table",
                               "speedup_vs_cublas": 1.0 / by_config.get((table, decision.entry.config_id), math.inf)},
+                     "speedup_vs_cublas": 1.0 / by_config.get((pick.candidate.table, pick.candidate.config_id),
+                                                              math.inf),
                      "best_speedup_vs_cublas": 1.0 / min(by_config.values()),
                      **{name: {"regret": value} for name, value in top_k.items()}})
     gemm_rows = [r["gemm"] for r in rows]
     return {"recordings": {t: str(p.relative_to(REPO)) for t, p in paths.items()},
-            "rows": rows, "summary": summarise(rows),
+            "rows": rows, "summary": {**summarise(rows), **speedups(rows)},
             **online_summaries(rows),
-            "gemm": {**summarise(gemm_rows),
+            "gemm": {**summarise(gemm_rows), **speedups(gemm_rows),
                      "of_exhaustive_best": math.exp(-statistics.fmean(math.log1p(r["regret"]) for r in gemm_rows)),
-                     "speedup_vs_cublas": math.exp(statistics.fmean(math.log(r["speedup_vs_cublas"])
-                                                                    for r in gemm_rows)),
                      "exhaustive_best_speedup_vs_cublas": math.exp(statistics.fmean(
-                         math.log(r["best_speedup_vs_cublas"]) for r in rows))}}
+                         math.log(r["best_speedup_vs_cublas"]) for r in rows))},
+            "exhaustive_best": speedups([{"speedup_vs_cublas": r["best_speedup_vs_cublas"]} for r in rows])}
 
 
 def timing_line(t: dict[str, Any]) -> str:
@@ -289,27 +335,47 @@ def timing_line(t: dict[str, Any]) -> str:
             f"repeats, CPU medians {', '.join(f'{v:.1f}' for v in t['repeat_cpu_medians_us'])} µs")
 
 
+def fold_line(*, name: str, summary: dict[str, Any]) -> str:
+    """A fold's summary as one printed line."""
+    return (f"{name:28s}: {summary['share_within_5pct']:6.1%} within 5%, geomean regret "
+            f"{summary['geomean_regret']:6.2%}, worst {summary['worst_regret']:6.1%} ({summary['shapes']} shapes)")
+
+
+def speedup_line(*, label: str, figures: dict[str, Any]) -> str:
+    """Speedups vs cuBLAS (``speedups``) as one printed line."""
+    return (f"{label:44s}: {figures['speedup_vs_cublas']:.3f}x cuBLAS geomean, min "
+            f"{figures['min_speedup_vs_cublas']:.3f}x, {figures[f'below_{SLOW}x']} below {SLOW}x")
+
+
 def main() -> None:
     """Run both leave-out evaluations, the timing and the validation figure; print and write them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--device", default=None,
+                        help="a params.yaml devices: key (default: the primary device): its selector, its recordings")
+    parser.add_argument("--folds-only", action="store_true",
+                        help="only the two folds' figures, printed (no validation recording read, nothing written)")
     parser.add_argument("--candidates", type=int, default=None,
                         help="shortlist size per M range (default: params.yaml selector.<name>.candidates)")
     parser.add_argument("--timing-only", action="store_true",
                         help="only the host time per first decision, right after building the selector")
     args = parser.parse_args()
     params = load_params(REPO / "params.yaml")
-    spec = selector_spec(params, SELECTOR)
+    device = args.device or primary_device(params)
+    if device not in (params.get("devices") or {}):
+        parser.error(f"--device {device}: not a device of params.yaml (devices: {', '.join(params['devices'])})")
+    spec = selector_spec(params, selector_name(params=params, device=device))
     names = spec.tables
+    extra = "" if device == primary_device(params) else f" --device {device}"
     if args.candidates is None:
         args.candidates = spec.candidates
     tables = [load_table_measurements(root=REPO, spec=table_spec(params, name)) for name in names]
     if args.timing_only:
         timed = timing(build_candidates=build_selector(tables=tables, candidates=args.candidates).candidates)
         args.out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.out / "unseen_shapes_timing.json",
+        atomic_write_text(args.out / out_name(params=params, device=device, name="unseen_shapes_timing.json"),
                           json.dumps({"command": f"python3 benchmarks/unseen_shapes.py --timing-only --candidates "
-                                                 f"{args.candidates}", "timing": timed}, indent=1) + "\n")
+                                                 f"{args.candidates}{extra}", "timing": timed}, indent=1) + "\n")
         print(timing_line(timed))
         return
     measured = normalised(tables)
@@ -324,10 +390,16 @@ def main() -> None:
         held = [s for s in measured if s[0] == m]
         m_rows += fold(tables=tables, measured=measured, held=held, candidates=args.candidates, label=f"M={m}")
     elapsed = time.perf_counter() - started
+    if args.folds_only:
+        for name, rows in (("leave-one-(N, K)-out", nk_rows), ("leave-one-M-out", m_rows)):
+            print(fold_line(name=f"{device} {name}", summary=summarise(rows)))
+        return
     neighbour, selector_same = neighbour_rows(measured=measured, m_rows=m_rows)
     full = build_selector(tables=tables, candidates=args.candidates)
     result = {
-        "command": f"python3 benchmarks/unseen_shapes.py --candidates {args.candidates}",
+        "command": f"python3 benchmarks/unseen_shapes.py --candidates {args.candidates}{extra}",
+        "device": device,
+        "selector": spec.name,
         "recordings": {t.table: t.source for t in tables},
         "data_hashes": {t.table: t.provenance.get("data_hash") for t in tables},
         "candidates": args.candidates,
@@ -342,11 +414,12 @@ def main() -> None:
                             "neighbour_winner": summarise(neighbour), "selector_same_shapes": summarise(selector_same),
                             "neighbour_rows": neighbour},
         "timing": timing(build_candidates=full.candidates),
-        "validation": validation(tables=tables, candidates=args.candidates, params=params, names=names),
+        "validation": validation(tables=tables, candidates=args.candidates, params=params, names=names,
+                                 device=device),
         "evaluation_s": round(elapsed, 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / "unseen_shapes.json", json.dumps(result, indent=1) + "\n")
+    atomic_write_text(args.out / out_name(params=params, device=device), json.dumps(result, indent=1) + "\n")
     for name, key in (("leave-one-(N, K)-out", "leave_one_nk_out"), ("leave-one-M-out", "leave_one_m_out")):
         for variant, part in (("shortlist (runtime)", "summary"), ("every configuration", "all_configs")):
             s = result[key][part]
@@ -372,7 +445,8 @@ def main() -> None:
               f"{row['best_table']} {row['best_config_id']}: +{row['regret']:.1%}")
     print(timing_line(result["timing"]))
     if result["validation"] is None:
-        print(f"validation recordings absent ({VALIDATION}): no held-out figure")
+        absent = ", ".join(str(p.relative_to(REPO)) for p in validation_paths(device=device, names=names).values())
+        print(f"validation recordings absent ({absent}): no held-out figure")
     else:
         s = result["validation"]["summary"]
         print(f"validation (held-out shapes), selector: {s['share_within_5pct']:6.1%} within 5%, geomean regret "
@@ -387,6 +461,9 @@ def main() -> None:
               f"{g['geomean_regret']:6.2%}, worst {g['worst_regret']:6.1%}; {g['of_exhaustive_best']:.3f}x the "
               f"exhaustive best, speedup vs cuBLAS {g['speedup_vs_cublas']:.3f} (exhaustive best: "
               f"{g['exhaustive_best_speedup_vs_cublas']:.3f})")
+        for label, part in (("the selector's choice", result["validation"]["summary"]), ("what gemm() decides", g),
+                            ("the exhaustive best", result["validation"]["exhaustive_best"])):
+            print(speedup_line(label=f"{device} validation, {label}", figures=part))
     s = result["leave_one_nk_out"]["summary"]
     print(f"unseen shapes: {100 * s['share_within_5pct']:.1f}% within 5%, geomean regret "
           f"{100 * s['geomean_regret']:.2f}%")

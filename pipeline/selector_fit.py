@@ -80,6 +80,16 @@ DEFAULT_CANDIDATES = 8
 # Radius 1 with 8 Ms matches scoring every configuration on both folds, with 12 scored per shape. With the
 # runtime's M_TILES_EXPONENT 0.1: radius 1, 8 Ms 94.3 % / 1.31 % [90.0 % / 1.84 %]; 12 Ms 94.3 % / 1.31 %
 # [88.6 % / 2.37 %]; radius 2, 8 Ms 94.3 % / 1.36 % [84.3 % / 2.88 %].
+# The shortlist's size (params.yaml selector.<name>.candidates), again on 2026-12-06 (issue 49) at df43932's
+# recordings, on both devices' (benchmarks/unseen_shapes.py --folds-only [--device h100]; the validation recordings
+# are read only to report): leave-one-(N, K)-out [leave-one-M-out], within 5 % / geomean regret,
+#   12   H200 94.3 % / 1.02 %  [87.1 % / 2.35 %]   H100 91.4 % / 1.44 %  [85.7 % / 2.74 %]
+#   24   H200 95.7 % / 0.99 %  [88.6 % / 2.04 %]   H100 92.9 % / 1.52 %  [87.1 % / 2.52 %]
+#   every configuration scored: H200 98.6 % / 0.74 % [91.4 % / 1.79 %], H100 94.3 % / 1.40 % [88.6 % / 2.34 %]
+# 24 lowers the two folds' summed regret on both devices (3.37 -> 3.03 %, 4.18 -> 4.04 %), but a shape's first
+# decision scores twice the candidates: 38 -> 62 µs CPU (unseen_shapes --timing-only, the same host and load; target
+# < 50 µs, docs/figures.md). Not taken: 12 stays. Read after, on the validation recordings: gemm() 0.994x -> 0.995x
+# cuBLAS on the H200, 1.016x -> 1.016x on the H100, the same slow picks.
 CELL_RADIUS = 1
 PROBES_PER_RANGE = 8          # Ms per range, spread evenly in log M
 OPEN_RANGE_OCTAVES = 2        # probes of the last range reach this far above the largest anchor
