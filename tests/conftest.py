@@ -14,8 +14,18 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TUNETABLE_CUBIN_CACHE", str(REPO / ".cache" / "cubins"))
 
 
+# The longest test files, collected first: with `--dist loadfile --no-loadscope-reorder` (.ci/run's slow step)
+# pytest-xdist hands files out in collection order, so these start at once on both workers instead of last.
+# (Its default order, most tests first, put the two longest, of one or two tests each, at the end, often
+# both on one worker.) Each still starts from the one fresh clone + main job of main_job_clone below.
+LONGEST_FIRST = ("test_readme_commands.py", "test_fresh_clone.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip `nvcc` tests with a message where the CUDA compiler is absent."""
+    """The longest test files first (LONGEST_FIRST); skip `nvcc` tests with a message where the CUDA compiler is
+    absent."""
+    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST
+               else len(LONGEST_FIRST))    # stable: every other test keeps its place
     if shutil.which("nvcc") is not None:
         return
     skip = pytest.mark.skip(reason="nvcc not found on PATH: CUDA compile tests need the CUDA toolkit")
@@ -28,3 +38,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def repo_root() -> Path:
     """The project root (where params.yaml lives)."""
     return REPO
+
+
+@pytest.fixture(scope="session")
+def main_job_clone(tmp_path_factory: pytest.TempPathFactory):
+    """ONE fresh clone + main job per test run, shared by the tests that start from it (tests/test_fresh_clone.py,
+    tests/test_readme_commands.py): each copies it. Under pytest-xdist each worker is its own session, so the
+    clone lives in the run's folder above the workers' and is built under a lock by whichever worker comes first."""
+    from pipeline_repo import main_job_clone as build
+
+    basetemp = tmp_path_factory.getbasetemp()
+    run_folder = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+    return build(run_folder / "main_job_clone")

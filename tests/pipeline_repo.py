@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
 import shutil
@@ -164,3 +166,42 @@ def only_tables(data: dict, *names: str) -> None:
 def two_families(data: dict) -> None:
     """Params edit: the gemm_mma + gemm_wgmma project these tests were written for (no gemm_wgmma_swap)."""
     only_tables(data, "gemm_mma", "gemm_wgmma")
+
+
+@dataclass(frozen=True)
+class MainJobClone:
+    """A fresh clone of the project (dvc.lock committed, no DVC cache, no remote) after the README's main job."""
+
+    origin: Path
+    clone: Path
+    pull: Done      # `dvc pull` before anything (no remote configured)
+    main: Done      # `snakemake --cores 2`, the main job
+
+    def copy_to(self, dest: Path) -> Path:
+        """The clone, copied to ``dest`` with its files' modification times (Snakemake and DVC see it as run)."""
+        shutil.copytree(self.clone, dest, symlinks=True)
+        return dest
+
+
+def main_job_clone(shared: Path) -> MainJobClone:
+    """Make the fresh clone and run its main job once per test run, in ``shared`` (a folder every pytest-xdist
+    worker of the run sees): the first worker builds it under an flock, the others wait and read its outputs."""
+    shared.mkdir(parents=True, exist_ok=True)
+    origin, clone, outputs = shared / "origin", shared / "clone", shared / "outputs.json"
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)    # released when the file closes, or when a worker dies
+        if not outputs.is_file():
+            for partial in (origin, clone):     # a worker that failed halfway left them
+                shutil.rmtree(partial, ignore_errors=True)
+            make_project(origin, remote=None, lock=True)
+            # A second commit, so that `tunetable audit HEAD~1 HEAD` (the README's) has a HEAD~1.
+            git("commit", "-q", "--allow-empty", "-m", "a second commit (the README audits HEAD~1 HEAD)", cwd=origin)
+            git("clone", "-q", str(origin), str(clone), cwd=shared)
+            pull = dvc("pull", cwd=clone, check=False)
+            main = snakemake("--cores", "2", cwd=clone)
+            temp = outputs.with_suffix(".tmp")
+            temp.write_text(json.dumps({name: [done.returncode, done.output] for name, done in (("pull", pull),
+                                                                                                ("main", main))}))
+            temp.rename(outputs)
+    done = {key: Done(*value) for key, value in json.loads(outputs.read_text()).items()}
+    return MainJobClone(origin=origin, clone=clone, pull=done["pull"], main=done["main"])

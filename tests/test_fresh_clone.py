@@ -1,6 +1,7 @@
 """The headline workflows as a new user meets them: a fresh clone, no DVC cache, no DVC remote, no GPU.
 
-One sequence, asserting on the terminal text a user sees at each step:
+One sequence, asserting on the terminal text a user sees at each step (its first three steps, made once per
+test run, are shared with tests/test_readme_commands.py: conftest.py's main_job_clone):
 clone -> `dvc pull` (no remote: says what to configure) -> the README's main job -> `dvc status` /
 `dvc repro` (nothing to do, `git status` clean) -> `tunetable audit` -> add a shape that needs a GPU
 (one line before any work; TUNETABLE_ALLOW_MISSING=1 keeps the rest) -> revert -> a select-only
@@ -15,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from pipeline_repo import NO_RECORDING, RECORDING, dvc, edit_params, git, make_project, snakemake, tunetable
+from pipeline_repo import NO_RECORDING, RECORDING, MainJobClone, dvc, edit_params, git, snakemake, tunetable
 
 from tunetable.yamlio import load_yaml_file
 
@@ -35,19 +36,20 @@ def clean(root: Path) -> str:
     return git("status", "--porcelain", cwd=root).output
 
 
-def test_the_whole_sequence_on_a_fresh_clone(tmp_path: Path) -> None:
-    origin = make_project(tmp_path / "origin", remote=None, lock=True)
-    clone = tmp_path / "clone"
-    git("clone", "-q", str(origin), str(clone), cwd=tmp_path)
+def test_the_whole_sequence_on_a_fresh_clone(tmp_path: Path, main_job_clone: MainJobClone) -> None:
+    # The clone, its `dvc pull` and its main job are made once per run (conftest.py's main_job_clone, which
+    # tests/test_readme_commands.py starts from too); this test goes on in a copy taken just after them.
+    clone = main_job_clone.copy_to(tmp_path / "clone")
     shapes = load_yaml_file(clone / "params.yaml")["tables"][TABLE]["shapes"]
     nk = len(shapes["NK"])
 
     # dvc pull before anything: no remote is configured, and DVC says so in one line.
-    pull = dvc("pull", cwd=clone, check=False)
+    pull = main_job_clone.pull
     assert pull.returncode != 0 and "No remote provided and no default remote set." in pull.output
 
     # The README's main job: a short terminal, ending with the summary.
-    main = snakemake("--cores", "2", cwd=clone)
+    main = main_job_clone.main
+    assert main.returncode == 0, main.output[-3000:]
     # Short: no per-job blocks (the profile hides them). 8000 characters held 3 tables and a dispatch list; the
     # H100's recordings (2026-12-06) doubled what the run builds, and each table adds a few summary lines.
     built = len(list((clone / "manifests").glob("*.yaml")))     # tables, dispatch lists, selectors

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from pipeline_repo import NO_RECORDING, RECORDING, REPO, edit_params, git, make_project, snakemake, tool_env
+from pipeline_repo import NO_RECORDING, RECORDING, REPO, MainJobClone, edit_params, git, snakemake, tool_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not RECORDING.is_file(), reason=NO_RECORDING)]
 
@@ -97,6 +97,9 @@ FAILS = {
     ("repro` after changing", "dvc gc -w --all-commits -c", 0): "no remote specified",
 }
 PROSE = ("snakemake --report report.html",)   # commands given inline in the text, run too
+# The first command run, docs/workflow.md's main job: conftest.py's main_job_clone ran it in the fresh clone (once
+# per test run; tests/test_fresh_clone.py starts from it too), and this test goes on in a copy taken just after it.
+MAIN_JOB = ("The main job", "snakemake --cores 2", 0)
 
 
 @dataclass(frozen=True)
@@ -198,12 +201,10 @@ def test_every_block_is_a_command_block_or_a_known_illustration() -> None:
                 "classify it in tests/test_readme_commands.py")
 
 
-def test_every_readme_command_runs_in_a_clone(tmp_path: Path) -> None:
+def test_every_readme_command_runs_in_a_clone(tmp_path: Path, main_job_clone: MainJobClone) -> None:
     text = pages_text()
-    origin = make_project(tmp_path / "origin", remote=None, lock=True)
-    git("commit", "-q", "--allow-empty", "-m", "a second commit (the README audits HEAD~1 HEAD)", cwd=origin)
-    clone = tmp_path / "clone"
-    git("clone", "-q", str(origin), str(clone), cwd=tmp_path)
+    # A fresh clone of a project of two commits (the README audits HEAD~1 HEAD), after its main job.
+    clone = main_job_clone.copy_to(tmp_path / "clone")
     listed: list[tuple[str, str, int]] = []
     seen: dict[tuple[str, str], int] = {}
     outputs: dict[str, str] = {}
@@ -220,18 +221,23 @@ def test_every_readme_command_runs_in_a_clone(tmp_path: Path) -> None:
         if key in EXCLUDED:
             continue
         ran.append(key)
+        if key == MAIN_JOB:   # run in this clone before the copy: nothing may come before it
+            assert ran == [MAIN_JOB], f"README commands run before the main job: {ran[:-1]}"
         shards = " ".join(sorted(str(p.relative_to(clone)) for p in (clone / "results" / "raw" / "gemm_mma").rglob(
             "*.pkl")))
         for actual in SUBSTITUTE.get(key, [command]):
             actual = actual.format(remote=tmp_path / "remote", shards=shards)
-            done = shell(actual, cwd=clone, python=python.get(command))
-            output = done.stdout + done.stderr
+            if key == MAIN_JOB:
+                returncode, output = main_job_clone.main.returncode, main_job_clone.main.output
+            else:
+                done = shell(actual, cwd=clone, python=python.get(command))
+                returncode, output = done.returncode, done.stdout + done.stderr
             outputs.setdefault(command, output)
             assert "Traceback" not in output, f"{actual}:\n{output[-3000:]}"
             if key in FAILS:
-                assert done.returncode != 0 and FAILS[key] in output, f"{actual}:\n{output[-3000:]}"
+                assert returncode != 0 and FAILS[key] in output, f"{actual}:\n{output[-3000:]}"
             else:
-                assert done.returncode == 0, f"README command `{actual}` ({section}) exited {done.returncode}:\n" \
+                assert returncode == 0, f"README command `{actual}` ({section}) exited {returncode}:\n" \
                                              f"{output[-3000:]}"
     assert set(EXCLUDED) | set(SUBSTITUTE) | set(FAILS) <= set(listed), "a listed command is no longer in the README"
     assert len(ran) >= 35 and len(listed) == len(ran) + len(EXCLUDED)  # every command but the excluded ran
