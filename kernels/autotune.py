@@ -177,6 +177,12 @@ def _entry_problem(entry: Any, *, expected: Mapping[str, Any]) -> str | None:
     return None
 
 
+def device_key(*, name: str, compute_capability: tuple[int, int]) -> str:
+    """The cache's name of a GPU: 'NVIDIA H100 80GB HBM3 (sm_90)'."""
+    major, minor = compute_capability
+    return f"{name} (sm_{major}{minor})"
+
+
 def default_device() -> str:
     """The current CUDA device's name and compute capability, or 'cpu' where pycuda is absent."""
     try:
@@ -186,8 +192,7 @@ def default_device() -> str:
     try:
         cuda.init()
         device = cuda.Context.get_device() if cuda.Context.get_current() is not None else cuda.Device(0)
-        major, minor = device.compute_capability()
-        return f"{device.name()} (sm_{major}{minor})"
+        return device_key(name=device.name(), compute_capability=device.compute_capability())
     except cuda.Error:
         return "cpu"
 

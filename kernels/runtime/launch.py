@@ -40,6 +40,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tunetable.kernels import driver
+from tunetable.kernels.autotune import device_key
 from tunetable.kernels.families import FAMILIES, KernelFamily
 from tunetable.kernels.families.common import TableEntry, config_id
 from tunetable.kernels.families.devices import GpuInfo, gpu_info
@@ -503,9 +504,8 @@ def _tuned_entry(*, a: Any, b: Any, out: Any, m: int, n: int, k: int, device: st
     tuned and cached for the GPU the operands live on (``gpu``), not the current CUDA device."""
     tuner = _online.setdefault("tuner", online.OnlineTuner(gemm_with=gemm_with))
     ranking = online.ranking(shape_selector(device=device), m=m, n=n, k=k)
-    major, minor = gpu.compute_capability
     chosen = tuner.choose(m=m, n=n, k=k, a=a, b=b, out=out, ranking=ranking,
-                          device=f"{gpu.name} (sm_{major}{minor})")   # autotune.default_device's form
+                          device=device_key(name=gpu.name, compute_capability=gpu.compute_capability))
     return explicit_entry(chosen["family"], tuple(chosen["tunables"].items()), n, k)
 
 

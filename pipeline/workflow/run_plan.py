@@ -24,6 +24,7 @@ from typing import Any
 from tunetable import paths, rawstore
 from tunetable.bench.devices import device_name, gpu_visible, recognised_device
 from tunetable.device_tables import (
+    base_tables,
     complete_devices,
     device_table_name,
     other_devices,
@@ -156,20 +157,20 @@ def measured_device(config: Mapping[str, Any]) -> str | None:
     return found if found in devices else devices[0]
 
 
-def device_params(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> dict[str, Any]:
+def device_params(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml",
+                  measured: str | None = None) -> dict[str, Any]:
     """``config`` with the project's device tables (docs/devices.md): replaying, every other device's tables
-    that have a recording or a manifest; measuring, those with a manifest and every table of the GPU's device."""
+    that have a recording or a manifest; measuring (``measured``: ``measured_device``'s answer), those with a
+    manifest and every table of the GPU's device."""
     params = dict(config)
-    live = live_requested(params)
-    found = measured_device(params) if live else None
-    measured = [found] if found in other_devices(params) else []
-    return with_present_device_tables(params, root=Path(params_path).parent, measured=measured)
+    on_gpu = [measured] if measured in other_devices(params) else []
+    return with_present_device_tables(params, root=Path(params_path).parent, measured=on_gpu)
 
 
 def add_device_tables(config: dict[str, Any], *, params_path: str | Path = "params.yaml") -> None:
     """Declare the project's device tables in Snakemake's ``config`` (after its schema check: their names hold
     a dot, which params.yaml's own names may not), so that the rules see them as tables."""
-    config.update(device_params(config, params_path=params_path))
+    config.update(device_params(config, params_path=params_path, measured=measured_device(config)))
 
 
 def recording_of(spec: TableSpec, *, path: str | Path) -> Path:
@@ -229,7 +230,8 @@ def covered_tables(declared: Sequence[TableSpec], *, backend: BackendChoice, req
 def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.yaml") -> Plan:
     """Resolve backend, covered tables and content keys (the Snakefile calls this once per parse)."""
 
-    params = device_params(config, params_path=params_path)
+    measured = measured_device(config)   # asks the GPU, once per parse
+    params = device_params(config, params_path=params_path, measured=measured)
     declared = tuple(table_specs(params, path=params_path))
     dispatch = tuple(dispatch_specs(params, path=params_path))
     selectors = tuple(selector_specs(params, path=params_path))
@@ -237,7 +239,7 @@ def make_plan(config: Mapping[str, Any], *, params_path: str | Path = "params.ya
     requested = str((config.get("bench") or {}).get("backend", "auto"))
     first = run_backend(declared, requested=requested, params_path=params_path)
     tables, skipped, lines, recordings = covered_tables(declared, backend=first, requested=requested,
-                                                        params_path=params_path, measured=measured_device(params))
+                                                        params_path=params_path, measured=measured)
     keys = {spec.name: shard_key(params, spec, first.backend) for spec in tables}
     covered = {spec.name for spec in tables}
     active = tuple(spec for spec in dispatch if covered.issuperset(spec.tables))
@@ -281,7 +283,7 @@ def device_lines(params: Mapping[str, Any], *, covered: Sequence[TableSpec], bac
         return tuple(lines + [f"SKIPPING device {device}: this GPU is {measured}; its tables stay as committed"
                               for device in devices if device != measured])
     primary, names = devices[0], [spec.name for spec in covered]
-    missing = [base for base in _bases(params) if base not in names]
+    missing = [base for base in base_tables(params) if base not in names]
     lines = [f"DEVICE {primary}: its tables replay its recordings (data/recordings/{primary}_<table>.parquet)"
              if not missing else
              f"DEVICE {primary}: tables {', '.join(n for n in names if split_device_table(n)[1] is None) or 'none'} "
@@ -289,11 +291,6 @@ def device_lines(params: Mapping[str, Any], *, covered: Sequence[TableSpec], bac
     for device in devices[1:]:
         lines.append(replayed_device_line(params, device=device, primary=primary, names=names))
     return tuple(lines)
-
-
-def _bases(params: Mapping[str, Any]) -> list[str]:
-    """The declared tables of the primary device (no device table), in params.yaml order."""
-    return [name for name in params.get("tables") or {} if split_device_table(name)[1] is None]
 
 
 def replayed_device_line(params: Mapping[str, Any], *, device: str, primary: str, names: Sequence[str]) -> str:
@@ -312,7 +309,7 @@ def replayed_device_line(params: Mapping[str, Any], *, device: str, primary: str
     if device in complete_devices(params, names):
         return (f"DEVICE {device}: its tables replay its recordings ({present}), with its own dispatch lists and "
                 "selectors")
-    missing = [base for base in _bases(params) if device_table_name(base=base, device=device) not in mine]
+    missing = [base for base in base_tables(params) if device_table_name(base=base, device=device) not in mine]
     if len(committed) > len(mine):
         return (f"DEVICE {device}: tables {', '.join(mine)} replay its recordings ({present}); not recorded here: "
                 f"{', '.join(n for n in committed if n not in mine)} (they stay as committed), so its dispatch lists "
