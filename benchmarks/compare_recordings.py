@@ -4,9 +4,11 @@
   (median time before / after), and the same for the cuBLAS rows (the session's drift: a control);
 - per shape: the best ok configuration's time against the same shard's cuBLAS row, before and after.
 
-Both recordings must hold the same table. Prints the tables and writes a JSON (--out).
+Both recordings must hold the same table. With ``--other`` (other families' recordings of the same device), per
+shape also the best of any family, before and after: what the change does to the dispatch's reach. Prints the
+tables and writes a JSON (--out).
 
-    python3 benchmarks/compare_recordings.py BEFORE AFTER --out FILE.json
+    python3 benchmarks/compare_recordings.py BEFORE AFTER [--other RECORDING ...] --out FILE.json
       (each a recording's path, or REV:PATH for the recording as committed at a git revision, e.g.
        159cd03:data/recordings/h200_gemm_wgmma.parquet)
 """
@@ -77,6 +79,27 @@ def best_vs_cublas(frame: pd.DataFrame) -> pd.Series:
     return (cublas / kernels).dropna()
 
 
+def best_of_families(frames: list[pd.DataFrame]) -> pd.Series:
+    """Per shape: the best of each recording's best_vs_cublas (each family against its own shard's cuBLAS)."""
+    return pd.concat([best_vs_cublas(frame) for frame in frames], axis=1).max(axis=1)
+
+
+def reach_with_others(*, before: pd.DataFrame, after: pd.DataFrame, others: list[pd.DataFrame]) -> dict:
+    """Per shape of both: the best of any family with the table's configurations before and after the change."""
+    reach_before = best_of_families([before, *others])
+    reach_after = best_of_families([after, *others])
+    shapes = sorted(set(best_vs_cublas(before).index) & set(best_vs_cublas(after).index))
+    pairs = [(float(reach_before[s]), float(reach_after[s])) for s in shapes]
+    return {
+        "any_family_per_shape": [{"M": int(m), "N": int(n), "K": int(k), "before": round(b, 4), "after": round(a, 4)}
+                                 for (m, n, k), (b, a) in zip(shapes, pairs)],
+        "any_family_geomean_before": round(geomean([b for b, _ in pairs]), 4),
+        "any_family_geomean_after": round(geomean([a for _, a in pairs]), 4),
+        "any_family_min_before": round(min(b for b, _ in pairs), 4),
+        "any_family_min_after": round(min(a for _, a in pairs), 4),
+    }
+
+
 def compare(*, before: pd.DataFrame, after: pd.DataFrame) -> dict:
     """The figures: per configuration, the cuBLAS control, per shape."""
     joined = speedups(before=before, after=after)
@@ -115,6 +138,10 @@ def render(figures: dict, *, console: Console) -> None:
     console.print(table)
     console.print(f"geomean best x cuBLAS: {figures['best_vs_cublas_geomean_before']:.3f} -> "
                   f"{figures['best_vs_cublas_geomean_after']:.3f}")
+    if "any_family_geomean_before" in figures:
+        console.print(f"best of any family x cuBLAS over the same shapes: geomean "
+                      f"{figures['any_family_geomean_before']:.4f} -> {figures['any_family_geomean_after']:.4f}, "
+                      f"min {figures['any_family_min_before']:.3f} -> {figures['any_family_min_after']:.3f}")
 
 
 def main() -> int:
@@ -122,10 +149,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("before", help="a recording, or REV:PATH as committed at a git revision")
     parser.add_argument("after", help="a recording, or REV:PATH")
+    parser.add_argument("--other", action="append", default=[],
+                        help="another family's recording of the same device (repeatable): best of any family per shape")
     parser.add_argument("--out", type=Path, required=True)
     options = parser.parse_args()
     try:
         before, after = load_recording(options.before), load_recording(options.after)
+        others = [load_recording(source) for source in options.other]
         tables = sorted(set(before["table"]) | set(after["table"]))
         if len(tables) != 1:
             raise RecordingError(f"{options.before}, {options.after}: more than one table ({', '.join(tables)})")
@@ -134,6 +164,8 @@ def main() -> int:
         return 2
     figures = {"table": tables[0], "before": options.before, "after": options.after,
                **compare(before=before, after=after)}
+    if others:
+        figures |= {"others": options.other, **reach_with_others(before=before, after=after, others=others)}
     render(figures, console=Console(width=120))
     atomic_write_text(options.out, json.dumps(figures, indent=1) + "\n")
     return 0

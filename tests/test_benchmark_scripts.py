@@ -293,6 +293,24 @@ def test_compare_recordings_reads_speedups_and_reach_by_hand(tmp_path: Path, cap
     assert "1.000 -> 3.162" in capsys.readouterr().out
 
 
+def test_compare_recordings_reach_of_any_family_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compare_recordings = load_benchmark_script("compare_recordings")
+    before, after, other = (tmp_path / f"{name}.parquet" for name in ("before", "after", "other"))
+    _recording_rows({("a", 1): 2.0, ("a", 2): 4.0, ("cublas", 1): 2.0, ("cublas", 2): 4.0}).write_parquet(before)
+    _recording_rows({("a", 1): 1.0, ("a", 2): 8.0, ("cublas", 1): 2.0, ("cublas", 2): 4.0}).write_parquet(after)
+    # another family, its own cuBLAS rows: 3/2 at M = 1, 6/3 at M = 2
+    _recording_rows({("z", 1): 2.0, ("z", 2): 3.0, ("cublas", 1): 3.0, ("cublas", 2): 6.0}).write_parquet(other)
+    out = tmp_path / "figures.json"
+    monkeypatch.setattr(sys, "argv", ["compare_recordings", str(before), str(after), "--other", str(other),
+                                      "--out", str(out)])
+    assert compare_recordings.main() == 0
+    figures = json.loads(out.read_text())
+    # M = 1: max(1.0, 1.5) -> max(2.0, 1.5); M = 2: max(1.0, 2.0) -> max(0.5, 2.0)
+    assert [(row["before"], row["after"]) for row in figures["any_family_per_shape"]] == [(1.5, 2.0), (2.0, 2.0)]
+    assert figures["any_family_min_before"] == 1.5 and figures["any_family_min_after"] == 2.0
+    assert figures["any_family_geomean_before"] == round(math.sqrt(3.0), 4)
+
+
 def test_compare_recordings_names_a_file_that_is_no_recording(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     compare_recordings = load_benchmark_script("compare_recordings")
