@@ -20,7 +20,7 @@ from tunetable.codegen_render import check_comment_text, optional_string_literal
 from tunetable.device_tables import complete_devices, device_tables_of, other_devices, split_device_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
-from tunetable.manifest import load_manifest_document
+from tunetable.manifest import UNKNOWN, load_manifest_document
 
 DEVICE_TABLES_BEGIN_MARKER = "BEGIN-TUNING-DEVICE-TABLES"
 DEVICE_TABLES_END_MARKER = "END-TUNING-DEVICE-TABLES"
@@ -88,7 +88,7 @@ def measured_on(manifests: Sequence[Path]) -> str | None:
         if not path.is_file():
             continue
         device = (load_manifest_document(path).provenance or {}).get("device")
-        if device is None or device == "unknown":      # select's word for measurements that name no GPU
+        if device is None or device == UNKNOWN:      # select's word for measurements that name no GPU
             continue
         if not isinstance(device, str) or not device.strip():
             raise TuneTableError(f"provenance.device is {device!r}: the name of the GPU measured on", path=path)

@@ -18,6 +18,7 @@ from typing import Any
 
 from tunetable.errors import TuneTableError
 from tunetable.kernels.jit import canonical_json, sha256_text
+from tunetable.manifest import UNKNOWN
 
 PLACEHOLDER = re.compile(r"\[@([A-Za-z_][A-Za-z0-9_]*)\]")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -67,8 +68,8 @@ def provenance_comment(
     *, provenance: Mapping[str, Any], parameters: Sequence[Mapping[str, Any]], source_label: str, indent: str
 ) -> str:
     """The region's first line: manifest label, params hash, device and date of the measurement."""
-    device = _one_line(provenance.get("device", "unknown"))
-    date = _one_line(provenance.get("date", "unknown"))
+    device = _one_line(provenance.get("device", UNKNOWN))
+    date = _one_line(provenance.get("date", UNKNOWN))
     head = f"{indent}# Provenance: [{source_label}] params sha256:{params_hash(parameters)}, "
     tail = f"device: {device}, date: {date}"
     if len(head) + len(tail) <= GENERATED_LINE_LIMIT:
@@ -111,7 +112,7 @@ def render_region(
     pieces = []
     if provenance is not None:
         for key in ("device", "date"):
-            check_comment_text(_one_line(provenance.get(key, "unknown")), what=f"provenance.{key}", path=manifest_path)
+            check_comment_text(_one_line(provenance.get(key, UNKNOWN)), what=f"provenance.{key}", path=manifest_path)
         pieces.append(
             provenance_comment(provenance=provenance, parameters=parameters if hashed is None else hashed,
                                source_label=source_label, indent=indent)

@@ -20,6 +20,11 @@ from tunetable.kernels.families.common import covering_index
 from tunetable.yamlio import decode_utf8, load_yaml, read_bytes
 
 
+# The provenance value of a field that no measurement named (no GPU, no date): select writes it, codegen and
+# metrics read it.
+UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True)
 class Manifest:
     """A loaded manifest: the ordered, merged ``params`` entries and the optional provenance."""

@@ -26,7 +26,7 @@ import polars as pl
 
 from tunetable import plots
 from tunetable.errors import TuneTableError
-from tunetable.manifest import ManifestEntry, lookup
+from tunetable.manifest import UNKNOWN, ManifestEntry, lookup
 from tunetable.stats import geomean
 
 PLOT_COLUMNS = (
@@ -162,8 +162,8 @@ def table_metrics(
         "failures": int(sum(failures.values())),
         "failures_by_status": dict(sorted(failures.items())),
         "content_key": content_key,
-        "results_key": str(provenance.get("results_key", "unknown")),
-        "device": str(provenance.get("device", "unknown")),
+        "results_key": str(provenance.get("results_key", UNKNOWN)),
+        "device": str(provenance.get("device", UNKNOWN)),
     }
 
 

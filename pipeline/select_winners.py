@@ -20,7 +20,7 @@ import polars as pl
 
 from tunetable.baseline import pooled_baselines
 from tunetable.errors import TuneTableError
-from tunetable.manifest import Manifest, lookup, manifest_ranges
+from tunetable.manifest import UNKNOWN, Manifest, lookup, manifest_ranges
 from tunetable.rank import ranked_parameters, valid_time
 from tunetable.results import BASELINE_ID
 from tunetable.yamlio import load_yaml
@@ -125,7 +125,7 @@ def select_entries(*, ranked: pl.DataFrame, tolerance: float = DEFAULT_TIE_TOLER
 def _distinct(values: pl.Series) -> str:
     """The sorted distinct non-null values joined by commas ('unknown' when there are none)."""
     present = sorted({str(v) for v in values.drop_nulls().unique().to_list()})
-    return ",".join(present) if present else "unknown"
+    return ",".join(present) if present else UNKNOWN
 
 
 def data_hash(*, ranked: pl.DataFrame) -> str:
@@ -159,7 +159,7 @@ def provenance(*, table: str, ranked: pl.DataFrame) -> dict[str, str]:
         "device": _distinct(column("device")),
         "driver": _distinct(column("driver")),
         "backend": _distinct(backends),
-        "date": latest[:10] if latest else "unknown",
+        "date": latest[:10] if latest else UNKNOWN,
         "git_rev": _distinct(column("git_rev")),
     }
 
@@ -384,11 +384,11 @@ def dispatch_provenance(*, name: str, tables: list[TableResults],
     """Every table's measurement (content key, data hash, kernel, device, date, git revision) and its wins."""
     def union(field_name: str) -> str:
         """The sorted union of a provenance field's comma-separated values over every table."""
-        values = sorted({str(v) for t in tables for v in str(t.provenance.get(field_name, "unknown")).split(",")})
+        values = sorted({str(v) for t in tables for v in str(t.provenance.get(field_name, UNKNOWN)).split(",")})
         return ",".join(values)
 
-    dates = [str(t.provenance.get("date", "unknown")) for t in tables]
-    known = [d for d in dates if d != "unknown"]
+    dates = [str(t.provenance.get("date", UNKNOWN)) for t in tables]
+    known = [d for d in dates if d != UNKNOWN]
     wins = {t.name: sum(1 for c in chosen.values() if c.table == t.name) for t in tables}
     provenance: dict[str, Any] = {
         "table": name,
@@ -397,12 +397,12 @@ def dispatch_provenance(*, name: str, tables: list[TableResults],
                  "selected winner median",
         "device": union("device"),
         "driver": union("driver"),
-        "date": max(known) if known else "unknown",
+        "date": max(known) if known else UNKNOWN,
         "shapes": len(chosen),
     }
     for t in tables:
         for key in ("results_key", "data_hash", "kernel_hash", "backend", "date", "git_rev"):
-            provenance[f"{t.name}_{key}"] = str(t.provenance.get(key, "unknown"))
+            provenance[f"{t.name}_{key}"] = str(t.provenance.get(key, UNKNOWN))
         provenance[f"{t.name}_shapes_won"] = wins[t.name]
     return provenance
 

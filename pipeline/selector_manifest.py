@@ -30,7 +30,7 @@ from tunetable.kernels.families.selector_data import (
     selector_file_text,
 )
 from tunetable.kernels.runtime.selector_serve import BIAS_NK_SCALE, CUBLAS_NK_SCALE, LATTICE
-from tunetable.manifest import load_yaml_document
+from tunetable.manifest import UNKNOWN, load_yaml_document
 from tunetable.select_winners import yaml_mapping_lines
 from tunetable.selector_fit import (
     CELL_RADIUS,
@@ -61,9 +61,9 @@ def entry_types() -> dict[str, type]:
 
 def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> dict[str, Any]:
     """The recordings behind the selector (each table's data hash, device, date, git revision) and its settings."""
-    dates = [str(t.provenance.get("date", "unknown")) for t in build.tables]
-    known = [d for d in dates if d != "unknown"]
-    devices = sorted({str(t.provenance.get("device", "unknown")) for t in build.tables})
+    dates = [str(t.provenance.get("date", UNKNOWN)) for t in build.tables]
+    known = [d for d in dates if d != UNKNOWN]
+    devices = sorted({str(t.provenance.get("device", UNKNOWN)) for t in build.tables})
     provenance: dict[str, Any] = {
         "table": name,
         "tables": ",".join(t.table for t in build.tables),
@@ -73,7 +73,7 @@ def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> 
                  + (f"e^(-(N, K) distance in octaves / {BIAS_NK_SCALE})" if BIAS_NK_SCALE else "1 for every (N, K)")
                  + f" (cuBLAS: e^(-distance / {CUBLAS_NK_SCALE}))",
         "device": ",".join(devices),
-        "date": max(known) if known else "unknown",
+        "date": max(known) if known else UNKNOWN,
         "anchors": ",".join(str(a) for a in build.anchors),
         "candidates": candidates,
         "lattice": f"N, K in {LATTICE[0]}..{LATTICE[-1]} ({len(LATTICE)} values), {PROBES_PER_RANGE} Ms per range, "
@@ -82,7 +82,7 @@ def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> 
     for table in build.tables:
         provenance[f"{table.table}_recording"] = table.source
         for key in ("data_hash", "kernel_hash", "git_rev", "date"):
-            provenance[f"{table.table}_{key}"] = str(table.provenance.get(key, "unknown"))
+            provenance[f"{table.table}_{key}"] = str(table.provenance.get(key, UNKNOWN))
         provenance[f"{table.table}_shapes"] = len(table.times)
     return provenance
 
