@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -171,17 +171,18 @@ def _located(*, root: Path, codegen: CodegenSpec, label: str,
     return found[0], provenance, entries
 
 
-def trace(*, root: Path, spec: TableSpec, index: int) -> Trace:
+def trace(*, root: Path, spec: TableSpec, index: int, cache: TraceCache | None = None) -> Trace:
     """Follow entry ``index`` of a table from the generated file down to the raw shards.
 
     On a fresh clone (no results yet) the ranked rows and the measurement rows come from the table's
     recording, ranked here, and the trace says so and whether they are the rows the manifest was
-    selected from (same data hash).
+    selected from (same data hash). ``cache``: shared by the traces of a batch of entries (``TraceCache``).
     """
+    cache = cache or TraceCache()
     generated, provenance, entries = _located(root=root, codegen=spec.codegen, label=f"table {spec.name}", index=index)
     entry = entries[index]
     m_values = [m for m in spec.m_values_of(entry.n, entry.k) if entry.m <= m < entry.m_end]
-    source = table_source(root=root, spec=spec)
+    source = cache.source(root=root, spec=spec)
     ranked_rows = _ranked_at(ranked=source.ranked, entry=entry, m_values=m_values) if source.ranked is not None else []
     reader = lineage.DataReader(root=root, rev=None)
     metrics = lineage.metrics_at(root=root, rev=None, table=spec.name)
@@ -191,7 +192,7 @@ def trace(*, root: Path, spec: TableSpec, index: int) -> Trace:
     shards_note = ""
     if not all(view.found for view in shards) and spec.recording and (root / spec.recording).is_file():
         shards = [view if view.found else _recording_view(root=root, spec=spec, view=view, m=m, n=entry.n,
-                                                          k=entry.k, config_id=entry.config_id)
+                                                          k=entry.k, config_id=entry.config_id, cache=cache)
                   for view, m in zip(shards, m_values)]
         shards_note = (f"shards of key {key} not on disk: these rows are the recording's {spec.recording} "
                        "(replay serves exactly them)")
@@ -227,12 +228,9 @@ def _shard_or_parked(*, root: Path, reader: lineage.DataReader, table: str, key:
 
 
 def _recording_view(*, root: Path, spec: TableSpec, view: lineage.ShardView, m: int, n: int, k: int,
-                    config_id: str) -> lineage.ShardView:
+                    config_id: str, cache: TraceCache) -> lineage.ShardView:
     """A missing shard's row for a configuration, as the recording holds it (what replay would serve)."""
-    import polars as pl  # lazy: only this path needs it
-
-    load_checked_recording(root / str(spec.recording))   # whole, against its sidecar: one line naming it if not
-    frame = pl.read_parquet(root / str(spec.recording))
+    frame = cache.recording(root / str(spec.recording))
     rows = frame.filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)
                         & (pl.col("config_id") == config_id)
                         & ((pl.col("table") == spec.name) if "table" in frame.columns else pl.lit(True)))
@@ -354,20 +352,20 @@ def _raw_source(*, root: Path, spec: TableSpec) -> TableSource | None:
                        ranked=ranked_results(results=results, shapes=spec.shapes()))
 
 
-def _recording_source(*, root: Path, spec: TableSpec) -> TableSource | None:
+def _recording_source(*, root: Path, spec: TableSpec, cache: TraceCache) -> TableSource | None:
     """The table's recording, restricted to the shapes of params.yaml and ranked; None when it is absent."""
 
     if not spec.recording or not (root / spec.recording).is_file():
         return None
 
-    load_checked_recording(root / spec.recording)   # whole, against its sidecar: one line naming it if not
+    cache.check_recording(root / spec.recording)
     frame = read_parquet_file(path=root / spec.recording, what="a recording")
     loaded = resultset.from_frame(frame=frame, path=spec.recording, name=spec.name)
     return TableSource(table=spec.name, kind="recording", path=spec.recording, data_hash=None,
                        ranked=ranked_results(results=[loaded], shapes=spec.shapes()))
 
 
-def table_source(*, root: Path, spec: TableSpec) -> TableSource:
+def table_source(*, root: Path, spec: TableSpec, cache: TraceCache | None = None) -> TableSource:
     """A candidate table's ranked rows: ranked table, else raw shards, else recording (kind "none": nothing)."""
 
     ranked_path = root / paths.ranked(spec.name)
@@ -376,10 +374,39 @@ def table_source(*, root: Path, spec: TableSpec) -> TableSource:
         source = TableSource(table=spec.name, kind="ranked", path=str(paths.ranked(spec.name)), data_hash=None,
                              ranked=ranked)
     else:
-        source = _raw_source(root=root, spec=spec) or _recording_source(root=root, spec=spec)
+        source = _raw_source(root=root, spec=spec) or _recording_source(root=root, spec=spec,
+                                                                        cache=cache or TraceCache())
     if source is None:
         return TableSource(table=spec.name, kind="none", path=None, ranked=None, data_hash=None)
     return replace(source, data_hash=data_hash(ranked=source.ranked))
+
+
+@dataclass
+class TraceCache:
+    """What the traces of one tree share over a batch of entries: each table's source, ranked once, and each
+    recording, checked whole against its sidecar once (a trace without one makes its own)."""
+
+    sources: dict[str, tuple[TableSpec, TableSource]] = field(default_factory=dict)
+    recordings: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    def source(self, *, root: Path, spec: TableSpec) -> TableSource:
+        """The table's source (``table_source``), made on first use and again for a changed spec."""
+        found = self.sources.get(spec.name)
+        if found is None or found[0] != spec:
+            found = self.sources[spec.name] = (spec, table_source(root=root, spec=spec, cache=self))
+        return found[1]
+
+    def check_recording(self, path: Path) -> None:
+        """The whole recording checked against its sidecar: one line naming it if not."""
+        self.recording(path)
+
+    def recording(self, path: Path) -> pl.DataFrame:
+        """The recording's rows, read once after its check."""
+        key = str(path)
+        if key not in self.recordings:
+            load_checked_recording(path)
+            self.recordings[key] = pl.read_parquet(path)
+        return self.recordings[key]
 
 
 def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str,
@@ -427,8 +454,11 @@ def rule_pick(*, candidates: Sequence[CandidateAtM], order: Sequence[str], toler
     return choose_tables(candidates=per_table, order=tuple(order), tolerance=tolerance)[shape].table
 
 
-def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, TableSpec], index: int) -> DispatchTrace:
-    """Follow entry ``index`` of a dispatch list to each candidate's measurements and the chosen table's entry."""
+def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, TableSpec], index: int,
+                   cache: TraceCache | None = None) -> DispatchTrace:
+    """Follow entry ``index`` of a dispatch list to each candidate's measurements and the chosen table's entry
+    (``cache``: shared by the traces of a batch of entries)."""
+    cache = cache or TraceCache()
     generated, provenance, entries = _located(root=root, codegen=spec.codegen, label=f"dispatch list {spec.name}",
                                               index=index)
     entry = entries[index]
@@ -436,7 +466,7 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
     if chosen not in spec.tables:
         raise TuneTableError(f"entry names table '{chosen}', not one of this list's tables ({', '.join(spec.tables)})",
                              path=spec.codegen.manifest, where=f"params[{index}]")
-    sources = {name: table_source(root=root, spec=tables[name]) for name in spec.tables}
+    sources = {name: cache.source(root=root, spec=tables[name]) for name in spec.tables}
     # The cuBLAS yardstick the tables share, as `select --dispatch` compares them (tunetable.baseline).
     yardsticks = pooled_baselines(baselines={name: table_baselines(ranked=source.ranked) if source.ranked is not None
                                              else {} for name, source in sources.items()})
@@ -456,5 +486,5 @@ def trace_dispatch(*, root: Path, spec: DispatchSpec, tables: Mapping[str, Table
         name=spec.name, target=spec.codegen.target, generated=generated, manifest=spec.codegen.manifest, entry=entry,
         table=chosen, config_id=entry.config_id, tables=spec.tables, tie_tolerance=spec.tie_tolerance,
         provenance=provenance, sources=tuple(sources.values()), decisions=tuple(decisions),
-        table_traces=tuple(trace(root=root, spec=tables[chosen], index=i) for i in indices),
+        table_traces=tuple(trace(root=root, spec=tables[chosen], index=i, cache=cache) for i in indices),
     )

@@ -110,28 +110,9 @@ def trace_all(root: Path, *, recordings: dict[str, str] | None = None,
               for s in table_specs(params)}
     spec = dispatch_spec(params, DISPATCH)
     count = len(load_ranges(root / spec.codegen.manifest)[1])
-    # trace_dispatch reads, checks and ranks each table's rows anew for every entry, and checks a whole recording
-    # again for every shard it reads from one (the CLI traces one entry); here the files and specs stay the same
-    # over the entries, so each table's source is made, and each recording checked, once, by the first trace that
-    # needs it, and handed to the others (CI time: the whole list read and checked ~200 recordings otherwise).
-    sources: dict[str, tuple[object, trace.TableSource]] = {}
-    checked: dict[tuple[str, bool], object] = {}
-    table_source, load_checked_recording = trace.table_source, trace.load_checked_recording
-
-    def source_once(*, root: Path, spec) -> trace.TableSource:
-        if sources.get(spec.name, (None,))[0] != spec:
-            sources[spec.name] = (spec, table_source(root=root, spec=spec))
-        return sources[spec.name][1]
-
-    def checked_once(path, *, served: bool = True):
-        if (str(path), served) not in checked:
-            checked[(str(path), served)] = load_checked_recording(path, served=served)
-        return checked[(str(path), served)]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(trace, "table_source", source_once)
-        patch.setattr(trace, "load_checked_recording", checked_once)
-        return [trace.trace_dispatch(root=root, spec=spec, tables=tables, index=i) for i in range(count)[:first]]
+    cache = trace.TraceCache()   # the same files over the entries: each source ranked, each recording checked once
+    return [trace.trace_dispatch(root=root, spec=spec, tables=tables, index=i, cache=cache)
+            for i in range(count)[:first]]
 
 
 def check_against_recordings(root: Path, results: list[trace.DispatchTrace], *, kind: str) -> None:
