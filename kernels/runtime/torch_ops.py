@@ -26,13 +26,14 @@ Importing this module imports torch (``tunetable`` itself never does); the user-
 import sys
 import threading
 import warnings
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional
 
 from tunetable.kernels.families import FAMILIES
-from tunetable.kernels.runtime import decide, launch
+from tunetable.kernels.runtime import decide, launch, record, torch_ext
 from tunetable.kernels.runtime.layers import (
     BACKWARD_ERROR,
     LayerChoice,
@@ -160,13 +161,79 @@ def _gemm_autograd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     wanted; else below autograd (fake, functional or mode-traced tensors reach the fake kernel)."""
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return _InferenceOnly.apply(a, b)
-    if type(a) in _PLAIN and type(b) in _PLAIN and a.is_cuda and not torch._C._len_torch_dispatch_stack():
+    if _DIRECT and type(a) in _PLAIN and type(b) in _PLAIN and a.is_cuda and not torch._C._len_torch_dispatch_stack():
         return _gemm_cuda(a, b)
     with torch._C._AutoDispatchBelowAutograd():
         return gemm(a, b)
 
 
-_LIBRARY.impl("gemm", _gemm_cuda, "CUDA")
+# --- the C++ kernel (kernels/runtime/torch_fast.cpp) and the Python one it falls back to ------------------------
+
+def _gemm_python(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``tunetable::_gemm_python``, where the C++ kernel sends what its cache cannot answer: the Python kernel, then
+    what that call prepared (its route; a prepared launch's argument set for these addresses) shared with the cache."""
+    out = _gemm_cuda(a, b)
+    _share(a, b)
+    return out
+
+
+def _share(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Hand the C++ kernel's cache what the Python path now holds for this call: torch's route, or the prepared
+    launch's argument set of (A, B) on this stream (nothing while shapes are recorded: each call must be counted)."""
+    if (record.active() is not None or a.ndim != 2 or b.ndim != 2 or a.dtype is not _BF16 or b.dtype is not _BF16
+            or not a.is_contiguous() or not b.is_contiguous()):
+        return
+    (m, k), n, device = a.shape, b.shape[0], a.get_device()
+    found = _routes.get((m, n, k, device))
+    if found is None or b.get_device() != device:
+        return
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    if found.torch:
+        _FAST._fast_route(device, stream, m, n, k, 0, [], 0, [], 0, 0)
+        return
+    prepared = launch._prepared.get((m, n, k, device, stream, threading.get_ident()))
+    argument_set = prepared.sets.get((a.data_ptr(), b.data_ptr())) if prepared is not None else None
+    if argument_set is None:
+        return   # the first call of this pair on this stream went the full way: the next one encodes it
+    layout, blob = torch_ext.fast_route(prepared, argument_set)
+    if not layout.function:
+        return
+    _FAST._fast_route(device, stream, m, n, k, layout.function, list(layout.geometry), layout.context,
+                      list(layout.offsets), layout.c_slot, layout.size)
+    _FAST._fast_arguments(device, stream, m, n, k, a.data_ptr(), b.data_ptr(),
+                          torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+
+
+def fast_path() -> dict[str, Any]:
+    """The operator's C++ kernel: whether it is loaded (and why not), and its counters (calls served from its
+    cache, calls sent to the Python kernel, routes and argument sets held)."""
+    found = torch_ext.status()
+    report: dict[str, Any] = {"loaded": bool(found and found.loaded), "summary": found.summary() if found else "",
+                              "build_s": found.build_s if found else None}
+    if report["loaded"]:
+        enabled, hits, fallbacks, routes, sets = _FAST._fast_stats()
+        report.update(enabled=bool(enabled), hits=hits, fallbacks=fallbacks, routes=routes, argument_sets=sets)
+    return report
+
+
+def set_fast_path(on: bool) -> None:
+    """Let the C++ kernel serve calls from its cache (True) or send every call to the Python kernel (False: an A/B
+    in one process; shape recording turns it off while it runs)."""
+    if _EXTENSION.loaded:
+        _FAST._fast_enable(bool(on) and record.active() is None)
+
+
+_EXTENSION = torch_ext.load(torch)   # builds on first use (cached), registers the C++ CUDA kernel of gemm
+_FAST = torch.ops.tunetable
+if _EXTENSION.loaded:
+    _LIBRARY.define("_gemm_python(Tensor a, Tensor b) -> Tensor")
+    _LIBRARY.impl("_gemm_python", _gemm_python, "CUDA")
+    _FAST._fast_enable(record.active() is None)
+    record.on_change(lambda recording: _FAST._fast_enable(not recording))
+    decide.on_dispatcher_change(_FAST._fast_clear)   # routes decided again: the cache's too
+else:
+    _LIBRARY.impl("gemm", _gemm_cuda, "CUDA")
+_DIRECT = not _EXTENSION.loaded   # the Autograd kernel may call the Python CUDA kernel itself
 _LIBRARY.impl("gemm", _gemm_autograd, "Autograd")
 torch.library.register_fake("tunetable::gemm", _gemm_fake, lib=_LIBRARY)
 gemm = torch.ops.tunetable.gemm.default   # C = a · bᵀ (a: M x K, b: N x K, bf16, CUDA), on torch's current stream
