@@ -102,11 +102,12 @@ def find_compiler(environ: Mapping[str, str] = os.environ) -> str | None:
 
 
 def cuda_include_dir(*, environ: Mapping[str, str] = os.environ, nvcc: str | None = None,
-                     site_packages: Sequence[Path] = ()) -> str | None:
+                     site_packages: Sequence[Path] = (), system: Sequence[Path] = (Path("/usr/local/cuda"),)
+                     ) -> str | None:
     """A folder holding cuda_runtime_api.h (which c10/cuda's headers include): $CUDA_HOME, $CUDA_PATH,
     /usr/local/cuda, nvcc's toolkit, else the CUDA runtime wheel beside torch (nvidia/*/include); None: none."""
     candidates = [Path(environ[name]) / "include" for name in ("CUDA_HOME", "CUDA_PATH") if environ.get(name)]
-    candidates.append(Path("/usr/local/cuda/include"))
+    candidates += [folder / "include" for folder in system]
     if nvcc:
         candidates.append(Path(nvcc).resolve().parent.parent / "include")
     for folder in site_packages:

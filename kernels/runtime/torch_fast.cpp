@@ -2,7 +2,8 @@
 //
 // kernels/runtime/torch_ext.py builds this file on the first import of tunetable.torch (cached) and loads it with
 // torch.ops.load_library; torch_ops.py keeps the schema, the fake kernel, the Autograd kernel and the Python
-// implementation (tunetable::_gemm_python). Per call this kernel looks the call up in a cache that the Python
+// implementation (tunetable::_gemm_python); the Autograd kernel is here too (the Python one cost a Python call per
+// call outside inference_mode), handing calls that want a gradient to tunetable::_gemm_requires_grad. Per call this kernel looks the call up in a cache that the Python
 // implementation fills: per route (device, the caller's current stream, M, N, K) either "torch" (at::mm, as the
 // Python route does) or a kernel launch (function, grid, block, shared memory, the device's context, the argument
 // layout) with one encoded argument set per (A, B) address pair. A hit allocates the output with at::empty on the
@@ -13,10 +14,12 @@
 //
 // libcuda is opened with dlopen (no link against the driver, no CUDA toolkit library needed at build time).
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
+#include <c10/core/GradMode.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
@@ -222,6 +225,22 @@ at::Tensor fast_gemm(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
+at::Tensor autograd_gemm(c10::DispatchKeySet keys, const at::Tensor& a, const at::Tensor& b) {
+  // The Autograd kernel: where a gradient is wanted, the Python one (a Function whose backward raises the
+  // inference-only error); else straight below autograd (the CUDA kernel above, or a tracing mode's key).
+  if (c10::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad())) {
+    static const auto wanted = c10::Dispatcher::singleton()
+                                   .findSchemaOrThrow("tunetable::_gemm_requires_grad", "")
+                                   .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+    return wanted.call(a, b);
+  }
+  static const auto gemm = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("tunetable::gemm", "")
+                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  at::AutoDispatchBelowADInplaceOrView below;
+  return gemm.redispatch(keys & c10::after_ADInplaceOrView_keyset, a, b);
+}
+
 // --- the cache, filled from Python (kernels/runtime/torch_ops.py) --------------------------------------------
 
 void register_route(int64_t device, int64_t stream, int64_t m, int64_t n, int64_t k, int64_t function,
@@ -350,4 +369,8 @@ TORCH_LIBRARY_FRAGMENT(tunetable, m) {
 
 TORCH_LIBRARY_IMPL(tunetable, CUDA, m) {
   m.impl("gemm", &fast_gemm);
+}
+
+TORCH_LIBRARY_IMPL(tunetable, Autograd, m) {
+  m.impl("gemm", &autograd_gemm);
 }

@@ -161,7 +161,7 @@ def _gemm_autograd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     wanted; else below autograd (fake, functional or mode-traced tensors reach the fake kernel)."""
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return _InferenceOnly.apply(a, b)
-    if _DIRECT and type(a) in _PLAIN and type(b) in _PLAIN and a.is_cuda and not torch._C._len_torch_dispatch_stack():
+    if type(a) in _PLAIN and type(b) in _PLAIN and a.is_cuda and not torch._C._len_torch_dispatch_stack():
         return _gemm_cuda(a, b)
     with torch._C._AutoDispatchBelowAutograd():
         return gemm(a, b)
@@ -225,16 +225,17 @@ def set_fast_path(on: bool) -> None:
 
 _EXTENSION = torch_ext.load(torch)   # builds on first use (cached), registers the C++ CUDA kernel of gemm
 _FAST = torch.ops.tunetable
-if _EXTENSION.loaded:
+if _EXTENSION.loaded:   # its CUDA and Autograd kernels are registered; the Python ones they call:
     _LIBRARY.define("_gemm_python(Tensor a, Tensor b) -> Tensor")
     _LIBRARY.impl("_gemm_python", _gemm_python, "CUDA")
+    _LIBRARY.define("_gemm_requires_grad(Tensor a, Tensor b) -> Tensor")
+    _LIBRARY.impl("_gemm_requires_grad", lambda a, b: _InferenceOnly.apply(a, b), "CompositeImplicitAutograd")
     _FAST._fast_enable(record.active() is None)
     record.on_change(lambda recording: _FAST._fast_enable(not recording))
     decide.on_dispatcher_change(_FAST._fast_clear)   # routes decided again: the cache's too
 else:
     _LIBRARY.impl("gemm", _gemm_cuda, "CUDA")
-_DIRECT = not _EXTENSION.loaded   # the Autograd kernel may call the Python CUDA kernel itself
-_LIBRARY.impl("gemm", _gemm_autograd, "Autograd")
+    _LIBRARY.impl("gemm", _gemm_autograd, "Autograd")
 torch.library.register_fake("tunetable::gemm", _gemm_fake, lib=_LIBRARY)
 gemm = torch.ops.tunetable.gemm.default   # C = a · bᵀ (a: M x K, b: N x K, bf16, CUDA), on torch's current stream
 
