@@ -143,7 +143,8 @@ def test_a_dispatcher_change_empties_the_cache() -> None:
 PROBE = ("import warnings, torch; warnings.simplefilter('always'); import tunetable.torch; "
          "from tunetable.kernels.runtime import torch_ops; f = torch_ops.fast_path(); "
          "print('LOADED', f['loaded'], f['build_s'] is None); print('SUMMARY', f['summary']); "
-         "print('CUDA', next(l for l in torch._C._dispatch_dump('tunetable::gemm').splitlines() if l.startswith('CUDA:')))")
+         "dump = torch._C._dispatch_dump('tunetable::gemm').splitlines(); "
+         "print('CUDA', next(line for line in dump if line.startswith('CUDA:')))")
 
 
 def probe(**env: str) -> subprocess.CompletedProcess:

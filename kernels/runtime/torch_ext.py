@@ -252,7 +252,7 @@ def _load(torch: Any) -> ExtensionStatus:
                 # torch guesses CUDA_HOME from nvcc's path, which may be a wrapper script's folder
                 cuda = cuda_include_dir(nvcc=shutil.which("nvcc"), site_packages=[Path(torch.__file__).parents[1]])
                 include_dirs = [*include_dirs, *([cuda] if cuda else [])]
-            library_dirs = [folder for folder in cpp_extension.library_paths(device_type="cuda") if Path(folder).is_dir()]
+            library_dirs = [item for item in cpp_extension.library_paths(device_type="cuda") if Path(item).is_dir()]
         except Exception as exc:  # noqa: BLE001 - any failure to find torch's headers leaves the Python kernel
             return ExtensionStatus(loaded=False, reason=f"torch's build paths are unavailable ({exc})")
         command = build_command(compiler=compiler, source=SOURCE, output=output, include_dirs=include_dirs,
