@@ -170,3 +170,47 @@ def test_a_second_process_loads_the_cached_library_without_building() -> None:
     done = probe(TUNETABLE_TORCH_EXT_CACHE=str(Path(torch_ext.status().path).parents[1]))
     assert "LOADED True True" in done.stdout and "loaded (cached)" in done.stdout
     assert "torch_fast.cpp" in done.stdout.split("CUDA", 1)[1]
+
+
+class Dressed(torch.Tensor):
+    """A CPU tensor answering as a tensor of device 0 (what _share reads of CUDA operands)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def get_device(self) -> int:
+        return 0
+
+
+def test_the_python_kernel_shares_its_route_and_argument_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """torch_ops._share after a Python-kernel call: the prepared launch's set of (A, B) on the caller's stream, a
+    torch route as such, nothing while shapes are recorded or before the pair is encoded."""
+    import threading
+
+    from tunetable.kernels.runtime import launch
+
+    found = prepared(monkeypatch)   # (7, 4096, 4096) on stream 0x55
+    a = torch.zeros(7, 4096, dtype=torch.bfloat16).as_subclass(Dressed)
+    b = torch.zeros(4096, 4096, dtype=torch.bfloat16).as_subclass(Dressed)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0x55)
+    monkeypatch.setitem(launch._prepared, (7, 4096, 4096, 0, 0x55, threading.get_ident()), found)
+    monkeypatch.setitem(torch_ops._routes, (7, 4096, 4096, 0),
+                        torch_ops.Route(m=7, n=4096, k=4096, device=0, why_torch=None, source="test"))
+    torch_ops._share(a, b)
+    assert OPS._fast_stats()[3:] == [0, 0]          # (A, B) not encoded yet: the next Python call encodes it
+    found.encode(a.data_ptr(), b.data_ptr())
+    record.record_shapes(tmp_path / "shapes.csv")
+    try:
+        torch_ops._share(a, b)
+    finally:
+        record.stop_recording()
+    assert OPS._fast_stats()[3:] == [0, 0]          # recording: every call must reach the recorder
+    torch_ops._share(a, b)
+    answer = OPS._fast_lookup(0, 0x55, 7, 4096, 4096, a.data_ptr(), b.data_ptr(), 0x3300)
+    assert answer[0] == 2 and bytes(answer[3 + answer[1]:][:24]) == (
+        a.data_ptr().to_bytes(8, "little") + b.data_ptr().to_bytes(8, "little") + (0x3300).to_bytes(8, "little"))
+    monkeypatch.setitem(torch_ops._routes, (1, 4096, 4096, 0),
+                        torch_ops.Route(m=1, n=4096, k=4096, device=0, why_torch="cuBLAS", source="test"))
+    torch_ops._share(torch.zeros(1, 4096, dtype=torch.bfloat16).as_subclass(Dressed), b)
+    assert OPS._fast_lookup(0, 0x55, 1, 4096, 4096, 0, 0, 0) == [1]
+    torch_ops._share(a.float().as_subclass(Dressed), b)   # an operand the C++ kernel never serves: nothing
+    assert OPS._fast_stats()[3:] == [2, 1]

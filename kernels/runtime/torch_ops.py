@@ -14,10 +14,13 @@
 
 The operator is defined with ``torch.library.Library`` (a CUDA kernel, a fake kernel and an Autograd
 kernel), not ``torch.library.custom_op``, whose Python wrapper cost more per call than the GEMM's own host
-path (benchmarks/runtime_gemm_host.py). The Autograd kernel calls the CUDA kernel directly for plain CUDA
-tensors with no gradient to record and no dispatch mode active, redispatches below autograd otherwise
-(tracing: fake and functional tensors), and wraps the call in a Function whose backward raises where a
-gradient is wanted.
+path (benchmarks/runtime_gemm_host.py). Its CUDA and Autograd kernels are C++ where ``torch_ext`` builds and
+loads kernels/runtime/torch_fast.cpp (docs/pytorch.md): a cache of routes and argument sets that the Python
+kernel fills (``tunetable::_gemm_python``, which serves every call the cache cannot answer), and calls that
+want a gradient sent to ``tunetable::_gemm_requires_grad``. Otherwise the Python kernels serve: the Autograd
+kernel calls the CUDA kernel directly for plain CUDA tensors with no gradient to record and no dispatch mode
+active, redispatches below autograd otherwise (tracing: fake and functional tensors), and wraps the call in a
+Function whose backward raises where a gradient is wanted.
 
 Importing this module imports torch (``tunetable`` itself never does); the user-facing name is
 ``tunetable.torch``.
