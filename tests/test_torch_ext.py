@@ -64,8 +64,8 @@ def test_the_command_builds_a_shared_library_against_torchs_folders(tmp_path: Pa
     assert command[0] == "g++" and {"-shared", "-fPIC", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0"} <= set(command)
     assert command.index("-I/t/include") < command.index("-I/cuda/include") < command.index("/src/torch_fast.cpp")
     assert command[command.index("-o") + 1] == str(tmp_path / "x.so")
-    assert {"-L/t/lib", "-Wl,-rpath,/t/lib", "-lc10", "-lc10_cuda", "-ltorch_cpu", "-ldl"} <= set(command)
-    assert not any("cuda" in item and item.startswith("-l") and item != "-lc10_cuda" for item in command)
+    assert {"-L/t/lib", "-Wl,-rpath,/t/lib", "-lc10", "-ltorch_cpu", "-ldl"} <= set(command)
+    assert not any("cuda" in item for item in command if item.startswith("-l"))   # libcuda is dlopen'ed
 
 
 def test_a_build_renames_the_finished_library_into_place_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -96,22 +96,6 @@ def test_a_build_whose_compiler_cannot_run_says_so(tmp_path: Path) -> None:
     output = tmp_path / "key" / "lib.so"
     why = torch_ext.build(command=[str(tmp_path / "no-such-c++"), "-o", str(output)], output=output)
     assert why.startswith("the compiler could not run (") and not output.exists()
-
-
-def test_the_cuda_headers_are_found_in_the_toolkit_or_the_runtime_wheel(tmp_path: Path) -> None:
-    toolkit = tmp_path / "cuda-13.0"
-    (toolkit / "bin").mkdir(parents=True)
-    (toolkit / "include").mkdir()
-    wheel = tmp_path / "site" / "nvidia" / "cu13" / "include"
-    wheel.mkdir(parents=True)
-    (wheel / "cuda_runtime_api.h").write_text("")
-    nvcc = str(toolkit / "bin" / "nvcc")
-    assert torch_ext.cuda_include_dir(environ={}, nvcc=nvcc, site_packages=[tmp_path / "site"], system=()) == str(wheel)
-    assert torch_ext.cuda_include_dir(environ={}, nvcc=nvcc, site_packages=[], system=()) is None
-    (toolkit / "include" / "cuda_runtime_api.h").write_text("")
-    assert torch_ext.cuda_include_dir(environ={}, nvcc=nvcc, site_packages=[tmp_path / "site"], system=()) == str(
-        toolkit / "include")
-    assert torch_ext.cuda_include_dir(environ={"CUDA_HOME": str(toolkit)}, system=()) == str(toolkit / "include")
 
 
 def test_arguments_are_packed_each_at_its_own_alignment() -> None:

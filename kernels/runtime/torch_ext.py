@@ -3,14 +3,14 @@
 The operator's hot path in Python costs a Python kernel under torch's dispatcher plus gemm()'s own host path
 (about 16 µs a call on an H100 host); in C++ it is a cache lookup, ``at::empty`` and ``cuLaunchKernel``. The
 first ``import tunetable.torch`` builds the source with the system's C++ compiler (``$CXX``, else ``c++``, else
-``g++``; no ninja, no setuptools build) against the running torch's headers and libraries, and keeps the library
-under ``$TUNETABLE_TORCH_EXT_CACHE``, else ``$XDG_CACHE_HOME/tunetable/torch_ext`` (``~/.cache/...``), in a folder
-named by ``cache_key`` (the source, torch's version and CUDA version, the Python tag, the build command's
-format): a later process loads it without compiling. The build writes into a temp folder beside the entry and
-renames the finished library into place, so a concurrent or interrupted build never leaves half a file; it is
-bounded by ``BUILD_TIMEOUT_S``. No compiler, a failed build or a failed load keeps the Python kernel and warns
-once (``TorchExtensionWarning``: why, and that the operator is slower); ``TUNETABLE_TORCH_EXT=0`` turns the
-C++ kernel off without a warning (for A/B runs).
+``g++``; no ninja, no setuptools build, no CUDA toolkit) against the running torch's headers and libraries, and
+keeps the library under ``$TUNETABLE_TORCH_EXT_CACHE``, else ``$XDG_CACHE_HOME/tunetable/torch_ext``
+(``~/.cache/...``), in a folder named by ``cache_key`` (the source, torch's version and CUDA version, the Python
+tag, the C++ ABI, the build command's format): a later process loads it without compiling. The build writes
+into a temp folder beside the entry and renames the finished library into place, so a concurrent or interrupted
+build never leaves half a file; it is bounded by ``BUILD_TIMEOUT_S``. No compiler, a failed build or a failed
+load keeps the Python kernel and warns once (``TorchExtensionWarning``: why, and that the operator is slower);
+``TUNETABLE_TORCH_EXT=0`` turns the C++ kernel off without a warning (for A/B runs).
 
 The argument sets the C++ kernel launches with are the Python prepared launch's (kernels/runtime/prepared.py),
 packed into one byte string with each argument at a known offset (``pack_arguments``): the kernel copies the
@@ -43,7 +43,7 @@ LOG_FILE = "build.log"
 BUILD_TIMEOUT_S = 300.0
 # Bump when the command line built here changes shape: old cache entries then miss.
 BUILD_FORMAT = 1
-LIBRARIES = ("c10", "c10_cuda", "torch_cpu")   # getCurrentCUDAStream (c10_cuda); dispatcher, at::empty, at::mm
+LIBRARIES = ("c10", "torch_cpu")   # the stream through c10's device-guard interface; dispatcher, at::empty, at::mm
 ARGUMENT_ALIGNMENT = 64                        # a CUtensorMap's (the largest argument's) alignment
 
 
@@ -99,20 +99,6 @@ def find_compiler(environ: Mapping[str, str] = os.environ) -> str | None:
     if explicit:
         return shutil.which(explicit) or None
     return shutil.which("c++") or shutil.which("g++")
-
-
-def cuda_include_dir(*, environ: Mapping[str, str] = os.environ, nvcc: str | None = None,
-                     site_packages: Sequence[Path] = (), system: Sequence[Path] = (Path("/usr/local/cuda"),)
-                     ) -> str | None:
-    """A folder holding cuda_runtime_api.h (which c10/cuda's headers include): $CUDA_HOME, $CUDA_PATH,
-    /usr/local/cuda, nvcc's toolkit, else the CUDA runtime wheel beside torch (nvidia/*/include); None: none."""
-    candidates = [Path(environ[name]) / "include" for name in ("CUDA_HOME", "CUDA_PATH") if environ.get(name)]
-    candidates += [folder / "include" for folder in system]
-    if nvcc:
-        candidates.append(Path(nvcc).resolve().parent.parent / "include")
-    for folder in site_packages:
-        candidates += sorted(folder.glob("nvidia/*/include"))
-    return next((str(item) for item in candidates if (item / "cuda_runtime_api.h").is_file()), None)
 
 
 def build_command(*, compiler: str, source: Path, output: Path, include_dirs: Sequence[str],
@@ -244,17 +230,12 @@ def _load(torch: Any) -> ExtensionStatus:
         compiler = find_compiler()
         if compiler is None:
             return ExtensionStatus(loaded=False, reason="no C++ compiler ($CXX, c++ or g++) on PATH to build it")
-        try:
-            from torch.utils import cpp_extension   # lazy: only a build needs it (it imports setuptools)
-
-            include_dirs = cpp_extension.include_paths(device_type="cuda")
-            if not any((Path(folder) / "cuda_runtime_api.h").is_file() for folder in include_dirs):
-                # torch guesses CUDA_HOME from nvcc's path, which may be a wrapper script's folder
-                cuda = cuda_include_dir(nvcc=shutil.which("nvcc"), site_packages=[Path(torch.__file__).parents[1]])
-                include_dirs = [*include_dirs, *([cuda] if cuda else [])]
-            library_dirs = [item for item in cpp_extension.library_paths(device_type="cuda") if Path(item).is_dir()]
-        except Exception as exc:  # noqa: BLE001 - any failure to find torch's headers leaves the Python kernel
-            return ExtensionStatus(loaded=False, reason=f"torch's build paths are unavailable ({exc})")
+        # torch's own headers and libraries only (no CUDA toolkit: torch_fast.cpp reads the stream through c10
+        # and opens libcuda itself), where torch.utils.cpp_extension.include_paths() / library_paths() find them.
+        root = Path(torch.__file__).resolve().parent
+        include_dirs, library_dirs = [str(root / "include")], [str(root / "lib")]
+        if not (root / "include" / "torch" / "library.h").is_file():
+            return ExtensionStatus(loaded=False, reason=f"torch's C++ headers are missing under {root / 'include'}")
         command = build_command(compiler=compiler, source=SOURCE, output=output, include_dirs=include_dirs,
                                 library_dirs=library_dirs, cxx11_abi=cxx11_abi)
         started = time.perf_counter()

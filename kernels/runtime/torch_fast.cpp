@@ -12,7 +12,8 @@
 // answer for, the fast path turned off while shapes are recorded) goes to tunetable::_gemm_python, which runs
 // the Python path (every check and error) and registers what it prepared for the next call.
 //
-// libcuda is opened with dlopen (no link against the driver, no CUDA toolkit library needed at build time).
+// libcuda is opened with dlopen and torch's current stream is read through c10's device-guard interface, so the
+// build needs torch's headers and libraries only: no CUDA toolkit headers, no link against the driver.
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/Tensor.h>
@@ -20,7 +21,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
 #include <c10/core/GradMode.h>
-#include <c10/cuda/CUDAStream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
 #include <dlfcn.h>
@@ -195,6 +196,13 @@ void launch(Answer& answer, uint64_t c_ptr, CUstream stream) {
   TORCH_CHECK(status == 0, "cuLaunchKernel failed with CUresult ", status);
 }
 
+CUstream current_stream(int64_t device) {
+  // torch's current stream of the device as a CUstream (c10::cuda::getCurrentCUDAStream(device).stream()).
+  static const c10::impl::DeviceGuardImplInterface* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  const c10::Stream found = cuda->getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+  return static_cast<CUstream>(cuda->getStreamNativeHandle(found));
+}
+
 at::Tensor fast_gemm(const at::Tensor& a, const at::Tensor& b) {
   // What the Python fast path checks per call (kernels/runtime/launch.py _torch_fast), then the cache.
   if (!g_enabled.load(std::memory_order_relaxed) || a.dim() != 2 || b.dim() != 2 ||
@@ -209,7 +217,7 @@ at::Tensor fast_gemm(const at::Tensor& a, const at::Tensor& b) {
   if (b.size(1) != k || b.get_device() != device || ((a_ptr | b_ptr) % 16) != 0) {
     return python_gemm(a, b);
   }
-  CUstream stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+  CUstream stream = current_stream(device);
   Answer answer;
   look_up(RouteKey{device, reinterpret_cast<int64_t>(stream), m, n, k},
           PairKey{static_cast<int64_t>(a_ptr), static_cast<int64_t>(b_ptr)}, answer);
