@@ -51,10 +51,9 @@ def prepared(monkeypatch: pytest.MonkeyPatch):
 def register(found, a_ptr: int, b_ptr: int, *, stream: int = 0x55) -> None:
     """What torch_ops._share registers for one (A, B) set of a prepared launch of (7, 4096, 4096)."""
     route, blob = torch_ext.fast_route(found, found.sets[(a_ptr, b_ptr)])
-    OPS._fast_route(DEVICE, stream, 7, 4096, 4096, route.function, list(route.geometry), route.context,
-                    list(route.offsets), route.c_slot, route.size)
-    OPS._fast_arguments(DEVICE, stream, 7, 4096, 4096, a_ptr, b_ptr, torch.frombuffer(bytearray(blob),
-                                                                                        dtype=torch.uint8))
+    OPS._fast_kernel(DEVICE, stream, 7, 4096, 4096, route.function, list(route.geometry), route.context,
+                     list(route.offsets), route.c_slot, a_ptr, b_ptr, torch.frombuffer(bytearray(blob),
+                                                                                       dtype=torch.uint8))
 
 
 def test_a_registered_set_launches_with_the_python_arguments_and_this_calls_c(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,7 +77,7 @@ def test_the_cache_misses_on_what_it_was_not_given(monkeypatch: pytest.MonkeyPat
     assert OPS._fast_lookup(DEVICE, 0x55, 7, 4096, 4096, 0x1000, 0x2100, 0) == [0]    # another B
     assert OPS._fast_lookup(DEVICE, 0x56, 7, 4096, 4096, 0x1000, 0x2000, 0) == [0]    # another stream
     assert OPS._fast_lookup(DEVICE, 0x55, 8, 4096, 4096, 0x1000, 0x2000, 0) == [0]    # another shape
-    OPS._fast_route(DEVICE, 0x55, 1, 1024, 4096, 0, [], 0, [], 0, 0)                  # torch's matmul serves it
+    OPS._fast_torch(DEVICE, 0x55, 1, 1024, 4096)                                      # torch's matmul serves it
     assert OPS._fast_lookup(DEVICE, 0x55, 1, 1024, 4096, 0x1000, 0x2000, 0) == [1]
 
 
@@ -92,7 +91,8 @@ def test_a_route_registered_again_keeps_its_sets_and_the_oldest_set_goes_past_th
     route, blob = torch_ext.fast_route(found, found.sets[(0x1000, 0x2000)])
     tensor = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
     for index in range(1, 1025):   # 1024 more pairs: the first is dropped
-        OPS._fast_arguments(DEVICE, 0x55, 7, 4096, 4096, 0x1000, 0x2000 + 16 * index, tensor)
+        OPS._fast_kernel(DEVICE, 0x55, 7, 4096, 4096, route.function, list(route.geometry), route.context,
+                         list(route.offsets), route.c_slot, 0x1000, 0x2000 + 16 * index, tensor)
     assert OPS._fast_stats()[4] == 1024
     assert OPS._fast_lookup(DEVICE, 0x55, 7, 4096, 4096, 0x1000, 0x2000, 0) == [0]
     assert OPS._fast_lookup(DEVICE, 0x55, 7, 4096, 4096, 0x1000, 0x2000 + 16 * 1024, 0)[0] == 2
@@ -108,13 +108,17 @@ def test_bad_registrations_are_refused_with_the_reason() -> None:
     }
     for message, case in cases.items():
         with pytest.raises(RuntimeError, match=message):
-            OPS._fast_route(DEVICE, 1, 2, 3, 4, 0x10, geometry, 0x20, case["offsets"], case["c_slot"], case["size"])
-    with pytest.raises(RuntimeError, match="no kernel route for this device, stream and shape"):
-        OPS._fast_arguments(DEVICE, 1, 2, 3, 4, 0, 0, torch.zeros(8, dtype=torch.uint8))
-    OPS._fast_route(DEVICE, 1, 2, 3, 4, 0x10, geometry, 0x20, [0, 8], 1, 16)
-    with pytest.raises(RuntimeError, match="12 bytes for a route whose argument sets have 16"):
-        OPS._fast_arguments(DEVICE, 1, 2, 3, 4, 0, 0, torch.zeros(12, dtype=torch.uint8))
-    assert OPS._fast_stats()[3:] == [1, 0]
+            OPS._fast_kernel(DEVICE, 1, 2, 3, 4, 0x10, geometry, 0x20, case["offsets"], case["c_slot"], 0, 0,
+                             torch.zeros(case["size"], dtype=torch.uint8))
+    with pytest.raises(RuntimeError, match="the argument set is a contiguous 1-D CPU uint8 tensor"):
+        OPS._fast_kernel(DEVICE, 1, 2, 3, 4, 0x10, geometry, 0x20, [0, 8], 1, 0, 0, torch.zeros(16))
+    with pytest.raises(RuntimeError, match="geometry is grid"):
+        OPS._fast_kernel(DEVICE, 1, 2, 3, 4, 0x10, geometry[:6], 0x20, [0, 8], 1, 0, 0,
+                         torch.zeros(16, dtype=torch.uint8))
+    assert OPS._fast_stats()[3:] == [0, 0]
+    OPS._fast_kernel(DEVICE, 1, 2, 3, 4, 0x10, geometry, 0x20, [0, 8], 1, 0, 0, torch.zeros(16, dtype=torch.uint8))
+    OPS._fast_kernel(DEVICE, 1, 2, 3, 4, 0x11, geometry, 0x20, [0, 8], 1, 0, 16, torch.zeros(16, dtype=torch.uint8))
+    assert OPS._fast_stats()[3:] == [1, 1]      # another function: a new launch, the old launch's sets gone
 
 
 def test_recording_shapes_turns_the_fast_path_off_and_back(tmp_path: Path) -> None:
@@ -134,7 +138,7 @@ def test_recording_shapes_turns_the_fast_path_off_and_back(tmp_path: Path) -> No
 
 
 def test_a_dispatcher_change_empties_the_cache() -> None:
-    OPS._fast_route(DEVICE, 1, 2, 3, 4, 0, [], 0, [], 0, 0)
+    OPS._fast_torch(DEVICE, 1, 2, 3, 4)
     assert OPS._fast_stats()[3] == 1
     decide.set_dispatcher(None)
     assert OPS._fast_stats()[3] == 0

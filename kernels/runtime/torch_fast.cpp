@@ -251,68 +251,67 @@ at::Tensor autograd_gemm(c10::DispatchKeySet keys, const at::Tensor& a, const at
 
 // --- the cache, filled from Python (kernels/runtime/torch_ops.py) --------------------------------------------
 
-void register_route(int64_t device, int64_t stream, int64_t m, int64_t n, int64_t k, int64_t function,
-                    c10::IntArrayRef geometry, int64_t context, c10::IntArrayRef offsets, int64_t c_slot,
-                    int64_t size) {
+void register_torch(int64_t device, int64_t stream, int64_t m, int64_t n, int64_t k) {
+  // torch's matmul serves (device, stream, M, N, K): the Python route's choice.
   Route route;
-  route.torch = function == 0;
-  if (!route.torch) {
-    TORCH_CHECK(geometry.size() == 7, "tunetable::_fast_route: geometry is grid (3), block (3), shared memory (1)");
-    TORCH_CHECK(size > 0 && static_cast<size_t>(size) <= kMaxBlob, "tunetable::_fast_route: an argument set of ",
-                size, " bytes (at most ", kMaxBlob, ")");
-    TORCH_CHECK(!offsets.empty() && offsets.size() <= kMaxArguments, "tunetable::_fast_route: ", offsets.size(),
-                " arguments (1 to ", kMaxArguments, ")");
-    TORCH_CHECK(c_slot >= 0 && static_cast<size_t>(c_slot) < offsets.size(), "tunetable::_fast_route: C's slot ",
-                c_slot, " is not an argument");
-    for (size_t index = 0; index < 7; ++index) {
-      TORCH_CHECK(geometry[index] >= 0 && geometry[index] <= UINT32_MAX, "tunetable::_fast_route: geometry[", index,
-                  "] = ", geometry[index]);
-      route.geometry[index] = static_cast<unsigned>(geometry[index]);
-    }
-    for (int64_t offset : offsets) {
-      TORCH_CHECK(offset >= 0 && offset < size, "tunetable::_fast_route: offset ", offset, " outside ", size,
-                  " bytes");
-      route.offsets.push_back(static_cast<uint32_t>(offset));
-    }
-    TORCH_CHECK(offsets[c_slot] + 8 <= size, "tunetable::_fast_route: C's slot does not hold 8 bytes");
-    route.function = reinterpret_cast<CUfunction>(function);
-    route.context = reinterpret_cast<CUcontext>(context);
-    route.c_slot = c_slot;
-    route.size = static_cast<size_t>(size);
+  route.torch = true;
+  std::lock_guard<std::mutex> guard(g_lock);
+  g_routes[RouteKey{device, stream, m, n, k}] = std::move(route);
+}
+
+void register_kernel(int64_t device, int64_t stream, int64_t m, int64_t n, int64_t k, int64_t function,
+                     c10::IntArrayRef geometry, int64_t context, c10::IntArrayRef offsets, int64_t c_slot,
+                     int64_t a_ptr, int64_t b_ptr, const at::Tensor& blob) {
+  // A launch of (device, stream, M, N, K) (kept with its sets when it is the one already held) and its argument
+  // set for (A, B): each argument at its offset in `blob`, C's address written into argument `c_slot` per call.
+  TORCH_CHECK(blob.device().is_cpu() && blob.scalar_type() == at::kByte && blob.dim() == 1 && blob.is_contiguous(),
+              "tunetable::_fast_kernel: the argument set is a contiguous 1-D CPU uint8 tensor");
+  const int64_t size = blob.numel();
+  TORCH_CHECK(function != 0, "tunetable::_fast_kernel: no function");
+  TORCH_CHECK(geometry.size() == 7, "tunetable::_fast_kernel: geometry is grid (3), block (3), shared memory (1)");
+  TORCH_CHECK(size > 0 && static_cast<size_t>(size) <= kMaxBlob, "tunetable::_fast_kernel: an argument set of ",
+              size, " bytes (1 to ", kMaxBlob, ")");
+  TORCH_CHECK(!offsets.empty() && offsets.size() <= kMaxArguments, "tunetable::_fast_kernel: ", offsets.size(),
+              " arguments (1 to ", kMaxArguments, ")");
+  TORCH_CHECK(c_slot >= 0 && static_cast<size_t>(c_slot) < offsets.size(), "tunetable::_fast_kernel: C's slot ",
+              c_slot, " is not an argument");
+  Route route;
+  for (size_t index = 0; index < 7; ++index) {
+    TORCH_CHECK(geometry[index] >= 0 && geometry[index] <= UINT32_MAX, "tunetable::_fast_kernel: geometry[", index,
+                "] = ", geometry[index]);
+    route.geometry[index] = static_cast<unsigned>(geometry[index]);
   }
+  for (int64_t offset : offsets) {
+    TORCH_CHECK(offset >= 0 && offset < size, "tunetable::_fast_kernel: offset ", offset, " outside ", size,
+                " bytes");
+    route.offsets.push_back(static_cast<uint32_t>(offset));
+  }
+  TORCH_CHECK(offsets[c_slot] + 8 <= size, "tunetable::_fast_kernel: C's slot does not hold 8 bytes");
+  route.function = reinterpret_cast<CUfunction>(function);
+  route.context = reinterpret_cast<CUcontext>(context);
+  route.c_slot = c_slot;
+  route.size = static_cast<size_t>(size);
+
   std::lock_guard<std::mutex> guard(g_lock);
   const RouteKey key{device, stream, m, n, k};
   auto found = g_routes.find(key);
-  if (found != g_routes.end() && found->second.same_launch(route)) {
-    return;   // the same launch: its argument sets stay
+  if (found == g_routes.end() || !found->second.same_launch(route)) {
+    found = g_routes.insert_or_assign(key, std::move(route)).first;   // a new launch: the old sets go with it
   }
-  g_routes[key] = std::move(route);
-}
-
-void register_arguments(int64_t device, int64_t stream, int64_t m, int64_t n, int64_t k, int64_t a_ptr,
-                        int64_t b_ptr, const at::Tensor& blob) {
-  TORCH_CHECK(blob.device().is_cpu() && blob.scalar_type() == at::kByte && blob.dim() == 1 && blob.is_contiguous(),
-              "tunetable::_fast_arguments: the argument set is a contiguous 1-D CPU uint8 tensor");
-  std::lock_guard<std::mutex> guard(g_lock);
-  auto found = g_routes.find(RouteKey{device, stream, m, n, k});
-  TORCH_CHECK(found != g_routes.end() && !found->second.torch,
-              "tunetable::_fast_arguments: no kernel route for this device, stream and shape");
-  Route& route = found->second;
-  TORCH_CHECK(static_cast<size_t>(blob.numel()) == route.size, "tunetable::_fast_arguments: ", blob.numel(),
-              " bytes for a route whose argument sets have ", route.size);
+  Route& held = found->second;
   const PairKey pair{a_ptr, b_ptr};
   const auto* data = blob.const_data_ptr<uint8_t>();
-  auto set = route.sets.find(pair);
-  if (set != route.sets.end()) {
-    set->second.assign(data, data + route.size);
+  auto set = held.sets.find(pair);
+  if (set != held.sets.end()) {
+    set->second.assign(data, data + held.size);
     return;
   }
-  if (route.sets.size() >= kMaxSets) {
-    route.sets.erase(route.order.front());
-    route.order.pop_front();
+  if (held.sets.size() >= kMaxSets) {
+    held.sets.erase(held.order.front());
+    held.order.pop_front();
   }
-  route.sets.emplace(pair, std::vector<uint8_t>(data, data + route.size));
-  route.order.push_back(pair);
+  held.sets.emplace(pair, std::vector<uint8_t>(data, data + held.size));
+  held.order.push_back(pair);
 }
 
 void clear_routes() {
@@ -363,11 +362,10 @@ std::vector<int64_t> lookup(int64_t device, int64_t stream, int64_t m, int64_t n
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(tunetable, m) {
-  m.def("_fast_route(int device, int stream, int m, int n, int k, int function, int[] geometry, int context, "
-        "int[] offsets, int c_slot, int size) -> ()",
-        &register_route);
-  m.def("_fast_arguments(int device, int stream, int m, int n, int k, int a_ptr, int b_ptr, Tensor blob) -> ()",
-        &register_arguments);
+  m.def("_fast_torch(int device, int stream, int m, int n, int k) -> ()", &register_torch);
+  m.def("_fast_kernel(int device, int stream, int m, int n, int k, int function, int[] geometry, int context, "
+        "int[] offsets, int c_slot, int a_ptr, int b_ptr, Tensor blob) -> ()",
+        &register_kernel);
   m.def("_fast_clear() -> ()", &clear_routes);
   m.def("_fast_enable(bool on) -> ()", &enable);
   m.def("_fast_stats() -> int[]", &stats);

@@ -176,7 +176,8 @@ def _gemm_python(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``tunetable::_gemm_python``, where the C++ kernel sends what its cache cannot answer: the Python kernel, then
     what that call prepared (its route; a prepared launch's argument set for these addresses) shared with the cache."""
     out = _gemm_cuda(a, b)
-    _share(a, b)
+    if _fast_state["on"]:
+        _share(a, b)
     return out
 
 
@@ -192,7 +193,7 @@ def _share(a: torch.Tensor, b: torch.Tensor) -> None:
         return
     stream = torch._C._cuda_getCurrentRawStream(device)
     if found.torch:
-        _FAST._fast_route(device, stream, m, n, k, 0, [], 0, [], 0, 0)
+        _FAST._fast_torch(device, stream, m, n, k)
         return
     prepared = launch._prepared.get((m, n, k, device, stream, threading.get_ident()))
     argument_set = prepared.sets.get((a.data_ptr(), b.data_ptr())) if prepared is not None else None
@@ -201,10 +202,9 @@ def _share(a: torch.Tensor, b: torch.Tensor) -> None:
     layout, blob = torch_ext.fast_route(prepared, argument_set)
     if not layout.function:
         return
-    _FAST._fast_route(device, stream, m, n, k, layout.function, list(layout.geometry), layout.context,
-                      list(layout.offsets), layout.c_slot, layout.size)
-    _FAST._fast_arguments(device, stream, m, n, k, a.data_ptr(), b.data_ptr(),
-                          torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+    _FAST._fast_kernel(device, stream, m, n, k, layout.function, list(layout.geometry), layout.context,
+                       list(layout.offsets), layout.c_slot, a.data_ptr(), b.data_ptr(),
+                       torch.frombuffer(bytearray(blob), dtype=torch.uint8))
 
 
 def fast_path() -> dict[str, Any]:
@@ -219,11 +219,21 @@ def fast_path() -> dict[str, Any]:
     return report
 
 
+_fast_state = {"on": True, "wanted": True}   # the C++ kernel serves from its cache; what set_fast_path asked
+
+
 def set_fast_path(on: bool) -> None:
-    """Let the C++ kernel serve calls from its cache (True) or send every call to the Python kernel (False: an A/B
-    in one process; shape recording turns it off while it runs)."""
+    """Let the C++ kernel serve calls from its cache (True) or send every call to the Python kernel, which then
+    shares nothing with it (False: an A/B in one process); shape recording turns it off while it runs."""
+    _fast_state["wanted"] = bool(on)
+    _serve(recording=record.active() is not None)
+
+
+def _serve(*, recording: bool) -> None:
+    """The C++ kernel serves when asked to and nothing records."""
+    _fast_state["on"] = _fast_state["wanted"] and not recording
     if _EXTENSION.loaded:
-        _FAST._fast_enable(bool(on) and record.active() is None)
+        _FAST._fast_enable(_fast_state["on"])
 
 
 _EXTENSION = torch_ext.load(torch)   # builds on first use (cached), registers the C++ CUDA kernel of gemm
@@ -233,8 +243,8 @@ if _EXTENSION.loaded:   # its CUDA and Autograd kernels are registered; the Pyth
     _LIBRARY.impl("_gemm_python", _gemm_python, "CUDA")
     _LIBRARY.define("_gemm_requires_grad(Tensor a, Tensor b) -> Tensor")
     _LIBRARY.impl("_gemm_requires_grad", lambda a, b: _InferenceOnly.apply(a, b), "CompositeImplicitAutograd")
-    _FAST._fast_enable(record.active() is None)
-    record.on_change(lambda recording: _FAST._fast_enable(not recording))
+    _serve(recording=record.active() is not None)
+    record.on_change(lambda recording: _serve(recording=recording))
     decide.on_dispatcher_change(_FAST._fast_clear)   # routes decided again: the cache's too
 else:
     _LIBRARY.impl("gemm", _gemm_cuda, "CUDA")
