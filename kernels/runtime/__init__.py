@@ -13,8 +13,7 @@ tma): never the build, never params.yaml, never nvcc at decision time.
 
 Beside them: ``devices`` (which recorded device's tables serve a GPU), ``record`` (the shapes gemm()
 serves, for ``tunetable shapes import``), ``layers`` and ``torch_ops`` (the ``tunetable::gemm`` torch
-operator, ``Linear`` and ``patch``; ``tunetable.torch`` re-exports them; only ``torch_ops`` imports torch),
-``torch_ext`` (the operator's C++ kernel ``torch_fast.cpp``: built on first use, cached, loaded into torch).
+operator, ``Linear`` and ``patch``; ``tunetable.torch`` re-exports them; only ``torch_ops`` imports torch).
 
 docs/architecture.md draws the layers.
 """

@@ -1,16 +1,20 @@
 // The tunetable::gemm operator's CUDA kernel in C++: the hot path of torch tensors without Python.
 //
 // kernels/runtime/torch_ext.py builds this file on the first import of tunetable.torch (cached) and loads it with
-// torch.ops.load_library; torch_ops.py keeps the schema, the fake kernel, the Autograd kernel and the Python
-// implementation (tunetable::_gemm_python); the Autograd kernel is here too (the Python one cost a Python call per
-// call outside inference_mode), handing calls that want a gradient to tunetable::_gemm_requires_grad. Per call this kernel looks the call up in a cache that the Python
-// implementation fills: per route (device, the caller's current stream, M, N, K) either "torch" (at::mm, as the
-// Python route does) or a kernel launch (function, grid, block, shared memory, the device's context, the argument
-// layout) with one encoded argument set per (A, B) address pair. A hit allocates the output with at::empty on the
-// operands' device, writes C's address into its slot of a copy of the set and calls cuLaunchKernel on torch's
-// current stream of that device. Anything else (a new shape, stream or (A, B) pair, an input the cache cannot
-// answer for, the fast path turned off while shapes are recorded) goes to tunetable::_gemm_python, which runs
-// the Python path (every check and error) and registers what it prepared for the next call.
+// torch.ops.load_library; torch_ops.py keeps the schema, the fake kernel and the Python implementations.
+//
+// The CUDA kernel looks each call up in a cache that the Python implementation fills: per route (device, the
+// caller's current stream, M, N, K) either "torch" (at::mm, as the Python route does) or a kernel launch
+// (function, grid, block, shared memory, the device's context, the argument layout) with one encoded argument
+// set per (A, B) address pair. A hit allocates the output with at::empty on the operands' device, writes C's
+// address into its slot of a copy of the set and calls cuLaunchKernel on torch's current stream of that device.
+// Anything else (a new shape, stream or (A, B) pair, an input the cache cannot answer for, the cache turned off
+// while shapes are recorded) goes to tunetable::_gemm_python, which runs the Python path (every check and
+// error) and registers what it prepared for the next call.
+//
+// The Autograd kernel (the Python one cost a Python call per call outside inference_mode) sends a call that
+// wants a gradient to tunetable::_gemm_requires_grad (a Function whose backward raises the inference-only
+// error) and every other call straight below autograd.
 //
 // libcuda is opened with dlopen and torch's current stream is read through c10's device-guard interface, so the
 // build needs torch's headers and libraries only: no CUDA toolkit headers, no link against the driver.
