@@ -64,8 +64,8 @@ def test_the_command_builds_a_shared_library_against_torchs_folders(tmp_path: Pa
     assert command[0] == "g++" and {"-shared", "-fPIC", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0"} <= set(command)
     assert command.index("-I/t/include") < command.index("-I/cuda/include") < command.index("/src/torch_fast.cpp")
     assert command[command.index("-o") + 1] == str(tmp_path / "x.so")
-    assert {"-L/t/lib", "-Wl,-rpath,/t/lib", "-lc10", "-ltorch_cpu", "-ldl"} <= set(command)
-    assert not any("cuda" in item for item in command if item.startswith("-l"))   # libcuda is dlopen'ed
+    assert {"-L/t/lib", "-Wl,-rpath,/t/lib", "-lc10", "-ltorch_cpu", "-ltorch_cuda", "-ldl"} <= set(command)
+    assert "-lcuda" not in command and "-lcudart" not in command   # libcuda is dlopen'ed, no toolkit library
 
 
 def test_a_build_renames_the_finished_library_into_place_and_leaves_no_temp(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The ``tunetable::gemm`` operator's C++ kernel (``torch_fast.cpp``): built on first use, cached, loaded into torch.
 
 The operator's hot path in Python costs a Python kernel under torch's dispatcher plus gemm()'s own host path
-(about 16 µs a call on an H100 host); in C++ it is a cache lookup, ``at::empty`` and ``cuLaunchKernel``. The
+(about 16 µs a call on an H100 host); in C++ it is a cache lookup, the output's allocation and ``cuLaunchKernel``. The
 first ``import tunetable.torch`` builds the source with the system's C++ compiler (``$CXX``, else ``c++``, else
 ``g++``; no ninja, no setuptools build, no CUDA toolkit) against the running torch's headers and libraries, and
 keeps the library under ``$TUNETABLE_TORCH_EXT_CACHE``, else ``$XDG_CACHE_HOME/tunetable/torch_ext``
@@ -43,7 +43,7 @@ LOG_FILE = "build.log"
 BUILD_TIMEOUT_S = 300.0
 # Bump when the command line built here changes shape: old cache entries then miss.
 BUILD_FORMAT = 1
-LIBRARIES = ("c10", "torch_cpu")   # the stream through c10's device-guard interface; dispatcher, at::empty, at::mm
+LIBRARIES = ("c10", "torch_cpu", "torch_cuda")   # c10's stream interface; the dispatcher, at::mm; empty_cuda
 ARGUMENT_ALIGNMENT = 64                        # a CUtensorMap's (the largest argument's) alignment
 
 

@@ -6,11 +6,11 @@
 // The CUDA kernel looks each call up in a cache that the Python implementation fills: per route (device, the
 // caller's current stream, M, N, K) either "torch" (at::mm, as the Python route does) or a kernel launch
 // (function, grid, block, shared memory, the device's context, the argument layout) with one encoded argument
-// set per (A, B) address pair. A hit allocates the output with at::empty on the operands' device, writes C's
-// address into its slot of a copy of the set and calls cuLaunchKernel on torch's current stream of that device.
-// Anything else (a new shape, stream or (A, B) pair, an input the cache cannot answer for, the cache turned off
-// while shapes are recorded) goes to tunetable::_gemm_python, which runs the Python path (every check and
-// error) and registers what it prepared for the next call.
+// set per (A, B) address pair. A hit allocates the output (at::empty's CUDA kernel) on the operands' device,
+// writes C's address into its slot of a copy of the set and calls cuLaunchKernel on torch's current stream of
+// that device. Anything else (a new shape, stream or (A, B) pair, an input the cache cannot answer for, the
+// cache turned off while shapes are recorded) goes to tunetable::_gemm_python, which runs the Python path
+// (every check and error) and registers what it prepared for the next call.
 //
 // The Autograd kernel (the Python one cost a Python call per call outside inference_mode) sends a call that
 // wants a gradient to tunetable::_gemm_requires_grad (a Function whose backward raises the inference-only
@@ -22,7 +22,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/ops/empty.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/ops/mm.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -232,7 +232,8 @@ at::Tensor fast_gemm(const at::Tensor& a, const at::Tensor& b) {
   if (answer.kind == Answer::kTorch) {
     return at::mm(a, b.t());
   }
-  at::Tensor out = at::empty({m, n}, a.options());   // the operands' device; a graph's pool during capture
+  // at::empty's CUDA kernel without its two dispatches: the operands' device, a graph's pool during capture.
+  at::Tensor out(at::detail::empty_cuda({m, n}, at::kBFloat16, a.device(), std::nullopt));
   launch(answer, reinterpret_cast<uint64_t>(out.data_ptr()), stream);
   return out;
 }
