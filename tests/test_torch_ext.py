@@ -92,6 +92,14 @@ def test_a_build_past_its_time_is_stopped_and_leaves_nothing(tmp_path: Path) -> 
     assert why == "the compiler ran past 0.5 s" and list(output.parent.iterdir()) == []
 
 
+def test_a_cache_folder_that_cannot_be_written_is_a_reason_not_an_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache folder should be")
+    output = blocker / "key" / "lib.so"
+    why = torch_ext.build(command=[fake_compiler(tmp_path, WRITES_OUTPUT), "-o", str(output)], output=output)
+    assert why.startswith(f"cannot write the cache folder {blocker / 'key'} (")
+
+
 def test_a_build_whose_compiler_cannot_run_says_so(tmp_path: Path) -> None:
     output = tmp_path / "key" / "lib.so"
     why = torch_ext.build(command=[str(tmp_path / "no-such-c++"), "-o", str(output)], output=output)

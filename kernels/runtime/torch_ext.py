@@ -118,8 +118,11 @@ def build(*, command: Sequence[str], output: Path, timeout_s: float = BUILD_TIME
     """Run ``command`` (which writes ``output``'s temp twin) and rename the library into place; None on success,
     else one line saying why (the compiler's log is kept beside the entry as build.log)."""
     folder = output.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".build.", dir=folder))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".build.", dir=folder))
+    except OSError as exc:
+        return f"cannot write the cache folder {folder} ({exc.strerror or exc})"
     try:
         temp_output = scratch / output.name
         argv = [str(temp_output) if item == str(output) else item for item in command]
@@ -134,7 +137,10 @@ def build(*, command: Sequence[str], output: Path, timeout_s: float = BUILD_TIME
         if done.returncode != 0 or not temp_output.is_file():
             first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip()[:200])
             return f"the compiler failed (exit {done.returncode}): {first.strip()} (full log: {log})"
-        os.replace(temp_output, output)
+        try:
+            os.replace(temp_output, output)
+        except OSError as exc:
+            return f"cannot move the library into {folder} ({exc.strerror or exc})"
         return None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -215,14 +221,14 @@ def _load(torch: Any) -> ExtensionStatus:
     """The steps of ``load``: switched off, torch without CUDA, the cache, the compiler, the build, load_library."""
     if not enabled():
         return ExtensionStatus(loaded=False, reason=f"{ENABLE_ENV}=0")
-    if not torch.version.cuda:
+    if not getattr(torch.version, "cuda", None):
         return ExtensionStatus(loaded=False, reason=f"torch {torch.__version__} is built without CUDA")
     try:
         source = SOURCE.read_bytes()
     except OSError as exc:
         return ExtensionStatus(loaded=False, reason=f"cannot read {SOURCE} ({exc})")
     cxx11_abi = bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
-    key = cache_key(source=source, torch_version=torch.__version__, cuda_version=torch.version.cuda,
+    key = cache_key(source=source, torch_version=torch.__version__, cuda_version=getattr(torch.version, "cuda", None),
                     python_tag=sys.implementation.cache_tag or sys.version, cxx11_abi=cxx11_abi)
     output = cache_root() / key / LIBRARY_FILE
     build_s = None
