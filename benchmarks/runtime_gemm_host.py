@@ -118,11 +118,22 @@ def gpu_shape(torch: Any, *, m: int, n: int, k: int) -> dict[str, float]:
         with contexts[name]():
             call()
     torch.cuda.synchronize()
+    counted = tt_counters()
     found = per_call_us(calls, before=lambda: torch.cuda._sleep(SLEEP_CYCLES), after=torch.cuda.synchronize,
                         contexts=contexts)
+    served, sent = (after - before for after, before in zip(tt_counters(), counted))
     route = tt.route(m, n, k, 0)
     return {**{f"{name}_us": value for name, value in found.items()}, "first_call_us": first_us,
-            "op_path": "torch" if route.torch else "tunetable", "op_source": route.source}
+            "op_path": "torch" if route.torch else "tunetable", "op_source": route.source,
+            "c_kernel_served": served, "c_kernel_sent_to_python": sent}
+
+
+def tt_counters() -> tuple[int, int]:
+    """(calls the operator's C++ kernel served, calls it sent to the Python kernel) so far (0, 0: not loaded)."""
+    from tunetable.kernels.runtime import torch_ops
+
+    found = torch_ops.fast_path()
+    return found.get("hits", 0), found.get("fallbacks", 0)
 
 
 def python_kernel(torch: Any) -> Callable[[], Any]:
@@ -187,7 +198,11 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines = [f"# Host overhead per call: tunetable.gemm and tunetable::gemm against torch.mm ({mode})", "",
              f"Device: {results['device']}, torch {results['torch']}, git {results['git_rev']}, {results['date']}. "
              f"{results['method']}", "",
-             *([f"Operator: {results['c_kernel']['summary']}.", ""] if results.get("c_kernel") else []),
+             *([f"Operator: {results['c_kernel']['summary']}. Calls its C++ kernel served / sent to the Python "
+                f"kernel while measuring, per shape: " + ", ".join(
+                    f"{label} {item['c_kernel_served']} / {item['c_kernel_sent_to_python']}"
+                    for label, item in results["shapes"].items()) + f" (the Python contender's "
+                f"{HOST_REPEATS * HOST_CALLS} calls are the ones sent).", ""] if results.get("c_kernel") else []),
              "| shape | op path | " + " | ".join(LABELS[name] for name in names) + " | op / torch.mm |",
              "|---|---|" + "---|" * len(names) + "---|"]
     for label, item in results["shapes"].items():
