@@ -3,7 +3,7 @@
 # Llama client and the host overhead. Each step's output goes to $OUT/<step>.log and all of it to $OUT/log;
 # the figures to $OUT (llama_client.json / .md, runtime_gemm_host.json / .md, new.xml).
 #
-#   cd <repo> && source scripts/device_env.sh && bash scripts/device_torch.sh [new|client|host|suite ...]
+#   cd <repo> && source scripts/device_env.sh && bash scripts/device_torch.sh [ext|new|client|host|suite ...]
 #   carry the repo copy with .whl/ and .cache/cubins (a cubin cache compiled here with the same nvcc).
 #
 # Expected on an H100 / H200 (git 6adb683's run, plus this change's additions):
