@@ -6,7 +6,10 @@ of HOST_REPEATS, for each contender in the same run, interleaved round by round:
   torch.mm (allocates), torch.mm(out=), F.linear (nn.Linear's forward), tunetable.gemm(out=), tunetable.gemm
   (allocates), the prepared launch alone (addresses to cuLaunchKernel), torch.ops.tunetable.gemm under
   torch.inference_mode, torch.no_grad and grad mode (no input requires grad: how git 6adb683's figure of 53 µs
-  was taken), tunetable.torch.Linear (inference_mode).
+  was taken), the operator with its C++ kernel's cache turned off (inference_mode: every call through the Python
+  kernel, as without the C++ kernel plus one C++-to-Python hop), tunetable.torch.Linear (inference_mode).
+The operator's C++ kernel (kernels/runtime/torch_fast.cpp) is built or loaded on import; the run prints whether
+it loaded and its build time (TUNETABLE_TORCH_EXT=0: the Python kernel for every operator contender).
 Targets: the operator under TORCH_OP_TARGET_US (issue 50), and no more than torch.mm's own cost on the same host
 (the ratio is what the host's speed does not change).
 
@@ -46,11 +49,12 @@ SLEEP_CYCLES = 40_000_000        # ~20 ms at <= 1.98 GHz: longer than queuing HO
 TORCH_OP_TARGET_US = 10.0        # issue 50: the tunetable::gemm operator per call
 SHAPES = ((1, 4096, 4096), (8, 14336, 4096), (2048, 4096, 4096))
 CONTENDERS = ("torch_mm", "torch_mm_out", "f_linear", "gemm_out", "gemm_alloc", "prepared_launch", "torch_op",
-              "torch_op_no_grad", "torch_op_grad_mode", "torch_linear")
+              "torch_op_no_grad", "torch_op_grad_mode", "torch_op_python", "torch_linear")
 LABELS = {"torch_mm": "torch.mm", "torch_mm_out": "torch.mm(out=)", "f_linear": "F.linear", "gemm_out": "gemm(out=)",
           "gemm_alloc": "gemm (allocates)", "prepared_launch": "prepared launch",
           "torch_op": "tunetable::gemm (inference_mode)", "torch_op_no_grad": "tunetable::gemm (no_grad)",
           "torch_op_grad_mode": "tunetable::gemm (grad mode)",
+          "torch_op_python": "tunetable::gemm, Python kernel (inference_mode)",
           "torch_linear": "tunetable.torch.Linear"}
 
 
@@ -104,19 +108,59 @@ def gpu_shape(torch: Any, *, m: int, n: int, k: int) -> dict[str, float]:
         "f_linear": lambda: torch.nn.functional.linear(a, weight), "gemm_out": lambda: gemm(a, b, out=c),
         "gemm_alloc": lambda: gemm(a, b), "prepared_launch": lambda: prepared(a_ptr, b_ptr, c_ptr),
         "torch_op": lambda: tt.gemm(a, weight), "torch_op_no_grad": lambda: tt.gemm(a, weight),
-        "torch_op_grad_mode": lambda: tt.gemm(a, weight), "torch_linear": lambda: linear(a),
+        "torch_op_grad_mode": lambda: tt.gemm(a, weight), "torch_op_python": lambda: tt.gemm(a, weight),
+        "torch_linear": lambda: linear(a),
     }
     contexts = {name: torch.inference_mode for name in calls} | {"torch_op_no_grad": torch.no_grad,
-                                                                 "torch_op_grad_mode": torch.enable_grad}
+                                                                 "torch_op_grad_mode": torch.enable_grad,
+                                                                 "torch_op_python": python_kernel(torch)}
     for name, call in calls.items():     # first calls (plans, routes, cuBLAS heuristics) stay out of the figures
         with contexts[name]():
             call()
     torch.cuda.synchronize()
+    counted = tt_counters()
     found = per_call_us(calls, before=lambda: torch.cuda._sleep(SLEEP_CYCLES), after=torch.cuda.synchronize,
                         contexts=contexts)
+    served, sent = (after - before for after, before in zip(tt_counters(), counted))
     route = tt.route(m, n, k, 0)
     return {**{f"{name}_us": value for name, value in found.items()}, "first_call_us": first_us,
-            "op_path": "torch" if route.torch else "tunetable", "op_source": route.source}
+            "op_path": "torch" if route.torch else "tunetable", "op_source": route.source,
+            "c_kernel_served": served, "c_kernel_sent_to_python": sent}
+
+
+def tt_counters() -> tuple[int, int]:
+    """(calls the operator's C++ kernel served, calls it sent to the Python kernel) so far (0, 0: not loaded)."""
+    from tunetable.kernels.runtime import torch_ops
+
+    found = torch_ops.fast_path()
+    return found.get("hits", 0), found.get("fallbacks", 0)
+
+
+def python_kernel(torch: Any) -> Callable[[], Any]:
+    """A context (inference_mode) in which the operator's C++ kernel sends every call to its Python kernel."""
+    import contextlib
+
+    from tunetable.kernels.runtime import torch_ops
+
+    @contextlib.contextmanager
+    def context() -> Any:
+        torch_ops.set_fast_path(False)
+        try:
+            with torch.inference_mode():
+                yield
+        finally:
+            torch_ops.set_fast_path(True)
+
+    return context
+
+
+def c_kernel_status() -> dict[str, Any]:
+    """Whether the operator's C++ kernel loaded, its build time (None: loaded from the cache) and its line."""
+    import tunetable.torch  # noqa: F401 - builds or loads the C++ kernel
+    from tunetable.kernels.runtime import torch_ops
+
+    found = torch_ops.fast_path()
+    return {"loaded": found["loaded"], "build_s": found["build_s"], "summary": found["summary"]}
 
 
 def gpu_results(torch: Any) -> dict[str, Any]:
@@ -126,15 +170,21 @@ def gpu_results(torch: Any) -> dict[str, Any]:
     from tunetable.kernels.runtime.decide import FallbackWarning
 
     warnings.simplefilter("ignore", FallbackWarning)
+    started = time.perf_counter()
+    status = c_kernel_status()
+    print(f"{status['summary']} (import of tunetable.torch: {time.perf_counter() - started:.1f} s)", flush=True)
     shapes = {f"{m}x{n}x{k}": gpu_shape(torch, m=m, n=n, k=k) for m, n, k in SHAPES}
     return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "shapes": shapes,
-            "targets": targets(shapes)}
+            "c_kernel": status, "targets": targets(shapes, c_kernel=status["loaded"])}
 
 
-def targets(shapes: dict[str, dict[str, Any]]) -> dict[str, bool]:
-    """The operator under TORCH_OP_TARGET_US; the operator and gemm(out=) at most torch.mm's cost (same host)."""
+def targets(shapes: dict[str, dict[str, Any]], *, c_kernel: bool = True) -> dict[str, bool]:
+    """The operator under TORCH_OP_TARGET_US; the operator and gemm(out=) at most torch.mm's cost (same host).
+
+    The operator's figure is its C++ kernel's where that loaded (the targets' names say which ran)."""
     served = [item for item in shapes.values() if item.get("op_path", "tunetable") == "tunetable"]
-    return {f"tunetable::gemm < {TORCH_OP_TARGET_US:g} µs per call": all(
+    kernel = "C++ kernel" if c_kernel else "Python kernel: the C++ one did not load"
+    return {f"tunetable::gemm ({kernel}) < {TORCH_OP_TARGET_US:g} µs per call": all(
                 item["torch_op_us"] < TORCH_OP_TARGET_US for item in served),
             "tunetable::gemm <= torch.mm per call": all(item["torch_op_us"] <= item["torch_mm_us"] for item in served),
             "gemm(out=) <= torch.mm(out=) per call": all(item["gemm_out_us"] <= item["torch_mm_out_us"]
@@ -148,6 +198,11 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines = [f"# Host overhead per call: tunetable.gemm and tunetable::gemm against torch.mm ({mode})", "",
              f"Device: {results['device']}, torch {results['torch']}, git {results['git_rev']}, {results['date']}. "
              f"{results['method']}", "",
+             *([f"Operator: {results['c_kernel']['summary']}. Calls its C++ kernel served / sent to the Python "
+                f"kernel while measuring, per shape: " + ", ".join(
+                    f"{label} {item['c_kernel_served']} / {item['c_kernel_sent_to_python']}"
+                    for label, item in results["shapes"].items()) + f" (the Python contender's "
+                f"{HOST_REPEATS * HOST_CALLS} calls are the ones sent).", ""] if results.get("c_kernel") else []),
              "| shape | op path | " + " | ".join(LABELS[name] for name in names) + " | op / torch.mm |",
              "|---|---|" + "---|" * len(names) + "---|"]
     for label, item in results["shapes"].items():

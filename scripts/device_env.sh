@@ -9,3 +9,5 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 # tunetable.gemm compiles into the project's cubin cache, where `tunetable compile` put the same keys.
 export TUNETABLE_CUBIN_CACHE=$PWD/.cache/cubins
+# The tunetable::gemm operator's C++ kernel, built on the first import of tunetable.torch, is cached here.
+export TUNETABLE_TORCH_EXT_CACHE=$PWD/.cache/torch_ext

@@ -3,19 +3,21 @@
 # Llama client and the host overhead. Each step's output goes to $OUT/<step>.log and all of it to $OUT/log;
 # the figures to $OUT (llama_client.json / .md, runtime_gemm_host.json / .md, new.xml).
 #
-#   cd <repo> && source scripts/device_env.sh && bash scripts/device_torch.sh [new|client|host|suite ...]
+#   cd <repo> && source scripts/device_env.sh && bash scripts/device_torch.sh [ext|new|client|host|suite ...]
 #   carry the repo copy with .whl/ and .cache/cubins (a cubin cache compiled here with the same nvcc).
 #
 # Expected on an H100 / H200 (git 6adb683's run, plus this change's additions):
-#   new     tests/gpu/test_torch_gpu.py, 28 tests           ~45 s  (limit NEW_TIMEOUT_S, 90)
+#   ext     builds the operator's C++ kernel (kernels/runtime/torch_fast.cpp) into the cache and prints whether it
+#           loaded and its build time                      ~20 s  (limit EXT_TIMEOUT_S, 120)
+#   new     tests/gpu/test_torch_gpu.py, 43 tests           ~60 s  (limit NEW_TIMEOUT_S, 120)
 #   client  benchmarks/llama_client.py, fp32 reference too  ~70 s  (limit CLIENT_TIMEOUT_S, 150; needs ~50 GB)
 #   host    benchmarks/runtime_gemm_host.py, 3 shapes       ~25 s  (limit HOST_TIMEOUT_S, 60)
-# (the limits sum to 300 s; scripts/device_env.sh's installs come before, ~10-20 s)
+# (scripts/device_env.sh's installs come before, ~10-20 s)
 #   suite   the rest of `pytest -m gpu` (not a default step: ~180 s on its own; what is left of CALL_BUDGET_S)
 set -uo pipefail
 OUT=${OUT:-/tmp/tunetable-out}
 mkdir -p "$OUT"
-STEPS=${*:-new client host}
+STEPS=${*:-ext new client host}
 START=$(date +%s)   # the suite gets what is left of CALL_BUDGET_S (the device call's limit, less a margin)
 export TUNETABLE_GIT_REV=${TUNETABLE_GIT_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 {
@@ -24,7 +26,14 @@ export TUNETABLE_GIT_REV=${TUNETABLE_GIT_REV:-$(git rev-parse --short HEAD 2>/de
   for step in $STEPS; do
     echo "== $step $(date -u +%H:%M:%S)"
     case $step in
-      new) timeout "${NEW_TIMEOUT_S:-90}" python3 -m pytest -m gpu tests/gpu/test_torch_gpu.py -q -p no:cacheprovider \
+      ext) command -v c++ g++ || echo "no c++ or g++ on PATH"
+           timeout "${EXT_TIMEOUT_S:-120}" python3 -c 'import time; started = time.perf_counter()
+import tunetable.torch
+from tunetable.kernels.runtime import torch_ops
+found = torch_ops.fast_path()
+print(found["summary"])
+print(f"import of tunetable.torch: {time.perf_counter() - started:.1f} s")' 2>&1 | tee "$OUT/ext.log" ;;
+      new) timeout "${NEW_TIMEOUT_S:-120}" python3 -m pytest -m gpu tests/gpu/test_torch_gpu.py -q -p no:cacheprovider \
              -rs --junitxml "$OUT/new.xml" 2>&1 | tee "$OUT/new.log" ;;
       client) timeout "${CLIENT_TIMEOUT_S:-150}" python3 benchmarks/llama_client.py --out "$OUT" 2>&1 \
                 | tee "$OUT/client.log" ;;

@@ -22,6 +22,7 @@ import datetime as dt
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 RECORD_ENV = "TUNETABLE_RECORD_SHAPES"
@@ -63,6 +64,19 @@ def block_text(counts: Counter[tuple[int, int, int]] | dict[tuple[int, int, int]
 
 
 _state: dict[str, ShapeRecorder] = {}
+_listeners: list[Callable[[bool], None]] = []
+
+
+def on_change(listener: Callable[[bool], None]) -> None:
+    """Call ``listener(recording)`` whenever recording starts or stops (the torch operator's C++ kernel serves
+    calls only while nothing records, so that every call is counted here)."""
+    _listeners.append(listener)
+
+
+def _changed() -> None:
+    """Tell the listeners whether a recorder runs now."""
+    for listener in _listeners:
+        listener(active() is not None)
 
 
 def active() -> ShapeRecorder | None:
@@ -74,6 +88,7 @@ def record_shapes(path: str | os.PathLike[str]) -> ShapeRecorder:
     """Start recording gemm()'s shapes into ``path`` (a recorder already running is flushed and replaced)."""
     stop_recording()
     recorder = _state["recorder"] = ShapeRecorder(path)
+    _changed()
     return recorder
 
 
@@ -82,6 +97,7 @@ def stop_recording() -> Path | None:
     recorder = _state.pop("recorder", None)
     if recorder is None:
         return None
+    _changed()
     recorder.flush()
     return recorder.path
 

@@ -14,10 +14,13 @@
 
 The operator is defined with ``torch.library.Library`` (a CUDA kernel, a fake kernel and an Autograd
 kernel), not ``torch.library.custom_op``, whose Python wrapper cost more per call than the GEMM's own host
-path (benchmarks/runtime_gemm_host.py). The Autograd kernel calls the CUDA kernel directly for plain CUDA
-tensors with no gradient to record and no dispatch mode active, redispatches below autograd otherwise
-(tracing: fake and functional tensors), and wraps the call in a Function whose backward raises where a
-gradient is wanted.
+path (benchmarks/runtime_gemm_host.py). Its CUDA and Autograd kernels are C++ where ``torch_ext`` builds and
+loads kernels/runtime/torch_fast.cpp (docs/pytorch.md): a cache of routes and argument sets that the Python
+kernel fills (``tunetable::_gemm_python``, which serves every call the cache cannot answer), and calls that
+want a gradient sent to ``tunetable::_gemm_requires_grad``. Otherwise the Python kernels serve: the Autograd
+kernel calls the CUDA kernel directly for plain CUDA tensors with no gradient to record and no dispatch mode
+active, redispatches below autograd otherwise (tracing: fake and functional tensors), and wraps the call in a
+Function whose backward raises where a gradient is wanted.
 
 Importing this module imports torch (``tunetable`` itself never does); the user-facing name is
 ``tunetable.torch``.
@@ -26,13 +29,14 @@ Importing this module imports torch (``tunetable`` itself never does); the user-
 import sys
 import threading
 import warnings
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional
 
 from tunetable.kernels.families import FAMILIES
-from tunetable.kernels.runtime import decide, launch
+from tunetable.kernels.runtime import decide, launch, record, torch_ext
 from tunetable.kernels.runtime.layers import (
     BACKWARD_ERROR,
     LayerChoice,
@@ -166,8 +170,85 @@ def _gemm_autograd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return gemm(a, b)
 
 
-_LIBRARY.impl("gemm", _gemm_cuda, "CUDA")
-_LIBRARY.impl("gemm", _gemm_autograd, "Autograd")
+# --- the C++ kernel (kernels/runtime/torch_fast.cpp) and the Python one it falls back to ------------------------
+
+def _gemm_python(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``tunetable::_gemm_python``, where the C++ kernel sends what its cache cannot answer: the Python kernel, then
+    what that call prepared (its route; a prepared launch's argument set for these addresses) shared with the cache."""
+    out = _gemm_cuda(a, b)
+    if _fast_state["on"]:
+        _share(a, b)
+    return out
+
+
+def _share(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Hand the C++ kernel's cache what the Python path now holds for this call: torch's route, or the prepared
+    launch's argument set of (A, B) on this stream (nothing while shapes are recorded: each call must be counted)."""
+    if (record.active() is not None or a.ndim != 2 or b.ndim != 2 or a.dtype is not _BF16 or b.dtype is not _BF16
+            or not a.is_contiguous() or not b.is_contiguous()):
+        return
+    (m, k), n, device = a.shape, b.shape[0], a.get_device()
+    found = _routes.get((m, n, k, device))
+    if found is None or b.get_device() != device:
+        return
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    if found.torch:
+        _FAST._fast_torch(device, stream, m, n, k)
+        return
+    prepared = launch._prepared.get((m, n, k, device, stream, threading.get_ident()))
+    argument_set = prepared.sets.get((a.data_ptr(), b.data_ptr())) if prepared is not None else None
+    if argument_set is None:
+        return   # the first call of this pair on this stream went the full way: the next one encodes it
+    layout, blob = torch_ext.fast_route(prepared, argument_set)
+    if not layout.function:
+        return
+    _FAST._fast_kernel(device, stream, m, n, k, layout.function, list(layout.geometry), layout.context,
+                       list(layout.offsets), layout.c_slot, a.data_ptr(), b.data_ptr(),
+                       torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+
+
+def fast_path() -> dict[str, Any]:
+    """The operator's C++ kernel: whether it is loaded (and why not), and its counters (calls served from its
+    cache, calls sent to the Python kernel, routes and argument sets held)."""
+    found = torch_ext.status()
+    report: dict[str, Any] = {"loaded": bool(found and found.loaded), "summary": found.summary() if found else "",
+                              "build_s": found.build_s if found else None}
+    if report["loaded"]:
+        enabled, hits, fallbacks, routes, sets = _FAST._fast_stats()
+        report.update(enabled=bool(enabled), hits=hits, fallbacks=fallbacks, routes=routes, argument_sets=sets)
+    return report
+
+
+_fast_state = {"on": True, "wanted": True}   # the C++ kernel serves from its cache; what set_fast_path asked
+
+
+def set_fast_path(on: bool) -> None:
+    """Let the C++ kernel serve calls from its cache (True) or send every call to the Python kernel, which then
+    shares nothing with it (False: an A/B in one process); shape recording turns it off while it runs."""
+    _fast_state["wanted"] = bool(on)
+    _serve(recording=record.active() is not None)
+
+
+def _serve(*, recording: bool) -> None:
+    """The C++ kernel serves when asked to and nothing records."""
+    _fast_state["on"] = _fast_state["wanted"] and not recording
+    if _EXTENSION.loaded:
+        _FAST._fast_enable(_fast_state["on"])
+
+
+_EXTENSION = torch_ext.load(torch)   # builds on first use (cached), registers the C++ CUDA kernel of gemm
+_FAST = torch.ops.tunetable
+if _EXTENSION.loaded:   # its CUDA and Autograd kernels are registered; the Python ones they call:
+    _LIBRARY.define("_gemm_python(Tensor a, Tensor b) -> Tensor")
+    _LIBRARY.impl("_gemm_python", _gemm_python, "CUDA")
+    _LIBRARY.define("_gemm_requires_grad(Tensor a, Tensor b) -> Tensor")
+    _LIBRARY.impl("_gemm_requires_grad", lambda a, b: _InferenceOnly.apply(a, b), "CompositeImplicitAutograd")
+    _serve(recording=record.active() is not None)
+    record.on_change(lambda recording: _serve(recording=recording))
+    decide.on_dispatcher_change(_FAST._fast_clear)   # routes decided again: the cache's too
+else:
+    _LIBRARY.impl("gemm", _gemm_cuda, "CUDA")
+    _LIBRARY.impl("gemm", _gemm_autograd, "Autograd")
 torch.library.register_fake("tunetable::gemm", _gemm_fake, lib=_LIBRARY)
 gemm = torch.ops.tunetable.gemm.default   # C = a · bᵀ (a: M x K, b: N x K, bf16, CUDA), on torch's current stream
 

@@ -19,7 +19,7 @@ pytest.importorskip("pycuda")
 
 import tunetable  # noqa: E402
 import tunetable.torch as tt  # noqa: E402
-from tunetable.kernels.runtime import devices, launch  # noqa: E402
+from tunetable.kernels.runtime import devices, launch, torch_ops  # noqa: E402
 from tunetable.kernels.runtime.decide import FallbackWarning  # noqa: E402
 from tunetable.shapes import read_workload  # noqa: E402
 
@@ -46,10 +46,14 @@ def reference(a: "torch.Tensor", b: "torch.Tensor") -> "torch.Tensor":
     return a.float() @ b.float().T
 
 
+@pytest.mark.parametrize("call", ["gemm", "operator"])
 @pytest.mark.parametrize("shape", DECODE_SHAPES, ids=lambda s: "M{}_N{}_K{}".format(*s))
-def test_inputs_written_on_a_side_stream_behind_a_long_kernel(shape: tuple[int, int, int]) -> None:
+def test_inputs_written_on_a_side_stream_behind_a_long_kernel(shape: tuple[int, int, int], call: str) -> None:
     """gemm() in a side stream's context waits for the inputs that stream writes (today's code ran on the legacy
-    default stream, which a non-blocking side stream does not order: it read unwritten inputs)."""
+    default stream, which a non-blocking side stream does not order: it read unwritten inputs); the operator too,
+    whose C++ kernel serves the repeated calls on that stream."""
+    gemm = tunetable.gemm if call == "gemm" else tt.gemm
+    hits = torch_ops.fast_path().get("hits", 0)
     m, n, k = shape
     side = torch.cuda.Stream()
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
@@ -60,11 +64,13 @@ def test_inputs_written_on_a_side_stream_behind_a_long_kernel(shape: tuple[int, 
             a = torch.full((m, k), float("nan"), device="cuda", dtype=torch.bfloat16)
             torch.cuda._sleep(SLEEP_CYCLES)
             a.copy_(sources[trial % len(sources)])
-            c = tunetable.gemm(a, b)
+            c = gemm(a, b)
             ref = reference(a, b)
         side.synchronize()
         assert torch.isfinite(c.float()).all(), f"trial {trial}: the GEMM read inputs before they were written"
         assert rel_err(c, ref) < REL_TOL, f"trial {trial}"
+    if call == "operator" and torch_ops.fast_path()["loaded"]:
+        assert torch_ops.fast_path()["hits"] > hits     # the C++ kernel served some of them, on the side stream
 
 
 def test_an_explicit_stream_argument_and_an_out_buffer() -> None:
@@ -309,3 +315,141 @@ def test_shapes_served_are_recorded_and_import_as_a_workload(tmp_path: Path) -> 
     tunetable.gemm(a, b)          # not recording any more
     shapes = {item.shape: item.count for item in read_workload(path)}
     assert shapes == {(8, 4096, 4096): 3, (1, 4096, 4096): 1}
+
+
+# --- the operator's C++ kernel (kernels/runtime/torch_fast.cpp) ------------------------------------------------
+
+def counters() -> tuple[int, int]:
+    """(calls the C++ kernel served from its cache, calls it sent to the Python kernel) so far."""
+    found = torch_ops.fast_path()
+    return found["hits"], found["fallbacks"]
+
+
+@pytest.fixture
+def c_kernel():
+    """The C++ kernel, loaded (the GPU machine has a compiler: it must build there) and serving."""
+    found = torch_ops.fast_path()
+    assert found["loaded"], found["summary"]
+    torch_ops.set_fast_path(True)
+    yield
+    torch_ops.set_fast_path(True)
+
+
+def warmed(m: int, n: int, k: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Operands whose (shape, stream, (A, B)) the C++ kernel holds: the shape's first call (full path), the second
+    (the prepared launch encodes (A, B), handed to the C++ cache), then a third that it serves."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):
+        tt.gemm(a, b)
+    hits, fallbacks = counters()
+    tt.gemm(a, b)
+    assert counters() == (hits + 1, fallbacks), f"M={m}, N={n}, K={k}: the C++ kernel did not serve the third call"
+    return a, b
+
+
+@pytest.mark.parametrize("shape", DECODE_SHAPES, ids=lambda s: "M{}_N{}_K{}".format(*s))
+def test_the_c_kernel_gives_the_python_kernels_bits(shape: tuple[int, int, int], c_kernel: None) -> None:
+    """Same inputs through the C++ kernel (inference_mode and no_grad: its Autograd kernel) and the Python one:
+    bit for bit (tunetable's kernels sum split-K partials in split order; a torch-routed shape is torch.mm)."""
+    a, b = warmed(*shape)     # grad mode, no input requiring grad: the Autograd kernel's way down
+    hits, fallbacks = counters()
+    with torch.inference_mode():
+        served = tt.gemm(a, b)
+    with torch.no_grad():
+        served_no_grad = tt.gemm(a, b)
+    assert counters() == (hits + 2, fallbacks)
+    torch_ops.set_fast_path(False)
+    with torch.inference_mode():
+        python = tt.gemm(a, b)
+    torch_ops.set_fast_path(True)
+    assert counters() == (hits + 2, fallbacks + 1)
+    torch.cuda.synchronize()
+    assert torch.equal(served, python) and torch.equal(served_no_grad, python)
+    assert rel_err(served, reference(a, b)) < REL_TOL
+
+
+def test_new_operand_addresses_fall_back_once_then_the_c_kernel_serves_them(c_kernel: None) -> None:
+    a, b = warmed(8, 4096, 4096)
+    others = [(torch.randn_like(a), b), (a, torch.randn_like(b)), (torch.randn_like(a), torch.randn_like(b))]
+    for x, y in others:
+        hits, fallbacks = counters()
+        first = tt.gemm(x, y)
+        assert counters() == (hits, fallbacks + 1)       # a new (A, B): the Python kernel encodes it
+        second = tt.gemm(x, y)
+        assert counters() == (hits + 1, fallbacks + 1)   # then the C++ kernel serves it
+        torch.cuda.synchronize()
+        assert torch.equal(first, second) and rel_err(second, reference(x, y)) < REL_TOL
+
+
+def test_a_new_shape_falls_back_to_the_python_kernel_until_it_is_prepared(c_kernel: None) -> None:
+    """A shape's first call and its first (A, B) go to the Python kernel (tunetable's kernel: the second encodes
+    (A, B); a torch-routed shape: its route is shared at once); the Python kernel's errors come through C++."""
+    a = torch.randn(40, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    hits, fallbacks = counters()
+    results = [tt.gemm(a, b) for _ in range(3)]
+    routed_to_torch = tt.route(40, 4096, 4096, 0).torch
+    assert counters() == ((hits + 2, fallbacks + 1) if routed_to_torch else (hits + 1, fallbacks + 2))
+    torch.cuda.synchronize()
+    assert all(rel_err(c, reference(a, b)) < REL_TOL for c in results)
+    with pytest.raises(ValueError, match="mismatched K: a is 40x4000"):
+        tt.gemm(a[:, :4000].contiguous(), b)
+    with pytest.raises(TypeError, match="expected dtype bfloat16, got torch.float16"):
+        tt.gemm(a.half(), b)
+
+
+def test_a_graph_captured_through_the_c_kernel_replays_with_new_inputs(c_kernel: None) -> None:
+    """Captured on a stream whose (shape, (A, B)) the C++ kernel holds: the capture records its launch (no Python
+    during capture), and replays follow new inputs copied into the static buffers."""
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        static_a, static_b = warmed(8, 14336, 4096)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    hits, fallbacks = counters()
+    with torch.cuda.graph(graph, stream=side):
+        static_c = tt.gemm(static_a, static_b)
+    assert counters() == (hits + 1, fallbacks)
+    previous = None
+    for _ in range(3):
+        new_a = torch.randn_like(static_a)
+        static_a.copy_(new_a)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(static_c, reference(new_a, static_b)) < REL_TOL
+        if previous is not None:
+            assert not torch.equal(static_c, previous)
+        previous = static_c.clone()
+
+
+def test_recording_shapes_counts_every_operator_call(tmp_path: Path, c_kernel: None) -> None:
+    a, b = warmed(8, 4096, 4096)
+    path = tmp_path / "shapes.csv"
+    tunetable.record_shapes(path)
+    try:
+        for _ in range(5):
+            tt.gemm(a, b)
+    finally:
+        tunetable.stop_recording()
+    assert {item.shape: item.count for item in read_workload(path)} == {(8, 4096, 4096): 5}
+    hits, fallbacks = counters()
+    tt.gemm(a, b)
+    assert counters() == (hits + 1, fallbacks)      # serving again once recording stopped
+
+
+def test_switched_off_the_operator_runs_its_python_kernel() -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = ("import torch, tunetable.torch as tt; from tunetable.kernels.runtime import torch_ops; "
+              "a = torch.randn(8, 4096, device='cuda', dtype=torch.bfloat16); "
+              "b = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16); "
+              "c = [tt.gemm(a, b) for _ in range(3)][-1]; "
+              "err = float((c.float() - a.float() @ b.float().T).norm() / (a.float() @ b.float().T).norm()); "
+              "print(torch_ops.fast_path()['summary'], err < 1e-2)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TUNETABLE_TORCH_EXT": "0"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "C++ kernel not loaded: TUNETABLE_TORCH_EXT=0 True" in done.stdout

@@ -81,6 +81,7 @@ def test_the_wheel_has_one_top_level_name_every_module_and_every_family_folder(w
         for suffix in ("family.py", f"{family}.cu", f"{family}.snippet"):
             assert f"tunetable/kernels/families/{family}/{suffix}" in names
     assert {"tunetable/kernels/common/splitk.cuh", "tunetable/kernels/runtime/spin.cu",
+            "tunetable/kernels/runtime/torch_fast.cpp",
             "tunetable/kernels/data/gemm_selector.json"} <= set(names)
 
 
