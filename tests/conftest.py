@@ -19,8 +19,9 @@ os.environ.setdefault("TUNETABLE_CUBIN_CACHE", str(REPO / ".cache" / "cubins"))
 # (Its default order, most tests first, put the two longest, of one or two tests each, at the end, often
 # both on one worker.) The first and third start from the one fresh clone + main job of main_job_clone below,
 # which the first builds: the second needs no clone, so the other worker works on it meanwhile instead of
-# waiting on the clone's lock, then takes the third (xdist gives each worker two files at the start: the first
-# worker gets the first and third, the other the second and fourth), whose clone is ready by then.
+# waiting on the clone's lock (with the two first, it waited as long as the main job took). xdist gives a worker
+# another file at the start while two tests or fewer are pending on it, so the first worker (the README's two
+# tests) queues the third behind them, and the clone is ready when it starts.
 LONGEST_FIRST = ("test_readme_commands.py", "test_pipeline_workflow.py", "test_fresh_clone.py")
 
 
