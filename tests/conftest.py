@@ -17,8 +17,12 @@ os.environ.setdefault("TUNETABLE_CUBIN_CACHE", str(REPO / ".cache" / "cubins"))
 # The longest test files, collected first: with `--dist loadfile --no-loadscope-reorder` (.ci/run's slow step)
 # pytest-xdist hands files out in collection order, so these start at once on both workers instead of last.
 # (Its default order, most tests first, put the two longest, of one or two tests each, at the end, often
-# both on one worker.) Each still starts from the one fresh clone + main job of main_job_clone below.
-LONGEST_FIRST = ("test_readme_commands.py", "test_fresh_clone.py")
+# both on one worker.) The first and third start from the one fresh clone + main job of main_job_clone below,
+# which the first builds: the second needs no clone, so the other worker works on it meanwhile instead of
+# waiting on the clone's lock (with the two first, it waited as long as the main job took). xdist gives a worker
+# another file at the start while two tests or fewer are pending on it, so the first worker (the README's two
+# tests) queues the third behind them, and the clone is ready when it starts.
+LONGEST_FIRST = ("test_readme_commands.py", "test_pipeline_workflow.py", "test_fresh_clone.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -40,13 +44,22 @@ def repo_root() -> Path:
     return REPO
 
 
+# A folder that outlives one pytest run (.ci/run: a temporary one for its slow and SLURM steps, which are two runs
+# of one commit), so that both start from the same fresh clone + main job instead of making it twice.
+SHARED_MAIN_JOB = "TUNETABLE_TEST_MAIN_JOB_CLONE"
+
+
 @pytest.fixture(scope="session")
 def main_job_clone(tmp_path_factory: pytest.TempPathFactory):
     """ONE fresh clone + main job per test run, shared by the tests that start from it (tests/test_fresh_clone.py,
-    tests/test_readme_commands.py): each copies it. Under pytest-xdist each worker is its own session, so the
-    clone lives in the run's folder above the workers' and is built under a lock by whichever worker comes first."""
+    tests/test_readme_commands.py, tests/test_slurm.py): each copies or only reads it. Under pytest-xdist each worker
+    is its own session, so the clone lives in the run's folder above the workers' (or in SHARED_MAIN_JOB's) and is
+    built under a lock by whichever worker comes first."""
     from pipeline_repo import main_job_clone as build
 
+    shared = os.environ.get(SHARED_MAIN_JOB)
+    if shared:
+        return build(Path(shared))
     basetemp = tmp_path_factory.getbasetemp()
     run_folder = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
     return build(run_folder / "main_job_clone")

@@ -95,6 +95,22 @@ def project_files(*, lock: bool = False) -> list[str]:
     return sorted(p for p in listed if not p.startswith(skip) and (REPO / p).is_file())
 
 
+# The files of a device other than the primary (docs/devices.md): its recordings and what the main job makes of them.
+DEVICE_FILES = ("data/recordings/{device}_*", "manifests/*.{device}.yaml", "kernels/data/*.{device}.json",
+                "results/metrics/*.{device}.json", "results/plots/*.{device}.*")
+
+
+def without_other_devices(root: Path) -> list[Path]:
+    """Remove every other device's recordings and generated files from the copy at ``root`` (the project as it was
+    before they were recorded: its main job replays the primary device's tables only); the paths removed."""
+    others = list(load_yaml_file(root / "params.yaml").get("devices") or {})[1:]
+    removed = sorted(path for device in others for pattern in DEVICE_FILES
+                     for path in root.glob(pattern.format(device=device)))
+    for path in removed:
+        path.unlink()
+    return removed
+
+
 def make_project(dest: Path, *, remote: Path | None, params_edit=None, lock: bool = False) -> Path:
     """Copy the project into ``dest`` as a fresh git repo with DVC and a private local remote (None: the
     project's own DVC config, which names no remote); ``lock``: with the working tree's dvc.lock; commit it."""

@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from pipeline_repo import NO_RECORDING, RECORDING, REPO, dvc, git, make_project, snakemake
+from pipeline_repo import NO_RECORDING, RECORDING, REPO, dvc, git, make_project, snakemake, without_other_devices
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not RECORDING.is_file(), reason=NO_RECORDING)]
 
@@ -68,19 +68,13 @@ def _runtime(root: Path, script: str) -> str:
     return done.stdout
 
 
-H100_FILES = ("data/recordings/h100_*", "manifests/*.h100.yaml", "kernels/data/*.h100.json",
-              "results/metrics/*.h100.json", "results/plots/*.h100.*")
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The repository as it was before the H100's recordings landed (its files removed, committed so): the
     primary's files as the repository holds them; the generated file and dvc.yaml regenerate without h100's."""
     root = make_project(tmp_path_factory.mktemp("devices"), remote=None, params_edit=_devices)
-    removed = [path for pattern in H100_FILES for path in root.glob(pattern)]
+    removed = without_other_devices(root)     # nvl has none yet
     assert removed and all(path.name.startswith("h100_") or ".h100." in path.name for path in removed)
-    for path in removed:
-        path.unlink()
     git("add", "-A", cwd=root)
     git("commit", "-q", "-m", "no h100 recording yet", cwd=root)
     return root

@@ -77,12 +77,26 @@ def failed_rule(defines: dict[str, int]) -> str | None:
     return None if rule is None else rule.expression.source
 
 
+@pytest.fixture(scope="module")
+def compile_valid(tmp_path_factory: pytest.TempPathFactory):
+    """Compile a VALID configuration once for this file's tests (its ptxas report and its SASS are checked by two):
+    the cubin's path and the finished nvcc process, by name."""
+    folder = tmp_path_factory.mktemp("valid")
+    done: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
+
+    def compiled(name: str) -> tuple[Path, subprocess.CompletedProcess]:
+        if name not in done:
+            cubin = folder / f"{name}.cubin"
+            done[name] = cubin, nvcc(defines=with_derived(VALID[name]), out=cubin)
+        return done[name]
+
+    return compiled
+
+
 @pytest.mark.parametrize("name", sorted(VALID))
-def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str, tmp_path: Path) -> None:
-    defines = with_derived(VALID[name])
+def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str, compile_valid) -> None:
     assert failed_rule(VALID[name]) is None
-    cubin = tmp_path / f"{name}.cubin"
-    proc = nvcc(defines=defines, out=cubin)
+    cubin, proc = compile_valid(name)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert FAMILY.entry.encode() in cubin.read_bytes()
     main = main_function(parse_ptxas(proc.stdout + proc.stderr), entry=FAMILY.entry)
@@ -90,14 +104,13 @@ def test_valid_config_is_kept_by_the_rules_and_compiles_without_spills(name: str
 
 
 @pytest.mark.parametrize("name", sorted(VALID))
-def test_the_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name: str, tmp_path: Path) -> None:
+def test_the_k_loop_builds_its_wgmma_descriptors_in_uniform_registers(name: str, compile_valid) -> None:
     # v16 (benchmarks/notes_gemm_wgmma.md): descriptors built in vector registers cost an R2UR each and ~20
     # instructions per HGMMA (78 instead of 38 per k-tile at 128 x 128); the kernel builds them by uniform adds.
     tool = find_cuobjdump()
     if tool is None:
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm: the dev extra)")
-    cubin = tmp_path / f"{name}.cubin"
-    proc = nvcc(defines=with_derived(VALID[name]), out=cubin)
+    cubin, proc = compile_valid(name)
     assert proc.returncode == 0, proc.stderr[-2000:]
     loops = cubin_loop_stats(cubin=cubin, tool=tool, issuing="HGMMA", opcodes=("HGMMA", "R2UR"))
     assert loops, f"{name}: no loop issuing HGMMA in the SASS"

@@ -3,7 +3,8 @@
 scripts/slurm_local.sh starts Debian's slurm-wlm (munged, slurmctld, slurmd) on localhost; Snakemake
 submits the replay jobs with the SLURM executor plugin (``pip install -e '.[slurm]'``) through sbatch,
 grouped as the profile says, and runs rank/select/metrics/codegen on the submit host (localrules). The
-tables it generates must be byte-identical to a local run's. Needs root (the daemons, and the plugin's
+tables it generates must be byte-identical to a local run's (the fresh clone's main job that the
+slow tests start from: conftest.py's main_job_clone). Needs root (the daemons, and the plugin's
 srun only reads /etc/slurm/slurm.conf: see the script) and ``bash scripts/slurm_local.sh install``.
 
     pytest -m slurm tests/test_slurm.py
@@ -20,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pipeline_repo import BIN, NO_RECORDING, RECORDING, REPO, project_files, run, tool_env
+from pipeline_repo import BIN, NO_RECORDING, RECORDING, REPO, MainJobClone, project_files, tool_env
 from tunetable.params import primary_recording
 from tunetable.yamlio import load_yaml_file
 
@@ -93,9 +94,12 @@ def generated_files(root: Path) -> dict[str, bytes]:
     return files
 
 
-def test_replay_main_job_on_slurm_matches_a_local_run(cluster: dict[str, str], tmp_path: Path) -> None:
-    local = project_copy(tmp_path / "local")
-    run([str(BIN / "snakemake"), "--cores", "2"], cwd=local)
+def test_replay_main_job_on_slurm_matches_a_local_run(cluster: dict[str, str], tmp_path: Path,
+                                                      main_job_clone: MainJobClone) -> None:
+    # The local run: the README's main job in a fresh clone of this commit, made once (conftest.py's
+    # main_job_clone; under .ci/run the slow step's tests made it and this step reads the same one).
+    assert main_job_clone.main.returncode == 0, main_job_clone.main.output[-3000:]
+    local = main_job_clone.clone
 
     on_slurm = project_copy(tmp_path / "slurm")
     env = {**tool_env(), **cluster}

@@ -24,6 +24,7 @@ from pipeline_repo import (
     small_table,
     snakemake,
     tunetable,
+    without_other_devices,
 )
 
 from tunetable import trace
@@ -61,9 +62,11 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A three-shape copy whose main job (`snakemake --cores 2`, replay) wrote shards, ranked tables and the list."""
+    """A three-shape copy whose main job (`snakemake --cores 2`, replay) wrote shards, ranked tables and the list;
+    the primary device's only (the list traced here is its own; the other devices' would double the run)."""
     root = copy_project(tmp_path_factory.mktemp("trace_replayed"))
     edit_params(root, small_table)
+    without_other_devices(root)
     done = snakemake("--cores", "2", cwd=root)
     assert "REPLAYING" in done.output
     return root
