@@ -17,7 +17,7 @@ from tunetable.kernels.runtime.prepared import C_SENTINEL
 
 
 def test_the_switch_reads_tunetable_torch_ext() -> None:
-    assert torch_ext.enabled({}) and torch_ext.enabled({"TUNETABLE_TORCH_EXT": "1"})
+    assert not torch_ext.enabled({}) and torch_ext.enabled({"TUNETABLE_TORCH_EXT": "1"})   # opt-in
     for off in ("0", "false", "OFF", " no "):
         assert not torch_ext.enabled({"TUNETABLE_TORCH_EXT": off}), off
 

@@ -9,8 +9,10 @@ keeps the library under ``$TUNETABLE_TORCH_EXT_CACHE``, else ``$XDG_CACHE_HOME/t
 tag, the C++ ABI, the build command's format): a later process loads it without compiling. The build writes
 into a temp folder beside the entry and renames the finished library into place, so a concurrent or interrupted
 build never leaves half a file; it is bounded by ``BUILD_TIMEOUT_S``. No compiler, a failed build or a failed
-load keeps the Python kernel and warns once (``TorchExtensionWarning``: why, and that the operator is slower);
-``TUNETABLE_TORCH_EXT=0`` turns the C++ kernel off without a warning (for A/B runs).
+load keeps the Python kernel and warns once (``TorchExtensionWarning``: why, and that the operator is slower).
+The C++ kernel is opt-in (``TUNETABLE_TORCH_EXT=1``) until it has run on a GPU: no device was lent when it
+landed, so the Python kernel, measured and tested on H100s, stays the default; unset or ``0``, nothing is built
+and nothing warns.
 
 The argument sets the C++ kernel launches with are the Python prepared launch's (kernels/runtime/prepared.py),
 packed into one byte string with each argument at a known offset (``pack_arguments``): the kernel copies the
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 SOURCE = Path(__file__).with_name("torch_fast.cpp")
-ENABLE_ENV = "TUNETABLE_TORCH_EXT"          # "0": the Python kernel, no build
+ENABLE_ENV = "TUNETABLE_TORCH_EXT"          # "1": build and load the C++ kernel (opt-in); unset or "0": Python
 CACHE_ENV = "TUNETABLE_TORCH_EXT_CACHE"
 LIBRARY_FILE = "tunetable_torch_fast.so"
 LOG_FILE = "build.log"
@@ -69,8 +71,8 @@ class ExtensionStatus:
 
 
 def enabled(environ: Mapping[str, str] = os.environ) -> bool:
-    """False when ``TUNETABLE_TORCH_EXT`` says off (0, false, no, off)."""
-    return environ.get(ENABLE_ENV, "").strip().lower() not in {"0", "false", "no", "off"}
+    """True when ``TUNETABLE_TORCH_EXT`` says on (1, true, yes, on): the C++ kernel is opt-in (module docstring)."""
+    return environ.get(ENABLE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
@@ -220,7 +222,9 @@ def load(torch: Any) -> ExtensionStatus:
 def _load(torch: Any) -> ExtensionStatus:
     """The steps of ``load``: switched off, torch without CUDA, the cache, the compiler, the build, load_library."""
     if not enabled():
-        return ExtensionStatus(loaded=False, reason=f"{ENABLE_ENV}=0")
+        given = os.environ.get(ENABLE_ENV, "").strip()
+        return ExtensionStatus(loaded=False, reason=f"{ENABLE_ENV}={given}" if given else
+                               f"{ENABLE_ENV} unset (the C++ kernel is opt-in: {ENABLE_ENV}=1)")
     if not getattr(torch.version, "cuda", None):
         return ExtensionStatus(loaded=False, reason=f"torch {torch.__version__} is built without CUDA")
     try:
