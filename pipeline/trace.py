@@ -387,6 +387,7 @@ class TraceCache:
     recording, checked whole against its sidecar once (a trace without one makes its own)."""
 
     sources: dict[str, tuple[TableSpec, TableSource]] = field(default_factory=dict)
+    checked: set[str] = field(default_factory=set)
     recordings: dict[str, pl.DataFrame] = field(default_factory=dict)
 
     def source(self, *, root: Path, spec: TableSpec) -> TableSource:
@@ -397,16 +398,17 @@ class TraceCache:
         return found[1]
 
     def check_recording(self, path: Path) -> None:
-        """The whole recording checked against its sidecar: one line naming it if not."""
-        self.recording(path)
+        """The whole recording checked against its sidecar, once: one line naming it if not."""
+        if str(path) not in self.checked:
+            load_checked_recording(path)
+            self.checked.add(str(path))
 
     def recording(self, path: Path) -> pl.DataFrame:
         """The recording's rows, read once after its check."""
-        key = str(path)
-        if key not in self.recordings:
-            load_checked_recording(path)
-            self.recordings[key] = pl.read_parquet(path)
-        return self.recordings[key]
+        if str(path) not in self.recordings:
+            self.check_recording(path)
+            self.recordings[str(path)] = pl.read_parquet(path)
+        return self.recordings[str(path)]
 
 
 def measured(*, source: TableSource, m: int, n: int, k: int, config_id: str,

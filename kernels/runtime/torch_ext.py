@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunetable.atomic import atomic_write_text
+from tunetable.errors import TuneTableError
+
 SOURCE = Path(__file__).with_name("torch_fast.cpp")
 ENABLE_ENV = "TUNETABLE_TORCH_EXT"          # "1": build and load the C++ kernel (opt-in); unset or "0": Python
 CACHE_ENV = "TUNETABLE_TORCH_EXT_CACHE"
@@ -149,13 +152,10 @@ def build(*, command: Sequence[str], output: Path, timeout_s: float = BUILD_TIME
 
 
 def _write_log(path: Path, text: str) -> None:
-    """The build's log beside its entry, through a temp file and a rename (a log that cannot be written is skipped)."""
+    """The build's log beside its entry, written atomically (a log that cannot be written is skipped)."""
     try:
-        handle, temp = tempfile.mkstemp(prefix=".log.", dir=path.parent)
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temp, path)
-    except OSError:
+        atomic_write_text(path, text)
+    except TuneTableError:
         pass   # the log is a convenience; the build's result stands without it
 
 
