@@ -135,7 +135,8 @@ struct Answer {
   CUfunction function = nullptr;
   std::array<unsigned, 7> geometry{};
   CUcontext context = nullptr;
-  size_t count = 0;
+  size_t count = 0;                               // arguments
+  size_t size = 0;                                // bytes of the argument set
   std::array<uint32_t, kMaxArguments> offsets;   // left uninitialised: only the first `count` are read
   uint32_t c_offset = 0;
   alignas(64) std::array<uint8_t, kMaxBlob> blob;  // left uninitialised: only an argument set's bytes are read
@@ -161,6 +162,7 @@ void look_up(const RouteKey& key, const PairKey& pair, Answer& answer) {
   answer.geometry = found.geometry;
   answer.context = found.context;
   answer.count = found.offsets.size();
+  answer.size = found.size;
   std::copy(found.offsets.begin(), found.offsets.end(), answer.offsets.begin());
   answer.c_offset = found.offsets[static_cast<size_t>(found.c_slot)];
   std::memcpy(answer.blob.data(), set->second.data(), found.size);
@@ -348,17 +350,12 @@ std::vector<int64_t> lookup(int64_t device, int64_t stream, int64_t m, int64_t n
   }
   const auto c = static_cast<uint64_t>(c_ptr);
   std::memcpy(answer.blob.data() + answer.c_offset, &c, sizeof(c));
-  size_t size = 0;
-  {
-    std::lock_guard<std::mutex> guard(g_lock);
-    size = g_routes.at(RouteKey{device, stream, m, n, k}).size;
-  }
   found.push_back(static_cast<int64_t>(answer.count));
-  found.push_back(static_cast<int64_t>(size));
+  found.push_back(static_cast<int64_t>(answer.size));
   for (size_t index = 0; index < answer.count; ++index) {
     found.push_back(answer.offsets[index]);
   }
-  for (size_t index = 0; index < size; ++index) {
+  for (size_t index = 0; index < answer.size; ++index) {
     found.push_back(answer.blob[index]);
   }
   return found;
