@@ -20,7 +20,6 @@ mkdir -p "$OUT"
 STEPS=${*:-ext new client host}
 START=$(date +%s)   # the suite gets what is left of CALL_BUDGET_S (the device call's limit, less a margin)
 export TUNETABLE_GIT_REV=${TUNETABLE_GIT_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-export TUNETABLE_TORCH_EXT=${TUNETABLE_TORCH_EXT:-1}   # the operator's C++ kernel (opt-in for users) in every step
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'

@@ -12,9 +12,6 @@ REPO = Path(__file__).resolve().parents[1]
 # The runtime compiles into the project's cubin cache (compile.cache_dir: the keys `tunetable compile`
 # uses) unless the environment names another one, so runtime tests reuse what the build compiled.
 os.environ.setdefault("TUNETABLE_CUBIN_CACHE", str(REPO / ".cache" / "cubins"))
-# The operator's C++ kernel is opt-in for users (kernels/runtime/torch_ext.py); the tests exercise it (those of the
-# Python kernel turn it off in their own processes).
-os.environ.setdefault("TUNETABLE_TORCH_EXT", "1")
 
 
 # The longest test files, collected first: with `--dist loadfile --no-loadscope-reorder` (.ci/run's slow step)

@@ -17,9 +17,45 @@ from tunetable.kernels.runtime.prepared import C_SENTINEL
 
 
 def test_the_switch_reads_tunetable_torch_ext() -> None:
-    assert not torch_ext.enabled({}) and torch_ext.enabled({"TUNETABLE_TORCH_EXT": "1"})   # opt-in
+    assert torch_ext.enabled({}) and torch_ext.enabled({"TUNETABLE_TORCH_EXT": "1"})   # on by default
     for off in ("0", "false", "OFF", " no "):
         assert not torch_ext.enabled({"TUNETABLE_TORCH_EXT": off}), off
+
+
+def _stand_in_torch(cuda: str | None) -> object:
+    """What ``load`` reads of torch before building: its version and the CUDA it was built with."""
+    version = type("version", (), {"cuda": cuda})
+    return type("torch", (), {"version": version, "__version__": "2.11.0"})
+
+
+def test_a_torch_without_cuda_builds_nothing_and_warns_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                                 recwarn: pytest.WarningsRecorder) -> None:
+    monkeypatch.setattr(torch_ext, "_status", {})
+    monkeypatch.delenv("TUNETABLE_TORCH_EXT", raising=False)
+    found = torch_ext.load(_stand_in_torch(None))
+    assert not found.loaded and found.reason == "torch 2.11.0 is built without CUDA"
+    assert not [w for w in recwarn if issubclass(w.category, torch_ext.TorchExtensionWarning)]
+
+
+def test_switched_off_nothing_is_built_and_the_reason_names_the_variable(monkeypatch: pytest.MonkeyPatch,
+                                                                       recwarn: pytest.WarningsRecorder) -> None:
+    monkeypatch.setattr(torch_ext, "_status", {})
+    monkeypatch.setenv("TUNETABLE_TORCH_EXT", "off")
+    found = torch_ext.load(_stand_in_torch("13.0"))
+    assert not found.loaded and found.reason == "TUNETABLE_TORCH_EXT=off" and not recwarn.list
+
+
+def test_a_cuda_torch_that_cannot_build_warns_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(torch_ext, "_status", {})
+    monkeypatch.delenv("TUNETABLE_TORCH_EXT", raising=False)
+    monkeypatch.setenv("TUNETABLE_TORCH_EXT_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
+    stand_in = _stand_in_torch("13.0")
+    stand_in._C = type("_C", (), {"_GLIBCXX_USE_CXX11_ABI": True})
+    with pytest.warns(torch_ext.TorchExtensionWarning, match="no C.. compiler"):
+        found = torch_ext.load(stand_in)
+    assert not found.loaded and torch_ext.load(stand_in) is found   # decided once per process
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_cache_folder_follows_its_variable_then_xdg(tmp_path: Path) -> None:
