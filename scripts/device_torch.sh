@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 50's GPU run, one device call of about 3-4 minutes (budget 300 s): the PyTorch-runtime GPU tests, the
 # Llama client and the host overhead. Each step's output goes to $OUT/<step>.log and all of it to $OUT/log;
-# the figures to $OUT (llama_client.json / .md, runtime_gemm_host.json / .md, new.xml).
+# the figures to $OUT (llama_client.json / .md, runtime_gemm_host.json / .md, new.xml); at the end all but log go
+# into $OUT/results.tgz (the device tool returns only a few files).
 #
 #   cd <repo> && source scripts/device_env.sh && bash scripts/device_torch.sh [ext|new|client|host|suite ...]
 #   carry the repo copy with .whl/ and .cache/cubins (a cubin cache compiled here with the same nvcc).
@@ -49,3 +50,5 @@ print(f"import of tunetable.torch: {time.perf_counter() - started:.1f} s")' 2>&1
     echo "== $step done: rc $rc $(date -u +%H:%M:%S) ($(( $(date +%s) - START )) s since the start)"
   done
 } 2>&1 | tee "$OUT/log"
+# The device tool brings back about eight files from $OUT: everything but the log travels in one archive.
+( cd "$OUT" && files=$(ls | grep -vx -e log -e results.tgz) && [ -n "$files" ] && tar czf results.tgz $files && rm -f $files )
