@@ -25,6 +25,7 @@ tested without torch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -221,6 +222,14 @@ def load(torch: Any) -> ExtensionStatus:
     return found
 
 
+def _building(text: str) -> contextlib.AbstractContextManager:
+    """A spinner on stderr while the one-time build runs (about 10 s), where stderr is a terminal; else nothing."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console   # only where it draws
+    return Console(stderr=True).status(text)
+
+
 def _load(torch: Any) -> ExtensionStatus:
     """The steps of ``load``: switched off, torch without CUDA, the cache, the compiler, the build, load_library."""
     if not enabled():
@@ -249,7 +258,8 @@ def _load(torch: Any) -> ExtensionStatus:
         command = build_command(compiler=compiler, source=SOURCE, output=output, include_dirs=include_dirs,
                                 library_dirs=library_dirs, cxx11_abi=cxx11_abi)
         started = time.perf_counter()
-        failed = build(command=command, output=output)
+        with _building(f"building the tunetable::gemm operator's C++ kernel (once; cached in {output.parent})"):
+            failed = build(command=command, output=output)
         if failed is not None:
             return ExtensionStatus(loaded=False, reason=f"building {SOURCE.name} failed: {failed}")
         build_s = time.perf_counter() - started
