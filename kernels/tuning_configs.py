@@ -33,10 +33,13 @@ class FamilyChoice(TableEntry):
     """The table (kernel family) that serves the M range [m, m_end) of one (N, K) shape.
 
     ``config_id`` is that table's entry for the range when the dispatch list was selected; the
-    runtime still takes the configuration from the table itself.
+    runtime still takes the configuration from the table itself. ``speedup_vs_cublas`` is what that
+    entry's recording measured at the range's first M: the shape's cuBLAS yardstick / the winner's
+    median (below 1: cuBLAS ran faster, and the PyTorch operator routes the range to torch's matmul).
     """
 
     table: str
+    speedup_vs_cublas: float
 
 
 GEMM_MMA_CONFIGS: list[TuningConfig] = [
@@ -715,203 +718,231 @@ GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
 
 GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:2acf258c9786, device: NVIDIA H200, date: 2026-12-05
+        # Provenance: [manifests/gemm_dispatch.yaml] params sha256:eb839fadfafd, device: NVIDIA H200, date: 2026-12-05
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [0]
         FamilyChoice(m=1, m_end=32, n=4096, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c556aeb46a1"),
+                     config_id="c556aeb46a1", speedup_vs_cublas=1.1504),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [1]
         FamilyChoice(m=32, m_end=64, n=4096, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="cf65b71aaa6"),
+                     config_id="cf65b71aaa6", speedup_vs_cublas=1.1492),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [2]
         FamilyChoice(m=64, m_end=112, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c419852ee1e"),
+                     config_id="c419852ee1e", speedup_vs_cublas=1.042),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [3]
         FamilyChoice(m=112, m_end=128, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c94004c5719"),
+                     config_id="c94004c5719", speedup_vs_cublas=1.2644),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [4]
         FamilyChoice(m=128, m_end=176, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cbb1316b55c"),
+                     config_id="cbb1316b55c", speedup_vs_cublas=1.1307),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [5]
         FamilyChoice(m=176, m_end=256, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c15d5c3560d"),
+                     config_id="c15d5c3560d", speedup_vs_cublas=1.2456),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [6]
         FamilyChoice(m=256, m_end=320, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c802708bac7"),
+                     config_id="c802708bac7", speedup_vs_cublas=1.0931),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [7]
         FamilyChoice(m=320, m_end=512, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c26f61dd7af"),
+                     config_id="c26f61dd7af", speedup_vs_cublas=1.0473),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [8]
         FamilyChoice(m=512, m_end=1024, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c8f0be0c671"),
+                     config_id="c8f0be0c671", speedup_vs_cublas=0.9785),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [9]
-        FamilyChoice(m=1024, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39"),
+        FamilyChoice(m=1024, m_end=2048, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=1.0063),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [10]
-        FamilyChoice(m=1, m_end=32, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c556aeb46a1"),
+        FamilyChoice(m=2048, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=0.9939),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [11]
-        FamilyChoice(m=32, m_end=64, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
-                     config_id="cf65b71aaa6"),
+        FamilyChoice(m=1, m_end=32, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c556aeb46a1", speedup_vs_cublas=1.0585),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [12]
-        FamilyChoice(m=64, m_end=112, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ce2e4d4c14f"),
+        FamilyChoice(m=32, m_end=64, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
+                     config_id="cf65b71aaa6", speedup_vs_cublas=1.0734),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [13]
-        FamilyChoice(m=112, m_end=128, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c94004c5719"),
+        FamilyChoice(m=64, m_end=112, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ce2e4d4c14f", speedup_vs_cublas=1.1049),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [14]
-        FamilyChoice(m=128, m_end=176, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cbb1316b55c"),
+        FamilyChoice(m=112, m_end=128, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c94004c5719", speedup_vs_cublas=1.1579),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [15]
-        FamilyChoice(m=176, m_end=256, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ce318e997ed"),
+        FamilyChoice(m=128, m_end=176, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cbb1316b55c", speedup_vs_cublas=1.0752),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [16]
-        FamilyChoice(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c995170dd40"),
+        FamilyChoice(m=176, m_end=256, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ce318e997ed", speedup_vs_cublas=1.0998),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [17]
-        FamilyChoice(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c26f61dd7af"),
+        FamilyChoice(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c995170dd40", speedup_vs_cublas=1.0012),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [18]
-        FamilyChoice(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c7d87dbb50c"),
+        FamilyChoice(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c26f61dd7af", speedup_vs_cublas=1.0239),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [19]
-        FamilyChoice(m=1024, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39"),
+        FamilyChoice(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c7d87dbb50c", speedup_vs_cublas=0.9686),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [20]
-        FamilyChoice(m=1, m_end=32, n=6144, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="cdba23ace0e"),
+        FamilyChoice(m=1024, m_end=4096, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=1.004),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [21]
-        FamilyChoice(m=32, m_end=64, n=6144, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c9025cc0713"),
+        FamilyChoice(m=4096, m_end=8192, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=0.9989),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [22]
-        FamilyChoice(m=64, m_end=112, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cbb1316b55c"),
+        FamilyChoice(m=8192, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=1.0009),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [23]
-        FamilyChoice(m=112, m_end=176, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c8d4278d47a"),
+        FamilyChoice(m=1, m_end=32, n=6144, k=4096, kernel="gemm_mma", table="gemm_mma",
+                     config_id="cdba23ace0e", speedup_vs_cublas=1.0731),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [24]
-        FamilyChoice(m=176, m_end=256, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cb530ae64c0"),
+        FamilyChoice(m=32, m_end=64, n=6144, k=4096, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c9025cc0713", speedup_vs_cublas=1.0308),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [25]
-        FamilyChoice(m=256, m_end=320, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c92851483c1"),
+        FamilyChoice(m=64, m_end=112, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cbb1316b55c", speedup_vs_cublas=1.0007),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [26]
-        FamilyChoice(m=320, m_end=512, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c912339e000"),
+        FamilyChoice(m=112, m_end=176, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c8d4278d47a", speedup_vs_cublas=0.9747),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [27]
-        FamilyChoice(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ca81defb6d1"),
+        FamilyChoice(m=176, m_end=256, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cb530ae64c0", speedup_vs_cublas=1.285),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [28]
-        FamilyChoice(m=1024, m_end=2147483647, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c6f7f84261b"),
+        FamilyChoice(m=256, m_end=320, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c92851483c1", speedup_vs_cublas=1.0186),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [29]
-        FamilyChoice(m=1, m_end=8, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c5d7250bac0"),
+        FamilyChoice(m=320, m_end=512, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c912339e000", speedup_vs_cublas=1.1376),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [30]
-        FamilyChoice(m=8, m_end=32, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c13dc3ff27a"),
+        FamilyChoice(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ca81defb6d1", speedup_vs_cublas=1.005),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [31]
-        FamilyChoice(m=32, m_end=64, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c419852ee1e"),
+        FamilyChoice(m=1024, m_end=8192, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c6f7f84261b", speedup_vs_cublas=1.0331),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [32]
-        FamilyChoice(m=64, m_end=112, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cbb1316b55c"),
+        FamilyChoice(m=8192, m_end=2147483647, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c6f7f84261b", speedup_vs_cublas=0.9976),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [33]
-        FamilyChoice(m=112, m_end=176, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ca0cfa76740"),
+        FamilyChoice(m=1, m_end=8, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c5d7250bac0", speedup_vs_cublas=1.0285),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [34]
-        FamilyChoice(m=176, m_end=256, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cb530ae64c0"),
+        FamilyChoice(m=8, m_end=32, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c13dc3ff27a", speedup_vs_cublas=1.0034),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [35]
-        FamilyChoice(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c995170dd40"),
+        FamilyChoice(m=32, m_end=64, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c419852ee1e", speedup_vs_cublas=0.9946),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [36]
-        FamilyChoice(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c912339e000"),
+        FamilyChoice(m=64, m_end=112, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cbb1316b55c", speedup_vs_cublas=1.0294),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [37]
-        FamilyChoice(m=512, m_end=1024, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cd57ea8e1dc"),
+        FamilyChoice(m=112, m_end=128, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ca0cfa76740", speedup_vs_cublas=1.0317),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [38]
-        FamilyChoice(m=1024, m_end=8192, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39"),
+        FamilyChoice(m=128, m_end=176, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ca0cfa76740", speedup_vs_cublas=0.9878),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [39]
-        FamilyChoice(m=8192, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c7e7999eabb"),
+        FamilyChoice(m=176, m_end=256, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cb530ae64c0", speedup_vs_cublas=1.1061),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [40]
-        FamilyChoice(m=1, m_end=32, n=14336, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c88f2d930a4"),
+        FamilyChoice(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c995170dd40", speedup_vs_cublas=0.9764),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [41]
-        FamilyChoice(m=32, m_end=64, n=14336, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c34d769966c"),
+        FamilyChoice(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c912339e000", speedup_vs_cublas=1.0013),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [42]
-        FamilyChoice(m=64, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c46af193f02"),
+        FamilyChoice(m=512, m_end=1024, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cd57ea8e1dc", speedup_vs_cublas=1.0096),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [43]
-        FamilyChoice(m=112, m_end=176, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c9cdc065492"),
+        FamilyChoice(m=1024, m_end=8192, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=1.0061),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [44]
-        FamilyChoice(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cfb20e194d1"),
+        FamilyChoice(m=8192, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c7e7999eabb", speedup_vs_cublas=1.0416),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [45]
-        FamilyChoice(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ce075fa6ffb"),
+        FamilyChoice(m=1, m_end=32, n=14336, k=4096, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c88f2d930a4", speedup_vs_cublas=1.043),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [46]
-        FamilyChoice(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c96c7331b58"),
+        FamilyChoice(m=32, m_end=64, n=14336, k=4096, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c34d769966c", speedup_vs_cublas=1.0298),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [47]
-        FamilyChoice(m=512, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ce8a49fe873"),
+        FamilyChoice(m=64, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c46af193f02", speedup_vs_cublas=1.031),
         # Automatically generated from [manifests/gemm_dispatch.yaml]
         # index: [48]
-        FamilyChoice(m=2048, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c711d0d56b5"),
+        FamilyChoice(m=112, m_end=176, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c9cdc065492", speedup_vs_cublas=0.9752),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [49]
+        FamilyChoice(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cfb20e194d1", speedup_vs_cublas=1.006),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [50]
+        FamilyChoice(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ce075fa6ffb", speedup_vs_cublas=1.0051),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [51]
+        FamilyChoice(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c96c7331b58", speedup_vs_cublas=1.0049),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [52]
+        FamilyChoice(m=512, m_end=1024, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ce8a49fe873", speedup_vs_cublas=1.0926),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [53]
+        FamilyChoice(m=1024, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ce8a49fe873", speedup_vs_cublas=0.968),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [54]
+        FamilyChoice(m=2048, m_end=4096, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c711d0d56b5", speedup_vs_cublas=1.0161),
+        # Automatically generated from [manifests/gemm_dispatch.yaml]
+        # index: [55]
+        FamilyChoice(m=4096, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c711d0d56b5", speedup_vs_cublas=0.9989),
     # END-TUNING-LIST-GEMM_DISPATCH
 ]
 
@@ -1688,208 +1719,224 @@ H100_GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
 ]
 H100_GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-H100-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.h100.yaml] params sha256:df1d5c174b66,
+        # Provenance: [manifests/gemm_dispatch.h100.yaml] params sha256:0ba41dd9de98,
         # device: NVIDIA H100 80GB HBM3, date: 2026-12-06
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [0]
         FamilyChoice(m=1, m_end=32, n=4096, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c556aeb46a1"),
+                     config_id="c556aeb46a1", speedup_vs_cublas=1.1429),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [1]
         FamilyChoice(m=32, m_end=112, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c419852ee1e"),
+                     config_id="c419852ee1e", speedup_vs_cublas=1.0227),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [2]
         FamilyChoice(m=112, m_end=176, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cbb1316b55c"),
+                     config_id="cbb1316b55c", speedup_vs_cublas=1.026),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [3]
         FamilyChoice(m=176, m_end=256, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c15d5c3560d"),
+                     config_id="c15d5c3560d", speedup_vs_cublas=1.0219),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [4]
         FamilyChoice(m=256, m_end=320, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c802708bac7"),
+                     config_id="c802708bac7", speedup_vs_cublas=1.0567),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [5]
         FamilyChoice(m=320, m_end=512, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c26f61dd7af"),
+                     config_id="c26f61dd7af", speedup_vs_cublas=1.0838),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [6]
         FamilyChoice(m=512, m_end=1024, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c995170dd40"),
+                     config_id="c995170dd40", speedup_vs_cublas=0.9726),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [7]
         FamilyChoice(m=1024, m_end=2048, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cd57ea8e1dc"),
+                     config_id="cd57ea8e1dc", speedup_vs_cublas=1.0045),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [8]
         FamilyChoice(m=2048, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39"),
+                     config_id="c05e6993f39", speedup_vs_cublas=0.9979),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [9]
         FamilyChoice(m=1, m_end=8, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c1482322d11"),
+                     config_id="c1482322d11", speedup_vs_cublas=1.0547),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [10]
         FamilyChoice(m=8, m_end=32, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c556aeb46a1"),
+                     config_id="c556aeb46a1", speedup_vs_cublas=1.0574),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [11]
         FamilyChoice(m=32, m_end=112, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c419852ee1e"),
+                     config_id="c419852ee1e", speedup_vs_cublas=1.061),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [12]
         FamilyChoice(m=112, m_end=176, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cbb1316b55c"),
+                     config_id="cbb1316b55c", speedup_vs_cublas=1.1237),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [13]
         FamilyChoice(m=176, m_end=256, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c15d5c3560d"),
+                     config_id="c15d5c3560d", speedup_vs_cublas=1.1118),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [14]
         FamilyChoice(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ca0cfa76740"),
+                     config_id="ca0cfa76740", speedup_vs_cublas=1.1521),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [15]
         FamilyChoice(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c26f61dd7af"),
+                     config_id="c26f61dd7af", speedup_vs_cublas=1.1373),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [16]
         FamilyChoice(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c995170dd40"),
+                     config_id="c995170dd40", speedup_vs_cublas=0.9755),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [17]
         FamilyChoice(m=1024, m_end=4096, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c218d6f5726"),
+                     config_id="c218d6f5726", speedup_vs_cublas=1.013),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [18]
         FamilyChoice(m=4096, m_end=8192, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c6d4d453c72"),
+                     config_id="c6d4d453c72", speedup_vs_cublas=0.9879),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [19]
         FamilyChoice(m=8192, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39"),
+                     config_id="c05e6993f39", speedup_vs_cublas=0.989),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [20]
         FamilyChoice(m=1, m_end=32, n=6144, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="cdba23ace0e"),
+                     config_id="cdba23ace0e", speedup_vs_cublas=1.069),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [21]
-        FamilyChoice(m=32, m_end=112, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c35a6eee8da"),
+        FamilyChoice(m=32, m_end=64, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c35a6eee8da", speedup_vs_cublas=1.0491),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [22]
-        FamilyChoice(m=112, m_end=176, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ca0cfa76740"),
+        FamilyChoice(m=64, m_end=112, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c35a6eee8da", speedup_vs_cublas=0.9955),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [23]
-        FamilyChoice(m=176, m_end=256, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cb530ae64c0"),
+        FamilyChoice(m=112, m_end=176, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ca0cfa76740", speedup_vs_cublas=0.9894),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [24]
-        FamilyChoice(m=256, m_end=320, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c92851483c1"),
+        FamilyChoice(m=176, m_end=256, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cb530ae64c0", speedup_vs_cublas=1.2025),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [25]
-        FamilyChoice(m=320, m_end=512, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c912339e000"),
+        FamilyChoice(m=256, m_end=320, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c92851483c1", speedup_vs_cublas=0.9957),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [26]
-        FamilyChoice(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ca81defb6d1"),
+        FamilyChoice(m=320, m_end=512, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c912339e000", speedup_vs_cublas=1.1269),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [27]
-        FamilyChoice(m=1024, m_end=2147483647, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c6f7f84261b"),
+        FamilyChoice(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ca81defb6d1", speedup_vs_cublas=1.0008),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [28]
-        FamilyChoice(m=1, m_end=8, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c556aeb46a1"),
+        FamilyChoice(m=1024, m_end=2147483647, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c6f7f84261b", speedup_vs_cublas=1.0234),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [29]
-        FamilyChoice(m=8, m_end=32, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c5d7250bac0"),
+        FamilyChoice(m=1, m_end=8, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c556aeb46a1", speedup_vs_cublas=1.0),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [30]
-        FamilyChoice(m=32, m_end=64, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ce2e4d4c14f"),
+        FamilyChoice(m=8, m_end=32, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c5d7250bac0", speedup_vs_cublas=0.9998),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [31]
-        FamilyChoice(m=64, m_end=112, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="cb3a90e9540"),
+        FamilyChoice(m=32, m_end=64, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ce2e4d4c14f", speedup_vs_cublas=1.0029),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [32]
-        FamilyChoice(m=112, m_end=176, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c802708bac7"),
+        FamilyChoice(m=64, m_end=112, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="cb3a90e9540", speedup_vs_cublas=1.0127),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [33]
-        FamilyChoice(m=176, m_end=256, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cb530ae64c0"),
+        FamilyChoice(m=112, m_end=176, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c802708bac7", speedup_vs_cublas=1.0034),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [34]
-        FamilyChoice(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c995170dd40"),
+        FamilyChoice(m=176, m_end=256, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cb530ae64c0", speedup_vs_cublas=0.9988),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [35]
-        FamilyChoice(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c912339e000"),
+        FamilyChoice(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c995170dd40", speedup_vs_cublas=0.9907),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [36]
-        FamilyChoice(m=512, m_end=4096, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39"),
+        FamilyChoice(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c912339e000", speedup_vs_cublas=1.016),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [37]
-        FamilyChoice(m=4096, m_end=8192, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c7e7999eabb"),
+        FamilyChoice(m=512, m_end=2048, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=1.0137),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [38]
-        FamilyChoice(m=8192, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c4b6ea49e86"),
+        FamilyChoice(m=2048, m_end=4096, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=0.9948),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [39]
-        FamilyChoice(m=1, m_end=8, n=14336, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c88f2d930a4"),
+        FamilyChoice(m=4096, m_end=8192, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c7e7999eabb", speedup_vs_cublas=0.9909),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [40]
-        FamilyChoice(m=8, m_end=32, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ce2e4d4c14f"),
+        FamilyChoice(m=8192, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c4b6ea49e86", speedup_vs_cublas=1.0116),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [41]
-        FamilyChoice(m=32, m_end=64, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c5b06206301"),
+        FamilyChoice(m=1, m_end=8, n=14336, k=4096, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c88f2d930a4", speedup_vs_cublas=0.9982),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [42]
-        FamilyChoice(m=64, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c46af193f02"),
+        FamilyChoice(m=8, m_end=32, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ce2e4d4c14f", speedup_vs_cublas=1.0012),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [43]
-        FamilyChoice(m=112, m_end=176, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c9cdc065492"),
+        FamilyChoice(m=32, m_end=64, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c5b06206301", speedup_vs_cublas=1.0124),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [44]
-        FamilyChoice(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cfb20e194d1"),
+        FamilyChoice(m=64, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c46af193f02", speedup_vs_cublas=0.9944),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [45]
-        FamilyChoice(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ce075fa6ffb"),
+        FamilyChoice(m=112, m_end=128, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c9cdc065492", speedup_vs_cublas=1.013),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [46]
-        FamilyChoice(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c96c7331b58"),
+        FamilyChoice(m=128, m_end=176, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c9cdc065492", speedup_vs_cublas=0.9984),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [47]
-        FamilyChoice(m=512, m_end=1024, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ce8a49fe873"),
+        FamilyChoice(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cfb20e194d1", speedup_vs_cublas=0.9994),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [48]
-        FamilyChoice(m=1024, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ce075fa6ffb"),
+        FamilyChoice(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ce075fa6ffb", speedup_vs_cublas=0.9912),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [49]
-        FamilyChoice(m=2048, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c711d0d56b5"),
+        FamilyChoice(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c96c7331b58", speedup_vs_cublas=1.0153),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [50]
+        FamilyChoice(m=512, m_end=1024, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ce8a49fe873", speedup_vs_cublas=1.0889),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [51]
+        FamilyChoice(m=1024, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ce075fa6ffb", speedup_vs_cublas=0.968),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [52]
+        FamilyChoice(m=2048, m_end=4096, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c711d0d56b5", speedup_vs_cublas=1.0041),
+        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
+        # index: [53]
+        FamilyChoice(m=4096, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c711d0d56b5", speedup_vs_cublas=0.9989),
     # END-H100-TUNING-LIST-GEMM_DISPATCH
 ]
 H100_SELECTOR_FILES: dict[str, SelectorFile] = {

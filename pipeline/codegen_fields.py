@@ -59,14 +59,19 @@ def _string_values(spec: TableSpec, name: str) -> tuple[str, ...]:
 
 
 def dispatch_fields(spec: DispatchSpec, *, families: Mapping[str, str]) -> EntryFields:
-    """A dispatch list's entry fields: the shape, TABLE (one of its tables), KERNEL (that table's family)."""
+    """A dispatch list's entry fields: the shape, TABLE (one of its tables), KERNEL (that table's family), the
+    winner's measured SPEEDUP_VS_CUBLAS (a finite positive number)."""
     # A device's dispatch list names its base tables (the runtime's keys on that device).
     bases = {split_device_table(table)[0]: families[table] for table in spec.tables}
     tables = tuple(bases)
     kernels = tuple(dict.fromkeys(bases.values()))
     fields = [*shape_fields(), Field("KERNEL", str, choices=kernels), Field("TABLE", str, choices=tables),
-              Field("CONFIG_ID", str)]
-    return EntryFields(label=f"dispatch list {spec.name}", fields=tuple(fields), table_families=bases)
+              Field("CONFIG_ID", str), Field("SPEEDUP_VS_CUBLAS", float)]
+    # SPEEDUP_VS_CUBLAS is required: the PyTorch operator routes an entry below 1 to torch's matmul, so a manifest
+    # written before it existed is selected again, never read as "tunetable faster everywhere".
+    return EntryFields(label=f"dispatch list {spec.name}", fields=tuple(fields), table_families=bases,
+                       missing_hint=f"a dispatch manifest from before SPEEDUP_VS_CUBLAS: select it again "
+                                    f"(`snakemake --cores 2 --forcerun select_{spec.name}`)")
 
 
 def literal_entries(entries: Sequence[Mapping[str, Any]], *, fields: EntryFields) -> list[dict[str, Any]]:
@@ -77,7 +82,7 @@ def literal_entries(entries: Sequence[Mapping[str, Any]], *, fields: EntryFields
 
 
 def check_snippet(snippet: str, *, fields: EntryFields, path: str | Path) -> None:
-    """A typed table's snippet names declared fields only, and each string field between quotes."""
+    """A typed table's snippet names declared fields only, each string field between quotes and no other."""
     declared = fields.by_name()
     for match in PLACEHOLDER.finditer(snippet):
         name = match.group(1)
@@ -85,6 +90,10 @@ def check_snippet(snippet: str, *, fields: EntryFields, path: str | Path) -> Non
             raise TuneTableError(f"[@{name}] is not a field of {fields.label} (fields: {', '.join(declared)})",
                                  path=path)
         before, after = snippet[match.start() - 1: match.start()], snippet[match.end(): match.end() + 1]
-        if declared[name].kind is str and not (before == after and before in ("'", '"')):
+        quoted = before == after and before in ("'", '"')
+        if declared[name].kind is str and not quoted:
             raise TuneTableError(f"[@{name}] is a string field: write it between quotes, so that it renders as a "
                                  "string literal", path=path)
+        if declared[name].kind is not str and quoted:
+            raise TuneTableError(f"[@{name}] is not a string field: write it without quotes, so that it renders as "
+                                 "the literal of its type", path=path)

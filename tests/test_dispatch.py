@@ -275,8 +275,10 @@ def wgmma_entry(tunables: dict[str, int], *, m: int, m_end: int, n: int = 4096, 
     return WgmmaTuningConfig(**{**full.__dict__, "m": m, "m_end": m_end})
 
 
-def choice(table: str, *, m: int, m_end: int, config_id: str, n: int = 4096, k: int = 4096) -> FamilyChoice:
-    return FamilyChoice(m=m, m_end=m_end, n=n, k=k, kernel=table, table=table, config_id=config_id)
+def choice(table: str, *, m: int, m_end: int, config_id: str, n: int = 4096, k: int = 4096,
+           speedup_vs_cublas: float = 1.05) -> FamilyChoice:
+    return FamilyChoice(m=m, m_end=m_end, n=n, k=k, kernel=table, table=table, config_id=config_id,
+                        speedup_vs_cublas=speedup_vs_cublas)
 
 
 def family_dispatcher() -> FamilyDispatcher:

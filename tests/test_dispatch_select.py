@@ -114,6 +114,11 @@ def test_each_shape_goes_to_the_table_faster_against_the_shared_cublas_yardstick
         member = narrow if best == "narrow" else wide
         assert entry["CONFIG_ID"] == entry_at(member.entries, m=m, n=n, k=k)["CONFIG_ID"]
         assert entry["KERNEL"] == "gemm_mma"
+        # SPEEDUP_VS_CUBLAS is the winner's speedup at the entry's first M; every M it covers is on its side of 1.
+        measured = speedups[best][(m, n, k)]
+        if m == entry["M"] or (entry["M"] == 1 and m == min(s[0] for s in shapes)):
+            assert abs(entry["SPEEDUP_VS_CUBLAS"] - measured) <= 0.5e-4 + 1e-12, (m, n, k, entry, measured)
+        assert (entry["SPEEDUP_VS_CUBLAS"] < 1.0) == (round(measured, 4) < 1.0), (m, n, k, entry, measured)
     # What the H200 measured: narrow split-K tiles serve M=1, the big tiles serve M=8192.
     assert {entry_at(tuple(entries), m=1, n=n, k=k)["TABLE"] for _, n, k in shapes} == {"narrow"}
     assert {entry_at(tuple(entries), m=8192, n=n, k=k)["TABLE"] for _, n, k in shapes} == {"wide"}
@@ -128,7 +133,9 @@ def test_ranges_cover_every_m_of_each_shape_once(two_sessions) -> None:
     for ranges in by_nk.values():
         assert ranges[0]["M"] == 1 and ranges[-1]["M_END"] == INT32_MAX
         assert all(a["M_END"] == b["M"] for a, b in itertools.pairwise(ranges))
-        assert all((a["TABLE"], a["CONFIG_ID"]) != (b["TABLE"], b["CONFIG_ID"]) for a, b in itertools.pairwise(ranges))
+        assert all((a["TABLE"], a["CONFIG_ID"], a["SPEEDUP_VS_CUBLAS"] < 1) != (b["TABLE"], b["CONFIG_ID"],
+                                                                             b["SPEEDUP_VS_CUBLAS"] < 1)
+                   for a, b in itertools.pairwise(ranges))
 
 
 def test_each_candidate_is_judged_against_the_cublas_of_its_own_session(two_sessions) -> None:
@@ -239,7 +246,8 @@ def test_select_dispatch_cli_then_codegen_is_fresh(project: Path) -> None:
     region = generated.split("# BEGIN-TUNING-LIST-GEMM_DISPATCH")[1].split("# END-TUNING-LIST-GEMM_DISPATCH")[0]
     assert region.count("FamilyChoice(") == len(entries)
     assert "# Provenance: [manifests/gemm_dispatch.yaml]" in region and "device: NVIDIA H200" in region
-    assert f'table="{entries[0]["TABLE"]}",' in region and f'config_id="{entries[0]["CONFIG_ID"]}")' in region
+    assert f'table="{entries[0]["TABLE"]}",' in region
+    assert f'config_id="{entries[0]["CONFIG_ID"]}", speedup_vs_cublas={entries[0]["SPEEDUP_VS_CUBLAS"]!r})' in region
     check = run_cli("codegen", "--table", "gemm_dispatch", "--check", cwd=project)
     assert check.returncode == 0 and check.stderr == ""
 

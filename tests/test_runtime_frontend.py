@@ -37,6 +37,7 @@ from tunetable.kernels.runtime.layers import (
     torch_serves,
 )
 from tunetable.kernels.runtime.operands import Operand, cai_stream, operand
+from tunetable.kernels.tuning_configs import FamilyChoice
 from tunetable.shapes import read_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -224,13 +225,18 @@ class Decision:
 
 
 def test_a_table_entry_runs_tunetable_unless_its_recording_measured_cublas_faster() -> None:
-    assert torch_serves(Decision(), m=2048, n=4096, k=4096, smallest_floor_s=8e-6) is None
+    assert torch_serves(Decision(), m=2048, n=4096, k=4096, smallest_floor_s=8e-6) is None  # no dispatch entry
 
-    class Choice:
-        speedup_vs_cublas = 0.97
+    def entry(speedup: float) -> FamilyChoice:
+        return FamilyChoice(m=1024, m_end=4096, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                            config_id="c0000000000", speedup_vs_cublas=speedup)
 
-    assert torch_serves(Decision(choice=Choice()), m=2048, n=4096, k=4096, smallest_floor_s=8e-6) == (
-        "its recording measured cuBLAS faster (0.970x cuBLAS's speed)")
+    shape = dict(m=2048, n=4096, k=4096, smallest_floor_s=8e-6)
+    assert torch_serves(Decision(choice=entry(0.97)), **shape) == (
+        "its recording measured cuBLAS faster (dispatch entry at M=1024: 0.9700x cuBLAS's speed)")
+    assert torch_serves(Decision(choice=entry(0.9999)), **shape).endswith("0.9999x cuBLAS's speed)")
+    assert torch_serves(Decision(choice=entry(1.0)), **shape) is None      # as fast as cuBLAS: tunetable's kernel
+    assert torch_serves(Decision(choice=entry(1.25)), **shape) is None
 
 
 def test_a_selector_prediction_runs_tunetable_only_when_credible_and_confidently_faster() -> None:
@@ -250,7 +256,8 @@ def test_a_selector_prediction_runs_tunetable_only_when_credible_and_confidently
 
 def test_on_the_generated_tables_llamas_kv_projection_goes_to_torch_and_its_table_shapes_to_tunetable() -> None:
     """The H200's selector predicts cuBLAS faster for N=1024, K=4096 (no table holds it) at every recorded M, and
-    the lm_head's predictions fall below the roofline floor at M=1 and 2048; q_proj's table serves M=2048."""
+    the lm_head's predictions fall below the roofline floor at M=1 and 2048; q_proj's table serves M=1024, and
+    hands M=2048 to torch: its recording measured cuBLAS faster there (0.993x, device_tables.json)."""
     selector = decide.shape_selector()
     smallest = smallest_recorded_floor_s(ms=selector.starts, pairs=selector.pairs)
 
@@ -260,7 +267,8 @@ def test_on_the_generated_tables_llamas_kv_projection_goes_to_torch_and_its_tabl
             found = decide.dispatcher().decide(m=m, n=n, k=k)
         return torch_serves(found, m=m, n=n, k=k, smallest_floor_s=smallest)
 
-    assert why(2048, 4096, 4096) is None
+    assert why(1024, 4096, 4096) is None
+    assert why(2048, 4096, 4096).startswith("its recording measured cuBLAS faster (dispatch entry at M=2048: 0.99")
     assert "not confidently faster" in why(2048, 1024, 4096)
     assert "below the roofline floor" in why(1, 128256, 4096)
     left = layer_left(n=1024, k=4096, ms=sorted(set(selector.starts)), why_at=lambda m: why(m, 1024, 4096))

@@ -78,14 +78,18 @@ def test_shapes_the_data_do_not_say_tunetable_wins_go_to_torch_and_say_why(h200_
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         kv = tt.route(2048, 1024, 4096, 0)
-        q = tt.route(2048, 4096, 4096, 0)
+        q = tt.route(1024, 4096, 4096, 0)
+        q_slower = tt.route(2048, 4096, 4096, 0)
         head = tt.route(1, 128256, 4096, 0)
     assert kv.torch and "not confidently faster" in kv.why and kv.source.startswith("selector ")
     assert head.torch and "below the roofline floor" in head.why
     assert not q.torch and q.why == "tunetable's kernel" and q.source.startswith("table gemm_wgmma[")
+    # The H200's recording measured gemm_wgmma's winner at 2048 x 4096^2 slower than cuBLAS (0.993x, its shard).
+    assert q_slower.torch and q_slower.why.startswith("its recording measured cuBLAS faster (dispatch entry at M=2048")
     assert not [item for item in caught if issubclass(item.category, decide.FallbackWarning)]   # none ran untuned
     listed = {(item["M"], item["N"], item["K"]): item["path"] for item in tt.decisions()}
-    assert listed == {(2048, 1024, 4096): "torch", (2048, 4096, 4096): "tunetable", (1, 128256, 4096): "torch"}
+    assert listed == {(2048, 1024, 4096): "torch", (1024, 4096, 4096): "tunetable", (2048, 4096, 4096): "torch",
+                      (1, 128256, 4096): "torch"}
 
 
 def test_a_selector_shape_tunetable_serves_still_warns_that_it_is_untuned(h200_routes: None) -> None:

@@ -106,6 +106,17 @@ def covering_index(entries: Sequence[Any], *, m: int, n: int, k: int) -> int | N
     return None
 
 
+# A dispatch entry's speedup over cuBLAS (cuBLAS median / ours, as its recording measured it) below this means cuBLAS
+# ran faster there: the dispatch list never merges such an M with a faster one, and the PyTorch operator routes it
+# to torch's matmul.
+CUBLAS_PARITY = 1.0
+
+
+def cublas_measured_faster(*, speedup: float) -> bool:
+    """True where a measured speedup over cuBLAS (cuBLAS median / ours) says cuBLAS ran faster."""
+    return speedup < CUBLAS_PARITY
+
+
 def ceil_div(a: int, b: int) -> int:
     """``a / b`` rounded up."""
     return -(-a // b)

@@ -3,8 +3,9 @@
 One definition for both sides: ``tunetable codegen`` types every manifest value by its table's declared
 fields (``EntryFields``) before a literal is written, and the runtime checks the shape selector's data
 file (kernels/data/<selector>.json) against the same fields when it loads it. A field is an integer in a
-range, a boolean, a string from a known set (``CONFIG_ID``: the id of the entry's tunables), or rows of
-numbers. Errors are ``TuneTableError`` naming the file and the entry (``params[i]``).
+range, a boolean, a finite positive number (a dispatch entry's ``SPEEDUP_VS_CUBLAS``), a string from a known
+set (``CONFIG_ID``: the id of the entry's tunables), or rows of numbers. Errors are ``TuneTableError``
+naming the file and the entry (``params[i]``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Field:
     """One declared field of a table entry: its manifest key, type and allowed values."""
 
     name: str                       # as in the manifest and the snippet (UPPER_CASE)
-    kind: type                      # int, bool, str, or tuple (rows of numbers, ``row`` their types)
+    kind: type                      # int, bool, float (finite, > 0), str, or tuple (rows of numbers, ``row``)
     low: int = 0
     high: int = INT32_MAX
     choices: tuple[str, ...] = ()   # a str field's known strings (CONFIG_ID: its pattern instead)
@@ -44,6 +45,8 @@ class Field:
             return self._rows_problem(value)
         if self.kind is bool:
             return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+        if self.kind is float:
+            return None if positive_number(value) else f"expected a finite positive number, got {value!r}"
         if self.kind is int:
             if isinstance(value, bool) or not isinstance(value, int):
                 return f"expected an integer, got {value!r}"
@@ -76,7 +79,10 @@ class Field:
         return None
 
     def literal(self, value: Any) -> Any:
-        """The value as the snippet receives it: a tuple field as a tuple literal, one row per line."""
+        """The value as the snippet receives it: a float field as a float literal, a tuple field as a tuple
+        literal (one row per line)."""
+        if self.kind is float:
+            return repr(float(value))
         if self.kind is not tuple:
             return value
         rows = [f"        ({', '.join(repr(kind(item)) for item, kind in zip(row, self.row))})," for row in value]
@@ -92,10 +98,18 @@ class EntryFields:
     family: str | None = None                   # a table: CONFIG_ID is the id of its tunables in this family
     tunables: tuple[str, ...] = ()
     table_families: Mapping[str, str] = field(default_factory=dict)  # a dispatch list: TABLE -> its family
+    missing_hint: str = ""                      # what to do about a missing field (an older manifest's)
 
     def by_name(self) -> dict[str, Field]:
         """The fields by manifest key."""
         return {item.name: item for item in self.fields}
+
+
+def positive_number(value: Any) -> bool:
+    """An int or float (never a bool) that is finite and above zero."""
+    if type(value) is int:
+        return value > 0
+    return type(value) is float and math.isfinite(value) and value > 0
 
 
 def shape_fields() -> list[Field]:
@@ -168,7 +182,8 @@ def _check_keys(entry: Mapping[str, Any], *, fields: EntryFields, path: str | Pa
         raise TuneTableError(f"{unknown[0]}: not a field of {fields.label} (fields: {names})", path=path, where=where)
     missing = [name for name in declared if name not in entry]
     if missing:
-        raise TuneTableError(f"lacks {', '.join(missing)} (fields of {fields.label}: {names})", path=path,
+        hint = f": {fields.missing_hint}" if fields.missing_hint else ""
+        raise TuneTableError(f"lacks {', '.join(missing)} (fields of {fields.label}: {names}){hint}", path=path,
                              where=where)
 
 

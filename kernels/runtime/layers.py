@@ -7,9 +7,10 @@ else stays with torch, with the reason. ``gemm_output_shape`` is the ``tunetable
 shape rule, shared by its fake (meta) implementation.
 
 ``torch_serves`` is the operator's per-shape rule: a shape goes to torch's matmul (cuBLAS) where what the
-runtime knows does not say tunetable's choice is faster. A table entry (measured against cuBLAS in its
-recording; a dispatch entry that carries the recorded ``speedup_vs_cublas`` below 1 goes to torch) runs
-tunetable's kernel; a shape the shape selector answers runs it only when the prediction is credible (not
+runtime knows does not say tunetable's choice is faster. A shape a table holds runs tunetable's kernel unless
+its dispatch entry's ``speedup_vs_cublas`` (what the recording measured at the entry's first M: cuBLAS's
+yardstick / the winner's median; the list never merges an M where cuBLAS ran faster with one where it did
+not) is below 1; a shape the shape selector answers runs it only when the prediction is credible (not
 below the shape's roofline floor), at least ``CONFIDENT_SPEEDUP`` x cuBLAS's predicted speed, and not
 extrapolated (the shape is not smaller than every recorded shape); the first of these that fails is the
 reason given. ``layer_left`` applies it to a layer's (N, K) at every recorded M: a layer torch
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunetable.kernels.families import FAMILIES, KernelFamily
+from tunetable.kernels.families.common import cublas_measured_faster
 from tunetable.kernels.perfmodel import roofline_floor_s
 from tunetable.kernels.runtime.decide import DEFAULT_TABLE
 
@@ -120,9 +122,10 @@ def torch_serves(decision: Any, *, m: int, n: int, k: int, smallest_floor_s: flo
     """Why torch's matmul serves (M, N, K) rather than ``decision`` (decide.Decision), or None: tunetable's kernel."""
     prediction = decision.prediction
     if prediction is None:
-        recorded = getattr(decision.choice, "speedup_vs_cublas", None)
-        if recorded is not None and recorded < 1.0:
-            return f"its recording measured cuBLAS faster ({recorded:.3f}x cuBLAS's speed)"
+        choice = decision.choice   # None: a shape the dispatch list does not cover, served by the default table
+        if choice is not None and cublas_measured_faster(speedup=choice.speedup_vs_cublas):
+            return (f"its recording measured cuBLAS faster (dispatch entry at M={choice.m}: "
+                    f"{choice.speedup_vs_cublas:.4f}x cuBLAS's speed)")
         return None
     floor = roofline_floor_s(m=m, n=n, k=k)
     if prediction.seconds < floor:

@@ -19,6 +19,7 @@ MMA = "manifests/gemm_mma.yaml"
 WGMMA = "manifests/gemm_wgmma.yaml"
 SWAP = "manifests/gemm_wgmma_swap.yaml"
 DISPATCH = "manifests/gemm_dispatch.yaml"
+DISPATCH_H100 = "manifests/gemm_dispatch.h100.yaml"
 TARGET = "kernels/tuning_configs.py"
 FIRST = r"params\[0\]"
 BOMB = "".join([f"l0: &l0 [{', '.join(['x'] * 9)}]\n"]
@@ -47,6 +48,16 @@ def first_value(manifest: str, **values: object):
         for key, value in values.items():
             body, count = re.subn(rf"^    {key}: .*$", lambda _: f"    {key}: {value}", body, count=1, flags=re.M)
             assert count == 1, key
+        p.write(manifest, head + "params:\n" + body)
+    return mutate
+
+
+def drop_key(manifest: str, key: str):
+    """Delete the first entry's ``key`` line, whatever it holds (a manifest written before the key existed)."""
+    def mutate(p: Project) -> None:
+        head, body = p.text(manifest).split("params:\n", 1)
+        body, count = re.subn(rf"^    {key}: .*\n", "", body, count=1, flags=re.M)
+        assert count == 1, key
         p.write(manifest, head + "params:\n" + body)
     return mutate
 
@@ -99,6 +110,7 @@ def duplicate_entry(p: Project) -> None:
 
 
 E_MMA = r"error: manifests/gemm_mma\.yaml"
+E_SPEEDUP = rf"error: manifests/gemm_dispatch\.yaml: {FIRST}: SPEEDUP_VS_CUBLAS: expected a finite positive number, got"
 CASES = [
     Case("kernel-string-injection", injection("KERNEL"),
          rf"{E_MMA}: {FIRST}: KERNEL: 'gemm_mma\", x=__import__.*' is not one of gemm_mma"),
@@ -149,6 +161,22 @@ CASES = [
          r"gemm_wgmma \(gemm_wgmma\)"),
     Case("dispatch-config-id-not-an-id", first_entry(DISPATCH, "    CONFIG_ID: c", "    CONFIG_ID: xc"),
          r"error: manifests/gemm_dispatch\.yaml: params\[\d+\]: CONFIG_ID: 'xc[0-9a-f]+' is not a configuration id .*"),
+    Case("dispatch-speedup-missing", drop_key(DISPATCH, "SPEEDUP_VS_CUBLAS"),
+         rf"error: manifests/gemm_dispatch\.yaml: {FIRST}: lacks SPEEDUP_VS_CUBLAS \(fields of dispatch list "
+         r"gemm_dispatch: M, M_END, N, K, KERNEL, TABLE, CONFIG_ID, SPEEDUP_VS_CUBLAS\): a dispatch manifest from "
+         r"before SPEEDUP_VS_CUBLAS: select it again \(`snakemake --cores 2 --forcerun select_gemm_dispatch`\)"),
+    Case("device-dispatch-speedup-missing", drop_key(DISPATCH_H100, "SPEEDUP_VS_CUBLAS"),
+         rf"error: manifests/gemm_dispatch\.h100\.yaml: {FIRST}: lacks SPEEDUP_VS_CUBLAS \(fields of dispatch list "
+         r"gemm_dispatch\.h100: .*\): .* \(`snakemake --cores 2 --forcerun select_gemm_dispatch\.h100`\)"),
+    Case("dispatch-speedup-a-word", first_value(DISPATCH, SPEEDUP_VS_CUBLAS="fast"), rf"{E_SPEEDUP} 'fast'"),
+    Case("dispatch-speedup-a-quoted-number", first_value(DISPATCH, SPEEDUP_VS_CUBLAS='"1.05"'),
+         rf"{E_SPEEDUP} '1\.05'"),
+    Case("dispatch-speedup-negative", first_value(DISPATCH, SPEEDUP_VS_CUBLAS=-0.97), rf"{E_SPEEDUP} -0\.97"),
+    Case("dispatch-speedup-zero", first_value(DISPATCH, SPEEDUP_VS_CUBLAS=0), rf"{E_SPEEDUP} 0"),
+    Case("dispatch-speedup-nan", first_value(DISPATCH, SPEEDUP_VS_CUBLAS=".nan"), rf"{E_SPEEDUP} nan"),
+    Case("dispatch-speedup-infinite", first_value(DISPATCH, SPEEDUP_VS_CUBLAS=".inf"), rf"{E_SPEEDUP} inf"),
+    Case("dispatch-speedup-a-boolean", first_value(DISPATCH, SPEEDUP_VS_CUBLAS="true"), rf"{E_SPEEDUP} True"),
+    Case("dispatch-speedup-null", first_value(DISPATCH, SPEEDUP_VS_CUBLAS="null"), rf"{E_SPEEDUP} None"),
     Case("duplicate-key-in-an-entry", first_entry(MMA, "    M: 1\n", "    M: 1\n    STAGES: 4\n"),
          rf"{E_MMA}: line \d+: duplicate key 'STAGES' \(first at line \d+\); YAML would keep only the last"),
     Case("duplicate-provenance", edit(MMA, "provenance:\n", "provenance: {}\nprovenance:\n"),

@@ -59,9 +59,13 @@ CASES = [
          rf"s a string literal"),
     Case("snippet-string-field-half-quoted", edit(SNIPPET, 'kernel="[@KERNEL]"', 'kernel="[@KERNEL]'),
          rf"{E_SNIPPET}: \[@KERNEL\] is a string field: .*"),
+    Case("snippet-number-field-quoted", edit(SNIPPET, "speedup_vs_cublas=[@SPEEDUP_VS_CUBLAS]",
+                                             'speedup_vs_cublas="[@SPEEDUP_VS_CUBLAS]"'),
+         rf"{E_SNIPPET}: \[@SPEEDUP_VS_CUBLAS\] is not a string field: write it without quotes, so that it renders "
+         r"as the literal of its type"),
     Case("snippet-unknown-placeholder", edit(SNIPPET, "m=[@M],", "m=[@M], evil=[@EVIL],"),
          rf"{E_SNIPPET}: \[@EVIL\] is not a field of dispatch list gemm_dispatch \(fields: M, M_END, N, K, KERNEL, "
-         r"TABLE, CONFIG_ID\)"),
+         r"TABLE, CONFIG_ID, SPEEDUP_VS_CUBLAS\)"),
     Case("tables-sharing-a-marker", edit("params.yaml", 'end_marker: "END-TUNING-LIST-GEMM_WGMMA"',
                                          'end_marker: "END-TUNING-LIST-GEMM_MMA"'),
          rf"{E_TARGET}: tables gemm_mma and gemm_wgmma both use the marker END-TUNING-LIST-GEMM_MMA"),

@@ -133,7 +133,7 @@ def test_kernels_gemm_runs_the_family_the_dispatch_list_names(torch) -> None:
     entry = decide.make_entry(tunables=dataclasses.asdict(FAMILIES[TABLE].default_tunables), n=6144, k=4096,
                               kernel=TABLE)
     choice = FamilyChoice(m=1, m_end=INT32_MAX, n=6144, k=4096, kernel=TABLE, table=TABLE,
-                          config_id=entry.config_id)
+                          config_id=entry.config_id, speedup_vs_cublas=1.0)
     serving = launch.runtime().table.device   # the recorded device whose tables gemm() serves this GPU
     decide.set_dispatcher(decide.FamilyDispatcher(choices=[choice],
                                                       tables={"gemm_mma": TABLES["gemm_mma"], TABLE: [entry]}),
