@@ -10,11 +10,9 @@ the recordings; a copy replayed by the real `snakemake` reads its ranked tables,
 from __future__ import annotations
 
 import dataclasses
-import math
 import shutil
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pytest
 from pipeline_repo import (
@@ -26,6 +24,7 @@ from pipeline_repo import (
     tunetable,
     without_other_devices,
 )
+from recording_figures import recording_speedup, yardsticks_by_lstsq
 
 from tunetable import trace
 from tunetable.codegen import marker_line
@@ -70,39 +69,6 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = snakemake("--cores", "2", cwd=root)
     assert "REPLAYING" in done.output
     return root
-
-
-def recording_speedup(*, path: Path, m: int, n: int, k: int, config_id: str) -> float:
-    """cuBLAS median / the configuration's median, both from the recording's rows of one shape."""
-    rows = pl.read_parquet(path).filter((pl.col("M") == m) & (pl.col("N") == n) & (pl.col("K") == k)
-                                        & (pl.col("status") == "ok"))
-    cublas = rows.filter(pl.col("kind") == "baseline")["median_ms"]
-    winner = rows.filter((pl.col("kind") == "kernel") & (pl.col("config_id") == config_id))["median_ms"]
-    assert cublas.len() == 1 and winner.len() == 1, (m, n, k, config_id)
-    return float(cublas[0]) / float(winner[0])
-
-
-def yardsticks_by_lstsq(shapes: dict[str, set[tuple[int, int, int]]],
-                        recordings: dict[str, Path]) -> dict[str, dict[tuple[int, int, int], float]]:
-    """Per table and shape, exp(scale + level) of the least-squares fit of log cuBLAS over the tables' rows
-    (the scales summing to zero), from each recording's cuBLAS rows of its table's shapes."""
-    rows = []
-    for name, path in recordings.items():
-        frame = pl.read_parquet(path).filter((pl.col("kind") == "baseline") & (pl.col("status") == "ok"))
-        rows += [(name, (int(m), int(n), int(k)), math.log(float(ms)))
-                 for m, n, k, ms in frame.select("M", "N", "K", "median_ms").iter_rows() if (m, n, k) in shapes[name]]
-    names = sorted(recordings)
-    every = sorted({shape for _, shape, _ in rows})
-    column = {**{name: i for i, name in enumerate(names)}, **{s: len(names) + i for i, s in enumerate(every)}}
-    design = np.zeros((len(rows) + 1, len(column)))
-    target = np.zeros(len(rows) + 1)
-    for i, (name, shape, value) in enumerate(rows):
-        design[i, column[name]] = design[i, column[shape]] = 1.0
-        target[i] = value
-    design[-1, : len(names)] = 1.0   # the scales sum to zero
-    solution = np.linalg.lstsq(design, target, rcond=None)[0]
-    return {name: {shape: math.exp(solution[column[name]] + solution[column[shape]])
-                   for owner, shape, _ in rows if owner == name} for name in names}
 
 
 def trace_all(root: Path, *, recordings: dict[str, str] | None = None,
@@ -180,6 +146,7 @@ def test_trace_by_line_in_the_dispatch_region(copy: Path) -> None:
     raw = load_yaml_file(copy / "manifests" / f"{DISPATCH}.yaml")["params"][2]
     n, k, chosen = raw["N"], raw["K"], raw["TABLE"]
     assert f"M [{raw['M']}, {raw['M_END']}) N={n} K={k} -> table {chosen}, config {raw['CONFIG_ID']}" in out
+    assert f"speedup over cuBLAS at its first measured M: {raw['SPEEDUP_VS_CUBLAS']}x (SPEEDUP_VS_CUBLAS; " in out
     ms = sorted({m for spec in specs[:-1] for m in spec.m_values if raw["M"] <= m < raw["M_END"]})
     assert ms
     measured = {spec.name: spec.m_values for spec in specs[:-1]}
@@ -228,6 +195,20 @@ def test_a_dispatch_entry_naming_another_table_is_an_error(tmp_path: Path) -> No
     assert one_error_line(done.output) == (
         f"error: manifests/{DISPATCH}.yaml: params[0]: entry names table 'gemm_other', not one of this list's "
         f"tables ({', '.join(LISTED)})")
+
+
+def test_an_entry_speedup_the_rows_do_not_measure_is_noted(tmp_path: Path) -> None:
+    """Entry 0 edited to hold 0.5x: trace shows the route it would decide and what the rows measure instead."""
+    root = copy_project(tmp_path)
+    manifest = root / "manifests" / f"{DISPATCH}.yaml"
+    held = load_yaml_file(manifest)["params"][0]["SPEEDUP_VS_CUBLAS"]
+    text = manifest.read_text()
+    manifest.write_text(text.replace(f"    SPEEDUP_VS_CUBLAS: {held}\n", "    SPEEDUP_VS_CUBLAS: 0.5\n", 1))
+    out = " ".join(tunetable("trace", DISPATCH, "0", cwd=root).output.split())   # rich wraps long lines
+    assert ("speedup over cuBLAS at its first measured M: 0.5x (SPEEDUP_VS_CUBLAS; below 1: the PyTorch operator "
+            "hands the range to torch's matmul)") in out
+    assert (f"note: M=1: these rows measure {held}x cuBLAS's speed, the list holds 0.5x: re-run "
+            f"`tunetable select --dispatch {DISPATCH}`") in out
 
 
 def recorded(*, path: Path, m: int, n: int, k: int, config_id: str) -> bool:

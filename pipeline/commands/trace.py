@@ -19,8 +19,10 @@ from tunetable.errors import TuneTableError
 from tunetable.numbers import number_cell
 from tunetable.kernels.runtime.selector_serve import BIAS_NK_SCALE, cell_points, nearest_cell
 from tunetable.commands.suggest import parse_shape
+from tunetable.kernels.families.common import cublas_measured_faster
 from tunetable.kernels.families.devices import DeviceSpec, device_of_name
 from tunetable.params import device_specs, dispatch_specs, load_params, selector_specs, table_spec, table_specs
+from tunetable.select_winners import SPEEDUP_DIGITS
 
 EPILOG = """\b
 Examples:
@@ -138,9 +140,28 @@ def _source_line(result, source) -> str:
     return f"{source.table}: {source.path} ({how[source.kind]}), data hash {source.data_hash}: {verdict}"
 
 
+def _speedup_line(result) -> str | None:
+    """The entry's SPEEDUP_VS_CUBLAS and the PyTorch operator's route it decides (None: an entry without it)."""
+    recorded = result.entry.values.get("SPEEDUP_VS_CUBLAS")
+    if recorded is None:
+        return None
+    faster = cublas_measured_faster(speedup=recorded)
+    route = ("below 1: the PyTorch operator hands the range to torch's matmul" if faster
+             else "the PyTorch operator runs tunetable's kernel")
+    return f"speedup over cuBLAS at its first measured M: {recorded}x (SPEEDUP_VS_CUBLAS; {route})"
+
+
 def _dispatch_notes(result) -> list[str]:
-    """Where the rows read here disagree with the dispatch entry (another selected config, or another pick)."""
+    """Where the rows read here disagree with the dispatch entry (another selected config, another pick, another
+    speedup at its first M)."""
     notes = []
+    recorded = result.entry.values.get("SPEEDUP_VS_CUBLAS")
+    first = next((c for d in result.decisions[:1] for c in d.candidates if c.table == result.table), None)
+    if recorded is not None and first is not None and first.measured is not None:
+        measured = round(first.measured.speedup, SPEEDUP_DIGITS)
+        if measured != recorded:
+            notes.append(f"M={result.decisions[0].m}: these rows measure {measured}x cuBLAS's speed, the list holds "
+                         f"{recorded}x: re-run `tunetable select --dispatch {result.name}`")
     for decision in result.decisions:
         chosen = next(c for c in decision.candidates if c.table == result.table)
         if chosen.config_id not in (None, result.config_id):
@@ -164,6 +185,8 @@ def _print_dispatch(console: Console, result, *, devices: Sequence[DeviceSpec] =
     _print_generated(console, result)
     console.print(f"\n[bold]dispatch[/bold] {result.manifest} params[{entry.index}]: M [{entry.m}, {entry.m_end}) "
                   f"N={entry.n} K={entry.k} -> table {result.table}, config {result.config_id}")
+    if _speedup_line(result):
+        console.print(_speedup_line(result), markup=False)
     tie = f"within {result.tie_tolerance:g} (relative)" if result.tie_tolerance else "exact ties"
     console.print(f"rule: per measured shape, the highest cuBLAS yardstick (every table's row pooled, in each "
                   f"recording's session scale) / selected winner median; {tie} go to the first of "
