@@ -308,8 +308,13 @@ class Candidate:
 
     @property
     def entry_speedup(self) -> float:
-        """The speedup as a dispatch entry holds it (SPEEDUP_VS_CUBLAS): rounded to SPEEDUP_DIGITS decimals."""
-        return round(self.speedup, SPEEDUP_DIGITS)
+        """The speedup as a dispatch entry holds it (``entry_speedup``)."""
+        return entry_speedup(speedup=self.speedup)
+
+
+def entry_speedup(*, speedup: float) -> float:
+    """A speedup as a dispatch entry's SPEEDUP_VS_CUBLAS holds it: rounded to SPEEDUP_DIGITS decimals."""
+    return round(speedup, SPEEDUP_DIGITS)
 
 
 def table_candidates(*, results: TableResults) -> dict[tuple[int, int, int], Candidate]:
@@ -358,7 +363,7 @@ def choose_tables(*, candidates: dict[str, dict[tuple[int, int, int], Candidate]
     return chosen
 
 
-def merge_key(candidate: Candidate) -> tuple[str, str, bool]:
+def merge_key(*, candidate: Candidate) -> tuple[str, str, bool]:
     """What adjacent Ms must share to merge into one dispatch entry: table, config, and whether cuBLAS ran faster."""
     return candidate.table, candidate.config_id, cublas_measured_faster(speedup=candidate.entry_speedup)
 
@@ -373,7 +378,7 @@ def dispatch_entries(*, chosen: dict[tuple[int, int, int], Candidate]) -> list[d
     for (n, k), picks in by_nk.items():
         ranges: list[list[Any]] = []
         for m, candidate in picks:
-            if ranges and merge_key(ranges[-1][2]) == merge_key(candidate):
+            if ranges and merge_key(candidate=ranges[-1][2]) == merge_key(candidate=candidate):
                 continue
             if ranges:
                 ranges[-1][1] = m

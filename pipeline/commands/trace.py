@@ -22,7 +22,7 @@ from tunetable.commands.suggest import parse_shape
 from tunetable.kernels.families.common import cublas_measured_faster
 from tunetable.kernels.families.devices import DeviceSpec, device_of_name
 from tunetable.params import device_specs, dispatch_specs, load_params, selector_specs, table_spec, table_specs
-from tunetable.select_winners import SPEEDUP_DIGITS
+from tunetable.select_winners import entry_speedup
 
 EPILOG = """\b
 Examples:
@@ -158,7 +158,7 @@ def _dispatch_notes(result) -> list[str]:
     recorded = result.entry.values.get("SPEEDUP_VS_CUBLAS")
     first = next((c for d in result.decisions[:1] for c in d.candidates if c.table == result.table), None)
     if recorded is not None and first is not None and first.measured is not None:
-        measured = round(first.measured.speedup, SPEEDUP_DIGITS)
+        measured = entry_speedup(speedup=first.measured.speedup)
         if measured != recorded:
             notes.append(f"M={result.decisions[0].m}: these rows measure {measured}x cuBLAS's speed, the list holds "
                          f"{recorded}x: re-run `tunetable select --dispatch {result.name}`")
@@ -185,8 +185,9 @@ def _print_dispatch(console: Console, result, *, devices: Sequence[DeviceSpec] =
     _print_generated(console, result)
     console.print(f"\n[bold]dispatch[/bold] {result.manifest} params[{entry.index}]: M [{entry.m}, {entry.m_end}) "
                   f"N={entry.n} K={entry.k} -> table {result.table}, config {result.config_id}")
-    if _speedup_line(result):
-        console.print(_speedup_line(result), markup=False)
+    speedup = _speedup_line(result)
+    if speedup:
+        console.print(speedup, markup=False)
     tie = f"within {result.tie_tolerance:g} (relative)" if result.tie_tolerance else "exact ties"
     console.print(f"rule: per measured shape, the highest cuBLAS yardstick (every table's row pooled, in each "
                   f"recording's session scale) / selected winner median; {tie} go to the first of "
