@@ -46,6 +46,8 @@ from tunetable.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
 from tunetable.errors import TuneTableError  # noqa: E402
 from tunetable.inputs import load_checked_recording  # noqa: E402
 from tunetable.keys import sha256_file  # noqa: E402
+from tunetable.kernels.runtime import decide  # noqa: E402
+from tunetable.kernels.runtime.layers import smallest_recorded_floor_s, torch_serves  # noqa: E402
 from tunetable.kernels.families.devices import recording_path  # noqa: E402
 from tunetable.manifest import ManifestEntry, lookup, parse_manifest_text, ranges_from_text  # noqa: E402
 from tunetable.params import dispatch_spec, load_params, table_spec  # noqa: E402
@@ -129,6 +131,18 @@ def scored(*, times: dict[str, Times], selection: dict[str, Any], label: str) ->
     series[DISPATCH] = tvc.dispatch_ratios(series=series,
                                            entries=entries_of(selection["dispatch"], label=f"{label} {DISPATCH}"))
     return series
+
+
+def operator_served(*, device: str, ratios: dict[Shape, float]) -> dict[str, Any]:
+    """The PyTorch operator over the dispatch list's shapes: torch's matmul where its route (layers.torch_serves on
+    the device's committed tables) sends a shape there, counted at 1.0 (the recording's cuBLAS), else ``ratios``."""
+    dispatcher, selector = decide.dispatcher(device=device), decide.shape_selector(device=device)
+    smallest = smallest_recorded_floor_s(ms=selector.starts, pairs=selector.pairs)
+    to_torch = {shape for shape in ratios
+                if torch_serves(dispatcher.decide(m=shape[0], n=shape[1], k=shape[2]), m=shape[0], n=shape[1],
+                                k=shape[2], smallest_floor_s=smallest) is not None}
+    served = {shape: 1.0 if shape in to_torch else ratio for shape, ratio in ratios.items()}
+    return {**ratio_summary(served), "to_torch": len(to_torch)}
 
 
 def ratio_summary(ratios: dict[Shape, float]) -> dict[str, Any]:
@@ -258,6 +272,7 @@ def figures() -> dict[str, Any]:
                                                                   if s in times[d]["gemm_mma"]})
                                             for which in ("own", "other")} for d in DEVICES},
         "reach_default": {d: tvc.reach_summary(tvc.reach(times[d])) for d in DEVICES},
+        "operator_served": {d: operator_served(device=d, ratios=series[d]["own"][DISPATCH]) for d in DEVICES},
         "validation": validation_figures(times),
         "selector_on_validation": selector_on_validation(),
         "per_shape": {d: {which: {name: {f"{m}x{n}x{k}": round(v, 4) for (m, n, k), v in sorted(r.items())}
@@ -336,6 +351,11 @@ def verdicts(result: dict[str, Any]) -> list[str]:
         f"(today 1.041: {'no worse' if round(h200['geomean'], 3) >= TARGETS['h200_dispatch_today'] else 'WORSE'})",
         "the H200's selection from its recordings equals the committed manifests: "
         + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in result["h200_selection_equals_committed"].items()),
+        "the PyTorch operator over the same shapes (tunetable's kernel, or torch's matmul where the dispatch entry "
+        "measured cuBLAS faster, counted at 1.0x: torch.mm's time taken as the recording's cuBLAS; in-sample, the "
+        "routes read the recordings that score them): " + ", ".join(
+            f"{d} {result['operator_served'][d]['geomean']:.3f} over {result['operator_served'][d]['shapes']}, "
+            f"{result['operator_served'][d]['to_torch']} to torch" for d in DEVICES),
         "ceiling (best configuration per shape over every family, in hindsight, same shard) on every table's "
         "shapes: " + ", ".join(f"{d} {result['reach_default'][d]['geomean']:.3f} over "
                                f"{result['reach_default'][d]['shapes']}" for d in DEVICES),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench_support import load_benchmark_script
+from bench_support import REPO, load_benchmark_script
 
 from tunetable.manifest import ManifestEntry
 
@@ -76,3 +76,20 @@ def test_device_transfer_names_a_missing_recording_in_one_line(tmp_path) -> None
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, check=False)
     assert (done.returncode, done.stderr) == (2, f"error: {tmp_path / 'absent.parquet'}: no such file\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_operators_served_figure_counts_torch_where_the_dispatch_entry_measured_cublas_faster() -> None:
+    """operator_served routes the shapes whose covering dispatch entry (read here from the manifest) is below 1.0."""
+    import yaml
+
+    entries = yaml.safe_load((REPO / "manifests" / "gemm_dispatch.h100.yaml").read_text())["params"]
+    ratios = {(512, 4096, 4096): 0.9, (1024, 4096, 4096): 1.2, (1, 4096, 4096): 1.1}
+
+    def below_one(m: int, n: int, k: int) -> bool:
+        found = next(e for e in entries if e["N"] == n and e["K"] == k and e["M"] <= m < e["M_END"])
+        return found["SPEEDUP_VS_CUBLAS"] < 1.0
+
+    expected = {shape: 1.0 if below_one(*shape) else ratio for shape, ratio in ratios.items()}
+    served = device_tables.operator_served(device="h100", ratios=ratios)
+    assert served["to_torch"] == sum(below_one(*shape) for shape in ratios) >= 1
+    assert math.isclose(served["geomean"], math.exp(sum(map(math.log, expected.values())) / 3), rel_tol=1e-3)
