@@ -217,8 +217,9 @@ def render_markdown(results: dict[str, Any]) -> str:
             lines.append(f"| {mode_name} | " + " | ".join(f"{row[column]:.2f}" for column in
                                                           results["dispatch"]["columns"]) + " |")
     if results.get("targets"):
-        lines += ["", "## Targets", ""] + [f"- {name}: {'met' if met else 'NOT met'}"
-                                           for name, met in results["targets"].items()]
+        lines += ["", "## Targets", "", "Judged on the shapes whose op path is tunetable: a shape the operator "
+                  "routes to torch costs torch.mm's own call plus the operator's hop.", ""]
+        lines += [f"- {name}: {'met' if met else 'NOT met'}" for name, met in results["targets"].items()]
     else:
         lines += ["", "No targets judged here: the stub has no driver and torch.mm no GPU (GPU mode judges them)."]
     return "\n".join(lines) + "\n"
