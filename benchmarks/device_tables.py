@@ -142,7 +142,8 @@ def operator_served(*, device: str, ratios: dict[Shape, float]) -> dict[str, Any
                 if torch_serves(dispatcher.decide(m=shape[0], n=shape[1], k=shape[2]), m=shape[0], n=shape[1],
                                 k=shape[2], smallest_floor_s=smallest) is not None}
     served = {shape: 1.0 if shape in to_torch else ratio for shape, ratio in ratios.items()}
-    return {**ratio_summary(served), "to_torch": len(to_torch)}
+    return {**ratio_summary(served), "to_torch": len(to_torch),
+            "below_0_9": sum(1 for value in served.values() if value < 0.9)}
 
 
 def ratio_summary(ratios: dict[Shape, float]) -> dict[str, Any]:
@@ -240,12 +241,14 @@ def selector_on_validation() -> dict[str, Any]:
         if not gemm:
             out[device] = None
             continue
-        picks = [row["gemm"]["speedup_vs_cublas"] for row in validation["rows"]]
+        picks = {(row["M"], row["N"], row["K"]): row["gemm"]["speedup_vs_cublas"] for row in validation["rows"]}
+        operator = operator_served(device=device, ratios=picks)
         out[device] = {"source": f"{path.relative_to(REPO)} (benchmarks/unseen_shapes.py --device {device})",
                        "speedup_vs_cublas": gemm.get("speedup_vs_cublas"),
                        "of_exhaustive_best": gemm.get("of_exhaustive_best"),
-                       "min": min(picks), "below_0_9": sum(1 for value in picks if value < 0.9),
-                       "shapes": len(picks)}
+                       "min": min(picks.values()), "below_0_9": sum(1 for value in picks.values() if value < 0.9),
+                       "shapes": len(picks),
+                       "operator": operator}
     return out
 
 
@@ -367,9 +370,12 @@ def selector_line(quoted: dict[str, Any] | None) -> str:
     """The quoted selector figure in words (or why it is absent)."""
     if not quoted:
         return "not available (run benchmarks/unseen_shapes.py --device for it)"
+    operator = quoted["operator"]
     return (f"{quoted['speedup_vs_cublas']:.3f}x cuBLAS geomean, min {quoted['min']:.3f}, {quoted['below_0_9']} of "
             f"{quoted['shapes']} below 0.9x; {quoted['of_exhaustive_best']:.3f}x the exhaustive best "
-            f"(quoted from {quoted['source']})")
+            f"(quoted from {quoted['source']}); through the PyTorch operator, which routes {operator['to_torch']} of "
+            f"them to torch's matmul (counted at 1.0x), {operator['geomean']:.3f}x, min {operator['min']:.3f}, "
+            f"{operator['below_0_9']} below 0.9x")
 
 
 def markdown(result: dict[str, Any]) -> str:
