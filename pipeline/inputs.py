@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.errors import TuneTableError
+from tunetable.kernels.families.entry_fields import finite_number
 from tunetable.yamlio import decode_utf8, read_bytes
 
 MAX_INPUT_BYTES = 1 << 30        # a profiler trace of a long run is ~100s of MB; nothing we read is larger
@@ -190,12 +190,6 @@ def check_shape(shape: Iterable[Any], *, path: str | Path | None, where: str | N
         raise TuneTableError(f"a shape is [M, N, K], got {_shown(values)}", path=path, where=_place(where))
     m, n, k = (shape_value(v, name=name, path=path, where=where) for v, name in zip(values, SHAPE_KEYS))
     return m, n, k
-
-
-def finite_number(value: Any) -> bool:
-    """An int or float (never a bool) that is finite."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and (isinstance(value, int) or math.isfinite(value)))
 
 
 def _shown(value: Any) -> str:

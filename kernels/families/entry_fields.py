@@ -105,11 +105,15 @@ class EntryFields:
         return {item.name: item for item in self.fields}
 
 
+def finite_number(value: Any) -> bool:
+    """An int or float (never a bool) that is finite."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and (isinstance(value, int) or math.isfinite(value)))
+
+
 def positive_number(value: Any) -> bool:
-    """An int or float (never a bool) that is finite and above zero."""
-    if type(value) is int:
-        return value > 0
-    return type(value) is float and math.isfinite(value) and value > 0
+    """A finite number (``finite_number``) above zero."""
+    return finite_number(value) and value > 0
 
 
 def shape_fields() -> list[Field]:

@@ -10,9 +10,9 @@ tag, the C++ ABI, the build command's format): a later process loads it without 
 into a temp folder beside the entry and renames the finished library into place, so a concurrent or interrupted
 build never leaves half a file; it is bounded by ``BUILD_TIMEOUT_S``. No compiler, a failed build or a failed
 load keeps the Python kernel and warns once (``TorchExtensionWarning``: why, and that the operator is slower).
-The C++ kernel is on by default (it passed ``pytest -m gpu`` and measured 7.9-8.7 µs a call on an H100, against
-16.5-17.5 µs for the Python kernel: benchmarks/results/runtime_gemm_host.md); ``TUNETABLE_TORCH_EXT=0`` (or false,
-no, off) keeps the Python kernel, builds nothing and warns nothing. A torch built without CUDA builds nothing and
+The C++ kernel is on by default (its GPU tests and host figures: docs/pytorch.md, benchmarks/results/
+runtime_gemm_host.md); ``TUNETABLE_TORCH_EXT=0`` (or false, no, off) keeps the Python kernel, builds nothing and
+warns nothing. A torch built without CUDA builds nothing and
 warns nothing either: the operator has no CUDA kernel to speed up there.
 
 The argument sets the C++ kernel launches with are the Python prepared launch's (kernels/runtime/prepared.py),
@@ -67,6 +67,7 @@ class ExtensionStatus:
     reason: str = ""
     path: str | None = None
     build_s: float | None = None
+    quiet: bool = False     # not loaded by choice or where it cannot help (switched off, torch without CUDA)
 
     def summary(self) -> str:
         """One line for logs: loaded (built in N s, or cached) or not, and why."""
@@ -216,7 +217,7 @@ def load(torch: Any) -> ExtensionStatus:
     found = _status.get("status")
     if found is None:
         found = _status["status"] = _load(torch)
-        if not found.loaded and enabled() and getattr(torch.version, "cuda", None):
+        if not found.loaded and not found.quiet:
             warnings.warn(f"tunetable::gemm runs its Python kernel (several µs a call slower): {found.reason}",
                           TorchExtensionWarning, stacklevel=3)
     return found
@@ -233,9 +234,10 @@ def _building(text: str) -> contextlib.AbstractContextManager:
 def _load(torch: Any) -> ExtensionStatus:
     """The steps of ``load``: switched off, torch without CUDA, the cache, the compiler, the build, load_library."""
     if not enabled():
-        return ExtensionStatus(loaded=False, reason=f"{ENABLE_ENV}={os.environ.get(ENABLE_ENV, '').strip()}")
+        return ExtensionStatus(loaded=False, reason=f"{ENABLE_ENV}={os.environ.get(ENABLE_ENV, '').strip()}",
+                               quiet=True)
     if not getattr(torch.version, "cuda", None):
-        return ExtensionStatus(loaded=False, reason=f"torch {torch.__version__} is built without CUDA")
+        return ExtensionStatus(loaded=False, reason=f"torch {torch.__version__} is built without CUDA", quiet=True)
     try:
         source = SOURCE.read_bytes()
     except OSError as exc:
