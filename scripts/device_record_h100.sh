@@ -2,11 +2,11 @@
 # Record every table of params.yaml on whichever Hopper GPU this runs on (made for the H100's first
 # session, docs/devices.md): the device is recognised from what the driver reports (params.yaml
 # `devices:`, kernels/families/devices.py) and names the recordings, <device>_<table> for the default
-# shapes and <device>_validation_<table> for data/validation_shapes.csv, as the H200's are named.
+# shapes and <device>_<set>_<table> for data/<set>_shapes.csv (validation, coverage), as the H200's are named.
 # An unrecognised GPU stops the script before any GPU time (add it to params.yaml `devices:` first).
 #
 #   TUNETABLE_GIT_REV=$(git rev-parse --short=12 HEAD) bash scripts/device_record_h100.sh
-#   env: TABLES (default: every table of params.yaml), SETS ("default validation"), BENCH_TIMEOUT_S per
+#   env: TABLES (default: every table of params.yaml), SETS ("default validation"; also "coverage"), BENCH_TIMEOUT_S per
 #        table and set (device_session.sh's default); a device call lasts at most 10 minutes, so split a
 #        full recording over calls with TABLES=... and SETS=... (the cubin cache makes the later ones cheap)
 #   carry [".whl", ".cache/cubins"]: wheels for pycuda and friends, and a cubin cache compiled here
@@ -32,8 +32,8 @@ fi
 TABLES=${TABLES:-$(python3 -c "from tunetable.params import load_params; print(' '.join(load_params('params.yaml')['tables']))")}
 for set in ${SETS:-default validation}; do
   for table in $TABLES; do
-    if [ "$set" = validation ]; then rec="${KEY}_validation_$table"; shapes=data/validation_shapes.csv
-    else rec="${KEY}_$table"; shapes=""; fi
+    if [ "$set" = default ]; then rec="${KEY}_$table"; shapes=""
+    else rec="${KEY}_${set}_$table"; shapes="data/${set}_shapes.csv"; fi
     OUT="$LOGS/$set/$table" TABLE="$table" RECORDING="$rec" SHAPES_FILE="$shapes" \
       bash scripts/device_session.sh bench
     cp "$LOGS/$set/$table/$rec".parquet "$LOGS/$set/$table/$rec".json "$FINAL_OUT"/ \
