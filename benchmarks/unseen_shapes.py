@@ -2,7 +2,10 @@
 
 Leave-one-(N, K)-out: for every (N, K) of the recordings, the selector is built (exactly as
 `tunetable select --selector` builds it) from every table's recording minus that pair's rows,
-then picks a table and configuration for each M of the pair. Each pick is scored by what the
+then picks a table and configuration for each M of the pair. The device's coverage recordings
+(params.yaml ``selector.<s>.coverage``: extra (N, K) pairs recorded for the fit only), when present,
+train every fold and are never scored: the folds score the tables' shapes only, so --no-coverage
+(the tables' recordings alone) against the default measures what coverage is worth. Each pick is scored by what the
 recordings measured: the pick's median over the shape's cuBLAS yardstick (every table's cuBLAS row
 of the shape pooled, in each recording's session scale: tunetable.baseline, the yardstick across
 tables measured in different sessions), divided by the best such ratio of any configuration of any
@@ -22,7 +25,9 @@ The validation recordings are a test set only: nothing in the selector (features
 chosen by them; settings are chosen by the folds above, on both devices' default recordings.
 
     python3 benchmarks/unseen_shapes.py [--device D] [--out benchmarks/results] [--candidates N] [--folds-only]
-Writes unseen_shapes.json under --out (another device: unseen_shapes.<device>.json). Last line:
+                                        [--no-coverage]
+Writes unseen_shapes.json under --out (another device: unseen_shapes.<device>.json; --no-coverage:
+unseen_shapes.no_coverage[.<device>].json). Last line:
 ``unseen shapes: P% within 5%, geomean regret R%``. --folds-only: the two folds' figures only, printed, nothing
 written and no validation recording read (what a setting of the selector is chosen by).
 With --timing-only: only the host time of a first decision, in a process that has just built the selector
@@ -40,7 +45,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,8 +67,9 @@ from tunetable.params import load_params, selector_spec, table_spec  # noqa: E40
 from tunetable.selector_fit import (  # noqa: E402
     TableMeasurements,
     build_selector,
+    coverage_absent_line,
     cublas_seconds,
-    load_table_measurements,
+    selector_tables,
     shared_yardstick,
 )
 
@@ -71,6 +77,7 @@ Shape = tuple[int, int, int]
 SELECTOR = "gemm_selector"
 VALIDATION = "validation_{table}"   # per table of the selector: recording_path's table name of its validation rows
 OUT_NAME = "unseen_shapes.json"     # the primary device's; another's: device_data_path's (unseen_shapes.<d>.json)
+NO_COVERAGE_OUT_NAME = "unseen_shapes.no_coverage.json"   # --no-coverage: the tables' recordings alone
 SLOW = 0.9                          # a pick below this speedup vs cuBLAS counts as slow (issue 49)
 WITHIN = 0.05
 TARGETS = {"share_within_5pct": 0.90, "geomean_regret": 0.03}
@@ -82,12 +89,13 @@ WORKLOAD_NK = ((3072, 3072), (3072, 8192), (8192, 3072), (2560, 10240), (10240, 
 TOP_K = (3, 8)   # the best measured among the selector's k best predictions (what online tuning measures)
 
 
-def normalised(tables: list[TableMeasurements]) -> dict[Shape, dict[tuple[str, str], float]]:
+def normalised(tables: list[TableMeasurements], *, own_only: bool = False) -> dict[Shape, dict[tuple[str, str], float]]:
     """Per shape any table measured: (table, config id) -> median / cuBLAS yardstick (the tables' rows pooled, in
     each recording's session scale: tunetable.baseline), over the tables that measured it (gemm_wgmma_swap's
-    shapes stop at a lower M than the others': params.yaml)."""
+    shapes stop at a lower M than the others': params.yaml). ``own_only``: the tables' own recordings' shapes (the
+    folds score those; coverage shapes only train)."""
     tables = list(shared_yardstick(tables))
-    shapes = set.union(*({s for s in t.times if s in t.cublas} for t in tables))
+    shapes = set.union(*({s for s in (t.own_shapes() if own_only else t.times) if s in t.cublas} for t in tables))
     return {shape: {(t.table, cid): ms / t.cublas[shape] for t in tables if shape in t.times and shape in t.cublas
                     for cid, ms in t.times[shape].items()}
             for shape in sorted(shapes, key=lambda s: (s[1], s[2], s[0]))}
@@ -102,10 +110,12 @@ def score(*, measured: dict[tuple[str, str], float], table: str, config_id: str)
 
 
 def fold(*, tables: list[TableMeasurements], measured: dict[Shape, dict[tuple[str, str], float]],
-         held: list[Shape], candidates: int, label: str) -> list[dict[str, Any]]:
-    """Build without ``held``, pick for each held shape (the runtime's shortlist, and every configuration)."""
+         held: list[Shape], candidates: int, label: str,
+         left_out: Callable[[Shape], bool] | None = None) -> list[dict[str, Any]]:
+    """Build without ``held`` (and every shape ``left_out`` says: a left-out M's coverage rows too), pick for each
+    held shape (the runtime's shortlist, and every configuration)."""
     drop = set(held)
-    training = [t.without(lambda s: s in drop) for t in tables]
+    training = [t.without(lambda s: s in drop or (left_out is not None and left_out(s))) for t in tables]
     build = build_selector(tables=training, candidates=candidates)
     runtime = ShapeSelector(build.candidates)
     rows = []
@@ -359,6 +369,8 @@ def main() -> None:
                         help="shortlist size per M range (default: params.yaml selector.<name>.candidates)")
     parser.add_argument("--timing-only", action="store_true",
                         help="only the host time per first decision, right after building the selector")
+    parser.add_argument("--no-coverage", action="store_true",
+                        help="fit on the tables' recordings alone, without the device's coverage recordings")
     args = parser.parse_args()
     params = load_params(REPO / "params.yaml")
     device = args.device or primary_device(params)
@@ -366,10 +378,16 @@ def main() -> None:
         parser.error(f"--device {device}: not a device of params.yaml (devices: {', '.join(params['devices'])})")
     spec = selector_spec(params, selector_name(params=params, device=device))
     names = spec.tables
-    extra = "" if device == primary_device(params) else f" --device {device}"
+    extra = ("" if device == primary_device(params) else f" --device {device}") + (
+        " --no-coverage" if args.no_coverage else "")
     if args.candidates is None:
         args.candidates = spec.candidates
-    tables = [load_table_measurements(root=REPO, spec=table_spec(params, name)) for name in names]
+    found = selector_tables(root=REPO, specs=[table_spec(params, name) for name in names],
+                            coverage=None if args.no_coverage else spec.coverage)
+    if found.coverage_absent:
+        print(coverage_absent_line(name=spec.name, paths=found.coverage_absent))
+    tables = list(found.tables)
+    coverage = {t.table: t.coverage.source for t in tables if t.coverage is not None}
     if args.timing_only:
         timed = timing(build_candidates=build_selector(tables=tables, candidates=args.candidates).candidates)
         args.out.mkdir(parents=True, exist_ok=True)
@@ -378,7 +396,7 @@ def main() -> None:
                                                  f"{args.candidates}{extra}", "timing": timed}, indent=1) + "\n")
         print(timing_line(timed))
         return
-    measured = normalised(tables)
+    measured = normalised(tables, own_only=True)
     started = time.perf_counter()
     nk_rows: list[dict[str, Any]] = []
     for n, k in sorted({(s[1], s[2]) for s in measured}):
@@ -388,11 +406,13 @@ def main() -> None:
     m_rows: list[dict[str, Any]] = []
     for m in sorted({s[0] for s in measured}):
         held = [s for s in measured if s[0] == m]
-        m_rows += fold(tables=tables, measured=measured, held=held, candidates=args.candidates, label=f"M={m}")
+        # An M no recording measured: the coverage recordings' rows at M leave too (their anchor would stay).
+        m_rows += fold(tables=tables, measured=measured, held=held, candidates=args.candidates, label=f"M={m}",
+                       left_out=lambda s, m=m: s[0] == m)
     elapsed = time.perf_counter() - started
     if args.folds_only:
         for name, rows in (("leave-one-(N, K)-out", nk_rows), ("leave-one-M-out", m_rows)):
-            print(fold_line(name=f"{device} {name}", summary=summarise(rows)))
+            print(fold_line(name=f"{device} {name}{' (coverage)' if coverage else ''}", summary=summarise(rows)))
         return
     neighbour, selector_same = neighbour_rows(measured=measured, m_rows=m_rows)
     full = build_selector(tables=tables, candidates=args.candidates)
@@ -401,6 +421,7 @@ def main() -> None:
         "device": device,
         "selector": spec.name,
         "recordings": {t.table: t.source for t in tables},
+        "coverage_recordings": coverage,   # trained on, never scored ({}: none, or --no-coverage)
         "data_hashes": {t.table: t.provenance.get("data_hash") for t in tables},
         "candidates": args.candidates,
         "targets": TARGETS,
@@ -419,7 +440,9 @@ def main() -> None:
         "evaluation_s": round(elapsed, 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / out_name(params=params, device=device), json.dumps(result, indent=1) + "\n")
+    atomic_write_text(args.out / out_name(params=params, device=device,
+                                          name=NO_COVERAGE_OUT_NAME if args.no_coverage else OUT_NAME),
+                      json.dumps(result, indent=1) + "\n")
     for name, key in (("leave-one-(N, K)-out", "leave_one_nk_out"), ("leave-one-M-out", "leave_one_m_out")):
         for variant, part in (("shortlist (runtime)", "summary"), ("every configuration", "all_configs")):
             s = result[key][part]

@@ -16,14 +16,15 @@ exp(scale_r + level_s): a shape only one recording measured keeps that recording
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
 Shape = tuple[int, int, int]
+Session = Hashable         # a recording's name (the selector's fit: (table, recording))
 FIT_ROUNDS = 200          # alternating means (backfitting): a few dozen rounds reach the tolerance
 FIT_TOLERANCE = 1e-12
 
 
-def _levels(*, logs: Mapping[str, Mapping[Shape, float]], scales: Mapping[str, float]) -> dict[Shape, float]:
+def _levels(*, logs: Mapping[Session, Mapping[Shape, float]], scales: Mapping[Session, float]) -> dict[Shape, float]:
     """Per shape, the mean over its recordings of log cuBLAS minus the recording's scale."""
     sums: dict[Shape, list[float]] = {}
     for name, rows in logs.items():
@@ -32,12 +33,12 @@ def _levels(*, logs: Mapping[str, Mapping[Shape, float]], scales: Mapping[str, f
     return {shape: sum(values) / len(values) for shape, values in sums.items()}
 
 
-def _logs(baselines: Mapping[str, Mapping[Shape, float]]) -> dict[str, dict[Shape, float]]:
+def _logs(baselines: Mapping[Session, Mapping[Shape, float]]) -> dict[Session, dict[Shape, float]]:
     """log cuBLAS per recording and shape (rows without a positive time left out)."""
     return {name: {shape: math.log(ms) for shape, ms in rows.items() if ms > 0} for name, rows in baselines.items()}
 
 
-def session_scales(*, baselines: Mapping[str, Mapping[Shape, float]]) -> dict[str, float]:
+def session_scales(*, baselines: Mapping[Session, Mapping[Shape, float]]) -> dict[Session, float]:
     """Per recording, log of how much slower its session ran cuBLAS than the pooled level (summing to zero).
 
     Fitted on the shapes two or more recordings measured; a recording sharing none keeps 0.
@@ -62,7 +63,7 @@ def session_scales(*, baselines: Mapping[str, Mapping[Shape, float]]) -> dict[st
     return scales
 
 
-def pooled_baselines(*, baselines: Mapping[str, Mapping[Shape, float]]) -> dict[str, dict[Shape, float]]:
+def pooled_baselines(*, baselines: Mapping[Session, Mapping[Shape, float]]) -> dict[Session, dict[Shape, float]]:
     """Per recording, per shape it measured: its yardstick exp(scale + level), in the units of ``baselines``."""
     scales = session_scales(baselines=baselines)
     logs = _logs(baselines)

@@ -17,9 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.codegen_render import check_comment_text, optional_string_literal, replace_generated_region
-from tunetable.device_tables import complete_devices, device_tables_of, other_devices, split_device_table
+from tunetable.device_tables import (
+    base_tables,
+    complete_devices,
+    device_tables_of,
+    other_devices,
+    split_device_table,
+)
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
+from tunetable.kernels.families.devices import coverage_recording_path
 from tunetable.manifest import UNKNOWN, load_manifest_document
 
 DEVICE_TABLES_BEGIN_MARKER = "BEGIN-TUNING-DEVICE-TABLES"
@@ -153,7 +160,18 @@ def render_device_tables_region(blocks: Sequence[DeviceBlock], *, bases: Sequenc
 # needs no hand edit. Each region: (marker stem, indent, the lines of one name).
 DVC_FILE = "dvc.yaml"
 DVC_REGIONS = ("DVC-DEVICE-RECORDINGS", "DVC-DEVICE-OUTS", "DVC-DEVICE-METRICS", "DVC-DEVICE-MANIFESTS",
-               "DVC-DEVICE-PLOTS")
+               "DVC-DEVICE-PLOTS", "DVC-COVERAGE-RECORDINGS")
+DVC_EMPTY = {"DVC-COVERAGE-RECORDINGS": "# (no coverage recordings yet)"}   # else: no other device has tables
+
+
+def coverage_recordings(params: Mapping[str, Any], *, root: Any) -> list[str]:
+    """The coverage recordings present under ``root`` (every declared device's, each table's; only when a selector
+    names coverage shapes): what the selector's fit reads besides the tables' recordings."""
+    if not any((raw or {}).get("coverage") for raw in (params.get("selector") or {}).values()):
+        return []
+    paths = [coverage_recording_path(device=device, table=base) for device in params.get("devices") or {}
+             for base in base_tables(params)]
+    return [path for path in paths if (root / path).is_file()]
 
 
 def dvc_device_lines(params: Mapping[str, Any], *, root: Any) -> dict[str, list[str]]:
@@ -181,6 +199,7 @@ def dvc_device_lines(params: Mapping[str, Any], *, root: Any) -> dict[str, list[
         "DVC-DEVICE-MANIFESTS": [f"- manifests/{name}.yaml" for name in [*tables, *lists, *selectors]]
         + [f"- {raw['data']}" for raw in selectors.values()],
         "DVC-DEVICE-PLOTS": [f"- results/plots/{name}.png" for name in [*tables, *lists]],
+        "DVC-COVERAGE-RECORDINGS": [f"- {path}" for path in coverage_recordings(params, root=root)],
     }
 
 
@@ -197,7 +216,8 @@ def render_dvc_regions(text: str, *, lines: Mapping[str, list[str]], path: Any) 
         if begin is None:
             continue
         indent = begin[: len(begin) - len(begin.lstrip())]
-        body = [f"{indent}{line}" for line in lines.get(stem, [])] or [f"{indent}# (no other device has tables)"]
+        empty = DVC_EMPTY.get(stem, "# (no other device has tables)")
+        body = [f"{indent}{line}" for line in lines.get(stem, [])] or [f"{indent}{empty}"]
         text = replace_generated_region(text, begin_marker=f"BEGIN-{stem}", end_marker=f"END-{stem}",
                                         generated="\n".join(body), path=path)
     return text

@@ -10,7 +10,12 @@ from typing import Any
 from tunetable.device_tables import derived_dispatch, derived_selector, derived_table, split_device_table
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
-from tunetable.kernels.families.devices import DeviceSpec, device_specs_from_mapping, recording_path
+from tunetable.kernels.families.devices import (
+    DeviceSpec,
+    coverage_recording_path,
+    device_specs_from_mapping,
+    recording_path,
+)
 from tunetable.yamlio import load_yaml_file
 
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "params.schema.yaml"
@@ -58,6 +63,15 @@ class TableSpec:
         """All (M, N, K) shapes of the table: the NK x M product (NK pairs outer, M inner), then the list's others."""
         product = [(m, n, k) for (n, k) in self.nk for m in self.m_values]
         return list(dict.fromkeys([*product, *self.shape_list]))
+
+    def recording_device(self) -> str | None:
+        """The device whose recording ``recording`` is (one of ``recordings``), or None (no declared device)."""
+        return next((device for device, path in self.recordings if path == self.recording), None)
+
+    def coverage_recording(self) -> str | None:
+        """Its device's coverage recording of this table (``coverage_recording_path``), or None without a device."""
+        device = self.recording_device()
+        return None if device is None else coverage_recording_path(device=device, table=self.base)
 
     def m_values_of(self, n: int, k: int) -> list[int]:
         """The Ms the table holds for one (N, K), ascending."""
@@ -345,6 +359,7 @@ class SelectorSpec:
     candidates: int
     data: str                   # the fitted selector's data file (kernels/data/<name>.json)
     codegen: CodegenSpec
+    coverage: str | None = None  # coverage shapes CSV: its recordings feed the fit only (tunetable.selector_fit)
 
 
 DEFAULT_SELECTOR_CANDIDATES = 8
@@ -368,7 +383,8 @@ def selector_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAU
     return SelectorSpec(name=name, tables=tuple(raw["tables"]),
                         candidates=int(raw.get("candidates", DEFAULT_SELECTOR_CANDIDATES)),
                         data=str(raw["data"]),
-                        codegen=_selector_codegen(raw, target_root=Path(path).parent, name=name, path=path))
+                        codegen=_selector_codegen(raw, target_root=Path(path).parent, name=name, path=path),
+                        coverage=str(raw["coverage"]) if raw.get("coverage") else None)
 
 
 def _selector_codegen(raw: dict[str, Any], *, target_root: Path, name: str, path: str | Path) -> CodegenSpec:

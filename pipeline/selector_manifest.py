@@ -60,10 +60,12 @@ def entry_types() -> dict[str, type]:
 
 
 def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> dict[str, Any]:
-    """The recordings behind the selector (each table's data hash, device, date, git revision) and its settings."""
-    dates = [str(t.provenance.get("date", UNKNOWN)) for t in build.tables]
+    """The recordings behind the selector (each table's and coverage recording's data hash, device, date, git revision)
+    and its settings."""
+    recordings = [*build.tables, *(t.coverage for t in build.tables if t.coverage is not None)]
+    dates = [str(t.provenance.get("date", UNKNOWN)) for t in recordings]
     known = [d for d in dates if d != UNKNOWN]
-    devices = sorted({str(t.provenance.get("device", UNKNOWN)) for t in build.tables})
+    devices = sorted({str(t.provenance.get("device", UNKNOWN)) for t in recordings})
     provenance: dict[str, Any] = {
         "table": name,
         "tables": ",".join(t.table for t in build.tables),
@@ -80,11 +82,23 @@ def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> 
                    f"a shortlist per point over the points within {CELL_RADIUS}",
     }
     for table in build.tables:
-        provenance[f"{table.table}_recording"] = table.source
-        for key in ("data_hash", "kernel_hash", "git_rev", "date"):
-            provenance[f"{table.table}_{key}"] = str(table.provenance.get(key, UNKNOWN))
-        provenance[f"{table.table}_shapes"] = len(table.times)
+        provenance.update(recording_provenance(prefix=table.table, recording=table, shapes=len(table.own_shapes())))
+    for table in build.tables:
+        if table.coverage is not None:
+            shapes = len(table.times) - len(table.own_shapes())
+            provenance.update(recording_provenance(prefix=f"{table.table}_coverage", recording=table.coverage,
+                                                   shapes=shapes))
     return provenance
+
+
+def recording_provenance(*, prefix: str, recording: TableMeasurements, shapes: int) -> dict[str, Any]:
+    """One recording behind the fit: <prefix>_recording (its path), _data_hash (sha256 of its values), _kernel_hash,
+    _git_rev, _date and _shapes (how many of its shapes the fit read)."""
+    found: dict[str, Any] = {f"{prefix}_recording": recording.source}
+    for key in ("data_hash", "kernel_hash", "git_rev", "date"):
+        found[f"{prefix}_{key}"] = str(recording.provenance.get(key, UNKNOWN))
+    found[f"{prefix}_shapes"] = shapes
+    return found
 
 
 def sha256_hex(text: str) -> str:

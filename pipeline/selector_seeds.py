@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.params import load_params, selector_specs, table_spec
-from tunetable.selector_fit import Shape, SelectorModel, load_table_measurements, selector_model
+from tunetable.selector_fit import Shape, SelectorModel, selector_model, selector_tables
 
 
 def seed_tables(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> list[Any]:
@@ -29,10 +29,21 @@ def seed_tables(*, params: Mapping[str, Any], path: str | Path = "params.yaml") 
     return [spec for spec in tables if spec.recording and Path(spec.recording).is_file()]
 
 
-def seed_recordings(*, path: str | Path = "params.yaml") -> list[Path]:
-    """The recordings a ``seed_from_selector`` search's seeds come from (what its content key hashes)."""
+def seed_coverage(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> str | None:
+    """The first declared selector's coverage shapes CSV (None: none declared)."""
+    specs = selector_specs(dict(params), path=path)
+    return specs[0].coverage if specs else None
 
-    return [Path(spec.recording) for spec in seed_tables(params=load_params(path), path=path)]
+
+def seed_recordings(*, path: str | Path = "params.yaml") -> list[Path]:
+    """The recordings a ``seed_from_selector`` search's seeds come from (what its content key hashes): the tables'
+    and the coverage recordings present (``selector_tables`` merges them)."""
+
+    params = load_params(path)
+    specs = seed_tables(params=params, path=path)
+    coverage = [Path(found) for found in (spec.coverage_recording() for spec in specs)
+                if seed_coverage(params=params, path=path) and found and Path(found).is_file()]
+    return [Path(spec.recording) for spec in specs] + coverage
 
 
 def seed_model(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> SelectorModel | None:
@@ -40,7 +51,8 @@ def seed_model(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -
     specs = seed_tables(params=params, path=path)
     if not specs:
         return None
-    return selector_model(tables=[load_table_measurements(root=Path("."), spec=spec) for spec in specs])
+    found = selector_tables(root=Path("."), specs=specs, coverage=seed_coverage(params=params, path=path))
+    return selector_model(tables=found.tables)
 
 
 def seed_ids(*, model: SelectorModel, table: str, shape: Shape) -> list[str]:

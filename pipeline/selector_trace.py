@@ -164,8 +164,8 @@ def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, Table
         raise TuneTableError(f"entry names table '{table}', not one of the selector's ({', '.join(spec.tables)})",
                              path=spec.data, where=f"candidates[{index}]")
     # Every table of the selector: the bias is against the cuBLAS yardstick they share (tunetable.baseline).
-    shared = building.shared_yardstick([building.load_table_measurements(root=root, spec=tables[name])
-                                        for name in spec.tables])
+    shared = building.shared_yardstick(building.selector_tables(
+        root=root, specs=[tables[name] for name in spec.tables], coverage=spec.coverage).tables)
     measurements = next(t for t in shared if t.table == table)
     config = next((c for c in measurements.configs if c.config_id == entry.get("CONFIG_ID")), None)
     if config is None:

@@ -86,9 +86,9 @@ def _positive(text: str, *, name: str, path: Path, line: int) -> int:
     return number
 
 
-def parse_csv(text: str, *, path: Path) -> list[ShapeCount]:
-    """Shapes of a CSV text (``M,N,K[,count]``), in file order."""
-    found = []
+def numbered_csv_rows(text: str, *, path: Path) -> list[tuple[int, ShapeCount]]:
+    """(line number, shape) of each shape of a CSV text (``M,N,K[,count]``), in file order."""
+    found: list[tuple[int, ShapeCount]] = []
     try:
         rows = list(enumerate(csv.reader(io.StringIO(text)), start=1))
     except csv.Error as exc:   # a field past csv's size limit, a NUL byte
@@ -106,10 +106,23 @@ def parse_csv(text: str, *, path: Path) -> list[ShapeCount]:
                                  where=f"line {number}")
         m, n, k = (_positive(cells[i], name=name, path=path, line=number) for i, name in enumerate("MNK"))
         count = _positive(cells[3], name="count", path=path, line=number) if len(cells) == 4 else 1
-        found.append(ShapeCount(m=m, n=n, k=k, count=count))
+        found.append((number, ShapeCount(m=m, n=n, k=k, count=count)))
     if not found:
         raise TuneTableError("no shapes (expected lines M,N,K or M,N,K,count)", path=path)
     return found
+
+
+def parse_csv(text: str, *, path: Path) -> list[ShapeCount]:
+    """Shapes of a CSV text (``M,N,K[,count]``), in file order."""
+    return [shape for _, shape in numbered_csv_rows(text, path=path)]
+
+
+def read_shape_lines(path: Path) -> list[tuple[int, tuple[int, int, int]]]:
+    """(line number, (M, N, K)) of each line of a shapes CSV (data/validation_shapes.csv, coverage shapes), in file
+    order, read through ``tunetable.inputs``; a line's count, if any, is not read."""
+    if not path.is_file():
+        raise TuneTableError("no such file", path=path)
+    return [(number, item.shape) for number, item in numbered_csv_rows(read_input_text(path), path=path)]
 
 
 def _dims(value: Any) -> list[int] | None:

@@ -8,7 +8,8 @@ and the runtime (which identifies the GPU the operands live on) share ONE matchi
 - ``recognise`` names the declared device whose ``match`` holds for what the driver reports (a name
   fragment, the SM count, a memory range in GiB), or None (``recognise_gpu``: for a ``GpuInfo``);
 - ``recording_path`` is where a device's recording of a table lives (``data/recordings/<device>_<table>.parquet``,
-  its sidecar beside it as ``.json``): derived, never written twice;
+  its sidecar beside it as ``.json``): derived, never written twice; ``coverage_recording_path`` is where its
+  coverage recording lives (``<device>_coverage_<table>``: extra (N, K) pairs for the shape selector's fit only);
 - ``serving_device`` is the fallback rule as data: a device with tables of its own serves itself; another
   serves the first recorded device its ``fallback`` list names, else the first recorded device of its
   architecture in declaration order; a GPU of no declared architecture serves none (None).
@@ -22,6 +23,7 @@ from typing import Any
 
 GIB = 1 << 30
 RECORDINGS_DIR = "data/recordings"
+COVERAGE_SET = "coverage"     # the recorded set (data/coverage_shapes.csv) whose rows feed the selector's fit only
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,12 @@ def gpu_info(cuda: Any, ordinal: int) -> GpuInfo:
 def recording_path(*, device: str, table: str, root: str = RECORDINGS_DIR) -> str:
     """The recording the replay backend serves for ``table`` on ``device``: <root>/<device>_<table>.parquet."""
     return f"{root}/{device}_{table}.parquet"
+
+
+def coverage_recording_path(*, device: str, table: str, root: str = RECORDINGS_DIR) -> str:
+    """``device``'s coverage recording of ``table`` (scripts/device_record_h100.sh's set ``coverage``: the shapes
+    of params.yaml ``selector.<s>.coverage``): <root>/<device>_coverage_<table>.parquet; the selector's fit only."""
+    return recording_path(device=device, table=f"{COVERAGE_SET}_{table}", root=root)
 
 
 def recognise(*, name: str, sm_count: int, memory_bytes: int, devices: Sequence[DeviceSpec]) -> str | None:

@@ -18,7 +18,7 @@ from tunetable.manifest import load_manifest_document
 from tunetable.params import dispatch_spec, load_params, selector_spec, table_spec
 from tunetable.rank import read_ranked
 from tunetable.select_winners import DEFAULT_TIE_TOLERANCE, TableResults, build_dispatch_manifest, build_manifest
-from tunetable.selector_fit import load_table_measurements
+from tunetable.selector_fit import coverage_absent_line, selector_tables
 from tunetable.selector_manifest import fit_selector_files
 
 RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "status")
@@ -84,12 +84,16 @@ CANDIDATE_LINE = '\n{"M":'   # how each candidate's line of a selector data file
 
 def _select_selector(*, name: str, params_path: Path, console: Console) -> tuple[str, Path, str]:
     """The selector manifest text of selector ``name``, its data file's path and text, fitted on its tables'
-    recordings."""
+    recordings (with their device's coverage recordings: ``selector_tables``)."""
 
     params = load_params(params_path)
     spec = selector_spec(params, name, path=params_path)
     root = params_path.parent
-    tables = [load_table_measurements(root=root, spec=table_spec(params, t, path=params_path)) for t in spec.tables]
+    found = selector_tables(root=root, specs=[table_spec(params, t, path=params_path) for t in spec.tables],
+                            coverage=spec.coverage)
+    if found.coverage_absent:
+        console.print(coverage_absent_line(name=name, paths=found.coverage_absent), markup=False)
+    tables = list(found.tables)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"selector {name}: shortlists per M range", total=None)
 

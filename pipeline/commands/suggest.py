@@ -16,7 +16,13 @@ from tunetable.kernels.runtime.decide import UnknownDeviceError, dispatcher, ser
 from tunetable.kernels.runtime.selector_serve import SELECTOR
 from tunetable.numbers import number_cell
 from tunetable.params import TableSpec, load_params, selector_specs, table_spec
-from tunetable.selector_fit import cublas_seconds, load_table_measurements, selector_model, shared_yardstick
+from tunetable.selector_fit import (
+    coverage_absent_line,
+    cublas_seconds,
+    selector_model,
+    selector_tables,
+    shared_yardstick,
+)
 from tunetable.shapes import ShapeCount, read_workload
 from tunetable.decision_preview import measured_times, smallest_recorded, suggest, workload_totals
 
@@ -118,9 +124,12 @@ def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path
     specs = selector_specs(params, path=params_path)
     names = list(dict.fromkeys(t for spec in specs for t in spec.tables)) or list(params["tables"])
     served = [device_recording(table_spec(params, name, path=params_path), device=serving) for name in names]
-    tables = [load_table_measurements(root=root, spec=spec) for spec in served
-              if spec.recording and (root / spec.recording).is_file()]
-    tables = list(shared_yardstick(tables))  # measured speedups against the yardstick the selector uses
+    found = selector_tables(root=root, specs=[spec for spec in served
+                                              if spec.recording and (root / spec.recording).is_file()],
+                            coverage=specs[0].coverage if specs else None)
+    if found.coverage_absent:
+        Console(stderr=True).print(coverage_absent_line(name=SELECTOR, paths=found.coverage_absent), markup=False)
+    tables = list(shared_yardstick(found.tables))  # measured speedups against the yardstick the selector uses
     model = selector_model(tables=tables) if tables else None
     families = [FAMILIES[name] for name in sorted({spec.family for spec in map(
         lambda t: table_spec(params, t, path=params_path), params["tables"])}) if name in FAMILIES]

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.measurement_plan import sidecar_path
-from tunetable.params import DispatchSpec, SelectorSpec, dispatch_specs, primary_recording, selector_specs, table_specs
+from tunetable.params import (
+    DispatchSpec,
+    SelectorSpec,
+    dispatch_specs,
+    primary_recording,
+    selector_specs,
+    table_spec,
+    table_specs,
+)
 from tunetable.workflow.batches import live_batches, replay_batches, restore_jobs
 from tunetable.workflow.run_plan import Plan, shard_paths, stale_raw
 from tunetable.workflow.stamps import manifest_path, park_stamp, ranked_outputs, select_stamp
@@ -97,13 +105,21 @@ def dispatch_inputs(spec: DispatchSpec) -> list[str]:
     return [path for table in spec.tables for path in (ranked_outputs(table)["parquet"], str(select_stamp(table)))]
 
 
-def selector_inputs(spec: SelectorSpec, *, params: Mapping[str, Any]) -> list[str]:
-    """What a selector is built from: each of its tables' recording and provenance sidecar."""
+def selector_inputs(spec: SelectorSpec, *, params: Mapping[str, Any], root: Path = Path(".")) -> list[str]:
+    """What a selector is built from: each of its tables' recording and provenance sidecar; with coverage shapes,
+    their CSV and the coverage recordings (and sidecars) present under ``root`` (a recorded file appearing reruns it)."""
 
     found = []
     for table in spec.tables:
         recording = Path(primary_recording(dict(params), table) or "")
         found += [str(recording), str(sidecar_path(recording))]
+    if spec.coverage is None:
+        return found
+    found.append(spec.coverage)
+    for table in spec.tables:
+        coverage = table_spec(dict(params), table).coverage_recording()
+        if coverage is not None and (root / coverage).is_file():
+            found += [coverage, str(sidecar_path(Path(coverage)))]
     return found
 
 
