@@ -1,0 +1,245 @@
+"""Coverage recordings: extra (N, K) pairs recorded for the shape selector's fit only (params.yaml
+``selector.<s>.coverage``, ``<device>_coverage_<table>`` recordings; docs/selector_data.md).
+
+No coverage recording exists yet, so a tmp project stands the H200's validation recordings in as one (real GPU
+rows at shapes no table holds), with a validation CSV that leaves those shapes out. Expected values are
+recomputed from the parquet files (polars) and by least squares (numpy), never read back from the fit.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from tunetable.codegen_devices import coverage_recordings
+from tunetable.errors import TuneTableError
+from tunetable.kernels.families.devices import coverage_recording_path
+from tunetable.params import load_params, selector_spec, table_spec
+from tunetable.selector_fit import load_table_measurements, selector_tables, shared_yardstick
+from tunetable.selector_manifest import fit_selector_files
+from tunetable.workflow.targets import selector_inputs
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = load_params(REPO / "params.yaml")
+SPEC = selector_spec(PARAMS, "gemm_selector")
+TABLES = SPEC.tables
+# Stand-in coverage shapes: the validation set's far pairs (Qwen2-7B's MLP), recorded on the H200 for every table.
+STAND_IN = [(5, 18944, 3584), (64, 18944, 3584), (250, 18944, 3584), (1200, 18944, 3584),
+            (40, 3584, 18944), (144, 3584, 18944), (480, 3584, 18944), (2500, 3584, 18944)]
+VALIDATION_LINES = (REPO / "data" / "validation_shapes.csv").read_text().splitlines()
+
+
+def shape_line(shape: tuple[int, int, int]) -> str:
+    """An M,N,K line."""
+    return ",".join(str(v) for v in shape)
+
+
+def make_project(root: Path, *, coverage: list[tuple[int, int, int]] = STAND_IN, with_coverage: bool = True,
+                 tables: tuple[str, ...] = TABLES, params_text: str | None = None) -> Path:
+    """A project at ``root``: params.yaml, the H200 tables' recordings, the coverage CSV, a validation CSV without the
+    stand-in shapes and (``with_coverage``) h200_coverage_<t> = the H200's validation recording of ``tables``."""
+    recordings = root / "data" / "recordings"
+    recordings.mkdir(parents=True)
+    (root / "kernels" / "data").mkdir(parents=True)
+    (root / "params.yaml").write_text(params_text or (REPO / "params.yaml").read_text())
+    for table in TABLES:
+        for suffix in (".parquet", ".json"):
+            shutil.copy(REPO / "data" / "recordings" / f"h200_{table}{suffix}", recordings / f"h200_{table}{suffix}")
+    if with_coverage:
+        for table in tables:
+            for suffix in (".parquet", ".json"):
+                shutil.copy(REPO / "data" / "recordings" / f"h200_validation_{table}{suffix}",
+                            recordings / f"h200_coverage_{table}{suffix}")
+    (root / "data" / "coverage_shapes.csv").write_text("M,N,K\n" + "".join(f"{shape_line(s)}\n" for s in coverage))
+    kept = [line for line in VALIDATION_LINES if line not in {shape_line(s) for s in STAND_IN}]
+    (root / "data" / "validation_shapes.csv").write_text("\n".join(kept) + "\n")
+    return root
+
+
+def project_tables(root: Path, *, coverage: str | None = "data/coverage_shapes.csv"):
+    """``selector_tables`` of the project at ``root`` (its params.yaml)."""
+    params = load_params(root / "params.yaml")
+    specs = [table_spec(params, name, path=root / "params.yaml") for name in TABLES]
+    return selector_tables(root=root, specs=specs, coverage=coverage)
+
+
+def run_select(root: Path) -> subprocess.CompletedProcess:
+    """`tunetable select --selector gemm_selector` in the project at ``root``."""
+    return subprocess.run([sys.executable, "-m", "tunetable", "select", "--selector", "gemm_selector", "--params",
+                           str(root / "params.yaml"), "--out", str(root / "manifests" / "gemm_selector.yaml")],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    return make_project(tmp_path_factory.mktemp("coverage"))
+
+
+@pytest.fixture(scope="module")
+def merged(project):
+    return project_tables(project)
+
+
+def ok_rows(path: Path, shapes) -> pl.DataFrame:
+    """A recording's ok configuration rows at ``shapes`` (read with polars, not through the fit)."""
+    wanted = pl.DataFrame(list(shapes), schema=["M", "N", "K"], orient="row")
+    frame = pl.read_parquet(path).join(wanted, on=["M", "N", "K"], how="semi")
+    return frame.filter((pl.col("status") == "ok") & (pl.col("kind") == "kernel"))
+
+
+def test_the_coverage_path_is_derived_beside_the_recordings_path() -> None:
+    assert coverage_recording_path(device="h100", table="gemm_mma") == "data/recordings/h100_coverage_gemm_mma.parquet"
+    spec = table_spec(PARAMS, "gemm_wgmma.h100")
+    assert spec.coverage_recording() == "data/recordings/h100_coverage_gemm_wgmma.parquet"
+    assert table_spec(PARAMS, "gemm_mma").coverage_recording() == "data/recordings/h200_coverage_gemm_mma.parquet"
+    assert selector_spec(PARAMS, "gemm_selector.h100").coverage == SPEC.coverage == "data/coverage_shapes.csv"
+
+
+def test_coverage_rows_are_merged_at_the_csv_shapes_and_the_tables_rows_stay(project, merged) -> None:
+    assert not merged.coverage_absent
+    for table in merged.tables:
+        alone = load_table_measurements(root=project, spec=table_spec(PARAMS, table.table))
+        assert {s: dict(t) for s, t in table.times.items() if s in alone.times} == {
+            s: dict(t) for s, t in alone.times.items()}
+        assert sorted(table.own_shapes()) == sorted(alone.times)
+        path = project / "data" / "recordings" / f"h200_coverage_{table.table}.parquet"
+        rows = ok_rows(path, STAND_IN)
+        known = {config.config_id for config in alone.configs}
+        expected: dict[tuple[int, int, int], dict[str, float]] = {}
+        for row in rows.iter_rows(named=True):
+            if row["config_id"] in known:
+                expected.setdefault((row["M"], row["N"], row["K"]), {})[row["config_id"]] = row["median_ms"]
+        added = {s: dict(t) for s, t in table.times.items() if s not in alone.times}
+        assert set(added) == set(expected) and set(added) <= set(STAND_IN) and added
+        for shape, by_config in expected.items():
+            assert added[shape].keys() == by_config.keys()
+            assert all(math.isclose(added[shape][c], ms, rel_tol=1e-12) for c, ms in by_config.items())
+        assert {table.session(s) for s in added} == {f"data/recordings/h200_coverage_{table.table}.parquet"}
+        assert table.coverage is not None and table.coverage.source.endswith(f"h200_coverage_{table.table}.parquet")
+
+
+def least_squares_yardstick(rows: dict[tuple[str, str], dict[tuple[int, int, int], float]]) -> dict:
+    """exp(scale_r + level_s) of log cuBLAS = scale_r + level_s fitted by numpy on the shapes two sessions share;
+    a shape one session measured keeps its row."""
+    counts: dict = {}
+    for by_shape in rows.values():
+        for shape in by_shape:
+            counts[shape] = counts.get(shape, 0) + 1
+    sessions = list(rows)
+    shared = sorted({s for s, c in counts.items() if c > 1})
+    observations = [(i, shared.index(s), math.log(ms)) for i, r in enumerate(sessions) for s, ms in rows[r].items()
+                    if s in shared]
+    design = np.zeros((len(observations), len(sessions) + len(shared)))
+    for row, (i, j, _) in enumerate(observations):
+        design[row, i] = design[row, len(sessions) + j] = 1.0
+    solution = np.linalg.lstsq(design, np.array([o[2] for o in observations]), rcond=None)[0]
+    return {(r, s): (math.exp(solution[i] + solution[len(sessions) + shared.index(s)]) if s in shared else ms)
+            for i, r in enumerate(sessions) for s, ms in rows[r].items()}
+
+
+def test_the_yardstick_pools_per_table_and_recording(merged) -> None:
+    pooled = shared_yardstick(merged.tables)
+    coverage_rows = {(t.table, t.session(s)): {} for t in merged.tables for s in t.times if s in t.sessions}
+    for table in merged.tables:
+        for shape, ms in table.cublas.items():
+            if shape in table.sessions:
+                coverage_rows[(table.table, table.session(shape))][shape] = ms
+    expected = least_squares_yardstick(coverage_rows)
+    for table in pooled:
+        for shape in table.sessions:
+            assert math.isclose(table.cublas[shape], expected[((table.table, table.session(shape)), shape)],
+                                rel_tol=1e-9)
+    # The coverage sessions share no shape with the tables' recordings: the tables' yardstick is as without them.
+    alone = shared_yardstick([table.without(lambda s, t=table: s in t.sessions) for table in merged.tables])
+    for with_coverage, without in zip(pooled, alone):
+        assert without.cublas.keys() == set(with_coverage.own_shapes())
+        assert all(math.isclose(with_coverage.cublas[s], ms, rel_tol=1e-9) for s, ms in without.cublas.items())
+
+
+def test_the_fit_reads_the_coverage_pairs_and_the_manifest_names_each_recording(project, merged) -> None:
+    manifest, data = fit_selector_files(name="gemm_selector", tables=merged.tables, data_path=SPEC.data,
+                                        candidates=SPEC.candidates)
+    for table in TABLES:
+        frame = pl.read_parquet(project / "data" / "recordings" / f"h200_coverage_{table}.parquet")
+        assert f'{table}_coverage_recording: "data/recordings/h200_coverage_{table}.parquet"' in manifest
+        assert f'{table}_recording: "data/recordings/h200_{table}.parquet"' in manifest
+        hashes = sorted(frame["kernel_hash"].unique().to_list())
+        assert f"{table}_coverage_kernel_hash: " in manifest and all(h in manifest for h in hashes)
+        assert f"{table}_coverage_data_hash: " in manifest
+    # The candidates' bias terms now hold the coverage pairs (N, K, ...): terms at (18944, 3584) and (3584, 18944).
+    assert "[18944,3584," in data.replace(" ", "") and "[3584,18944," in data.replace(" ", "")
+    committed = (REPO / SPEC.data).read_text()
+    assert "[18944,3584," not in committed.replace(" ", "")
+
+
+def test_without_coverage_recordings_the_data_file_is_byte_identical(tmp_path) -> None:
+    root = make_project(tmp_path, with_coverage=False)
+    result = run_select(root)
+    assert result.returncode == 0, result.stderr
+    assert "no coverage recordings (data/recordings/h200_coverage_gemm_mma.parquet and 2 more)" in result.stderr
+    assert (root / SPEC.data).read_bytes() == (REPO / SPEC.data).read_bytes()
+    assert (root / "manifests" / "gemm_selector.yaml").read_bytes() == (REPO / "manifests" / "gemm_selector.yaml"
+                                                                        ).read_bytes()
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    """The one error line of a failed command (exit 2)."""
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_a_coverage_shape_that_is_a_tables_shape_is_one_line_naming_the_csv_line(tmp_path) -> None:
+    root = make_project(tmp_path, coverage=[*STAND_IN[:2], (64, 4096, 4096)])
+    line = error_line(run_select(root))
+    assert "data/coverage_shapes.csv: line 4: M=64 N=4096 K=4096 is a shape of table gemm_mma" in line
+
+
+def test_a_coverage_shape_that_is_a_validation_shape_is_an_error(tmp_path) -> None:
+    root = make_project(tmp_path / "p", coverage=[*STAND_IN[:3], (77, 4096, 4096)])
+    with pytest.raises(TuneTableError, match=r"coverage_shapes.csv: line 5: M=77 N=4096 K=4096 is a validation "
+                                             r"shape \(data/validation_shapes.csv\)"):
+        project_tables(root)
+
+
+def test_a_device_with_some_coverage_recordings_only_names_the_missing_one(tmp_path) -> None:
+    root = make_project(tmp_path, tables=TABLES[:2])
+    line = error_line(run_select(root))
+    assert line.startswith(f"error: data/recordings/h200_coverage_{TABLES[2]}.parquet: coverage recording absent")
+
+
+def test_a_coverage_recording_of_other_kernel_sources_is_refused(tmp_path) -> None:
+    # gemm_mma's table recording is the H200's rerun (kernel hash 4cbe...), its coverage the validation one (8a2c...).
+    text = (REPO / "params.yaml").read_text().replace(
+        "    family: gemm_mma                 #", "    recording: data/recordings/h200_gemm_mma_rerun.parquet\n"
+        "    family: gemm_mma                 #", 1)
+    root = make_project(tmp_path, params_text=text)
+    for suffix in (".parquet", ".json"):
+        shutil.copy(REPO / "data" / "recordings" / f"h200_gemm_mma_rerun{suffix}",
+                    root / "data" / "recordings" / f"h200_gemm_mma_rerun{suffix}")
+    rerun = pl.read_parquet(root / "data" / "recordings" / "h200_gemm_mma_rerun.parquet")["kernel_hash"].unique()
+    with pytest.raises(TuneTableError) as caught:
+        project_tables(root)
+    message = str(caught.value)
+    assert message.startswith("data/recordings/h200_coverage_gemm_mma.parquet: kernel hashes 8a2c6cc2595fc8fb")
+    assert f"are not those of data/recordings/h200_gemm_mma_rerun.parquet ({rerun.item()})" in message
+
+
+def test_the_selector_rule_and_dvc_read_the_csv_and_the_coverage_recordings_present(project, tmp_path) -> None:
+    params = load_params(project / "params.yaml")
+    inputs = selector_inputs(selector_spec(params, "gemm_selector"), params=params, root=project)
+    assert "data/coverage_shapes.csv" in inputs
+    assert {f"data/recordings/h200_coverage_{t}.{ext}" for t in TABLES for ext in ("parquet", "json")} <= set(inputs)
+    device = selector_spec(params, "gemm_selector.h100")
+    found = selector_inputs(device, params=params, root=project)
+    assert "data/coverage_shapes.csv" in found and not [p for p in found if "_coverage_" in p]   # no H100 coverage
+    assert coverage_recordings(params, root=project) == [f"data/recordings/h200_coverage_{t}.parquet" for t in TABLES]
+    assert coverage_recordings(params, root=tmp_path) == []
