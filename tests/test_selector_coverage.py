@@ -243,3 +243,36 @@ def test_the_selector_rule_and_dvc_read_the_csv_and_the_coverage_recordings_pres
     assert "data/coverage_shapes.csv" in found and not [p for p in found if "_coverage_" in p]   # no H100 coverage
     assert coverage_recordings(params, root=project) == [f"data/recordings/h200_coverage_{t}.parquet" for t in TABLES]
     assert coverage_recordings(params, root=tmp_path) == []
+
+
+class Built(Exception):
+    """Raised by a stand-in build_selector once it has seen a fold's training tables."""
+
+    def __init__(self, tables):
+        super().__init__("built")
+        self.tables = tables
+
+
+def test_unseen_shapes_folds_train_with_coverage_and_score_only_the_tables_shapes(merged, monkeypatch) -> None:
+    from bench_support import load_benchmark_script
+
+    unseen = load_benchmark_script("unseen_shapes")
+    measured = unseen.normalised(list(merged.tables), own_only=True)
+    own = {s for t in merged.tables for s in t.own_shapes()}
+    assert set(measured) <= own and not set(measured) & set(STAND_IN)
+
+    def capture(*, tables, candidates):
+        raise Built(tables)
+
+    monkeypatch.setattr(unseen, "build_selector", capture)
+    held = [s for s in measured if s[1:] == (4096, 4096)]
+    with pytest.raises(Built) as nk:
+        unseen.fold(tables=list(merged.tables), measured=measured, held=held, candidates=4, label="nk")
+    trained = {s for t in nk.value.tables for s in t.times}
+    assert set(STAND_IN) & trained and not set(held) & trained
+    m_held = [s for s in measured if s[0] == 64]
+    with pytest.raises(Built) as m_fold:
+        unseen.fold(tables=list(merged.tables), measured=measured, held=m_held, candidates=4, label="m",
+                    left_out=lambda s: s[0] == 64)
+    trained = {s for t in m_fold.value.tables for s in t.times}
+    assert (64, 18944, 3584) not in trained and (250, 18944, 3584) in trained and not {s[0] for s in trained} & {64}
