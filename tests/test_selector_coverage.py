@@ -9,6 +9,8 @@ recomputed from the parquet files (polars) and by least squares (numpy), never r
 from __future__ import annotations
 
 import math
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -276,3 +278,31 @@ def test_unseen_shapes_folds_train_with_coverage_and_score_only_the_tables_shape
                     left_out=lambda s: s[0] == 64)
     trained = {s for t in m_fold.value.tables for s in t.times}
     assert (64, 18944, 3584) not in trained and (250, 18944, 3584) in trained and not {s[0] for s in trained} & {64}
+
+
+def suggested_cublas_us(root: Path, shape: tuple[int, int, int]) -> tuple[float, subprocess.CompletedProcess]:
+    """The cuBLAS time `tunetable suggest` predicts for ``shape`` in the project at ``root`` (µs), and the run."""
+    result = subprocess.run([sys.executable, "-m", "tunetable", "suggest", "--params", str(root / "params.yaml"),
+                             "--shape", shape_line(shape)], cwd=root, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "COLUMNS": "60"})   # narrow: one `name=value` record per row
+    assert result.returncode == 0, result.stderr
+    found = re.search(r"cuBLAS µs=([0-9.]+)", result.stdout)
+    assert found is not None, result.stdout
+    return float(found.group(1)), result
+
+
+def test_suggest_reads_the_same_merged_view(tmp_path) -> None:
+    # At a stand-in coverage shape, suggest's cuBLAS time (predicted from the recordings' terms) comes nearer the
+    # cuBLAS rows recorded there once the coverage recordings feed it.
+    shape = (64, 18944, 3584)
+    recorded = []
+    for table in TABLES:
+        frame = pl.read_parquet(REPO / "data" / "recordings" / f"h200_validation_{table}.parquet")
+        rows = frame.filter((pl.col("kind") == "baseline") & (pl.col("M") == shape[0]) & (pl.col("N") == shape[1])
+                            & (pl.col("K") == shape[2]))
+        recorded += rows["median_ms"].to_list()
+    measured_us = 1e3 * math.exp(sum(math.log(v) for v in recorded) / len(recorded))
+    with_us, with_run = suggested_cublas_us(make_project(tmp_path / "with"), shape)
+    without_us, without_run = suggested_cublas_us(make_project(tmp_path / "without", with_coverage=False), shape)
+    assert abs(math.log(with_us / measured_us)) < abs(math.log(without_us / measured_us))
+    assert "no coverage recordings" in without_run.stderr and "no coverage recordings" not in with_run.stderr

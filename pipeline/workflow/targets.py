@@ -107,7 +107,7 @@ def dispatch_inputs(spec: DispatchSpec) -> list[str]:
 
 def selector_inputs(spec: SelectorSpec, *, params: Mapping[str, Any], root: Path = Path(".")) -> list[str]:
     """What a selector is built from: each of its tables' recording and provenance sidecar; with coverage shapes,
-    their CSV and the coverage recordings (and sidecars) present under ``root`` (a recorded file appearing reruns it)."""
+    their CSV and the coverage recordings (and sidecars) present under ``root`` (a new recording reruns it)."""
 
     found = []
     for table in spec.tables:
