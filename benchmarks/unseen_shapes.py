@@ -64,11 +64,10 @@ from tunetable.device_tables import (  # noqa: E402
 from tunetable.kernels.families.devices import recording_path  # noqa: E402
 from tunetable.kernels.runtime.selector_serve import ShapeSelector  # noqa: E402
 from tunetable.params import load_params, selector_spec, table_spec  # noqa: E402
-from tunetable.selector_fit import (  # noqa: E402
+from tunetable.selector_fit import build_selector, cublas_seconds  # noqa: E402
+from tunetable.selector_measurements import (  # noqa: E402
     TableMeasurements,
-    build_selector,
     coverage_absent_line,
-    cublas_seconds,
     selector_tables,
     shared_yardstick,
 )

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.params import load_params, selector_specs, table_spec
-from tunetable.selector_fit import Shape, SelectorModel, selector_model, selector_tables
+from tunetable.selector_fit import Shape, SelectorModel, selector_model
+from tunetable.selector_measurements import selector_tables
 
 
 def seed_tables(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> list[Any]:

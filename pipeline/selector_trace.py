@@ -15,6 +15,7 @@ from typing import Any
 
 from tunetable.device_tables import split_device_table
 from tunetable import selector_fit as building
+from tunetable.selector_measurements import selector_tables, shared_yardstick
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families.selector_data import SelectorData, candidate_entry, entry_terms, parse_selector_file
 from tunetable.kernels.runtime import selector_serve as runtime
@@ -164,8 +165,8 @@ def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, Table
         raise TuneTableError(f"entry names table '{table}', not one of the selector's ({', '.join(spec.tables)})",
                              path=spec.data, where=f"candidates[{index}]")
     # Every table of the selector: the bias is against the cuBLAS yardstick they share (tunetable.baseline).
-    shared = building.shared_yardstick(building.selector_tables(
-        root=root, specs=[tables[name] for name in spec.tables], coverage=spec.coverage).tables)
+    shared = shared_yardstick(selector_tables(root=root, specs=[tables[name] for name in spec.tables],
+                                              coverage=spec.coverage).tables)
     measurements = next(t for t in shared if t.table == table)
     config = next((c for c in measurements.configs if c.config_id == entry.get("CONFIG_ID")), None)
     if config is None:

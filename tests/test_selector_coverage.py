@@ -24,7 +24,7 @@ from tunetable.codegen_devices import coverage_recordings
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families.devices import coverage_recording_path
 from tunetable.params import load_params, selector_spec, table_spec
-from tunetable.selector_fit import load_table_measurements, selector_tables, shared_yardstick
+from tunetable.selector_measurements import load_table_measurements, selector_tables, shared_yardstick
 from tunetable.selector_manifest import fit_selector_files
 from tunetable.workflow.targets import selector_inputs
 

@@ -18,7 +18,7 @@ from tunetable.manifest import load_manifest_document
 from tunetable.params import dispatch_spec, load_params, selector_spec, table_spec
 from tunetable.rank import read_ranked
 from tunetable.select_winners import DEFAULT_TIE_TOLERANCE, TableResults, build_dispatch_manifest, build_manifest
-from tunetable.selector_fit import coverage_absent_line, selector_tables
+from tunetable.selector_measurements import coverage_absent_line, selector_tables
 from tunetable.selector_manifest import fit_selector_files
 
 RANKED_REQUIRED = ("M", "N", "K", "config_id", "median_ms", "status")

@@ -16,13 +16,8 @@ from tunetable.kernels.runtime.decide import UnknownDeviceError, dispatcher, ser
 from tunetable.kernels.runtime.selector_serve import SELECTOR
 from tunetable.numbers import number_cell
 from tunetable.params import TableSpec, load_params, selector_specs, table_spec
-from tunetable.selector_fit import (
-    coverage_absent_line,
-    cublas_seconds,
-    selector_model,
-    selector_tables,
-    shared_yardstick,
-)
+from tunetable.selector_fit import cublas_seconds, selector_model
+from tunetable.selector_measurements import coverage_absent_line, selector_tables, shared_yardstick
 from tunetable.shapes import ShapeCount, read_workload
 from tunetable.decision_preview import measured_times, smallest_recorded, suggest, workload_totals
 
