@@ -17,7 +17,7 @@ from tunetable.kernels.runtime.selector_serve import SELECTOR
 from tunetable.numbers import number_cell
 from tunetable.params import TableSpec, load_params, selector_specs, table_spec
 from tunetable.selector_fit import cublas_seconds, selector_model
-from tunetable.selector_measurements import coverage_absent_line, selector_tables, shared_yardstick
+from tunetable.selector_measurements import selector_tables, shared_yardstick
 from tunetable.shapes import ShapeCount, read_workload
 from tunetable.decision_preview import measured_times, smallest_recorded, suggest, workload_totals
 
@@ -119,11 +119,10 @@ def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path
     specs = selector_specs(params, path=params_path)
     names = list(dict.fromkeys(t for spec in specs for t in spec.tables)) or list(params["tables"])
     served = [device_recording(table_spec(params, name, path=params_path), device=serving) for name in names]
+    # The selector's view of the recordings (coverage merged in where recorded); `select` says when there is none.
     found = selector_tables(root=root, specs=[spec for spec in served
                                               if spec.recording and (root / spec.recording).is_file()],
                             coverage=specs[0].coverage if specs else None)
-    if found.coverage_absent:
-        Console(stderr=True).print(coverage_absent_line(name=SELECTOR, paths=found.coverage_absent), markup=False)
     tables = list(shared_yardstick(found.tables))  # measured speedups against the yardstick the selector uses
     model = selector_model(tables=tables) if tables else None
     families = [FAMILIES[name] for name in sorted({spec.family for spec in map(
