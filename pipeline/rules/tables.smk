@@ -141,7 +141,9 @@ for _dispatch in PLAN.dispatches:
 
 
 # A shape selector: the choice for shapes no table holds, fitted on its tables' recordings (not
-# from this run's shards: a live run's measurements reach it once recorded with `tunetable record`).
+# from this run's shards: a live run's measurements reach it once recorded with `tunetable record`)
+# and on its device's coverage recordings where present (inputs: its coverage CSV and the recordings
+# found at parse time, so a newly committed one reruns it; docs/selector_data.md).
 # It writes the fit into its data file (selector.<name>.data, package data) and its short manifest
 # in place; the stamp records both (codegen then checks the one against the other).
 for _selector in PLAN.selectors:
