@@ -92,11 +92,18 @@ class SelectorTrace:
     data_hash: str
     anchors: tuple[AnchorTrace, ...]
     on_shape: ShapeBias | None = None   # with a shape: the bias there, each (N', K')'s share
+    coverage: tuple[str, str] | None = None   # (path, data hash) of the table's coverage recording read here
 
     @property
     def selected_hash(self) -> str | None:
         """The data hash of the entry's table that the selector was built from (its provenance)."""
         value = self.provenance.get(f"{self.entry.get('TABLE')}_data_hash")
+        return str(value) if value is not None else None
+
+    @property
+    def selected_coverage_hash(self) -> str | None:
+        """The data hash of the table's coverage recording the selector was built from (None: built without)."""
+        value = self.provenance.get(f"{self.entry.get('TABLE')}_coverage_data_hash")
         return str(value) if value is not None else None
 
 
@@ -189,4 +196,6 @@ def trace_selector(*, root: Path, spec: SelectorSpec, tables: Mapping[str, Table
                          manifest=spec.data, entry=entry, provenance=provenance,
                          recording=measurements.source, data_hash=str(measurements.provenance.get("data_hash")),
                          anchors=tuple(traced),
-                         on_shape=None if shape is None else selector_bias_on(entry, span=span, shape=shape))
+                         on_shape=None if shape is None else selector_bias_on(entry, span=span, shape=shape),
+                         coverage=None if measurements.coverage is None else (
+                             measurements.coverage.source, str(measurements.coverage.provenance.get("data_hash"))))

@@ -305,3 +305,17 @@ def test_suggest_reads_the_same_merged_view(tmp_path) -> None:
     with_us, _ = suggested_cublas_us(make_project(tmp_path / "with"), shape)
     without_us, _ = suggested_cublas_us(make_project(tmp_path / "without", with_coverage=False), shape)
     assert abs(math.log(with_us / measured_us)) < abs(math.log(without_us / measured_us))
+
+
+def test_trace_names_the_coverage_recording_behind_an_entry(project) -> None:
+    assert run_select(project).returncode == 0
+    traced = subprocess.run([sys.executable, "-m", "tunetable", "trace", "gemm_selector", "0", "--params",
+                             str(project / "params.yaml")], cwd=project, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "COLUMNS": "200"})
+    assert traced.returncode == 0, traced.stderr
+    manifest = (project / "manifests" / "gemm_selector.yaml").read_text()
+    first = next(line for line in (project / SPEC.data).read_text().splitlines() if line.startswith('{"M":'))
+    table = re.search(r'"TABLE":"([a-z_]+)"', first).group(1)
+    built = re.search(rf"{table}_coverage_data_hash: \"?([0-9a-f]{{16}})", manifest).group(1)
+    assert (f"data/recordings/h200_coverage_{table}.parquet (coverage recording: its (N, K) feed the fit only), "
+            f"data hash {built}: the rows the selector was built from") in traced.stdout

@@ -246,6 +246,13 @@ def _print_selector(console: Console, result, *, devices: Sequence[DeviceSpec] =
     console.print("\n[bold]measurements[/bold]")
     console.print(f"  {result.recording} (recording, ranked here), data hash {result.data_hash}: {verdict}",
                   markup=False)
+    if result.coverage is not None or result.selected_coverage_hash is not None:
+        path, found = result.coverage or ("no coverage recording here", None)
+        built = result.selected_coverage_hash
+        said = ("the rows the selector was built from" if found == built else
+                f"OTHER rows than the selector was built from ({built or 'built without coverage'})")
+        console.print(f"  {path} (coverage recording: its (N, K) feed the fit only), data hash {found or '-'}: "
+                      f"{said}", markup=False)
     console.print("  resid = log(median / cuBLAS) - log(model / floor); term: the (N, K)'s residual at M "
                   "(linear in log M between its measured Ms)", markup=False)
     for anchor in result.anchors:
