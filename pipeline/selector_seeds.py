@@ -42,9 +42,8 @@ def seed_recordings(*, path: str | Path = "params.yaml") -> list[Path]:
 
     params = load_params(path)
     specs = seed_tables(params=params, path=path)
-    coverage = [Path(found) for found in (spec.coverage_recording() for spec in specs)
-                if seed_coverage(params=params, path=path) and found and Path(found).is_file()]
-    return [Path(spec.recording) for spec in specs] + coverage
+    found = [spec.coverage_recording() for spec in specs] if seed_coverage(params=params, path=path) else []
+    return [Path(spec.recording) for spec in specs] + [Path(p) for p in found if p and Path(p).is_file()]
 
 
 def seed_model(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> SelectorModel | None:
