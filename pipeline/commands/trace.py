@@ -219,6 +219,23 @@ def _print_dispatch(console: Console, result, *, devices: Sequence[DeviceSpec] =
         _print_trace(console, table_trace, devices=devices)
 
 
+def _print_recordings(console: Console, result) -> None:
+    """The recordings a selector entry's measurements were read from (its table's, its coverage recording), each
+    against the data hash the selector was built from."""
+    selected = result.selected_hash
+    verdict = ("the rows the selector was built from" if result.data_hash == selected
+               else f"OTHER rows than the selector was built from ({selected or 'unknown'})")
+    console.print(f"  {result.recording} (recording, ranked here), data hash {result.data_hash}: {verdict}",
+                  markup=False)
+    if result.coverage is not None or result.selected_coverage_hash is not None:
+        path, found = result.coverage or ("no coverage recording here", None)
+        built = result.selected_coverage_hash
+        said = ("the rows the selector was built from" if found == built else
+                f"OTHER rows than the selector was built from ({built or 'built without coverage'})")
+        console.print(f"  {path} (coverage recording: its (N, K) feed the fit only), data hash {found or '-'}: "
+                      f"{said}", markup=False)
+
+
 def _print_selector(console: Console, result, *, devices: Sequence[DeviceSpec] = ()) -> None:
     """A selector entry: generated lines, the candidate, and each (N, K)'s term of its bias at both range ends."""
     g, entry = result.generated, result.entry
@@ -240,19 +257,8 @@ def _print_selector(console: Console, result, *, devices: Sequence[DeviceSpec] =
         console.print("provenance: " + ", ".join(f"{k}={v}" for k, v in result.provenance.items()), markup=False)
         if _device_line(result.provenance, devices=devices):
             console.print(_device_line(result.provenance, devices=devices), markup=False)
-    selected = result.selected_hash
-    verdict = ("the rows the selector was built from" if result.data_hash == selected
-               else f"OTHER rows than the selector was built from ({selected or 'unknown'})")
     console.print("\n[bold]measurements[/bold]")
-    console.print(f"  {result.recording} (recording, ranked here), data hash {result.data_hash}: {verdict}",
-                  markup=False)
-    if result.coverage is not None or result.selected_coverage_hash is not None:
-        path, found = result.coverage or ("no coverage recording here", None)
-        built = result.selected_coverage_hash
-        said = ("the rows the selector was built from" if found == built else
-                f"OTHER rows than the selector was built from ({built or 'built without coverage'})")
-        console.print(f"  {path} (coverage recording: its (N, K) feed the fit only), data hash {found or '-'}: "
-                      f"{said}", markup=False)
+    _print_recordings(console, result)
     console.print("  resid = log(median / cuBLAS) - log(model / floor); term: the (N, K)'s residual at M "
                   "(linear in log M between its measured Ms)", markup=False)
     for anchor in result.anchors:
