@@ -193,11 +193,17 @@ def check_kernel_hashes(*, table: TableMeasurements, coverage: TableMeasurements
 
 
 def merged_measurements(*, table: TableMeasurements, coverage: TableMeasurements) -> TableMeasurements:
-    """The table's measurements with a coverage recording's shapes added (the table's configurations only), each
-    coverage shape marked with its recording (its own session scale for the yardstick)."""
+    """The table's measurements with a coverage recording's shapes added (the table's configurations only, at Ms
+    within the table's own), each coverage shape marked with its recording (its own session scale for the yardstick).
+
+    Coverage widens the (N, K) a table's terms come from, not the Ms its configurations are candidates at: a row
+    above the table's largest M would make them candidates in ranges where no table shape measured them.
+    """
     known = {config.config_id for config in table.configs}
+    own_ms = [shape[0] for shape in table.times]
+    low, high = min(own_ms), max(own_ms)
     added = {shape: {cid: ms for cid, ms in by_config.items() if cid in known}
-             for shape, by_config in coverage.times.items() if shape not in table.times}
+             for shape, by_config in coverage.times.items() if shape not in table.times and low <= shape[0] <= high}
     added = {shape: by_config for shape, by_config in added.items() if by_config}
     return replace(table, times={**table.times, **added},
                    cublas={**table.cublas, **{s: ms for s, ms in coverage.cublas.items() if s in added}},
