@@ -267,7 +267,10 @@ def test_dvc_yaml_lists_each_device_tables_files(tmp_path: Path) -> None:
     assert ["- kernels/data/gemm_selector.h100.json:", "    cache: false", "    persist: true"] == \
         lines["DVC-DEVICE-OUTS"][lines["DVC-DEVICE-OUTS"].index("- kernels/data/gemm_selector.h100.json:"):][:3]
     assert "- manifests/gemm_selector.h100.yaml" in lines["DVC-DEVICE-MANIFESTS"]
-    assert dvc_device_lines(PARAMS, root=REPO) == {key: [] for key in lines}
+    # Without device tables every device region is empty (the coverage region follows the recordings present).
+    device_regions = {key: value for key, value in dvc_device_lines(PARAMS, root=REPO).items()
+                      if key.startswith("DVC-DEVICE-")}
+    assert device_regions == {key: [] for key in lines if key.startswith("DVC-DEVICE-")}
 
 
 def test_the_online_tuner_keeps_one_tuning_per_device_and_shape(monkeypatch: pytest.MonkeyPatch) -> None:
