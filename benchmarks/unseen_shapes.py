@@ -61,6 +61,8 @@ from tunetable.device_tables import (  # noqa: E402
     primary_device,
     split_device_table,
 )
+from tunetable.errors import TuneTableError  # noqa: E402
+from tunetable.inputs import load_checked_recording  # noqa: E402
 from tunetable.kernels.families.devices import recording_path  # noqa: E402
 from tunetable.kernels.runtime.selector_serve import ShapeSelector  # noqa: E402
 from tunetable.params import load_params, selector_spec, table_spec  # noqa: E402
@@ -289,6 +291,7 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
     held = []
     for name, path in paths.items():
         spec = table_spec(params, name)
+        load_checked_recording(path)   # whole, against its sidecar: one line naming it if not (tunetable.inputs)
         loaded = resultset.from_frame(frame=pl.read_parquet(path), path=str(path), name=name)
         ranked = rank.rank_rows(rows=loaded.frame, parameters=tuple(loaded.parameters)).ranked
         ranked = ranked.filter(pl.col("cublas_ms").is_not_null())
@@ -492,4 +495,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except TuneTableError as exc:   # an unreadable or unverifiable recording or CSV: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

@@ -51,4 +51,5 @@ print(f"import of tunetable.torch: {time.perf_counter() - started:.1f} s")' 2>&1
   done
 } 2>&1 | tee "$OUT/log"
 # The device tool brings back about eight files from $OUT: everything but the log travels in one archive.
-( cd "$OUT" && files=$(ls | grep -vx -e log -e results.tgz) && [ -n "$files" ] && tar czf results.tgz $files && rm -f $files )
+( cd "$OUT" && files=() && for f in *; do case $f in log|results.tgz) ;; *) [ -e "$f" ] && files+=("$f") ;; esac; done
+  [ ${#files[@]} -gt 0 ] && tar czf results.tgz "${files[@]}" && rm -f "${files[@]}" )
