@@ -25,9 +25,10 @@ The validation recordings are a test set only: nothing in the selector (features
 chosen by them; settings are chosen by the folds above, on both devices' default recordings.
 
     python3 benchmarks/unseen_shapes.py [--device D] [--out benchmarks/results] [--candidates N] [--folds-only]
-                                        [--no-coverage]
+                                        [--no-coverage [--held-out coverage]]
 Writes unseen_shapes.json under --out (another device: unseen_shapes.<device>.json; --no-coverage:
-unseen_shapes.no_coverage[.<device>].json). Last line:
+unseen_shapes.no_coverage[.<device>].json; --no-coverage --held-out coverage, the coverage recordings scored as
+held-out shapes of a fit that never read them: unseen_shapes.coverage_held_out[.<device>].json). Last line:
 ``unseen shapes: P% within 5%, geomean regret R%``. --folds-only: the two folds' figures only, printed, nothing
 written and no validation recording read (what a setting of the selector is chosen by).
 With --timing-only: only the host time of a first decision, in a process that has just built the selector
@@ -76,9 +77,12 @@ from tunetable.selector_measurements import (  # noqa: E402
 
 Shape = tuple[int, int, int]
 SELECTOR = "gemm_selector"
-VALIDATION = "validation_{table}"   # per table of the selector: recording_path's table name of its validation rows
+# The held-out recordings per table of the selector (recording_path's table name): the validation set, or (with
+# --no-coverage, whose fit never read them) the coverage recordings, held out as shapes of far (N, K).
+HELD_OUT = {"validation": "validation_{table}", "coverage": "coverage_{table}"}
 OUT_NAME = "unseen_shapes.json"     # the primary device's; another's: device_data_path's (unseen_shapes.<d>.json)
 NO_COVERAGE_OUT_NAME = "unseen_shapes.no_coverage.json"   # --no-coverage: the tables' recordings alone
+COVERAGE_HELD_OUT_NAME = "unseen_shapes.coverage_held_out.json"   # --no-coverage --held-out coverage
 SLOW = 0.9                          # a pick below this speedup vs cuBLAS counts as slow (issue 49)
 WITHIN = 0.05
 TARGETS = {"share_within_5pct": 0.90, "geomean_regret": 0.03}
@@ -252,10 +256,10 @@ def out_name(*, params: dict[str, Any], device: str, name: str = OUT_NAME) -> st
     return name if device == primary_device(params) else device_data_path(name, device=device)
 
 
-def validation_paths(*, device: str, names: Sequence[str]) -> dict[str, Path]:
-    """Base table name -> ``device``'s validation recording of it (recording_path of ``validation_<table>``)."""
+def validation_paths(*, device: str, names: Sequence[str], held_out: str = "validation") -> dict[str, Path]:
+    """Base table name -> ``device``'s held-out recording of it (recording_path of ``<held_out>_<table>``)."""
     bases = [split_device_table(name)[0] for name in names]
-    return {base: REPO / recording_path(device=device, table=VALIDATION.format(table=base)) for base in bases}
+    return {base: REPO / recording_path(device=device, table=HELD_OUT[held_out].format(table=base)) for base in bases}
 
 
 def speedups(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -267,10 +271,10 @@ def speedups(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def validation(*, tables: list[TableMeasurements], candidates: int, params: dict[str, Any],
-               names: tuple[str, ...], device: str) -> dict[str, Any] | None:
-    """Picks on ``device``'s validation recordings (None: absent): the selector built from every table's recording,
+               names: tuple[str, ...], device: str, held_out: str = "validation") -> dict[str, Any] | None:
+    """Picks on ``device``'s held-out recordings (None: absent): the selector built from every table's recording,
     and what gemm() decides there (a table's entry at a measured M of its (N, K), else the selector)."""
-    paths = validation_paths(device=device, names=names)
+    paths = validation_paths(device=device, names=names, held_out=held_out)
     if not all(p.is_file() for p in paths.values()):
         return None
     import warnings
@@ -373,7 +377,12 @@ def main() -> None:
                         help="only the host time per first decision, right after building the selector")
     parser.add_argument("--no-coverage", action="store_true",
                         help="fit on the tables' recordings alone, without the device's coverage recordings")
+    parser.add_argument("--held-out", choices=sorted(HELD_OUT), default="validation",
+                        help="the recordings scored as held-out shapes: the validation set (default), or, with "
+                             "--no-coverage, the coverage recordings (shapes of far (N, K) the fit never read)")
     args = parser.parse_args()
+    if args.held_out == "coverage" and not args.no_coverage:
+        parser.error("--held-out coverage needs --no-coverage: a fit with the coverage recordings has read them")
     params = load_params(REPO / "params.yaml")
     device = args.device or primary_device(params)
     if device not in (params.get("devices") or {}):
@@ -381,7 +390,8 @@ def main() -> None:
     spec = selector_spec(params, selector_name(params=params, device=device))
     names = spec.tables
     extra = ("" if device == primary_device(params) else f" --device {device}") + (
-        " --no-coverage" if args.no_coverage else "")
+        " --no-coverage" if args.no_coverage else "") + (
+        f" --held-out {args.held_out}" if args.held_out != "validation" else "")
     if args.candidates is None:
         args.candidates = spec.candidates
     found = selector_tables(root=REPO, specs=[table_spec(params, name) for name in names],
@@ -437,13 +447,15 @@ def main() -> None:
                             "neighbour_winner": summarise(neighbour), "selector_same_shapes": summarise(selector_same),
                             "neighbour_rows": neighbour},
         "timing": timing(build_candidates=full.candidates),
+        "held_out": args.held_out,   # what "validation" below scored: the validation set or the coverage recordings
         "validation": validation(tables=tables, candidates=args.candidates, params=params, names=names,
-                                 device=device),
+                                 device=device, held_out=args.held_out),
         "evaluation_s": round(elapsed, 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / out_name(params=params, device=device,
-                                          name=NO_COVERAGE_OUT_NAME if args.no_coverage else OUT_NAME),
+                                          name=(COVERAGE_HELD_OUT_NAME if args.held_out == "coverage" else
+                                                NO_COVERAGE_OUT_NAME if args.no_coverage else OUT_NAME)),
                       json.dumps(result, indent=1) + "\n")
     for name, key in (("leave-one-(N, K)-out", "leave_one_nk_out"), ("leave-one-M-out", "leave_one_m_out")):
         for variant, part in (("shortlist (runtime)", "summary"), ("every configuration", "all_configs")):
@@ -470,25 +482,26 @@ def main() -> None:
               f"{row['best_table']} {row['best_config_id']}: +{row['regret']:.1%}")
     print(timing_line(result["timing"]))
     if result["validation"] is None:
-        absent = ", ".join(str(p.relative_to(REPO)) for p in validation_paths(device=device, names=names).values())
-        print(f"validation recordings absent ({absent}): no held-out figure")
+        absent = ", ".join(str(p.relative_to(REPO)) for p in validation_paths(device=device, names=names,
+                                                                                   held_out=args.held_out).values())
+        print(f"{args.held_out} recordings absent ({absent}): no held-out figure")
     else:
         s = result["validation"]["summary"]
-        print(f"validation (held-out shapes), selector: {s['share_within_5pct']:6.1%} within 5%, geomean regret "
+        print(f"{args.held_out} (held-out shapes), selector: {s['share_within_5pct']:6.1%} within 5%, geomean regret "
               f"{s['geomean_regret']:6.2%}, worst {s['worst_regret']:6.1%} ({s['shapes']} shapes)")
         for count in TOP_K:
             for name, label in (("top", "M's range"), ("wide_top", "and its neighbours")):
                 t = result["validation"][f"best_of_{name}{count}"]
-                print(f"validation, best of the top {count} ({label:18s}): {t['share_within_5pct']:6.1%} within 5%, "
-                      f"geomean regret {t['geomean_regret']:6.2%}, worst {t['worst_regret']:6.1%}")
+                print(f"{args.held_out}, best of the top {count} ({label:18s}): {t['share_within_5pct']:6.1%} "
+                      f"within 5%, geomean regret {t['geomean_regret']:6.2%}, worst {t['worst_regret']:6.1%}")
         g = result["validation"]["gemm"]
-        print(f"validation, what gemm() decides       : {g['share_within_5pct']:6.1%} within 5%, geomean regret "
+        print(f"{args.held_out}, what gemm() decides       : {g['share_within_5pct']:6.1%} within 5%, geomean regret "
               f"{g['geomean_regret']:6.2%}, worst {g['worst_regret']:6.1%}; {g['of_exhaustive_best']:.3f}x the "
               f"exhaustive best, speedup vs cuBLAS {g['speedup_vs_cublas']:.3f} (exhaustive best: "
               f"{g['exhaustive_best_speedup_vs_cublas']:.3f})")
         for label, part in (("the selector's choice", result["validation"]["summary"]), ("what gemm() decides", g),
                             ("the exhaustive best", result["validation"]["exhaustive_best"])):
-            print(speedup_line(label=f"{device} validation, {label}", figures=part))
+            print(speedup_line(label=f"{device} {args.held_out}, {label}", figures=part))
     s = result["leave_one_nk_out"]["summary"]
     print(f"unseen shapes: {100 * s['share_within_5pct']:.1f}% within 5%, geomean regret "
           f"{100 * s['geomean_regret']:.2f}%")

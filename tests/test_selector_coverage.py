@@ -290,6 +290,19 @@ def test_unseen_shapes_folds_train_with_coverage_and_score_only_the_tables_shape
     assert (64, 18944, 3584) not in trained and (250, 18944, 3584) in trained and not {s[0] for s in trained} & {64}
 
 
+def test_unseen_shapes_holds_the_coverage_recordings_out_only_from_a_fit_that_never_read_them() -> None:
+    from bench_support import load_benchmark_script
+
+    unseen = load_benchmark_script("unseen_shapes")
+    paths = unseen.validation_paths(device="h100", names=("gemm_mma", "gemm_wgmma.h100"), held_out="coverage")
+    assert {k: p.relative_to(REPO).as_posix() for k, p in paths.items()} == {
+        "gemm_mma": "data/recordings/h100_coverage_gemm_mma.parquet",
+        "gemm_wgmma": "data/recordings/h100_coverage_gemm_wgmma.parquet"}
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "unseen_shapes.py"), "--held-out", "coverage"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--held-out coverage needs --no-coverage" in result.stderr
+
+
 def suggested_cublas_us(root: Path, shape: tuple[int, int, int]) -> tuple[float, subprocess.CompletedProcess]:
     """The cuBLAS time `tunetable suggest` predicts for ``shape`` in the project at ``root`` (µs), and the run."""
     result = subprocess.run([sys.executable, "-m", "tunetable", "suggest", "--params", str(root / "params.yaml"),
