@@ -86,9 +86,14 @@ def selector_provenance(*, name: str, build: SelectorBuild, candidates: int) -> 
     for table in build.tables:
         if table.coverage is not None:
             shapes = len(table.times) - len(table.own_shapes())
-            provenance.update(recording_provenance(prefix=f"{table.table}_coverage", recording=table.coverage,
+            provenance.update(recording_provenance(prefix=coverage_prefix(table.table), recording=table.coverage,
                                                    shapes=shapes))
     return provenance
+
+
+def coverage_prefix(table: str) -> str:
+    """The provenance keys' prefix of ``table``'s coverage recording (``<table>_coverage``_data_hash, ...)."""
+    return f"{table}_coverage"
 
 
 def recording_provenance(*, prefix: str, recording: TableMeasurements, shapes: int) -> dict[str, Any]:

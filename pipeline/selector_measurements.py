@@ -200,7 +200,7 @@ def merged_measurements(*, table: TableMeasurements, coverage: TableMeasurements
     above the table's largest M would make them candidates in ranges where no table shape measured them.
     """
     known = {config.config_id for config in table.configs}
-    own_ms = [shape[0] for shape in table.times]
+    own_ms = [m for m, _, _ in table.own_shapes()]
     low, high = min(own_ms), max(own_ms)
     added = {shape: {cid: ms for cid, ms in by_config.items() if cid in known}
              for shape, by_config in coverage.times.items() if shape not in table.times and low <= shape[0] <= high}

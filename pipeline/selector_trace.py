@@ -20,7 +20,7 @@ from tunetable.errors import TuneTableError
 from tunetable.kernels.families.selector_data import SelectorData, candidate_entry, entry_terms, parse_selector_file
 from tunetable.kernels.runtime import selector_serve as runtime
 from tunetable.params import SelectorSpec, TableSpec
-from tunetable.selector_manifest import entry_types
+from tunetable.selector_manifest import coverage_prefix, entry_types
 
 CANDIDATE_START = '{"M":'   # how a candidate's line of a data file begins
 
@@ -94,17 +94,20 @@ class SelectorTrace:
     on_shape: ShapeBias | None = None   # with a shape: the bias there, each (N', K')'s share
     coverage: tuple[str, str] | None = None   # (path, data hash) of the table's coverage recording read here
 
+    def _built_hash(self, prefix: str) -> str | None:
+        """The data hash the selector's provenance holds under ``<prefix>_data_hash`` (None: absent)."""
+        value = self.provenance.get(f"{prefix}_data_hash")
+        return str(value) if value is not None else None
+
     @property
     def selected_hash(self) -> str | None:
         """The data hash of the entry's table that the selector was built from (its provenance)."""
-        value = self.provenance.get(f"{self.entry.get('TABLE')}_data_hash")
-        return str(value) if value is not None else None
+        return self._built_hash(str(self.entry.get("TABLE")))
 
     @property
     def selected_coverage_hash(self) -> str | None:
         """The data hash of the table's coverage recording the selector was built from (None: built without)."""
-        value = self.provenance.get(f"{self.entry.get('TABLE')}_coverage_data_hash")
-        return str(value) if value is not None else None
+        return self._built_hash(coverage_prefix(str(self.entry.get("TABLE"))))
 
 
 @dataclass(frozen=True)

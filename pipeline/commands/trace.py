@@ -156,14 +156,14 @@ def _dispatch_notes(result) -> list[str]:
     speedup at its first M)."""
     notes = []
     recorded = result.entry.values.get("SPEEDUP_VS_CUBLAS")
-    first = next((c for d in result.decisions[:1] for c in d.candidates if c.table == result.table), None)
-    if recorded is not None and first is not None and first.measured is not None:
-        measured = entry_speedup(speedup=first.measured.speedup)
-        if measured != recorded:
-            notes.append(f"M={result.decisions[0].m}: these rows measure {measured}x cuBLAS's speed, the list holds "
-                         f"{recorded}x: re-run `tunetable select --dispatch {result.name}`")
-    for decision in result.decisions:
+    for position, decision in enumerate(result.decisions):
         chosen = next(c for c in decision.candidates if c.table == result.table)
+        # The entry holds its first M's speedup: only that decision's rows are compared with it.
+        if position == 0 and recorded is not None and chosen.measured is not None:
+            measured = entry_speedup(speedup=chosen.measured.speedup)
+            if measured != recorded:
+                notes.append(f"M={decision.m}: these rows measure {measured}x cuBLAS's speed, the list holds "
+                             f"{recorded}x: re-run `tunetable select --dispatch {result.name}`")
         if chosen.config_id not in (None, result.config_id):
             notes.append(f"M={decision.m}: table {result.table} now selects {chosen.config_id}, the list names "
                          f"{result.config_id}: re-run `tunetable select --dispatch {result.name}`")
