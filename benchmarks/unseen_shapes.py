@@ -63,7 +63,6 @@ from tunetable.device_tables import (  # noqa: E402
     split_device_table,
 )
 from tunetable.errors import TuneTableError  # noqa: E402
-from tunetable.inputs import load_checked_recording  # noqa: E402
 from tunetable.kernels.families.devices import recording_path  # noqa: E402
 from tunetable.kernels.runtime.selector_serve import ShapeSelector  # noqa: E402
 from tunetable.params import load_params, selector_spec, table_spec  # noqa: E402
@@ -295,8 +294,8 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
     held = []
     for name, path in paths.items():
         spec = table_spec(params, name)
-        load_checked_recording(path)   # whole, against its sidecar: one line naming it if not (tunetable.inputs)
-        loaded = resultset.from_frame(frame=pl.read_parquet(path), path=str(path), name=name)
+        frame = rank.read_checked_recording(path=path)   # whole, against its sidecar: one line naming it if not
+        loaded = resultset.from_frame(frame=frame, path=str(path), name=name)
         ranked = rank.rank_rows(rows=loaded.frame, parameters=tuple(loaded.parameters)).ranked
         ranked = ranked.filter(pl.col("cublas_ms").is_not_null())
         names = [p for p in grid_parameter_names(spec.grid) if p in loaded.parameters]

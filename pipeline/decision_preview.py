@@ -3,7 +3,8 @@
 For each (M, N, K): the runtime's own decision (tunetable.kernels.runtime.decide: the dispatch list and
 its table where they hold the shape's (N, K), else the shape selector), the family and
 configuration, where they come from, the predicted kernel time and the predicted cuBLAS time.
-A table entry at a shape its table's recording measured reports those medians (``measured``);
+A table entry at a shape its table's recording measured reports those medians (``measured``), and so does the
+selector's pick at a shape a coverage recording measured (``coverage`` names that recording);
 elsewhere the times are the selector's model (perf model + the recordings' bias), built from the
 same recordings. A shape no family can run (alignment, int32 extents) says why. A prediction for a shape
 whose roofline floor lies below every recorded shape's is marked ``extrapolated``: there a call's fixed cost,
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tunetable.kernels.perfmodel import roofline_floor_s
@@ -39,6 +40,7 @@ class Suggestion:
     reason: str | None = None   # why the kernels cannot run the shape
     count: int = 1
     extrapolated: bool = False  # predicted for a shape smaller (roofline floor) than any recorded one
+    coverage: str | None = None  # the coverage recording a measured time comes from (None: the table's own)
 
     @property
     def speedup_vs_cublas(self) -> float | None:
@@ -61,16 +63,28 @@ def cannot_run(shape: Shape, *, families: Sequence[Any]) -> str | None:
     return "; ".join(dict.fromkeys(reasons)) or "no kernel family"
 
 
-def measured_times(tables: Sequence[Any]) -> dict[tuple[str, str, Shape], tuple[float, float]]:
-    """(table, config id, shape) -> (median ms, same-shard cuBLAS ms) over the tables' recordings."""
+@dataclass(frozen=True)
+class MeasuredTime:
+    """One configuration's recorded median at a shape, the cuBLAS time beside it and where it was recorded."""
+
+    median_ms: float
+    cublas_ms: float
+    coverage: str | None   # the coverage recording of the shape (None: the table's own recording)
+
+
+def measured_times(tables: Sequence[Any]) -> dict[tuple[str, str, Shape], MeasuredTime]:
+    """(table, config id, shape) -> its MeasuredTime over the tables' recordings, coverage recordings merged in
+    (cuBLAS as ``tables`` hold it: the shard's, or the shared yardstick)."""
     found = {}
     for table in tables:
         for shape, by_config in table.times.items():
             cublas = table.cublas.get(shape)
             if cublas is None:
                 continue
+            coverage = table.sessions.get(shape)
             for config_id, median in by_config.items():
-                found[(table.table, config_id, shape)] = (median, cublas)
+                found[(table.table, config_id, shape)] = MeasuredTime(median_ms=median, cublas_ms=cublas,
+                                                                      coverage=coverage)
     return found
 
 
@@ -103,13 +117,15 @@ def predicted_ratio(model: Any, *, table: str, config_id: str, shape: Shape) -> 
 
 
 def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence[Any], model: Any | None,
-            measured: Mapping[tuple[str, str, Shape], tuple[float, float]], selector_name: str,
+            measured: Mapping[tuple[str, str, Shape], MeasuredTime], selector_name: str,
             selector_entries: Sequence[Any], cublas: Callable[[Shape], float | None],
             smallest_floor_s: float | None = None) -> Suggestion:
     """The runtime's decision for one shape and its expected time (the dispatcher's warning is silenced).
 
-    Unmeasured times are the predicted time / cuBLAS ratio times ``cublas(shape)``, cuBLAS's time as
-    the recordings predict it; they are ``extrapolated`` where the shape's roofline floor is below ``smallest_floor_s``.
+    The chosen configuration's time is ``measured`` where a recording holds it at the shape (a table's, or for the
+    selector's pick a coverage recording's); elsewhere it is the predicted time / cuBLAS ratio times
+    ``cublas(shape)``, cuBLAS's time as the recordings predict it, ``extrapolated`` where the shape's roofline floor
+    is below ``smallest_floor_s``.
     """
     reason = cannot_run(shape, families=families)
     if reason is not None:
@@ -124,26 +140,35 @@ def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence
     if decision.prediction is not None:
         candidate = decision.prediction.candidate
         position = next(i for i, c in enumerate(selector_entries) if c is candidate)
-        baseline = cublas(shape)
-        return Suggestion(shape=shape, source="selector", table=candidate.table, family=candidate.kernel,
-                          config_id=candidate.config_id, where=f"{selector_name}[{position}]",
-                          seconds=None if baseline is None else baseline / decision.prediction.speedup_vs_cublas,
-                          cublas_seconds=baseline, measured=False, count=count, extrapolated=below)
+        chosen = Suggestion(shape=shape, source="selector", table=candidate.table, family=candidate.kernel,
+                            config_id=candidate.config_id, where=f"{selector_name}[{position}]", seconds=None,
+                            cublas_seconds=None, measured=False, count=count)
+        speedup = decision.prediction.speedup_vs_cublas
+        return with_times(chosen, found=measured.get((candidate.table, candidate.config_id, shape)),
+                          predicted=lambda baseline: baseline / speedup, cublas=cublas, below=below)
     table = decision.choice.table if decision.choice is not None else entry.kernel
-    found = measured.get((table, entry.config_id, shape))
-    seconds = baseline = None
-    if found is not None:
-        seconds, baseline, was_measured = found[0] * 1e-3, found[1] * 1e-3, True
-    else:
+    chosen = Suggestion(shape=shape, source="fallback" if decision.fallback else "table", table=table,
+                        family=entry.kernel, config_id=entry.config_id,
+                        where=f"{table}[{decision.index}]" if decision.index is not None else None,
+                        seconds=None, cublas_seconds=None, measured=False, count=count)
+
+    def predicted(baseline: float) -> float | None:
         ratio = predicted_ratio(model, table=table, config_id=entry.config_id, shape=shape) if model else None
-        baseline = cublas(shape)
-        seconds = None if ratio is None or baseline is None else ratio * baseline
-        was_measured = False
-    return Suggestion(shape=shape, source="fallback" if decision.fallback else "table", table=table,
-                      family=entry.kernel, config_id=entry.config_id,
-                      where=f"{table}[{decision.index}]" if decision.index is not None else None,
-                      seconds=seconds, cublas_seconds=baseline, measured=was_measured, count=count,
-                      extrapolated=below and not was_measured and seconds is not None)
+        return None if ratio is None else ratio * baseline
+
+    return with_times(chosen, found=measured.get((table, entry.config_id, shape)), predicted=predicted, cublas=cublas,
+                      below=below)
+
+
+def with_times(chosen: Suggestion, *, found: MeasuredTime | None, predicted: Callable[[float], float | None],
+               cublas: Callable[[Shape], float | None], below: bool) -> Suggestion:
+    """``chosen`` with its times: the recorded ones where ``found``, else ``predicted`` from cuBLAS's predicted time."""
+    if found is not None:
+        return replace(chosen, seconds=found.median_ms * 1e-3, cublas_seconds=found.cublas_ms * 1e-3, measured=True,
+                       coverage=found.coverage)
+    baseline = cublas(chosen.shape)
+    seconds = None if baseline is None else predicted(baseline)
+    return replace(chosen, seconds=seconds, cublas_seconds=baseline, extrapolated=below and seconds is not None)
 
 
 def workload_totals(suggestions: Sequence[Suggestion]) -> tuple[float, float] | None:
@@ -152,3 +177,12 @@ def workload_totals(suggestions: Sequence[Suggestion]) -> tuple[float, float] | 
     if not timed:
         return None
     return sum(s.count * s.seconds for s in timed), sum(s.count * s.cublas_seconds for s in timed)
+
+
+def coverage_shapes(suggestions: Sequence[Suggestion]) -> dict[str, list[Shape]]:
+    """Per coverage recording, the shapes whose measured times it gave (in the suggestions' order)."""
+    found: dict[str, list[Shape]] = {}
+    for s in suggestions:
+        if s.coverage:
+            found.setdefault(s.coverage, []).append(s.shape)
+    return found

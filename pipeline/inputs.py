@@ -21,6 +21,7 @@ parse and the bench worker import it); pandas, numpy and the recording helpers l
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -254,31 +255,49 @@ def sidecar_path(recording: Path) -> Path:
     return recording.with_suffix(".json")
 
 
-def read_recording(path: str | Path, *, columns: list[str] | None = None) -> Any:
-    """A recording's rows as a pandas frame (``columns``: only those); an unreadable file is one error line."""
-    import pandas as pd  # lazy: pandas only where a recording is read
-
-    source = Path(path)
+def _recording_present(source: Path) -> None:
+    """A recording file is there and within MAX_INPUT_BYTES: one error line naming it if not."""
     if not source.is_file():
         raise TuneTableError("no such recording (make one with `tunetable record` on a GPU)", path=source)
     if source.stat().st_size > MAX_INPUT_BYTES:
         raise TuneTableError(f"larger than the {MAX_INPUT_BYTES} bytes an input may hold", path=source)
+
+
+def read_recording(path: str | Path, *, columns: list[str] | None = None, data: bytes | None = None) -> Any:
+    """A recording's rows as a pandas frame (``columns``: only those; ``data``: its bytes, already read, parsed
+    instead of the file); an unreadable file is one error line."""
+    import pandas as pd  # lazy: pandas only where a recording is read
+
+    source = Path(path)
+    if data is None:
+        _recording_present(source)
     try:
-        return pd.read_parquet(source, columns=columns)
+        return pd.read_parquet(source if data is None else io.BytesIO(data), columns=columns)
     except Exception as exc:  # pyarrow raises many types on a corrupt file; each becomes this one line
         detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise TuneTableError(f"unreadable recording: {detail}", path=source) from None
 
 
+def checked_recording_bytes(path: str | Path, *, served: bool = True) -> bytes:
+    """A recording's bytes, read once and checked whole as ``load_checked_recording`` checks them: another reader
+    (polars) parses exactly the bytes whose rows were checked and whose sha256 the sidecar records."""
+    return _checked_recording(Path(path), served=served)[1]
+
+
 def load_checked_recording(path: str | Path, *, served: bool = True) -> Any:
     """A recording's rows (pandas) after ``check_recording`` of the whole file against its sidecar (if any)."""
-    source = Path(path)
-    frame = read_recording(source)
+    return _checked_recording(Path(path), served=served)[0]
+
+
+def _checked_recording(source: Path, *, served: bool) -> tuple[Any, bytes]:
+    """A recording's rows (pandas) and the bytes they were parsed from, checked against its sidecar (if any)."""
+    _recording_present(source)
+    data = read_bytes(source)
+    frame = read_recording(source, data=data)
     sidecar = sidecar_path(source)
     provenance = load_json_file(sidecar) if sidecar.is_file() else None
-    data = read_bytes(source) if isinstance(provenance, Mapping) and SIDECAR_HASH in provenance else None
     check_recording(frame, path=source, sidecar=provenance, sidecar_path=sidecar, data=data, served=served)
-    return frame
+    return frame, data
 
 
 def read_recording_columns(path: str | Path, *, columns: list[str]) -> Any:

@@ -19,6 +19,7 @@ import polars as pl
 
 from tunetable.atomic import atomic_write_all
 from tunetable.errors import TuneTableError
+from tunetable.inputs import checked_recording_bytes
 from tunetable.numbers import number_cell
 from tunetable.results import BASELINE_ID, SEARCH_FIELDS
 
@@ -216,14 +217,21 @@ def read_ranked(*, path: Path, required: tuple[str, ...] = ("M", "N", "K", "conf
     return ranked
 
 
-def read_parquet_file(*, path: Path, what: str) -> pl.DataFrame:
-    """A parquet file as a polars frame; unreadable, corrupt or foreign is one error line (polars panics too)."""
+def read_parquet_file(*, path: Path, what: str, data: bytes | None = None) -> pl.DataFrame:
+    """A parquet file (``data``: its bytes, already read) as a polars frame; unreadable, corrupt or foreign is one
+    error line naming ``path`` (polars panics too)."""
     try:
-        return pl.read_parquet(path)
+        return pl.read_parquet(path if data is None else io.BytesIO(data))
     except (OSError, ValueError, pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:
         detail = str(exc).splitlines()[0][:120] if str(exc) else ""
         raise TuneTableError(f"not {what} ({exc.__class__.__name__}{': ' + detail if detail else ''})",
                              path=path) from None
+
+
+def read_checked_recording(*, path: Path) -> pl.DataFrame:
+    """A recording as a polars frame, parsed from the very bytes checked whole against its sidecar
+    (``tunetable.inputs.checked_recording_bytes``): one read, one line naming the file if not."""
+    return read_parquet_file(path=path, what="a recording (parquet)", data=checked_recording_bytes(path))
 
 
 def check_ranked(*, ranked: pl.DataFrame, path: Path) -> None:

@@ -5,9 +5,9 @@
 (``tables.<t>.recording``, restricted to the table's params.yaml shapes) and, where the device has them, its
 coverage recording (params.yaml ``selector.<s>.coverage``: extra (N, K) pairs recorded for the fit only,
 ``data/recordings/<device>_coverage_<table>.parquet``, restricted to that CSV's shapes; docs/selector_data.md).
-Every recording is verified whole against its sidecar (``load_checked_recording``). ``shared_yardstick`` pools
-the cuBLAS rows per (table, recording) (``tunetable.baseline``): a coverage recording is a session of its own.
-The fit itself is tunetable.selector_fit.
+Every recording is verified whole against its sidecar (``tunetable.rank.read_checked_recording``).
+``shared_yardstick`` pools the cuBLAS rows per (table, recording) (``tunetable.baseline``): a coverage recording
+is a session of its own. The fit itself is tunetable.selector_fit.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 
 from tunetable.baseline import pooled_baselines
 from tunetable.errors import TuneTableError
-from tunetable.inputs import load_checked_recording
 from tunetable.kernels.runtime.selector_serve import model_function
 
 Shape = tuple[int, int, int]
@@ -114,7 +113,8 @@ def load_table_measurements(*, root: Path, spec: Any) -> TableMeasurements:
 def load_recording_measurements(*, root: Path, spec: Any, recording: str, shapes: Sequence[Shape],
                                 which: str) -> TableMeasurements:
     """TableMeasurements of one recording of table ``spec``, verified whole against its sidecar
-    (``load_checked_recording``), restricted to ``shapes`` and ranked as `tunetable rank` does."""
+    (``tunetable.rank.read_checked_recording``: the rows parsed from the bytes checked), restricted to ``shapes``
+    and ranked as `tunetable rank` does."""
     import polars as pl  # lazy: the Snakefile's parse imports this module (shardkey's seed hash)
 
     from tunetable import rank, resultset  # lazy: both import polars
@@ -122,8 +122,7 @@ def load_recording_measurements(*, root: Path, spec: Any, recording: str, shapes
     from tunetable.select_winners import provenance
 
     path = root / recording
-    load_checked_recording(path)   # whole, against its sidecar (tunetable.inputs): one line naming it if not
-    frame = rank.read_parquet_file(path=path, what="a recording (parquet)")
+    frame = rank.read_checked_recording(path=path)   # whole, against its sidecar: one line naming it if not
     # A device table's recording holds its rows under the base table's name, which the selector's data keeps.
     base = str(getattr(spec, "base", spec.name))
     loaded = resultset.from_frame(frame=frame, path=recording, name=base)

@@ -11,9 +11,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tunetable.params import load_params, selector_specs, table_spec
+from tunetable.params import SelectorSpec, load_params, selector_specs, table_spec
 from tunetable.selector_fit import Shape, SelectorModel, selector_model
 from tunetable.selector_measurements import selector_tables
+
+
+def seed_selector(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> SelectorSpec | None:
+    """The selector a search is seeded from: the first declared one (None: none declared)."""
+    specs = selector_specs(dict(params), path=path)
+    return specs[0] if specs else None
 
 
 def seed_tables(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> list[Any]:
@@ -23,17 +29,17 @@ def seed_tables(*, params: Mapping[str, Any], path: str | Path = "params.yaml") 
     working folder).
     """
 
-    specs = selector_specs(dict(params), path=path)
-    if not specs:
+    selector = seed_selector(params=params, path=path)
+    if selector is None:
         return []
-    tables = [table_spec(dict(params), name, path=path) for name in specs[0].tables]
+    tables = [table_spec(dict(params), name, path=path) for name in selector.tables]
     return [spec for spec in tables if spec.recording and Path(spec.recording).is_file()]
 
 
 def seed_coverage(*, params: Mapping[str, Any], path: str | Path = "params.yaml") -> str | None:
     """The first declared selector's coverage shapes CSV (None: none declared)."""
-    specs = selector_specs(dict(params), path=path)
-    return specs[0].coverage if specs else None
+    selector = seed_selector(params=params, path=path)
+    return selector.coverage if selector is not None else None
 
 
 def seed_recordings(*, path: str | Path = "params.yaml") -> list[Path]:

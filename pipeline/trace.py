@@ -24,10 +24,9 @@ import polars as pl
 from tunetable import lineage, paths, rank, rawstore, resultset
 from tunetable.codegen_render import marker_line
 from tunetable.errors import TuneTableError
-from tunetable.inputs import load_checked_recording
 from tunetable.manifest import ManifestEntry, load_ranges, lookup
 from tunetable.params import CodegenSpec, DispatchSpec, SelectorSpec, TableSpec
-from tunetable.rank import read_parquet_file, read_ranked
+from tunetable.rank import read_checked_recording, read_ranked
 from tunetable.results import journal_of
 from tunetable.baseline import pooled_baselines
 from tunetable.select_winners import Candidate, choose_tables, data_hash, table_baselines
@@ -358,8 +357,7 @@ def _recording_source(*, root: Path, spec: TableSpec, cache: TraceCache) -> Tabl
     if not spec.recording or not (root / spec.recording).is_file():
         return None
 
-    cache.check_recording(root / spec.recording)
-    frame = read_parquet_file(path=root / spec.recording, what="a recording")
+    frame = cache.recording(root / spec.recording)
     loaded = resultset.from_frame(frame=frame, path=spec.recording, name=spec.name)
     return TableSource(table=spec.name, kind="recording", path=spec.recording, data_hash=None,
                        ranked=ranked_results(results=[loaded], shapes=spec.shapes()))
@@ -384,10 +382,9 @@ def table_source(*, root: Path, spec: TableSpec, cache: TraceCache | None = None
 @dataclass
 class TraceCache:
     """What the traces of one tree share over a batch of entries: each table's source, ranked once, and each
-    recording, checked whole against its sidecar once (a trace without one makes its own)."""
+    recording, read once and checked whole against its sidecar (a trace without one makes its own)."""
 
     sources: dict[str, tuple[TableSpec, TableSource]] = field(default_factory=dict)
-    checked: set[str] = field(default_factory=set)
     recordings: dict[str, pl.DataFrame] = field(default_factory=dict)
 
     def source(self, *, root: Path, spec: TableSpec) -> TableSource:
@@ -397,17 +394,10 @@ class TraceCache:
             found = self.sources[spec.name] = (spec, table_source(root=root, spec=spec, cache=self))
         return found[1]
 
-    def check_recording(self, path: Path) -> None:
-        """The whole recording checked against its sidecar, once: one line naming it if not."""
-        if str(path) not in self.checked:
-            load_checked_recording(path)
-            self.checked.add(str(path))
-
     def recording(self, path: Path) -> pl.DataFrame:
-        """The recording's rows, read once after its check."""
+        """The recording's rows, read once from the bytes checked whole against its sidecar (one line if not)."""
         if str(path) not in self.recordings:
-            self.check_recording(path)
-            self.recordings[str(path)] = pl.read_parquet(path)
+            self.recordings[str(path)] = read_checked_recording(path=path)
         return self.recordings[str(path)]
 
 

@@ -104,3 +104,30 @@ def test_markdown_of_many_shapes_is_bounded_and_the_csv_keeps_every_row(tmp_path
         ["| ca", "75", "150"], ["| cb", "75", "150"], ["| cc", "0", "150"]]  # a tie in wins: lower geomean slowdown
     assert len(text.splitlines()) < 130
     assert len(pl.read_csv(tmp_path / "ranked" / "gemm_mma.csv")) == 450
+
+
+def test_a_checked_recording_is_parsed_from_the_bytes_its_sidecar_hashes(tmp_path) -> None:
+    # One read feeds both the check (pandas, sha256) and the polars frame the selector, trace and unseen_shapes read:
+    # the frame is what polars reads from the file itself, dtypes included. (pl.from_pandas of the checked pandas
+    # frame is not: the all-null `error` column comes back String, not Null.)
+    import json
+    import shutil
+    from pathlib import Path
+
+    from tunetable.errors import TuneTableError
+
+    recording = Path(__file__).resolve().parents[1] / "data" / "recordings" / "h100_coverage_gemm_mma.parquet"
+    checked = rank.read_checked_recording(path=recording)
+    direct = pl.read_parquet(recording)
+    assert checked.schema == direct.schema
+    assert (checked.schema["error"], checked.schema["samples_ms"], checked.schema["M"]) == (
+        pl.Null, pl.List(pl.Float64), pl.Int64)
+    assert checked.equals(direct, null_equal=True) and checked.height == json.loads(
+        recording.with_suffix(".json").read_text())["rows"]
+    # The same rows written again are other bytes than the sidecar's sha256: refused, naming the file.
+    copy = tmp_path / recording.name
+    shutil.copy(recording.with_suffix(".json"), copy.with_suffix(".json"))
+    direct.write_parquet(copy, compression="uncompressed")
+    with pytest.raises(TuneTableError, match="does not match the .* its sidecar h100_coverage_gemm_mma.json") as error:
+        rank.read_checked_recording(path=copy)
+    assert str(copy) in str(error.value)

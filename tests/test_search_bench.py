@@ -158,3 +158,24 @@ def test_seed_from_selector_measures_the_selectors_candidates_first(tmp_path: Pa
         assert len(expected) == 2 and list(kernels["config_id"])[:2] == expected
         seeded += 1
     assert seeded == len(SHAPES)
+
+
+def test_seeds_come_from_the_first_declared_selector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """seed_tables and seed_coverage read the one selector seed_selector names: the first declared."""
+    from tunetable.selector_seeds import seed_coverage, seed_selector, seed_tables
+
+    monkeypatch.chdir(REPO)   # recordings resolve from the working folder, as the bench resolves them
+    path = REPO / "params.yaml"
+    params = load_params(path)
+    declared = params["selector"]["gemm_selector"]
+    narrow = {**params, "selector": {"narrow": {**declared, "tables": ["gemm_mma"], "coverage": None},
+                                     **params["selector"]}}
+    none = {name: value for name, value in params.items() if name != "selector"}
+    assert seed_selector(params=params, path=path).name == "gemm_selector"
+    assert [spec.name for spec in seed_tables(params=params, path=path)] == declared["tables"]
+    assert seed_coverage(params=params, path=path) == declared["coverage"] == "data/coverage_shapes.csv"
+    assert seed_selector(params=narrow, path=path).name == "narrow"
+    assert [spec.name for spec in seed_tables(params=narrow, path=path)] == ["gemm_mma"]
+    assert seed_coverage(params=narrow, path=path) is None
+    assert seed_selector(params=none, path=path) is None
+    assert seed_tables(params=none, path=path) == [] and seed_coverage(params=none, path=path) is None

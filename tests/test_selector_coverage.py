@@ -1,9 +1,10 @@
 """Coverage recordings: extra (N, K) pairs recorded for the shape selector's fit only (params.yaml
 ``selector.<s>.coverage``, ``<device>_coverage_<table>`` recordings; docs/selector_data.md).
 
-No coverage recording exists yet, so a tmp project stands the H200's validation recordings in as one (real GPU
-rows at shapes no table holds), with a validation CSV that leaves those shapes out. Expected values are
-recomputed from the parquet files (polars) and by least squares (numpy), never read back from the fit.
+The H200 has no coverage recording, so a tmp project stands the H200's validation recordings in as one (real GPU
+rows at shapes no table holds), with a validation CSV that leaves those shapes out; suggest's coverage rows are
+checked on the H100's committed coverage recordings. Expected values are recomputed from the parquet files
+(polars) and by least squares (numpy), never read back from the fit.
 """
 
 from __future__ import annotations
@@ -342,3 +343,59 @@ def test_trace_names_the_coverage_recording_behind_an_entry(project) -> None:
     built = re.search(rf"{table}_coverage_data_hash: \"?([0-9a-f]{{16}})", manifest).group(1)
     assert (f"data/recordings/h200_coverage_{table}.parquet (coverage recording: its (N, K) feed the fit only), "
             f"data hash {built}: the rows the selector was built from") in traced.stdout
+
+
+def suggest_row(stdout: str, shape: tuple[int, int, int]) -> list[str]:
+    """The cells of `tunetable suggest`'s row for ``shape`` (a wide table: one line per row)."""
+    for line in stdout.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if cells[:3] == [str(v) for v in shape]:
+            return cells
+    raise AssertionError(f"no row for {shape} in:\n{stdout}")
+
+
+def test_suggest_shows_the_h100_coverage_recordings_measurement_at_a_coverage_shape() -> None:
+    # 256 x 3072 x 24576 is a line of data/coverage_shapes.csv (no table holds it): the H100's coverage recordings
+    # measured every configuration there, so the selector's pick shows that recording's median and its cuBLAS
+    # (the yardstick table rows show: its rows in its session scale, pooled with the other coverage recordings').
+    # 300 x 3072 x 24576 nobody measured: predicted. Expected numbers: polars on the committed parquet files.
+    from tunetable.kernels.runtime.decide import shape_selector
+
+    shape, unmeasured = (256, 3072, 24576), (300, 3072, 24576)
+    csv = pl.read_csv(REPO / SPEC.coverage, comment_prefix="#")
+    assert shape in set(csv.select("M", "N", "K").iter_rows())
+    done = subprocess.run([sys.executable, "-m", "tunetable", "suggest", "--device", "h100", "--shape",
+                           shape_line(shape), "--shape", shape_line(unmeasured)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "COLUMNS": "400"})
+    assert done.returncode == 0, done.stderr
+    chosen = shape_selector("gemm_selector", device="h100").choose(m=shape[0], n=shape[1], k=shape[2]).candidate
+    recording = f"data/recordings/h100_coverage_{chosen.table}.parquet"
+    at_shape = (pl.col("M") == shape[0]) & (pl.col("N") == shape[1]) & (pl.col("K") == shape[2])
+    kernel = pl.read_parquet(REPO / recording).filter(at_shape & (pl.col("kind") == "kernel")
+                                                      & (pl.col("status") == "ok")
+                                                      & (pl.col("config_id") == chosen.config_id))
+    assert kernel.height == 1
+    median_ms = kernel["median_ms"][0]
+    # cuBLAS rows per (table, coverage recording) at the CSV's shapes within the table's own Ms (as merged)
+    rows: dict[tuple[str, str], dict[tuple[int, int, int], float]] = {}
+    for table in TABLES:
+        own_ms = [m for m, _, _ in table_spec(PARAMS, f"{table}.h100").shapes()]
+        path = f"data/recordings/h100_coverage_{table}.parquet"
+        baseline = pl.read_parquet(REPO / path).join(csv, on=["M", "N", "K"], how="semi").filter(
+            (pl.col("kind") == "baseline") & (pl.col("status") == "ok")
+            & pl.col("M").is_between(min(own_ms), max(own_ms)))
+        rows[(table, path)] = {(r["M"], r["N"], r["K"]): r["median_ms"] for r in baseline.iter_rows(named=True)}
+    own_cublas_ms = rows[(chosen.table, recording)][shape]
+    cublas_ms = least_squares_yardstick(rows)[((chosen.table, recording), shape)]
+    assert math.isclose(cublas_ms, own_cublas_ms, rel_tol=0.01)   # that recording's cuBLAS, in its session scale
+
+    m, n, k, family, config, where, time_us, cublas_us, speedup, basis = suggest_row(done.stdout, shape)
+    assert (family, config, basis) == (chosen.kernel, chosen.config_id, "measured (coverage)")
+    assert where.startswith("selector gemm_selector.h100[")
+    assert float(time_us) == pytest.approx(median_ms * 1e3, abs=5.1e-4)
+    assert float(cublas_us) == pytest.approx(cublas_ms * 1e3, abs=5.1e-4)
+    assert float(speedup) == pytest.approx(cublas_ms / median_ms, abs=5.1e-4)
+    assert (f"measured (coverage) rows: the selector's pick as the coverage recording {recording} measured it at "
+            "256x3072x24576 (") in done.stdout
+    assert suggest_row(done.stdout, unmeasured)[-1] == "predicted"
+    assert "300x3072x24576" not in done.stdout

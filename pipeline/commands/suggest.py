@@ -19,15 +19,16 @@ from tunetable.params import TableSpec, load_params, selector_specs, table_spec
 from tunetable.selector_fit import cublas_seconds, selector_model
 from tunetable.selector_measurements import selector_tables, shared_yardstick
 from tunetable.shapes import ShapeCount, read_workload
-from tunetable.decision_preview import measured_times, smallest_recorded, suggest, workload_totals
+from tunetable.decision_preview import coverage_shapes, measured_times, smallest_recorded, suggest, workload_totals
 
 EPILOG = """\b
 Examples:
   tunetable suggest --shape 200,5120,5120 --shape 1,4096,4096
   tunetable suggest --shapes shapes/llama.csv     M,N,K[,count] rows (tunetable shapes import)
   tunetable suggest --device h100 --shape 1,4096,4096   what an H100 runs (its tables, else its fallback's)
-A "selector" row is a prediction for a shape no table holds: `tunetable trace gemm_selector INDEX`
-shows the measurements behind it; add the shape to a table (params.yaml) to tune it.
+A "selector" row is a prediction for a shape no table holds (measured where a coverage recording holds the
+shape): `tunetable trace gemm_selector INDEX` shows the measurements behind it; add the shape to a table
+(params.yaml) to tune it.
 """
 
 
@@ -66,7 +67,8 @@ def render(suggestions, *, console: Console, selector: str,
         where = {"table": f"table {s.where}", "selector": f"selector {s.where}",
                  "fallback": f"fallback of {s.table}", "cannot run": "cannot run"}[s.source]
         basis = "-" if s.seconds is None else (
-            "measured" if s.measured else "extrapolated" if s.extrapolated else "predicted")
+            "measured (coverage)" if s.coverage else "measured" if s.measured
+            else "extrapolated" if s.extrapolated else "predicted")
         speedup = s.speedup_vs_cublas
         table.add_row(*(str(v) for v in s.shape), *([str(s.count)] if counted else []), s.family or "-",
                       s.config_id or "-", where, _us(s.seconds), _us(s.cublas_seconds),
@@ -88,7 +90,12 @@ def render(suggestions, *, console: Console, selector: str,
                       f"that of {m}x{n}x{k}); a call's fixed cost, which no recording measured there, dominates, "
                       "so their times and speedups are the model's guess: measure them before relying on them",
                       markup=False)
-    if any(s.source == "selector" for s in suggestions):
+    for recording, shapes in coverage_shapes(suggestions).items():
+        named = ", ".join("x".join(map(str, shape)) for shape in shapes)
+        console.print(f"measured (coverage) rows: the selector's pick as the coverage recording {recording} measured "
+                      f"it at {named} (recorded for the selector's fit only; cuBLAS: that recording's rows on the "
+                      "yardstick table rows use)", markup=False)
+    if any(s.source == "selector" and not s.measured for s in suggestions):
         console.print(f"predicted rows: shapes no table holds (the shape selector; `tunetable trace {selector} INDEX` "
                       "shows its measurements); tune them by adding the shapes to a table in params.yaml",
                       markup=False)
