@@ -21,8 +21,14 @@ os.environ.setdefault("TUNETABLE_CUBIN_CACHE", str(REPO / ".cache" / "cubins"))
 # which the first builds: the second needs no clone, so the other worker works on it meanwhile instead of
 # waiting on the clone's lock (with the two first, it waited as long as the main job took). xdist gives a worker
 # another file at the start while two tests or fewer are pending on it, so the first worker (the README's two
-# tests) queues the third behind them, and the clone is ready when it starts.
-LONGEST_FIRST = ("test_readme_commands.py", "test_pipeline_workflow.py", "test_fresh_clone.py")
+# tests) queues the third behind them, and the clone is ready when it starts. The files after them go longest first
+# too (their slow-step times, 2026-12-06): a worker takes its next file while it still runs one, so a long file
+# handed out late ran alone on one worker while the other idled; short files last even the two workers out.
+LONGEST_FIRST = ("test_readme_commands.py", "test_pipeline_workflow.py", "test_fresh_clone.py",
+                 "test_main_job.py", "test_gemm_wgmma_nvcc.py", "test_device_pipeline.py",
+                 "test_gemm_wgmma_swap_nvcc.py", "test_probe_patches.py", "test_gemm_wgmma_schedule_nvcc.py",
+                 "test_pipeline_dag.py", "test_kills.py", "test_inputs_properties.py", "test_shapes.py",
+                 "test_dispatch.py", "test_gemm_mma_nvcc.py", "test_trace_dispatch.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

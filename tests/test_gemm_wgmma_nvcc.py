@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tunetable.kernels.families import FAMILIES
-from tunetable.kernels.jit import include_flags
+from tunetable.kernels.jit import default_cache_dir, include_flags
 from tunetable.compile import compile_configs, main_function, parse_ptxas
 from tunetable.grid import DeviceLimits, compile_rules, expand, first_failed_rule
 from tunetable.params import table_spec
@@ -159,12 +159,15 @@ def test_derived_defines_must_agree_with_the_kernel(tmp_path: Path) -> None:
         assert proc.returncode != 0 and f"{name} define disagrees" in proc.stderr, proc.stderr[-800:]
 
 
-def test_every_kept_config_of_the_default_grid_compiles_without_spills(tmp_path: Path) -> None:
-    """The whole default grid through the compile stage (a fresh cache: every config really compiles)."""
+def test_every_kept_config_of_the_default_grid_compiles_without_spills() -> None:
+    """The whole default grid through the compile stage, into the runtime's cubin cache (conftest.py's
+    TUNETABLE_CUBIN_CACHE: a fresh clone's is empty): the same keys as the runtime's, so test_dispatch.py's warm cache
+    of this table's entries finds them compiled instead of compiling them again. A cache entry holds its compile's
+    ptxas log, read below either way."""
     kept = expand(SPEC, limits=DeviceLimits.from_params(PARAMS)).kept
     assert len(kept) >= 30
     results = compile_configs(kept, kernel_path=REPO / SPEC.kernel, flags=PARAMS["compile"]["nvcc_flags"],
-                              arch=SPEC.arch, cache_dir=tmp_path / "cubins", workers=os.cpu_count() or 2)
+                              arch=SPEC.arch, cache_dir=default_cache_dir(), workers=os.cpu_count() or 2)
     assert sorted(results) == sorted(config.id for config in kept)
     failed = {cid: r.error for cid, r in results.items() if r.status != "ok"}
     assert not failed, failed

@@ -1,10 +1,11 @@
 """Killed mid-way (SIGKILL at a seeded random moment): every target is the old file or the new one, never a mix.
 
-For codegen, select, rank and metrics: a twin project runs the command to its end (the new outputs);
-the project under test runs it and is killed after a random delay within the command's measured
-duration. Each output is then byte-identical to before or to the twin's, the only other files are
-the atomic writer's temp files (``.<name>.<random>.tmp``, git-ignored), nothing else was touched,
-and running the command again gives the twin's outputs. The main job's kills are in test_main_job.py.
+For codegen, select, rank and metrics: a twin project runs the command to its end (the new outputs; one
+twin per command, shared by its seeds); the project under test, a copy of the twin's starting state, runs it
+and is killed after a random delay within the command's measured duration. Each output is then
+byte-identical to before or to the twin's, the only other files are the atomic writer's temp files
+(``.<name>.<random>.tmp``, git-ignored), nothing else was touched, and running the command again gives
+the twin's outputs. The main job's kills are in test_main_job.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -67,14 +69,37 @@ def check_old_or_new(*, project: Project, before: dict[str, str], after_twin: di
         assert name in now, f"{name} disappeared"
 
 
-def two_projects(tmp_path: Path, build) -> tuple[Project, Project]:
-    """The project under test and its twin, built the same way (``build(project)``)."""
-    projects = []
-    for name in ("killed", "twin"):
-        project = make_project(tmp_path / name)
-        build(project)
-        projects.append(project)
-    return projects[0], projects[1]
+def copy_of(project: Project, folder: Path) -> Project:
+    """A copy of ``project`` in ``folder`` (the same layout as make_project's)."""
+    return Project(root=shutil.copytree(project.root, folder / "project"), marker=folder / "PAYLOAD_RAN")
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A command's starting project (``build``'s), and its twin that ran the command to its end."""
+
+    built: Project
+    seconds: float                  # how long the twin's run took (the kills' time scale)
+    after: dict[str, str]           # the twin's files after it (the new outputs)
+
+
+@pytest.fixture(scope="module")
+def twin_of(tmp_path_factory: pytest.TempPathFactory):
+    """Each command's Twin, made once for all of its seeds (a seed only changes when the copy is killed)."""
+    made: dict[str, Twin] = {}
+
+    def twin(command: str) -> Twin:
+        if command not in made:
+            build, argv, _ = COMMANDS[command]
+            folder = tmp_path_factory.mktemp(command)
+            built = make_project(folder / "built")
+            build(built)
+            finished = copy_of(built, folder / "twin")
+            seconds = finish(finished, *argv)
+            made[command] = Twin(built=built, seconds=seconds, after=snapshot(finished.root))
+        return made[command]
+
+    return twin
 
 
 def with_shards(project: Project) -> None:
@@ -117,12 +142,12 @@ SEEDS = [pytest.param(name, seed, marks=[pytest.mark.slow] if seed else [], id=f
 
 
 @pytest.mark.parametrize(("command", "seed"), SEEDS)
-def test_killed_at_a_random_point(tmp_path, command, seed):
-    build, argv, outputs = COMMANDS[command]
-    killed, twin = two_projects(tmp_path, build)
+def test_killed_at_a_random_point(tmp_path, command, seed, twin_of):
+    _, argv, outputs = COMMANDS[command]
+    twin = twin_of(command)
+    killed = copy_of(twin.built, tmp_path / "killed")
     before = snapshot(killed.root)
-    duration = finish(twin, *argv)
-    after_twin = snapshot(twin.root)
+    duration, after_twin = twin.seconds, twin.after
     assert any(after_twin.get(name) != before.get(name) for name in outputs)  # the command changes its outputs
     delay = random.Random(f"{command}-{seed}").uniform(0.3, 1.05) * duration
     kill_after(killed, argv, delay)

@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -40,7 +41,7 @@ MAIN_JOB_SECONDS: dict[str, float] = {}   # how long the first main job took (th
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
+def main_job(tmp_path_factory) -> Path:
     """A small project after one main job, its generated files committed (the state every test starts from)."""
     if not RECORDING.is_file():
         pytest.skip("the committed recording is absent")
@@ -54,6 +55,13 @@ def project(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture
+def project(main_job: Path, tmp_path: Path) -> Path:
+    """The test's own copy of main_job, with its files' modification times (Snakemake sees it as run): a test
+    damages its copy, and the next starts from the committed state without a main job to put the data back."""
+    return shutil.copytree(main_job, tmp_path / "project", symlinks=True)
+
+
 def checked_in_state(root: Path) -> str:
     """`git status --short` of the copy: empty when every checked-in file is as committed."""
     return git("status", "--short", cwd=root).output
@@ -64,36 +72,24 @@ def a_shard(root: Path) -> Path:
     return sorted((root / "results" / "raw").rglob("*.pkl"))[0]
 
 
-def restore(root: Path, shard: Path, data: bytes, journal: bytes) -> None:
-    """Put a shard and its journal back (each test leaves the project as it found it)."""
-    shard.write_bytes(data)
-    journal_of(shard).write_bytes(journal)
-    snakemake("--cores", "2", cwd=root)
-    assert checked_in_state(root) == ""
-
-
 @pytest.mark.slow
 def test_a_truncated_shard_stops_the_main_job_with_one_line(project):
     shard = a_shard(project)
-    data, journal = shard.read_bytes(), journal_of(shard).read_bytes()
-    try:
-        shard.write_bytes(data[:-200])
-        done = snakemake("--cores", "2", cwd=project, check=False)
-        assert done.returncode != 0
-        relative = shard.relative_to(project)
-        lines = [line for line in done.output.splitlines() if line.startswith("error: ")]
-        assert lines and all(line.startswith(f"error: {relative}: truncated (") for line in lines), done.output[-3000:]
-        assert "Traceback" not in done.output
-        assert checked_in_state(project) == ""  # no manifest, table or metrics file changed
-    finally:
-        restore(project, shard, data, journal)
+    shard.write_bytes(shard.read_bytes()[:-200])
+    done = snakemake("--cores", "2", cwd=project, check=False)
+    assert done.returncode != 0
+    relative = shard.relative_to(project)
+    lines = [line for line in done.output.splitlines() if line.startswith("error: ")]
+    assert lines and all(line.startswith(f"error: {relative}: truncated (") for line in lines), done.output[-3000:]
+    assert "Traceback" not in done.output
+    assert checked_in_state(project) == ""  # no manifest, table or metrics file changed
 
 
 @pytest.mark.slow
 def test_a_payload_shard_with_a_forged_checksum_runs_nothing(project, tmp_path):
     """An attacker who can write results/raw can also write the journal: the restricted reader still refuses."""
     shard = a_shard(project)
-    data, journal = shard.read_bytes(), journal_of(shard).read_bytes()
+    journal = journal_of(shard).read_bytes()
     marker = tmp_path / "PAYLOAD_RAN"
 
     class Payload:
@@ -101,16 +97,13 @@ def test_a_payload_shard_with_a_forged_checksum_runs_nothing(project, tmp_path):
             return os.system, (f"touch {marker}",)
 
     evil = pickle.dumps({"merged_df": Payload()})
-    try:
-        shard.write_bytes(evil)
-        record = {"type": "shard", "file": shard.name, "sha256": sha256_bytes(evil), "bytes": len(evil)}
-        journal_of(shard).write_bytes(journal + (json.dumps(record, sort_keys=True) + "\n").encode())
-        done = snakemake("--cores", "2", cwd=project, check=False)
-        assert done.returncode != 0 and not marker.exists()
-        assert f"error: {shard.relative_to(project)}: refused global 'posix.system'" in done.output
-        assert checked_in_state(project) == ""
-    finally:
-        restore(project, shard, data, journal)
+    shard.write_bytes(evil)
+    record = {"type": "shard", "file": shard.name, "sha256": sha256_bytes(evil), "bytes": len(evil)}
+    journal_of(shard).write_bytes(journal + (json.dumps(record, sort_keys=True) + "\n").encode())
+    done = snakemake("--cores", "2", cwd=project, check=False)
+    assert done.returncode != 0 and not marker.exists()
+    assert f"error: {shard.relative_to(project)}: refused global 'posix.system'" in done.output
+    assert checked_in_state(project) == ""
 
 
 @pytest.mark.slow
