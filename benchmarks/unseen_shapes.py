@@ -255,7 +255,7 @@ def out_name(*, params: dict[str, Any], device: str, name: str = OUT_NAME) -> st
     return name if device == primary_device(params) else device_data_path(name, device=device)
 
 
-def validation_paths(*, device: str, names: Sequence[str], held_out: str = "validation") -> dict[str, Path]:
+def held_out_paths(*, device: str, names: Sequence[str], held_out: str = "validation") -> dict[str, Path]:
     """Base table name -> ``device``'s held-out recording of it (recording_path of ``<held_out>_<table>``)."""
     bases = [split_device_table(name)[0] for name in names]
     return {base: REPO / recording_path(device=device, table=HELD_OUT[held_out].format(table=base)) for base in bases}
@@ -273,7 +273,7 @@ def validation(*, tables: list[TableMeasurements], candidates: int, params: dict
                names: tuple[str, ...], device: str, held_out: str = "validation") -> dict[str, Any] | None:
     """Picks on ``device``'s held-out recordings (None: absent): the selector built from every table's recording,
     and what gemm() decides there (a table's entry at a measured M of its (N, K), else the selector)."""
-    paths = validation_paths(device=device, names=names, held_out=held_out)
+    paths = held_out_paths(device=device, names=names, held_out=held_out)
     if not all(p.is_file() for p in paths.values()):
         return None
     import warnings
@@ -481,8 +481,8 @@ def main() -> None:
               f"{row['best_table']} {row['best_config_id']}: +{row['regret']:.1%}")
     print(timing_line(result["timing"]))
     if result["validation"] is None:
-        absent = ", ".join(str(p.relative_to(REPO)) for p in validation_paths(device=device, names=names,
-                                                                                   held_out=args.held_out).values())
+        absent = ", ".join(str(p.relative_to(REPO))
+                           for p in held_out_paths(device=device, names=names, held_out=args.held_out).values())
         print(f"{args.held_out} recordings absent ({absent}): no held-out figure")
     else:
         s = result["validation"]["summary"]

@@ -295,7 +295,7 @@ def test_unseen_shapes_holds_the_coverage_recordings_out_only_from_a_fit_that_ne
     from bench_support import load_benchmark_script
 
     unseen = load_benchmark_script("unseen_shapes")
-    paths = unseen.validation_paths(device="h100", names=("gemm_mma", "gemm_wgmma.h100"), held_out="coverage")
+    paths = unseen.held_out_paths(device="h100", names=("gemm_mma", "gemm_wgmma.h100"), held_out="coverage")
     assert {k: p.relative_to(REPO).as_posix() for k, p in paths.items()} == {
         "gemm_mma": "data/recordings/h100_coverage_gemm_mma.parquet",
         "gemm_wgmma": "data/recordings/h100_coverage_gemm_wgmma.parquet"}

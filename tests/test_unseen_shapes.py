@@ -35,12 +35,12 @@ def test_other_device_gets_its_device_selector_over_its_recordings(params: dict)
 
 def test_validation_recordings_are_the_devices_own(params: dict) -> None:
     names = selector_spec(params, "gemm_selector.h100").tables
-    paths = unseen.validation_paths(device="h100", names=names)
+    paths = unseen.held_out_paths(device="h100", names=names)
     assert {t: p.relative_to(REPO).as_posix() for t, p in paths.items()} == {
         "gemm_mma": "data/recordings/h100_validation_gemm_mma.parquet",
         "gemm_wgmma": "data/recordings/h100_validation_gemm_wgmma.parquet",
         "gemm_wgmma_swap": "data/recordings/h100_validation_gemm_wgmma_swap.parquet"}
-    primary = unseen.validation_paths(device="h200", names=("gemm_mma",))
+    primary = unseen.held_out_paths(device="h200", names=("gemm_mma",))
     assert primary["gemm_mma"].relative_to(REPO).as_posix() == "data/recordings/h200_validation_gemm_mma.parquet"
 
 
