@@ -1,11 +1,14 @@
 """Write a probe variant of a kernel: apply a one-file unified diff (benchmarks/versions/*.patch) to its base.
 
     python3 scripts/apply_patch.py benchmarks/versions/x.patch   # writes benchmarks/versions/x.cu
+    python3 scripts/apply_patch.py benchmarks/versions/y.diff    # writes benchmarks/versions/y.cu
 
-The patch's `---` line names the base file (relative to the repository root). Every context and removed line
-must match the base exactly; a patch that does not apply gets one line naming it and the place, writes nothing,
-and makes the exit status 1 (the other patches are still written).
-Probe variants live as patches so that the tree holds one copy of each kernel (scripts/device_probe.sh).
+The patch's `---` line names the base file (relative to the repository root). A prepared adoption
+(benchmarks/versions/*.diff, `git diff` of kernel, family and tests) gives its kernel's section: the one file
+section of a family kernel (kernels/families/<family>/<family>.cu), so that its probe runs the very kernel
+`git apply` would adopt. Every context and removed line must match the base exactly; a patch that does not apply
+gets one line naming it and the place, writes nothing, and makes the exit status 1 (the other patches are still
+written). Probe variants live as patches so that the tree holds one copy of each kernel (scripts/device_probe.sh).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ sys.path.insert(0, str(REPO))
 from tunetable.atomic import atomic_write_text  # noqa: E402
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+FAMILY_KERNEL = re.compile(r"^kernels/families/(\w+)/\1\.cu$")
 
 
 class PatchError(Exception):
@@ -61,6 +65,24 @@ def apply_unified(*, base: list[str], patch: list[str], name: str) -> list[str]:
     return out
 
 
+def kernel_section(*, lines: list[str], name: str) -> list[str]:
+    """The one-file patch of a `git diff`'s family kernel section (its `---`/`+++` paths without a/ and b/)."""
+    starts = [index for index, line in enumerate(lines) if line.startswith("diff --git ")] + [len(lines)]
+    sections = []
+    for start, end in zip(starts, starts[1:]):
+        header = next((index for index in range(start, end) if lines[index].startswith("--- ")), None)
+        if header is None or header + 1 >= end:
+            continue
+        base = lines[header][4:].split("\t")[0].strip().removeprefix("a/")
+        if FAMILY_KERNEL.match(base):
+            sections.append([f"--- {base}", f"+++ {lines[header + 1][4:].strip().removeprefix('b/')}",
+                             *lines[header + 2:end]])
+    if len(sections) != 1:
+        raise PatchError(f"{name}:1: expected one family kernel section (kernels/families/F/F.cu), found "
+                         f"{len(sections)}")
+    return sections[0]
+
+
 def main(argv: list[str]) -> int:
     """Apply each named patch to its base and write the result beside it (.cu); 1 if any did not apply."""
     if not argv:
@@ -70,6 +92,13 @@ def main(argv: list[str]) -> int:
     for arg in argv:
         patch_path = Path(arg)
         lines = patch_path.read_text().splitlines()
+        if lines and lines[0].startswith("diff --git "):
+            try:
+                lines = kernel_section(lines=lines, name=str(patch_path))
+            except PatchError as error:
+                print(f"apply_patch: {error}", file=sys.stderr)
+                status = 1
+                continue
         if len(lines) < 2 or not lines[0].startswith("--- ") or not lines[1].startswith("+++ "):
             print(f"apply_patch: {patch_path}:1: expected '--- BASE' and '+++ TARGET' header lines", file=sys.stderr)
             status = 1

@@ -18,9 +18,12 @@ for file in $PROBES; do  # a probe file that cannot be read stops the call befor
   [ -r "$file" ] || { echo "device_probe: $file: no such probe file"; exit 2; }
 done
 source scripts/device_env.sh
-# Probe variants of a kernel are patches against it (benchmarks/versions/*.patch): write their sources.
-patches=(benchmarks/versions/*.patch)
-if [ -e "${patches[0]}" ]; then python3 scripts/apply_patch.py "${patches[@]}" || echo "a patch did not apply: its probe lines fail"; fi
+# Probe variants of a kernel are patches against it (benchmarks/versions/*.patch) or a prepared adoption's kernel
+# (*.diff): write their sources.
+shopt -s nullglob
+patches=(benchmarks/versions/*.patch benchmarks/versions/*.diff)
+shopt -u nullglob
+if [ "${#patches[@]}" -gt 0 ]; then python3 scripts/apply_patch.py "${patches[@]}" || echo "a patch did not apply: its probe lines fail"; fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv | tee "$WORK/device.txt"
 # shellcheck disable=SC2086  # $PROBES: several files, space-separated
 while read -r name args; do

@@ -25,7 +25,7 @@ os.environ.setdefault("TUNETABLE_CUBIN_CACHE", str(REPO / ".cache" / "cubins"))
 # too (their slow-step times, 2026-12-06): a worker takes its next file while it still runs one, so a long file
 # handed out late ran alone on one worker while the other idled; short files last even the two workers out.
 LONGEST_FIRST = ("test_readme_commands.py", "test_pipeline_workflow.py", "test_fresh_clone.py",
-                 "test_main_job.py", "test_gemm_wgmma_nvcc.py", "test_device_pipeline.py",
+                 "test_main_job.py", "test_slurm.py", "test_gemm_wgmma_nvcc.py", "test_device_pipeline.py",
                  "test_gemm_wgmma_swap_nvcc.py", "test_probe_patches.py", "test_gemm_wgmma_schedule_nvcc.py",
                  "test_pipeline_dag.py", "test_kills.py", "test_inputs_properties.py", "test_shapes.py",
                  "test_dispatch.py", "test_gemm_mma_nvcc.py", "test_trace_dispatch.py")
@@ -50,8 +50,8 @@ def repo_root() -> Path:
     return REPO
 
 
-# A folder that outlives one pytest run (.ci/run: a temporary one for its slow and SLURM steps, which are two runs
-# of one commit), so that both start from the same fresh clone + main job instead of making it twice.
+# A folder that outlives one pytest run (optional: runs of one commit that set it start from the same fresh clone + main
+# job instead of making it again).
 SHARED_MAIN_JOB = "TUNETABLE_TEST_MAIN_JOB_CLONE"
 
 

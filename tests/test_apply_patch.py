@@ -1,4 +1,5 @@
-"""scripts/apply_patch.py: probe variants of a kernel kept as one-file unified diffs."""
+"""scripts/apply_patch.py: probe variants of a kernel kept as one-file unified diffs, or as the kernel's section of a
+prepared adoption (a `git diff`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from apply_patch import PatchError, apply_unified  # noqa: E402
+from apply_patch import PatchError, apply_unified, kernel_section  # noqa: E402
 
 BASE = ["a", "b", "c", "d", "e", "f", "g"]
 
@@ -72,3 +73,34 @@ def test_the_prepared_adoptions_still_apply_to_the_tree() -> None:
                               check=False)
         assert proc.returncode == 0, (f"{diff.name} no longer applies (refresh it, or remove it once adopted): "
                                       f"{proc.stderr}")
+
+
+def test_a_prepared_adoptions_probe_variant_is_the_kernel_git_apply_adopts(tmp_path: Path) -> None:
+    diffs = sorted((REPO / "benchmarks" / "versions").glob("*.diff"))
+    if not diffs:
+        pytest.skip("no prepared adoption is committed")
+    for diff in diffs:
+        copy = tmp_path / diff.name
+        copy.write_text(diff.read_text())
+        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(copy)],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        # git apply, outside any repository, on a copy of the kernel alone: the expected file comes from git.
+        base = kernel_section(lines=diff.read_text().splitlines(), name=diff.name)[0].removeprefix("--- ")
+        tree = tmp_path / diff.stem
+        (tree / base).parent.mkdir(parents=True)
+        (tree / base).write_text((REPO / base).read_text())
+        subprocess.run(["git", "apply", f"--include={base}", str(diff)], cwd=tree, check=True, capture_output=True)
+        assert copy.with_suffix(".cu").read_text() == (tree / base).read_text()
+
+
+def test_a_diff_without_one_family_kernel_section_is_refused_naming_it(tmp_path: Path) -> None:
+    two = ["diff --git a/x.py b/x.py", "--- a/x.py", "+++ b/x.py", "@@ -1 +1 @@", "-a", "+b"]
+    with pytest.raises(PatchError, match=r"^d.diff:1: expected one family kernel section .*found 0$"):
+        kernel_section(lines=two, name="d.diff")
+    diff = tmp_path / "d.diff"
+    diff.write_text("\n".join(two) + "\n")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(diff)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "found 0" in proc.stderr
+    assert not diff.with_suffix(".cu").exists()

@@ -1,5 +1,6 @@
 """Probe lines (benchmarks/probes/*.txt) are commands gemm_vs_cublas.py accepts, and a committed probe variant
-(benchmarks/versions/*.patch) compiles without spills for each probe line that runs it."""
+(benchmarks/versions/*.patch, or the kernel of a prepared adoption, *.diff, that a probe line runs) compiles
+without spills for each probe line that runs it."""
 
 from __future__ import annotations
 
@@ -59,10 +60,12 @@ def test_every_probe_line_is_a_command_gemm_vs_cublas_accepts(where: str, args: 
 
 NO_PATCH = pytest.param(None, id="none", marks=pytest.mark.skip(
     reason="no probe patch is committed (adopted ones live in their kernels, the others in git history)"))
+# Every probe patch (each must have a probe line), and each prepared adoption whose kernel a probe line runs.
+VARIANTS = sorted(VERSIONS.glob("*.patch")) + [diff for diff in sorted(VERSIONS.glob("*.diff")) if probe_lines_of(diff)]
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("patch", [pytest.param(p, id=p.stem) for p in sorted(VERSIONS.glob("*.patch"))] or [NO_PATCH])
+@pytest.mark.parametrize("patch", [pytest.param(p, id=p.stem) for p in VARIANTS] or [NO_PATCH])
 def test_a_committed_probe_variant_compiles_for_its_probe_lines(patch: Path, tmp_path: Path) -> None:
     copy = tmp_path / patch.name
     copy.write_text(patch.read_text())
