@@ -18,6 +18,16 @@ from apply_patch import PatchError, apply_unified, kernel_section  # noqa: E402
 BASE = ["a", "b", "c", "d", "e", "f", "g"]
 
 
+def written_variant(*, patch: Path, folder: Path) -> Path:
+    """The .cu that scripts/apply_patch.py writes from a copy of ``patch`` in ``folder`` (it must succeed)."""
+    copy = folder / patch.name
+    copy.write_text(patch.read_text())
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(copy)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return copy.with_suffix(".cu")
+
+
 def test_a_hunk_replaces_a_line_and_inserts_another() -> None:
     patch = ["--- base", "+++ new", "@@ -2,3 +2,4 @@", " b", "-c", "+C", "+c2", " d"]
     assert apply_unified(base=BASE, patch=patch, name="p") == ["a", "b", "C", "c2", "d", "e", "f", "g"]
@@ -39,13 +49,8 @@ def test_the_committed_probe_patches_apply_to_the_kernels_they_name(tmp_path: Pa
     if not patches:
         pytest.skip("no probe patch is committed (adopted ones live in their kernels, the others in git history)")
     for patch in patches:
-        copy = tmp_path / patch.name
-        copy.write_text(patch.read_text())
-        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(copy)],
-                              capture_output=True, text=True, check=False)
-        assert proc.returncode == 0, proc.stderr
+        source = written_variant(patch=patch, folder=tmp_path).read_text()
         base = REPO / patch.read_text().splitlines()[0].removeprefix("--- ")
-        source = copy.with_suffix(".cu").read_text()
         assert source != base.read_text() and source.count("\n") > 300
 
 
@@ -80,18 +85,14 @@ def test_a_prepared_adoptions_probe_variant_is_the_kernel_git_apply_adopts(tmp_p
     if not diffs:
         pytest.skip("no prepared adoption is committed")
     for diff in diffs:
-        copy = tmp_path / diff.name
-        copy.write_text(diff.read_text())
-        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(copy)],
-                              capture_output=True, text=True, check=False)
-        assert proc.returncode == 0, proc.stderr
+        variant = written_variant(patch=diff, folder=tmp_path)
         # git apply, outside any repository, on a copy of the kernel alone: the expected file comes from git.
         base = kernel_section(lines=diff.read_text().splitlines(), name=diff.name)[0].removeprefix("--- ")
         tree = tmp_path / diff.stem
         (tree / base).parent.mkdir(parents=True)
         (tree / base).write_text((REPO / base).read_text())
         subprocess.run(["git", "apply", f"--include={base}", str(diff)], cwd=tree, check=True, capture_output=True)
-        assert copy.with_suffix(".cu").read_text() == (tree / base).read_text()
+        assert variant.read_text() == (tree / base).read_text()
 
 
 def test_a_diff_without_one_family_kernel_section_is_refused_naming_it(tmp_path: Path) -> None:
