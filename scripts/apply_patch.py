@@ -83,6 +83,17 @@ def kernel_section(*, lines: list[str], name: str) -> list[str]:
     return sections[0]
 
 
+def variant(*, patch_path: Path) -> tuple[Path, list[str]]:
+    """The base a patch (or a prepared adoption's kernel section) names, and its lines with the patch applied."""
+    lines = patch_path.read_text().splitlines()
+    if lines and lines[0].startswith("diff --git "):
+        lines = kernel_section(lines=lines, name=str(patch_path))
+    if len(lines) < 2 or not lines[0].startswith("--- ") or not lines[1].startswith("+++ "):
+        raise PatchError(f"{patch_path}:1: expected '--- BASE' and '+++ TARGET' header lines")
+    base_path = REPO / lines[0][4:].split("\t")[0].strip()
+    return base_path, apply_unified(base=base_path.read_text().splitlines(), patch=lines, name=str(patch_path))
+
+
 def main(argv: list[str]) -> int:
     """Apply each named patch to its base and write the result beside it (.cu); 1 if any did not apply."""
     if not argv:
@@ -91,21 +102,8 @@ def main(argv: list[str]) -> int:
     status = 0
     for arg in argv:
         patch_path = Path(arg)
-        lines = patch_path.read_text().splitlines()
-        if lines and lines[0].startswith("diff --git "):
-            try:
-                lines = kernel_section(lines=lines, name=str(patch_path))
-            except PatchError as error:
-                print(f"apply_patch: {error}", file=sys.stderr)
-                status = 1
-                continue
-        if len(lines) < 2 or not lines[0].startswith("--- ") or not lines[1].startswith("+++ "):
-            print(f"apply_patch: {patch_path}:1: expected '--- BASE' and '+++ TARGET' header lines", file=sys.stderr)
-            status = 1
-            continue
-        base_path = REPO / lines[0][4:].split("\t")[0].strip()
         try:
-            result = apply_unified(base=base_path.read_text().splitlines(), patch=lines, name=str(patch_path))
+            base_path, result = variant(patch_path=patch_path)
         except (PatchError, OSError) as error:
             print(f"apply_patch: {error}", file=sys.stderr)
             status = 1

@@ -21,6 +21,16 @@ FIXTURES = REPO / "tests" / "fixtures" / "bench"
 DRIVER = FIXTURES / "driver.py"
 
 
+def written_variant(*, patch: Path, folder: Path) -> Path:
+    """The .cu that scripts/apply_patch.py writes from a copy of ``patch`` in ``folder`` (it must succeed)."""
+    copy = folder / patch.name
+    copy.write_text(patch.read_text())
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(copy)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return copy.with_suffix(".cu")
+
+
 def load_benchmark_script(name: str) -> Any:
     """benchmarks/<name>.py as a module (benchmarks/ is not a package on pytest's path)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")

@@ -50,22 +50,14 @@ def repo_root() -> Path:
     return REPO
 
 
-# A folder that outlives one pytest run (optional: runs of one commit that set it start from the same fresh clone + main
-# job instead of making it again).
-SHARED_MAIN_JOB = "TUNETABLE_TEST_MAIN_JOB_CLONE"
-
-
 @pytest.fixture(scope="session")
 def main_job_clone(tmp_path_factory: pytest.TempPathFactory):
     """ONE fresh clone + main job per test run, shared by the tests that start from it (tests/test_fresh_clone.py,
     tests/test_readme_commands.py, tests/test_slurm.py): each copies or only reads it. Under pytest-xdist each worker
-    is its own session, so the clone lives in the run's folder above the workers' (or in SHARED_MAIN_JOB's) and is
-    built under a lock by whichever worker comes first."""
+    is its own session, so the clone lives in the run's folder above the workers' and is built under a lock by
+    whichever worker comes first."""
     from pipeline_repo import main_job_clone as build
 
-    shared = os.environ.get(SHARED_MAIN_JOB)
-    if shared:
-        return build(Path(shared))
     basetemp = tmp_path_factory.getbasetemp()
     run_folder = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
     return build(run_folder / "main_job_clone")

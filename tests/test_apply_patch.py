@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_support import written_variant
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -16,16 +17,6 @@ sys.path.insert(0, str(REPO / "scripts"))
 from apply_patch import PatchError, apply_unified, kernel_section  # noqa: E402
 
 BASE = ["a", "b", "c", "d", "e", "f", "g"]
-
-
-def written_variant(*, patch: Path, folder: Path) -> Path:
-    """The .cu that scripts/apply_patch.py writes from a copy of ``patch`` in ``folder`` (it must succeed)."""
-    copy = folder / patch.name
-    copy.write_text(patch.read_text())
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(copy)],
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return copy.with_suffix(".cu")
 
 
 def test_a_hunk_replaces_a_line_and_inserts_another() -> None:

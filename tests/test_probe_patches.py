@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from bench_support import load_benchmark_script
+from bench_support import load_benchmark_script, written_variant
 
 from tunetable.compile import compile_configs, main_function, parse_ptxas
 from tunetable.kernels.families import FAMILIES
@@ -67,18 +65,14 @@ VARIANTS = sorted(VERSIONS.glob("*.patch")) + [diff for diff in sorted(VERSIONS.
 @pytest.mark.nvcc
 @pytest.mark.parametrize("patch", [pytest.param(p, id=p.stem) for p in VARIANTS] or [NO_PATCH])
 def test_a_committed_probe_variant_compiles_for_its_probe_lines(patch: Path, tmp_path: Path) -> None:
-    copy = tmp_path / patch.name
-    copy.write_text(patch.read_text())
-    applied = subprocess.run([sys.executable, str(REPO / "scripts" / "apply_patch.py"), str(copy)],
-                             capture_output=True, text=True, check=False)
-    assert applied.returncode == 0, applied.stderr
+    source = written_variant(patch=patch, folder=tmp_path)
     lines = probe_lines_of(patch)
     assert lines, f"{patch.name}: no probe line (benchmarks/probes/*.txt) runs its variant"
     runner = load_benchmark_script("gemm_vs_cublas")  # its explicit_config and NVCC_FLAGS are what a probe runs
     for where, line in lines:
         args = parse_probe_line(where=where, args=line)
         configs = [runner.explicit_config(family=args.family, text=text, check_rules=False) for text in args.config]
-        built = compile_configs(configs, kernel_path=copy.with_suffix(".cu"), flags=runner.NVCC_FLAGS + args.nvcc_flag,
+        built = compile_configs(configs, kernel_path=source, flags=runner.NVCC_FLAGS + args.nvcc_flag,
                                 arch="sm_90a", cache_dir=tmp_path / "cubins", workers=2)
         for config in configs:
             result = built[config.id]
