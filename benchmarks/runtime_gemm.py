@@ -1,11 +1,18 @@
-"""tunetable.kernels.gemm() through the tuning table vs cuBLAS and vs the untuned configuration (H200).
+"""tunetable.kernels.gemm() through the tuning table vs cuBLAS and vs the untuned configuration, on the GPU it finds.
 
-Two shape sets: the default table shapes (params.yaml tables.gemm_mma.shapes) and a second set
-the table does not hold (odd M, non-square N and K). Per shape, three contenders run on the same
-buffers and are timed the same way:
+gemm() serves the tables of the recorded device that serves this GPU (its own, or the nearest recorded device of
+its architecture: kernels/runtime/devices.py); every decision reported and every recording read here is that
+device's, and the files written carry its key where it is not the primary device (runtime_gemm_tables.h100.json).
+
+Three sets of shapes tunetable's tables speak for: ``default``, gemm_mma's table shapes (params.yaml
+tables.gemm_mma.shapes, 55); ``tables``, every table's shapes (the dispatch list's 70: issue 49's figure); and
+``other``, shapes no table holds (odd M, non-square N and K). Per shape these contenders run on the same buffers
+and are timed the same way:
   * ``gemm``    tunetable.gemm(a, b, out=c): the dispatch list's family and that table's choice (or, for a
                 shape no table holds, the shape selector's choice),
   * ``untuned`` tunetable.kernels.gemm_with(heuristic_tunables(M), ...): gemm_mma's untuned default (no table),
+  * ``tables_<d>`` for each other recorded device d: the configuration d's tables choose for the shape, run
+                through gemm_with (what this GPU gets from another GPU's tables, measured beside its own),
   * ``cublas``  torch.mm(a, b.t(), out=c).
 Timing: the bench's own cold-L2 method (tunetable.kernels.runtime.timing, also autotune's): random
 bf16 inputs; (A, B, C) sets rotated so that the bytes touched between two uses of a set exceed 3x
@@ -21,8 +28,8 @@ run. ``--host-only`` measures that alone (runtime_gemm_host.json / .md, as runti
 A third set, the validation shapes (data/validation_shapes.csv: (N, K) of other model sizes, M
 between the buckets; never tuned on), compares four contenders the same way:
   * ``gemm``    tunetable.gemm() untuned: the shape selector's choice (or a table's range entry),
-  * ``best``    the exhaustive best of every family on that shape, from the validation recordings
-                (data/recordings/h200_validation_<table>.parquet), run through gemm_with,
+  * ``best``    the exhaustive best of every family on that shape, from the serving device's validation
+                recordings (data/recordings/<device>_validation_<table>.parquet), run through gemm_with,
   * ``online``  the configuration online tuning chooses (TUNETABLE_AUTOTUNE: the selector's top 8,
                 measured here on the GPU, from an empty cache), run through gemm_with,
   * ``cublas``  torch.mm.
@@ -30,8 +37,10 @@ Targets: gemm >= 0.95x the exhaustive best and >= 0.9x cuBLAS (geomean); online 
 
 Run on the GPU machine (torch, pycuda, nvcc):
     python benchmarks/runtime_gemm.py [--rounds 5] [--sets default,other,validation] [--out benchmarks/results]
-Writes runtime_gemm.json and runtime_gemm.md there (with --sets other than all three:
-runtime_gemm_<sets>.json and .md, so that a partial run never overwrites the whole figure).
+    python benchmarks/runtime_gemm.py --sets tables      # issue 49's figure: every table's shapes, own and other tables
+Writes runtime_gemm.json and runtime_gemm.md there (with --sets other than the default three:
+runtime_gemm_<sets>.json and .md, so that a partial run never overwrites the whole figure; on a GPU served by
+another device than the primary, <stem>.<device>.json and .md).
 """
 
 from __future__ import annotations
@@ -58,7 +67,8 @@ from tunetable.kernels.runtime import decide  # noqa: E402
 from tunetable.kernels.runtime.launch import runtime  # noqa: E402
 sys.path.insert(0, str(REPO / "benchmarks"))  # runtime_gemm_host: the host overhead, measured one way for both
 from runtime_gemm_host import HOST_CALLS, HOST_REPEATS, TORCH_OP_TARGET_US, gpu_shape, run_host  # noqa: E402
-from tunetable.kernels.runtime.decide import shape_selector  # noqa: E402
+from tunetable.kernels.families.devices import recording_path  # noqa: E402
+from tunetable.kernels.runtime.decide import RECORDED_DEVICES, shape_selector  # noqa: E402
 from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets  # noqa: E402
 from tunetable.keys import git_revision  # noqa: E402
 from tunetable.yamlio import load_yaml_file  # noqa: E402
@@ -69,8 +79,9 @@ MIN_BATCH_MS = 0.3
 CYCLES_PER_NS = 2.0               # torch.cuda._sleep counts SM cycles (<= 1.98 GHz on the H200)
 VERIFY_RTOL = 1e-2
 HOST_TARGET_US = 20.0
-VALIDATION = {table: REPO / f"data/recordings/h200_validation_{table}.parquet"
-              for table in ("gemm_mma", "gemm_wgmma", "gemm_wgmma_swap")}
+FAMILY_TABLES = ("gemm_mma", "gemm_wgmma", "gemm_wgmma_swap")
+SETS = ("default", "tables", "other", "validation")
+DEFAULT_SETS = ("default", "other", "validation")
 VALIDATION_TARGETS = {"gemm_of_best": 0.95, "gemm_vs_cublas": 0.9, "online_of_best": 0.98}
 OTHER_SHAPES = [
     (1, 11008, 4096), (7, 4096, 11008), (77, 2048, 5120), (333, 5120, 2048),
@@ -83,6 +94,26 @@ def default_shapes() -> list[tuple[int, int, int]]:
     """params.yaml tables.gemm_mma.shapes (NK pairs outer, M inner)."""
     shapes = load_yaml_file(REPO / "params.yaml")["tables"]["gemm_mma"]["shapes"]
     return [(m, n, k) for n, k in shapes["NK"] for m in shapes["M"]]
+
+
+def table_shapes(tables: dict[str, Any]) -> list[tuple[int, int, int]]:
+    """Every table's shapes once (params.yaml ``tables``): (N, K) pairs in first-seen order, M ascending within."""
+    by_pair: dict[tuple[int, int], set[int]] = {}
+    for spec in tables.values():
+        for n, k in spec["shapes"]["NK"]:
+            by_pair.setdefault((int(n), int(k)), set()).update(int(m) for m in spec["shapes"]["M"])
+    return [(m, n, k) for (n, k), ms in by_pair.items() for m in sorted(ms)]
+
+
+def validation_recordings(device: str) -> dict[str, Path]:
+    """Family table -> ``device``'s recording of the validation shapes."""
+    return {table: REPO / recording_path(device=device, table=f"validation_{table}") for table in FAMILY_TABLES}
+
+
+def output_stem(*, wanted: list[str], serving: str, primary: str) -> str:
+    """runtime_gemm for the default three sets, runtime_gemm_<sets> otherwise; .<device> where not the primary's."""
+    stem = "runtime_gemm" if sorted(wanted) == sorted(DEFAULT_SETS) else "runtime_gemm_" + "_".join(wanted)
+    return stem if serving == primary else f"{stem}.{serving}"
 
 
 def tflops(*, m: int, n: int, k: int, ms: float) -> float:
@@ -122,26 +153,31 @@ def operand_sets(torch: Any, *, m: int, n: int, k: int, l2_bytes: int) -> list[t
              torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(n_sets)]
 
 
-def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int,
-               l2_bytes: int) -> dict[str, Any]:
-    """Verify gemm() on one shape, then time the three contenders interleaved; one result row."""
+def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int, l2_bytes: int,
+               device: str, others: tuple[str, ...]) -> dict[str, Any]:
+    """Verify gemm() on one shape, then time the contenders interleaved (gemm() serving ``device``'s tables, each of
+    ``others``' tables' choice, the untuned default, cuBLAS); one result row."""
     sets = operand_sets(torch, m=m, n=n, k=k, l2_bytes=l2_bytes)
     n_sets = len(sets)
-    decision = decide.dispatcher().decide(m=m, n=n, k=k)
+    decision = decide.dispatcher(device=device).decide(m=m, n=n, k=k)
     untuned = dict(decide.heuristic_tunables(m=m))
-
-    a0, b0, c0 = sets[0]
-    c0.fill_(float("nan"))
-    tunetable.kernels.gemm(a0, b0, out=c0)
-    reference = a0.float() @ b0.float().t()
-    rel_err = float((c0.float() - reference).norm() / reference.norm())
-    del reference
+    other_entries = {other: decide.dispatcher(device=other).decide(m=m, n=n, k=k).entry for other in others}
 
     contenders: dict[str, Callable[[int], Any]] = {
         "gemm": lambda i: tunetable.kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2]),
         "untuned": lambda i: tunetable.kernels.gemm_with(untuned, sets[i][0], sets[i][1], out=sets[i][2]),
+        **{f"tables_{other}": other_contender(entry, sets) for other, entry in other_entries.items()},
         "cublas": lambda i: torch.mm(sets[i][0], sets[i][1].t(), out=sets[i][2]),
     }
+    a0, b0, c0 = sets[0]
+    reference = a0.float() @ b0.float().t()
+    errors = {}   # gemm() and each other device's choice, against float32 on the first set
+    for name in ("gemm", *(f"tables_{other}" for other in other_entries)):
+        c0.fill_(float("nan"))
+        contenders[name](0)
+        errors[name] = float((c0.float() - reference).norm() / reference.norm())
+    del reference
+    rel_err = errors["gemm"]
     medians, samples, batch = timed(timer, contenders=contenders, rounds=rounds, n_sets=n_sets)
     sets.clear()  # release the buffers before the next shape allocates its own
     return {
@@ -151,13 +187,23 @@ def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds
         "kernel": decision.entry.kernel,
         "config_id": decision.entry.config_id,
         "untuned_config_id": decide.make_entry(tunables=untuned, n=n, k=k).config_id,
-        "rel_err": rel_err, "verified": rel_err < VERIFY_RTOL,
+        "rel_err": rel_err, "verified": all(error < VERIFY_RTOL for error in errors.values()),
         **{f"{name}_ms": medians[name] for name in contenders},
         **{f"{name}_tflops": tflops(m=m, n=n, k=k, ms=medians[name]) for name in contenders},
         "gemm_vs_cublas": medians["cublas"] / medians["gemm"],
         "gemm_vs_untuned": medians["untuned"] / medians["gemm"],
+        **{f"tables_{other}_kernel": entry.kernel for other, entry in other_entries.items()},
+        **{f"tables_{other}_config_id": entry.config_id for other, entry in other_entries.items()},
+        **{f"tables_{other}_vs_cublas": medians["cublas"] / medians[f"tables_{other}"] for other in other_entries},
+        **{f"tables_{other}_rel_err": errors[f"tables_{other}"] for other in other_entries},
         "samples_ms": samples,
     }
+
+
+def other_contender(entry: Any, sets: list[tuple[Any, Any, Any]]) -> Callable[[int], Any]:
+    """Another device's table entry run through gemm_with on this GPU (its family and tunables, no table)."""
+    tunables = {name: getattr(entry, name) for name in decide.tunable_fields(entry.kernel)}
+    return lambda i: tunetable.kernels.gemm_with(tunables, sets[i][0], sets[i][1], out=sets[i][2], family=entry.kernel)
 
 
 def validation_shapes() -> list[tuple[int, int, int]]:
@@ -169,14 +215,14 @@ def validation_shapes() -> list[tuple[int, int, int]]:
     return [(int(r["M"]), int(r["N"]), int(r["K"])) for r in csv.DictReader(lines)]
 
 
-def exhaustive_best() -> dict[tuple[int, int, int], dict[str, Any]]:
-    """Per validation shape, the recordings' fastest configuration of any family (median / own cuBLAS)."""
+def exhaustive_best(device: str) -> dict[tuple[int, int, int], dict[str, Any]]:
+    """Per validation shape, ``device``'s recordings' fastest configuration of any family (median / own cuBLAS)."""
     import pandas as pd  # the GPU host has pandas, not polars
 
     from tunetable.kernels.families import FAMILIES
 
     best: dict[tuple[int, int, int], dict[str, Any]] = {}
-    for table, path in VALIDATION.items():
+    for table, path in validation_recordings(device).items():
         frame = pd.read_parquet(path)
         frame = frame[frame["status"] == "ok"]
         cublas = {(int(r["M"]), int(r["N"]), int(r["K"])): float(r["median_ms"])
@@ -192,19 +238,19 @@ def exhaustive_best() -> dict[tuple[int, int, int], dict[str, Any]]:
 
 
 def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int, l2_bytes: int,
-                          best: dict[str, Any], tuner: Any) -> dict[str, Any]:
+                          best: dict[str, Any], tuner: Any, device: str) -> dict[str, Any]:
     """gemm() untuned, the exhaustive best, the online-tuned choice and cuBLAS on one validation shape."""
     from tunetable.kernels.runtime import online
 
     sets = operand_sets(torch, m=m, n=n, k=k, l2_bytes=l2_bytes)
     n_sets = len(sets)
-    decision = decide.dispatcher().decide(m=m, n=n, k=k)
+    decision = decide.dispatcher(device=device).decide(m=m, n=n, k=k)
     a0, b0, c0 = sets[0]
     tuning_s = 0.0
     if decision.prediction is not None:
         started = time.perf_counter()
         chosen = tuner.choose(m=m, n=n, k=k, a=a0, b=b0, out=c0,
-                              ranking=online.ranking(shape_selector(), m=m, n=n, k=k))
+                              ranking=online.ranking(shape_selector(device=device), m=m, n=n, k=k))
         torch.cuda.synchronize()
         tuning_s = time.perf_counter() - started
         tuned = {"family": chosen["family"], "config_id": chosen["config_id"], "tunables": chosen["tunables"]}
@@ -266,25 +312,32 @@ def validation_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def render_markdown(results: dict[str, Any]) -> str:
     """The human summary: per set, per shape TFLOP/s and ratios; host overhead."""
     lines = ["# tunetable.kernels.gemm() vs cuBLAS and vs the untuned configuration", "",
-             f"Device: {results['device']}, torch {results['torch']}, git {results['git_rev']}, "
-             f"{results['date']}. {results['method']}", ""]
+             f"Device: {results['device']}, served by the {results.get('tables_of', '?')} tables, torch "
+             f"{results['torch']}, git {results['git_rev']}, {results['date']}. {results['method']}", ""]
     for set_name, rows in results["sets"].items():
         summary = results["summary"][set_name]
         if set_name == "validation":
             lines += validation_markdown(rows, summary)
             continue
+        others = other_devices(summary)
+        beside = "".join(f"; {other}'s tables on this GPU: {summary[f'tables_{other}_geomean_vs_cublas']:.3f}x "
+                         "cuBLAS" for other in others)
         lines += [f"## {set_name} shapes ({len(rows)})", "",
-                  f"Geomean gemm/cuBLAS speed: {summary['geomean_vs_cublas']:.3f}; gemm/untuned: "
+                  f"Geomean gemm/cuBLAS speed: {summary['geomean_vs_cublas']:.3f}{beside}; gemm/untuned: "
                   f"{summary['geomean_vs_untuned']:.3f}; verified: {summary['verified']}/{len(rows)}.", "",
                   "| M | N | K | family | source | config | gemm TFLOP/s | cuBLAS TFLOP/s | untuned TFLOP/s | "
-                  "vs cuBLAS | vs untuned | rel err |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "vs cuBLAS | " + "".join(f"{other}'s tables | vs cuBLAS | " for other in others)
+                  + "vs untuned | rel err |",
+                  "|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(others) + "---|---|"]
         for row in rows:
             lines.append(
                 f"| {row['M']} | {row['N']} | {row['K']} | {row.get('kernel', '')} | {row['source']} | "
                 f"{row['config_id']} | "
                 f"{row['gemm_tflops']:.1f} | {row['cublas_tflops']:.1f} | {row['untuned_tflops']:.1f} | "
-                f"{row['gemm_vs_cublas']:.2f} | {row['gemm_vs_untuned']:.2f} | {row['rel_err']:.1e} |")
+                f"{row['gemm_vs_cublas']:.3f} | "
+                + "".join(f"{row[f'tables_{other}_kernel']} {row[f'tables_{other}_config_id']} | "
+                          f"{row[f'tables_{other}_vs_cublas']:.3f} | " for other in others)
+                + f"{row['gemm_vs_untuned']:.2f} | {row['rel_err']:.1e} |")
         lines.append("")
     host = results["host_overhead"]
     lines += ["## Host overhead per call (µs, median of "
@@ -300,6 +353,12 @@ def render_markdown(results: dict[str, Any]) -> str:
               f"{'met' if results['host_target_met'] else 'NOT met'}; the torch operator under "
               f"{TORCH_OP_TARGET_US:g} µs: {'met' if results['torch_op_target_met'] else 'NOT met'}.", ""]
     return "\n".join(lines)
+
+
+def other_devices(summary: dict[str, Any]) -> list[str]:
+    """The other devices whose tables a set's summary measured beside the serving device's (tables_<d>_...)."""
+    prefix, suffix = "tables_", "_geomean_vs_cublas"
+    return sorted(key[len(prefix):-len(suffix)] for key in summary if key.startswith(prefix) and key.endswith(suffix))
 
 
 def validation_markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
@@ -327,34 +386,38 @@ def validation_markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> 
 
 
 def print_summary(results: dict[str, Any]) -> None:
-    """A rich table per set (plain text where rich is absent)."""
+    """A table per set, values never split (tunetable.console_table; the markdown where rich is absent)."""
     try:
         from rich.console import Console
-        from rich.table import Table
+
+        from tunetable.console_table import ConsoleTable, print_table
     except ImportError:
         print(render_markdown(results))
         return
     console = Console()
     for set_name, rows in results["sets"].items():
         if set_name == "validation":
-            table = Table(title="validation shapes: gemm() untuned, exhaustive best, online-tuned, cuBLAS")
+            table = ConsoleTable(title="validation shapes: gemm() untuned, exhaustive best, online-tuned, cuBLAS")
             for column in ("shape", "source", "gemm/best", "online/best", "gemm/cuBLAS", "online/cuBLAS"):
                 table.add_column(column, justify="right")
             for row in rows:
                 table.add_row(f"{row['M']}x{row['N']}x{row['K']}", row["source"], f"{row['gemm_of_best']:.3f}",
                               f"{row['online_of_best']:.3f}", f"{row['gemm_vs_cublas']:.3f}",
                               f"{row['online_vs_cublas']:.3f}")
-            console.print(table)
-            console.print(results["summary"][set_name])
-            continue
-        table = Table(title=f"tunetable.kernels.gemm, {set_name} shapes")
-        for column in ("shape", "source", "gemm TFLOP/s", "cuBLAS", "untuned", "vs cuBLAS", "vs untuned"):
-            table.add_column(column, justify="right")
-        for row in rows:
-            table.add_row(f"{row['M']}x{row['N']}x{row['K']}", row["source"], f"{row['gemm_tflops']:.1f}",
-                          f"{row['cublas_tflops']:.1f}", f"{row['untuned_tflops']:.1f}",
-                          f"{row['gemm_vs_cublas']:.2f}", f"{row['gemm_vs_untuned']:.2f}")
-        console.print(table)
+        else:
+            others = other_devices(results["summary"][set_name])
+            table = ConsoleTable(title=f"tunetable.kernels.gemm, {set_name} shapes "
+                                      f"({results.get('tables_of', '?')} tables)")
+            for column in ("shape", "source", "gemm TFLOP/s", "cuBLAS", "untuned", "vs cuBLAS",
+                           *(f"{other}'s tables vs cuBLAS" for other in others), "vs untuned"):
+                table.add_column(column, justify="right")
+            for row in rows:
+                table.add_row(f"{row['M']}x{row['N']}x{row['K']}", row["source"], f"{row['gemm_tflops']:.1f}",
+                              f"{row['cublas_tflops']:.1f}", f"{row['untuned_tflops']:.1f}",
+                              f"{row['gemm_vs_cublas']:.3f}",
+                              *(f"{row[f'tables_{other}_vs_cublas']:.3f}" for other in others),
+                              f"{row['gemm_vs_untuned']:.2f}")
+        print_table(console, table)
         console.print(results["summary"][set_name])
     console.print({"host_overhead_us": results["host_overhead"], "host_target_met": results["host_target_met"],
                    "torch_op_target_met": results["torch_op_target_met"]})
@@ -366,33 +429,35 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--limit", type=int, default=0, help="only the first N shapes of each set (smoke runs)")
-    parser.add_argument("--sets", default="default,other,validation",
-                        help="comma-separated shape sets: default, other, validation")
+    parser.add_argument("--sets", default=",".join(DEFAULT_SETS),
+                        help=f"comma-separated shape sets: {', '.join(SETS)}")
     parser.add_argument("--host-only", action="store_true", help="measure the host overhead alone")
     args = parser.parse_args()
     if args.host_only:
         run_host(stub=False, out=args.out)
         return
     wanted = [name.strip() for name in args.sets.split(",") if name.strip()]
-    unknown = sorted(set(wanted) - {"default", "other", "validation"})
+    unknown = sorted(set(wanted) - set(SETS))
     if unknown:
-        parser.error(f"unknown shape set(s) {', '.join(unknown)} (known: default, other, validation)")
-    stem = "runtime_gemm" if set(wanted) == {"default", "other", "validation"} else "runtime_gemm_" + "_".join(wanted)
+        parser.error(f"unknown shape set(s) {', '.join(unknown)} (known: {', '.join(SETS)})")
 
     import torch
 
     warnings.simplefilter("ignore", decide.FallbackWarning)  # the 'source' column says it instead
     props = torch.cuda.get_device_properties(0)
-    runtime()  # the primary context (torch's too), current in this thread
+    serving = runtime().table.device  # the primary context (torch's too), current in this thread; its tables' device
+    others = tuple(device for device in RECORDED_DEVICES if device != serving)
+    stem = output_stem(wanted=wanted, serving=serving, primary=RECORDED_DEVICES[0])
     import pycuda.driver as cuda  # with the runtime: the timer records pycuda events on the default stream
 
     timer = ColdL2Timer(cuda=cuda, stream=None)   # gemm() and torch.mm launch on the legacy default stream
-    shape_sets = {name: shapes for name, shapes in (("default", default_shapes()), ("other", OTHER_SHAPES),
-                                                    ("validation", validation_shapes())) if name in wanted}
+    all_sets = {"default": default_shapes, "other": lambda: OTHER_SHAPES, "validation": validation_shapes,
+                "tables": lambda: table_shapes(load_yaml_file(REPO / "params.yaml")["tables"])}
+    shape_sets = {name: all_sets[name]() for name in wanted}
     if args.limit:
         shape_sets = {name: shapes[: args.limit] for name, shapes in shape_sets.items()}
     results: dict[str, Any] = {
-        "device": props.name, "torch": torch.__version__,
+        "device": props.name, "tables_of": serving, "torch": torch.__version__,
         "git_rev": os.environ.get("TUNETABLE_GIT_REV") or git_revision(REPO),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "rounds": args.rounds,
         "method": "random bf16; rotating (A,B,C) sets > 3x L2; sleep kernel then CUDA events around a batch; "
@@ -404,7 +469,8 @@ def main() -> None:
     for set_name, shapes in shape_sets.items():
         run = run_validation if set_name == "validation" else lambda torch, **kw: run_set(torch, name=set_name, **kw)
         results["sets"][set_name], results["summary"][set_name] = run(
-            torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size, started=started)
+            torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size, started=started,
+            device=serving, others=others)
         write_json(results, out=args.out, stem=stem)  # partial figures survive a run cut short
     results["host_overhead"] = {
         f"{m}x{n}x{k}": gpu_shape(torch, m=m, n=n, k=k) for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096))
@@ -418,16 +484,23 @@ def main() -> None:
 
 
 def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int, int, int]], rounds: int,
-            l2_bytes: int, started: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A table-shape set: gemm, untuned and cuBLAS per shape; its rows and geomeans."""
+            l2_bytes: int, started: float, device: str,
+            others: tuple[str, ...]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A table-shape set: gemm (``device``'s tables), each of ``others``' tables' choice, untuned and cuBLAS per
+    shape; its rows and geomeans."""
     rows = []
     for m, n, k in shapes:
-        rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes))
+        rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes, device=device,
+                               others=others))
         torch.cuda.empty_cache()
-        print(f"{name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s, cuBLAS "
+        beside = "".join(f", {other}'s tables {rows[-1][f'tables_{other}_tflops']:.1f}" for other in others)
+        print(f"{name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s{beside}, cuBLAS "
               f"{rows[-1]['cublas_tflops']:.1f}, untuned {rows[-1]['untuned_tflops']:.1f} "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
     return rows, {
+        "device": device,
+        **{f"tables_{other}_geomean_vs_cublas": geomean([r[f"tables_{other}_vs_cublas"] for r in rows])
+           for other in others},
         "geomean_vs_cublas": geomean([r["gemm_vs_cublas"] for r in rows]),
         "geomean_vs_untuned": geomean([r["gemm_vs_untuned"] for r in rows]),
         "geomean_gemm_tflops": geomean([r["gemm_tflops"] for r in rows]),
@@ -439,13 +512,15 @@ def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int
 
 
 def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, int, int]], rounds: int,
-                   l2_bytes: int, started: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                   l2_bytes: int, started: float, device: str,
+                   others: tuple[str, ...]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The validation set: gemm untuned, exhaustive best, online-tuned, cuBLAS (online tuning from an empty cache)."""
     import tempfile
 
     from tunetable.kernels.runtime import online
 
-    best = exhaustive_best()
+    del others   # the validation set's contenders are this device's: its selector, its best, online tuning
+    best = exhaustive_best(device)
     os.environ["TUNETABLE_CACHE_DIR"] = tempfile.mkdtemp(prefix="runtime_gemm_autotune.")
     tuner = online.OnlineTuner(gemm_with=tunetable.kernels.gemm_with)
     rows = []
@@ -453,7 +528,7 @@ def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, in
         warnings.simplefilter("ignore")   # the source column says which shapes are untuned
         for m, n, k in shapes:
             rows.append(time_validation_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes,
-                                              best=best[(m, n, k)], tuner=tuner))
+                                              best=best[(m, n, k)], tuner=tuner, device=device))
             torch.cuda.empty_cache()
             row = rows[-1]
             print(f"validation {m}x{n}x{k} ({row['source']}): gemm {row['gemm_of_best']:.3f}x best, "

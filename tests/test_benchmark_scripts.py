@@ -322,13 +322,38 @@ def test_compare_recordings_names_a_file_that_is_no_recording(tmp_path: Path, ca
     assert not (tmp_path / "x.json").exists()
 
 
-@pytest.mark.parametrize("script", ["compare_probes", "compare_recordings"])
+@pytest.mark.parametrize("script", ["compare_probes", "compare_recordings", "runtime_gemm"])
 def test_the_device_side_comparison_scripts_import_without_polars(script: str) -> None:
     # scripts/device_probe.sh runs compare_probes on the GPU machine, whose image has no polars
     code = ("import sys, runpy; sys.modules['polars'] = None; "
             f"runpy.run_path({str(REPO / 'benchmarks' / f'{script}.py')!r}, run_name='not_main')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+runtime_gemm = load_benchmark_script("runtime_gemm")
+
+
+def test_runtime_gemm_tables_set_is_every_tables_shapes_once() -> None:
+    # issue 49's figure is over every table's default shapes: the union of params.yaml's tables, each shape once
+    params = load_params(REPO / "params.yaml")
+    expected = {shape for table in params["tables"] for shape in table_spec(params, table).shapes()}
+    found = runtime_gemm.table_shapes(load_yaml_file(REPO / "params.yaml")["tables"])
+    assert len(found) == len(set(found)) == len(expected) == 70
+    assert set(found) == expected
+
+
+def test_runtime_gemm_reads_the_serving_devices_recordings_and_names_its_files() -> None:
+    paths = runtime_gemm.validation_recordings("h100")
+    assert sorted(paths) == ["gemm_mma", "gemm_wgmma", "gemm_wgmma_swap"]
+    assert paths["gemm_wgmma"] == REPO / "data" / "recordings" / "h100_validation_gemm_wgmma.parquet"
+    assert all(path.exists() for path in paths.values())
+    stem = runtime_gemm.output_stem
+    assert stem(wanted=["default", "other", "validation"], serving="h200", primary="h200") == "runtime_gemm"
+    assert stem(wanted=["tables"], serving="h200", primary="h200") == "runtime_gemm_tables"
+    assert stem(wanted=["tables"], serving="h100", primary="h200") == "runtime_gemm_tables.h100"
+    summary = {"device": "h100", "geomean_vs_cublas": 1.0, "tables_h200_geomean_vs_cublas": 0.99}
+    assert runtime_gemm.other_devices(summary) == ["h200"]
 
 
 ncu_kernels = load_benchmark_script("ncu_kernels")
