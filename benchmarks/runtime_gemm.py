@@ -468,10 +468,16 @@ def main() -> None:
     started = time.perf_counter()
     for set_name, shapes in shape_sets.items():
         run = run_validation if set_name == "validation" else lambda torch, **kw: run_set(torch, name=set_name, **kw)
+
+        def checkpoint(rows: list[dict[str, Any]], set_name: str = set_name) -> None:
+            """The rows so far written after each shape: a run cut short keeps what it measured."""
+            results["sets"][set_name] = rows
+            write_json(results, out=args.out, stem=stem)
+
         results["sets"][set_name], results["summary"][set_name] = run(
             torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size, started=started,
-            device=serving, others=others)
-        write_json(results, out=args.out, stem=stem)  # partial figures survive a run cut short
+            device=serving, others=others, checkpoint=checkpoint)
+        write_json(results, out=args.out, stem=stem)
     results["host_overhead"] = {
         f"{m}x{n}x{k}": gpu_shape(torch, m=m, n=n, k=k) for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096))
     }
@@ -484,14 +490,15 @@ def main() -> None:
 
 
 def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int, int, int]], rounds: int,
-            l2_bytes: int, started: float, device: str,
-            others: tuple[str, ...]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            l2_bytes: int, started: float, device: str, others: tuple[str, ...],
+            checkpoint: Callable[[list[dict[str, Any]]], None]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A table-shape set: gemm (``device``'s tables), each of ``others``' tables' choice, untuned and cuBLAS per
     shape; its rows and geomeans."""
     rows = []
     for m, n, k in shapes:
         rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes, device=device,
                                others=others))
+        checkpoint(rows)
         torch.cuda.empty_cache()
         beside = "".join(f", {other}'s tables {rows[-1][f'tables_{other}_tflops']:.1f}" for other in others)
         print(f"{name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s{beside}, cuBLAS "
@@ -512,8 +519,8 @@ def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int
 
 
 def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, int, int]], rounds: int,
-                   l2_bytes: int, started: float, device: str,
-                   others: tuple[str, ...]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                   l2_bytes: int, started: float, device: str, others: tuple[str, ...],
+                   checkpoint: Callable[[list[dict[str, Any]]], None]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The validation set: gemm untuned, exhaustive best, online-tuned, cuBLAS (online tuning from an empty cache)."""
     import tempfile
 
@@ -529,6 +536,7 @@ def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, in
         for m, n, k in shapes:
             rows.append(time_validation_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes,
                                               best=best[(m, n, k)], tuner=tuner, device=device))
+            checkpoint(rows)
             torch.cuda.empty_cache()
             row = rows[-1]
             print(f"validation {m}x{n}x{k} ({row['source']}): gemm {row['gemm_of_best']:.3f}x best, "
