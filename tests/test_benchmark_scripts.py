@@ -10,8 +10,11 @@ import math
 import shlex
 import subprocess
 import sys
+import types
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from bench_support import load_benchmark_script
@@ -619,3 +622,103 @@ def test_llama_client_judges_bf16_tolerance_against_the_fp32_model() -> None:
     found = client.errors(torch, {"unpatched": reference * 1.01, "patched": reference * 1.013}, reference)
     assert not found["within_bf16_tolerance"]
     assert "err_vs_fp32" not in client.errors(torch, logits, None)
+
+
+class _FakeTensor:
+    """A numpy array with the few torch.Tensor methods runtime_gemm's time_shape calls (CPU stand-in)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def float(self) -> _FakeTensor:
+        return _FakeTensor(self.array.astype(np.float64))
+
+    def t(self) -> _FakeTensor:
+        return _FakeTensor(self.array.T)
+
+    def fill_(self, value: float) -> _FakeTensor:
+        self.array.fill(value)
+        return self
+
+    def norm(self) -> _FakeTensor:
+        return _FakeTensor(np.linalg.norm(self.array))
+
+    def __matmul__(self, other: _FakeTensor) -> _FakeTensor:
+        return _FakeTensor(self.array @ other.array)
+
+    def __sub__(self, other: _FakeTensor) -> _FakeTensor:
+        return _FakeTensor(self.array - other.array)
+
+    def __truediv__(self, other: _FakeTensor) -> _FakeTensor:
+        return _FakeTensor(self.array / other.array)
+
+    def __float__(self) -> float:
+        return float(self.array)
+
+
+def _fake_torch() -> types.SimpleNamespace:
+    """torch as time_shape uses it, on numpy: seeded randn, empty, mm(out=), empty_cache."""
+    def generator(device: str) -> types.SimpleNamespace:
+        found = types.SimpleNamespace(rng=None)
+        found.manual_seed = lambda seed: setattr(found, "rng", np.random.default_rng(seed)) or found
+        return found
+
+    def randn(*size: int, device: str, dtype: str, generator: types.SimpleNamespace) -> _FakeTensor:
+        return _FakeTensor(generator.rng.standard_normal(size).astype(np.float32))
+
+    def mm(a: _FakeTensor, bt: _FakeTensor, *, out: _FakeTensor) -> None:
+        out.array[...] = a.array @ bt.array
+
+    return types.SimpleNamespace(bfloat16="bfloat16", Generator=generator, randn=randn, mm=mm,
+                                 empty=lambda *size, device, dtype: _FakeTensor(np.empty(size, np.float32)),
+                                 cuda=types.SimpleNamespace(empty_cache=lambda: None))
+
+
+class _CountingTimer:
+    """ColdL2Timer's interface with every contender run once per sample and 1 ms reported (no timing here)."""
+
+    def warm_up(self, launch: Any, *, sets: int, warmup_ms: float) -> tuple[int, float]:
+        launch(0)
+        return 1, 1.0
+
+    def batch_size(self, per_launch: float, *, min_batch_ms: float) -> int:
+        return 1
+
+    def sample(self, launch: Any, *, sets: int, batch: int) -> float:
+        launch(0)
+        return 1.0
+
+
+@pytest.mark.parametrize("wrong_other", [False, True])
+def test_runtime_gemm_runs_and_verifies_the_other_devices_table_choice(monkeypatch: pytest.MonkeyPatch,
+                                                                       wrong_other: bool) -> None:
+    # The orchestration on CPU stand-ins: gemm() serves the H100's tables, the H200's choice of the same shape runs
+    # beside it through gemm_with (its family and tunables), and a wrong result from it fails the row's verification.
+    from tunetable.kernels.runtime import decide
+
+    runs: list[tuple[str, dict[str, int]]] = []
+
+    def gemm(a: _FakeTensor, b: _FakeTensor, *, out: _FakeTensor) -> None:
+        out.array[...] = a.array @ b.array.T
+
+    def gemm_with(tunables: dict[str, int], a: _FakeTensor, b: _FakeTensor, *, out: _FakeTensor,
+                  family: str = "gemm_mma") -> None:
+        runs.append((family, dict(tunables)))
+        out.array[...] = a.array @ b.array.T * (2.0 if wrong_other and family != "gemm_mma" else 1.0)
+
+    monkeypatch.setattr(runtime_gemm.tunetable.kernels, "gemm", gemm)
+    monkeypatch.setattr(runtime_gemm.tunetable.kernels, "gemm_with", gemm_with)
+    seen: list[int] = []
+    shapes = [(256, 4096, 4096), (1024, 4096, 4096)]
+    rows, summary = runtime_gemm.run_set(_fake_torch(), timer=_CountingTimer(), name="tables", shapes=shapes,
+                                         rounds=2, l2_bytes=1 << 20, started=0.0, device="h100", others=("h200",),
+                                         checkpoint=lambda found: seen.append(len(found)))
+    assert seen == [1, 2] and [(r["M"], r["N"], r["K"]) for r in rows] == shapes
+    for row, (m, n, k) in zip(rows, shapes, strict=True):
+        h200 = decide.dispatcher(device="h200").decide(m=m, n=n, k=k).entry
+        assert (row["tables_h200_kernel"], row["tables_h200_config_id"]) == (h200.kernel, h200.config_id)
+        assert (h200.kernel, {name: getattr(h200, name) for name in decide.tunable_fields(h200.kernel)}) in runs
+        assert row["config_id"] == decide.dispatcher(device="h100").decide(m=m, n=n, k=k).entry.config_id
+        assert row["rel_err"] < 1e-6
+        assert row["verified"] is (not wrong_other or h200.kernel == "gemm_mma")
+    assert summary["device"] == "h100" and summary["tables_h200_geomean_vs_cublas"] == pytest.approx(1.0)
