@@ -18,8 +18,11 @@ from tunetable.inputs import sidecar_path
 from tunetable.bench import devices as bench_devices
 from tunetable.kernels.families.devices import (
     GIB,
+    DeviceMatch,
+    DeviceSpec,
     GpuInfo,
     gpu_info,
+    nearest_device,
     recognise,
     recognise_gpu,
     recording_path,
@@ -130,6 +133,28 @@ def test_a_device_without_tables_is_served_by_its_fallback_else_its_arch() -> No
     assert serving_device(device="h200", recorded=("h100",), devices=DEVICES) == "h100"   # same arch, no fallback
     assert serving_device(device=None, recorded=("h200",), devices=DEVICES, arch="sm_90a") == "h200"
     assert serving_device(device=None, recorded=("h200",), devices=DEVICES, arch="sm_100a") is None
+    # An unrecognised GPU with what its driver reports: the nearest recorded device (SM count, then memory).
+    both = ("h200", "h100")
+    assert serving_device(device=None, recorded=both, devices=DEVICES, arch="sm_90a") == "h200"   # nothing given
+    pcie = {"sm_count": H100_PCIE["sm_count"], "memory_bytes": H100_PCIE["memory_bytes"]}
+    assert serving_device(device=None, recorded=both, devices=DEVICES, arch="sm_90a", **pcie) == "h100"
+    assert serving_device(device=None, recorded=both, devices=DEVICES, arch="sm_90a", sm_count=132,
+                          memory_bytes=141 * GIB) == "h200"
+    assert serving_device(device=None, recorded=("h200",), devices=DEVICES, arch="sm_90a", **pcie) == "h200"
+    assert serving_device(device=None, recorded=both, devices=DEVICES, arch="sm_100a", **pcie) is None
+
+
+def test_nearest_device_weighs_the_sm_count_before_memory_and_ties_by_declaration() -> None:
+    a = DeviceSpec(key="a", arch="sm_90a", match=DeviceMatch(name="A", sm_count=132, min_memory_gib=130))
+    b = DeviceSpec(key="b", arch="sm_90a", match=DeviceMatch(name="B", sm_count=114, max_memory_gib=96))
+    c = DeviceSpec(key="c", arch="sm_90a", match=DeviceMatch(name="C", sm_count=132, max_memory_gib=96))
+    assert nearest_device(sm_count=132, memory_bytes=80 * GIB, candidates=(a, b)) == "a"   # SMs before memory
+    assert nearest_device(sm_count=114, memory_bytes=141 * GIB, candidates=(a, b)) == "b"
+    assert nearest_device(sm_count=132, memory_bytes=80 * GIB, candidates=(a, c)) == "c"   # then memory: 0 octaves
+    assert nearest_device(sm_count=132, memory_bytes=110 * GIB, candidates=(a, c)) == "c"  # 0.196 octaves against 0.241
+    assert nearest_device(sm_count=132, memory_bytes=113 * GIB, candidates=(a, c)) == "a"  # 0.202 against 0.235
+    assert nearest_device(sm_count=100, memory_bytes=96 * GIB, candidates=(c, c)) == "c"
+    assert nearest_device(sm_count=132, memory_bytes=80 * GIB, candidates=()) is None
 
 
 def _write(tmp_path: Path, data: dict) -> Path:

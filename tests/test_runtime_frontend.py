@@ -182,11 +182,22 @@ def test_a_device_whose_manifests_name_no_gpu_is_named_by_its_declaration(monkey
     assert "running device h200's tables, measured on an H200 (" in table_device(H100, recorded=("h200",)).warning
 
 
-def test_an_unknown_hopper_part_is_served_the_first_recorded_device_of_its_arch() -> None:
-    odd = GpuInfo(ordinal=0, name="NVIDIA H800", sm_count=132, memory_bytes=80 * GIB, compute_capability=(9, 0))
-    found = table_device(odd, recorded=("h100", "h200"))
-    assert found.device == "h200" and found.identified is None   # params.yaml's order: h200 is declared first
-    assert "a Hopper GPU that no declared device matches" in found.warning
+def _hopper(name: str, sm_count: int, gib: float) -> GpuInfo:
+    return GpuInfo(ordinal=0, name=name, sm_count=sm_count, memory_bytes=int(gib * GIB), compute_capability=(9, 0))
+
+
+def test_an_unknown_hopper_part_is_served_the_nearest_recorded_device_of_its_arch() -> None:
+    # No declared device matches these; the nearest recorded one serves: the SM count first, then memory size
+    # (params.yaml: h200 132 SMs and >= 130 GiB, h100 132 SMs and < 96 GiB).
+    h800 = table_device(_hopper("NVIDIA H800", 132, 79.6), recorded=("h100", "h200"))
+    assert h800.device == "h100" and h800.identified is None     # 80 GiB lies in the H100's range, not the H200's
+    assert "a Hopper GPU that no declared device matches" in h800.warning
+    assert "running device h100's tables, the nearest by SM count, then memory, measured on" in h800.warning
+    assert table_device(_hopper("NVIDIA H100 PCIe", 114, 79.2), recorded=("h100", "h200")).device == "h100"
+    assert table_device(_hopper("NVIDIA H20", 78, 95.0), recorded=("h100", "h200")).device == "h100"
+    assert table_device(_hopper("NVIDIA GH200 144G HBM3e", 132, 139.8), recorded=("h100", "h200")).device == "h200"
+    # A device left unrecorded cannot serve: the H800 runs the H200's tables while only those exist.
+    assert table_device(_hopper("NVIDIA H800", 132, 79.6), recorded=("h200",)).device == "h200"
 
 
 def test_a_gpu_of_another_architecture_is_one_clear_error() -> None:

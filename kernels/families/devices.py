@@ -12,11 +12,14 @@ and the runtime (which identifies the GPU the operands live on) share ONE matchi
   coverage recording lives (``<device>_coverage_<table>``: extra (N, K) pairs for the shape selector's fit only);
 - ``serving_device`` is the fallback rule as data: a device with tables of its own serves itself; another
   serves the first recorded device its ``fallback`` list names, else the first recorded device of its
-  architecture in declaration order; a GPU of no declared architecture serves none (None).
+  architecture in declaration order; a GPU no declared device matches is served the recorded device of its
+  architecture nearest what its driver reports (``nearest_device``: the SM count first, then the memory size),
+  and a GPU of no declared architecture none (None).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,12 +113,34 @@ def device_of_name(*, name: str, devices: Sequence[DeviceSpec]) -> str | None:
     return next((spec.key for spec in devices if spec.match.name in name), None)
 
 
-def serving_device(*, device: str | None, recorded: Sequence[str], devices: Sequence[DeviceSpec],
-                   arch: str | None = None) -> str | None:
-    """The recorded device whose tables serve ``device`` (its own, its fallbacks, then its arch's first).
+def memory_octaves(match: DeviceMatch, *, memory_bytes: int) -> float:
+    """How far ``memory_bytes`` lies outside ``match``'s memory range, in octaves (0 inside it or unbounded)."""
+    gib = max(memory_bytes, 1) / GIB
+    if match.min_memory_gib is not None and gib < match.min_memory_gib:
+        return math.log2(match.min_memory_gib / gib)
+    if match.max_memory_gib is not None and gib >= match.max_memory_gib:
+        return math.log2(gib / match.max_memory_gib)
+    return 0.0
 
-    ``device`` None is an unrecognised GPU of architecture ``arch``: the first recorded device of that
-    architecture serves it. None when no recorded device of the same architecture exists.
+
+def nearest_device(*, sm_count: int, memory_bytes: int, candidates: Sequence[DeviceSpec]) -> str | None:
+    """The candidate nearest a GPU that none of them matches: the SM count first (waves and tiles per SM decide a
+    table's choices), then the memory size (its generation and bandwidth); ties go to declaration order."""
+    def distance(item: tuple[int, DeviceSpec]) -> tuple[int, float, int]:
+        index, spec = item
+        sms = 0 if spec.match.sm_count is None else abs(spec.match.sm_count - sm_count)
+        return sms, memory_octaves(spec.match, memory_bytes=memory_bytes), index
+    return min(enumerate(candidates), key=distance)[1].key if candidates else None
+
+
+def serving_device(*, device: str | None, recorded: Sequence[str], devices: Sequence[DeviceSpec],
+                   arch: str | None = None, sm_count: int | None = None,
+                   memory_bytes: int | None = None) -> str | None:
+    """The recorded device whose tables serve ``device`` (its own, its fallbacks, then its arch's).
+
+    ``device`` None is an unrecognised GPU of architecture ``arch``: the recorded device of that architecture
+    nearest its ``sm_count`` and ``memory_bytes`` serves it (``nearest_device``), the first one declared where
+    they are not given. None when no recorded device of the same architecture exists.
     """
     by_key: Mapping[str, DeviceSpec] = {spec.key: spec for spec in devices}
     if device is not None and device in recorded:
@@ -126,10 +151,10 @@ def serving_device(*, device: str | None, recorded: Sequence[str], devices: Sequ
             if other in recorded:
                 return other
         arch = spec.arch
-    for other in devices:
-        if other.key in recorded and other.arch == arch:
-            return other.key
-    return None
+    same_arch = [other for other in devices if other.key in recorded and other.arch == arch]
+    if spec is None and sm_count is not None and memory_bytes is not None:
+        return nearest_device(sm_count=sm_count, memory_bytes=memory_bytes, candidates=same_arch)
+    return same_arch[0].key if same_arch else None
 
 
 def device_specs_from_mapping(raw: Mapping[str, Mapping[str, object]]) -> tuple[DeviceSpec, ...]:

@@ -11,7 +11,8 @@ recognised from what the driver reports (name, SM count, memory size) by params.
   and what is supported;
 - a recorded device is served its own tables;
 - any other Hopper GPU (an H100 before its tables are recorded, an unknown sm_90 part) is served the
-  tables its declared ``fallback`` names, else the first recorded device of its architecture, with ONE
+  tables its declared ``fallback`` names, else (a declared device) the first recorded device of its
+  architecture or (an unknown part) the recorded device nearest it by SM count, then memory, with ONE
   ``DeviceTableWarning`` per GPU naming both and how to record tables for it (docs/devices.md).
 """
 
@@ -65,15 +66,17 @@ def table_device(info: GpuInfo, *, recorded: Sequence[str] = RECORDED_DEVICES,
             f"{ARCH} (compute capability {SUPPORTED_ARCH[0]}.{SUPPORTED_ARCH[1]}: Hopper; declared devices: "
             f"{supported})")
     found = recognise_gpu(info, devices=devices)
-    serving = serving_device(device=found, recorded=recorded, devices=devices, arch=ARCH)
+    serving = serving_device(device=found, recorded=recorded, devices=devices, arch=ARCH, sm_count=info.sm_count,
+                             memory_bytes=info.memory_bytes)
     if serving is None:
         raise UnsupportedDeviceError(f"tunetable.gemm: {info.describe()}: no recorded device of {ARCH} "
                                      f"(recorded: {', '.join(recorded) or 'none'}): record tables first")
     if serving == found:
         return TableDevice(device=serving, identified=found)
     what = f"device {found}" if found is not None else "a Hopper GPU that no declared device matches"
+    nearest = "" if found is not None else ", the nearest by SM count, then memory"
     warning = (f"tunetable.gemm: {info.describe()} is {what} with no tables of its own; running device "
-               f"{serving}'s tables, measured on {measured_on(serving)} (recorded: {', '.join(recorded)}), tuned "
-               f"for another GPU. To record tables for it, declare it in params.yaml's devices: and record on it "
+               f"{serving}'s tables{nearest}, measured on {measured_on(serving)} (recorded: {', '.join(recorded)}), "
+               f"tuned for another GPU. To record tables for it, declare it in params.yaml's devices: and record on it "
                f"(docs/devices.md: scripts/device_record_h100.sh, or `tunetable tune-device`)")
     return TableDevice(device=serving, identified=found, warning=warning)
