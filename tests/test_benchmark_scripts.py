@@ -722,3 +722,39 @@ def test_runtime_gemm_runs_and_verifies_the_other_devices_table_choice(monkeypat
         assert row["rel_err"] < 1e-6
         assert row["verified"] is (not wrong_other or h200.kernel == "gemm_mma")
     assert summary["device"] == "h100" and summary["tables_h200_geomean_vs_cublas"] == pytest.approx(1.0)
+
+
+def test_runtime_gemm_main_writes_the_serving_devices_files_with_the_other_tables_beside(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # main() end to end on the stand-ins above, on a GPU the H100's tables serve: `--sets tables --limit 2` writes
+    # runtime_gemm_tables.h100.json / .md with the H200's choice beside gemm()'s (nothing here is a timing).
+    torch = _fake_torch()
+    torch.__version__ = "stand-in"
+    torch.cuda.get_device_properties = lambda ordinal: types.SimpleNamespace(name="NVIDIA H100 80GB HBM3",
+                                                                             L2_cache_size=50 << 20)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "pycuda", types.ModuleType("pycuda"))
+    monkeypatch.setitem(sys.modules, "pycuda.driver", types.ModuleType("pycuda.driver"))
+    monkeypatch.setattr(runtime_gemm, "runtime", lambda: types.SimpleNamespace(table=types.SimpleNamespace(
+        device="h100")))
+    monkeypatch.setattr(runtime_gemm, "ColdL2Timer", lambda cuda, stream: _CountingTimer())
+    host = dict.fromkeys(("gemm_out_us", "gemm_alloc_us", "prepared_launch_us", "torch_op_us", "torch_linear_us",
+                          "torch_mm_out_us", "torch_mm_us", "first_call_us"), 1.0)
+    monkeypatch.setattr(runtime_gemm, "gpu_shape", lambda torch, *, m, n, k: host)
+
+    def gemm(a: _FakeTensor, b: _FakeTensor, *, out: _FakeTensor, **_: Any) -> None:
+        out.array[...] = a.array @ b.array.T
+
+    monkeypatch.setattr(runtime_gemm.tunetable.kernels, "gemm", gemm)
+    monkeypatch.setattr(runtime_gemm.tunetable.kernels, "gemm_with", lambda tunables, a, b, **kw: gemm(a, b, **kw))
+    monkeypatch.setattr(sys, "argv", ["runtime_gemm.py", "--sets", "tables", "--limit", "2", "--rounds", "1",
+                                      "--out", str(tmp_path)])
+    runtime_gemm.main()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["runtime_gemm_tables.h100.json",
+                                                                "runtime_gemm_tables.h100.md"]
+    found = json.loads((tmp_path / "runtime_gemm_tables.h100.json").read_text())
+    assert found["tables_of"] == "h100" and [(r["M"], r["N"], r["K"]) for r in found["sets"]["tables"]] == [
+        (1, 4096, 4096), (8, 4096, 4096)]
+    assert found["summary"]["tables"]["verified"] == 2 and "tables_h200_geomean_vs_cublas" in found["summary"]["tables"]
+    text = (tmp_path / "runtime_gemm_tables.h100.md").read_text()
+    assert "served by the h100 tables" in text and "h200's tables on this GPU: 1.000x cuBLAS" in text
