@@ -79,7 +79,6 @@ MIN_BATCH_MS = 0.3
 CYCLES_PER_NS = 2.0               # torch.cuda._sleep counts SM cycles (<= 1.98 GHz on the H200)
 VERIFY_RTOL = 1e-2
 HOST_TARGET_US = 20.0
-FAMILY_TABLES = ("gemm_mma", "gemm_wgmma", "gemm_wgmma_swap")
 SETS = ("default", "tables", "other", "validation")
 DEFAULT_SETS = ("default", "other", "validation")
 VALIDATION_TARGETS = {"gemm_of_best": 0.95, "gemm_vs_cublas": 0.9, "online_of_best": 0.98}
@@ -106,8 +105,9 @@ def table_shapes(tables: dict[str, Any]) -> list[tuple[int, int, int]]:
 
 
 def validation_recordings(device: str) -> dict[str, Path]:
-    """Family table -> ``device``'s recording of the validation shapes."""
-    return {table: REPO / recording_path(device=device, table=f"validation_{table}") for table in FAMILY_TABLES}
+    """Each table of params.yaml -> ``device``'s recording of the validation shapes."""
+    tables = load_yaml_file(REPO / "params.yaml")["tables"]
+    return {table: REPO / recording_path(device=device, table=f"validation_{table}") for table in tables}
 
 
 def output_stem(*, wanted: list[str], serving: str, primary: str) -> str:
@@ -356,9 +356,8 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 
 def other_devices(summary: dict[str, Any]) -> list[str]:
-    """The other devices whose tables a set's summary measured beside the serving device's (tables_<d>_...)."""
-    prefix, suffix = "tables_", "_geomean_vs_cublas"
-    return sorted(key[len(prefix):-len(suffix)] for key in summary if key.startswith(prefix) and key.endswith(suffix))
+    """The other devices whose tables a set's summary measured beside the serving device's (none for validation)."""
+    return list(summary.get("other_devices", ()))
 
 
 def validation_markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
@@ -467,7 +466,8 @@ def main() -> None:
     }
     started = time.perf_counter()
     for set_name, shapes in shape_sets.items():
-        run = run_validation if set_name == "validation" else lambda torch, **kw: run_set(torch, name=set_name, **kw)
+        run = run_validation if set_name == "validation" else lambda torch, **kw: run_set(
+            torch, name=set_name, others=others, **kw)
 
         def checkpoint(rows: list[dict[str, Any]], set_name: str = set_name) -> None:
             """The rows so far written after each shape: a run cut short keeps what it measured."""
@@ -476,7 +476,7 @@ def main() -> None:
 
         results["sets"][set_name], results["summary"][set_name] = run(
             torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size, started=started,
-            device=serving, others=others, checkpoint=checkpoint)
+            device=serving, checkpoint=checkpoint)
         write_json(results, out=args.out, stem=stem)
     results["host_overhead"] = {
         f"{m}x{n}x{k}": gpu_shape(torch, m=m, n=n, k=k) for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096))
@@ -506,6 +506,7 @@ def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int
               f"({time.perf_counter() - started:.0f} s)", flush=True)
     return rows, {
         "device": device,
+        "other_devices": list(others),
         **{f"tables_{other}_geomean_vs_cublas": geomean([r[f"tables_{other}_vs_cublas"] for r in rows])
            for other in others},
         "geomean_vs_cublas": geomean([r["gemm_vs_cublas"] for r in rows]),
@@ -519,14 +520,13 @@ def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int
 
 
 def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, int, int]], rounds: int,
-                   l2_bytes: int, started: float, device: str, others: tuple[str, ...],
+                   l2_bytes: int, started: float, device: str,
                    checkpoint: Callable[[list[dict[str, Any]]], None]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The validation set: gemm untuned, exhaustive best, online-tuned, cuBLAS (online tuning from an empty cache)."""
     import tempfile
 
     from tunetable.kernels.runtime import online
 
-    del others   # the validation set's contenders are this device's: its selector, its best, online tuning
     best = exhaustive_best(device)
     os.environ["TUNETABLE_CACHE_DIR"] = tempfile.mkdtemp(prefix="runtime_gemm_autotune.")
     tuner = online.OnlineTuner(gemm_with=tunetable.kernels.gemm_with)

@@ -355,7 +355,8 @@ def test_runtime_gemm_reads_the_serving_devices_recordings_and_names_its_files()
     assert stem(wanted=["default", "other", "validation"], serving="h200", primary="h200") == "runtime_gemm"
     assert stem(wanted=["tables"], serving="h200", primary="h200") == "runtime_gemm_tables"
     assert stem(wanted=["tables"], serving="h100", primary="h200") == "runtime_gemm_tables.h100"
-    summary = {"device": "h100", "geomean_vs_cublas": 1.0, "tables_h200_geomean_vs_cublas": 0.99}
+    summary = {"device": "h100", "other_devices": ["h200"], "geomean_vs_cublas": 1.0,
+               "tables_h200_geomean_vs_cublas": 0.99}
     assert runtime_gemm.other_devices(summary) == ["h200"]
 
 
