@@ -13,6 +13,9 @@ and are timed the same way:
   * ``untuned`` tunetable.kernels.gemm_with(heuristic_tunables(M), ...): gemm_mma's untuned default (no table),
   * ``tables_<d>`` for each other recorded device d: the configuration d's tables choose for the shape, run
                 through gemm_with (what this GPU gets from another GPU's tables, measured beside its own),
+  * ``operator`` torch.ops.tunetable.gemm(a, b), the PyTorch operator (tunetable.torch): tunetable's kernel, or
+                torch's matmul where its route says cuBLAS is measured or predicted faster (layers.torch_serves);
+                each row names the path and why (what a PyTorch user gets, measured, not counted at 1.0x),
   * ``cublas``  torch.mm(a, b.t(), out=c).
 Timing: the bench's own cold-L2 method (tunetable.kernels.runtime.timing, also autotune's): random
 bf16 inputs; (A, B, C) sets rotated so that the bytes touched between two uses of a set exceed 3x
@@ -32,8 +35,10 @@ between the buckets; never tuned on), compares four contenders the same way:
                 recordings (data/recordings/<device>_validation_<table>.parquet), run through gemm_with,
   * ``online``  the configuration online tuning chooses (TUNETABLE_AUTOTUNE: the selector's top 8,
                 measured here on the GPU, from an empty cache), run through gemm_with,
+  * ``operator`` the PyTorch operator, as above (the selector's choice, or torch's matmul where it is not confident),
   * ``cublas``  torch.mm.
-Targets: gemm >= 0.95x the exhaustive best and >= 0.9x cuBLAS (geomean); online >= 0.98x the best.
+Targets: gemm >= 0.95x the exhaustive best and >= 0.9x cuBLAS (geomean); online >= 0.98x the best. Issue 49's:
+the selector's choice >= 1.0x cuBLAS (geomean), none below 0.9x (stated for gemm and for the operator).
 
 Run on the GPU machine (torch, pycuda, nvcc):
     python benchmarks/runtime_gemm.py [--rounds 5] [--sets default,other,validation] [--out benchmarks/results]
@@ -54,6 +59,7 @@ import statistics
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -87,6 +93,35 @@ OTHER_SHAPES = [
     (1000, 11008, 4096), (77, 4096, 4096), (333, 14336, 4096), (7, 8192, 8192),
     (3000, 5120, 2048), (4095, 1032, 776), (16, 28672, 4096), (2048, 4096, 28672),
 ]
+
+SLOW_VS_CUBLAS = 0.9              # issue 49: none of the validation shapes below this many times cuBLAS's speed
+
+
+@dataclass(frozen=True)
+class Operator:
+    """The PyTorch operator as a contender: ``run(a, b)`` returns a · bᵀ; ``route(m, n, k)`` its path for a shape."""
+
+    run: Callable[[Any, Any], Any]
+    route: Callable[[int, int, int], Any]   # a tunetable.torch.Route: .torch (bool), .why
+
+
+def torch_operator() -> Operator:
+    """torch.ops.tunetable.gemm on GPU 0 (importing tunetable.torch builds or loads its C++ kernel)."""
+    import tunetable.torch as tunetable_torch
+
+    return Operator(run=tunetable_torch.gemm, route=lambda m, n, k: tunetable_torch.route(m, n, k, 0))
+
+
+def operator_fields(operator: Operator, *, m: int, n: int, k: int) -> dict[str, str]:
+    """The operator's path for a shape (tunetable or torch) and why, as row fields."""
+    found = operator.route(m, n, k)
+    return {"operator_path": "torch" if found.torch else "tunetable", "operator_why": found.why}
+
+
+def slow_summary(values: list[float], *, prefix: str) -> dict[str, Any]:
+    """The minimum of a column of speedups and how many lie below SLOW_VS_CUBLAS."""
+    return {f"{prefix}min_vs_cublas": min(values, default=float("nan")),
+            f"{prefix}below_{SLOW_VS_CUBLAS}x": sum(value < SLOW_VS_CUBLAS for value in values)}
 
 
 def default_shapes() -> list[tuple[int, int, int]]:
@@ -154,9 +189,9 @@ def operand_sets(torch: Any, *, m: int, n: int, k: int, l2_bytes: int) -> list[t
 
 
 def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int, l2_bytes: int,
-               device: str, others: tuple[str, ...]) -> dict[str, Any]:
+               device: str, others: tuple[str, ...], operator: Operator) -> dict[str, Any]:
     """Verify gemm() on one shape, then time the contenders interleaved (gemm() serving ``device``'s tables, each of
-    ``others``' tables' choice, the untuned default, cuBLAS); one result row."""
+    ``others``' tables' choice, the untuned default, the PyTorch operator, cuBLAS); one result row."""
     sets = operand_sets(torch, m=m, n=n, k=k, l2_bytes=l2_bytes)
     n_sets = len(sets)
     decision = decide.dispatcher(device=device).decide(m=m, n=n, k=k)
@@ -167,15 +202,17 @@ def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds
         "gemm": lambda i: tunetable.kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2]),
         "untuned": lambda i: tunetable.kernels.gemm_with(untuned, sets[i][0], sets[i][1], out=sets[i][2]),
         **{f"tables_{other}": other_contender(entry, sets) for other, entry in other_entries.items()},
+        "operator": lambda i: operator.run(sets[i][0], sets[i][1]),
         "cublas": lambda i: torch.mm(sets[i][0], sets[i][1].t(), out=sets[i][2]),
     }
     a0, b0, c0 = sets[0]
     reference = a0.float() @ b0.float().t()
-    errors = {}   # gemm() and each other device's choice, against float32 on the first set
+    errors = {}   # gemm(), each other device's choice and the operator, against float32 on the first set
     for name in ("gemm", *(f"tables_{other}" for other in other_entries)):
         c0.fill_(float("nan"))
         contenders[name](0)
         errors[name] = float((c0.float() - reference).norm() / reference.norm())
+    errors["operator"] = float((operator.run(a0, b0).float() - reference).norm() / reference.norm())
     del reference
     rel_err = errors["gemm"]
     medians, samples, batch = timed(timer, contenders=contenders, rounds=rounds, n_sets=n_sets)
@@ -196,6 +233,8 @@ def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds
         **{f"tables_{other}_config_id": entry.config_id for other, entry in other_entries.items()},
         **{f"tables_{other}_vs_cublas": medians["cublas"] / medians[f"tables_{other}"] for other in other_entries},
         **{f"tables_{other}_rel_err": errors[f"tables_{other}"] for other in other_entries},
+        **operator_fields(operator, m=m, n=n, k=k),
+        "operator_vs_cublas": medians["cublas"] / medians["operator"], "operator_rel_err": errors["operator"],
         "samples_ms": samples,
     }
 
@@ -238,8 +277,9 @@ def exhaustive_best(device: str) -> dict[tuple[int, int, int], dict[str, Any]]:
 
 
 def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int, l2_bytes: int,
-                          best: dict[str, Any], tuner: Any, device: str) -> dict[str, Any]:
-    """gemm() untuned, the exhaustive best, the online-tuned choice and cuBLAS on one validation shape."""
+                          best: dict[str, Any], tuner: Any, device: str, operator: Operator) -> dict[str, Any]:
+    """gemm() untuned, the exhaustive best, the online-tuned choice, the PyTorch operator and cuBLAS on one
+    validation shape."""
     from tunetable.kernels.runtime import online
 
     sets = operand_sets(torch, m=m, n=n, k=k, l2_bytes=l2_bytes)
@@ -262,6 +302,7 @@ def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: 
     tunetable.kernels.gemm(a0, b0, out=c0)
     reference = a0.float() @ b0.float().t()
     rel_err = float((c0.float() - reference).norm() / reference.norm())
+    operator_rel_err = float((operator.run(a0, b0).float() - reference).norm() / reference.norm())
     del reference
     contenders: dict[str, Callable[[int], Any]] = {
         "gemm": lambda i: tunetable.kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2]),
@@ -269,6 +310,7 @@ def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: 
                                                       family=best["family"]),
         "online": lambda i: tunetable.kernels.gemm_with(tuned["tunables"], sets[i][0], sets[i][1], out=sets[i][2],
                                                         family=tuned["family"]),
+        "operator": lambda i: operator.run(sets[i][0], sets[i][1]),
         "cublas": lambda i: torch.mm(sets[i][0], sets[i][1].t(), out=sets[i][2]),
     }
     medians, samples, batch = timed(timer, contenders=contenders, rounds=rounds, n_sets=n_sets)
@@ -281,7 +323,8 @@ def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: 
         "best_recorded_time_vs_cublas": best["recorded_time_vs_cublas"],
         "online_family": tuned["family"], "online_config_id": tuned["config_id"], "online_tuning_s": tuning_s,
         "online_top_k": online.top_k() if decision.prediction is not None else 0,
-        "rel_err": rel_err, "verified": rel_err < VERIFY_RTOL,
+        "rel_err": rel_err, "verified": max(rel_err, operator_rel_err) < VERIFY_RTOL,
+        **operator_fields(operator, m=m, n=n, k=k), "operator_rel_err": operator_rel_err,
         **{f"{name}_ms": medians[name] for name in contenders},
         **{f"{name}_tflops": tflops(m=m, n=n, k=k, ms=medians[name]) for name in contenders},
         "gemm_of_best": medians["best"] / medians["gemm"],
@@ -289,6 +332,7 @@ def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: 
         "online_of_best": medians["best"] / medians["online"],
         "online_vs_cublas": medians["cublas"] / medians["online"],
         "best_vs_cublas": medians["cublas"] / medians["best"],
+        "operator_vs_cublas": medians["cublas"] / medians["operator"],
         "samples_ms": samples,
     }
 
@@ -298,6 +342,10 @@ def validation_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     summary = {name: geomean([r[name] for r in rows])
                for name in ("gemm_of_best", "gemm_vs_cublas", "online_of_best", "online_vs_cublas", "best_vs_cublas")}
     summary["met"] = {name: summary[name] >= target for name, target in VALIDATION_TARGETS.items()}
+    summary.update(slow_summary([r["gemm_vs_cublas"] for r in rows], prefix=""))
+    summary.update(slow_summary([r["operator_vs_cublas"] for r in rows], prefix="operator_"))
+    summary["operator_geomean_vs_cublas"] = geomean([r["operator_vs_cublas"] for r in rows])
+    summary["operator_to_torch"] = sum(r["operator_path"] == "torch" for r in rows)
     summary["verified"] = sum(r["verified"] for r in rows)
     summary["from_selector"] = sum(r["source"] == "selector" for r in rows)
     summary["online_tuning_s"] = sum(r["online_tuning_s"] for r in rows)
@@ -324,11 +372,12 @@ def render_markdown(results: dict[str, Any]) -> str:
                          "cuBLAS" for other in others)
         lines += [f"## {set_name} shapes ({len(rows)})", "",
                   f"Geomean gemm/cuBLAS speed: {summary['geomean_vs_cublas']:.3f}{beside}; gemm/untuned: "
-                  f"{summary['geomean_vs_untuned']:.3f}; verified: {summary['verified']}/{len(rows)}.", "",
+                  f"{summary['geomean_vs_untuned']:.3f}; verified: {summary['verified']}/{len(rows)}. "
+                  + operator_sentence(summary), "",
                   "| M | N | K | family | source | config | gemm TFLOP/s | cuBLAS TFLOP/s | untuned TFLOP/s | "
                   "vs cuBLAS | " + "".join(f"{other}'s tables | vs cuBLAS | " for other in others)
-                  + "vs untuned | rel err |",
-                  "|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(others) + "---|---|"]
+                  + "operator path | operator vs cuBLAS | vs untuned | rel err |",
+                  "|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(others) + "---|---|---|---|"]
         for row in rows:
             lines.append(
                 f"| {row['M']} | {row['N']} | {row['K']} | {row.get('kernel', '')} | {row['source']} | "
@@ -337,6 +386,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 f"{row['gemm_vs_cublas']:.3f} | "
                 + "".join(f"{row[f'tables_{other}_kernel']} {row[f'tables_{other}_config_id']} | "
                           f"{row[f'tables_{other}_vs_cublas']:.3f} | " for other in others)
+                + f"{row['operator_path']} | {row['operator_vs_cublas']:.3f} | "
                 + f"{row['gemm_vs_untuned']:.2f} | {row['rel_err']:.1e} |")
         lines.append("")
     host = results["host_overhead"]
@@ -355,6 +405,15 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def operator_sentence(summary: dict[str, Any]) -> str:
+    """The PyTorch operator's figure in one sentence (its geomean, minimum, shapes below 0.9x, shapes to torch)."""
+    return (f"The PyTorch operator (torch.ops.tunetable.gemm, torch's matmul on {summary['operator_to_torch']} "
+            f"shapes): {summary['operator_geomean_vs_cublas']:.3f}x cuBLAS, min "
+            f"{summary['operator_min_vs_cublas']:.3f}, {summary[f'operator_below_{SLOW_VS_CUBLAS}x']} below "
+            f"{SLOW_VS_CUBLAS}x (gemm: min {summary['min_vs_cublas']:.3f}, {summary[f'below_{SLOW_VS_CUBLAS}x']} "
+            f"below).")
+
+
 def other_devices(summary: dict[str, Any]) -> list[str]:
     """The other devices whose tables a set's summary measured beside the serving device's (none for validation)."""
     return list(summary.get("other_devices", ()))
@@ -371,16 +430,17 @@ def validation_markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> 
              f"{summary['best_vs_cublas']:.3f}x). After online tuning: {summary['online_of_best']:.3f}x the best "
              f"(target >= {VALIDATION_TARGETS['online_of_best']}: {'met' if met['online_of_best'] else 'NOT met'}), "
              f"{summary['online_vs_cublas']:.3f}x cuBLAS, {summary['online_tuning_s']:.1f} s of tuning in all. "
-             f"Verified: {summary['verified']}/{len(rows)}; {summary['from_selector']} shapes from the selector.", "",
+             f"Verified: {summary['verified']}/{len(rows)}; {summary['from_selector']} shapes from the selector. "
+             + operator_sentence(summary), "",
              "| M | N | K | source | gemm config | best config | online config | gemm TFLOP/s | best | online | "
-             "cuBLAS | gemm/best | online/best | gemm/cuBLAS |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "cuBLAS | gemm/best | online/best | gemm/cuBLAS | operator path | operator/cuBLAS |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {r['source']} | {r['kernel']} {r['config_id']} | "
                      f"{r['best_family']} {r['best_config_id']} | {r['online_family']} {r['online_config_id']} | "
                      f"{r['gemm_tflops']:.1f} | {r['best_tflops']:.1f} | {r['online_tflops']:.1f} | "
                      f"{r['cublas_tflops']:.1f} | {r['gemm_of_best']:.3f} | {r['online_of_best']:.3f} | "
-                     f"{r['gemm_vs_cublas']:.3f} |")
+                     f"{r['gemm_vs_cublas']:.3f} | {r['operator_path']} | {r['operator_vs_cublas']:.3f} |")
     return [*lines, ""]
 
 
@@ -397,25 +457,28 @@ def print_summary(results: dict[str, Any]) -> None:
     for set_name, rows in results["sets"].items():
         if set_name == "validation":
             table = ConsoleTable(title="validation shapes: gemm() untuned, exhaustive best, online-tuned, cuBLAS")
-            for column in ("shape", "source", "gemm/best", "online/best", "gemm/cuBLAS", "online/cuBLAS"):
+            for column in ("shape", "source", "gemm/best", "online/best", "gemm/cuBLAS", "online/cuBLAS",
+                           "operator path", "operator/cuBLAS"):
                 table.add_column(column, justify="right")
             for row in rows:
                 table.add_row(f"{row['M']}x{row['N']}x{row['K']}", row["source"], f"{row['gemm_of_best']:.3f}",
                               f"{row['online_of_best']:.3f}", f"{row['gemm_vs_cublas']:.3f}",
-                              f"{row['online_vs_cublas']:.3f}")
+                              f"{row['online_vs_cublas']:.3f}", row["operator_path"],
+                              f"{row['operator_vs_cublas']:.3f}")
         else:
             others = other_devices(results["summary"][set_name])
             table = ConsoleTable(title=f"tunetable.kernels.gemm, {set_name} shapes "
                                       f"({results.get('tables_of', '?')} tables)")
             for column in ("shape", "source", "gemm TFLOP/s", "cuBLAS", "untuned", "vs cuBLAS",
-                           *(f"{other}'s tables vs cuBLAS" for other in others), "vs untuned"):
+                           *(f"{other}'s tables vs cuBLAS" for other in others), "operator path",
+                           "operator vs cuBLAS", "vs untuned"):
                 table.add_column(column, justify="right")
             for row in rows:
                 table.add_row(f"{row['M']}x{row['N']}x{row['K']}", row["source"], f"{row['gemm_tflops']:.1f}",
                               f"{row['cublas_tflops']:.1f}", f"{row['untuned_tflops']:.1f}",
                               f"{row['gemm_vs_cublas']:.3f}",
                               *(f"{row[f'tables_{other}_vs_cublas']:.3f}" for other in others),
-                              f"{row['gemm_vs_untuned']:.2f}")
+                              row["operator_path"], f"{row['operator_vs_cublas']:.3f}", f"{row['gemm_vs_untuned']:.2f}")
         print_table(console, table)
         console.print(results["summary"][set_name])
     console.print({"host_overhead_us": results["host_overhead"], "host_target_met": results["host_target_met"],
@@ -449,7 +512,8 @@ def main() -> None:
     stem = output_stem(wanted=wanted, serving=serving, primary=RECORDED_DEVICES[0])
     import pycuda.driver as cuda  # with the runtime: the timer records pycuda events on the default stream
 
-    timer = ColdL2Timer(cuda=cuda, stream=None)   # gemm() and torch.mm launch on the legacy default stream
+    timer = ColdL2Timer(cuda=cuda, stream=None)   # gemm(), the operator and torch.mm launch on the default stream
+    operator = torch_operator()
     all_sets = {"default": default_shapes, "other": lambda: OTHER_SHAPES, "validation": validation_shapes,
                 "tables": lambda: table_shapes(load_yaml_file(REPO / "params.yaml")["tables"])}
     shape_sets = {name: all_sets[name]() for name in wanted}
@@ -476,7 +540,7 @@ def main() -> None:
 
         results["sets"][set_name], results["summary"][set_name] = run(
             torch, timer=timer, shapes=shapes, rounds=args.rounds, l2_bytes=props.L2_cache_size, started=started,
-            device=serving, checkpoint=checkpoint)
+            device=serving, operator=operator, checkpoint=checkpoint)
         write_json(results, out=args.out, stem=stem)
     results["host_overhead"] = {
         f"{m}x{n}x{k}": gpu_shape(torch, m=m, n=n, k=k) for m, n, k in ((1, 4096, 4096), (4096, 4096, 4096))
@@ -490,19 +554,20 @@ def main() -> None:
 
 
 def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int, int, int]], rounds: int,
-            l2_bytes: int, started: float, device: str, others: tuple[str, ...],
+            l2_bytes: int, started: float, device: str, others: tuple[str, ...], operator: Operator,
             checkpoint: Callable[[list[dict[str, Any]]], None]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A table-shape set: gemm (``device``'s tables), each of ``others``' tables' choice, untuned and cuBLAS per
-    shape; its rows and geomeans."""
+    """A table-shape set: gemm (``device``'s tables), each of ``others``' tables' choice, untuned, the PyTorch
+    operator and cuBLAS per shape; its rows and geomeans."""
     rows = []
     for m, n, k in shapes:
         rows.append(time_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes, device=device,
-                               others=others))
+                               others=others, operator=operator))
         checkpoint(rows)
         torch.cuda.empty_cache()
         beside = "".join(f", {other}'s tables {rows[-1][f'tables_{other}_tflops']:.1f}" for other in others)
         print(f"{name} {m}x{n}x{k}: gemm {rows[-1]['gemm_tflops']:.1f} TFLOP/s{beside}, cuBLAS "
-              f"{rows[-1]['cublas_tflops']:.1f}, untuned {rows[-1]['untuned_tflops']:.1f} "
+              f"{rows[-1]['cublas_tflops']:.1f}, untuned {rows[-1]['untuned_tflops']:.1f}, operator "
+              f"{rows[-1]['operator_tflops']:.1f} ({rows[-1]['operator_path']}) "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
     return rows, {
         "device": device,
@@ -510,6 +575,10 @@ def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int
         **{f"tables_{other}_geomean_vs_cublas": geomean([r[f"tables_{other}_vs_cublas"] for r in rows])
            for other in others},
         "geomean_vs_cublas": geomean([r["gemm_vs_cublas"] for r in rows]),
+        **slow_summary([r["gemm_vs_cublas"] for r in rows], prefix=""),
+        "operator_geomean_vs_cublas": geomean([r["operator_vs_cublas"] for r in rows]),
+        **slow_summary([r["operator_vs_cublas"] for r in rows], prefix="operator_"),
+        "operator_to_torch": sum(r["operator_path"] == "torch" for r in rows),
         "geomean_vs_untuned": geomean([r["gemm_vs_untuned"] for r in rows]),
         "geomean_gemm_tflops": geomean([r["gemm_tflops"] for r in rows]),
         "geomean_cublas_tflops": geomean([r["cublas_tflops"] for r in rows]),
@@ -520,9 +589,10 @@ def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int
 
 
 def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, int, int]], rounds: int,
-                   l2_bytes: int, started: float, device: str,
+                   l2_bytes: int, started: float, device: str, operator: Operator,
                    checkpoint: Callable[[list[dict[str, Any]]], None]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The validation set: gemm untuned, exhaustive best, online-tuned, cuBLAS (online tuning from an empty cache)."""
+    """The validation set: gemm untuned, exhaustive best, online-tuned, the PyTorch operator, cuBLAS (online tuning
+    from an empty cache)."""
     import tempfile
 
     from tunetable.kernels.runtime import online
@@ -535,12 +605,13 @@ def run_validation(torch: Any, *, timer: ColdL2Timer, shapes: list[tuple[int, in
         warnings.simplefilter("ignore")   # the source column says which shapes are untuned
         for m, n, k in shapes:
             rows.append(time_validation_shape(torch, timer=timer, m=m, n=n, k=k, rounds=rounds, l2_bytes=l2_bytes,
-                                              best=best[(m, n, k)], tuner=tuner, device=device))
+                                              best=best[(m, n, k)], tuner=tuner, device=device, operator=operator))
             checkpoint(rows)
             torch.cuda.empty_cache()
             row = rows[-1]
             print(f"validation {m}x{n}x{k} ({row['source']}): gemm {row['gemm_of_best']:.3f}x best, "
-                  f"{row['gemm_vs_cublas']:.3f}x cuBLAS; online {row['online_of_best']:.3f}x best "
+                  f"{row['gemm_vs_cublas']:.3f}x cuBLAS; online {row['online_of_best']:.3f}x best; operator "
+                  f"{row['operator_vs_cublas']:.3f}x cuBLAS ({row['operator_path']}) "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
     return rows, validation_summary(rows)
 

@@ -14,8 +14,11 @@
 #   client  benchmarks/llama_client.py, fp32 reference too  ~70 s  (limit CLIENT_TIMEOUT_S, 150; needs ~50 GB)
 #   host    benchmarks/runtime_gemm_host.py, 3 shapes       ~25 s  (limit HOST_TIMEOUT_S, 60)
 #   tables  benchmarks/runtime_gemm.py --sets tables: tunetable.gemm on every table's 70 shapes with the GPU's own
-#           tables, the other recorded device's choice beside it, cuBLAS in the same rounds (issue 49's figure;
-#           not yet timed on a GPU: limit TABLES_TIMEOUT_S, 240; rows are written as they come)
+#           tables, the other recorded device's choice beside it, the PyTorch operator, cuBLAS in the same rounds
+#           (issue 49's figure; not yet timed on a GPU: limit TABLES_TIMEOUT_S, 240; rows are written as they come)
+#   validation  benchmarks/runtime_gemm.py --sets validation: the 30 validation shapes (never tuned on): gemm() (the
+#           selector's choice), the exhaustive best, online tuning, the PyTorch operator, cuBLAS
+#           (not yet timed with the operator: limit VALIDATION_TIMEOUT_S, 180)
 # (scripts/device_env.sh's installs come before, ~10-20 s)
 #   suite   the rest of `pytest -m gpu` (not a default step: ~180 s on its own; what is left of CALL_BUDGET_S)
 set -uo pipefail
@@ -45,6 +48,8 @@ print(f"import of tunetable.torch: {time.perf_counter() - started:.1f} s")' 2>&1
               | tee "$OUT/host.log" ;;
       tables) timeout "${TABLES_TIMEOUT_S:-240}" python3 benchmarks/runtime_gemm.py --sets tables --out "$OUT" 2>&1 \
                 | tee "$OUT/tables.log" ;;
+      validation) timeout "${VALIDATION_TIMEOUT_S:-180}" python3 benchmarks/runtime_gemm.py --sets validation \
+                    --out "$OUT" 2>&1 | tee "$OUT/validation.log" ;;
       suite) left=$(( ${CALL_BUDGET_S:-570} - ($(date +%s) - START) ))
              if [ "$left" -lt 30 ]; then echo "suite skipped: ${left} s of the call's budget left"; else
                timeout "$left" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider \

@@ -675,6 +675,26 @@ def _fake_torch() -> types.SimpleNamespace:
                                  cuda=types.SimpleNamespace(empty_cache=lambda: None))
 
 
+def _fake_operator(*, device: str, runs: list[tuple[int, int, int]] | None = None,
+                   wrong: bool = False) -> Any:
+    """The PyTorch operator on the stand-ins: a · bᵀ in numpy (doubled if ``wrong``), routed by the runtime's own
+    rule (layers.torch_serves on ``device``'s dispatcher: what torch_ops.route decides, without a GPU)."""
+    from tunetable.kernels.runtime import decide
+    from tunetable.kernels.runtime.layers import torch_serves
+
+    def run(a: _FakeTensor, b: _FakeTensor) -> _FakeTensor:
+        if runs is not None:
+            runs.append((a.array.shape[0], b.array.shape[0], a.array.shape[1]))
+        return _FakeTensor(a.array @ b.array.T * (2.0 if wrong else 1.0))
+
+    def route(m: int, n: int, k: int) -> types.SimpleNamespace:
+        why = torch_serves(decide.dispatcher(device=device).decide(m=m, n=n, k=k), m=m, n=n, k=k,
+                           smallest_floor_s=None)
+        return types.SimpleNamespace(torch=why is not None, why=why or "tunetable's kernel")
+
+    return runtime_gemm.Operator(run=run, route=route)
+
+
 class _CountingTimer:
     """ColdL2Timer's interface with every contender run once per sample and 1 ms reported (no timing here)."""
 
@@ -690,12 +710,14 @@ class _CountingTimer:
         return 1.0
 
 
-@pytest.mark.parametrize("wrong_other", [False, True])
+@pytest.mark.parametrize(("wrong_other", "wrong_operator"), [(False, False), (True, False), (False, True)])
 def test_runtime_gemm_runs_and_verifies_the_other_devices_table_choice(monkeypatch: pytest.MonkeyPatch,
-                                                                       wrong_other: bool) -> None:
+                                                                       wrong_other: bool, wrong_operator: bool) -> None:
     # The orchestration on CPU stand-ins: gemm() serves the H100's tables, the H200's choice of the same shape runs
-    # beside it through gemm_with (its family and tunables), and a wrong result from it fails the row's verification.
+    # beside it through gemm_with (its family and tunables), the PyTorch operator runs with its route recorded, and a
+    # wrong result from the H200's choice or the operator fails the row's verification.
     from tunetable.kernels.runtime import decide
+    from tunetable.kernels.runtime.layers import torch_serves
 
     runs: list[tuple[str, dict[str, int]]] = []
 
@@ -711,18 +733,30 @@ def test_runtime_gemm_runs_and_verifies_the_other_devices_table_choice(monkeypat
     monkeypatch.setattr(runtime_gemm.tunetable.kernels, "gemm_with", gemm_with)
     seen: list[int] = []
     shapes = [(256, 4096, 4096), (1024, 4096, 4096)]
+    operator_runs: list[tuple[int, int, int]] = []
+    operator = _fake_operator(device="h100", runs=operator_runs, wrong=wrong_operator)
     rows, summary = runtime_gemm.run_set(_fake_torch(), timer=_CountingTimer(), name="tables", shapes=shapes,
                                          rounds=2, l2_bytes=1 << 20, started=0.0, device="h100", others=("h200",),
-                                         checkpoint=lambda found: seen.append(len(found)))
+                                         operator=operator, checkpoint=lambda found: seen.append(len(found)))
     assert seen == [1, 2] and [(r["M"], r["N"], r["K"]) for r in rows] == shapes
+    to_torch = 0
     for row, (m, n, k) in zip(rows, shapes, strict=True):
         h200 = decide.dispatcher(device="h200").decide(m=m, n=n, k=k).entry
         assert (row["tables_h200_kernel"], row["tables_h200_config_id"]) == (h200.kernel, h200.config_id)
         assert (h200.kernel, {name: getattr(h200, name) for name in decide.tunable_fields(h200.kernel)}) in runs
-        assert row["config_id"] == decide.dispatcher(device="h100").decide(m=m, n=n, k=k).entry.config_id
+        own = decide.dispatcher(device="h100").decide(m=m, n=n, k=k)
+        assert row["config_id"] == own.entry.config_id
         assert row["rel_err"] < 1e-6
-        assert row["verified"] is (not wrong_other or h200.kernel == "gemm_mma")
+        assert row["verified"] is (not wrong_operator and (not wrong_other or h200.kernel == "gemm_mma"))
+        why = torch_serves(own, m=m, n=n, k=k, smallest_floor_s=None)
+        assert (row["operator_path"], row["operator_why"]) == (("torch", why) if why else ("tunetable",
+                                                                                          "tunetable's kernel"))
+        assert (row["operator_rel_err"] > 0.5) is wrong_operator
+        assert operator_runs.count((m, n, k)) >= 3   # verified once, warmed up, one sample per round
+        to_torch += why is not None
     assert summary["device"] == "h100" and summary["tables_h200_geomean_vs_cublas"] == pytest.approx(1.0)
+    assert summary["operator_to_torch"] == to_torch and summary["operator_geomean_vs_cublas"] == pytest.approx(1.0)
+    assert summary["operator_below_0.9x"] == 0 and summary["below_0.9x"] == 0
 
 
 def test_runtime_gemm_main_writes_the_serving_devices_files_with_the_other_tables_beside(
@@ -739,6 +773,7 @@ def test_runtime_gemm_main_writes_the_serving_devices_files_with_the_other_table
     monkeypatch.setattr(runtime_gemm, "runtime", lambda: types.SimpleNamespace(table=types.SimpleNamespace(
         device="h100")))
     monkeypatch.setattr(runtime_gemm, "ColdL2Timer", lambda cuda, stream: _CountingTimer())
+    monkeypatch.setattr(runtime_gemm, "torch_operator", lambda: _fake_operator(device="h100"))
     host = dict.fromkeys(("gemm_out_us", "gemm_alloc_us", "prepared_launch_us", "torch_op_us", "torch_linear_us",
                           "torch_mm_out_us", "torch_mm_us", "first_call_us"), 1.0)
     monkeypatch.setattr(runtime_gemm, "gpu_shape", lambda torch, *, m, n, k: host)
@@ -759,3 +794,27 @@ def test_runtime_gemm_main_writes_the_serving_devices_files_with_the_other_table
     assert found["summary"]["tables"]["verified"] == 2 and "tables_h200_geomean_vs_cublas" in found["summary"]["tables"]
     text = (tmp_path / "runtime_gemm_tables.h100.md").read_text()
     assert "served by the h100 tables" in text and "h200's tables on this GPU: 1.000x cuBLAS" in text
+    assert "The PyTorch operator (torch.ops.tunetable.gemm, torch's matmul on " in text
+    assert {row["operator_path"] for row in found["sets"]["tables"]} <= {"torch", "tunetable"}
+
+
+def test_runtime_gemm_validation_summary_states_the_operator_and_the_slow_shapes() -> None:
+    # The validation set's summary and markdown from hand-made rows (two shapes, one below 0.9x for gemm() and one
+    # the operator sends to torch): the issue's "none below 0.9x" is counted for gemm() and for the operator.
+    base = {"N": 4096, "K": 4096, "source": "selector", "kernel": "gemm_mma", "config_id": "c1",
+            "best_family": "gemm_mma", "best_config_id": "c2", "online_family": "gemm_mma", "online_config_id": "c2",
+            "online_tuning_s": 1.0, "verified": True, "gemm_tflops": 1.0, "best_tflops": 1.0, "online_tflops": 1.0,
+            "cublas_tflops": 1.0, "gemm_of_best": 1.0, "online_of_best": 1.0, "online_vs_cublas": 1.0,
+            "best_vs_cublas": 1.0}
+    rows = [{**base, "M": 3, "gemm_vs_cublas": 0.8, "operator_vs_cublas": 0.99, "operator_path": "torch"},
+            {**base, "M": 300, "gemm_vs_cublas": 1.25, "operator_vs_cublas": 1.25, "operator_path": "tunetable"}]
+    summary = runtime_gemm.validation_summary(rows)
+    assert summary["gemm_vs_cublas"] == pytest.approx(1.0) and summary["operator_geomean_vs_cublas"] == pytest.approx(
+        (0.99 * 1.25) ** 0.5)
+    assert (summary["min_vs_cublas"], summary["below_0.9x"]) == (0.8, 1)
+    assert (summary["operator_min_vs_cublas"], summary["operator_below_0.9x"], summary["operator_to_torch"]) == (
+        0.99, 0, 1)
+    lines = runtime_gemm.validation_markdown(rows, summary)
+    assert any("torch's matmul on 1 shapes): 1.112x cuBLAS, min 0.990, 0 below 0.9x (gemm: min 0.800, 1 below)"
+               in line for line in lines)
+    assert lines[-3].endswith("| 0.800 | torch | 0.990 |")
