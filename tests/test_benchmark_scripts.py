@@ -325,7 +325,7 @@ def test_compare_recordings_names_a_file_that_is_no_recording(tmp_path: Path, ca
     assert not (tmp_path / "x.json").exists()
 
 
-@pytest.mark.parametrize("script", ["compare_probes", "compare_recordings", "runtime_gemm"])
+@pytest.mark.parametrize("script", ["compare_probes", "compare_recordings", "device_ceilings", "runtime_gemm"])
 def test_the_device_side_comparison_scripts_import_without_polars(script: str) -> None:
     # scripts/device_probe.sh runs compare_probes on the GPU machine, whose image has no polars
     code = ("import sys, runpy; sys.modules['polars'] = None; "
@@ -818,3 +818,19 @@ def test_runtime_gemm_validation_summary_states_the_operator_and_the_slow_shapes
     assert any("torch's matmul on 1 shapes): 1.112x cuBLAS, min 0.990, 0 below 0.9x (gemm: min 0.800, 1 below)"
                in line for line in lines)
     assert lines[-3].endswith("| 0.800 | torch | 0.990 |")
+
+
+def test_device_ceilings_proposes_the_highest_rounds_and_renders_them() -> None:
+    # The pure half of benchmarks/device_ceilings.py on hand-made rounds (the GPU half runs on the device only).
+    script = load_benchmark_script("device_ceilings")
+    found = {"copy": {"bytes": 2 << 30, "ms": [1.5, 1.4], "tb_s": [2.86, 3.07], "median_tb_s": 2.965,
+                      "max_tb_s": 3.0678},
+             "gemm": {"4096x4096x4096": {"median_tflops": 700.0, "max_tflops": 712.34},
+                      "8192x8192x8192": {"median_tflops": 690.0, "max_tflops": 705.0}}}
+    assert script.proposed(found) == {"copy_tb_s": 3.07, "tflops": 712.3}
+    text = script.render_markdown({**found, "proposed": script.proposed(found), "gpu": "NVIDIA H100 80GB HBM3",
+                                   "device": "h100", "torch": "2.11", "git_rev": "abc", "date": "today",
+                                   "method": "m.", "smi_before": "1980 MHz", "smi_after": "1980 MHz"})
+    assert "| device-to-device copy, 2 GiB (read + written) | 2.96 TB/s | 3.07 TB/s |" in text
+    assert "| torch.mm bf16 4096x4096x4096 (warm) | 700.0 TFLOP/s | 712.3 TFLOP/s |" in text
+    assert "`devices.h100.ceilings`: copy_tb_s 3.07, tflops 712.3." in text
