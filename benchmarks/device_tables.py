@@ -135,12 +135,14 @@ def scored(*, times: dict[str, Times], selection: dict[str, Any], label: str) ->
 
 def operator_served(*, device: str, ratios: dict[Shape, float]) -> dict[str, Any]:
     """The PyTorch operator over the dispatch list's shapes: torch's matmul where its route (layers.torch_serves on
-    the device's committed tables) sends a shape there, counted at 1.0 (the recording's cuBLAS), else ``ratios``."""
+    the device's committed tables and its measured ceilings) sends a shape there, counted at 1.0 (the recording's
+    cuBLAS), else ``ratios``."""
     dispatcher, selector = decide.dispatcher(device=device), decide.shape_selector(device=device)
-    smallest = smallest_recorded_floor_s(ms=selector.starts, pairs=selector.pairs)
+    ceilings = decide.DEVICES[device].ceilings
+    smallest = smallest_recorded_floor_s(ms=selector.starts, pairs=selector.pairs, ceilings=ceilings)
     to_torch = {shape for shape in ratios
                 if torch_serves(dispatcher.decide(m=shape[0], n=shape[1], k=shape[2]), m=shape[0], n=shape[1],
-                                k=shape[2], smallest_floor_s=smallest) is not None}
+                                k=shape[2], smallest_floor_s=smallest, ceilings=ceilings) is not None}
     served = {shape: 1.0 if shape in to_torch else ratio for shape, ratio in ratios.items()}
     return {**ratio_summary(served), "to_torch": len(to_torch),
             "below_0_9": sum(1 for value in served.values() if value < 0.9)}

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunetable.kernels.families.common import tail_split_plan
+from tunetable.kernels.families.devices import Ceilings
 
 NUM_SMS = 132
 HBM_BYTES_PER_S = 4.13e12          # measured device-to-device copy (DESIGN.md)
@@ -140,10 +141,14 @@ def blocks_per_sm(resources: Resources) -> int:
     return max(min(by_registers, by_smem, by_threads, MAX_BLOCKS_PER_SM), 0)
 
 
-def roofline_floor_s(*, m: int, n: int, k: int) -> float:
-    """DESIGN.md's floor: max(bytes / 4.13 TB/s, flops / 800 TFLOP/s) for the ideal GEMM."""
+def roofline_floor_s(*, m: int, n: int, k: int, ceilings: Ceilings | None = None) -> float:
+    """DESIGN.md's floor: max(bytes / copy bandwidth, flops / peak) for the ideal GEMM, on a device's measured
+    ``ceilings`` (None: the H200's, 4.13 TB/s and 800 TFLOP/s, the unit the performance model and the shape
+    selector are fitted in)."""
     moved = (m * k + n * k + m * n) * BF16_BYTES
-    return max(moved / HBM_BYTES_PER_S, 2.0 * m * n * k / DEVICE_FLOPS)
+    if ceilings is None:
+        return max(moved / HBM_BYTES_PER_S, 2.0 * m * n * k / DEVICE_FLOPS)
+    return max(moved / (ceilings.copy_tb_s * 1e12), 2.0 * m * n * k / (ceilings.tflops * 1e12))
 
 
 def slice_reduction_s(*, tile: GemmTile, resident: int) -> float:

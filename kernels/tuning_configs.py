@@ -22,7 +22,7 @@ from dataclasses import dataclass
 # Each family's entry class: its typed tunables after the shape fields (kernels/families/<name>/family.py);
 # SelectorFile: a shape selector's data file as codegen checked it (kernels/families/common.py).
 from tunetable.kernels.families.common import SelectorFile, TableBuild, TableEntry
-from tunetable.kernels.families.devices import DeviceMatch, DeviceSpec
+from tunetable.kernels.families.devices import Ceilings, DeviceMatch, DeviceSpec
 from tunetable.kernels.families.gemm_mma.family import TuningConfig
 from tunetable.kernels.families.gemm_wgmma.family import WgmmaTuningConfig
 from tunetable.kernels.families.gemm_wgmma_swap.family import SwapTuningConfig
@@ -1016,14 +1016,16 @@ SELECTOR_FILES: dict[str, SelectorFile] = {
 # The devices the tables are tuned for and which of them this file holds tables of (params.yaml
 # ``devices:``; the runtime picks by device through tunetable.kernels.runtime.decide, docs/devices.md).
 # BEGIN-TUNING-DEVICES
-# Automatically generated from [params.yaml]: the devices, how each is recognised, its fallbacks
+# Automatically generated from [params.yaml]: the devices, how each is recognised, its fallbacks, its ceilings
 DEVICES: dict[str, DeviceSpec] = {
     "h200": DeviceSpec(
         key="h200", arch="sm_90a", fallback=(),
-        match=DeviceMatch(name="H200", sm_count=132, min_memory_gib=130, max_memory_gib=None)),
+        match=DeviceMatch(name="H200", sm_count=132, min_memory_gib=130, max_memory_gib=None),
+        ceilings=Ceilings(copy_tb_s=4.13, tflops=800.0)),
     "h100": DeviceSpec(
         key="h100", arch="sm_90a", fallback=("h200",),
-        match=DeviceMatch(name="H100", sm_count=132, min_memory_gib=None, max_memory_gib=96)),
+        match=DeviceMatch(name="H100", sm_count=132, min_memory_gib=None, max_memory_gib=96),
+        ceilings=Ceilings(copy_tb_s=3.04, tflops=782.1)),
 }
 # The devices whose tables this file holds; the first one's are TABLES, DISPATCH and SELECTOR_FILES.
 RECORDED_DEVICES: tuple[str, ...] = ("h200", "h100")

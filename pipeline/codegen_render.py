@@ -170,7 +170,8 @@ def render_devices_region(job: Any, *, measured_on: Mapping[str, str | None] | N
     """``DEVICES`` (one ``"<device>": DeviceSpec(...)`` per declared device), ``RECORDED_DEVICES`` and the GPU the
     first one's tables were measured on (``measured_on``, by device): literals only."""
     check_comment_text(job.source_label, what="source label", path=job.target_path)
-    lines = [f"# Automatically generated from [{job.source_label}]: the devices, how each is recognised, its fallbacks",
+    lines = [f"# Automatically generated from [{job.source_label}]: the devices, how each is recognised, its "
+             "fallbacks, its ceilings",
              "DEVICES: dict[str, DeviceSpec] = {"]
     for spec in job.devices:
         fallback = ", ".join(_string_literal(other) for other in spec.fallback)
@@ -182,7 +183,11 @@ def render_devices_region(job: Any, *, measured_on: Mapping[str, str | None] | N
         lines.append(f"{indent * 2}match=DeviceMatch(name={_string_literal(match.name)}, "
                      f"sm_count={_optional_literal(match.sm_count)}, "
                      f"min_memory_gib={_optional_literal(match.min_memory_gib)}, "
-                     f"max_memory_gib={_optional_literal(match.max_memory_gib)})),")
+                     f"max_memory_gib={_optional_literal(match.max_memory_gib)}),")
+        ceilings = spec.ceilings
+        lines.append(f"{indent * 2}ceilings=None)," if ceilings is None else
+                     f"{indent * 2}ceilings=Ceilings(copy_tb_s={float(ceilings.copy_tb_s)!r}, "
+                     f"tflops={float(ceilings.tflops)!r})),")
     recorded = ", ".join(_string_literal(key) for key in job.recorded)
     recorded = f"({recorded},)" if len(job.recorded) == 1 else f"({recorded})"
     measured = optional_string_literal((measured_on or {}).get(job.recorded[0]) if job.recorded else None)

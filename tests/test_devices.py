@@ -18,6 +18,7 @@ from tunetable.inputs import sidecar_path
 from tunetable.bench import devices as bench_devices
 from tunetable.kernels.families.devices import (
     GIB,
+    Ceilings,
     DeviceMatch,
     DeviceSpec,
     GpuInfo,
@@ -170,6 +171,49 @@ def test_a_fallback_naming_no_declared_device_is_one_error_naming_the_place(tmp_
         load_params(_write(tmp_path, data))
     assert str(info.value) == (f"{tmp_path / 'params.yaml'}: devices.h100.fallback[0]: fallback 'a100' is not "
                                "another declared device (declared: h100, h200)")
+
+
+def test_each_device_declares_its_measured_ceilings_and_the_h200_s_are_the_models_reference() -> None:
+    # The H100's from benchmarks/results/device_ceilings.h100.json (the highest rounds measured there); the H200's
+    # are DESIGN.md's, the constants the performance model and the selector are fitted in.
+    import json
+
+    from tunetable.kernels import perfmodel
+
+    ceilings = {spec.key: spec.ceilings for spec in DEVICES}
+    measured = json.loads((REPO / "benchmarks" / "results" / "device_ceilings.h100.json").read_text())["proposed"]
+    assert ceilings["h100"] == Ceilings(copy_tb_s=measured["copy_tb_s"], tflops=measured["tflops"])
+    assert ceilings["h200"] == Ceilings(copy_tb_s=4.13, tflops=800.0)
+    for m, n, k in ((1, 4096, 4096), (250, 18944, 3584), (8192, 8192, 8192)):
+        assert perfmodel.roofline_floor_s(m=m, n=n, k=k, ceilings=ceilings["h200"]) == perfmodel.roofline_floor_s(
+            m=m, n=n, k=k)   # bit-equal: declaring the H200's changes no floor
+    # A memory-bound shape's floor on the H100 is the H200's times the copy bandwidths' ratio; 250 x 18944 x 3584
+    # is compute-bound on the H200's ceilings (33.9 GFLOP / 800 TFLOP/s = 42.4 µs > 147 MB / 4.13 TB/s) and
+    # memory-bound on the H100's (147 MB / 3.04 TB/s = 48.4 µs).
+    decode = perfmodel.roofline_floor_s(m=1, n=4096, k=4096, ceilings=ceilings["h100"])
+    assert decode == pytest.approx(perfmodel.roofline_floor_s(m=1, n=4096, k=4096) * 4.13 / 3.04, rel=1e-12)
+    assert perfmodel.roofline_floor_s(m=250, n=18944, k=3584) == pytest.approx(2 * 250 * 18944 * 3584 / 800e12)
+    h100 = perfmodel.roofline_floor_s(m=250, n=18944, k=3584, ceilings=ceilings["h100"])
+    assert h100 == pytest.approx((250 * 3584 + 18944 * 3584 + 250 * 18944) * 2 / 3.04e12, rel=1e-12)
+
+
+@pytest.mark.parametrize(("ceilings", "message"), [
+    ({"copy_tb_s": 0, "tflops": 800}, r"devices.h100.ceilings.copy_tb_s: 0 is less than or equal to the minimum of 0"),
+    ({"copy_tb_s": 3.0}, r"devices.h100.ceilings: 'tflops' is a required property"),
+    ({"copy_tb_s": "fast", "tflops": 800}, r"devices.h100.ceilings.copy_tb_s: 'fast' is not of type 'number'"),
+])
+def test_a_bad_ceiling_is_one_schema_error_naming_its_key(tmp_path: Path, ceilings: dict, message: str) -> None:
+    data = load_yaml_file(REPO / "params.yaml")
+    data["devices"]["h100"]["ceilings"] = ceilings
+    with pytest.raises(TuneTableError, match=message):
+        load_params(_write(tmp_path, data))
+
+
+def test_a_device_without_ceilings_has_the_reference_ones(tmp_path: Path) -> None:
+    data = load_yaml_file(REPO / "params.yaml")
+    del data["devices"]["h100"]["ceilings"]
+    specs = {spec.key: spec for spec in device_specs(load_params(_write(tmp_path, data)))}
+    assert specs["h100"].ceilings is None and specs["h200"].ceilings == Ceilings(copy_tb_s=4.13, tflops=800.0)
 
 
 def test_a_device_match_without_a_name_is_a_schema_error(tmp_path: Path) -> None:

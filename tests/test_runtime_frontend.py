@@ -265,6 +265,35 @@ def test_a_selector_prediction_runs_tunetable_only_when_credible_and_confidently
     assert slow_and_tiny.startswith("the shape selector predicts 0.44x cuBLAS's speed")
 
 
+def test_a_prediction_is_judged_against_the_floor_of_the_gpu_it_runs_on() -> None:
+    # 250 x 18944 x 3584 (33.9 GFLOP, 147.05 MB): its floor is 42.4 µs on the H200's ceilings (800 TFLOP/s) and
+    # 48.4 µs on the H100's measured 3.04 TB/s. A prediction of 47.7 µs (the H100 selector's for it) is credible on
+    # the first only.
+    from tunetable.kernels.tuning_configs import DEVICES
+
+    shape = dict(m=250, n=18944, k=3584, smallest_floor_s=8e-6)
+    prediction = Decision(Prediction(47.7e-6, 47.7e-6 * 1.24))
+    assert torch_serves(prediction, **shape) is None
+    assert torch_serves(prediction, **shape, ceilings=DEVICES["h200"].ceilings) is None
+    assert torch_serves(prediction, **shape, ceilings=DEVICES["h100"].ceilings) == (
+        "the shape selector's prediction (47.7 µs) is below the roofline floor (48.4 µs): not credible")
+
+
+def test_a_gpu_s_ceilings_are_its_own_device_s_else_the_serving_device_s() -> None:
+    from tunetable.kernels.families.devices import Ceilings
+    from tunetable.kernels.runtime.devices import TableDevice, gpu_ceilings
+    from tunetable.kernels.tuning_configs import DEVICES
+
+    h100, h200 = DEVICES["h100"].ceilings, DEVICES["h200"].ceilings
+    assert h100 == Ceilings(copy_tb_s=3.04, tflops=782.1) and h200 != h100
+    assert gpu_ceilings(table_device(H100)) == h100
+    assert gpu_ceilings(table_device(H200)) == h200
+    assert gpu_ceilings(table_device(H100, recorded=("h200",))) == h100   # the H200's tables, the H100's floor
+    assert gpu_ceilings(TableDevice(device="h100", identified=None)) == h100   # an unknown part: the nearest's
+    bare = tuple(dataclasses.replace(spec, ceilings=None) for spec in DEVICES.values())
+    assert gpu_ceilings(table_device(H100), devices=bare) is None        # none declared: perfmodel's reference
+
+
 def test_on_the_generated_tables_llamas_kv_projection_goes_to_torch_and_its_table_shapes_to_tunetable() -> None:
     """The H200's selector predicts cuBLAS faster for N=1024, K=4096 (no table holds it) at every recorded M, and
     the lm_head's predictions fall below the roofline floor at M=1 and 2048; q_proj's table serves M=1024, and

@@ -48,13 +48,24 @@ class DeviceMatch:
 
 
 @dataclass(frozen=True)
+class Ceilings:
+    """A device's measured ceilings (benchmarks/device_ceilings.py): device-to-device copy, bytes read + written
+    per second, in TB/s; cuBLAS's bf16 rate in TFLOP/s. The roofline floor of a GEMM on it divides by these."""
+
+    copy_tb_s: float
+    tflops: float
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
-    """One device params.yaml tunes for: its key (``h200``), architecture, how it is recognised, its fallbacks."""
+    """One device params.yaml tunes for: its key (``h200``), architecture, how it is recognised, its fallbacks and
+    its measured ceilings (None: the H200's, tunetable.kernels.perfmodel's reference)."""
 
     key: str
     arch: str                              # the compute capability the kernels need, e.g. sm_90a
     match: DeviceMatch
     fallback: tuple[str, ...] = field(default_factory=tuple)   # devices whose tables serve it, in order
+    ceilings: Ceilings | None = None
 
 
 @dataclass(frozen=True)
@@ -162,10 +173,13 @@ def device_specs_from_mapping(raw: Mapping[str, Mapping[str, object]]) -> tuple[
     specs = []
     for key, item in raw.items():
         match = dict(item["match"])     # type: ignore[arg-type]
+        ceilings = item.get("ceilings")
         specs.append(DeviceSpec(
             key=str(key), arch=str(item.get("arch", "sm_90a")),
             match=DeviceMatch(name=str(match["name"]), sm_count=match.get("sm_count"),   # type: ignore[arg-type]
                               min_memory_gib=match.get("min_memory_gib"),                 # type: ignore[arg-type]
                               max_memory_gib=match.get("max_memory_gib")),               # type: ignore[arg-type]
-            fallback=tuple(str(other) for other in item.get("fallback", ()))))           # type: ignore[union-attr]
+            fallback=tuple(str(other) for other in item.get("fallback", ())),            # type: ignore[union-attr]
+            ceilings=None if ceilings is None else Ceilings(
+                copy_tb_s=float(ceilings["copy_tb_s"]), tflops=float(ceilings["tflops"]))))  # type: ignore[index]
     return tuple(specs)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tunetable.kernels.families.devices import DeviceSpec, GpuInfo, recognise_gpu, serving_device
+from tunetable.kernels.families.devices import Ceilings, DeviceSpec, GpuInfo, recognise_gpu, serving_device
 from tunetable.kernels.tuning_configs import DEVICE_TABLES, DEVICES, RECORDED_DEVICES
 
 SUPPORTED_ARCH = (9, 0)             # sm_90a kernels: wgmma, TMA (compute capability 9.0)
@@ -53,6 +53,17 @@ class TableDevice:
     device: str
     identified: str | None          # the GPU's own profile key, None when unknown
     warning: str | None = None
+
+
+def gpu_ceilings(table: TableDevice, *, devices: Sequence[DeviceSpec] = tuple(DEVICES.values())) -> Ceilings | None:
+    """The measured ceilings of the GPU ``table`` was made for: its own declared device's, else the serving
+    device's (an unrecognised GPU: the nearest recorded device's); None: the H200's (perfmodel's reference)."""
+    by_key = {spec.key: spec for spec in devices}
+    for key in (table.identified, table.device):
+        spec = by_key.get(key) if key is not None else None
+        if spec is not None and spec.ceilings is not None:
+            return spec.ceilings
+    return None
 
 
 def table_device(info: GpuInfo, *, recorded: Sequence[str] = RECORDED_DEVICES,

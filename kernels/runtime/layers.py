@@ -11,9 +11,9 @@ runtime knows does not say tunetable's choice is faster. A shape a table holds r
 its dispatch entry's ``speedup_vs_cublas`` (what the recording measured at the entry's first M: cuBLAS's
 yardstick / the winner's median; the list never merges an M where cuBLAS ran faster with one where it did
 not) is below 1; a shape the shape selector answers runs it only when the prediction is credible (not
-below the shape's roofline floor), at least ``CONFIDENT_SPEEDUP`` x cuBLAS's predicted speed, and not
-extrapolated (the shape is not smaller than every recorded shape); the first of these that fails is the
-reason given. ``layer_left`` applies it to a layer's (N, K) at every recorded M: a layer torch
+below the shape's roofline floor on the GPU's measured ceilings), at least ``CONFIDENT_SPEEDUP`` x cuBLAS's
+predicted speed, and not extrapolated (the shape is not smaller than every recorded shape); the first of these
+that fails is the reason given. ``layer_left`` applies it to a layer's (N, K) at every recorded M: a layer torch
 serves at each is left to torch by ``patch``. Pure Python, so all of it is tested without torch.
 """
 
@@ -25,6 +25,7 @@ from typing import Any
 
 from tunetable.kernels.families import FAMILIES, KernelFamily
 from tunetable.kernels.families.common import cublas_measured_faster
+from tunetable.kernels.families.devices import Ceilings
 from tunetable.kernels.perfmodel import roofline_floor_s
 from tunetable.kernels.runtime.decide import DEFAULT_TABLE
 
@@ -118,8 +119,10 @@ def decision_source(decision: Any) -> str:
     return f"table {table}[{decision.index}] {decision.entry.config_id}"
 
 
-def torch_serves(decision: Any, *, m: int, n: int, k: int, smallest_floor_s: float | None) -> str | None:
-    """Why torch's matmul serves (M, N, K) rather than ``decision`` (decide.Decision), or None: tunetable's kernel."""
+def torch_serves(decision: Any, *, m: int, n: int, k: int, smallest_floor_s: float | None,
+                 ceilings: Ceilings | None = None) -> str | None:
+    """Why torch's matmul serves (M, N, K) rather than ``decision`` (decide.Decision), or None: tunetable's kernel.
+    ``ceilings``: the GPU's measured ones (None: the H200's), for the roofline floor a prediction must not beat."""
     prediction = decision.prediction
     if prediction is None:
         choice = decision.choice   # None: a shape the dispatch list does not cover, served by the default table
@@ -127,7 +130,7 @@ def torch_serves(decision: Any, *, m: int, n: int, k: int, smallest_floor_s: flo
             return (f"its recording measured cuBLAS faster (dispatch entry at M={choice.m}: "
                     f"{choice.speedup_vs_cublas:.4f}x cuBLAS's speed)")
         return None
-    floor = roofline_floor_s(m=m, n=n, k=k)
+    floor = roofline_floor_s(m=m, n=n, k=k, ceilings=ceilings)
     if prediction.seconds < floor:
         return (f"the shape selector's prediction ({prediction.seconds * 1e6:.1f} µs) is below the roofline floor "
                 f"({floor * 1e6:.1f} µs): not credible")
@@ -140,11 +143,13 @@ def torch_serves(decision: Any, *, m: int, n: int, k: int, smallest_floor_s: flo
     return None
 
 
-def smallest_recorded_floor_s(*, ms: Sequence[int], pairs: Sequence[tuple[int, int]]) -> float | None:
-    """The lowest roofline floor of the recorded shapes (every recorded M with every recorded (N, K))."""
+def smallest_recorded_floor_s(*, ms: Sequence[int], pairs: Sequence[tuple[int, int]],
+                              ceilings: Ceilings | None = None) -> float | None:
+    """The lowest roofline floor of the recorded shapes (every recorded M with every recorded (N, K)), on
+    ``ceilings`` (None: the H200's)."""
     if not ms or not pairs:
         return None
-    return min(roofline_floor_s(m=min(ms), n=n, k=k) for n, k in pairs)
+    return min(roofline_floor_s(m=min(ms), n=n, k=k, ceilings=ceilings) for n, k in pairs)
 
 
 def layer_left(*, n: int, k: int, ms: Sequence[int], why_at: Callable[[int], str | None]) -> str | None:

@@ -37,6 +37,7 @@ from torch.nn import functional
 
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.runtime import decide, launch, record, torch_ext
+from tunetable.kernels.runtime.devices import gpu_ceilings
 from tunetable.kernels.runtime.layers import (
     BACKWARD_ERROR,
     LayerChoice,
@@ -86,13 +87,15 @@ def _serving(device: int) -> str:
 def decide_route(m: int, n: int, k: int, device: int) -> tuple[Route, list[warnings.WarningMessage]]:
     """The operator's path for (M, N, K) on GPU ``device`` (the runtime's decision, then ``torch_serves``) and the
     warnings the decision gave (held back: they concern tunetable's kernel, which may not run)."""
-    serving = _serving(device)
+    table = launch.device_runtime(device).table
+    serving = table.device
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         decision = decide.dispatcher(device=serving).decide(m=m, n=n, k=k)
     selector = decide.shape_selector(device=serving)
-    smallest = smallest_recorded_floor_s(ms=selector.starts, pairs=selector.pairs)
-    why = torch_serves(decision, m=m, n=n, k=k, smallest_floor_s=smallest)
+    ceilings = gpu_ceilings(table)   # the floor a prediction must not beat is this GPU's
+    smallest = smallest_recorded_floor_s(ms=selector.starts, pairs=selector.pairs, ceilings=ceilings)
+    why = torch_serves(decision, m=m, n=n, k=k, smallest_floor_s=smallest, ceilings=ceilings)
     return Route(m=m, n=n, k=k, device=device, why_torch=why, source=decision_source(decision)), list(caught)
 
 

@@ -69,7 +69,7 @@ CASES = [
     Case("duplicate-nested-key", replace("  rounds: 10 ", "  rounds: 10\n  rounds: 3 "),
          r"error: params\.yaml: line \d+: duplicate key 'rounds' \(first at line \d+\).*"),
     Case("table-pasted-twice", table_twice,
-         r"error: params\.yaml: line 135: duplicate key 'gemm_mma' \(first at line 23\).*"),
+         r"error: params\.yaml: line 137: duplicate key 'gemm_mma' \(first at line 25\).*"),
     Case("alias-bomb", append("\n" + BOMB),
          r"error: params\.yaml: aliases expand the document to \d+ nodes \(limit \d+: .*\); an alias bomb\?"),
     Case("merge-key-bomb", append("\n" + MERGE_BOMB), r"error: params\.yaml: aliases expand the document to .*"),
