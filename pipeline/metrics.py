@@ -222,8 +222,8 @@ def metrics_json(metrics: Mapping[str, Any]) -> str:
     return json.dumps(metrics, indent=2, sort_keys=False) + "\n"
 
 
-def plot_png(*, table: str, results: Sequence[ShapeResult]) -> bytes:
+def plot_png(*, table: str, results: Sequence[ShapeResult], roofline: plots.Roofline = plots.Roofline()) -> bytes:
     """The table against cuBLAS (PNG bytes, deterministic): per (N, K), the speedup over M on a log2 axis and the
-    TFLOP/s under the roofline (tunetable.plots), drawn from the plot CSV's rows, so that `tunetable plots` redraws
-    the same bytes from the CSV."""
-    return plots.table_png(name=table, points=plots.points_from_rows(plot_rows(results)))
+    TFLOP/s under ``roofline`` (the table's device's: tunetable.plots), drawn from the plot CSV's rows, so that
+    `tunetable plots` redraws the same bytes from the CSV."""
+    return plots.table_png(name=table, points=plots.points_from_rows(plot_rows(results)), roofline=roofline)

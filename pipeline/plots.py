@@ -14,13 +14,15 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tunetable.atomic import atomic_write_bytes
 from tunetable.errors import TuneTableError
+from tunetable.device_tables import split_device_table
+from tunetable.kernels.families.devices import Ceilings, DeviceSpec
 from tunetable.kernels.perfmodel import DEVICE_FLOPS, HBM_BYTES_PER_S, roofline_floor_s
 
 # At most this many (N, K) rows of panels; more (N, K) (scale fixtures, a model's shapes) share one row.
@@ -34,8 +36,7 @@ PANEL_SPACING = {"wspace": 0.14, "hspace": 0.39}   # between panels, as fraction
 DPI = 100
 STYLE = {"font.family": "DejaVu Sans", "font.size": 10.0, "axes.titlesize": 10.5, "legend.fontsize": 8.5,
          "svg.hashsalt": "tunetable", "path.simplify": False}
-CEILINGS_LABEL = (f"roofline (H200 ceilings: {HBM_BYTES_PER_S / 1e12:.2f} TB/s, "
-                  f"{DEVICE_FLOPS / 1e12:.0f} TFLOP/s)")
+REFERENCE_DEVICE = "h200"   # whose ceilings perfmodel's constants are (DESIGN.md): a device declaring none
 # One colour per table of a dispatch list (and per revision of a change), in a fixed order.
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
@@ -72,9 +73,31 @@ def points_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[PlotPoint]:
             for row in rows]
 
 
-def roofline_tflops(*, m: int, n: int, k: int) -> float:
-    """The TFLOP/s a GEMM reaches at its roofline floor (the attainable ceiling at this shape)."""
-    return 2.0 * m * n * k / roofline_floor_s(m=m, n=n, k=k) / 1e12
+@dataclass(frozen=True)
+class Roofline:
+    """The device a plot's roofline is drawn for and its measured ceilings (None: perfmodel's, the H200's)."""
+
+    device: str = REFERENCE_DEVICE
+    ceilings: Ceilings | None = None
+
+    def label(self) -> str:
+        """'roofline (H100 ceilings: 3.04 TB/s, 782 TFLOP/s)'."""
+        copy_tb_s, tflops = ((HBM_BYTES_PER_S / 1e12, DEVICE_FLOPS / 1e12) if self.ceilings is None
+                             else (self.ceilings.copy_tb_s, self.ceilings.tflops))
+        device = self.device if self.ceilings is not None else REFERENCE_DEVICE
+        return f"roofline ({device.upper()} ceilings: {copy_tb_s:.2f} TB/s, {tflops:.0f} TFLOP/s)"
+
+    def tflops(self, *, m: int, n: int, k: int) -> float:
+        """The TFLOP/s a GEMM reaches at its roofline floor on this device (the attainable ceiling at this shape)."""
+        return 2.0 * m * n * k / roofline_floor_s(m=m, n=n, k=k, ceilings=self.ceilings) / 1e12
+
+
+def table_roofline(*, name: str, devices: Sequence[DeviceSpec], primary: str | None) -> Roofline:
+    """The roofline of table ``name``'s device: ``gemm_mma.h100`` the h100's, an undecorated name the primary
+    device's (params.yaml ``devices:``); a device declaring no ceilings, or none declared: perfmodel's."""
+    device = split_device_table(name)[1] or primary
+    spec = next((item for item in devices if item.key == device), None)
+    return Roofline() if spec is None else Roofline(device=spec.key, ceilings=spec.ceilings)
 
 
 def nk_groups(points: Sequence[PlotPoint]) -> list[tuple[tuple[int, int], str, list[PlotPoint]]]:
@@ -93,15 +116,15 @@ def nk_groups(points: Sequence[PlotPoint]) -> list[tuple[tuple[int, int], str, l
     return groups
 
 
-def table_png(*, name: str, points: Sequence[PlotPoint]) -> bytes:
-    """The table against cuBLAS: per (N, K), speedup over M and TFLOP/s under the roofline (PNG bytes)."""
+def table_png(*, name: str, points: Sequence[PlotPoint], roofline: Roofline = Roofline()) -> bytes:
+    """The table against cuBLAS: per (N, K), speedup over M and TFLOP/s under ``roofline`` (PNG bytes)."""
     groups = nk_groups(points)
     with _pyplot() as plt:
         fig, axes = _figure(plt, rows=max(1, len(groups)))
         tables = sorted({p.table for p in points if p.table})
         for row, (_, title, group) in enumerate(groups):
             _speedup_panel(axes[row][0], title=title, series=_table_series(name=name, group=group, tables=tables))
-            _roofline_panel(axes[row][1], title=title, group=group, label=name)
+            _roofline_panel(axes[row][1], title=title, group=group, label=name, roofline=roofline)
         if not groups:
             axes[0][0].set_title(f"{name}: no measured shape")
         fig.suptitle(f"{name}: the tuned table against cuBLAS (same harness, same shards), per (N, K)",
@@ -152,15 +175,15 @@ def audit_png(*, item: Any, rev_a: str, rev_b: str) -> bytes | None:
                       curves=curves)
 
 
-def redraw_from_csv(*, folder: Path) -> list[Path]:
-    """Redraw every ``<name>.png`` of ``folder`` from its ``<name>.csv`` (the plot data the metrics wrote); only
-    the PNGs whose bytes change are rewritten (atomically). The PNGs rewritten."""
+def redraw_from_csv(*, folder: Path, roofline_of: Callable[[str], Roofline] = lambda name: Roofline()) -> list[Path]:
+    """Redraw every ``<name>.png`` of ``folder`` from its ``<name>.csv`` (the plot data the metrics wrote), under
+    ``roofline_of(name)``; only the PNGs whose bytes change are rewritten (atomically). The PNGs rewritten."""
     written = []
     for data in sorted(folder.glob("*.csv")):
         with data.open(newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))
         try:
-            png = table_png(name=data.stem, points=points_from_rows(rows))
+            png = table_png(name=data.stem, points=points_from_rows(rows), roofline=roofline_of(data.stem))
         except (KeyError, ValueError) as exc:
             raise TuneTableError(f"not plot data (M, N, K, tuned_ms, cublas_ms): {exc}", path=data) from exc
         target = data.with_suffix(".png")
@@ -196,11 +219,11 @@ def _speedup_panel(ax: Any, *, title: str, series: Sequence[tuple[str, str, str,
     ax.set_title(f"{title}: speedup (> 1 beats cuBLAS)")
 
 
-def _roofline_panel(ax: Any, *, title: str, group: Sequence[PlotPoint], label: str) -> None:
+def _roofline_panel(ax: Any, *, title: str, group: Sequence[PlotPoint], label: str, roofline: Roofline) -> None:
     """TFLOP/s of the table and of cuBLAS against M, under the roofline ceiling of the group's shapes."""
-    ceiling = [(p.m, roofline_tflops(m=p.m, n=p.n, k=p.k)) for p in group]
+    ceiling = [(p.m, roofline.tflops(m=p.m, n=p.n, k=p.k)) for p in group]
     ax.plot([m for m, _ in ceiling], [t for _, t in ceiling], "-", color="#888888", linewidth=2.0,
-            label=CEILINGS_LABEL)
+            label=roofline.label())
     for series_label, colour, ms_of in ((label, COLOURS[0], lambda p: p.tuned_ms),
                                          ("cuBLAS", "black", lambda p: p.cublas_ms)):
         measured = [(p.m, p.tflops(ms_of(p))) for p in group if ms_of(p)]

@@ -33,10 +33,28 @@ def test_speedup_and_tflops_of_a_point() -> None:
 
 def test_roofline_is_the_bandwidth_floor_at_m1_and_the_compute_ceiling_at_large_m() -> None:
     # M = 1, N = K = 4096: 2 * (4096 + 4096 * 4096 + 4096) bytes at 4.13 TB/s is 8.13 µs for 33.5 MFLOP.
-    assert plots.roofline_tflops(m=1, n=4096, k=4096) == pytest.approx(33_554_432 / 8.1277e-6 / 1e12, rel=1e-3)
-    assert plots.roofline_tflops(m=8192, n=8192, k=8192) == pytest.approx(800.0)
-    assert "H200" in plots.CEILINGS_LABEL and "4.13 TB/s" in plots.CEILINGS_LABEL and "800 TFLOP/s" in \
-        plots.CEILINGS_LABEL
+    reference = plots.Roofline()
+    assert reference.tflops(m=1, n=4096, k=4096) == pytest.approx(33_554_432 / 8.1277e-6 / 1e12, rel=1e-3)
+    assert reference.tflops(m=8192, n=8192, k=8192) == pytest.approx(800.0)
+    assert reference.label() == "roofline (H200 ceilings: 4.13 TB/s, 800 TFLOP/s)"
+
+
+def test_a_device_table_s_roofline_is_its_device_s_measured_ceilings() -> None:
+    # params.yaml's devices: the H100's measured 3.04 TB/s and 782.1 TFLOP/s (benchmarks/device_ceilings.py); its
+    # tables (gemm_mma.h100) draw under those, the primary's (gemm_mma) under the H200's, bit-equal to perfmodel's.
+    from tunetable.params import device_specs, load_params, primary_device
+
+    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    devices, primary = device_specs(params), primary_device(params)
+    h100 = plots.table_roofline(name="gemm_mma.h100", devices=devices, primary=primary)
+    h200 = plots.table_roofline(name="gemm_mma", devices=devices, primary=primary)
+    assert h100.label() == "roofline (H100 ceilings: 3.04 TB/s, 782 TFLOP/s)"
+    assert h200.label() == plots.Roofline().label()
+    assert h200.tflops(m=1, n=4096, k=4096) == plots.Roofline().tflops(m=1, n=4096, k=4096)
+    # M = 1: memory-bound, the H100's ceiling is the H200's times 3.04 / 4.13; 8192^3: compute-bound, 782.1.
+    assert h100.tflops(m=1, n=4096, k=4096) == pytest.approx(h200.tflops(m=1, n=4096, k=4096) * 3.04 / 4.13)
+    assert h100.tflops(m=8192, n=8192, k=8192) == pytest.approx(782.1)
+    assert plots.table_roofline(name="gemm_mma.a100", devices=devices, primary=primary) == plots.Roofline()
 
 
 def test_groups_are_per_nk_sorted_by_m_and_pooled_past_the_limit() -> None:

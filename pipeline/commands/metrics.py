@@ -11,10 +11,10 @@ from tunetable.atomic import atomic_write_all
 from tunetable.errors import TuneTableError
 from tunetable.manifest import load_ranges
 import polars as pl
-from tunetable import metrics, paths
+from tunetable import metrics, paths, plots
 from tunetable.commands.select import dispatch_ranked_paths
 from tunetable.device_tables import split_device_table
-from tunetable.params import dispatch_spec, load_params, table_spec
+from tunetable.params import device_specs, dispatch_spec, load_params, primary_device, table_spec
 from tunetable.rank import failures_path, read_ranked
 
 OUT = click.Path(dir_okay=False, path_type=Path)
@@ -110,7 +110,7 @@ def command(table: str | None, dispatch: str | None, manifest_path: Path | None,
     atomic_write_all(outputs={
         json_path: metrics.metrics_json(summary).encode("utf-8"),
         csv_path: metrics.csv_text(metrics.plot_rows(results), columns=columns).encode("utf-8"),
-        png_path: metrics.plot_png(table=name, results=results),
+        png_path: metrics.plot_png(table=name, results=results, roofline=_roofline(params_path, name)),
     })
     Console(stderr=True).print(
         f"{name}: {summary['shapes_covered']}/{summary['shapes']} shapes covered, "
@@ -118,3 +118,10 @@ def command(table: str | None, dispatch: str | None, manifest_path: Path | None,
         f"wrote {json_path}, {csv_path}, {png_path}",
         markup=False,
     )
+
+
+def _roofline(params_path: Path, name: str) -> plots.Roofline:
+    """The roofline of table ``name``'s device, from params.yaml's ``devices:``."""
+    params = load_params(params_path)
+    return plots.table_roofline(name=name, devices=device_specs(params, path=params_path),
+                                primary=primary_device(params))

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from tunetable import paths, plots
 from tunetable.errors import TuneTableError
+from tunetable.params import device_specs, load_params, primary_device
 from tunetable.plots_page import offline_template
 
 EPILOG = """\b
@@ -36,7 +37,10 @@ def command(revisions: tuple[str, ...], out: Path) -> None:
 
     console = Console(soft_wrap=True)
     if not revisions:   # the working tree's PNGs, redrawn from their plot CSVs (byte-identical when current)
-        for png in plots.redraw_from_csv(folder=paths.RESULTS / "plots"):
+        params = load_params()   # each table's roofline is its device's (params.yaml devices: ceilings)
+        specs, primary = device_specs(params), primary_device(params)
+        roofline_of = lambda name: plots.table_roofline(name=name, devices=specs, primary=primary)  # noqa: E731
+        for png in plots.redraw_from_csv(folder=paths.RESULTS / "plots", roofline_of=roofline_of):
             console.print(f"redrew {png} from its plot data", markup=False, highlight=False)
     with tempfile.TemporaryDirectory(prefix="tunetable-plots-") as folder:
         template = Path(folder) / "offline.html"

@@ -29,8 +29,12 @@ def select_settings(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def metrics_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """What metrics depend on besides their inputs: every table's declared shapes (a shape the run leaves
-    out, or one reverted, changes the metrics while the shard list may stay the same)."""
-    return {name: config["tables"][name].get("shapes") for name in base_tables(config)}
+    out, or one reverted, changes the metrics while the shard list may stay the same) and each device's
+    ceilings (its plots' roofline; the key is no table name)."""
+    settings: dict[str, Any] = {name: config["tables"][name].get("shapes") for name in base_tables(config)}
+    settings["devices.ceilings"] = {key: (spec or {}).get("ceilings")
+                                    for key, spec in (config.get("devices") or {}).items()}
+    return settings
 
 
 def codegen_settings(config: Mapping[str, Any]) -> dict[str, Any]:
