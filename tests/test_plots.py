@@ -101,12 +101,19 @@ def test_redraw_from_csv_rewrites_only_changed_pngs(tmp_path: Path) -> None:
 
 
 def test_committed_pngs_are_what_their_csvs_draw() -> None:
-    folder = Path(__file__).resolve().parents[1] / "results" / "plots"
-    for data in sorted(folder.glob("*.csv")):
+    # Each under its device's roofline (params.yaml devices:), as the metrics stage and `tunetable plots` draw it.
+    from tunetable.params import device_specs, load_params, primary_device
+
+    root = Path(__file__).resolve().parents[1]
+    params = load_params(root / "params.yaml")
+    devices, primary = device_specs(params), primary_device(params)
+    for data in sorted((root / "results" / "plots").glob("*.csv")):
         rows = data.read_text().splitlines()
         header = rows[0].split(",")
         points = plots.points_from_rows([dict(zip(header, line.split(","))) for line in rows[1:]])
-        assert plots.table_png(name=data.stem, points=points) == data.with_suffix(".png").read_bytes(), data.name
+        roofline = plots.table_roofline(name=data.stem, devices=devices, primary=primary)
+        png = plots.table_png(name=data.stem, points=points, roofline=roofline)
+        assert png == data.with_suffix(".png").read_bytes(), data.name
 
 
 def test_audit_cli_has_a_plot_option() -> None:
