@@ -8,7 +8,9 @@ selector's pick at a shape a coverage recording measured (``coverage`` names tha
 elsewhere the times are the selector's model (perf model + the recordings' bias), built from the
 same recordings. A shape no family can run (alignment, int32 extents) says why. A prediction for a shape
 whose roofline floor lies below every recorded shape's is marked ``extrapolated``: there a call's fixed cost,
-which no recording measured, outweighs what the model and its bias carry.
+which no recording measured, outweighs what the model and its bias carry; one faster than the shape's roofline
+floor on the device's measured ceilings is marked ``below_floor``: not credible (the PyTorch operator runs torch's
+matmul there, kernels/runtime/layers.py ``torch_serves``). Floors are the device's (``ceilings``; None: the H200's).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tunetable.kernels.families.devices import Ceilings
 from tunetable.kernels.perfmodel import roofline_floor_s
 
 Shape = tuple[int, int, int]
@@ -40,6 +43,7 @@ class Suggestion:
     reason: str | None = None   # why the kernels cannot run the shape
     count: int = 1
     extrapolated: bool = False  # predicted for a shape smaller (roofline floor) than any recorded one
+    below_floor: bool = False   # predicted faster than the shape's roofline floor on the device: not credible
     coverage: str | None = None  # the coverage recording a measured time comes from (None: the table's own)
 
     @property
@@ -88,19 +92,19 @@ def measured_times(tables: Sequence[Any]) -> dict[tuple[str, str, Shape], Measur
     return found
 
 
-def floor_s(shape: Shape) -> float:
-    """The shape's roofline floor in seconds (tunetable.kernels.perfmodel)."""
+def floor_s(shape: Shape, *, ceilings: Ceilings | None = None) -> float:
+    """The shape's roofline floor in seconds on ``ceilings`` (tunetable.kernels.perfmodel; None: the H200's)."""
     m, n, k = shape
-    return roofline_floor_s(m=m, n=n, k=k)
+    return roofline_floor_s(m=m, n=n, k=k, ceilings=ceilings)
 
 
-def smallest_recorded(tables: Sequence[Any]) -> tuple[Shape, float] | None:
+def smallest_recorded(tables: Sequence[Any], *, ceilings: Ceilings | None = None) -> tuple[Shape, float] | None:
     """The recorded shape with the lowest roofline floor over the tables' recordings, and that floor (None: none)."""
     shapes = {shape for table in tables for shape in table.times}
     if not shapes:
         return None
-    shape = min(shapes, key=lambda s: (floor_s(s), s))
-    return shape, floor_s(shape)
+    shape = min(shapes, key=lambda s: (floor_s(s, ceilings=ceilings), s))
+    return shape, floor_s(shape, ceilings=ceilings)
 
 
 def predicted_ratio(model: Any, *, table: str, config_id: str, shape: Shape) -> float | None:
@@ -119,20 +123,22 @@ def predicted_ratio(model: Any, *, table: str, config_id: str, shape: Shape) -> 
 def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence[Any], model: Any | None,
             measured: Mapping[tuple[str, str, Shape], MeasuredTime], selector_name: str,
             selector_entries: Sequence[Any], cublas: Callable[[Shape], float | None],
-            smallest_floor_s: float | None = None) -> Suggestion:
+            smallest_floor_s: float | None = None, ceilings: Ceilings | None = None) -> Suggestion:
     """The runtime's decision for one shape and its expected time (the dispatcher's warning is silenced).
 
     The chosen configuration's time is ``measured`` where a recording holds it at the shape (a table's, or for the
     selector's pick a coverage recording's); elsewhere it is the predicted time / cuBLAS ratio times
     ``cublas(shape)``, cuBLAS's time as the recordings predict it, ``extrapolated`` where the shape's roofline floor
-    is below ``smallest_floor_s``.
+    is below ``smallest_floor_s`` (floors on the device's ``ceilings``), ``below_floor`` where the predicted time is
+    below the shape's own floor.
     """
     reason = cannot_run(shape, families=families)
     if reason is not None:
         return Suggestion(shape=shape, source="cannot run", table=None, family=None, config_id=None, where=None,
                           seconds=None, cublas_seconds=None, measured=False, reason=reason, count=count)
     m, n, k = shape
-    below = smallest_floor_s is not None and floor_s(shape) < smallest_floor_s
+    floor = floor_s(shape, ceilings=ceilings)
+    below = smallest_floor_s is not None and floor < smallest_floor_s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         decision = dispatcher.decide(m=m, n=n, k=k)
@@ -145,7 +151,7 @@ def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence
                             cublas_seconds=None, measured=False, count=count)
         speedup = decision.prediction.speedup_vs_cublas
         return with_times(chosen, found=measured.get((candidate.table, candidate.config_id, shape)),
-                          predicted=lambda baseline: baseline / speedup, cublas=cublas, below=below)
+                          predicted=lambda baseline: baseline / speedup, cublas=cublas, below=below, floor=floor)
     table = decision.choice.table if decision.choice is not None else entry.kernel
     chosen = Suggestion(shape=shape, source="fallback" if decision.fallback else "table", table=table,
                         family=entry.kernel, config_id=entry.config_id,
@@ -157,18 +163,20 @@ def suggest(*, shape: Shape, count: int = 1, dispatcher: Any, families: Sequence
         return None if ratio is None else ratio * baseline
 
     return with_times(chosen, found=measured.get((table, entry.config_id, shape)), predicted=predicted, cublas=cublas,
-                      below=below)
+                      below=below, floor=floor)
 
 
 def with_times(chosen: Suggestion, *, found: MeasuredTime | None, predicted: Callable[[float], float | None],
-               cublas: Callable[[Shape], float | None], below: bool) -> Suggestion:
-    """``chosen`` with its times: the recorded ones where ``found``, else ``predicted`` from cuBLAS's predicted time."""
+               cublas: Callable[[Shape], float | None], below: bool, floor: float) -> Suggestion:
+    """``chosen`` with its times: the recorded ones where ``found``, else ``predicted`` from cuBLAS's predicted time
+    (marked ``below_floor`` where faster than ``floor``, the shape's roofline floor on the device)."""
     if found is not None:
         return replace(chosen, seconds=found.median_ms * 1e-3, cublas_seconds=found.cublas_ms * 1e-3, measured=True,
                        coverage=found.coverage)
     baseline = cublas(chosen.shape)
     seconds = None if baseline is None else predicted(baseline)
-    return replace(chosen, seconds=seconds, cublas_seconds=baseline, extrapolated=below and seconds is not None)
+    return replace(chosen, seconds=seconds, cublas_seconds=baseline, extrapolated=below and seconds is not None,
+                   below_floor=seconds is not None and seconds < floor)
 
 
 def workload_totals(suggestions: Sequence[Suggestion]) -> tuple[float, float] | None:

@@ -441,6 +441,19 @@ def test_suggest_names_the_device_and_whose_tables_serve_it() -> None:
         "error: --device: unknown device 'a100' (declared: h200, h100; recorded: h200, h100)")
 
 
+def test_suggest_marks_a_prediction_faster_than_the_devices_floor() -> None:
+    # 250 x 18944 x 3584 (no table holds it): the H100's selector predicts 47.7 µs, below that GPU's 48.4 µs floor
+    # (3.04 TB/s): "predicted, below floor"; the H200's 45.0 µs is above its 42.4 µs floor: "predicted".
+    h100 = _tunetable("suggest", "--device", "h100", "--shape", "250,18944,3584")
+    assert h100.returncode == 0, h100.stderr
+    row = next(line for line in h100.stdout.splitlines() if line.startswith("│ 250 "))
+    assert "47.702" in row and "predicted, below floor" in row
+    assert "predicted, below floor rows: faster than the shape's roofline floor on this" in h100.stdout
+    h200 = _tunetable("suggest", "--shape", "250,18944,3584")
+    row = next(line for line in h200.stdout.splitlines() if line.startswith("│ 250 "))
+    assert "45.024" in row and row.rstrip(" │").endswith("predicted") and "below floor" not in h200.stdout
+
+
 def test_suggest_says_whose_tables_serve_a_device_without_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """As before the H100 was recorded: the generated file holding the H200's tables only."""
     from click.testing import CliRunner

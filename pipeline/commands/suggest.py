@@ -13,6 +13,7 @@ from tunetable.device_tables import device_table_name
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.runtime.decide import UnknownDeviceError, dispatcher, serving_device, shape_selector
+from tunetable.kernels.runtime.devices import TableDevice, gpu_ceilings
 from tunetable.kernels.runtime.selector_serve import SELECTOR
 from tunetable.numbers import number_cell
 from tunetable.params import TableSpec, load_params, selector_specs, table_spec
@@ -68,7 +69,7 @@ def render(suggestions, *, console: Console, selector: str,
                  "fallback": f"fallback of {s.table}", "cannot run": "cannot run"}[s.source]
         basis = "-" if s.seconds is None else (
             "measured (coverage)" if s.coverage else "measured" if s.measured
-            else "extrapolated" if s.extrapolated else "predicted")
+            else "extrapolated" if s.extrapolated else "predicted, below floor" if s.below_floor else "predicted")
         speedup = s.speedup_vs_cublas
         table.add_row(*(str(v) for v in s.shape), *([str(s.count)] if counted else []), s.family or "-",
                       s.config_id or "-", where, _us(s.seconds), _us(s.cublas_seconds),
@@ -90,6 +91,10 @@ def render(suggestions, *, console: Console, selector: str,
                       f"that of {m}x{n}x{k}); a call's fixed cost, which no recording measured there, dominates, "
                       "so their times and speedups are the model's guess: measure them before relying on them",
                       markup=False)
+    if any(s.below_floor and not s.extrapolated for s in suggestions):
+        console.print("predicted, below floor rows: faster than the shape's roofline floor on this device's measured "
+                      "ceilings (params.yaml devices:): not credible; gemm() runs the pick, the PyTorch operator "
+                      "torch's matmul", markup=False)
     for recording, shapes in coverage_shapes(suggestions).items():
         named = ", ".join("x".join(map(str, shape)) for shape in shapes)
         console.print(f"measured (coverage) rows: the selector's pick as the coverage recording {recording} measured "
@@ -134,12 +139,14 @@ def command(shapes: tuple[str, ...], shapes_file: Path | None, params_path: Path
     model = selector_model(tables=tables) if tables else None
     families = [FAMILIES[name] for name in sorted({spec.family for spec in map(
         lambda t: table_spec(params, t, path=params_path), params["tables"])}) if name in FAMILIES]
-    smallest = smallest_recorded(tables)
+    # Floors on the device's measured ceilings (its own, else the serving device's), as the runtime judges them.
+    ceilings = gpu_ceilings(TableDevice(device=serving, identified=device or serving))
+    smallest = smallest_recorded(tables, ceilings=ceilings)
     results = [suggest(shape=w.shape, count=w.count, dispatcher=dispatcher(device=serving), families=families,
                        model=model, measured=measured_times(tables), selector_name=SELECTOR,
                        selector_entries=shape_selector(SELECTOR, device=serving).candidates,
                        cublas=lambda shape: cublas_seconds(tables=tables, shape=shape) if tables else None,
-                       smallest_floor_s=None if smallest is None else smallest[1])
+                       smallest_floor_s=None if smallest is None else smallest[1], ceilings=ceilings)
                for w in wanted]
     console = Console()
     if device is not None:
