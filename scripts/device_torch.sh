@@ -15,10 +15,10 @@
 #   host    benchmarks/runtime_gemm_host.py, 3 shapes       ~25 s  (limit HOST_TIMEOUT_S, 60)
 #   tables  benchmarks/runtime_gemm.py --sets tables: tunetable.gemm on every table's 70 shapes with the GPU's own
 #           tables, the other recorded device's choice beside it, the PyTorch operator, cuBLAS in the same rounds
-#           (issue 49's figure; not yet timed on a GPU: limit TABLES_TIMEOUT_S, 240; rows are written as they come)
+#           (issue 49's figure; ~35 s on an H100 at b087676: limit TABLES_TIMEOUT_S, 240; rows are written as they come)
 #   validation  benchmarks/runtime_gemm.py --sets validation: the 30 validation shapes (never tuned on): gemm() (the
 #           selector's choice), the exhaustive best, online tuning, the PyTorch operator, cuBLAS
-#           (not yet timed with the operator: limit VALIDATION_TIMEOUT_S, 180)
+#           (~40 s on an H100 at 7d83673, online tuning included: limit VALIDATION_TIMEOUT_S, 180)
 # (scripts/device_env.sh's installs come before, ~10-20 s)
 #   suite   the rest of `pytest -m gpu` (not a default step: ~180 s on its own; what is left of CALL_BUDGET_S)
 set -uo pipefail
