@@ -32,6 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tunetable.atomic import atomic_write_text  # noqa: E402
+sys.path.insert(0, str(REPO / "benchmarks"))  # llama_client: CUDA events around a batch, timed one way for both
+from llama_client import events_ms  # noqa: E402
 
 COPY_BYTES = 2 << 30            # 2 GiB a buffer: 40x the H200's L2
 COPY_BATCH = 10
@@ -40,21 +42,10 @@ GEMM_BATCH = 20
 ROUNDS = 15
 
 
-def events_ms(torch: Any, launch: Callable[[], Any], *, batch: int) -> float:
-    """GPU time of ``batch`` launches between two CUDA events, per launch (ms)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(batch):
-        launch()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / batch
-
-
 def rounds_of(torch: Any, launch: Callable[[], Any], *, batch: int) -> list[float]:
     """A warm-up batch, then ROUNDS timed batches (ms per launch)."""
-    events_ms(torch, launch, batch=batch)
-    return [events_ms(torch, launch, batch=batch) for _ in range(ROUNDS)]
+    events_ms(torch, launch, count=batch)
+    return [events_ms(torch, launch, count=batch) for _ in range(ROUNDS)]
 
 
 def smi() -> str:

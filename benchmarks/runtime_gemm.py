@@ -124,6 +124,19 @@ def slow_summary(values: list[float], *, prefix: str) -> dict[str, Any]:
             f"{prefix}below_{SLOW_VS_CUBLAS}x": sum(value < SLOW_VS_CUBLAS for value in values)}
 
 
+def operator_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """gemm()'s minimum and slow shapes, and the operator's geomean, minimum, slow shapes and shapes sent to torch."""
+    return {**slow_summary([r["gemm_vs_cublas"] for r in rows], prefix=""),
+            "operator_geomean_vs_cublas": geomean([r["operator_vs_cublas"] for r in rows]),
+            **slow_summary([r["operator_vs_cublas"] for r in rows], prefix="operator_"),
+            "operator_to_torch": sum(r["operator_path"] == "torch" for r in rows)}
+
+
+def relative_error(found: Any, reference: Any) -> float:
+    """||found - reference|| / ||reference||, ``found`` widened to float32 (``reference`` is already)."""
+    return float((found.float() - reference).norm() / reference.norm())
+
+
 def default_shapes() -> list[tuple[int, int, int]]:
     """params.yaml tables.gemm_mma.shapes (NK pairs outer, M inner)."""
     shapes = load_yaml_file(REPO / "params.yaml")["tables"]["gemm_mma"]["shapes"]
@@ -211,8 +224,8 @@ def time_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds
     for name in ("gemm", *(f"tables_{other}" for other in other_entries)):
         c0.fill_(float("nan"))
         contenders[name](0)
-        errors[name] = float((c0.float() - reference).norm() / reference.norm())
-    errors["operator"] = float((operator.run(a0, b0).float() - reference).norm() / reference.norm())
+        errors[name] = relative_error(c0, reference)
+    errors["operator"] = relative_error(operator.run(a0, b0), reference)
     del reference
     rel_err = errors["gemm"]
     medians, samples, batch = timed(timer, contenders=contenders, rounds=rounds, n_sets=n_sets)
@@ -301,8 +314,8 @@ def time_validation_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: 
     c0.fill_(float("nan"))
     tunetable.kernels.gemm(a0, b0, out=c0)
     reference = a0.float() @ b0.float().t()
-    rel_err = float((c0.float() - reference).norm() / reference.norm())
-    operator_rel_err = float((operator.run(a0, b0).float() - reference).norm() / reference.norm())
+    rel_err = relative_error(c0, reference)
+    operator_rel_err = relative_error(operator.run(a0, b0), reference)
     del reference
     contenders: dict[str, Callable[[int], Any]] = {
         "gemm": lambda i: tunetable.kernels.gemm(sets[i][0], sets[i][1], out=sets[i][2]),
@@ -342,10 +355,7 @@ def validation_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     summary = {name: geomean([r[name] for r in rows])
                for name in ("gemm_of_best", "gemm_vs_cublas", "online_of_best", "online_vs_cublas", "best_vs_cublas")}
     summary["met"] = {name: summary[name] >= target for name, target in VALIDATION_TARGETS.items()}
-    summary.update(slow_summary([r["gemm_vs_cublas"] for r in rows], prefix=""))
-    summary.update(slow_summary([r["operator_vs_cublas"] for r in rows], prefix="operator_"))
-    summary["operator_geomean_vs_cublas"] = geomean([r["operator_vs_cublas"] for r in rows])
-    summary["operator_to_torch"] = sum(r["operator_path"] == "torch" for r in rows)
+    summary.update(operator_summary(rows))
     summary["verified"] = sum(r["verified"] for r in rows)
     summary["from_selector"] = sum(r["source"] == "selector" for r in rows)
     summary["online_tuning_s"] = sum(r["online_tuning_s"] for r in rows)
@@ -575,10 +585,7 @@ def run_set(torch: Any, *, timer: ColdL2Timer, name: str, shapes: list[tuple[int
         **{f"tables_{other}_geomean_vs_cublas": geomean([r[f"tables_{other}_vs_cublas"] for r in rows])
            for other in others},
         "geomean_vs_cublas": geomean([r["gemm_vs_cublas"] for r in rows]),
-        **slow_summary([r["gemm_vs_cublas"] for r in rows], prefix=""),
-        "operator_geomean_vs_cublas": geomean([r["operator_vs_cublas"] for r in rows]),
-        **slow_summary([r["operator_vs_cublas"] for r in rows], prefix="operator_"),
-        "operator_to_torch": sum(r["operator_path"] == "torch" for r in rows),
+        **operator_summary(rows),
         "geomean_vs_untuned": geomean([r["gemm_vs_untuned"] for r in rows]),
         "geomean_gemm_tflops": geomean([r["gemm_tflops"] for r in rows]),
         "geomean_cublas_tflops": geomean([r["cublas_tflops"] for r in rows]),
