@@ -177,15 +177,19 @@ def geomean(values: list[float]) -> float:
 def timed(timer: ColdL2Timer, *, contenders: dict[str, Callable[[int], Any]], rounds: int,
           n_sets: int) -> tuple[dict[str, float], dict[str, list[float]], dict[str, int]]:
     """Warm every contender up (its batch sized as the bench does), then time it round by round, the order
-    rotated: medians and samples in ms, and the batch sizes."""
+    rotated so that each contender's place in a round is spread over the rounds: medians and samples in ms, and the
+    batch sizes."""
     batch = {}  # warm-up (plans, module loads, clocks) sizes each contender's batch, as the bench does
     for name, contender in contenders.items():
         _, per_launch = timer.warm_up(contender, sets=n_sets, warmup_ms=WARMUP_MS)
         batch[name] = timer.batch_size(per_launch, min_batch_ms=MIN_BATCH_MS)
     samples: dict[str, list[float]] = {name: [] for name in contenders}
+    # A GPU warms within a round: with more contenders than rounds, a rotation by one would keep the first ones first.
+    stride = max(1, len(contenders) // rounds)
     for round_index in range(rounds):
         names = list(contenders)
-        names = names[round_index % len(names):] + names[:round_index % len(names)]  # rotate the order
+        shift = round_index * stride % len(names)
+        names = names[shift:] + names[:shift]  # rotate the order
         for name in names:
             samples[name].append(timer.sample(contenders[name], sets=n_sets, batch=batch[name]))
     return {name: statistics.median(values) for name, values in samples.items()}, samples, batch
