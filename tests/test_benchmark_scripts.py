@@ -325,7 +325,8 @@ def test_compare_recordings_names_a_file_that_is_no_recording(tmp_path: Path, ca
     assert not (tmp_path / "x.json").exists()
 
 
-@pytest.mark.parametrize("script", ["compare_probes", "compare_recordings", "device_ceilings", "runtime_gemm"])
+@pytest.mark.parametrize("script", ["compare_probes", "compare_recordings", "device_ceilings", "runtime_gemm",
+                                    "placement_probe"])
 def test_the_device_side_comparison_scripts_import_without_polars(script: str) -> None:
     # scripts/device_probe.sh runs compare_probes on the GPU machine, whose image has no polars
     code = ("import sys, runpy; sys.modules['polars'] = None; "
@@ -358,6 +359,54 @@ def test_runtime_gemm_reads_the_serving_devices_recordings_and_names_its_files()
     summary = {"device": "h100", "other_devices": ["h200"], "geomean_vs_cublas": 1.0,
                "tables_h200_geomean_vs_cublas": 0.99}
     assert runtime_gemm.other_devices(summary) == ["h200"]
+
+
+class OrderTimer:
+    """A stand-in for ColdL2Timer that records the order in which contenders are sampled."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    def warm_up(self, launch: Any, *, sets: int, warmup_ms: float) -> tuple[int, float]:
+        return 1, 0.1
+
+    batch_size = staticmethod(lambda per_launch, *, min_batch_ms: 3)
+
+    def sample(self, launch: Any, *, sets: int, batch: int) -> float:
+        self.order.append(launch)
+        return 1.0
+
+
+@pytest.mark.parametrize(("contenders", "rounds", "first_places"), [
+    (5, 5, {0, 1, 2, 3, 4}),             # runtime_gemm's sets: every contender leads one round
+    (30, 7, {0, 4, 8, 12, 16, 20, 24}),  # many contenders: the leaders are spread over the list, not its first 7
+])
+def test_timed_spreads_each_contenders_place_over_the_rounds(contenders: int, rounds: int,
+                                                               first_places: set[int]) -> None:
+    timer = OrderTimer()
+    names = [f"c{index}" for index in range(contenders)]
+    medians, samples, batch = runtime_gemm.timed(timer, contenders={name: name for name in names}, rounds=rounds,
+                                                 n_sets=2)
+    assert all(len(values) == rounds for values in samples.values()) and set(batch.values()) == {3}
+    leaders = {names.index(timer.order[round_index * contenders]) for round_index in range(rounds)}
+    assert leaders == first_places
+
+
+placement_probe = load_benchmark_script("placement_probe")
+
+
+def test_placement_probe_reads_shapes_and_configs_and_names_bad_ones() -> None:
+    assert placement_probe.parse_shape("512x4096x14336") == (512, 4096, 14336)
+    assert placement_probe.parse_config("gemm_wgmma:BLOCK_M=128,TAIL_SPLIT=0") == (
+        "gemm_wgmma", {"BLOCK_M": 128, "TAIL_SPLIT": 0})
+    for bad in ("512x4096", "0x1x1", "axbxc"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected MxNxK"):
+            placement_probe.parse_shape(bad)
+    for bad in ("gemm_wgmma", ":BLOCK_M=1", "gemm_wgmma:BLOCK_M=x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected FAMILY:KEY=INT"):
+            placement_probe.parse_config(bad)
+    rows = [{"gemm_us": 90.0}, {"gemm_us": 99.0}, {"gemm_us": 94.5}]
+    assert placement_probe.spread(rows, "gemm_us") == pytest.approx(1.1)
 
 
 ncu_kernels = load_benchmark_script("ncu_kernels")
