@@ -8,6 +8,9 @@ operands (each group its own rotating (A, B, C) sets > 3x L2, as the bench uses)
 at byte offsets, and times gemm() (the serving tables' choice), any ``--config`` and cuBLAS on every group in the
 same interleaved rounds (the bench's cold-L2 timer). If the ratio to cuBLAS moves between groups of one process,
 placement decides it; if every group of a process agrees and processes differ, something else does.
+What it found (2026-12-07, benchmarks/notes_gemm_wgmma.md): in torch processes every placement agreed, all in the
+slow state, and byte offsets within a 2 MiB page moved nothing; gemm_vs_cublas.py, which allocates each listed
+shape afresh, then showed both states within one process.
 
 Run on the GPU machine (torch, pycuda), twice to see two processes:
     python benchmarks/placement_probe.py --out $OUT --tag p1 [--shapes 512x4096x14336 ...] [--config FAMILY:K=V,...]

@@ -184,7 +184,8 @@ def timed(timer: ColdL2Timer, *, contenders: dict[str, Callable[[int], Any]], ro
         _, per_launch = timer.warm_up(contender, sets=n_sets, warmup_ms=WARMUP_MS)
         batch[name] = timer.batch_size(per_launch, min_batch_ms=MIN_BATCH_MS)
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    # A GPU warms within a round: with more contenders than rounds, a rotation by one would keep the first ones first.
+    # A place early in every round biased placement_probe's first contenders: with more contenders than rounds, a
+    # rotation by one keeps the first ones first.
     stride = max(1, len(contenders) // rounds)
     for round_index in range(rounds):
         names = list(contenders)
