@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,13 @@ class Expression:
     __call__ = evaluate
 
 
+def parse_eval(text: str) -> ast.Expression:
+    """``text`` parsed as one Python expression; what Python only warns about ('1and') is a SyntaxError here."""
+    with warnings.catch_warnings():  # a warning would print a stray line beside the one clear error, or none at all
+        warnings.simplefilter("error", SyntaxWarning)
+        return ast.parse(text, mode="eval")
+
+
 def parse_expression(
     source: str,
     *,
@@ -122,7 +130,7 @@ def parse_expression(
         raise TuneTableError(f"{kind} of {len(source)} characters (at most {MAX_SOURCE_CHARS})", path=path_text,
                              where=where)
     try:
-        tree = ast.parse(source.strip(), mode="eval")
+        tree = parse_eval(source.strip())
     except SyntaxError as exc:
         raise TuneTableError(
             f"syntax error in {kind} '{source}': {exc.msg}", path=path_text, where=where
@@ -352,7 +360,7 @@ def parse_query(
     check_expression_text(source, what="query", where=where, limit=MAX_SOURCE_CHARS)
     try:
         text, quoted = _pandas_text(source.strip())
-        tree = ast.parse(text, mode="eval")
+        tree = parse_eval(text)
     except (RecursionError, MemoryError):
         raise TuneTableError("query nested too deeply", path=path_text, where=where) from None
     except _Reject as exc:
