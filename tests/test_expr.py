@@ -176,7 +176,7 @@ def test_query_refuses_everything_else(source: str, message: str) -> None:
 @pytest.mark.parametrize("parse", ["expression", "query"])
 def test_what_python_only_warns_about_is_one_clear_error_and_no_warning(parse: str) -> None:
     # '1and' parses in Python 3.11 with a SyntaxWarning on stderr (hypothesis found it through `profile --query`):
-    # a stray line beside the tool's own, and a SyntaxError in later Pythons. Here it is the error, on every Python.
+    # a stray line beside the tool's own. Here it is the error, whatever the Python's warning filters.
     from tunetable.expr import parse_query
 
     with warnings.catch_warnings():
