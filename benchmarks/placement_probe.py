@@ -23,7 +23,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -37,8 +36,9 @@ import tunetable.kernels  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.kernels.runtime import decide  # noqa: E402
 from tunetable.kernels.runtime.launch import runtime  # noqa: E402
-from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets  # noqa: E402
-from runtime_gemm import L2_FACTOR, relative_error, timed  # noqa: E402
+from tunetable.bench.live import sample_stats  # noqa: E402
+from tunetable.kernels.runtime.timing import ColdL2Timer  # noqa: E402
+from runtime_gemm import operand_sets, relative_error, timed  # noqa: E402
 
 DEFAULT_SHAPES = ((512, 4096, 14336), (256, 4096, 14336), (512, 4096, 4096), (1024, 14336, 4096),
                   (256, 6144, 4096), (4096, 8192, 8192))
@@ -67,16 +67,10 @@ def parse_config(text: str) -> tuple[str, dict[str, int]]:
     return family, tunables
 
 
-def fresh_group(torch: Any, *, m: int, n: int, k: int, n_sets: int, gen: Any) -> list[tuple[Any, Any, Any]]:
-    """``n_sets`` (A, B, C) sets, each tensor its own allocation."""
-    return [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen),
-             torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen),
-             torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(n_sets)]
-
-
 def slab_group(torch: Any, *, m: int, n: int, k: int, n_sets: int, offset: int,
-               gen: Any) -> tuple[list[tuple[Any, Any, Any]], Any]:
-    """``n_sets`` (A, B) pairs carved from one slab, each starting ``offset`` bytes past a 2 MiB boundary; C apart."""
+               gen: Any) -> list[tuple[Any, Any, Any]]:
+    """``n_sets`` (A, B) pairs carved from one slab (their views hold it), each starting ``offset`` bytes past a
+    2 MiB boundary; C apart."""
     a_bytes, b_bytes = m * k * 2, n * k * 2
     stride = -(-(a_bytes + b_bytes + offset) // PAGE) * PAGE + PAGE
     slab = torch.empty(stride * n_sets + PAGE, device="cuda", dtype=torch.uint8)
@@ -89,7 +83,7 @@ def slab_group(torch: Any, *, m: int, n: int, k: int, n_sets: int, offset: int,
         a.copy_(torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen))
         b.copy_(torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen))
         sets.append((a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16)))
-    return sets, slab
+    return sets
 
 
 def contenders_of(torch: Any, sets: list[tuple[Any, Any, Any]],
@@ -104,23 +98,21 @@ def contenders_of(torch: Any, sets: list[tuple[Any, Any, Any]],
     return found
 
 
-def placements(torch: Any, *, m: int, n: int, k: int, n_sets: int) -> tuple[dict[str, list], list[Any]]:
-    """Every group's sets by name (fresh allocations, then slab offsets) and the slabs that hold them."""
+def placements(torch: Any, *, m: int, n: int, k: int, l2_bytes: int) -> dict[str, list[tuple[Any, Any, Any]]]:
+    """Every group's rotating sets by name: fresh allocations (runtime_gemm's), then carved from a slab per offset."""
+    groups = {f"fresh{index}": operand_sets(torch, m=m, n=n, k=k, l2_bytes=l2_bytes) for index in range(FRESH_GROUPS)}
+    n_sets = len(groups["fresh0"])
     gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-    groups: dict[str, list] = {f"fresh{index}": fresh_group(torch, m=m, n=n, k=k, n_sets=n_sets, gen=gen)
-                               for index in range(FRESH_GROUPS)}
-    slabs = []
     for offset in SLAB_OFFSETS:
-        groups[f"slab+{offset}"], slab = slab_group(torch, m=m, n=n, k=k, n_sets=n_sets, offset=offset, gen=gen)
-        slabs.append(slab)
-    return groups, slabs
+        groups[f"slab+{offset}"] = slab_group(torch, m=m, n=n, k=k, n_sets=n_sets, offset=offset, gen=gen)
+    return groups
 
 
 def probe_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, rounds: int, l2_bytes: int, device: str,
                 configs: list[tuple[str, dict[str, int]]]) -> dict[str, Any]:
     """Every group timed in the same interleaved rounds: per group, each contender's median and x cuBLAS."""
-    n_sets = input_sets(set_bytes=(m * k + n * k + m * n) * 2, l2_bytes=l2_bytes, l2_factor=L2_FACTOR)
-    groups, slabs = placements(torch, m=m, n=n, k=k, n_sets=n_sets)
+    groups = placements(torch, m=m, n=n, k=k, l2_bytes=l2_bytes)
+    n_sets = len(groups["fresh0"])
     contenders, errors = {}, {}
     for group, sets in groups.items():
         a0, b0, c0 = sets[0]
@@ -141,23 +133,16 @@ def probe_shape(torch: Any, *, timer: ColdL2Timer, m: int, n: int, k: int, round
         for full in names:
             name = full.split("/", 1)[1]
             row[f"{name}_us"] = medians[full] * 1e3
-            row[f"{name}_iqr_us"] = iqr(samples[full]) * 1e3
+            row[f"{name}_iqr_us"] = sample_stats(samples[full])["iqr_ms"] * 1e3
         for full in names:
             name = full.split("/", 1)[1]
             if name != "cublas":
                 row[f"{name}_vs_cublas"] = row["cublas_us"] / row[f"{name}_us"]
         rows.append(row)
     groups.clear()
-    slabs.clear()
     decision = decide.dispatcher(device=device).decide(m=m, n=n, k=k)
     return {"M": m, "N": n, "K": k, "n_sets": n_sets, "kernel": decision.entry.kernel,
             "config_id": decision.entry.config_id, "max_rel_err": max(errors.values()), "groups": rows}
-
-
-def iqr(values: list[float]) -> float:
-    """Interquartile range of the samples."""
-    quartiles = statistics.quantiles(values, n=4)
-    return quartiles[2] - quartiles[0]
 
 
 def spread(rows: list[dict[str, Any]], key: str) -> float:

@@ -69,6 +69,7 @@ sys.path.insert(0, str(REPO))
 
 import tunetable.kernels  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.bench.live import round_order  # noqa: E402
 from tunetable.kernels.runtime import decide  # noqa: E402
 from tunetable.kernels.runtime.launch import runtime  # noqa: E402
 sys.path.insert(0, str(REPO / "benchmarks"))  # runtime_gemm_host: the host overhead, measured one way for both
@@ -184,14 +185,8 @@ def timed(timer: ColdL2Timer, *, contenders: dict[str, Callable[[int], Any]], ro
         _, per_launch = timer.warm_up(contender, sets=n_sets, warmup_ms=WARMUP_MS)
         batch[name] = timer.batch_size(per_launch, min_batch_ms=MIN_BATCH_MS)
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    # A place early in every round biased placement_probe's first contenders: with more contenders than rounds, a
-    # rotation by one keeps the first ones first.
-    stride = max(1, len(contenders) // rounds)
-    for round_index in range(rounds):
-        names = list(contenders)
-        shift = round_index * stride % len(names)
-        names = names[shift:] + names[:shift]  # rotate the order
-        for name in names:
+    for round_index in range(rounds):   # a place early in every round biased placement_probe's first contenders
+        for name in round_order(list(contenders), round_index, rounds=rounds):
             samples[name].append(timer.sample(contenders[name], sets=n_sets, batch=batch[name]))
     return {name: statistics.median(values) for name, values in samples.items()}, samples, batch
 

@@ -36,6 +36,12 @@ def test_round_order_rotates_so_every_config_leads_once_per_cycle() -> None:
     assert round_order([], 3) == []
 
 
+def test_round_order_given_the_rounds_spreads_the_leaders_over_the_list() -> None:
+    ids = [f"c{index}" for index in range(10)]
+    assert [round_order(ids, r, rounds=3)[0] for r in range(3)] == ["c0", "c3", "c6"]
+    assert [round_order(ids, r, rounds=20)[0] for r in range(3)] == ["c0", "c1", "c2"]   # more rounds: by one
+
+
 def test_sample_stats_median_and_iqr() -> None:
     stats = sample_stats([4.0, 1.0, 3.0, 2.0, 100.0])
     assert stats == {"median_ms": 3.0, "iqr_ms": 2.0, "mean_ms": 22.0, "min_ms": 1.0}

@@ -46,13 +46,15 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def round_order(config_ids: Sequence[str], round_index: int) -> list[str]:
-    """The visiting order of one round: rotated by the round number, so every configuration leads
-    once every len(ids) rounds and all share the same average position."""
+def round_order(config_ids: Sequence[str], round_index: int, *, rounds: int | None = None) -> list[str]:
+    """The visiting order of one round: rotated by the round number, so every configuration leads once every
+    len(ids) rounds. Given the number of ``rounds``, by len(ids) // rounds places a round: with more configurations
+    than rounds, a rotation by one keeps the first ones early in every round (runtime_gemm's interleaved timing)."""
     ids = list(config_ids)
     if not ids:
         return ids
-    shift = round_index % len(ids)
+    stride = max(1, len(ids) // rounds) if rounds else 1
+    shift = round_index * stride % len(ids)
     return ids[shift:] + ids[:shift]
 
 
