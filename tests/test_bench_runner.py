@@ -90,6 +90,16 @@ def test_rounds_are_interleaved_across_configurations(tmp_path: Path) -> None:
     assert visits == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
 
 
+def test_with_more_configurations_than_rounds_each_round_leads_with_another_part_of_the_list(tmp_path: Path) -> None:
+    ids = [f"c{index}" for index in range(8)]
+    job = make_job(tmp_path, {cid: {"entry": "gemm"} for cid in ids})
+    run_shards(jobs=[job], runner=CPU)
+    visits = [r["config_id"] for r in journal_records(job.journal_path) if r["type"] == "sample"]
+    # 8 configurations, 4 rounds: each round starts two places on, so no configuration is always among the first
+    assert [visits[index] for index in range(0, 32, 8)] == ["c0", "c2", "c4", "c6"]
+    assert sorted(visits[8:16]) == ids
+
+
 def test_worker_restarts_after_a_crash_and_keeps_serving(tmp_path: Path) -> None:
     worker = WorkerProcess(backend="cpu-test")
     info = worker.start()

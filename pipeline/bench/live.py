@@ -49,7 +49,8 @@ def now_iso() -> str:
 def round_order(config_ids: Sequence[str], round_index: int, *, rounds: int | None = None) -> list[str]:
     """The visiting order of one round: rotated by the round number, so every configuration leads once every
     len(ids) rounds. Given the number of ``rounds``, by len(ids) // rounds places a round: with more configurations
-    than rounds, a rotation by one keeps the first ones early in every round (runtime_gemm's interleaved timing)."""
+    than rounds, a rotation by one keeps the first ones early in every round (the bench's ~120 configurations
+    over 10 rounds; runtime_gemm's interleaved timing), where the GPU is coolest after the previous shape."""
     ids = list(config_ids)
     if not ids:
         return ids
@@ -250,7 +251,7 @@ class WorkerSession:
                 due = [cid for cid in by_id if len(values[cid]) < rounds]
                 if not due:
                     break
-                for config_id in round_order(due, round_index):
+                for config_id in round_order(due, round_index, rounds=rounds):
                     sample = self._sample(journal, job, by_id[config_id])
                     if sample is None:
                         del by_id[config_id]
