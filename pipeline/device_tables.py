@@ -24,6 +24,7 @@ from typing import Any
 from tunetable.kernels.families.devices import device_of_name, device_specs_from_mapping, recording_path
 
 SEPARATOR = "."
+GROUP_DEVICES = "devices"    # a grid group's key: the devices whose tables have the group (absent: every device)
 
 
 def device_table_name(*, base: str, device: str) -> str:
@@ -85,6 +86,30 @@ def _derived(params: Mapping[str, Any], name: str, *, section: str,
         return None
     base, device, raw = found
     return {**copy.deepcopy(dict(raw)), **changes(base=base, device=device, raw=raw)}
+
+
+def device_grid(grid: Mapping[str, Any], *, device: str | None) -> dict[str, Any]:
+    """A table's grid on ``device``: the groups without ``devices`` and those that list it, that key dropped
+    (the rest of the grid as it is); ``device`` None (no declared devices): every group."""
+    groups = [{key: value for key, value in group.items() if key != GROUP_DEVICES}
+              if isinstance(group, Mapping) else group
+              for group in grid.get("groups") or []
+              if not isinstance(group, Mapping) or device is None or GROUP_DEVICES not in group
+              or device in group[GROUP_DEVICES]]
+    return {**dict(grid), "groups": groups}
+
+
+def grid_device_errors(params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(where, message) of every grid group's ``devices`` entry that is no declared device, in params.yaml order."""
+    declared = list(params.get("devices") or {})
+    found = []
+    for table, raw in (params.get("tables") or {}).items():
+        for index, group in enumerate(((raw or {}).get("grid") or {}).get("groups") or []):
+            for place, device in enumerate(group.get(GROUP_DEVICES) or [] if isinstance(group, Mapping) else []):
+                if device not in declared:
+                    found.append((f"tables.{table}.grid.groups[{index}].{GROUP_DEVICES}[{place}]",
+                                  f"'{device}' is not a declared device (declared: {', '.join(declared) or 'none'})"))
+    return found
 
 
 def device_table_names(bases: Iterable[str], *, device: str) -> list[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.config import KernelConfig, Value
+from tunetable.device_tables import GROUP_DEVICES
 from tunetable.errors import TuneTableError
 from tunetable.inputs import INT64_MAX, check_expression_text
 from tunetable.expr import Expression, parse_expression
@@ -169,7 +170,8 @@ def normalise_groups(
         if not isinstance(group, Mapping):
             raise TuneTableError("a group is a mapping of NAME: [values]", path=path, where=where)
         name = str(group.get("name", f"group{index}"))
-        values = {key: _unique(_flatten(raw)) for key, raw in group.items() if key not in ("name", "metadata")}
+        values = {key: _unique(_flatten(raw)) for key, raw in group.items()
+                  if key not in ("name", "metadata", GROUP_DEVICES)}
         for key, items in values.items():
             if not items:
                 raise TuneTableError(f"parameter {key} has no values", path=path, where=where)

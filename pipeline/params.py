@@ -7,7 +7,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tunetable.device_tables import derived_dispatch, derived_selector, derived_table, split_device_table
+from tunetable.device_tables import (
+    derived_dispatch,
+    derived_selector,
+    derived_table,
+    device_grid,
+    grid_device_errors,
+    split_device_table,
+)
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.devices import (
@@ -141,6 +148,8 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
         check_table_shapes(spec, path=source)
     dispatch_specs(data, path=source)  # its tables must be declared ones
     device_specs(data, path=source)    # fallbacks must name declared devices
+    for where, message in grid_device_errors(data)[:1]:   # a grid group's devices too
+        raise TuneTableError(message, path=source, where=where)
     selector_specs(data, path=source)
     return data
 
@@ -177,7 +186,7 @@ def table_spec(params: dict[str, Any], name: str, *, path: str | Path = DEFAULT_
         nk=tuple((int(n), int(k)) for n, k in raw["shapes"].get("NK", ())),
         m_values=tuple(int(m) for m in raw["shapes"].get("M", ())),
         shape_list=shape_list(raw["shapes"], table=name, path=path),
-        grid=raw["grid"],
+        grid=device_grid(raw["grid"], device=split_device_table(name)[1] or primary_device(params)),
         codegen=codegen_spec(raw["codegen"], snippet=family_files.get("snippet")),
         search=dict(raw.get("search") or {"strategy": "exhaustive"}),
         recording=recordings[0][1] if recordings else raw.get("recording"),

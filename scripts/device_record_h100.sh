@@ -29,12 +29,16 @@ if [ -z "$KEY" ]; then
   echo "this GPU is none of params.yaml's devices: add it under devices: (docs/devices.md)" | tee -a "$FINAL_OUT/summary.txt"
   exit 2
 fi
+PRIMARY=$(python3 -c "from tunetable.params import load_params, primary_device; print(primary_device(load_params('params.yaml')))")
 TABLES=${TABLES:-$(python3 -c "from tunetable.params import load_params; print(' '.join(load_params('params.yaml')['tables']))")}
 for set in ${SETS:-default validation}; do
   for table in $TABLES; do
     if [ "$set" = default ]; then rec="${KEY}_$table"; shapes=""
     else rec="${KEY}_${set}_$table"; shapes="data/${set}_shapes.csv"; fi
-    OUT="$LOGS/$set/$table" TABLE="$table" RECORDING="$rec" SHAPES_FILE="$shapes" \
+    # Another device than the primary measures its device table (gemm_mma.h100): its grid, with the groups
+    # params.yaml gives that device only; `record` writes the rows under the base table's name.
+    if [ "$KEY" = "$PRIMARY" ]; then measured="$table"; else measured="$table.$KEY"; fi
+    OUT="$LOGS/$set/$table" TABLE="$measured" RECORDING="$rec" SHAPES_FILE="$shapes" \
       bash scripts/device_session.sh bench
     cp "$LOGS/$set/$table/$rec".parquet "$LOGS/$set/$table/$rec".json "$FINAL_OUT"/ \
       || echo "no recording for $table ($set)" | tee -a "$FINAL_OUT/summary.txt"

@@ -23,6 +23,7 @@ from tunetable.codegen_devices import (
 from tunetable.device_tables import (
     complete_devices,
     device_data_path,
+    device_grid,
     device_marker,
     device_table_name,
     present_device_tables,
@@ -90,6 +91,49 @@ def test_a_device_table_is_its_base_table_with_its_own_recording_manifest_and_re
     for name in ("gemm_mma.h200", "gemm_mma.a100", "nonesuch.h100"):
         with pytest.raises(TuneTableError, match=f"unknown table '{name}'"):
             table_spec(PARAMS, name)
+
+
+def _with_group(params: dict, group: dict, *, table: str = "gemm_wgmma") -> dict:
+    """``params`` (copied) with ``group`` appended to ``table``'s grid."""
+    copied = json.loads(json.dumps(params))
+    copied["tables"][table]["grid"]["groups"].append(group)
+    return copied
+
+
+R0_GROUP = {"name": "r0_h100", "devices": ["h100"], "BLOCK_M": [128], "BLOCK_N": [128], "BLOCK_K": [64],
+            "STAGES": [6], "CONSUMERS": [2], "CLUSTER_M": [1], "CLUSTER_N": [1], "RASTER": [0], "GROUP_M": [8],
+            "SPLIT_K": [1], "TAIL_SPLIT": [0, 1]}
+
+
+def test_a_grid_group_for_some_devices_is_in_their_tables_only_and_leaves_the_others_keys_as_they_were() -> None:
+    from tunetable.grid import expand
+    from tunetable.measurement_plan import grid_config_ids
+
+    params = _with_group(PARAMS, R0_GROUP)
+    h200, h100 = table_spec(params, "gemm_wgmma"), table_spec(params, "gemm_wgmma.h100")
+    assert [g["name"] for g in h100.grid["groups"]][-1] == "r0_h100"
+    assert "r0_h100" not in [g["name"] for g in h200.grid["groups"]]
+    assert all("devices" not in group for group in h100.grid["groups"])   # the key is no tunable
+    # The primary's grid is the one params.yaml had without the group: its configurations and shard keys stay.
+    assert grid_config_ids(params=params, table=h200) == grid_config_ids(params=PARAMS,
+                                                                         table=table_spec(PARAMS, "gemm_wgmma"))
+    added = set(grid_config_ids(params=params, table=h100)) - set(grid_config_ids(params=params, table=h200))
+    assert len(added) == 2
+    kept = {config.id: config for config in expand(h100).kept}
+    assert {kept[cid].as_dict()["RASTER"] for cid in added} == {0}
+    assert device_grid({"groups": [R0_GROUP]}, device=None)["groups"][0]["RASTER"] == [0]   # no devices: every group
+
+
+def test_a_grid_group_naming_an_undeclared_device_is_one_error_naming_the_group(tmp_path: Path) -> None:
+    import yaml
+
+    params = _with_group(PARAMS, {**R0_GROUP, "devices": ["h100", "a100"]})
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    index = len(params["tables"]["gemm_wgmma"]["grid"]["groups"]) - 1
+    with pytest.raises(TuneTableError, match=rf"tables\.gemm_wgmma\.grid\.groups\[{index}\]\.devices\[1\].*"
+                                             r"'a100' is not a declared device \(declared: h200, h100\)"):
+        load_params(path)
 
 
 def test_without_other_devices_files_the_params_stay_as_they_are(tmp_path: Path) -> None:
