@@ -18,8 +18,9 @@ from typing import Any
 
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families.devices import recording_path
+from tunetable.device_tables import device_table_name
 from tunetable.measurement_plan import grid_config_ids
-from tunetable.params import device_specs, table_spec
+from tunetable.params import device_specs, primary_device, table_spec
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class TablePlan:
     shapes: int
     per_shape: int
     learn_from: str
+    measured: str     # the table to bench on the device: its device table (gemm_mma.h100), whose grid has the
+                      # groups params.yaml gives that device; the primary's own name on the primary device
 
     @property
     def measurements(self) -> int:
@@ -63,7 +66,8 @@ def device_tuning(params: Mapping[str, Any], *, device: str, seed_from: str, bud
     tuned = copy.deepcopy(dict(params))
     plans = []
     for name in params["tables"]:
-        spec = table_spec(dict(params), name, path=path)
+        measured = name if device == primary_device(dict(params)) else device_table_name(base=name, device=device)
+        spec = table_spec(dict(params), measured, path=path)
         seed = recording_path(device=seed_from, table=name)
         if not (root / seed).is_file():
             raise TuneTableError(f"no recording of table {name} on {seed_from} to seed from", path=seed)
@@ -71,5 +75,6 @@ def device_tuning(params: Mapping[str, Any], *, device: str, seed_from: str, bud
         per_shape = per_shape_budget(grid=grid, budget=budget)
         tuned["tables"][name]["search"] = {"strategy": "model", "max_fevals": per_shape, "seed": 0,
                                            "transfer": True, "learn_from": seed}
-        plans.append(TablePlan(table=name, grid=grid, shapes=len(spec.shapes()), per_shape=per_shape, learn_from=seed))
+        plans.append(TablePlan(table=name, grid=grid, shapes=len(spec.shapes()), per_shape=per_shape, learn_from=seed,
+                               measured=measured))
     return tuned, plans

@@ -487,6 +487,7 @@ def test_tune_device_seeds_every_table_s_search_from_the_other_device_s_recordin
 
     tuned, plans = device_tuning(PARAMS, device="h100", seed_from="h200", budget=0.15, root=REPO)
     assert [plan.table for plan in plans] == list(PARAMS["tables"])
+    assert [plan.measured for plan in plans] == [f"{name}.h100" for name in PARAMS["tables"]]   # the H100's grid
     for plan in plans:
         assert tuned["tables"][plan.table]["search"] == {
             "strategy": "model", "max_fevals": plan.per_shape, "seed": 0, "transfer": True,

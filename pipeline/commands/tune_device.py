@@ -17,8 +17,8 @@ EPILOG = """\b
 Examples:
   tunetable tune-device --device h100 --seed-from h200 --budget 0.15
 Then, on the new device (docs/devices.md): for each table,
-  tunetable bench --params results/tune_device/h100.params.yaml --table T --backend cuda --all-shapes
-and `tunetable record --table T --name h100_T SHARDS...` (scripts/device_record_h100.sh records exhaustively).
+  tunetable bench --params results/tune_device/h100.params.yaml --table T.h100 --backend cuda --all-shapes
+and `tunetable record --table T.h100 --name h100_T SHARDS...` (scripts/device_record_h100.sh records exhaustively).
 """
 
 
@@ -42,12 +42,13 @@ def command(device: str, seed_from: str, budget: float, params_path: Path, out: 
                       + yaml.safe_dump(tuned, sort_keys=False))
     table = ConsoleTable(title=f"{device}'s measurements seeded from {seed_from}'s recordings "
                                f"(model search + learned prior + transfer)")
-    for column in ("table", "grid", "shapes", "per shape", "measurements", "share of exhaustive", "learns from"):
-        table.add_column(column, justify="left" if column in ("table", "learns from") else "right")
+    for column in ("table", "bench as", "grid", "shapes", "per shape", "measurements", "share of exhaustive",
+                   "learns from"):
+        table.add_column(column, justify="left" if column in ("table", "bench as", "learns from") else "right")
     for plan in plans:
-        table.add_row(plan.table, str(plan.grid), str(plan.shapes), str(plan.per_shape), str(plan.measurements),
-                      f"{plan.measurements / plan.exhaustive:.3f}", plan.learn_from)
+        table.add_row(plan.table, plan.measured, str(plan.grid), str(plan.shapes), str(plan.per_shape),
+                      str(plan.measurements), f"{plan.measurements / plan.exhaustive:.3f}", plan.learn_from)
     console = Console()
     print_table(console, table)
     console.print(f"wrote {target}; on the {device}: tunetable bench --params {target} --table TABLE --backend cuda "
-                  "--all-shapes (docs/devices.md)", markup=False)
+                  "--all-shapes, TABLE each of 'bench as' (docs/devices.md)", markup=False)
