@@ -88,28 +88,37 @@ def _derived(params: Mapping[str, Any], name: str, *, section: str,
     return {**copy.deepcopy(dict(raw)), **changes(base=base, device=device, raw=raw)}
 
 
+def _in_grid_of(group: Any, *, device: str | None) -> bool:
+    """Whether a grid group is in ``device``'s grid: one without ``devices`` is in every device's."""
+    if not isinstance(group, Mapping) or device is None or GROUP_DEVICES not in group:
+        return True      # (a malformed group goes on to normalise_groups, which names it)
+    return device in group[GROUP_DEVICES]
+
+
 def device_grid(grid: Mapping[str, Any], *, device: str | None) -> dict[str, Any]:
-    """A table's grid on ``device``: the groups without ``devices`` and those that list it, that key dropped
-    (the rest of the grid as it is); ``device`` None (no declared devices): every group."""
-    groups = [{key: value for key, value in group.items() if key != GROUP_DEVICES}
-              if isinstance(group, Mapping) else group
-              for group in grid.get("groups") or []
-              if not isinstance(group, Mapping) or device is None or GROUP_DEVICES not in group
-              or device in group[GROUP_DEVICES]]
-    return {**dict(grid), "groups": groups}
+    """A table's grid on ``device`` (None, no declared devices: every group), each group without its ``devices``."""
+    groups = [group for group in grid.get("groups") or [] if _in_grid_of(group, device=device)]
+    return {**dict(grid), "groups": [{key: value for key, value in group.items() if key != GROUP_DEVICES}
+                                     if isinstance(group, Mapping) else group for group in groups]}
 
 
-def grid_device_errors(params: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(where, message) of every grid group's ``devices`` entry that is no declared device, in params.yaml order."""
+def grid_device_error(params: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(where, message) of the first grid group's ``devices`` entry that is no declared device, None if none is."""
     declared = list(params.get("devices") or {})
-    found = []
     for table, raw in (params.get("tables") or {}).items():
         for index, group in enumerate(((raw or {}).get("grid") or {}).get("groups") or []):
-            for place, device in enumerate(group.get(GROUP_DEVICES) or [] if isinstance(group, Mapping) else []):
-                if device not in declared:
-                    found.append((f"tables.{table}.grid.groups[{index}].{GROUP_DEVICES}[{place}]",
-                                  f"'{device}' is not a declared device (declared: {', '.join(declared) or 'none'})"))
-    return found
+            listed = (group.get(GROUP_DEVICES) or []) if isinstance(group, Mapping) else []
+            unknown = next(((place, device) for place, device in enumerate(listed) if device not in declared), None)
+            if unknown is not None:
+                return (f"tables.{table}.grid.groups[{index}].{GROUP_DEVICES}[{unknown[0]}]",
+                        f"'{unknown[1]}' is not a declared device (declared: {', '.join(declared) or 'none'})")
+    return None
+
+
+def table_on_device(params: Mapping[str, Any], *, base: str, device: str) -> str:
+    """The table that measures declared table ``base`` on ``device``: ``base`` itself on the primary device, else
+    its device table (``gemm_mma.h100``), whose grid has the groups given to that device."""
+    return base if device == primary_device(params) else device_table_name(base=base, device=device)
 
 
 def device_table_names(bases: Iterable[str], *, device: str) -> list[str]:

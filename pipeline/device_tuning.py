@@ -18,9 +18,9 @@ from typing import Any
 
 from tunetable.errors import TuneTableError
 from tunetable.kernels.families.devices import recording_path
-from tunetable.device_tables import device_table_name
+from tunetable.device_tables import table_on_device
 from tunetable.measurement_plan import grid_config_ids
-from tunetable.params import device_specs, primary_device, table_spec
+from tunetable.params import device_specs, table_spec
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def device_tuning(params: Mapping[str, Any], *, device: str, seed_from: str, bud
     tuned = copy.deepcopy(dict(params))
     plans = []
     for name in params["tables"]:
-        measured = name if device == primary_device(dict(params)) else device_table_name(base=name, device=device)
+        measured = table_on_device(params, base=name, device=device)
         spec = table_spec(dict(params), measured, path=path)
         seed = recording_path(device=seed_from, table=name)
         if not (root / seed).is_file():

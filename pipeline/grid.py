@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from tunetable.config import KernelConfig, Value
-from tunetable.device_tables import GROUP_DEVICES
 from tunetable.errors import TuneTableError
 from tunetable.inputs import INT64_MAX, check_expression_text
 from tunetable.expr import Expression, parse_expression
@@ -170,8 +169,7 @@ def normalise_groups(
         if not isinstance(group, Mapping):
             raise TuneTableError("a group is a mapping of NAME: [values]", path=path, where=where)
         name = str(group.get("name", f"group{index}"))
-        values = {key: _unique(_flatten(raw)) for key, raw in group.items()
-                  if key not in ("name", "metadata", GROUP_DEVICES)}
+        values = {key: _unique(_flatten(raw)) for key, raw in group.items() if key not in ("name", "metadata")}
         for key, items in values.items():
             if not items:
                 raise TuneTableError(f"parameter {key} has no values", path=path, where=where)

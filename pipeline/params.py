@@ -12,7 +12,7 @@ from tunetable.device_tables import (
     derived_selector,
     derived_table,
     device_grid,
-    grid_device_errors,
+    grid_device_error,
     split_device_table,
 )
 from tunetable.errors import TuneTableError
@@ -148,8 +148,9 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
         check_table_shapes(spec, path=source)
     dispatch_specs(data, path=source)  # its tables must be declared ones
     device_specs(data, path=source)    # fallbacks must name declared devices
-    for where, message in grid_device_errors(data)[:1]:   # a grid group's devices too
-        raise TuneTableError(message, path=source, where=where)
+    unknown_device = grid_device_error(data)                # a grid group's devices too
+    if unknown_device is not None:
+        raise TuneTableError(unknown_device[1], path=source, where=unknown_device[0])
     selector_specs(data, path=source)
     return data
 

@@ -29,7 +29,6 @@ if [ -z "$KEY" ]; then
   echo "this GPU is none of params.yaml's devices: add it under devices: (docs/devices.md)" | tee -a "$FINAL_OUT/summary.txt"
   exit 2
 fi
-PRIMARY=$(python3 -c "from tunetable.params import load_params, primary_device; print(primary_device(load_params('params.yaml')))")
 TABLES=${TABLES:-$(python3 -c "from tunetable.params import load_params; print(' '.join(load_params('params.yaml')['tables']))")}
 for set in ${SETS:-default validation}; do
   for table in $TABLES; do
@@ -37,7 +36,8 @@ for set in ${SETS:-default validation}; do
     else rec="${KEY}_${set}_$table"; shapes="data/${set}_shapes.csv"; fi
     # Another device than the primary measures its device table (gemm_mma.h100): its grid, with the groups
     # params.yaml gives that device only; `record` writes the rows under the base table's name.
-    if [ "$KEY" = "$PRIMARY" ]; then measured="$table"; else measured="$table.$KEY"; fi
+    measured=$(python3 -c "from tunetable.device_tables import table_on_device; from tunetable.params import \
+load_params; print(table_on_device(load_params('params.yaml'), base='$table', device='$KEY'))")
     OUT="$LOGS/$set/$table" TABLE="$measured" RECORDING="$rec" SHAPES_FILE="$shapes" \
       bash scripts/device_session.sh bench
     cp "$LOGS/$set/$table/$rec".parquet "$LOGS/$set/$table/$rec".json "$FINAL_OUT"/ \

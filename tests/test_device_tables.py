@@ -29,6 +29,7 @@ from tunetable.device_tables import (
     present_device_tables,
     recording_device_error,
     split_device_table,
+    table_on_device,
     with_device_tables,
     with_present_device_tables,
 )
@@ -122,6 +123,9 @@ def test_a_grid_group_for_some_devices_is_in_their_tables_only_and_leaves_the_ot
     kept = {config.id: config for config in expand(h100).kept}
     assert {kept[cid].as_dict()["RASTER"] for cid in added} == {0}
     assert device_grid({"groups": [R0_GROUP]}, device=None)["groups"][0]["RASTER"] == [0]   # no devices: every group
+    # Each device measures the table whose grid is its own: the primary its declared name, another its device table.
+    assert [table_on_device(params, base="gemm_wgmma", device=d) for d in ("h200", "h100")] == ["gemm_wgmma",
+                                                                                               "gemm_wgmma.h100"]
 
 
 def test_a_grid_group_naming_an_undeclared_device_is_one_error_naming_the_group(tmp_path: Path) -> None:

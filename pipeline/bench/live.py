@@ -50,7 +50,7 @@ def round_order(config_ids: Sequence[str], round_index: int, *, rounds: int | No
     """The visiting order of one round: rotated by the round number, so every configuration leads once every
     len(ids) rounds. Given the number of ``rounds``, by len(ids) // rounds places a round: with more configurations
     than rounds, a rotation by one keeps the first ones early in every round (the bench's ~120 configurations
-    over 10 rounds; runtime_gemm's interleaved timing), where the GPU is coolest after the previous shape."""
+    over 10 rounds; runtime_gemm's interleaved timing, where placement_probe's first contenders read apart)."""
     ids = list(config_ids)
     if not ids:
         return ids
