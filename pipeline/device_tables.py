@@ -51,7 +51,7 @@ def device_data_path(path: str, *, device: str) -> str:
 
 
 def primary_device(params: Mapping[str, Any]) -> str | None:
-    """The first declared device (None without ``devices:``)."""
+    """The first declared device (its tables keep the unsuffixed names), None without ``devices:``."""
     return next(iter(params.get("devices") or {}), None)
 
 

@@ -13,6 +13,7 @@ from tunetable.device_tables import (
     derived_table,
     device_grid,
     grid_device_error,
+    primary_device,
     split_device_table,
 )
 from tunetable.errors import TuneTableError
@@ -207,11 +208,6 @@ def device_specs(params: dict[str, Any], *, path: str | Path = DEFAULT_PARAMS) -
                                      f"{', '.join(sorted(keys))})", path=path,
                                      where=f"devices.{spec.key}.fallback[{index}]")
     return specs
-
-
-def primary_device(params: dict[str, Any]) -> str | None:
-    """The first declared device (its tables keep the unsuffixed names), None without ``devices:``."""
-    return next(iter(params.get("devices") or {}), None)
 
 
 def primary_recording(params: dict[str, Any], name: str) -> str | None:

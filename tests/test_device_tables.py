@@ -82,7 +82,12 @@ def test_a_device_table_is_its_base_table_with_its_own_recording_manifest_and_re
     assert spec.codegen.manifest == spec.codegen.source_label == "manifests/gemm_wgmma.h100.yaml"
     assert (spec.codegen.begin_marker, spec.codegen.end_marker) == ("BEGIN-H100-TUNING-LIST-GEMM_WGMMA",
                                                                     "END-H100-TUNING-LIST-GEMM_WGMMA")
-    assert (spec.family, spec.kernel, spec.grid, spec.shapes()) == (base.family, base.kernel, base.grid, base.shapes())
+    assert (spec.family, spec.kernel, spec.shapes()) == (base.family, base.kernel, base.shapes())
+    # Its grid: the base's groups, in order, then the two params.yaml gives the H100 alone (notes_gemm_wgmma.md).
+    shared = [group for group in spec.grid["groups"] if group in base.grid["groups"]]
+    own = [group["name"] for group in spec.grid["groups"] if group not in base.grid["groups"]]
+    assert (shared, own) == (base.grid["groups"], ["raster0_h100", "raster0_wide_h100"])
+    assert table_spec(PARAMS, "gemm_mma.h100").grid == table_spec(PARAMS, "gemm_mma").grid   # no group of its own
     dispatch = dispatch_spec(PARAMS, "gemm_dispatch.h100")
     assert dispatch.tables == ("gemm_mma.h100", "gemm_wgmma.h100", "gemm_wgmma_swap.h100")
     selector = selector_spec(PARAMS, "gemm_selector.h100")
@@ -101,8 +106,9 @@ def _with_group(params: dict, group: dict, *, table: str = "gemm_wgmma") -> dict
     return copied
 
 
+# Not params.yaml's own H100 groups (raster0_h100 has these tiles at 6 stages): two configurations no grid has.
 R0_GROUP = {"name": "r0_h100", "devices": ["h100"], "BLOCK_M": [128], "BLOCK_N": [128], "BLOCK_K": [64],
-            "STAGES": [6], "CONSUMERS": [2], "CLUSTER_M": [1], "CLUSTER_N": [1], "RASTER": [0], "GROUP_M": [8],
+            "STAGES": [5], "CONSUMERS": [2], "CLUSTER_M": [1], "CLUSTER_N": [1], "RASTER": [0], "GROUP_M": [8],
             "SPLIT_K": [1], "TAIL_SPLIT": [0, 1]}
 
 
@@ -118,8 +124,9 @@ def test_a_grid_group_for_some_devices_is_in_their_tables_only_and_leaves_the_ot
     # The primary's grid is the one params.yaml had without the group: its configurations and shard keys stay.
     assert grid_config_ids(params=params, table=h200) == grid_config_ids(params=PARAMS,
                                                                          table=table_spec(PARAMS, "gemm_wgmma"))
-    added = set(grid_config_ids(params=params, table=h100)) - set(grid_config_ids(params=params, table=h200))
-    assert len(added) == 2
+    before = grid_config_ids(params=PARAMS, table=table_spec(PARAMS, "gemm_wgmma.h100"))
+    added = set(grid_config_ids(params=params, table=h100)) - set(before)
+    assert len(added) == 2 and set(before) <= set(grid_config_ids(params=params, table=h100))
     kept = {config.id: config for config in expand(h100).kept}
     assert {kept[cid].as_dict()["RASTER"] for cid in added} == {0}
     assert device_grid({"groups": [R0_GROUP]}, device=None)["groups"][0]["RASTER"] == [0]   # no devices: every group
