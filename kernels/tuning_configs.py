@@ -1235,59 +1235,59 @@ H100_GEMM_MMA_CONFIGS: list[TuningConfig] = [
 ]
 H100_GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
     # BEGIN-H100-TUNING-LIST-GEMM_WGMMA
-        # Provenance: [manifests/gemm_wgmma.h100.yaml] params sha256:ce2deeea9962,
-        # device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Provenance: [manifests/gemm_wgmma.h100.yaml] params sha256:1afa51b33149,
+        # device: NVIDIA H100 80GB HBM3, date: 2026-12-07
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
         # index: [0]
-        WgmmaTuningConfig(m=1, m_end=8, n=4096, k=4096, kernel="gemm_wgmma", config_id="c8092dd072c",
-                          block_m=64, block_n=128, block_k=128, stages=4,
-                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
-                          group_m=1, split_k=4, tail_split=0),
-        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [1]
-        WgmmaTuningConfig(m=8, m_end=64, n=4096, k=4096, kernel="gemm_wgmma", config_id="ce9d2033d99",
+        WgmmaTuningConfig(m=1, m_end=64, n=4096, k=4096, kernel="gemm_wgmma", config_id="ce9d2033d99",
                           block_m=64, block_n=64, block_k=128, stages=7,
                           consumers=1, cluster_m=1, cluster_n=1, raster=0,
                           group_m=1, split_k=2, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [2]
+        # index: [1]
         WgmmaTuningConfig(m=64, m_end=112, n=4096, k=4096, kernel="gemm_wgmma", config_id="cb3a90e9540",
                           block_m=64, block_n=64, block_k=64, stages=13,
                           consumers=1, cluster_m=1, cluster_n=1, raster=0,
                           group_m=1, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [3]
+        # index: [2]
         WgmmaTuningConfig(m=112, m_end=176, n=4096, k=4096, kernel="gemm_wgmma", config_id="c15e2b35668",
                           block_m=64, block_n=64, block_k=128, stages=7,
                           consumers=1, cluster_m=2, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [4]
+        # index: [3]
         WgmmaTuningConfig(m=176, m_end=256, n=4096, k=4096, kernel="gemm_wgmma", config_id="ca7c6219b6f",
                           block_m=64, block_n=128, block_k=64, stages=6,
                           consumers=1, cluster_m=2, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [5]
+        # index: [4]
         WgmmaTuningConfig(m=256, m_end=320, n=4096, k=4096, kernel="gemm_wgmma", config_id="c802708bac7",
                           block_m=128, block_n=64, block_k=64, stages=8,
                           consumers=2, cluster_m=1, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [6]
-        WgmmaTuningConfig(m=320, m_end=512, n=4096, k=4096, kernel="gemm_wgmma", config_id="c7d87dbb50c",
+        # index: [5]
+        WgmmaTuningConfig(m=320, m_end=1024, n=4096, k=4096, kernel="gemm_wgmma", config_id="ccf5464a76a",
                           block_m=128, block_n=128, block_k=64, stages=6,
-                          consumers=2, cluster_m=1, cluster_n=2, raster=1,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [6]
+        WgmmaTuningConfig(m=1024, m_end=4096, n=4096, k=4096, kernel="gemm_wgmma", config_id="c218d6f5726",
+                          block_m=128, block_n=256, block_k=64, stages=4,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
         # index: [7]
-        WgmmaTuningConfig(m=512, m_end=1024, n=4096, k=4096, kernel="gemm_wgmma", config_id="c995170dd40",
-                          block_m=128, block_n=128, block_k=64, stages=6,
-                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
-                          group_m=8, split_k=1, tail_split=1),
+        WgmmaTuningConfig(m=4096, m_end=8192, n=4096, k=4096, kernel="gemm_wgmma", config_id="c6d4d453c72",
+                          block_m=128, block_n=256, block_k=64, stages=4,
+                          consumers=2, cluster_m=2, cluster_n=1, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
         # index: [8]
-        WgmmaTuningConfig(m=1024, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma", config_id="c05e6993f39",
+        WgmmaTuningConfig(m=8192, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma", config_id="c05e6993f39",
                           block_m=128, block_n=256, block_k=64, stages=4,
                           consumers=2, cluster_m=1, cluster_n=1, raster=0,
                           group_m=16, split_k=1, tail_split=0),
@@ -1317,186 +1317,168 @@ H100_GEMM_WGMMA_CONFIGS: list[WgmmaTuningConfig] = [
                           group_m=8, split_k=4, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
         # index: [13]
-        WgmmaTuningConfig(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma", config_id="c995170dd40",
+        WgmmaTuningConfig(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma", config_id="c59f2858935",
                           block_m=128, block_n=128, block_k=64, stages=6,
-                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
                           group_m=8, split_k=1, tail_split=1),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
         # index: [14]
-        WgmmaTuningConfig(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma", config_id="c911a830269",
-                          block_m=128, block_n=256, block_k=64, stages=4,
-                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
-                          group_m=8, split_k=2, tail_split=0),
+        WgmmaTuningConfig(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma", config_id="c7d87dbb50c",
+                          block_m=128, block_n=128, block_k=64, stages=6,
+                          consumers=2, cluster_m=1, cluster_n=2, raster=1,
+                          group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
         # index: [15]
-        WgmmaTuningConfig(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma", config_id="c995170dd40",
+        WgmmaTuningConfig(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma", config_id="ccf5464a76a",
                           block_m=128, block_n=128, block_k=64, stages=6,
-                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
-                          group_m=8, split_k=1, tail_split=1),
-        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [16]
-        WgmmaTuningConfig(m=1024, m_end=4096, n=4096, k=14336, kernel="gemm_wgmma", config_id="c218d6f5726",
-                          block_m=128, block_n=256, block_k=64, stages=4,
                           consumers=2, cluster_m=1, cluster_n=1, raster=0,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [17]
-        WgmmaTuningConfig(m=4096, m_end=8192, n=4096, k=14336, kernel="gemm_wgmma", config_id="c6d4d453c72",
-                          block_m=128, block_n=256, block_k=64, stages=4,
-                          consumers=2, cluster_m=2, cluster_n=1, raster=1,
-                          group_m=8, split_k=1, tail_split=0),
-        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [18]
-        WgmmaTuningConfig(m=8192, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma", config_id="c05e6993f39",
+        # index: [16]
+        WgmmaTuningConfig(m=1024, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma", config_id="c05e6993f39",
                           block_m=128, block_n=256, block_k=64, stages=4,
                           consumers=2, cluster_m=1, cluster_n=1, raster=0,
                           group_m=16, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [19]
+        # index: [17]
         WgmmaTuningConfig(m=1, m_end=32, n=6144, k=4096, kernel="gemm_wgmma", config_id="ca88c7f63ff",
                           block_m=64, block_n=96, block_k=64, stages=10,
                           consumers=1, cluster_m=1, cluster_n=1, raster=0,
                           group_m=1, split_k=2, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [20]
+        # index: [18]
         WgmmaTuningConfig(m=32, m_end=112, n=6144, k=4096, kernel="gemm_wgmma", config_id="c35a6eee8da",
                           block_m=64, block_n=96, block_k=64, stages=10,
                           consumers=1, cluster_m=1, cluster_n=1, raster=0,
                           group_m=1, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [21]
+        # index: [19]
         WgmmaTuningConfig(m=112, m_end=176, n=6144, k=4096, kernel="gemm_wgmma", config_id="c802708bac7",
                           block_m=128, block_n=64, block_k=64, stages=8,
                           consumers=2, cluster_m=1, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [22]
+        # index: [20]
         WgmmaTuningConfig(m=176, m_end=256, n=6144, k=4096, kernel="gemm_wgmma", config_id="c5be064a1ee",
                           block_m=64, block_n=192, block_k=64, stages=6,
                           consumers=1, cluster_m=2, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [23]
+        # index: [21]
         WgmmaTuningConfig(m=256, m_end=320, n=6144, k=4096, kernel="gemm_wgmma", config_id="c92851483c1",
                           block_m=128, block_n=96, block_k=64, stages=7,
                           consumers=2, cluster_m=1, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [24]
+        # index: [22]
         WgmmaTuningConfig(m=320, m_end=512, n=6144, k=4096, kernel="gemm_wgmma", config_id="c62685845ed",
                           block_m=192, block_n=128, block_k=64, stages=5,
                           consumers=3, cluster_m=2, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [25]
+        # index: [23]
         WgmmaTuningConfig(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_wgmma", config_id="ca81defb6d1",
                           block_m=128, block_n=192, block_k=64, stages=5,
                           consumers=2, cluster_m=1, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [26]
+        # index: [24]
         WgmmaTuningConfig(m=1024, m_end=2147483647, n=6144, k=4096, kernel="gemm_wgmma", config_id="c6f7f84261b",
                           block_m=256, block_n=192, block_k=64, stages=4,
                           consumers=2, cluster_m=1, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [27]
-        WgmmaTuningConfig(m=1, m_end=8, n=8192, k=8192, kernel="gemm_wgmma", config_id="c3ef087150d",
-                          block_m=64, block_n=128, block_k=64, stages=8,
+        # index: [25]
+        WgmmaTuningConfig(m=1, m_end=8, n=8192, k=8192, kernel="gemm_wgmma", config_id="c972c858f79",
+                          block_m=64, block_n=128, block_k=128, stages=4,
                           consumers=1, cluster_m=1, cluster_n=1, raster=0,
                           group_m=1, split_k=2, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [28]
+        # index: [26]
         WgmmaTuningConfig(m=8, m_end=112, n=8192, k=8192, kernel="gemm_wgmma", config_id="cb3a90e9540",
                           block_m=64, block_n=64, block_k=64, stages=13,
                           consumers=1, cluster_m=1, cluster_n=1, raster=0,
                           group_m=1, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [29]
+        # index: [27]
         WgmmaTuningConfig(m=112, m_end=176, n=8192, k=8192, kernel="gemm_wgmma", config_id="c802708bac7",
                           block_m=128, block_n=64, block_k=64, stages=8,
                           consumers=2, cluster_m=1, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [30]
+        # index: [28]
         WgmmaTuningConfig(m=176, m_end=256, n=8192, k=8192, kernel="gemm_wgmma", config_id="c87765b4710",
                           block_m=192, block_n=128, block_k=64, stages=5,
                           consumers=3, cluster_m=1, cluster_n=1, raster=1,
                           group_m=8, split_k=2, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [31]
-        WgmmaTuningConfig(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma", config_id="c995170dd40",
+        # index: [29]
+        WgmmaTuningConfig(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma", config_id="ccf5464a76a",
                           block_m=128, block_n=128, block_k=64, stages=6,
-                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
-                          group_m=8, split_k=1, tail_split=1),
-        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [32]
-        WgmmaTuningConfig(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma", config_id="c62685845ed",
-                          block_m=192, block_n=128, block_k=64, stages=5,
-                          consumers=3, cluster_m=2, cluster_n=1, raster=1,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [33]
+        # index: [30]
+        WgmmaTuningConfig(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma", config_id="c012bf5f15d",
+                          block_m=128, block_n=224, block_k=64, stages=5,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=8, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [31]
         WgmmaTuningConfig(m=512, m_end=4096, n=8192, k=8192, kernel="gemm_wgmma", config_id="c05e6993f39",
                           block_m=128, block_n=256, block_k=64, stages=4,
                           consumers=2, cluster_m=1, cluster_n=1, raster=0,
                           group_m=16, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [34]
-        WgmmaTuningConfig(m=4096, m_end=8192, n=8192, k=8192, kernel="gemm_wgmma", config_id="c7e7999eabb",
-                          block_m=128, block_n=256, block_k=64, stages=4,
+        # index: [32]
+        WgmmaTuningConfig(m=4096, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", config_id="cc009c15659",
+                          block_m=128, block_n=224, block_k=64, stages=5,
                           consumers=2, cluster_m=2, cluster_n=1, raster=0,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [35]
-        WgmmaTuningConfig(m=8192, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", config_id="c4b6ea49e86",
-                          block_m=256, block_n=144, block_k=64, stages=4,
-                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
-                          group_m=8, split_k=1, tail_split=0),
-        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [36]
-        WgmmaTuningConfig(m=1, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", config_id="c46af193f02",
+        # index: [33]
+        WgmmaTuningConfig(m=1, m_end=64, n=14336, k=4096, kernel="gemm_wgmma", config_id="c46af193f02",
                           block_m=64, block_n=128, block_k=128, stages=4,
                           consumers=1, cluster_m=1, cluster_n=1, raster=0,
                           group_m=1, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [37]
+        # index: [34]
+        WgmmaTuningConfig(m=64, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", config_id="c9b322944bc",
+                          block_m=64, block_n=128, block_k=64, stages=8,
+                          consumers=1, cluster_m=1, cluster_n=1, raster=0,
+                          group_m=1, split_k=1, tail_split=0),
+        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
+        # index: [35]
         WgmmaTuningConfig(m=112, m_end=176, n=14336, k=4096, kernel="gemm_wgmma", config_id="c9cdc065492",
                           block_m=128, block_n=112, block_k=64, stages=7,
                           consumers=2, cluster_m=1, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [38]
+        # index: [36]
         WgmmaTuningConfig(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma", config_id="cfa063dff86",
                           block_m=192, block_n=128, block_k=64, stages=5,
                           consumers=3, cluster_m=1, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [39]
-        WgmmaTuningConfig(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", config_id="ce075fa6ffb",
+        # index: [37]
+        WgmmaTuningConfig(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", config_id="c012bf5f15d",
                           block_m=128, block_n=224, block_k=64, stages=5,
-                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [40]
+        # index: [38]
         WgmmaTuningConfig(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma", config_id="c62685845ed",
                           block_m=192, block_n=128, block_k=64, stages=5,
                           consumers=3, cluster_m=2, cluster_n=1, raster=1,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [41]
-        WgmmaTuningConfig(m=512, m_end=1024, n=14336, k=4096, kernel="gemm_wgmma", config_id="ce8a49fe873",
+        # index: [39]
+        WgmmaTuningConfig(m=512, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", config_id="c012bf5f15d",
                           block_m=128, block_n=224, block_k=64, stages=5,
-                          consumers=2, cluster_m=2, cluster_n=1, raster=1,
+                          consumers=2, cluster_m=1, cluster_n=1, raster=0,
                           group_m=8, split_k=1, tail_split=0),
         # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [42]
-        WgmmaTuningConfig(m=1024, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", config_id="ce075fa6ffb",
-                          block_m=128, block_n=224, block_k=64, stages=5,
-                          consumers=2, cluster_m=1, cluster_n=1, raster=1,
-                          group_m=8, split_k=1, tail_split=0),
-        # Automatically generated from [manifests/gemm_wgmma.h100.yaml]
-        # index: [43]
+        # index: [40]
         WgmmaTuningConfig(m=2048, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma", config_id="c711d0d56b5",
                           block_m=256, block_n=176, block_k=64, stages=4,
                           consumers=2, cluster_m=2, cluster_n=1, raster=1,
@@ -1721,8 +1703,8 @@ H100_GEMM_WGMMA_SWAP_CONFIGS: list[SwapTuningConfig] = [
 ]
 H100_GEMM_DISPATCH: list[FamilyChoice] = [
     # BEGIN-H100-TUNING-LIST-GEMM_DISPATCH
-        # Provenance: [manifests/gemm_dispatch.h100.yaml] params sha256:0ba41dd9de98,
-        # device: NVIDIA H100 80GB HBM3, date: 2026-12-06
+        # Provenance: [manifests/gemm_dispatch.h100.yaml] params sha256:2c7b8d2cad82,
+        # device: NVIDIA H100 80GB HBM3, date: 2026-12-07
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [0]
         FamilyChoice(m=1, m_end=32, n=4096, k=4096, kernel="gemm_mma", table="gemm_mma",
@@ -1730,215 +1712,211 @@ H100_GEMM_DISPATCH: list[FamilyChoice] = [
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [1]
         FamilyChoice(m=32, m_end=112, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c419852ee1e", speedup_vs_cublas=1.0227),
+                     config_id="c419852ee1e", speedup_vs_cublas=1.0233),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [2]
         FamilyChoice(m=112, m_end=176, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cbb1316b55c", speedup_vs_cublas=1.026),
+                     config_id="cbb1316b55c", speedup_vs_cublas=1.0279),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [3]
         FamilyChoice(m=176, m_end=256, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c15d5c3560d", speedup_vs_cublas=1.0219),
+                     config_id="c15d5c3560d", speedup_vs_cublas=1.0186),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [4]
         FamilyChoice(m=256, m_end=320, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c802708bac7", speedup_vs_cublas=1.0567),
+                     config_id="c802708bac7", speedup_vs_cublas=1.0482),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [5]
         FamilyChoice(m=320, m_end=512, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c26f61dd7af", speedup_vs_cublas=1.0838),
+                     config_id="c26f61dd7af", speedup_vs_cublas=1.0777),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [6]
         FamilyChoice(m=512, m_end=1024, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c995170dd40", speedup_vs_cublas=0.9726),
+                     config_id="ccf5464a76a", speedup_vs_cublas=1.0),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [7]
-        FamilyChoice(m=1024, m_end=2048, n=4096, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cd57ea8e1dc", speedup_vs_cublas=1.0045),
+        FamilyChoice(m=1024, m_end=4096, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c218d6f5726", speedup_vs_cublas=1.0097),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [8]
-        FamilyChoice(m=2048, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39", speedup_vs_cublas=0.9979),
+        FamilyChoice(m=4096, m_end=8192, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c6d4d453c72", speedup_vs_cublas=0.9957),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [9]
-        FamilyChoice(m=1, m_end=8, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c1482322d11", speedup_vs_cublas=1.0547),
+        FamilyChoice(m=8192, m_end=2147483647, n=4096, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=0.9878),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [10]
-        FamilyChoice(m=8, m_end=32, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c556aeb46a1", speedup_vs_cublas=1.0574),
+        FamilyChoice(m=1, m_end=8, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c1482322d11", speedup_vs_cublas=1.0605),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [11]
-        FamilyChoice(m=32, m_end=112, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c419852ee1e", speedup_vs_cublas=1.061),
+        FamilyChoice(m=8, m_end=32, n=4096, k=14336, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c556aeb46a1", speedup_vs_cublas=1.0622),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [12]
-        FamilyChoice(m=112, m_end=176, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cbb1316b55c", speedup_vs_cublas=1.1237),
+        FamilyChoice(m=32, m_end=112, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c419852ee1e", speedup_vs_cublas=1.0635),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [13]
-        FamilyChoice(m=176, m_end=256, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c15d5c3560d", speedup_vs_cublas=1.1118),
+        FamilyChoice(m=112, m_end=176, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cbb1316b55c", speedup_vs_cublas=1.1271),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [14]
-        FamilyChoice(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ca0cfa76740", speedup_vs_cublas=1.1521),
+        FamilyChoice(m=176, m_end=256, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c15d5c3560d", speedup_vs_cublas=1.1125),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [15]
-        FamilyChoice(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c26f61dd7af", speedup_vs_cublas=1.1373),
+        FamilyChoice(m=256, m_end=320, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ca0cfa76740", speedup_vs_cublas=1.1435),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [16]
-        FamilyChoice(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c995170dd40", speedup_vs_cublas=0.9755),
+        FamilyChoice(m=320, m_end=512, n=4096, k=14336, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c26f61dd7af", speedup_vs_cublas=1.1244),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [17]
-        FamilyChoice(m=1024, m_end=4096, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c218d6f5726", speedup_vs_cublas=1.013),
+        FamilyChoice(m=512, m_end=1024, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="ccf5464a76a", speedup_vs_cublas=0.9937),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [18]
-        FamilyChoice(m=4096, m_end=8192, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c6d4d453c72", speedup_vs_cublas=0.9879),
+        FamilyChoice(m=1024, m_end=4096, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=1.0045),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [19]
-        FamilyChoice(m=8192, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39", speedup_vs_cublas=0.989),
+        FamilyChoice(m=4096, m_end=2147483647, n=4096, k=14336, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c05e6993f39", speedup_vs_cublas=0.9967),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [20]
         FamilyChoice(m=1, m_end=32, n=6144, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="cdba23ace0e", speedup_vs_cublas=1.069),
+                     config_id="cdba23ace0e", speedup_vs_cublas=1.0715),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [21]
         FamilyChoice(m=32, m_end=64, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c35a6eee8da", speedup_vs_cublas=1.0491),
+                     config_id="c35a6eee8da", speedup_vs_cublas=1.0526),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [22]
         FamilyChoice(m=64, m_end=112, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c35a6eee8da", speedup_vs_cublas=0.9955),
+                     config_id="c35a6eee8da", speedup_vs_cublas=0.9982),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [23]
         FamilyChoice(m=112, m_end=176, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ca0cfa76740", speedup_vs_cublas=0.9894),
+                     config_id="ca0cfa76740", speedup_vs_cublas=0.9929),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [24]
         FamilyChoice(m=176, m_end=256, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cb530ae64c0", speedup_vs_cublas=1.2025),
+                     config_id="cb530ae64c0", speedup_vs_cublas=1.1598),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [25]
         FamilyChoice(m=256, m_end=320, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c92851483c1", speedup_vs_cublas=0.9957),
+                     config_id="c92851483c1", speedup_vs_cublas=0.9929),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [26]
         FamilyChoice(m=320, m_end=512, n=6144, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c912339e000", speedup_vs_cublas=1.1269),
+                     config_id="c912339e000", speedup_vs_cublas=1.1147),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [27]
         FamilyChoice(m=512, m_end=1024, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ca81defb6d1", speedup_vs_cublas=1.0008),
+                     config_id="ca81defb6d1", speedup_vs_cublas=1.0036),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [28]
         FamilyChoice(m=1024, m_end=2147483647, n=6144, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c6f7f84261b", speedup_vs_cublas=1.0234),
+                     config_id="c6f7f84261b", speedup_vs_cublas=1.0362),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [29]
         FamilyChoice(m=1, m_end=8, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c556aeb46a1", speedup_vs_cublas=1.0),
+                     config_id="c556aeb46a1", speedup_vs_cublas=1.0065),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [30]
         FamilyChoice(m=8, m_end=32, n=8192, k=8192, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c5d7250bac0", speedup_vs_cublas=0.9998),
+                     config_id="c5d7250bac0", speedup_vs_cublas=1.0046),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [31]
         FamilyChoice(m=32, m_end=64, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ce2e4d4c14f", speedup_vs_cublas=1.0029),
+                     config_id="ce2e4d4c14f", speedup_vs_cublas=1.0083),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [32]
-        FamilyChoice(m=64, m_end=112, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="cb3a90e9540", speedup_vs_cublas=1.0127),
+        FamilyChoice(m=64, m_end=112, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c1c5004278b", speedup_vs_cublas=1.0164),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [33]
-        FamilyChoice(m=112, m_end=176, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c802708bac7", speedup_vs_cublas=1.0034),
+        FamilyChoice(m=112, m_end=176, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ca0cfa76740", speedup_vs_cublas=1.0111),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [34]
         FamilyChoice(m=176, m_end=256, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cb530ae64c0", speedup_vs_cublas=0.9988),
+                     config_id="cb530ae64c0", speedup_vs_cublas=1.0063),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [35]
         FamilyChoice(m=256, m_end=320, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c995170dd40", speedup_vs_cublas=0.9907),
+                     config_id="ccf5464a76a", speedup_vs_cublas=1.0016),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [36]
         FamilyChoice(m=320, m_end=512, n=8192, k=8192, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c912339e000", speedup_vs_cublas=1.016),
+                     config_id="c912339e000", speedup_vs_cublas=1.0127),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [37]
         FamilyChoice(m=512, m_end=2048, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39", speedup_vs_cublas=1.0137),
+                     config_id="c05e6993f39", speedup_vs_cublas=1.0158),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [38]
         FamilyChoice(m=2048, m_end=4096, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c05e6993f39", speedup_vs_cublas=0.9948),
+                     config_id="c05e6993f39", speedup_vs_cublas=0.9987),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [39]
-        FamilyChoice(m=4096, m_end=8192, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c7e7999eabb", speedup_vs_cublas=0.9909),
+        FamilyChoice(m=4096, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="cc009c15659", speedup_vs_cublas=1.0004),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [40]
-        FamilyChoice(m=8192, m_end=2147483647, n=8192, k=8192, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c4b6ea49e86", speedup_vs_cublas=1.0116),
+        FamilyChoice(m=1, m_end=8, n=14336, k=4096, kernel="gemm_mma", table="gemm_mma",
+                     config_id="c88f2d930a4", speedup_vs_cublas=1.0014),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [41]
-        FamilyChoice(m=1, m_end=8, n=14336, k=4096, kernel="gemm_mma", table="gemm_mma",
-                     config_id="c88f2d930a4", speedup_vs_cublas=0.9982),
+        FamilyChoice(m=8, m_end=32, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="ce2e4d4c14f", speedup_vs_cublas=1.0013),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [42]
-        FamilyChoice(m=8, m_end=32, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="ce2e4d4c14f", speedup_vs_cublas=1.0012),
+        FamilyChoice(m=32, m_end=64, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c5b06206301", speedup_vs_cublas=1.0193),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [43]
-        FamilyChoice(m=32, m_end=64, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c5b06206301", speedup_vs_cublas=1.0124),
+        FamilyChoice(m=64, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c9b322944bc", speedup_vs_cublas=0.9979),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [44]
-        FamilyChoice(m=64, m_end=112, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c46af193f02", speedup_vs_cublas=0.9944),
+        FamilyChoice(m=112, m_end=176, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c9cdc065492", speedup_vs_cublas=1.0211),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [45]
-        FamilyChoice(m=112, m_end=128, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c9cdc065492", speedup_vs_cublas=1.013),
+        FamilyChoice(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="cfb20e194d1", speedup_vs_cublas=1.0088),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [46]
-        FamilyChoice(m=128, m_end=176, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c9cdc065492", speedup_vs_cublas=0.9984),
+        FamilyChoice(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c012bf5f15d", speedup_vs_cublas=1.0191),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [47]
-        FamilyChoice(m=176, m_end=256, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="cfb20e194d1", speedup_vs_cublas=0.9994),
+        FamilyChoice(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
+                     config_id="c96c7331b58", speedup_vs_cublas=1.0114),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [48]
-        FamilyChoice(m=256, m_end=320, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ce075fa6ffb", speedup_vs_cublas=0.9912),
+        FamilyChoice(m=512, m_end=1024, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c012bf5f15d", speedup_vs_cublas=1.1138),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [49]
-        FamilyChoice(m=320, m_end=512, n=14336, k=4096, kernel="gemm_wgmma_swap", table="gemm_wgmma_swap",
-                     config_id="c96c7331b58", speedup_vs_cublas=1.0153),
+        FamilyChoice(m=1024, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c012bf5f15d", speedup_vs_cublas=0.9874),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [50]
-        FamilyChoice(m=512, m_end=1024, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ce8a49fe873", speedup_vs_cublas=1.0889),
+        FamilyChoice(m=2048, m_end=4096, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c711d0d56b5", speedup_vs_cublas=1.0127),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [51]
-        FamilyChoice(m=1024, m_end=2048, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="ce075fa6ffb", speedup_vs_cublas=0.968),
+        FamilyChoice(m=4096, m_end=8192, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c711d0d56b5", speedup_vs_cublas=0.9979),
         # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
         # index: [52]
-        FamilyChoice(m=2048, m_end=4096, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c711d0d56b5", speedup_vs_cublas=1.0041),
-        # Automatically generated from [manifests/gemm_dispatch.h100.yaml]
-        # index: [53]
-        FamilyChoice(m=4096, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
-                     config_id="c711d0d56b5", speedup_vs_cublas=0.9989),
+        FamilyChoice(m=8192, m_end=2147483647, n=14336, k=4096, kernel="gemm_wgmma", table="gemm_wgmma",
+                     config_id="c711d0d56b5", speedup_vs_cublas=1.0003),
     # END-H100-TUNING-LIST-GEMM_DISPATCH
 ]
 H100_SELECTOR_FILES: dict[str, SelectorFile] = {
@@ -1946,8 +1924,8 @@ H100_SELECTOR_FILES: dict[str, SelectorFile] = {
     # Automatically generated from [kernels/data/gemm_selector.h100.json]: its sha256, candidates and provenance
     "gemm_selector": SelectorFile(
         path="data/gemm_selector.h100.json",
-        sha256="bf33afc63f5993713bfc971d9b061b1868ca39a38de80cc680cdc16566b7e477",
-        candidates=497,
+        sha256="bb4702e6cc90cde60ee8afdc3e0260cf62df6c18530b55a4f91c058ec1386d8a",
+        candidates=500,
         provenance=(
             ("table", "gemm_selector"),
             ("tables", "gemm_mma,gemm_wgmma,gemm_wgmma_swap"),
@@ -1956,7 +1934,7 @@ H100_SELECTOR_FILES: dict[str, SelectorFile] = {
                       "a shape their mean weighted by e^(-octaves beyond the (N, K)'s Ms) x 1 "
                       "for every (N, K) (cuBLAS: e^(-distance / 0.5))"),
             ("device", "NVIDIA H100 80GB HBM3"),
-            ("date", "2026-12-06"),
+            ("date", "2026-12-07"),
             ("anchors", "1,8,32,64,112,128,176,256,320,512,1024,2048,4096,8192"),
             ("candidates", 12),
             ("lattice", "N, K in 1024..32768 (11 values), 8 Ms per range, a shortlist per point "
@@ -1968,10 +1946,10 @@ H100_SELECTOR_FILES: dict[str, SelectorFile] = {
             ("gemm_mma_date", "2026-12-06"),
             ("gemm_mma_shapes", 55),
             ("gemm_wgmma_recording", "data/recordings/h100_gemm_wgmma.parquet"),
-            ("gemm_wgmma_data_hash", "546a828d34ed7ff8"),
+            ("gemm_wgmma_data_hash", "406cf8cc0f08dbf8"),
             ("gemm_wgmma_kernel_hash", "43ae37918bb9c853"),
-            ("gemm_wgmma_git_rev", "1460366"),
-            ("gemm_wgmma_date", "2026-12-06"),
+            ("gemm_wgmma_git_rev", "ba6f8971b5f5"),
+            ("gemm_wgmma_date", "2026-12-07"),
             ("gemm_wgmma_shapes", 70),
             ("gemm_wgmma_swap_recording", "data/recordings/h100_gemm_wgmma_swap.parquet"),
             ("gemm_wgmma_swap_data_hash", "600f48f73b2899ec"),
@@ -1986,10 +1964,10 @@ H100_SELECTOR_FILES: dict[str, SelectorFile] = {
             ("gemm_mma_coverage_date", "2026-12-06"),
             ("gemm_mma_coverage_shapes", 20),
             ("gemm_wgmma_coverage_recording", "data/recordings/h100_coverage_gemm_wgmma.parquet"),
-            ("gemm_wgmma_coverage_data_hash", "6c71368b10653954"),
+            ("gemm_wgmma_coverage_data_hash", "c3fb56268b7ca9bb"),
             ("gemm_wgmma_coverage_kernel_hash", "43ae37918bb9c853"),
-            ("gemm_wgmma_coverage_git_rev", "b3413158f8a8"),
-            ("gemm_wgmma_coverage_date", "2026-12-06"),
+            ("gemm_wgmma_coverage_git_rev", "ba6f8971b5f5"),
+            ("gemm_wgmma_coverage_date", "2026-12-07"),
             ("gemm_wgmma_coverage_shapes", 20),
             ("gemm_wgmma_swap_coverage_recording", "data/recordings/h100_coverage_gemm_wgmma_swap.parquet"),
             ("gemm_wgmma_swap_coverage_data_hash", "98114e07a623e043"),
