@@ -37,6 +37,14 @@ def test_dispatch_ratios_take_the_named_tables_ratio_per_shape() -> None:
                                                                                  (128, 64, 64): 1.20}
 
 
+def test_own_over_other_compares_the_shapes_both_selections_score() -> None:
+    """A shape the other device's selection cannot be scored on (its pick was never measured here) leaves the ratio."""
+    own = {(1, 64, 64): 1.2, (128, 64, 64): 1.1, (256, 64, 64): 0.5}
+    other = {(1, 64, 64): 1.0, (128, 64, 64): 1.0}
+    found = device_tables.paired_ratio(own=own, other=other)
+    assert found == {"geomean": round(math.sqrt(1.2 * 1.1), 4), "shapes": 2, "unscored": ["256x64x64"]}
+
+
 def test_the_cost_of_the_other_devices_choice_is_its_time_over_the_own_choices() -> None:
     """Strict and selected costs on the H100 rows: 12 / 10 - 1 where the H200's pick differs, 0 where it agrees."""
     times = {"h100": {"t": {(1, 64, 64): {"p": 10.0, "q": 12.0, "cublas": 11.0},
@@ -83,7 +91,11 @@ def test_the_operators_served_figure_counts_torch_where_the_dispatch_entry_measu
     import yaml
 
     entries = yaml.safe_load((REPO / "manifests" / "gemm_dispatch.h100.yaml").read_text())["params"]
-    ratios = {(512, 4096, 4096): 0.9, (1024, 4096, 4096): 1.2, (1, 4096, 4096): 1.1}
+    # A table shape whose entry measured cuBLAS faster, one where ours was, and 1 x 4096 x 4096.
+    slower = next(e for e in entries if e["SPEEDUP_VS_CUBLAS"] < 1.0)
+    faster = next(e for e in entries if e["SPEEDUP_VS_CUBLAS"] > 1.05 and e["M"] > 1)
+    ratios = {(slower["M"], slower["N"], slower["K"]): 0.9, (faster["M"], faster["N"], faster["K"]): 1.2,
+              (1, 4096, 4096): 1.1}
 
     def below_one(m: int, n: int, k: int) -> bool:
         found = next(e for e in entries if e["N"] == n and e["K"] == k and e["M"] <= m < e["M_END"])

@@ -97,19 +97,19 @@ def test_the_operator_hands_torch_exactly_the_default_shapes_whose_recording_mea
     assert 10 <= len(slower) <= 30   # on both devices about a quarter of the default shapes
 
 
-def test_the_h100s_512_x_4096_x_4096_goes_to_torch_and_1024_stays_with_tunetable() -> None:
-    """gemm_wgmma's winner at 512 x 4096^2 on the H100 ran slower than cuBLAS (0.966x in its own shard,
-    device_tables.json); at 1024 x 4096^2 gemm_wgmma_swap's ran faster (1.003x)."""
-    slow = tabled_decision("h100", (512, 4096, 4096))
+def test_the_h100s_512_x_4096_x_14336_goes_to_torch_and_1024_stays_with_tunetable() -> None:
+    """gemm_wgmma's winner at 512 x 4096 x 14336 on the H100 ran slower than cuBLAS (0.994x in its own shard,
+    manifests/gemm_dispatch.h100.yaml); at 1024 x 4096 x 14336 its winner ran faster (1.005x)."""
+    slow = tabled_decision("h100", (512, 4096, 14336))
     expected = measured_speedup(device="h100", table=slow.choice.table, config_id=slow.choice.config_id,
-                                shape=(512, 4096, 4096))
+                                shape=(512, 4096, 14336))
     assert expected < 1.0
-    assert torch_serves(slow, m=512, n=4096, k=4096, smallest_floor_s=None) == (
+    assert torch_serves(slow, m=512, n=4096, k=14336, smallest_floor_s=None) == (
         f"its recording measured cuBLAS faster (dispatch entry at M=512: {expected:.4f}x cuBLAS's speed)")
-    fast = tabled_decision("h100", (1024, 4096, 4096))
+    fast = tabled_decision("h100", (1024, 4096, 14336))
     assert measured_speedup(device="h100", table=fast.choice.table, config_id=fast.choice.config_id,
-                            shape=(1024, 4096, 4096)) >= 1.0
-    assert torch_serves(fast, m=1024, n=4096, k=4096, smallest_floor_s=None) is None
+                            shape=(1024, 4096, 14336)) >= 1.0
+    assert torch_serves(fast, m=1024, n=4096, k=14336, smallest_floor_s=None) is None
 
 
 def test_codegen_renders_each_entrys_speedup_as_a_float_literal(tmp_path: Path) -> None:
