@@ -25,10 +25,12 @@ The validation recordings are a test set only: nothing in the selector (features
 chosen by them; settings are chosen by the folds above, on both devices' default recordings.
 
     python3 benchmarks/unseen_shapes.py [--device D] [--out benchmarks/results] [--candidates N] [--folds-only]
-                                        [--no-coverage [--held-out coverage]]
-Writes unseen_shapes.json under --out (another device: unseen_shapes.<device>.json; --no-coverage:
-unseen_shapes.no_coverage[.<device>].json; --no-coverage --held-out coverage, the coverage recordings scored as
-held-out shapes of a fit that never read them: unseen_shapes.coverage_held_out[.<device>].json). Last line:
+                                        [--no-coverage | --coverage CSV] [--held-out coverage]
+Writes unseen_shapes.json under --out for the fit `tunetable select` builds (another device:
+unseen_shapes.<device>.json); a fit that reads other coverage than params.yaml names: --no-coverage
+unseen_shapes.no_coverage[.<device>].json, --coverage CSV unseen_shapes.with_coverage[.<device>].json (so the folds
+measure what coverage is worth whether or not params.yaml uses it); --held-out coverage, the coverage recordings
+scored as held-out shapes of a fit that never read them: unseen_shapes.coverage_held_out[.<device>].json. Last line:
 ``unseen shapes: P% within 5%, geomean regret R%``. --folds-only: the two folds' figures only, printed, nothing
 written and no validation recording read (what a setting of the selector is chosen by).
 With --timing-only: only the host time of a first decision, in a process that has just built the selector
@@ -81,6 +83,7 @@ SELECTOR = "gemm_selector"
 HELD_OUT = {"validation": "validation_{table}", "coverage": "coverage_{table}"}
 OUT_NAME = "unseen_shapes.json"     # the primary device's; another's: device_data_path's (unseen_shapes.<d>.json)
 NO_COVERAGE_OUT_NAME = "unseen_shapes.no_coverage.json"   # --no-coverage: the tables' recordings alone
+WITH_COVERAGE_OUT_NAME = "unseen_shapes.with_coverage.json"   # --coverage CSV, where params.yaml names another or none
 COVERAGE_HELD_OUT_NAME = "unseen_shapes.coverage_held_out.json"   # --no-coverage --held-out coverage
 SLOW = 0.9                          # a pick below this speedup vs cuBLAS counts as slow (issue 49)
 WITHIN = 0.05
@@ -255,6 +258,20 @@ def out_name(*, params: dict[str, Any], device: str, name: str = OUT_NAME) -> st
     return name if device == primary_device(params) else device_data_path(name, device=device)
 
 
+def fit_coverage(*, setting: str | None, no_coverage: bool, coverage: str | None) -> str | None:
+    """The coverage CSV the fit reads: none with --no-coverage, else --coverage's, else params.yaml's ``setting``."""
+    return None if no_coverage else coverage or setting
+
+
+def result_name(*, setting: str | None, fitted: str | None, held_out: str) -> str:
+    """The result file's name (before the device suffix): what the fit read, and what it held out."""
+    if held_out == "coverage":
+        return COVERAGE_HELD_OUT_NAME
+    if fitted == setting:
+        return OUT_NAME   # the fit as `tunetable select` builds it
+    return NO_COVERAGE_OUT_NAME if fitted is None else WITH_COVERAGE_OUT_NAME
+
+
 def held_out_paths(*, device: str, names: Sequence[str], held_out: str = "validation") -> dict[str, Path]:
     """Base table name -> ``device``'s held-out recording of it (recording_path of ``<held_out>_<table>``)."""
     bases = [split_device_table(name)[0] for name in names]
@@ -376,25 +393,31 @@ def main() -> None:
                         help="only the host time per first decision, right after building the selector")
     parser.add_argument("--no-coverage", action="store_true",
                         help="fit on the tables' recordings alone, without the device's coverage recordings")
+    parser.add_argument("--coverage", default=None, metavar="CSV",
+                        help="fit with the device's coverage recordings of CSV's shapes, whether or not params.yaml's "
+                             "selector names a coverage CSV (what coverage would be worth where it names none)")
     parser.add_argument("--held-out", choices=sorted(HELD_OUT), default="validation",
-                        help="the recordings scored as held-out shapes: the validation set (default), or, with "
-                             "--no-coverage, the coverage recordings (shapes of far (N, K) the fit never read)")
+                        help="the recordings scored as held-out shapes: the validation set (default), or, from a "
+                             "fit that never read them, the coverage recordings (shapes of far (N, K))")
     args = parser.parse_args()
-    if args.held_out == "coverage" and not args.no_coverage:
-        parser.error("--held-out coverage needs --no-coverage: a fit with the coverage recordings has read them")
+    if args.coverage and args.no_coverage:
+        parser.error("--coverage and --no-coverage: give one")
     params = load_params(REPO / "params.yaml")
     device = args.device or primary_device(params)
     if device not in (params.get("devices") or {}):
         parser.error(f"--device {device}: not a device of params.yaml (devices: {', '.join(params['devices'])})")
     spec = selector_spec(params, selector_name(params=params, device=device))
     names = spec.tables
+    fitted = fit_coverage(setting=spec.coverage, no_coverage=args.no_coverage, coverage=args.coverage)
+    if args.held_out == "coverage" and fitted is not None:
+        parser.error(f"--held-out coverage needs a fit that never read them: this one reads {fitted} (params.yaml "
+                     "selector coverage or --coverage); add --no-coverage")
     extra = ("" if device == primary_device(params) else f" --device {device}") + (
-        " --no-coverage" if args.no_coverage else "") + (
+        " --no-coverage" if args.no_coverage else "") + (f" --coverage {args.coverage}" if args.coverage else "") + (
         f" --held-out {args.held_out}" if args.held_out != "validation" else "")
     if args.candidates is None:
         args.candidates = spec.candidates
-    found = selector_tables(root=REPO, specs=[table_spec(params, name) for name in names],
-                            coverage=None if args.no_coverage else spec.coverage)
+    found = selector_tables(root=REPO, specs=[table_spec(params, name) for name in names], coverage=fitted)
     if found.coverage_absent:
         print(coverage_absent_line(name=spec.name, paths=found.coverage_absent))
     tables = list(found.tables)
@@ -453,8 +476,8 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / out_name(params=params, device=device,
-                                          name=(COVERAGE_HELD_OUT_NAME if args.held_out == "coverage" else
-                                                NO_COVERAGE_OUT_NAME if args.no_coverage else OUT_NAME)),
+                                          name=result_name(setting=spec.coverage, fitted=fitted,
+                                                           held_out=args.held_out)),
                       json.dumps(result, indent=1) + "\n")
     for name, key in (("leave-one-(N, K)-out", "leave_one_nk_out"), ("leave-one-M-out", "leave_one_m_out")):
         for variant, part in (("shortlist (runtime)", "summary"), ("every configuration", "all_configs")):

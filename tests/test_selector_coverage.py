@@ -301,7 +301,27 @@ def test_unseen_shapes_holds_the_coverage_recordings_out_only_from_a_fit_that_ne
         "gemm_wgmma": "data/recordings/h100_coverage_gemm_wgmma.parquet"}
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "unseen_shapes.py"), "--held-out", "coverage"],
                             capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "--held-out coverage needs --no-coverage" in result.stderr
+    assert result.returncode == 2 and ("--held-out coverage needs a fit that never read them: this one reads "
+                                       "data/coverage_shapes.csv") in result.stderr
+    both = subprocess.run([sys.executable, str(REPO / "benchmarks" / "unseen_shapes.py"), "--no-coverage",
+                           "--coverage", "data/coverage_shapes.csv"], capture_output=True, text=True, timeout=120)
+    assert both.returncode == 2 and "--coverage and --no-coverage: give one" in both.stderr
+
+
+def test_unseen_shapes_names_a_result_by_what_its_fit_read() -> None:
+    """The fit `select` builds writes unseen_shapes.json; one reading other coverage than params.yaml says which."""
+    from bench_support import load_benchmark_script
+
+    unseen = load_benchmark_script("unseen_shapes")
+    csv = "data/coverage_shapes.csv"
+    assert unseen.fit_coverage(setting=csv, no_coverage=False, coverage=None) == csv
+    assert unseen.fit_coverage(setting=csv, no_coverage=True, coverage=None) is None
+    assert unseen.fit_coverage(setting=None, no_coverage=False, coverage=csv) == csv
+    names = [unseen.result_name(setting=setting, fitted=fitted, held_out="validation")
+             for setting, fitted in ((csv, csv), (csv, None), (None, None), (None, csv))]
+    assert names == ["unseen_shapes.json", "unseen_shapes.no_coverage.json", "unseen_shapes.json",
+                     "unseen_shapes.with_coverage.json"]
+    assert unseen.result_name(setting=None, fitted=None, held_out="coverage") == "unseen_shapes.coverage_held_out.json"
 
 
 def suggested_cublas_us(root: Path, shape: tuple[int, int, int]) -> tuple[float, subprocess.CompletedProcess]:
