@@ -276,14 +276,13 @@ def figures() -> dict[str, Any]:
               for d in DEVICES}
     summaries = {d: {which: {name: ratio_summary(r) for name, r in per.items()} for which, per in series[d].items()}
                  for d in DEVICES}
-    for d in DEVICES:
-        summaries[d]["own_over_other"] = {name: paired_ratio(own=own, other=series[d]["other"][name])
-                                          for name, own in series[d]["own"].items()}
     return {
         "recordings": {d: {t: str(recording(device=d, table=t).relative_to(REPO)) for t in TABLES} for d in DEVICES},
         "recording_sha256": {d: {t: sha256_file(recording(device=d, table=t)) for t in TABLES} for d in DEVICES},
         "h200_selection_equals_committed": same,
         "speedup_vs_cublas": summaries,
+        "own_over_other": {d: {name: paired_ratio(own=own, other=series[d]["other"][name])
+                               for name, own in series[d]["own"].items()} for d in DEVICES},
         "differences": {t: winner_differences(table=t, times=times, selections=chosen) for t in TABLES},
         "dispatch_on_gemm_mma_shapes": {d: {which: ratio_summary({s: v for s, v in series[d][which][DISPATCH].items()
                                                                   if s in times[d]["gemm_mma"]})
@@ -305,7 +304,7 @@ def speedup_rows(result: dict[str, Any]) -> list[list[str]]:
         for name in (*TABLES, DISPATCH):
             own = result["speedup_vs_cublas"][device]["own"][name]
             other = result["speedup_vs_cublas"][device]["other"][name]
-            paired = result["speedup_vs_cublas"][device]["own_over_other"][name]
+            paired = result["own_over_other"][device][name]
             over = "" if paired["shapes"] == own["shapes"] else f" (over {paired['shapes']})"
             rows.append([device, name, str(own["shapes"]), f"{own['geomean']:.3f}",
                          f"{own['at_or_above_1']} / {own['shapes']}", f"{own['min']:.3f}",
