@@ -1,9 +1,10 @@
 """Coverage recordings: extra (N, K) pairs recorded for the shape selector's fit only (params.yaml
 ``selector.<s>.coverage``, ``<device>_coverage_<table>`` recordings; docs/selector_data.md).
 
-The H200 has no coverage recording, so a tmp project stands the H200's validation recordings in as one (real GPU
-rows at shapes no table holds), with a validation CSV that leaves those shapes out; suggest's coverage rows are
-checked on the H100's committed coverage recordings. Expected values are recomputed from the parquet files
+params.yaml names no coverage CSV since the folds dropped it (docs/selector_validation.md), so each project here
+names one (COVERAGE_PARAMS). The H200 has no coverage recording, so a tmp project stands the H200's validation
+recordings in as one (real GPU rows at shapes no table holds), with a validation CSV that leaves those shapes out;
+suggest's coverage rows are checked on the H100's committed coverage recordings. Expected values are recomputed from the parquet files
 (polars) and by least squares (numpy), never read back from the fit.
 """
 
@@ -37,6 +38,11 @@ TABLES = SPEC.tables
 STAND_IN = [(5, 18944, 3584), (64, 18944, 3584), (250, 18944, 3584), (1200, 18944, 3584),
             (40, 3584, 18944), (144, 3584, 18944), (480, 3584, 18944), (2500, 3584, 18944)]
 VALIDATION_LINES = (REPO / "data" / "validation_shapes.csv").read_text().splitlines()
+COVERAGE_CSV = "data/coverage_shapes.csv"
+SELECTOR_DATA_LINE = f"    data: {SPEC.data}\n"
+# params.yaml with the selector's coverage key (the setting the tests below exercise)
+COVERAGE_PARAMS = (REPO / "params.yaml").read_text().replace(
+    SELECTOR_DATA_LINE, f"{SELECTOR_DATA_LINE}    coverage: {COVERAGE_CSV}\n", 1)
 
 
 def shape_line(shape: tuple[int, int, int]) -> str:
@@ -51,7 +57,7 @@ def make_project(root: Path, *, coverage: list[tuple[int, int, int]] = STAND_IN,
     recordings = root / "data" / "recordings"
     recordings.mkdir(parents=True)
     (root / "kernels" / "data").mkdir(parents=True)
-    (root / "params.yaml").write_text(params_text or (REPO / "params.yaml").read_text())
+    (root / "params.yaml").write_text(params_text or COVERAGE_PARAMS)
     for table in TABLES:
         for suffix in (".parquet", ".json"):
             shutil.copy(REPO / "data" / "recordings" / f"h200_{table}{suffix}", recordings / f"h200_{table}{suffix}")
@@ -66,7 +72,7 @@ def make_project(root: Path, *, coverage: list[tuple[int, int, int]] = STAND_IN,
     return root
 
 
-def project_tables(root: Path, *, coverage: str | None = "data/coverage_shapes.csv"):
+def project_tables(root: Path, *, coverage: str | None = COVERAGE_CSV):
     """``selector_tables`` of the project at ``root`` (its params.yaml)."""
     params = load_params(root / "params.yaml")
     specs = [table_spec(params, name, path=root / "params.yaml") for name in TABLES]
@@ -231,7 +237,7 @@ def test_a_device_with_some_coverage_recordings_only_names_the_missing_one(tmp_p
 
 def test_a_coverage_recording_of_other_kernel_sources_is_refused(tmp_path) -> None:
     # gemm_mma's table recording is the H200's rerun (kernel hash 4cbe...), its coverage the validation one (8a2c...).
-    text = (REPO / "params.yaml").read_text().replace(
+    text = COVERAGE_PARAMS.replace(
         "    family: gemm_mma                 #", "    recording: data/recordings/h200_gemm_mma_rerun.parquet\n"
         "    family: gemm_mma                 #", 1)
     root = make_project(tmp_path, params_text=text)
@@ -299,10 +305,10 @@ def test_unseen_shapes_holds_the_coverage_recordings_out_only_from_a_fit_that_ne
     assert {k: p.relative_to(REPO).as_posix() for k, p in paths.items()} == {
         "gemm_mma": "data/recordings/h100_coverage_gemm_mma.parquet",
         "gemm_wgmma": "data/recordings/h100_coverage_gemm_wgmma.parquet"}
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "unseen_shapes.py"), "--held-out", "coverage"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "unseen_shapes.py"), "--coverage", COVERAGE_CSV,
+                             "--held-out", "coverage"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and ("--held-out coverage needs a fit that never read them: this one reads "
-                                       "data/coverage_shapes.csv") in result.stderr
+                                       "data/coverage_shapes.csv (--coverage); drop --coverage") in result.stderr
     both = subprocess.run([sys.executable, str(REPO / "benchmarks" / "unseen_shapes.py"), "--no-coverage",
                            "--coverage", "data/coverage_shapes.csv"], capture_output=True, text=True, timeout=120)
     assert both.returncode == 2 and "--coverage and --no-coverage: give one" in both.stderr
@@ -374,19 +380,24 @@ def suggest_row(stdout: str, shape: tuple[int, int, int]) -> list[str]:
     raise AssertionError(f"no row for {shape} in:\n{stdout}")
 
 
-def test_suggest_shows_the_h100_coverage_recordings_measurement_at_a_coverage_shape() -> None:
+def test_suggest_shows_the_h100_coverage_recordings_measurement_at_a_coverage_shape(tmp_path) -> None:
     # 256 x 3072 x 24576 is a line of data/coverage_shapes.csv (no table holds it): the H100's coverage recordings
-    # measured every configuration there, so the selector's pick shows that recording's median and its cuBLAS
-    # (the yardstick table rows show: its rows in its session scale, pooled with the other coverage recordings').
-    # 300 x 3072 x 24576 nobody measured: predicted. Expected numbers: polars on the committed parquet files.
+    # measured every configuration there, so with the coverage key the selector's pick shows that recording's median
+    # and its cuBLAS (the yardstick table rows show: its rows in its session scale, pooled with the other coverage
+    # recordings'). 300 x 3072 x 24576 nobody measured: predicted. Expected numbers: polars on the committed parquet
+    # files. The project: params.yaml with the coverage key and the H100's committed recordings.
     from tunetable.kernels.runtime.decide import shape_selector
 
     shape, unmeasured = (256, 3072, 24576), (300, 3072, 24576)
-    csv = pl.read_csv(REPO / SPEC.coverage, comment_prefix="#")
+    csv = pl.read_csv(REPO / COVERAGE_CSV, comment_prefix="#")
     assert shape in set(csv.select("M", "N", "K").iter_rows())
-    done = subprocess.run([sys.executable, "-m", "tunetable", "suggest", "--device", "h100", "--shape",
-                           shape_line(shape), "--shape", shape_line(unmeasured)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "COLUMNS": "400"})
+    root = make_project(tmp_path, coverage=list(csv.select("M", "N", "K").iter_rows()), with_coverage=False)
+    for recording in (REPO / "data" / "recordings").glob("h100_*"):
+        if not recording.name.startswith("h100_validation_"):
+            shutil.copy(recording, root / "data" / "recordings" / recording.name)
+    done = subprocess.run([sys.executable, "-m", "tunetable", "suggest", "--params", str(root / "params.yaml"),
+                           "--device", "h100", "--shape", shape_line(shape), "--shape", shape_line(unmeasured)],
+                          cwd=root, capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "400"})
     assert done.returncode == 0, done.stderr
     chosen = shape_selector("gemm_selector", device="h100").choose(m=shape[0], n=shape[1], k=shape[2]).candidate
     recording = f"data/recordings/h100_coverage_{chosen.table}.parquet"
