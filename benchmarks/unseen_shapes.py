@@ -410,8 +410,9 @@ def main() -> None:
     names = spec.tables
     fitted = fit_coverage(setting=spec.coverage, no_coverage=args.no_coverage, coverage=args.coverage)
     if args.held_out == "coverage" and fitted is not None:
-        parser.error(f"--held-out coverage needs a fit that never read them: this one reads {fitted} " + (
-            "(--coverage); drop --coverage" if args.coverage else "(params.yaml's selector coverage); add --no-coverage"))
+        fix = ("(--coverage); drop --coverage" if args.coverage
+               else "(params.yaml's selector coverage); add --no-coverage")
+        parser.error(f"--held-out coverage needs a fit that never read them: this one reads {fitted} {fix}")
     extra = ("" if device == primary_device(params) else f" --device {device}") + (
         " --no-coverage" if args.no_coverage else "") + (f" --coverage {args.coverage}" if args.coverage else "") + (
         f" --held-out {args.held_out}" if args.held_out != "validation" else "")

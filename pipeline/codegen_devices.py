@@ -161,7 +161,8 @@ def render_device_tables_region(blocks: Sequence[DeviceBlock], *, bases: Sequenc
 DVC_FILE = "dvc.yaml"
 DVC_REGIONS = ("DVC-DEVICE-RECORDINGS", "DVC-DEVICE-OUTS", "DVC-DEVICE-METRICS", "DVC-DEVICE-MANIFESTS",
                "DVC-DEVICE-PLOTS", "DVC-COVERAGE-RECORDINGS")
-DVC_EMPTY = {"DVC-COVERAGE-RECORDINGS": "# (none: no selector names coverage shapes, or none recorded)"}   # else: no other device has tables
+# An empty coverage region says why; the device regions stay empty (no other device has tables).
+DVC_EMPTY = {"DVC-COVERAGE-RECORDINGS": "# (none: no selector names coverage shapes, or none recorded)"}
 
 
 def coverage_recordings(params: Mapping[str, Any], *, root: Any) -> list[str]:

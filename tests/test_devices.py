@@ -448,7 +448,8 @@ def test_suggest_marks_a_prediction_faster_than_the_devices_floor() -> None:
     h100 = _tunetable("suggest", "--device", "h100", "--shape", "250,18944,3584")
     assert h100.returncode == 0, h100.stderr
     row = next(line for line in h100.stdout.splitlines() if line.startswith("│ 250 "))
-    floor_us = (250 * 3584 + 18944 * 3584 + 250 * 18944) * 2 / (PARAMS["devices"]["h100"]["ceilings"]["copy_tb_s"] * 1e6)
+    copy_tb_s = PARAMS["devices"]["h100"]["ceilings"]["copy_tb_s"]
+    floor_us = (250 * 3584 + 18944 * 3584 + 250 * 18944) * 2 / (copy_tb_s * 1e6)
     predicted_us = float(row.split("│")[7])
     assert predicted_us < floor_us and "predicted, below floor" in row
     assert "predicted, below floor rows: faster than the shape's roofline floor on this" in h100.stdout

@@ -4,8 +4,8 @@
 params.yaml names no coverage CSV since the folds dropped it (docs/selector_validation.md), so each project here
 names one (COVERAGE_PARAMS). The H200 has no coverage recording, so a tmp project stands the H200's validation
 recordings in as one (real GPU rows at shapes no table holds), with a validation CSV that leaves those shapes out;
-suggest's coverage rows are checked on the H100's committed coverage recordings. Expected values are recomputed from the parquet files
-(polars) and by least squares (numpy), never read back from the fit.
+suggest's coverage rows are checked on the H100's committed coverage recordings. Expected values are recomputed
+from the parquet files (polars) and by least squares (numpy), never read back from the fit.
 """
 
 from __future__ import annotations
@@ -103,12 +103,17 @@ def ok_rows(path: Path, shapes) -> pl.DataFrame:
     return frame.filter((pl.col("status") == "ok") & (pl.col("kind") == "kernel"))
 
 
-def test_the_coverage_path_is_derived_beside_the_recordings_path() -> None:
+def test_the_coverage_path_is_derived_beside_the_recordings_path(tmp_path) -> None:
     assert coverage_recording_path(device="h100", table="gemm_mma") == "data/recordings/h100_coverage_gemm_mma.parquet"
     spec = table_spec(PARAMS, "gemm_wgmma.h100")
     assert spec.coverage_recording() == "data/recordings/h100_coverage_gemm_wgmma.parquet"
     assert table_spec(PARAMS, "gemm_mma").coverage_recording() == "data/recordings/h200_coverage_gemm_mma.parquet"
-    assert selector_spec(PARAMS, "gemm_selector.h100").coverage == SPEC.coverage == "data/coverage_shapes.csv"
+    # A device's selector takes the setting of the selector it derives from: none in params.yaml, the CSV here.
+    assert selector_spec(PARAMS, "gemm_selector.h100").coverage is None and SPEC.coverage is None
+    (tmp_path / "params.yaml").write_text(COVERAGE_PARAMS)
+    named = load_params(tmp_path / "params.yaml")
+    assert selector_spec(named, "gemm_selector.h100").coverage == selector_spec(named, "gemm_selector").coverage \
+        == COVERAGE_CSV
 
 
 def test_coverage_rows_are_merged_at_the_csv_shapes_and_the_tables_rows_stay(project, merged) -> None:
