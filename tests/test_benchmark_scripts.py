@@ -883,3 +883,18 @@ def test_device_ceilings_proposes_the_highest_rounds_and_renders_them() -> None:
     assert "| device-to-device copy, 2 GiB (read + written) | 2.96 TB/s | 3.07 TB/s |" in text
     assert "| torch.mm bf16 4096x4096x4096 (warm) | 700.0 TFLOP/s | 712.3 TFLOP/s |" in text
     assert "`devices.h100.ceilings`: copy_tb_s 3.07, tflops 712.3." in text
+
+
+def test_runtime_slow_state_reports_each_cell_against_the_same_cells_cublas() -> None:
+    """Per (data, order) the contender's µs and cuBLAS of that cell over it (hand values; no GPU)."""
+    probe = load_benchmark_script("runtime_slow_state")
+    assert probe.parse_shape("250x18944x3584") == (250, 18944, 3584)
+    assert probe.parse_config("BLOCK_M=256,BLOCK_N=176,STAGES=4") == {"block_m": 256, "block_n": 176, "stages": 4}
+    rows = [{"shape": "250x18944x3584", "data": data, "order": order, "contender": name, "median_us": us,
+             "samples_us": [us]}
+            for data in probe.DATA for order in probe.ORDERS
+            for name, us in (("256x176 s4 r1", 70.0 if data == "randn" else 58.0), ("cublas", 56.0))]
+    text = probe.report({"device": "GPU", "git_rev": "abc", "date": "d", "method": "m", "rows": rows})
+    line = next(row for row in text.splitlines() if row.startswith("| 250x18944x3584 | 256x176 s4 r1 |"))
+    assert line.split(" | ")[2:] == ["70.0 µs (0.800x)", "70.0 µs (0.800x)", "58.0 µs (0.966x)",
+                                     "58.0 µs (0.966x) |"]

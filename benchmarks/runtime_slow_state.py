@@ -1,0 +1,155 @@
+"""Where a configuration runs slower in the runtime's process than in the bench harness: the same configurations
+timed through the runtime (``gemm_with``) and cuBLAS (``torch.mm``), in one process, under the conditions that
+differ between ``runtime_gemm.py`` and the bench (benchmarks/notes_gemm_wgmma.md, "250 x 18944 x 3584 on the H100").
+
+Per shape, each cell the median of ROUNDS samples (runtime_gemm's ColdL2Timer: rotating operand sets > 3x L2, a
+spin kernel then CUDA events around a batch):
+  * ``data``: runtime_gemm's operands (torch.randn) or the harness's (uniform in [-1, 1), pipeline/bench/harness.cu);
+  * ``order``: every contender interleaved in each round as runtime_gemm times them, or each contender on its own.
+Run on the GPU machine (torch, pycuda):
+    python benchmarks/runtime_slow_state.py --family gemm_wgmma --config BLOCK_M=256,... [--config ...] \\
+        --shape 250x18944x3584 [--out DIR]
+Writes runtime_slow_state.<device key>.json / .md under --out (benchmarks/results by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from runtime_gemm import L2_FACTOR, timed  # noqa: E402
+
+import tunetable.kernels  # noqa: E402
+from tunetable.atomic import atomic_write_text  # noqa: E402
+from tunetable.kernels.runtime.launch import runtime  # noqa: E402
+from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets  # noqa: E402
+from tunetable.keys import git_revision  # noqa: E402
+
+ROUNDS = 7
+DATA = ("randn", "uniform")
+ORDERS = ("interleaved", "alone")
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """MxNxK -> (M, N, K)."""
+    m, n, k = (int(part) for part in text.lower().split("x"))
+    return m, n, k
+
+
+def parse_config(text: str) -> dict[str, int]:
+    """NAME=VALUE,... -> lower-case tunables (gemm_with's)."""
+    return {name.strip().lower(): int(value) for name, value in (item.split("=") for item in text.split(","))}
+
+
+def config_label(tunables: dict[str, int]) -> str:
+    """A short label: BLOCK_M x BLOCK_N, stages, raster."""
+    return f"{tunables['block_m']}x{tunables['block_n']} s{tunables['stages']} r{tunables.get('raster', 1)}"
+
+
+def operands(torch: Any, *, m: int, n: int, k: int, data: str, count: int) -> list[tuple[Any, Any, Any]]:
+    """``count`` (A, B, C) sets, A and B filled as ``data`` says (seeded by the shape)."""
+    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+
+    def filled(rows: int, cols: int) -> Any:
+        if data == "randn":
+            return torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, generator=gen)
+        return (torch.rand(rows, cols, device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
+
+    return [(filled(m, k), filled(n, k), torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+            for _ in range(count)]
+
+
+def measure_shape(torch: Any, *, timer: ColdL2Timer, family: str, configs: list[dict[str, int]],
+                  shape: tuple[int, int, int], l2_bytes: int) -> list[dict[str, Any]]:
+    """One row per (data, order, contender): its median and samples in µs."""
+    m, n, k = shape
+    count = input_sets(set_bytes=(m * k + n * k + m * n) * 2, l2_bytes=l2_bytes, l2_factor=L2_FACTOR)
+    rows = []
+    for data in DATA:
+        sets = operands(torch, m=m, n=n, k=k, data=data, count=count)
+        contenders: dict[str, Callable[[int], Any]] = {
+            config_label(tunables): (lambda i, t=tunables: tunetable.kernels.gemm_with(
+                t, sets[i][0], sets[i][1], out=sets[i][2], family=family)) for tunables in configs}
+        contenders["cublas"] = lambda i: torch.mm(sets[i][0], sets[i][1].t(), out=sets[i][2])
+        for order in ORDERS:
+            groups = [contenders] if order == "interleaved" else [{name: run} for name, run in contenders.items()]
+            for group in groups:
+                medians, samples, _ = timed(timer, contenders=group, rounds=ROUNDS, n_sets=count)
+                rows += [{"shape": f"{m}x{n}x{k}", "data": data, "order": order, "contender": name,
+                          "median_us": medians[name] * 1e3, "samples_us": [v * 1e3 for v in samples[name]]}
+                         for name in group]
+        sets.clear()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def report(results: dict[str, Any]) -> str:
+    """The Markdown report: per shape and contender, µs per (data, order), and x cuBLAS of the same cell."""
+    lines = ["# A configuration in the runtime's process, by condition", "",
+             f"Device: {results['device']}, git {results['git_rev']}, {results['date']}. {results['method']}", "",
+             "| shape | contender | " + " | ".join(f"{d}, {o}" for d in DATA for o in ORDERS) + " |",
+             "|---|---|" + "---|" * (len(DATA) * len(ORDERS))]
+    rows = results["rows"]
+    cublas = {(r["shape"], r["data"], r["order"]): r["median_us"] for r in rows if r["contender"] == "cublas"}
+    names = list(dict.fromkeys((r["shape"], r["contender"]) for r in rows))
+    for shape, name in names:
+        cells = []
+        for data in DATA:
+            for order in ORDERS:
+                found = next(r for r in rows if (r["shape"], r["contender"], r["data"], r["order"])
+                             == (shape, name, data, order))
+                ratio = cublas[(shape, data, order)] / found["median_us"]
+                cells.append(f"{found['median_us']:.1f} µs ({ratio:.3f}x)")
+        lines.append(f"| {shape} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    """Time the configurations under every condition; print and write the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default="gemm_wgmma")
+    parser.add_argument("--config", action="append", required=True, help="NAME=VALUE,... (repeatable)")
+    parser.add_argument("--shape", action="append", required=True, help="MxNxK (repeatable)")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = parser.parse_args()
+    configs = [parse_config(text) for text in args.config]
+    shapes = [parse_shape(text) for text in args.shape]
+
+    import pycuda.driver as cuda  # with the runtime: the timer records pycuda events on the default stream
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    serving = runtime().table.device
+    timer = ColdL2Timer(cuda=cuda, stream=None)
+    rows = []
+    for shape in shapes:
+        found = measure_shape(torch, timer=timer, family=args.family, configs=configs, shape=shape,
+                              l2_bytes=props.L2_cache_size)
+        for row in found:
+            print(f"{row['shape']} {row['data']:7s} {row['order']:11s} {row['contender']:16s} "
+                  f"{row['median_us']:8.1f} µs", flush=True)
+        rows += found
+    results = {"device": props.name, "device_key": serving, "family": args.family,
+               "git_rev": os.environ.get("TUNETABLE_GIT_REV") or git_revision(REPO),
+               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "rounds": ROUNDS,
+               "method": "runtime_gemm's ColdL2Timer (rotating sets > 3x L2, spin kernel, events around a batch); "
+                         "median of rounds; x cuBLAS = torch.mm of the same cell over the contender.",
+               "configs": configs, "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"runtime_slow_state.{serving}"
+    atomic_write_text(args.out / f"{stem}.json", json.dumps(results, indent=1) + "\n")
+    text = report(results)
+    atomic_write_text(args.out / f"{stem}.md", text)
+    print(text, flush=True)
+
+
+if __name__ == "__main__":
+    main()
