@@ -24,6 +24,7 @@ What cannot be compared is said in one line per table and side, with why; never 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +206,30 @@ def _shapes(params: Mapping[str, Any], table: str) -> list[tuple[int, int, int]]
 # --- one side of a table: its manifest, content key and measured times ------------------------------
 
 @dataclass
+class ShardReads:
+    """What an audit has read of its shards, shared by every side: the same bytes (and journal) are verified and
+    unpickled once, and a configuration's times in them picked out once (the two sides of a select-only change,
+    and a dispatch list's tables, read the same shards again)."""
+
+    payloads: dict[tuple[str, bytes, bytes | None], dict[str, Any]] = field(default_factory=dict)
+    times: dict[tuple[str, bytes, bytes | None, str], tuple[float | None, float | None]] = field(default_factory=dict)
+
+    def time(self, *, data: bytes, journal: bytes | None, path: Path, key: str,
+             config: str) -> tuple[float | None, float | None]:
+        """(the configuration's median, the shard's cuBLAS median) in ms, read once per shard bytes and config."""
+        shard = (str(path), hashlib.sha256(data).digest(),
+                 None if journal is None else hashlib.sha256(journal).digest())
+        found = self.times.get((*shard, config))
+        if found is None:
+            payload = self.payloads.get(shard)
+            if payload is None:
+                payload = self.payloads[shard] = lineage.shard_payload(data, path=path, journal=journal)
+            view = lineage.view_of(payload=payload, path=path, key=key, config_id=config)
+            found = self.times[(*shard, config)] = (view.config_ms, view.cublas_ms)
+        return found
+
+
+@dataclass
 class _Side:
     """A table at one revision: manifest entries, content key, and where its times come from."""
 
@@ -223,6 +248,7 @@ class _Side:
     recording_label: str = ""
     used: set[str] = field(default_factory=set)
     unknown: int = 0
+    reads: ShardReads = field(default_factory=ShardReads)   # the audit's one ShardReads, shared by every side
 
     def _shard_bytes(self, path: Path) -> tuple[bytes | None, bytes | None, str | None]:
         """A shard's bytes, its journal's (the checksum it is verified against) and where they came from:
@@ -280,10 +306,9 @@ class _Side:
             path = paths.raw_shard(self.table, self.key, m, n, k)
             data, journal, source = self._shard_bytes(path)
             if data is not None:
-                view = lineage.view_of(payload=lineage.shard_payload(data, path=path, journal=journal), path=path,
-                                       key=self.key, config_id=config)
+                found = self.reads.time(data=data, journal=journal, path=path, key=self.key, config=config)
                 self.used.add(str(source))
-                return view.config_ms, view.cublas_ms
+                return found
         ranked = self._recording_rows()
         if ranked is not None:
             import polars as pl  # lazy: only this path needs it
@@ -346,7 +371,7 @@ def _grid_ids(*, params: Mapping[str, Any], table: str) -> list[str] | None:
 
 
 def _side(*, root: Path, rev: str | None, label: str, table: str, manifest: str,
-          params: Mapping[str, Any]) -> _Side:
+          params: Mapping[str, Any], reads: ShardReads) -> _Side:
     """One side of an audit: the manifest's entries at a revision, its content key and time sources."""
     text = lineage.git_text(root=root, rev=rev, path=manifest)
     provenance, entries = ({}, []) if text is None else ranges_from_text(text, path=f"{manifest}@{label}")
@@ -354,7 +379,15 @@ def _side(*, root: Path, rev: str | None, label: str, table: str, manifest: str,
     metrics = lineage.metrics_at(root=root, rev=rev, table=table)
     key = metrics.get("content_key") or provenance.get("content_key")
     return _Side(root=root, rev=rev, label=label, table=table, params=params, entries=tuple(entries),
-                 provenance=provenance, key=str(key) if key else None, reader=reader)
+                 provenance=provenance, key=str(key) if key else None, reader=reader, reads=reads)
+
+
+def _pair(*, root: Path, at: Sequence[tuple[str | None, str, Mapping[str, Any]]], name: str, manifest: str,
+          reads: ShardReads) -> tuple[_Side, _Side]:
+    """A table's or list's two sides, ``at`` (revision, label, params) each, sharing the audit's ShardReads."""
+    a, b = (_side(root=root, rev=rev, label=label, table=name, manifest=manifest, params=params, reads=reads)
+            for rev, label, params in at)
+    return a, b
 
 
 def _sources(sides: Sequence[_Side]) -> tuple[str, ...]:
@@ -447,15 +480,17 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
         return str((spec_of(section, name).get("codegen") or {}).get("manifest", f"manifests/{name}.yaml"))
 
     sides: dict[str, tuple[_Side, _Side]] = {}
+    at = ((commit_a, label_a, params_a), (commit_b, label_b, params_b))
+    reads = ShardReads()
+
+    def pair(name: str, manifest: str) -> tuple[_Side, _Side]:
+        """A table's or list's two sides, reading shards through the audit's one ShardReads."""
+        return _pair(root=root, at=at, name=name, manifest=manifest, reads=reads)
 
     def table_sides(name: str) -> tuple[_Side, _Side]:
         """A table's two sides (built once: a dispatch list reuses its tables')."""
         if name not in sides:
-            manifest = manifest_of("tables", name)
-            sides[name] = (_side(root=root, rev=commit_a, label=label_a, table=name, manifest=manifest,
-                                 params=params_a),
-                           _side(root=root, rev=commit_b, label=label_b, table=name, manifest=manifest,
-                                 params=params_b))
+            sides[name] = pair(name, manifest_of("tables", name))
         return sides[name]
 
     results = []
@@ -465,9 +500,7 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
         results.append(audit_table(a=a, b=b, shapes=shapes, all_shapes=all_shapes))
     for name in [d for d in lists if not tables or d in tables]:
         members = [str(t) for t in spec_of("dispatch", name).get("tables") or []]
-        manifest = manifest_of("dispatch", name)
-        a = _side(root=root, rev=commit_a, label=label_a, table=name, manifest=manifest, params=params_a)
-        b = _side(root=root, rev=commit_b, label=label_b, table=name, manifest=manifest, params=params_b)
+        a, b = pair(name, manifest_of("dispatch", name))
         shapes = list(dict.fromkeys(shape for t in members for params in (params_a, params_b)
                                     for shape in _shapes(params, t)))
         # keyed as the list's entries name them (a device's: base tables)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,29 @@ def test_the_closing_summary_names_shards_tables_and_changes() -> None:
     assert run_summary.changed_line(["manifests/t.yaml"]) == (
         "changed against git: manifests/t.yaml (review: git diff, tunetable audit)")
     assert run_summary.changed_line(None) is None
+
+
+def test_an_audit_reads_each_shard_once_and_each_configuration_in_it_once(monkeypatch) -> None:
+    """ShardReads: the same bytes (and journal) are verified and unpickled once, a configuration picked out once;
+    other bytes, another journal or another configuration are read again."""
+    payloads, views = [], []
+
+    def payload(data, *, path, journal):
+        payloads.append((data, journal))
+        return {"data": data}
+
+    def view(*, payload, path, key, config_id):
+        views.append((payload["data"], config_id))
+        return types.SimpleNamespace(config_ms=len(views) * 1.0, cublas_ms=0.5)
+
+    monkeypatch.setattr(audit.lineage, "shard_payload", payload)
+    monkeypatch.setattr(audit.lineage, "view_of", view)
+    reads = audit.ShardReads()
+    path = Path("results/raw/t/k/M1_N2_K3.pkl")
+    first = reads.time(data=b"shard", journal=b"j", path=path, key="k", config="c1")
+    assert reads.time(data=b"shard", journal=b"j", path=path, key="k", config="c1") == first == (1.0, 0.5)
+    assert reads.time(data=b"shard", journal=b"j", path=path, key="k", config="c2") == (2.0, 0.5)
+    assert payloads == [(b"shard", b"j")] and views == [(b"shard", "c1"), (b"shard", "c2")]
+    reads.time(data=b"other", journal=b"j", path=path, key="k", config="c1")
+    reads.time(data=b"shard", journal=None, path=path, key="k", config="c1")
+    assert payloads[1:] == [(b"other", b"j"), (b"shard", None)] and len(views) == 4
