@@ -25,12 +25,12 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from runtime_gemm import L2_FACTOR, timed  # noqa: E402
+from runtime_gemm import operand_sets, timed  # noqa: E402
 
 import tunetable.kernels  # noqa: E402
 from tunetable.atomic import atomic_write_text  # noqa: E402
 from tunetable.kernels.runtime.launch import runtime  # noqa: E402
-from tunetable.kernels.runtime.timing import ColdL2Timer, input_sets  # noqa: E402
+from tunetable.kernels.runtime.timing import ColdL2Timer  # noqa: E402
 from tunetable.keys import git_revision  # noqa: E402
 
 ROUNDS = 7
@@ -54,27 +54,25 @@ def config_label(tunables: dict[str, int]) -> str:
     return f"{tunables['block_m']}x{tunables['block_n']} s{tunables['stages']} r{tunables.get('raster', 1)}"
 
 
-def operands(torch: Any, *, m: int, n: int, k: int, data: str, count: int) -> list[tuple[Any, Any, Any]]:
-    """``count`` (A, B, C) sets, A and B filled as ``data`` says (seeded by the shape)."""
-    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-
-    def filled(rows: int, cols: int) -> Any:
-        if data == "randn":
-            return torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, generator=gen)
-        return (torch.rand(rows, cols, device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
-
-    return [(filled(m, k), filled(n, k), torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
-            for _ in range(count)]
+def operands(torch: Any, *, m: int, n: int, k: int, data: str, l2_bytes: int) -> list[tuple[Any, Any, Any]]:
+    """runtime_gemm's (A, B, C) sets; with ``data`` "uniform", A and B refilled as the harness fills them."""
+    sets = operand_sets(torch, m=m, n=n, k=k, l2_bytes=l2_bytes)
+    if data == "uniform":
+        gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+        for a, b, _ in sets:
+            a.uniform_(-1.0, 1.0, generator=gen)
+            b.uniform_(-1.0, 1.0, generator=gen)
+    return sets
 
 
 def measure_shape(torch: Any, *, timer: ColdL2Timer, family: str, configs: list[dict[str, int]],
                   shape: tuple[int, int, int], l2_bytes: int) -> list[dict[str, Any]]:
     """One row per (data, order, contender): its median and samples in µs."""
     m, n, k = shape
-    count = input_sets(set_bytes=(m * k + n * k + m * n) * 2, l2_bytes=l2_bytes, l2_factor=L2_FACTOR)
     rows = []
     for data in DATA:
-        sets = operands(torch, m=m, n=n, k=k, data=data, count=count)
+        sets = operands(torch, m=m, n=n, k=k, data=data, l2_bytes=l2_bytes)
+        count = len(sets)
         contenders: dict[str, Callable[[int], Any]] = {
             config_label(tunables): (lambda i, t=tunables: tunetable.kernels.gemm_with(
                 t, sets[i][0], sets[i][1], out=sets[i][2], family=family)) for tunables in configs}

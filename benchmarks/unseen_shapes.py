@@ -78,13 +78,13 @@ from tunetable.selector_measurements import (  # noqa: E402
 
 Shape = tuple[int, int, int]
 SELECTOR = "gemm_selector"
-# The held-out recordings per table of the selector (recording_path's table name): the validation set, or (with
-# --no-coverage, whose fit never read them) the coverage recordings, held out as shapes of far (N, K).
+# The held-out recordings per table of the selector (recording_path's table name): the validation set, or (from a
+# fit that never read them) the coverage recordings, held out as shapes of far (N, K).
 HELD_OUT = {"validation": "validation_{table}", "coverage": "coverage_{table}"}
 OUT_NAME = "unseen_shapes.json"     # the primary device's; another's: device_data_path's (unseen_shapes.<d>.json)
 NO_COVERAGE_OUT_NAME = "unseen_shapes.no_coverage.json"   # --no-coverage: the tables' recordings alone
 WITH_COVERAGE_OUT_NAME = "unseen_shapes.with_coverage.json"   # --coverage CSV, where params.yaml names another or none
-COVERAGE_HELD_OUT_NAME = "unseen_shapes.coverage_held_out.json"   # --no-coverage --held-out coverage
+COVERAGE_HELD_OUT_NAME = "unseen_shapes.coverage_held_out.json"   # --held-out coverage (a fit without coverage)
 SLOW = 0.9                          # a pick below this speedup vs cuBLAS counts as slow (issue 49)
 WITHIN = 0.05
 TARGETS = {"share_within_5pct": 0.90, "geomean_regret": 0.03}

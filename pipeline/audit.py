@@ -483,14 +483,10 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
     at = ((commit_a, label_a, params_a), (commit_b, label_b, params_b))
     reads = ShardReads()
 
-    def pair(name: str, manifest: str) -> tuple[_Side, _Side]:
-        """A table's or list's two sides, reading shards through the audit's one ShardReads."""
-        return _pair(root=root, at=at, name=name, manifest=manifest, reads=reads)
-
     def table_sides(name: str) -> tuple[_Side, _Side]:
         """A table's two sides (built once: a dispatch list reuses its tables')."""
         if name not in sides:
-            sides[name] = pair(name, manifest_of("tables", name))
+            sides[name] = _pair(root=root, at=at, name=name, manifest=manifest_of("tables", name), reads=reads)
         return sides[name]
 
     results = []
@@ -500,7 +496,7 @@ def audit(*, root: Path, rev_a: str = "HEAD", rev_b: str | None = None, tables: 
         results.append(audit_table(a=a, b=b, shapes=shapes, all_shapes=all_shapes))
     for name in [d for d in lists if not tables or d in tables]:
         members = [str(t) for t in spec_of("dispatch", name).get("tables") or []]
-        a, b = pair(name, manifest_of("dispatch", name))
+        a, b = _pair(root=root, at=at, name=name, manifest=manifest_of("dispatch", name), reads=reads)
         shapes = list(dict.fromkeys(shape for t in members for params in (params_a, params_b)
                                     for shape in _shapes(params, t)))
         # keyed as the list's entries name them (a device's: base tables)
