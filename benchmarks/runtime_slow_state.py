@@ -4,7 +4,10 @@ differ between ``runtime_gemm.py`` and the bench (benchmarks/notes_gemm_wgmma.md
 
 Per shape, each cell the median of ROUNDS samples (runtime_gemm's ColdL2Timer: rotating operand sets > 3x L2, a
 spin kernel then CUDA events around a batch):
-  * ``data``: runtime_gemm's operands (torch.randn) or the harness's (uniform in [-1, 1), pipeline/bench/harness.cu);
+  * ``data``: runtime_gemm's operands (torch.randn), the harness's (uniform in [-1, 1), pipeline/bench/harness.cu),
+    torch.randn again in new allocations (the first H100 run, 2026-12-07: the second allocation, uniform, ran slow,
+    the first fast: data or allocation?), and torch.randn with every operand at a 2 MiB-aligned address (as the
+    harness's cudaMalloc places its large buffers) instead of the caching allocator's 512-byte granules;
   * ``order``: every contender interleaved in each round as runtime_gemm times them, or each contender on its own.
 Run on the GPU machine (torch, pycuda):
     python benchmarks/runtime_slow_state.py --family gemm_wgmma --config BLOCK_M=256,... [--config ...] \\
@@ -34,7 +37,8 @@ from tunetable.kernels.runtime.timing import ColdL2Timer  # noqa: E402
 from tunetable.keys import git_revision  # noqa: E402
 
 ROUNDS = 7
-DATA = ("randn", "uniform")
+DATA = ("randn", "uniform", "randn again", "randn, 2 MiB-aligned")
+ALIGN = 2 << 20   # bytes: the alignment of the aligned condition's operands
 ORDERS = ("interleaved", "alone")
 
 
@@ -57,12 +61,24 @@ def config_label(tunables: dict[str, int]) -> str:
 def operands(torch: Any, *, m: int, n: int, k: int, data: str, l2_bytes: int) -> list[tuple[Any, Any, Any]]:
     """runtime_gemm's (A, B, C) sets; with ``data`` "uniform", A and B refilled as the harness fills them."""
     sets = operand_sets(torch, m=m, n=n, k=k, l2_bytes=l2_bytes)
+    if data == "randn, 2 MiB-aligned":
+        return [tuple(aligned_copy(torch, tensor) for tensor in operand_set) for operand_set in sets]
     if data == "uniform":
         gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
         for a, b, _ in sets:
             a.uniform_(-1.0, 1.0, generator=gen)
             b.uniform_(-1.0, 1.0, generator=gen)
     return sets
+
+
+def aligned_copy(torch: Any, tensor: Any) -> Any:
+    """A copy of ``tensor`` at an ALIGN-aligned address (a view into a larger buffer, which the view keeps alive)."""
+    size = tensor.numel() * tensor.element_size()
+    buffer = torch.empty(size + ALIGN, device=tensor.device, dtype=torch.uint8)
+    start = -buffer.data_ptr() % ALIGN
+    view = buffer[start:start + size].view(tensor.dtype).view(tensor.shape)
+    view.copy_(tensor)
+    return view
 
 
 def measure_shape(torch: Any, *, timer: ColdL2Timer, family: str, configs: list[dict[str, int]],

@@ -35,8 +35,9 @@ TAIL_SPLIT = 2 (the stream-K tail of a probe variant) the same with its longest 
 The constants are H200 datasheet or DESIGN.md numbers, not fitted to any recording: the model
 only has to rank configurations, and the model-based search corrects what it gets wrong.
 
-Pure Python (no numpy): the build (``tunetable.search.prior``, the search and the selector
-builder) and the runtime's shape selector (``tunetable.kernels.runtime.selector_serve``) both evaluate it.
+Pure Python (no numpy): the build (``tunetable.search.prior``, the search) and the runtime's shape selector
+(``tunetable.kernels.runtime.selector_serve``) both evaluate it; the selector builder evaluates millions of shapes
+through its numpy twins (``tunetable.perfmodel_grid``, bit-equal: a change here needs the same change there).
 """
 
 from __future__ import annotations
@@ -159,6 +160,19 @@ def slice_reduction_s(*, tile: GemmTile, resident: int) -> float:
     return (smem_bytes / SMEM_BYTES_PER_CLOCK + 2 * SYNC_CYCLES_PER_K_STEP / resident) / SM_CLOCK_HZ
 
 
+def tiled_rates(*, tile: GemmTile) -> tuple[float, int, float]:
+    """What ``tiled_model`` needs of the tile alone: (tensor-core rate of the busiest SM, bytes of the stages in
+    flight, the SM's L2 port rate)."""
+    bm, bn = tile.block_m, tile.block_n
+    # Tensor-core rate of the busiest SM: the mma.sync rate, bounded by smem reads when warp tiles are small.
+    mma_rate = DEVICE_FLOPS * MMA_SYNC_FRACTION / NUM_SMS
+    warp_m, warp_n = bm / tile.warps_m, bn / tile.warps_n
+    smem_bytes_per_flop = BF16_BYTES * (warp_m + warp_n) / (2.0 * warp_m * warp_n)
+    smem_rate = SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop
+    stage_bytes = max(tile.stages - 1, 1) * (bm + bn) * tile.block_k * BF16_BYTES
+    return min(mma_rate, smem_rate), stage_bytes, L2_BYTES_PER_CLOCK * SM_CLOCK_HZ
+
+
 def tiled_model(*, tile: GemmTile, resources: Resources) -> Callable[[int, int, int], float]:
     """``predict_seconds`` of one tile as ``f(m, n, k)``: what depends on the tile alone computed once, the rest
     with the same float operations in the same order (bit-equal times; ``persistent_model`` says why)."""
@@ -167,14 +181,7 @@ def tiled_model(*, tile: GemmTile, resources: Resources) -> Callable[[int, int, 
         return lambda m, n, k: math.inf
     bm, bn, bk, split_k = tile.block_m, tile.block_n, tile.block_k, tile.split_k
     tile_area = 2.0 * bm * bn
-    # Tensor-core rate of the busiest SM: the mma.sync rate, bounded by smem reads when warp tiles are small.
-    mma_rate = DEVICE_FLOPS * MMA_SYNC_FRACTION / NUM_SMS
-    warp_m, warp_n = bm / tile.warps_m, bn / tile.warps_n
-    smem_bytes_per_flop = BF16_BYTES * (warp_m + warp_n) / (2.0 * warp_m * warp_n)
-    smem_rate = SMEM_BYTES_PER_CLOCK * SM_CLOCK_HZ / smem_bytes_per_flop
-    peak_rate = min(mma_rate, smem_rate)
-    stage_bytes = max(tile.stages - 1, 1) * (bm + bn) * bk * BF16_BYTES
-    port = L2_BYTES_PER_CLOCK * SM_CLOCK_HZ
+    peak_rate, stage_bytes, port = tiled_rates(tile=tile)
     # min / max written as conditionals, the float operations as a single call's (``persistent_model`` says why).
     threads, sync_cycles, clock, latency = tile.threads, SYNC_CYCLES_PER_K_STEP, SM_CLOCK_HZ, MEMORY_LATENCY_S
     hbm, flops, launch = HBM_BYTES_PER_S, DEVICE_FLOPS, LAUNCH_OVERHEAD_S
@@ -274,7 +281,7 @@ def tail_split_busiest_s(*, plan: Any, units: int, k_tiles: int, tile_s: float, 
     return whole + plan.per_split / k_tiles * tile_s + plan.max_splits * fp32 + epilogue_s
 
 
-def _tile_rates(*, tile: PersistentTile) -> tuple[float, float, int, float]:
+def persistent_rates(*, tile: PersistentTile) -> tuple[float, float, int, float]:
     """What ``persistent_model`` needs of the tile alone: (math rate, TMA feed rate, output bytes per element,
     epilogue store rate)."""
     bm, bn, bk, split_k = tile.block_m, tile.block_n, tile.block_k, tile.split_k
@@ -303,7 +310,7 @@ def persistent_model(tile: PersistentTile) -> Callable[[int, int, int], float]:
     cluster = cm * cn
     max_clusters = NUM_SMS // cluster
     tile_area = 2.0 * bm * bn
-    rate, feed_rate, out_element_bytes, epilogue_rate = _tile_rates(tile=tile)
+    rate, feed_rate, out_element_bytes, epilogue_rate = persistent_rates(tile=tile)
 
     # Per shape: integer tile counts and the float operations of a single call, in the same order; min / max
     # written as conditionals (the selector calls this per candidate: builtin calls are most of its cost).

@@ -36,6 +36,7 @@ session of its own for the yardstick; ``tunetable.selector_measurements.selector
 from __future__ import annotations
 
 import math
+from itertools import product
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -45,13 +46,16 @@ from tunetable.errors import TuneTableError
 from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.families.common import ShapeCandidate
 from tunetable.kernels.perfmodel import LAUNCH_OVERHEAD_S, roofline_floor_s
+from tunetable.perfmodel_grid import GridFn
 from tunetable.kernels.runtime.selector_serve import (
     BIAS_NK_SCALE,
     CUBLAS_NK_SCALE,
     LATTICE,
     cell_runs,
     interpolate,
+    ModelFn,
     log_position,
+    m_fit_factor,
     nk_closeness,
     nk_mean,
     nk_octaves,
@@ -156,7 +160,8 @@ class SelectorModel:
 
     anchors: tuple[int, ...]
     configs: tuple[SelectorConfig, ...]
-    models: tuple[Callable[[int, int, int], float], ...]
+    parts: tuple[tuple[ModelFn, int], ...]   # per configuration: its perf model without m_fit_factor, its BLOCK_M
+    grids: tuple[GridFn | None, ...]         # per configuration: that model over arrays of N and K (None: per shape)
     pairs: tuple[tuple[int, int], ...]   # every recorded (N, K): the terms' last axis
     values: np.ndarray          # [configs, anchors, pairs]: each (N, K)'s term (rounded as the manifest writes it)
     weights: np.ndarray         # [configs, anchors, pairs]: its weight (0: no term)
@@ -205,12 +210,39 @@ class SelectorModel:
         terms = self.range_terms(columns=columns, lo=lo, hi=hi) if terms is None else terms
         floor = roofline_floor_s(m=m, n=n, k=k)
         families = {family: runnable(family=family, shape=(m, n, k)) for family in {c.family for c in self.configs}}
-        seconds = np.array([self.models[c](m, n, k) if families[self.configs[c].family] else math.inf
-                            for c in columns])
+        # The runtime's model_function, base x m_fit_factor, with the factor taken once per BLOCK_M (bit-equal times).
+        factors = {block_m: m_fit_factor(m=m, block_m=block_m) for block_m in {self.parts[c][1] for c in columns}}
+        seconds = np.array([self.parts[c][0](m, n, k) * factors[self.parts[c][1]]
+                            if families[self.configs[c].family] else math.inf for c in columns])
         bias = terms.bias(n=n, k=k, t=log_position(m=m, start=lo, end=hi), pairs=self.pairs)
         with np.errstate(divide="ignore", invalid="ignore"):
             scores = np.log(seconds / floor) + bias
         return np.where(np.isfinite(scores), scores, np.inf)
+
+    def lattice_scores(self, *, ms: Sequence[int], lo: int, hi: int, columns: Sequence[int],
+                       terms: RangeTerms) -> np.ndarray:
+        """``scores`` at every M of ``ms`` and LATTICE point, [M, N point, K point, configuration]: the models' times
+        at all of them at once (``perfmodel_grid``), the rest per shape as ``scores`` does it (bit-equal)."""
+        m_grid, n_grid, k_grid = np.meshgrid(np.array(ms, dtype=np.int64), np.array(LATTICE, dtype=np.int64),
+                                             np.array(LATTICE, dtype=np.int64), indexing="ij")
+        factors = {block_m: np.array([m_fit_factor(m=m, block_m=block_m) for m in ms])[:, None, None]
+                   for block_m in {self.parts[c][1] for c in columns}}
+        seconds = np.empty((*m_grid.shape, len(columns)))
+        for i, c in enumerate(columns):
+            (base, block_m), grid = self.parts[c], self.grids[c]
+            times = grid(m_grid, n_grid, k_grid) if grid is not None else np.array(
+                [[[base(m, n, k) for k in LATTICE] for n in LATTICE] for m in ms])
+            seconds[..., i] = times * factors[block_m]
+        families = [self.configs[c].family for c in columns]
+        scores = np.empty_like(seconds)
+        for (i, m), (a, n), (b, k) in product(enumerate(ms), enumerate(LATTICE), enumerate(LATTICE)):
+            runs = {family: runnable(family=family, shape=(m, n, k)) for family in set(families)}
+            at = np.where([runs[family] for family in families], seconds[i, a, b], math.inf)
+            bias = terms.bias(n=n, k=k, t=log_position(m=m, start=lo, end=hi), pairs=self.pairs)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                point = np.log(at / roofline_floor_s(m=m, n=n, k=k)) + bias
+            scores[i, a, b] = np.where(np.isfinite(point), point, np.inf)
+        return scores
 
     def cublas_log(self, *, anchor: int, n: int, k: int) -> float:
         """log(cuBLAS / floor) at an anchor on (N, K), as the runtime combines the terms."""
@@ -410,20 +442,21 @@ def selector_model(*, tables: Sequence[TableMeasurements]) -> SelectorModel:
     tables = shared_yardstick(tables)
     anchors = anchors_of(tables)
     configs = tuple(config for table in tables for config in table.configs)
-    models = tuple(config.model() for config in configs)
+    parts = tuple(config.model_parts() for config in configs)
+    grids = tuple(config.model_grid() for config in configs)
     pairs = tuple(sorted({(shape[1], shape[2]) for table in tables for shape in table.times}))
     by_table = {table.table: table for table in tables}
     values = np.zeros((len(configs), len(anchors), len(pairs)))
     weights = np.zeros_like(values)
     measured = np.zeros((len(configs), len(anchors)), dtype=bool)
-    for i, (config, model) in enumerate(zip(configs, models)):
-        groups = residual_points(table=by_table[config.table], config=config, model=model)
+    for i, config in enumerate(configs):
+        groups = residual_points(table=by_table[config.table], config=config)
         per_anchor = [bias_terms(groups=groups, m=a) for a in anchors]
         values[i], weights[i] = term_arrays(groups_per_anchor=per_anchor, pairs=pairs)
         measured[i] = [measured_at(terms) for terms in per_anchor]
     cublas_values, cublas_weights = term_arrays(
         groups_per_anchor=[cublas_terms(tables=tables, m=a) for a in anchors], pairs=pairs)
-    return SelectorModel(anchors=anchors, configs=configs, models=models, pairs=pairs, values=values,
+    return SelectorModel(anchors=anchors, configs=configs, parts=parts, grids=grids, pairs=pairs, values=values,
                          weights=weights, measured=measured, cublas_values=cublas_values,
                          cublas_weights=cublas_weights, position={a: i for i, a in enumerate(anchors)})
 
@@ -456,8 +489,7 @@ def build_selector(*, tables: Sequence[TableMeasurements], candidates: int = DEF
         terms = model.range_terms(columns=usable, lo=lo, hi=hi)
         ms = probe_ms(start=start, end=end)
         # log(time / cuBLAS) of every usable configuration at every probe: [M, N point, K point, configuration].
-        scores = np.array([[[model.scores(m=m, n=n, k=k, lo=lo, hi=hi, columns=usable, terms=terms)
-                             for k in LATTICE] for n in LATTICE] for m in ms])
+        scores = model.lattice_scores(ms=ms, lo=lo, hi=hi, columns=usable, terms=terms)
         cublas = term_rows(pairs=model.pairs, at_lo=model.cublas_values[position[lo]],
                            lo_weights=model.cublas_weights[position[lo]], at_hi=model.cublas_values[position[hi]],
                            hi_weights=model.cublas_weights[position[hi]])

@@ -15,11 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunetable.baseline import pooled_baselines
 from tunetable.errors import TuneTableError
-from tunetable.kernels.runtime.selector_serve import model_function
+from tunetable.kernels.runtime.selector_serve import ModelFn, model_function, model_parts
+
+if TYPE_CHECKING:
+    from tunetable.perfmodel_grid import GridFn
 
 Shape = tuple[int, int, int]
 
@@ -39,6 +42,18 @@ class SelectorConfig:
         """The selector's model of this configuration (the runtime's ``model_function``)."""
         return model_function(family=self.family, tunables=dict(self.tunables), registers=self.registers,
                               smem_bytes=self.smem_bytes)
+
+    def model_grid(self) -> GridFn | None:
+        """``model_parts``' perf model over arrays of N and K at one M (``perfmodel_grid``; None: per shape only)."""
+        from tunetable.perfmodel_grid import model_grid  # lazy: numpy twins for the build only, not the parse
+
+        return model_grid(family=self.family, tunables=dict(self.tunables), registers=self.registers,
+                          smem_bytes=self.smem_bytes)
+
+    def model_parts(self) -> tuple[ModelFn, int]:
+        """The perf model without ``m_fit_factor``, and BLOCK_M (the runtime's ``model_parts``)."""
+        return model_parts(family=self.family, tunables=dict(self.tunables), registers=self.registers,
+                           smem_bytes=self.smem_bytes)
 
 
 @dataclass(frozen=True)

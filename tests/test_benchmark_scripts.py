@@ -781,7 +781,7 @@ def test_runtime_gemm_runs_and_verifies_the_other_devices_table_choice(monkeypat
     monkeypatch.setattr(runtime_gemm.tunetable.kernels, "gemm", gemm)
     monkeypatch.setattr(runtime_gemm.tunetable.kernels, "gemm_with", gemm_with)
     seen: list[int] = []
-    shapes = [(256, 4096, 4096), (1024, 4096, 4096)]
+    shapes = [(256, 4096, 4096), (64, 4096, 4096)]   # table shapes where the H200 chose a TMA family (not gemm_mma)
     operator_runs: list[tuple[int, int, int]] = []
     operator = _fake_operator(device="h100", runs=operator_runs, wrong=wrong_operator)
     rows, summary = runtime_gemm.run_set(_fake_torch(), timer=_CountingTimer(), name="tables", shapes=shapes,
@@ -806,6 +806,7 @@ def test_runtime_gemm_runs_and_verifies_the_other_devices_table_choice(monkeypat
     assert summary["device"] == "h100" and summary["tables_h200_geomean_vs_cublas"] == pytest.approx(1.0)
     assert summary["operator_to_torch"] == to_torch and summary["operator_geomean_vs_cublas"] == pytest.approx(1.0)
     assert summary["operator_below_0.9x"] == 0 and summary["below_0.9x"] == 0
+    assert all(row["tables_h200_kernel"] != "gemm_mma" for row in rows)   # a wrong choice is not gemm_mma's
 
 
 def test_runtime_gemm_main_writes_the_serving_devices_files_with_the_other_tables_beside(
@@ -893,8 +894,10 @@ def test_runtime_slow_state_reports_each_cell_against_the_same_cells_cublas() ->
     rows = [{"shape": "250x18944x3584", "data": data, "order": order, "contender": name, "median_us": us,
              "samples_us": [us]}
             for data in probe.DATA for order in probe.ORDERS
-            for name, us in (("256x176 s4 r1", 70.0 if data == "randn" else 58.0), ("cublas", 56.0))]
+            for name, us in (("256x176 s4 r1", 70.0 if data == "uniform" else 58.0), ("cublas", 56.0))]
     text = probe.report({"device": "GPU", "git_rev": "abc", "date": "d", "method": "m", "rows": rows})
+    head = next(row for row in text.splitlines() if row.startswith("| shape | contender |"))
+    assert head.split(" | ")[2:4] == ["randn, interleaved", "randn, alone"] and len(head.split(" | ")) == 10
     line = next(row for row in text.splitlines() if row.startswith("| 250x18944x3584 | 256x176 s4 r1 |"))
-    assert line.split(" | ")[2:] == ["70.0 µs (0.800x)", "70.0 µs (0.800x)", "58.0 µs (0.966x)",
-                                     "58.0 µs (0.966x) |"]
+    assert line.split(" | ")[2:] == ["58.0 µs (0.966x)", "58.0 µs (0.966x)", "70.0 µs (0.800x)", "70.0 µs (0.800x)",
+                                     "58.0 µs (0.966x)", "58.0 µs (0.966x)", "58.0 µs (0.966x)", "58.0 µs (0.966x) |"]

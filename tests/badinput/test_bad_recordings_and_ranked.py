@@ -44,6 +44,16 @@ def first_ok(column: str, value):
     return change
 
 
+def first_ok_samples(samples: list[float]):
+    """Set samples_ms of the recording's first ok row (a list column: the row's whole list)."""
+    def change(frame: pl.DataFrame) -> pl.DataFrame:
+        first = frame.with_row_index("i").filter(pl.col("status") == "ok")["i"][0]
+        column = frame["samples_ms"].to_list()
+        column[first] = samples
+        return frame.with_columns(pl.Series("samples_ms", column, dtype=frame.schema["samples_ms"]))
+    return change
+
+
 E_REC = r"error: data/recordings/h200_gemm_mma\.parquet"
 RECORDING_CASES = [
     Case("truncated", lambda p: p.write(REC, p.path(REC).read_bytes()[:4000]), rf"{E_REC}: unreadable recording: .*"),
@@ -60,6 +70,13 @@ RECORDING_CASES = [
          rf"{E_REC}: row \d+: status ok but median_ms nan is not a finite positive time \(M=\d+, config c[0-9a-f]+\)"),
     Case("negative-median-on-an-ok-row", rewrite(first_ok("median_ms", -0.5)),
          rf"{E_REC}: row \d+: status ok but median_ms -0\.5 is not a finite positive time .*"),
+    Case("nan-sample-on-an-ok-row", rewrite(first_ok_samples([0.5, float("nan"), 0.6])),
+         rf"{E_REC}: row \d+: status ok but samples_ms holds a value that is not a finite positive time "
+         r"\(M=\d+, config c[0-9a-f]+\)"),
+    Case("zero-sample-on-an-ok-row", rewrite(first_ok_samples([0.5, 0.0])),
+         rf"{E_REC}: row \d+: status ok but samples_ms holds a value that is not a finite positive time .*"),
+    Case("null-sample-on-an-ok-row", rewrite(first_ok_samples([0.5, None])),
+         rf"{E_REC}: row \d+: status ok but samples_ms holds a value that is not a finite positive time .*"),
     Case("unknown-status", rewrite(first_ok("status", "great")),
          rf"{E_REC}: row \d+: status 'great' is not one of ok, build, verify, launch, timeout, missing"),
     Case("lacks-a-column", rewrite(lambda f: f.drop("kernel_hash")), rf"{E_REC}: recording lacks columns kernel_hash"),
