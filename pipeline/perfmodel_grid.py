@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from tunetable.kernels.families import FAMILIES
 from tunetable.kernels.perfmodel import (
     BF16_BYTES,
     DEVICE_FLOPS,
@@ -34,6 +33,7 @@ from tunetable.kernels.perfmodel import (
     slice_reduction_s,
     tiled_rates,
 )
+from tunetable.kernels.runtime.selector_serve import model_tile
 
 GridFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]   # (M, N, K arrays of one shape) -> seconds
 
@@ -113,9 +113,8 @@ def tiled_grid(*, tile: GemmTile, resources: Resources) -> GridFn:
 
 def model_grid(*, family: str, tunables: Mapping[str, int], registers: int, smem_bytes: int) -> GridFn | None:
     """The twin of ``selector_serve.model_parts``'s perf model (without ``m_fit_factor``); None: none (TAIL_SPLIT)."""
-    defines = {name.upper(): int(value) for name, value in tunables.items()}
-    if FAMILIES[family].perf_model == "persistent":
-        return persistent_grid(PersistentTile.from_defines(defines))
-    tile = GemmTile.from_defines(defines)
-    return tiled_grid(tile=tile, resources=Resources(registers=int(registers), smem_bytes=int(smem_bytes),
-                                                     threads=tile.threads))
+    found = model_tile(family=family, tunables=tunables, registers=registers, smem_bytes=smem_bytes)
+    if isinstance(found, PersistentTile):
+        return persistent_grid(found)
+    tile, resources = found
+    return tiled_grid(tile=tile, resources=resources)

@@ -220,9 +220,10 @@ def nk_mean(*, values: Sequence[Any], shares: Sequence[Any]) -> Any:
     return sum(map(operator.mul, values, shares))
 
 
-def model_parts(*, family: str, tunables: Mapping[str, int], registers: int, smem_bytes: int) -> tuple[ModelFn, int]:
-    """One configuration's perf model as ``f(m, n, k) -> seconds`` and its BLOCK_M (tunables: lower-case or -D
-    names): ``model_function`` without ``m_fit_factor``, which the runtime applies once per BLOCK_M.
+def model_tile(*, family: str, tunables: Mapping[str, int], registers: int,
+               smem_bytes: int) -> PersistentTile | tuple[GemmTile, Resources]:
+    """What one configuration's perf model reads (tunables: lower-case or -D names): a ``PersistentTile``, or a
+    ``GemmTile`` with its block's resources.
 
     The family says which model ranks it (``KernelFamily.perf_model``): "persistent" (TMA +
     wgmma warpgroups, clusters) or "tiled" (mma.sync tiles, with the recorded registers and shared
@@ -233,10 +234,19 @@ def model_parts(*, family: str, tunables: Mapping[str, int], registers: int, sme
     if model not in ("persistent", "tiled"):
         raise ValueError(f"family {family}: no perf model '{model}' (known: persistent, tiled)")
     if model == "persistent":
-        return persistent_model(PersistentTile.from_defines(defines)), defines["BLOCK_M"]
+        return PersistentTile.from_defines(defines)
     tile = GemmTile.from_defines(defines)
-    return tiled_model(tile=tile, resources=Resources(registers=int(registers), smem_bytes=int(smem_bytes),
-                                                      threads=tile.threads)), tile.block_m
+    return tile, Resources(registers=int(registers), smem_bytes=int(smem_bytes), threads=tile.threads)
+
+
+def model_parts(*, family: str, tunables: Mapping[str, int], registers: int, smem_bytes: int) -> tuple[ModelFn, int]:
+    """One configuration's perf model as ``f(m, n, k) -> seconds`` and its BLOCK_M (``model_tile``'s model):
+    ``model_function`` without ``m_fit_factor``, which the runtime applies once per BLOCK_M."""
+    found = model_tile(family=family, tunables=tunables, registers=registers, smem_bytes=smem_bytes)
+    if isinstance(found, PersistentTile):
+        return persistent_model(found), found.block_m
+    tile, resources = found
+    return tiled_model(tile=tile, resources=resources), tile.block_m
 
 
 def m_fit_factor(*, m: int, block_m: int) -> float:
