@@ -897,7 +897,15 @@ def test_runtime_slow_state_reports_each_cell_against_the_same_cells_cublas() ->
             for name, us in (("256x176 s4 r1", 70.0 if data == "uniform" else 58.0), ("cublas", 56.0))]
     text = probe.report({"device": "GPU", "git_rev": "abc", "date": "d", "method": "m", "rows": rows})
     head = next(row for row in text.splitlines() if row.startswith("| shape | contender |"))
-    assert head.split(" | ")[2:4] == ["randn, interleaved", "randn, alone"] and len(head.split(" | ")) == 10
+    assert head.split(" | ")[2:4] == ["randn, interleaved", "randn, alone"] and len(head.split(" | ")) == 12
+    assert head.endswith("| first set again, interleaved | first set again, alone |")
     line = next(row for row in text.splitlines() if row.startswith("| 250x18944x3584 | 256x176 s4 r1 |"))
     assert line.split(" | ")[2:] == ["58.0 µs (0.966x)", "58.0 µs (0.966x)", "70.0 µs (0.800x)", "70.0 µs (0.800x)",
-                                     "58.0 µs (0.966x)", "58.0 µs (0.966x)", "58.0 µs (0.966x)", "58.0 µs (0.966x) |"]
+                                     "58.0 µs (0.966x)", "58.0 µs (0.966x)", "58.0 µs (0.966x)", "58.0 µs (0.966x)",
+                                     "58.0 µs (0.966x)", "58.0 µs (0.966x) |"]
+    # Conditions chosen on the command line (--data): the report's columns follow their order.
+    chosen = [row for row in rows if row["data"] in ("uniform", "randn")]
+    text = probe.report({"device": "GPU", "git_rev": "abc", "date": "d", "method": "m", "rows": chosen,
+                         "conditions": ("uniform", "randn")})
+    head = next(row for row in text.splitlines() if row.startswith("| shape | contender |"))
+    assert head.split(" | ")[2:] == ["uniform, interleaved", "uniform, alone", "randn, interleaved", "randn, alone |"]

@@ -16,7 +16,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from pipeline_repo import NO_RECORDING, RECORDING, MainJobClone, dvc, edit_params, git, snakemake, tunetable
+from pipeline_repo import (
+    NO_RECORDING, RECORDING, MainJobClone, dvc, edit_params, git, job_counts, snakemake, tunetable,
+)
 
 from tunetable.yamlio import load_yaml_file
 
@@ -110,6 +112,8 @@ def test_the_whole_sequence_on_a_fresh_clone(tmp_path: Path, main_job_clone: Mai
     table = json.loads(git("show", f"HEAD:results/metrics/{TABLE}.json", cwd=clone).output)  # as committed
     assert (f"tunetable: {TABLE}: {table['entries']} entries, {counts[TABLE]}/{counts[TABLE] + nk} shapes, "
             in kept.output)
+    # Only the changed table's metrics are made again (its own and its H100 twin's), not every table's.
+    assert job_counts(kept.output).get("metrics") == 2, kept.output[-3000:]
     changed = lines_with(kept.output, "tunetable: changed against git: ")[0]
     assert "results/metrics/gemm_mma.json" in changed and "manifests/" not in changed  # the table is as before
 

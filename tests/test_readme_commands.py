@@ -87,7 +87,8 @@ SUBSTITUTE = {
     ("A tour", "tunetable metrics", 0): ["tunetable metrics --help"],
     ("A tour", "audit", 0): ["tunetable audit --help"],
     ("A tour", "trace", 0): ["tunetable trace --help"],
-    ("A tour", "tunetable plots [REV...]", 0): ["tunetable plots", "tunetable plots HEAD"],
+    # with a revision (the workspace's page, `tunetable plots` alone: tests/test_plots_page.py)
+    ("A tour", "tunetable plots [REV...]", 0): ["tunetable plots HEAD"],
     ("A tour", "tunetable gc [--yes]", 0): ["tunetable gc", "tunetable gc --yes"],
     ("The docs site", "mkdocs build --strict -d /tmp/tunetable-site", 0): ["mkdocs build --strict -q -d {remote}-site"],
 }

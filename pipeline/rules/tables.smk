@@ -2,7 +2,8 @@
 # the cross-family dispatch list selected from the tables' ranked results and manifests.
 # Checked-in files (manifests, generated tables) are written in place by the CLI; the rules'
 # outputs are stamps under results/stamps/ (see pipeline/workflow/stamps.py for why). Settings
-# fingerprints ride in the command templates (fingerprints.settings_tag), not in `params:` blocks.
+# fingerprints ride in the command templates (fingerprints.settings_tag), or in a `params:` value where they
+# differ per job (a table's metrics) or must be bound in a loop.
 
 
 localrules:
@@ -71,14 +72,17 @@ rule metrics:
         ),
     log:
         "results/logs/metrics/{table}.log",
+    params:
+        # The table's own settings (Snakemake's params trigger, per job): a shape added to one table re-makes that
+        # table's metrics, not every table's, as one tag in the command (the code trigger, per rule) did.
+        tag=lambda wc: fingerprints.settings_tag(fingerprints.metrics_settings(config, tables=[wc.table])),
     shell:
         "( {CLI} metrics --table {wildcards.table} --manifest manifests/{wildcards.table}.yaml"
         " --ranked {input.ranked} --json results/metrics/{wildcards.table}.json"
         " --csv results/plots/{wildcards.table}.csv --png results/plots/{wildcards.table}.png {input.shards}"
         " && sha256sum results/metrics/{wildcards.table}.json results/plots/{wildcards.table}.csv"
         " results/plots/{wildcards.table}.png > {output.stamp}"
-        " && cp results/plots/{wildcards.table}.png {output.plot} ) > {log} 2>&1" + SHOW_ERRORS
-        + fingerprints.settings_tag(fingerprints.metrics_settings(config))
+        " && cp results/plots/{wildcards.table}.png {output.plot} ) > {log} 2>&1" + SHOW_ERRORS + "{params.tag}"
 
 
 # A dispatch list: per shape, the table whose selected winner beats its own shard's cuBLAS by the
@@ -137,7 +141,7 @@ for _dispatch in PLAN.dispatches:
             "( {CLI} metrics --dispatch {params.name} {params.ranked} --json {params.json} --csv {params.csv}"
             " --png {params.png} {input.shards} && sha256sum {params.files} > {output.stamp}"
             " && cp {params.png} {output.plot} ) > {log} 2>&1" + SHOW_ERRORS
-            + fingerprints.settings_tag(fingerprints.metrics_settings(config))
+            + fingerprints.settings_tag(fingerprints.metrics_settings(config, tables=_dispatch.tables))
 
 
 # A shape selector: the choice for shapes no table holds, fitted on its tables' recordings (not

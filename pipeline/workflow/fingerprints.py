@@ -1,12 +1,13 @@
 """Settings fingerprints: what each rule depends on besides its files, as a shell comment Snakemake's code
-trigger compares (no ``params:`` block: its trigger imports pandas on every run)."""
+trigger compares per rule, or (a table's metrics, per table) a ``params:`` value its params trigger compares per
+job."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tunetable.device_tables import base_tables
+from tunetable.device_tables import base_tables, split_device_table
 from tunetable.keys import canonical_json, sha256_text
 
 
@@ -27,11 +28,12 @@ def select_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return {"select": config.get("select"), "families": {n: config["tables"][n]["family"] for n in base_tables(config)}}
 
 
-def metrics_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What metrics depend on besides their inputs: every table's declared shapes (a shape the run leaves
-    out, or one reverted, changes the metrics while the shard list may stay the same) and each device's
-    ceilings (its plots' roofline; the key is no table name)."""
-    settings: dict[str, Any] = {name: config["tables"][name].get("shapes") for name in base_tables(config)}
+def metrics_settings(config: Mapping[str, Any], *, tables: Sequence[str]) -> dict[str, Any]:
+    """What the metrics of ``tables`` (one table, or a dispatch list's) depend on besides their inputs: those
+    tables' declared shapes (a device table's are its base table's; a shape the run leaves out, or one reverted,
+    changes the metrics while the shard list may stay the same) and each device's ceilings (the plots' roofline)."""
+    bases = dict.fromkeys(split_device_table(name)[0] for name in tables)
+    settings: dict[str, Any] = {name: config["tables"][name].get("shapes") for name in bases}
     settings["devices.ceilings"] = {key: (spec or {}).get("ceilings")
                                     for key, spec in (config.get("devices") or {}).items()}
     return settings

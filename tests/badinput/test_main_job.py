@@ -1,8 +1,9 @@
 """The main job (`snakemake --cores 2`) with bad data and kills: it stops loudly, changes no checked-in file,
 runs nothing from the data, and a rerun after SIGKILL at any point needs no manual step.
 
-Each test runs the real Snakemake in a throw-away git + DVC copy of the project with one (N, K) and
-up to three M per table (tests/pipeline_repo.small_table), so these are marked slow; the shell
+Each test runs the real Snakemake in a throw-away git + DVC copy of the project with two families (gemm_mma and
+gemm_wgmma on both devices, the fewest a dispatch list takes: every kind of rule runs) and one (N, K) and up to
+three M (tests/pipeline_repo.small_table), so these are marked slow; the shell
 fragment that brings a job's error line to the terminal is checked on its own in the default run.
 """
 
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pipeline_repo import RECORDING, BIN, git, make_project, small_table, snakemake, tool_env
+from pipeline_repo import RECORDING, BIN, git, make_project, small_table, snakemake, tool_env, two_families
 
 from tunetable.workflow.rule_shell import SHOW_ERRORS
 from tunetable.results import journal_of, sha256_bytes
@@ -46,7 +47,8 @@ def main_job(tmp_path_factory) -> Path:
     if not RECORDING.is_file():
         pytest.skip("the committed recording is absent")
     root = make_project(tmp_path_factory.mktemp("main") / "project",
-                        remote=tmp_path_factory.mktemp("remote"), params_edit=small_table)
+                        remote=tmp_path_factory.mktemp("remote"),
+                        params_edit=lambda data: (two_families(data), small_table(data)))
     started = time.monotonic()
     snakemake("--cores", "2", cwd=root)
     MAIN_JOB_SECONDS["first"] = time.monotonic() - started
