@@ -17,6 +17,9 @@ a first decision per shape (pure Python, as gemm() pays it), and, when the valid
 exist (data/recordings/<device>_validation_gemm_*.parquet, shapes never in params.yaml), the picks of
 the selector built from every table's recording on those shapes, a truly held-out figure.
 
+--model-ceilings DEVICE (with --folds-only): the folds with the performance model's two device constants set to
+that device's measured ceilings instead of the H200's, the experiment that keeps the H200's (docs/devices.md).
+
 --device (a params.yaml ``devices:`` key; default the primary one): the selector that device's
 `tunetable select --selector` builds (the primary's ``gemm_selector``, another device's ``gemm_selector.<d>``
 over that device's recordings: tunetable.device_tables), scored on that device's recordings.
@@ -64,7 +67,10 @@ from tunetable.device_tables import (  # noqa: E402
     primary_device,
     split_device_table,
 )
+from tunetable import perfmodel_grid  # noqa: E402
 from tunetable.errors import TuneTableError  # noqa: E402
+from tunetable.kernels import perfmodel  # noqa: E402
+from tunetable.search import prior as search_prior  # noqa: E402
 from tunetable.kernels.families.devices import recording_path  # noqa: E402
 from tunetable.kernels.runtime.selector_serve import ShapeSelector  # noqa: E402
 from tunetable.params import load_params, selector_spec, table_spec  # noqa: E402
@@ -379,6 +385,14 @@ def speedup_line(*, label: str, figures: dict[str, Any]) -> str:
             f"{figures['min_speedup_vs_cublas']:.3f}x, {figures[f'below_{SLOW}x']} below {SLOW}x")
 
 
+def use_model_ceilings(*, copy_tb_s: float, tflops: float) -> None:
+    """The performance model's device constants, in every module that reads them, set to other ceilings (this
+    process only: the experiment --model-ceilings; the shipped model keeps the H200's)."""
+    for module in (perfmodel, perfmodel_grid, search_prior):
+        module.HBM_BYTES_PER_S = copy_tb_s * 1e12
+        module.DEVICE_FLOPS = tflops * 1e12
+
+
 def main() -> None:
     """Run both leave-out evaluations, the timing and the validation figure; print and write them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -399,10 +413,18 @@ def main() -> None:
     parser.add_argument("--held-out", choices=sorted(HELD_OUT), default="validation",
                         help="the recordings scored as held-out shapes: the validation set (default), or, from a "
                              "fit that never read them, the coverage recordings (shapes of far (N, K))")
+    parser.add_argument("--model-ceilings", default=None, metavar="DEVICE",
+                        help="with --folds-only: the performance model's two device constants (copy TB/s, TFLOP/s) "
+                             "set to DEVICE's measured ceilings instead of the H200's (an experiment)")
     args = parser.parse_args()
     if args.coverage and args.no_coverage:
         parser.error("--coverage and --no-coverage: give one")
     params = load_params(REPO / "params.yaml")
+    if args.model_ceilings is not None:
+        ceilings = ((params.get("devices") or {}).get(args.model_ceilings) or {}).get("ceilings")
+        if not args.folds_only or ceilings is None:
+            parser.error(f"--model-ceilings {args.model_ceilings}: needs --folds-only and a device with ceilings")
+        use_model_ceilings(copy_tb_s=float(ceilings["copy_tb_s"]), tflops=float(ceilings["tflops"]))
     device = args.device or primary_device(params)
     if device not in (params.get("devices") or {}):
         parser.error(f"--device {device}: not a device of params.yaml (devices: {', '.join(params['devices'])})")

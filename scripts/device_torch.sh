@@ -4,7 +4,8 @@
 # the figures to $OUT (llama_client.json / .md, runtime_gemm_host.json / .md, new.xml); at the end all but log go
 # into $OUT/results.tgz (the device tool returns only a few files).
 #
-#   cd <repo> && source scripts/device_env.sh && bash scripts/device_torch.sh [ext|new|client|host|suite ...]
+#   cd <repo> && source scripts/device_env.sh && bash scripts/device_torch.sh [ext|new|client|host|tables|validation|
+#                                                                             slowstate|suite ...]
 #   carry the repo copy with .whl/ and .cache/cubins (a cubin cache compiled here with the same nvcc).
 #
 # Expected on an H100 / H200 (git 6adb683's run, plus this change's additions):
@@ -19,6 +20,10 @@
 #   validation  benchmarks/runtime_gemm.py --sets validation: the 30 validation shapes (never tuned on): gemm() (the
 #           selector's choice), the exhaustive best, online tuning, the PyTorch operator, cuBLAS
 #           (~40 s on an H100 at 7d83673, online tuning included: limit VALIDATION_TIMEOUT_S, 180)
+#   slowstate  benchmarks/runtime_slow_state.py at 250 x 18944 x 3584 (the H100's slow state, notes_gemm_wgmma.md):
+#           the pick 256 x 176 and 256 x 144, each with RASTER 1 and 0, on every operand set in turn, the first set
+#           timed again at the end; then the uniform set first (~60-90 s each, limit SLOWSTATE_TIMEOUT_S, 200; the
+#           RASTER 0 twins compile on the device if the carried cubin cache lacks them)
 # (scripts/device_env.sh's installs come before, ~10-20 s)
 #   suite   the rest of `pytest -m gpu` (not a default step: ~180 s on its own; what is left of CALL_BUDGET_S)
 set -uo pipefail
@@ -50,6 +55,14 @@ print(f"import of tunetable.torch: {time.perf_counter() - started:.1f} s")' 2>&1
                 | tee "$OUT/tables.log" ;;
       validation) timeout "${VALIDATION_TIMEOUT_S:-180}" python3 benchmarks/runtime_gemm.py --sets validation \
                     --out "$OUT" 2>&1 | tee "$OUT/validation.log" ;;
+      slowstate) c=BLOCK_K=64,STAGES=4,CONSUMERS=2,CLUSTER_M=1,CLUSTER_N=1,GROUP_M=8,SPLIT_K=1,TAIL_SPLIT=0
+           args=(--family gemm_wgmma --shape 250x18944x3584 --out "$OUT")
+           for tile in BLOCK_M=256,BLOCK_N=176 BLOCK_M=256,BLOCK_N=144; do for raster in 1 0; do
+             args+=(--config "$tile,RASTER=$raster,$c"); done; done
+           timeout "${SLOWSTATE_TIMEOUT_S:-200}" python3 benchmarks/runtime_slow_state.py "${args[@]}" 2>&1 \
+             | tee "$OUT/slowstate.log"
+           timeout "${SLOWSTATE_TIMEOUT_S:-200}" python3 benchmarks/runtime_slow_state.py "${args[@]}" --data uniform \
+             --data randn --data "first set again" 2>&1 | tee "$OUT/slowstate_uniform_first.log" ;;
       suite) left=$(( ${CALL_BUDGET_S:-570} - ($(date +%s) - START) ))
              if [ "$left" -lt 30 ]; then echo "suite skipped: ${left} s of the call's budget left"; else
                timeout "$left" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider \

@@ -435,3 +435,25 @@ def test_suggest_shows_the_h100_coverage_recordings_measurement_at_a_coverage_sh
             "256x3072x24576 (") in done.stdout
     assert suggest_row(done.stdout, unmeasured)[-1] == "predicted"
     assert "300x3072x24576" not in done.stdout
+
+
+def test_unseen_shapes_model_ceilings_reach_every_reader_of_the_constants_and_only_with_folds() -> None:
+    """--model-ceilings: the roofline floor (the closures) and the build's numpy twins read the device's ceilings."""
+    from bench_support import load_benchmark_script
+
+    from tunetable import perfmodel_grid
+    from tunetable.kernels import perfmodel
+
+    unseen = load_benchmark_script("unseen_shapes")
+    saved = (perfmodel.HBM_BYTES_PER_S, perfmodel.DEVICE_FLOPS)
+    try:
+        unseen.use_model_ceilings(copy_tb_s=3.04, tflops=782.1)
+        moved = (64 * 4096 + 4096 * 4096 + 64 * 4096) * 2
+        assert perfmodel.roofline_floor_s(m=64, n=4096, k=4096) == moved / 3.04e12
+        assert (perfmodel_grid.HBM_BYTES_PER_S, perfmodel_grid.DEVICE_FLOPS) == (3.04e12, 782.1e12)
+    finally:
+        unseen.use_model_ceilings(copy_tb_s=saved[0] / 1e12, tflops=saved[1] / 1e12)
+    assert (perfmodel.HBM_BYTES_PER_S, perfmodel.DEVICE_FLOPS) == saved
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "unseen_shapes.py"), "--model-ceilings", "h100"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--model-ceilings h100: needs --folds-only" in done.stderr
