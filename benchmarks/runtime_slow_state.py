@@ -144,6 +144,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args()
     conditions = tuple(args.data or DATA)
+    if conditions[0] == FIRST_AGAIN:
+        parser.error(f"--data {FIRST_AGAIN!r}: times the first condition's operands again, so it cannot come first")
     configs = [parse_config(text) for text in args.config]
     shapes = [parse_shape(text) for text in args.shape]
 

@@ -909,3 +909,8 @@ def test_runtime_slow_state_reports_each_cell_against_the_same_cells_cublas() ->
                          "conditions": ("uniform", "randn")})
     head = next(row for row in text.splitlines() if row.startswith("| shape | contender |"))
     assert head.split(" | ")[2:] == ["uniform, interleaved", "uniform, alone", "randn, interleaved", "randn, alone |"]
+    # "first set again" times the first condition's operands: it cannot come first (one line, before any GPU work).
+    script = str(REPO / "benchmarks" / "runtime_slow_state.py")
+    done = subprocess.run([sys.executable, script, "--config", "BLOCK_M=256", "--shape", "250x18944x3584",
+                           "--data", "first set again"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "it cannot come first" in done.stderr.splitlines()[-1], done.stderr[-2000:]
