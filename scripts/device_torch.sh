@@ -22,7 +22,7 @@
 #           (~40 s on an H100 at 7d83673, online tuning included: limit VALIDATION_TIMEOUT_S, 180)
 #   slowstate  benchmarks/runtime_slow_state.py at 250 x 18944 x 3584 (the H100's slow state, notes_gemm_wgmma.md):
 #           the pick 256 x 176 and 256 x 144, each with RASTER 1 and 0, on every operand set in turn, the first set
-#           timed again at the end; then the uniform set first (~60-90 s each, limit SLOWSTATE_TIMEOUT_S, 200; the
+#           timed again at the end; then the uniform set first (not timed yet: limit SLOWSTATE_TIMEOUT_S, 200 each; the
 #           RASTER 0 twins compile on the device if the carried cubin cache lacks them)
 # (scripts/device_env.sh's installs come before, ~10-20 s)
 #   suite   the rest of `pytest -m gpu` (not a default step: ~180 s on its own; what is left of CALL_BUDGET_S)

@@ -443,17 +443,20 @@ def test_unseen_shapes_model_ceilings_reach_every_reader_of_the_constants_and_on
 
     from tunetable import perfmodel_grid
     from tunetable.kernels import perfmodel
+    from tunetable.search import prior
 
     unseen = load_benchmark_script("unseen_shapes")
-    saved = (perfmodel.HBM_BYTES_PER_S, perfmodel.DEVICE_FLOPS)
+    names = ("HBM_BYTES_PER_S", "DEVICE_FLOPS")
+    saved = {(module, name): getattr(module, name) for module in (perfmodel, perfmodel_grid, prior) for name in names}
     try:
         unseen.use_model_ceilings(copy_tb_s=3.04, tflops=782.1)
         moved = (64 * 4096 + 4096 * 4096 + 64 * 4096) * 2
         assert perfmodel.roofline_floor_s(m=64, n=4096, k=4096) == moved / 3.04e12
         assert (perfmodel_grid.HBM_BYTES_PER_S, perfmodel_grid.DEVICE_FLOPS) == (3.04e12, 782.1e12)
-    finally:
-        unseen.use_model_ceilings(copy_tb_s=saved[0] / 1e12, tflops=saved[1] / 1e12)
-    assert (perfmodel.HBM_BYTES_PER_S, perfmodel.DEVICE_FLOPS) == saved
+        assert (prior.HBM_BYTES_PER_S, prior.DEVICE_FLOPS) == (3.04e12, 782.1e12)
+    finally:   # the shipped constants back, exactly (other tests in this process read them)
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "unseen_shapes.py"), "--model-ceilings", "h100"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--model-ceilings h100: needs --folds-only" in done.stderr
